@@ -1,0 +1,6 @@
+# Every dependency comes from a distribution package; nothing is vendored.
+find_package(CUDAToolkit REQUIRED)   # headers only for the library: cuda.h, cuda_occupancy.h
+find_package(spdlog CONFIG REQUIRED)
+find_package(nlohmann_json CONFIG REQUIRED)
+find_package(Boost 1.81 REQUIRED)    # header-only Boost.PFR
+find_package(Threads REQUIRED)

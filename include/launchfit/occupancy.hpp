@@ -1,0 +1,76 @@
+#pragma once
+// launchfit::occupancy — the offline occupancy calculator (no GPU needed), built on NVIDIA's cuda_occupancy.h.
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "launchfit/device.hpp"
+#include "launchfit/kernel.hpp"
+
+namespace launchfit {
+
+// Which resources bind; several bits are set on a tie.
+enum limiter : unsigned {
+  limit_none = 0,
+  limit_warps = 1u << 0,       // threads/warps per SM
+  limit_registers = 1u << 1,
+  limit_shared_memory = 1u << 2,
+  limit_blocks = 1u << 3,      // max resident blocks per SM
+  limit_block_size = 1u << 4,  // block larger than the kernel or device allows: nothing fits
+  limit_barriers = 1u << 5,
+};
+// "registers|shared_memory"
+std::string limiter_names(unsigned limiters);
+
+struct occupancy_result {
+  int block_threads = 0;
+  std::size_t dynamic_smem_bytes = 0;
+  int active_blocks_per_sm = 0;
+  int active_warps_per_sm = 0;
+  int active_threads_per_sm = 0;
+  double occupancy = 0;        // active warps / max warps, 0..1
+  unsigned limiters = 0;       // bitmask of limiter
+  // Blocks per SM each resource alone would allow (INT_MAX-like large value when unlimited).
+  int blocks_limit_warps = 0;
+  int blocks_limit_registers = 0;
+  int blocks_limit_shared_memory = 0;
+  int blocks_limit_blocks = 0;
+  // What one block really takes after allocation granularity.
+  int allocated_regs_per_block = 0;
+  std::size_t allocated_smem_per_block_bytes = 0;  // incl. static + dynamic + reserve, rounded up
+
+  // One line: "8 blocks x 256 threads = 64 warps/SM (100%), limited by warps".
+  std::string summary() const;
+};
+
+// Occupancy of one configuration. Throws launchfit::error for impossible inputs (block_threads outside
+// 1..max, regs above the architecture maximum, smem above the opt-in maximum).
+occupancy_result occupancy(const device_limits& device, const kernel_resources& kernel, int block_threads,
+                           std::size_t dynamic_smem_bytes);
+
+// Dynamic shared memory as a function of block size (capturing lambdas welcome).
+using smem_per_block_fn = std::function<std::size_t(int block_threads)>;
+
+struct block_size_choice {
+  int block_threads = 0;
+  int min_grid_blocks = 0;  // active blocks per SM x SM count
+  occupancy_result occupancy;
+};
+
+// Same search as cuOccupancyMaxPotentialBlockSize (largest block among those with the most resident
+// threads), done offline; block_size_limit 0 means no limit beyond the kernel and device.
+block_size_choice max_potential_block_size(const device_limits& device, const kernel_resources& kernel,
+                                           const smem_per_block_fn& smem = {}, int block_size_limit = 0);
+
+// "How much to cut to gain one more block": the registers per thread and the shared memory per block
+// (dynamic part) at or below which one more block becomes resident; -1 when cutting that alone cannot help.
+struct one_more_block {
+  int target_blocks_per_sm = 0;
+  int max_regs_per_thread = -1;
+  long long max_dynamic_smem_bytes = -1;
+};
+one_more_block what_to_cut(const device_limits& device, const kernel_resources& kernel, int block_threads,
+                           std::size_t dynamic_smem_bytes);
+
+}  // namespace launchfit

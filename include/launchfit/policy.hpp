@@ -1,0 +1,264 @@
+#pragma once
+// launchfit::policy — the extension point that turns a query into a plan, the built-in policies, and the
+// registry that makes policies selectable by name at run time.
+
+#include <array>
+#include <boost/pfr.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "launchfit/device.hpp"
+#include "launchfit/kernel.hpp"
+#include "launchfit/occupancy.hpp"
+#include "launchfit/plan.hpp"
+
+namespace launchfit {
+
+// Everything a policy may look at. The occupancy oracle is the driver on a GPU and the offline calculator
+// in tests, so policies are pure logic.
+struct query {
+  device_limits device;
+  kernel_resources kernel;
+  std::size_t dynamic_smem_bytes = 0;  // used when smem_per_block is empty
+  smem_per_block_fn smem_per_block;    // block threads -> dynamic smem bytes
+  work work_hint;                      // the work of the launch that missed the cache
+  std::size_t bytes_in_flight_per_sm = 0;  // device default target (per-arch table or calibration)
+  // Active blocks per SM for (block threads, dynamic smem). Empty: the offline calculator is used.
+  std::function<int(int, std::size_t)> active_blocks;
+  // Times one candidate plan on the real arguments in ms; empty unless the launch allows re-running.
+  std::function<double(const plan&)> time_plan;
+
+  std::size_t smem_for(int block_threads) const {
+    return smem_per_block ? smem_per_block(block_threads) : dynamic_smem_bytes;
+  }
+  int active_blocks_for(int block_threads) const;  // oracle, or calculator when no oracle
+  // Largest legal block for this kernel on this device (min of launch bounds and device max).
+  int max_block_threads() const noexcept;
+};
+
+class policy {
+ public:
+  virtual ~policy() = default;
+  // Name as written in policy strings, e.g. "bytes_in_flight".
+  virtual std::string name() const = 0;
+  // Parameters as "k=v,k=v", in declaration order.
+  virtual std::string params() const = 0;
+  // Stable hash of name and parameters; part of every plan-cache key.
+  virtual std::uint64_t hash() const = 0;
+  // Extra cache-key component from the work shape (autotune: a size bucket); 0 means n is irrelevant.
+  virtual std::uint64_t work_bucket(const work&) const { return 0; }
+  // Returns a validated plan or throws launchfit::error.
+  virtual plan choose(const query& q) const = 0;
+
+  std::string to_string() const { return name() + "(" + params() + ")"; }
+};
+
+// Base for every policy (spdlog's base_sink pattern): choose() checks the query, calls choose_impl(),
+// then validates the plan against the kernel and device and fills in occupancy; authors write only
+// the decision.
+class policy_base : public policy {
+ public:
+  plan choose(const query& q) const final;
+
+ protected:
+  // Fill block (and blocks_per_sm, dynamic smem, cooperative, grid, reason); the rest is completed here.
+  virtual plan choose_impl(const query& q) const = 0;
+};
+
+// Throws launchfit::error naming the kernel, the plan and the violated limit, or completes the plan
+// (block_threads, sm_count, occupancy, dynamic smem). Every plan from any source passes through here.
+void validate_plan(const query& q, plan& p);
+
+namespace detail {
+std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
+std::uint64_t hash_string(std::string_view s) noexcept;
+
+template <class T>
+std::string field_to_string(const T& v) {
+  std::ostringstream os;
+  if constexpr (std::is_same_v<T, bool>) {
+    os << (v ? "true" : "false");
+  } else if constexpr (std::is_floating_point_v<T>) {
+    os << v;
+  } else {
+    os << v;
+  }
+  return os.str();
+}
+}  // namespace detail
+
+// Policy parameters are plain aggregates with a `static constexpr std::array<const char*, N> names`:
+// Boost.PFR hashes, compares and prints them, so a new policy gets cache keys, log lines and
+// policy-string parsing for free.
+template <class Params>
+std::string params_to_string(const Params& p) {
+  static_assert(std::is_aggregate_v<Params>, "policy parameters must be an aggregate");
+  static_assert(Params::names.size() == boost::pfr::tuple_size_v<Params>,
+                "Params::names must name every field");
+  std::string out;
+  boost::pfr::for_each_field(p, [&](const auto& field, std::size_t i) {
+    if (i) out += ',';
+    out += Params::names[i];
+    out += '=';
+    out += detail::field_to_string(field);
+  });
+  return out;
+}
+
+template <class Params>
+std::uint64_t params_hash(std::string_view policy_name, const Params& p) {
+  std::uint64_t h = detail::hash_string(policy_name);
+  boost::pfr::for_each_field(p, [&](const auto& field) {
+    h = detail::hash_combine(h, static_cast<std::uint64_t>(boost::pfr::hash_value(field)));
+  });
+  return h;
+}
+
+// Sets fields by name from "k=v" pairs; throws std::invalid_argument naming the bad key or value.
+template <class Params>
+void params_assign(Params& p, const std::map<std::string, std::string>& kv);
+
+// A policy whose parameters are a PFR aggregate. Derived classes define choose_impl().
+template <class Derived, class Params>
+class param_policy : public policy_base {
+ public:
+  using params_type = Params;
+  param_policy() = default;
+  explicit param_policy(Params p) : params_(p) {}
+
+  std::string name() const override { return Derived::policy_name; }
+  std::string params() const override { return params_to_string(params_); }
+  std::uint64_t hash() const override { return params_hash(Derived::policy_name, params_); }
+  const Params& parameters() const noexcept { return params_; }
+
+ protected:
+  Params params_{};
+};
+
+// ---- built-in policies -------------------------------------------------------------------------------
+
+struct no_params {
+  static constexpr std::array<const char*, 0> names{};
+};
+
+// The block cuOccupancyMaxPotentialBlockSize would choose (largest block among those with the most resident
+// threads), honouring a block -> smem rule.
+class max_occupancy_policy final : public param_policy<max_occupancy_policy, no_params> {
+ public:
+  static constexpr const char* policy_name = "max_occupancy";
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+struct bytes_in_flight_params {
+  int per_thread = 16;     // bytes each thread keeps in flight (independent loads x width)
+  int target_per_sm = 0;   // bytes per SM to keep in flight; 0: the device default
+  static constexpr std::array<const char*, 2> names{"per_thread", "target_per_sm"};
+};
+
+// Little's law: the fewest resident warps with warps x 32 x per_thread >= target_per_sm. On an H200
+// ~32 KB/SM in flight reached ~97% of peak read bandwidth. If even max occupancy falls short, it uses
+// max occupancy and the plan's reason carries the shortfall.
+class bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
+ public:
+  static constexpr const char* policy_name = "bytes_in_flight";
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+struct cooperative_params {
+  int blocks_per_sm = 0;  // 0: as many as co-reside
+  int block = 0;          // 0: the max-occupancy block
+  static constexpr std::array<const char*, 2> names{"blocks_per_sm", "block"};
+};
+
+// Grid = co-resident blocks per SM x SMs of the current context, launched cooperatively.
+class cooperative_policy final : public param_policy<cooperative_policy, cooperative_params> {
+ public:
+  static constexpr const char* policy_name = "cooperative";
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+struct fixed_params {
+  int block = 256;
+  int grid = 0;  // 0: computed from the work shape
+  static constexpr std::array<const char*, 2> names{"block", "grid"};
+};
+
+// Today's <<<grid, block>>> numbers, validated.
+class fixed_policy final : public param_policy<fixed_policy, fixed_params> {
+ public:
+  static constexpr const char* policy_name = "fixed";
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+// The reference policy for authors: ten lines, always 128 threads.
+class constant_block_policy final : public param_policy<constant_block_policy, no_params> {
+ public:
+  static constexpr const char* policy_name = "constant_block";
+
+ protected:
+  plan choose_impl(const query& q) const override {
+    plan p;
+    p.block = dims{128, 1, 1};
+    p.blocks_per_sm = q.active_blocks_for(128);
+    p.reason = "always 128 threads (reference policy)";
+    return p;
+  }
+};
+
+// Default bytes-in-flight target per SM for a device (per-arch table; calibrate() may override).
+std::size_t default_bytes_in_flight_per_sm(const device_limits& device);
+// Override the default for one architecture (cc, e.g. 90) with a measured value.
+void set_bytes_in_flight_per_sm(int cc, std::size_t bytes);
+
+// ---- registry: policies by name ----------------------------------------------------------------------
+
+using policy_factory =
+    std::function<std::shared_ptr<const policy>(const std::map<std::string, std::string>& params)>;
+
+// Thread-safe; throws launchfit::error on a duplicate name. Built-ins and loaded plugins are registered.
+void register_policy(const std::string& name, policy_factory factory);
+bool unregister_policy(const std::string& name);
+std::vector<std::string> registered_policies();
+// Creates a registered policy; throws launchfit::error for an unknown name or a bad parameter.
+std::shared_ptr<const policy> make_policy(const std::string& name,
+                                          const std::map<std::string, std::string>& params = {});
+
+// Registers a param_policy subclass under its policy_name; parameters are parsed by field name via PFR.
+template <class P>
+void register_policy();
+
+// Parses "bytes_in_flight(per_thread=32)" (also "fixed(block=256,grid=80)", "max_occupancy", "max_occupancy()").
+// Errors name the offending character: "policy string 'x(' col 3: expected ')'".
+std::shared_ptr<const policy> policy_from_string(std::string_view text);
+
+// Per-kernel overrides, "reduce*=bytes_in_flight(per_thread=32);saxpy=fixed(block=256)", read from
+// LAUNCHFIT_POLICY on first use (or set here). Globs match the demangled kernel name without its
+// parameter list; the first matching entry wins. Bad entries throw launchfit::error pointing at the column.
+void set_policy_overrides(std::string_view spec);
+// The override for a kernel, or nullptr. `matched` receives the glob that matched.
+std::shared_ptr<const policy> policy_override_for(std::string_view demangled_kernel,
+                                                  std::string* matched = nullptr);
+
+}  // namespace launchfit
+
+#include "launchfit/detail/policy_params.hpp"

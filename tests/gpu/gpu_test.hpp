@@ -1,0 +1,41 @@
+#pragma once
+// Shared by the GPU tests: skip with a reason when no device is present, unless LAUNCHFIT_REQUIRE_GPU=1
+// makes a missing GPU a failure (so a green run on a GPU machine means the tests really ran).
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace launchfit_test {
+
+inline std::string gpu_absent_reason() {
+  int count = 0;
+  const cudaError_t st = cudaGetDeviceCount(&count);
+  if (st != cudaSuccess) return std::string("no CUDA device/driver: ") + cudaGetErrorName(st);
+  if (count == 0) return "no CUDA device";
+  return {};
+}
+
+inline bool gpu_required() {
+  const char* v = std::getenv("LAUNCHFIT_REQUIRE_GPU");
+  return v && std::string(v) == "1";
+}
+
+}  // namespace launchfit_test
+
+#define LAUNCHFIT_REQUIRE_GPU_OR_SKIP()                                             \
+  do {                                                                              \
+    const std::string lf_reason_ = ::launchfit_test::gpu_absent_reason();           \
+    if (!lf_reason_.empty()) {                                                      \
+      if (::launchfit_test::gpu_required()) FAIL() << "GPU required: " << lf_reason_; \
+      GTEST_SKIP() << lf_reason_;                                                   \
+    }                                                                               \
+  } while (0)
+
+#define LF_CUDA_CHECK(expr)                                                              \
+  do {                                                                                   \
+    const cudaError_t lf_st_ = (expr);                                                   \
+    ASSERT_EQ(lf_st_, cudaSuccess) << #expr << ": " << cudaGetErrorName(lf_st_);          \
+  } while (0)
