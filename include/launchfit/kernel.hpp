@@ -1,9 +1,14 @@
 #pragma once
 // launchfit::kernel_resources — what a kernel uses; launchfit::kernel — a driver-API kernel handle.
 
+#include <cuda.h>
+
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace launchfit {
 
@@ -22,6 +27,62 @@ struct kernel_resources {
   // A kernel_resources for the offline calculator.
   static kernel_resources manual(int regs_per_thread, std::size_t static_smem_bytes = 0,
                                  int max_threads_per_block = 1024, std::string name = "kernel");
+};
+
+// A driver-API kernel: a CUfunction (bound to one context) or a CUkernel (context-independent, from a
+// library). Cheap to copy; does not own the module.
+class kernel {
+ public:
+  kernel() = default;
+  explicit kernel(CUfunction f) noexcept : function_(f) {}
+  explicit kernel(CUkernel k) noexcept : kernel_(k) {}
+
+  bool valid() const noexcept { return function_ || kernel_; }
+  // Identity used in plan-cache keys.
+  std::uintptr_t id() const noexcept {
+    return kernel_ ? reinterpret_cast<std::uintptr_t>(kernel_) : reinterpret_cast<std::uintptr_t>(function_);
+  }
+  // The CUfunction to launch in the current context (a CUkernel is resolved per context).
+  CUfunction function() const;
+  // Attributes queried from the driver (in the current context).
+  kernel_resources resources() const;
+  // Parameter sizes in bytes from cuFuncGetParamInfo; nullopt when the driver cannot report them.
+  std::optional<std::vector<std::size_t>> param_sizes() const;
+
+ private:
+  CUfunction function_ = nullptr;
+  CUkernel kernel_ = nullptr;
+};
+
+// Resources of any CUfunction (also used for runtime-API kernels resolved with cudaGetFuncBySymbol).
+kernel_resources query_resources(CUfunction f);
+std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f);
+
+// A loaded CUDA library (cuLibraryLoad*): cubin, fatbin or PTX (JIT-compiled by the driver), from a file
+// or from memory. Owns the library; unloading forgets every cached plan of its kernels.
+class module {
+ public:
+  // Throws launchfit::error naming the file (missing, unreadable, wrong format, no driver).
+  static module from_file(const std::string& path);
+  // image: a cubin or fatbin in memory, or NUL-terminated PTX text.
+  static module from_memory(const void* image);
+  static module from_ptx(const std::string& ptx) { return from_memory(ptx.c_str()); }
+
+  module(module&& other) noexcept;
+  module& operator=(module&& other) noexcept;
+  module(const module&) = delete;
+  module& operator=(const module&) = delete;
+  ~module();
+
+  // Throws launchfit::error naming the kernel when the library has no such (mangled) name.
+  kernel get(const std::string& name) const;
+  CUlibrary handle() const noexcept { return library_; }
+
+ private:
+  explicit module(CUlibrary l, std::string origin) : library_(l), origin_(std::move(origin)) {}
+  CUlibrary library_ = nullptr;
+  std::string origin_;
+  mutable std::vector<std::uintptr_t> handed_out_;
 };
 
 // Demangles an Itanium C++ name; returns it unchanged when it is not mangled.

@@ -38,12 +38,13 @@ struct plan {
   int blocks_per_sm = 0;         // resident blocks per SM this plan runs with (caps grid_stride grids)
   int sm_count = 0;              // SMs of the context the plan was made for
   std::size_t dynamic_smem_bytes = 0;
-  dims grid;                     // fixed grids only (grid.x == 0: computed from the work)
+  dims grid{0, 1, 1};            // fixed grids only (grid.x == 0: computed from the work)
   dims cluster;                  // thread-block cluster dims (1x1x1: none)
   bool cooperative = false;
   occupancy_result occupancy;    // at block_threads and dynamic_smem_bytes
   std::string policy;            // "bytes_in_flight(per_thread=32,target_per_sm=32768)"
   std::string reason;            // why the policy chose this, one sentence
+  std::string warning;           // set when the policy could not meet its goal (logged once as a warning)
   std::string match = "computed";  // computed | cache-file | cache-file-other-bucket | fallback
   int trials = 0;                // candidate plans timed (autotune)
   double tuning_ms = 0;

@@ -114,10 +114,10 @@ std::string params_to_string(const Params& p) {
 }
 
 template <class Params>
-std::uint64_t params_hash(std::string_view policy_name, const Params& p) {
-  std::uint64_t h = detail::hash_string(policy_name);
+std::uint64_t params_hash(std::uint64_t name_hash, const Params& p) {
+  std::uint64_t h = name_hash;
   boost::pfr::for_each_field(p, [&](const auto& field) {
-    h = detail::hash_combine(h, static_cast<std::uint64_t>(boost::pfr::hash_value(field)));
+    h = detail::hash_combine(h, static_cast<std::uint64_t>(std::hash<std::decay_t<decltype(field)>>{}(field)));
   });
   return h;
 }
@@ -136,7 +136,10 @@ class param_policy : public policy_base {
 
   std::string name() const override { return Derived::policy_name; }
   std::string params() const override { return params_to_string(params_); }
-  std::uint64_t hash() const override { return params_hash(Derived::policy_name, params_); }
+  std::uint64_t hash() const override {
+    static const std::uint64_t name_hash = detail::hash_string(Derived::policy_name);
+    return params_hash(name_hash, params_);
+  }
   const Params& parameters() const noexcept { return params_; }
 
  protected:

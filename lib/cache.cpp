@@ -1,0 +1,150 @@
+#include <array>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "launchfit/cache.hpp"
+#include "launchfit/policy.hpp"
+#include "plan_cache.hpp"
+
+namespace launchfit {
+namespace detail {
+namespace {
+
+struct key_hasher {
+  std::size_t operator()(const plan_key& k) const noexcept { return static_cast<std::size_t>(hash_key(k)); }
+};
+
+// One slot per key. `ready` flips once, after `entry` is set; `build_mutex` serialises the one build.
+struct slot {
+  std::mutex build_mutex;
+  std::atomic<bool> ready{false};
+  std::shared_ptr<const plan_entry> entry;
+};
+
+struct store {
+  std::shared_mutex mutex;
+  std::unordered_map<plan_key, std::shared_ptr<slot>, key_hasher> slots;
+  // Slots dropped by clear() stay alive: a builder may still be filling one, thread-local fronts and the
+  // fault report (last launched plan) may still point into them. Only clear() (tests) grows this.
+  std::vector<std::shared_ptr<slot>> retired;
+  std::atomic<std::uint64_t> generation{1};
+  std::atomic<std::uint64_t> builds{0};
+  std::atomic<std::uint64_t> map_hits{0};
+};
+
+store& the_store() {
+  static store* s = new store();  // never destroyed: launches may run during static destruction
+  return *s;
+}
+
+struct front_line {
+  plan_key key;
+  std::uint64_t generation = 0;
+  const plan_entry* entry = nullptr;
+};
+constexpr std::size_t front_size = 64;
+thread_local std::array<front_line, front_size> front{};
+
+}  // namespace
+
+std::uint64_t hash_key(const plan_key& k) noexcept {
+  std::uint64_t h = hash_combine(k.context, k.kernel);
+  h = hash_combine(h, k.policy);
+  h = hash_combine(h, k.smem_rule);
+  return hash_combine(h, k.bucket);
+}
+
+const plan_entry* find(const plan_key& key) noexcept {
+  store& s = the_store();
+  const std::uint64_t gen = s.generation.load(std::memory_order_acquire);
+  front_line& line = front[hash_key(key) % front_size];
+  if (line.generation == gen && line.entry && line.key == key) return line.entry;
+  std::shared_ptr<slot> sl;
+  {
+    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    auto it = s.slots.find(key);
+    if (it == s.slots.end()) return nullptr;
+    sl = it->second;
+  }
+  if (!sl->ready.load(std::memory_order_acquire)) return nullptr;
+  s.map_hits.fetch_add(1, std::memory_order_relaxed);
+  line = front_line{key, gen, sl->entry.get()};
+  return sl->entry.get();
+}
+
+const plan_entry& find_or_build(const plan_key& key, const std::function<plan_entry()>& build) {
+  if (const plan_entry* e = find(key)) return *e;
+  store& s = the_store();
+  std::shared_ptr<slot> sl;
+  {
+    std::unique_lock<std::shared_mutex> lock(s.mutex);
+    auto& ref = s.slots[key];
+    if (!ref) ref = std::make_shared<slot>();
+    sl = ref;
+  }
+  std::lock_guard<std::mutex> building(sl->build_mutex);
+  if (!sl->ready.load(std::memory_order_acquire)) {
+    sl->entry = std::make_shared<const plan_entry>(build());
+    s.builds.fetch_add(1, std::memory_order_relaxed);
+    sl->ready.store(true, std::memory_order_release);
+  }
+  return *sl->entry;
+}
+
+void forget_kernel(std::uintptr_t kernel_id) {
+  store& s = the_store();
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  for (auto it = s.slots.begin(); it != s.slots.end();) {
+    if (it->first.kernel == kernel_id) {
+      s.retired.push_back(it->second);
+      it = s.slots.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  s.generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+cache_stats stats() noexcept {
+  store& s = the_store();
+  return {s.builds.load(), s.map_hits.load()};
+}
+
+}  // namespace detail
+
+std::vector<cached_plan> plan_cache::plans() const {
+  detail::store& s = detail::the_store();
+  std::vector<cached_plan> out;
+  std::shared_lock<std::shared_mutex> lock(s.mutex);
+  for (const auto& [key, sl] : s.slots) {
+    if (!sl->ready.load(std::memory_order_acquire)) continue;
+    const detail::plan_entry& e = *sl->entry;
+    out.push_back(cached_plan{key, e.kernel.demangled, e.device_name + " #" + std::to_string(e.device_ordinal),
+                              e.device_uuid, e.plan});
+  }
+  return out;
+}
+
+std::size_t plan_cache::size() const {
+  detail::store& s = detail::the_store();
+  std::shared_lock<std::shared_mutex> lock(s.mutex);
+  std::size_t n = 0;
+  for (const auto& kv : s.slots) n += kv.second->ready.load(std::memory_order_acquire) ? 1 : 0;
+  return n;
+}
+
+void plan_cache::clear() {
+  detail::store& s = detail::the_store();
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  for (const auto& kv : s.slots) s.retired.push_back(kv.second);
+  s.slots.clear();
+  s.generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+plan_cache& cache() {
+  static plan_cache c;
+  return c;
+}
+
+}  // namespace launchfit

@@ -1,0 +1,118 @@
+// device_limits from the driver. Limits the driver does not report (allocation granularities) come from
+// the built-in table entry of the same architecture.
+
+#include <cstdio>
+#include <string>
+
+#include "driver.hpp"
+#include "launchfit/device.hpp"
+#include "launchfit/error.hpp"
+
+namespace launchfit {
+namespace {
+
+device_limits table_base(int major, int minor) {
+  const int cc = major * 10 + minor;
+  device_limits best;
+  int best_cc = -1;
+  for (const device_limits& d : device_limits::builtin_table()) {
+    if (d.cc() == cc) return d;
+    // Unknown (newer) architecture: start from the closest older one; the driver overrides the rest.
+    if (d.cc() < cc && d.cc() > best_cc) {
+      best = d;
+      best_cc = d.cc();
+    }
+  }
+  return best;
+}
+
+std::string format_uuid(const CUuuid& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  char s[64];
+  std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return s;
+}
+
+device_limits query_device(CUdevice dev, CUcontext ctx) {
+  const auto& d = detail::driver();
+  auto attr = [&](CUdevice_attribute a) {
+    int v = 0;
+    detail::check(d.cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute");
+    return v;
+  };
+  const int major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  const int minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  device_limits l = table_base(major, minor);
+  l.cc_major = major;
+  l.cc_minor = minor;
+  char name[256] = {};
+  detail::check(d.cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName");
+  l.name = name;
+  CUuuid uuid{};
+  if (d.cuDeviceGetUuid && d.cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS) l.uuid = format_uuid(uuid);
+  l.ordinal = static_cast<int>(dev);
+  l.sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  // A green context (or MPS partition) may see fewer SMs than the device has: size grids for the context.
+  if (ctx && d.cuCtxGetDevResource) {
+    CUdevResource res{};
+    if (d.cuCtxGetDevResource(ctx, &res, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS && res.sm.smCount > 0)
+      l.sm_count = static_cast<int>(res.sm.smCount);
+  }
+  l.regs_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+  l.regs_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  l.smem_per_sm_bytes = static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR));
+  l.smem_per_block_bytes = static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK));
+  l.smem_per_block_optin_bytes =
+      static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN));
+  l.smem_reserved_per_block_bytes =
+      static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK));
+  l.max_threads_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+  l.warp_size = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  l.max_warps_per_sm = l.max_threads_per_sm / l.warp_size;
+  l.max_blocks_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+  l.max_threads_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  l.max_block_dim[0] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  l.max_block_dim[1] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  l.max_block_dim[2] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  l.max_grid_dim[0] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  l.max_grid_dim[1] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  l.max_grid_dim[2] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  l.l2_bytes = static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
+  l.memory_bus_width_bits = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
+  l.memory_clock_khz = attr(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);
+  l.cooperative_launch = attr(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH) != 0;
+  l.cluster_launch = attr(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH) != 0;
+  return l;
+}
+
+}  // namespace
+
+device_limits device_limits::query(int ordinal) {
+  const auto& d = detail::driver();
+  int count = 0;
+  detail::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (ordinal < 0 || ordinal >= count) {
+    throw error("cuDeviceGet", "CUDA_ERROR_INVALID_DEVICE",
+                "device " + std::to_string(ordinal) + " does not exist (" + std::to_string(count) +
+                    " device(s) present)");
+  }
+  CUdevice dev{};
+  detail::check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  return query_device(dev, nullptr);
+}
+
+device_limits device_limits::query_current() {
+  const auto& d = detail::driver();
+  CUcontext ctx = nullptr;
+  detail::check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (!ctx) {
+    throw error("cuCtxGetCurrent", "CUDA_ERROR_INVALID_CONTEXT",
+                "no current CUDA context (call cudaSetDevice/cudaFree(0) or cuCtxSetCurrent first)");
+  }
+  CUdevice dev{};
+  detail::check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  return query_device(dev, ctx);
+}
+
+}  // namespace launchfit

@@ -1,0 +1,116 @@
+#include "driver.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+
+#include "launchfit/error.hpp"
+
+namespace launchfit::detail {
+namespace {
+
+struct loaded {
+  driver_api api;
+  std::string failure;  // empty when usable
+};
+
+loaded load() {
+  loaded out;
+  const char* lib_name = "libcuda.so.1";
+  void* handle = dlopen(lib_name, RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) handle = dlopen("libcuda.so", RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) {
+    const char* why = dlerror();
+    out.failure = std::string("no CUDA driver: cannot load libcuda.so.1 (") + (why ? why : "unknown") + ")";
+    return out;
+  }
+  // Leaked on purpose: the driver must outlive every static destructor that may still call it.
+  using get_proc_t = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  auto get_proc = reinterpret_cast<get_proc_t>(dlsym(handle, "cuGetProcAddress_v2"));
+  if (!get_proc) {
+    out.failure = "no CUDA driver: libcuda.so.1 lacks cuGetProcAddress_v2 (driver older than CUDA 12.0)";
+    return out;
+  }
+  driver_api& api = out.api;
+#define LAUNCHFIT_DRIVER_LOAD(name)                                                              \
+  {                                                                                              \
+    void* fn = nullptr;                                                                          \
+    CUdriverProcAddressQueryResult status{};                                                     \
+    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && \
+        status == CU_GET_PROC_ADDRESS_SUCCESS)                                                   \
+      api.name = reinterpret_cast<decltype(api.name)>(fn);                                       \
+  }
+  LAUNCHFIT_DRIVER_FUNCTIONS(LAUNCHFIT_DRIVER_LOAD)
+#undef LAUNCHFIT_DRIVER_LOAD
+  if (!api.cuInit || !api.cuLaunchKernelEx || !api.cuFuncGetAttribute || !api.cuCtxGetCurrent) {
+    out.failure = "no CUDA driver: libcuda.so.1 lacks required entry points (cuLaunchKernelEx needs CUDA 12.0+)";
+    return out;
+  }
+  const CUresult init = api.cuInit(0);
+  if (init != CUDA_SUCCESS) {
+    out.failure = "no CUDA device: cuInit failed with " + error_name(init);
+    return out;
+  }
+  if (api.cuDriverGetVersion) api.cuDriverGetVersion(&api.version);
+  return out;
+}
+
+const loaded& instance() {
+  static const loaded l = load();
+  return l;
+}
+
+}  // namespace
+
+const driver_api& driver() {
+  const loaded& l = instance();
+  if (!l.failure.empty()) {
+    throw error("cuInit", "CUDA_ERROR_NO_DEVICE", l.failure);
+  }
+  return l.api;
+}
+
+bool driver_available() noexcept {
+  try {
+    return instance().failure.empty();
+  } catch (...) {
+    return false;
+  }
+}
+
+std::string error_name(CUresult r) {
+  const loaded& l = instance();
+  if (l.api.cuGetErrorName) {
+    const char* name = nullptr;
+    if (l.api.cuGetErrorName(r, &name) == CUDA_SUCCESS && name) return name;
+  }
+  switch (r) {
+    case CUDA_SUCCESS: return "CUDA_SUCCESS";
+    case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
+    case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
+    case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
+    case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: return "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE";
+    case CUDA_ERROR_STUB_LIBRARY: return "CUDA_ERROR_STUB_LIBRARY";
+    default: return "CUresult " + std::to_string(static_cast<int>(r));
+  }
+}
+
+std::string error_string(CUresult r) {
+  const loaded& l = instance();
+  if (l.api.cuGetErrorString) {
+    const char* s = nullptr;
+    if (l.api.cuGetErrorString(r, &s) == CUDA_SUCCESS && s) return s;
+  }
+  return error_name(r);
+}
+
+void check(CUresult r, const char* call, const std::string& kernel, const std::string& config) {
+  if (r == CUDA_SUCCESS) return;
+  throw error(call, error_name(r), error_string(r), kernel, config);
+}
+
+}  // namespace launchfit::detail

@@ -1,0 +1,43 @@
+#pragma once
+// The CUDA driver, loaded at run time (dlopen + cuGetProcAddress) so that programs using launchfit start on
+// machines without a driver and get a launchfit::error on first use instead of a loader failure.
+
+#include <cuda.h>
+
+#include <string>
+
+namespace launchfit::detail {
+
+// X(name): every driver entry point launchfit uses. Optional ones (newer drivers) may be null.
+#define LAUNCHFIT_DRIVER_FUNCTIONS(X)                                                                   \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)                \
+  X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDeviceGetUuid) X(cuCtxGetCurrent) \
+  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)       \
+  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)                  \
+  X(cuKernelGetFunction) X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                     \
+  X(cuOccupancyMaxPotentialBlockSize) X(cuLaunchKernelEx) X(cuLibraryLoadData)                       \
+  X(cuLibraryLoadFromFile) X(cuLibraryGetKernel) X(cuLibraryUnload) X(cuEventCreate)                 \
+  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)                      \
+  X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuCtxGetDevResource) X(cuStreamIsCapturing)
+
+struct driver_api {
+#define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
+  LAUNCHFIT_DRIVER_FUNCTIONS(LAUNCHFIT_DRIVER_MEMBER)
+#undef LAUNCHFIT_DRIVER_MEMBER
+  int version = 0;  // cuDriverGetVersion
+};
+
+// The loaded driver, initialised once (cuInit(0)). Throws launchfit::error "no CUDA driver" when libcuda
+// cannot be loaded or initialised; the error is remembered and rethrown on every later call.
+const driver_api& driver();
+// True when a driver loaded and cuInit succeeded (never throws).
+bool driver_available() noexcept;
+
+// "CUDA_ERROR_INVALID_VALUE"; works without a driver for the common codes.
+std::string error_name(CUresult r);
+std::string error_string(CUresult r);
+
+// Throws launchfit::error(call, error name, description, kernel, config) unless r is CUDA_SUCCESS.
+void check(CUresult r, const char* call, const std::string& kernel = {}, const std::string& config = {});
+
+}  // namespace launchfit::detail

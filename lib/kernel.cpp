@@ -1,0 +1,120 @@
+#include <cstring>
+#include <fstream>
+#include <utility>
+
+#include "driver.hpp"
+#include "launchfit/error.hpp"
+#include "launchfit/kernel.hpp"
+#include "plan_cache.hpp"
+
+namespace launchfit {
+
+kernel_resources query_resources(CUfunction f) {
+  const auto& d = detail::driver();
+  if (!f) throw error("kernel", "CUDA_ERROR_INVALID_HANDLE", "null kernel handle");
+  auto attr = [&](CUfunction_attribute a, const char* what) {
+    int v = 0;
+    detail::check(d.cuFuncGetAttribute(&v, a, f), what);
+    return v;
+  };
+  kernel_resources k;
+  if (d.cuFuncGetName) {
+    const char* name = nullptr;
+    if (d.cuFuncGetName(&name, f) == CUDA_SUCCESS && name) k.name = name;
+  }
+  if (k.name.empty()) k.name = "kernel@" + std::to_string(reinterpret_cast<std::uintptr_t>(f));
+  k.demangled = demangle(k.name);
+  k.regs_per_thread = attr(CU_FUNC_ATTRIBUTE_NUM_REGS, "cuFuncGetAttribute(NUM_REGS)");
+  k.static_smem_bytes = static_cast<std::size_t>(attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "cuFuncGetAttribute"));
+  k.local_bytes_per_thread = static_cast<std::size_t>(attr(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, "cuFuncGetAttribute"));
+  k.const_bytes = static_cast<std::size_t>(attr(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, "cuFuncGetAttribute"));
+  k.max_threads_per_block = attr(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "cuFuncGetAttribute");
+  k.ptx_version = attr(CU_FUNC_ATTRIBUTE_PTX_VERSION, "cuFuncGetAttribute");
+  k.binary_version = attr(CU_FUNC_ATTRIBUTE_BINARY_VERSION, "cuFuncGetAttribute");
+  k.max_dynamic_smem_bytes =
+      static_cast<std::size_t>(attr(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, "cuFuncGetAttribute"));
+  return k;
+}
+
+std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f) {
+  const auto& d = detail::driver();
+  if (!d.cuFuncGetParamInfo || !f) return std::nullopt;
+  std::vector<std::size_t> sizes;
+  for (std::size_t i = 0;; ++i) {
+    std::size_t offset = 0, size = 0;
+    const CUresult r = d.cuFuncGetParamInfo(f, i, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (r != CUDA_SUCCESS) return std::nullopt;  // e.g. not supported for this binary
+    sizes.push_back(size);
+  }
+  return sizes;
+}
+
+CUfunction kernel::function() const {
+  if (function_) return function_;
+  if (!kernel_) throw error("kernel", "CUDA_ERROR_INVALID_HANDLE", "empty launchfit::kernel");
+  const auto& d = detail::driver();
+  CUfunction f = nullptr;
+  detail::check(d.cuKernelGetFunction(&f, kernel_), "cuKernelGetFunction");
+  return f;
+}
+
+kernel_resources kernel::resources() const { return query_resources(function()); }
+
+std::optional<std::vector<std::size_t>> kernel::param_sizes() const { return query_param_sizes(function()); }
+
+module module::from_file(const std::string& path) {
+  {
+    std::ifstream probe(path, std::ios::binary);
+    if (!probe) throw error("cuLibraryLoadFromFile", "CUDA_ERROR_FILE_NOT_FOUND", "cannot open '" + path + "'");
+  }
+  const auto& d = detail::driver();
+  CUlibrary lib = nullptr;
+  detail::check(d.cuLibraryLoadFromFile(&lib, path.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+                "cuLibraryLoadFromFile", {}, path);
+  return module(lib, path);
+}
+
+module module::from_memory(const void* image) {
+  if (!image) throw error("cuLibraryLoadData", "CUDA_ERROR_INVALID_VALUE", "null module image");
+  const auto& d = detail::driver();
+  CUlibrary lib = nullptr;
+  detail::check(d.cuLibraryLoadData(&lib, image, nullptr, nullptr, 0, nullptr, nullptr, 0), "cuLibraryLoadData");
+  return module(lib, "<memory>");
+}
+
+module::module(module&& other) noexcept
+    : library_(std::exchange(other.library_, nullptr)),
+      origin_(std::move(other.origin_)),
+      handed_out_(std::move(other.handed_out_)) {}
+
+module& module::operator=(module&& other) noexcept {
+  if (this != &other) {
+    module dying(std::move(*this));
+    library_ = std::exchange(other.library_, nullptr);
+    origin_ = std::move(other.origin_);
+    handed_out_ = std::move(other.handed_out_);
+  }
+  return *this;
+}
+
+module::~module() {
+  if (!library_) return;
+  // Plans of unloaded kernels must never be reused by a kernel loaded later at the same address.
+  for (std::uintptr_t id : handed_out_) detail::forget_kernel(id);
+  if (detail::driver_available()) detail::driver().cuLibraryUnload(library_);
+}
+
+kernel module::get(const std::string& name) const {
+  const auto& d = detail::driver();
+  CUkernel k = nullptr;
+  const CUresult r = d.cuLibraryGetKernel(&k, library_, name.c_str());
+  if (r != CUDA_SUCCESS) {
+    throw error("cuLibraryGetKernel", detail::error_name(r),
+                "no kernel '" + name + "' in " + origin_ + " (use the mangled name or extern \"C\")", name);
+  }
+  handed_out_.push_back(reinterpret_cast<std::uintptr_t>(k));
+  return kernel(k);
+}
+
+}  // namespace launchfit

@@ -1,0 +1,289 @@
+// The launch path. Hit: cuCtxGetCurrent, a thread-local plan lookup, integer grid arithmetic and
+// cuLaunchKernelEx. Miss: resolve the kernel, query device and kernel, pick the policy (LAUNCHFIT_POLICY
+// override, cache file, or the spec's), validate, log once, cache.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "driver.hpp"
+#include "launchfit/cache.hpp"
+#include "launchfit/launch.hpp"
+#include "launchfit/log.hpp"
+#include "log_internal.hpp"
+#include "plan_cache.hpp"
+
+namespace launchfit::detail {
+namespace {
+
+// The most recently launched plan: named when a later call reports a sticky (asynchronous) fault.
+std::atomic<const plan_entry*> last_launched{nullptr};
+
+bool is_sticky(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+      return true;
+    default:
+      return false;
+  }
+}
+
+[[noreturn]] void throw_launch_error(CUresult r, const plan_entry& e, dims grid) {
+  std::string message = error_string(r);
+  if (is_sticky(r)) {
+    const plan_entry* last = last_launched.load(std::memory_order_relaxed);
+    message += "; the context is unusable after an earlier kernel faulted";
+    if (last) message += " (last launched: " + last->kernel.demangled + " with " + last->plan.to_string() + ")";
+  }
+  throw error("cuLaunchKernelEx", error_name(r), message, e.kernel.demangled,
+              "grid=" + grid.to_string() + " " + e.plan.to_string());
+}
+
+CUcontext current_context(const launch_request& r) {
+  const driver_api& d = driver();
+  CUcontext ctx = nullptr;
+  check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (!ctx && r.resolve) {
+    // A thread that has not used the runtime yet: resolving the kernel makes the primary context current.
+    r.resolve(r.stub);
+    check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  }
+  if (!ctx) {
+    throw error("cuCtxGetCurrent", "CUDA_ERROR_INVALID_CONTEXT",
+                "no current CUDA context (cuCtxSetCurrent / cudaSetDevice first)");
+  }
+  return ctx;
+}
+
+// Device limits per context, queried once.
+const device_limits& limits_for(CUcontext ctx) {
+  static std::mutex m;
+  static auto* by_ctx = new std::unordered_map<CUcontext, device_limits>();
+  std::lock_guard<std::mutex> lock(m);
+  auto it = by_ctx->find(ctx);
+  if (it == by_ctx->end()) it = by_ctx->emplace(ctx, device_limits::query_current()).first;
+  return it->second;
+}
+
+void fill_launch_config(CUlaunchConfig& cfg, std::array<CUlaunchAttribute, 2>& attrs, const plan& p, dims grid,
+                        CUstream stream) {
+  cfg = CUlaunchConfig{};
+  cfg.gridDimX = grid.x;
+  cfg.gridDimY = grid.y;
+  cfg.gridDimZ = grid.z;
+  cfg.blockDimX = p.block.x;
+  cfg.blockDimY = p.block.y;
+  cfg.blockDimZ = p.block.z;
+  cfg.sharedMemBytes = static_cast<unsigned>(p.dynamic_smem_bytes);
+  cfg.hStream = stream;
+  unsigned n = 0;
+  if (p.cooperative) {
+    attrs[n] = CUlaunchAttribute{};
+    attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attrs[n].value.cooperative = 1;
+    ++n;
+  }
+  if (p.cluster.count() > 1) {
+    attrs[n] = CUlaunchAttribute{};
+    attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[n].value.clusterDim.x = p.cluster.x;
+    attrs[n].value.clusterDim.y = p.cluster.y;
+    attrs[n].value.clusterDim.z = p.cluster.z;
+    ++n;
+  }
+  cfg.attrs = n ? attrs.data() : nullptr;
+  cfg.numAttrs = n;
+}
+
+void raise_smem_limit(CUfunction f, kernel_resources& k, std::size_t dynamic_bytes, const std::string& config) {
+  if (dynamic_bytes <= k.max_dynamic_smem_bytes) return;
+  check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    static_cast<int>(dynamic_bytes)),
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k.demangled, config);
+  k.max_dynamic_smem_bytes = dynamic_bytes;
+}
+
+std::string smem_rule_text(const launch_request& r) {
+  if (r.smem_fn) return "fn=" + std::to_string(r.smem_rule);
+  return "bytes=" + std::to_string(r.smem_bytes);
+}
+
+// Times one candidate plan on the real arguments: warm-up, then the median of 3 timed runs.
+double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x) {
+  const driver_api& d = driver();
+  const dims grid = grid_for(p, r.shape, max_grid_x);
+  if (grid.count() == 0) return 0;
+  CUlaunchConfig cfg;
+  std::array<CUlaunchAttribute, 2> attrs;
+  fill_launch_config(cfg, attrs, p, grid, r.stream);
+  CUevent start = nullptr, stop = nullptr;
+  check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  std::vector<float> times;
+  for (int rep = 0; rep < 4; ++rep) {
+    if (r.reset) (*r.reset)();
+    check(d.cuEventRecord(start, r.stream), "cuEventRecord");
+    check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
+    check(d.cuEventRecord(stop, r.stream), "cuEventRecord");
+    check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+    float ms = 0;
+    check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+    if (rep > 0) times.push_back(ms);
+  }
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  if (r.reset) (*r.reset)();  // leave the user's data as the real launch expects it
+  return times[times.size() / 2];
+}
+
+plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& key) {
+  const driver_api& d = driver();
+  plan_entry e;
+  e.key = key;
+  e.function = r.resolve ? r.resolve(r.stub) : r.driver_kernel->function();
+  e.kernel = query_resources(e.function);
+  const device_limits& dev = limits_for(ctx);
+  e.device_name = dev.name;
+  e.device_uuid = dev.uuid;
+  e.device_ordinal = dev.ordinal;
+  e.max_grid_x = dev.max_grid_dim[0] > 0 ? dev.max_grid_dim[0] : 2147483647;
+  if (r.driver_kernel) e.param_sizes = query_param_sizes(e.function);
+
+  query q;
+  q.device = dev;
+  q.kernel = e.kernel;
+  q.dynamic_smem_bytes = r.smem_bytes;
+  if (r.smem_fn) q.smem_per_block = *r.smem_fn;
+  q.work_hint = r.shape;
+  q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
+  CUfunction f = e.function;
+  kernel_resources* kres = &e.kernel;
+  q.active_blocks = [f, kres, &d](int block, std::size_t smem) {
+    if (smem + kres->static_smem_bytes > 0 && smem > kres->max_dynamic_smem_bytes) {
+      // The driver counts nothing as resident above the function's dynamic-smem limit: raise it first.
+      if (d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)) ==
+          CUDA_SUCCESS) {
+        kres->max_dynamic_smem_bytes = smem;
+      } else {
+        return 0;
+      }
+    }
+    int n = 0;
+    if (d.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem, CU_OCCUPANCY_DEFAULT) !=
+        CUDA_SUCCESS)
+      return 0;
+    return n;
+  };
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
+  if (r.rerunnable && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
+    const long long max_grid_x = e.max_grid_x;
+    q.time_plan = [f, &r, max_grid_x](const plan& p) { return time_candidate(f, r, p, max_grid_x); };
+  }
+
+  // Which policy decides: an operator's LAUNCHFIT_POLICY override wins over the code's.
+  std::string override_glob;
+  std::shared_ptr<const policy> overridden = policy_override_for(e.kernel.demangled, &override_glob);
+  const policy& chosen = overridden ? *overridden : *r.policy;
+
+  stored_key sk{dev.uuid, dev.cc(), dev.sm_count, d.version, kernel_fingerprint(e.kernel), chosen.to_string(),
+                smem_rule_text(r), r.bucket};
+  std::optional<plan> stored = find_stored_plan(sk, true);
+  if (stored) {
+    e.plan = *stored;
+    validate_plan(q, e.plan);  // a stored plan is re-validated like any other
+    e.plan.match = "cache-file";
+  } else {
+    e.plan = chosen.choose(q);
+    store_plan(sk, e.plan);
+  }
+  raise_smem_limit(e.function, e.kernel, e.plan.dynamic_smem_bytes, e.plan.to_string());
+
+  plan_report report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, override_glob};
+  log_new_plan(report);
+  return e;
+}
+
+const plan_entry& entry_for(const launch_request& r) {
+  if (!r.policy) throw error("launchfit::launch", "LAUNCHFIT_INVALID_POLICY", "no policy");
+  if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
+    throw error("launchfit::launch", "CUDA_ERROR_INVALID_HANDLE", "null or empty kernel");
+  }
+  const CUcontext ctx = current_context(r);
+  const plan_key key{reinterpret_cast<std::uintptr_t>(ctx), r.kernel_id, r.policy_hash, r.smem_rule, r.bucket};
+  if (const plan_entry* hit = find(key)) return *hit;
+  return find_or_build(key, [&] { return build_entry(r, ctx, key); });
+}
+
+void check_arguments(const launch_request& r, const plan_entry& e) {
+  if (!r.arg_sizes || !e.param_sizes) return;
+  const auto& expected = *e.param_sizes;
+  if (expected.size() != r.arg_count) {
+    throw error("launchfit::launch", "CUDA_ERROR_INVALID_VALUE",
+                "kernel takes " + std::to_string(expected.size()) + " parameters, " +
+                    std::to_string(r.arg_count) + " arguments given",
+                e.kernel.demangled, e.plan.to_string());
+  }
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (expected[i] != r.arg_sizes[i]) {
+      throw error("launchfit::launch", "CUDA_ERROR_INVALID_VALUE",
+                  "argument " + std::to_string(i) + " is " + std::to_string(r.arg_sizes[i]) +
+                      " bytes, the kernel's parameter is " + std::to_string(expected[i]) + " bytes",
+                  e.kernel.demangled, e.plan.to_string());
+    }
+  }
+}
+
+}  // namespace
+
+const plan& plan_for(const launch_request& r) { return entry_for(r).plan; }
+
+void launch(const launch_request& r) {
+  const plan_entry& e = entry_for(r);
+  check_arguments(r, e);
+  dims grid;
+  try {
+    grid = grid_for(e.plan, r.shape, e.max_grid_x);
+  } catch (const error& err) {
+    throw error(err.call(), err.cuda_error(), err.message(), e.kernel.demangled, e.plan.to_string());
+  }
+  if (grid.count() == 0) return;  // items(0) / grid_stride(0): nothing to do
+  CUlaunchConfig cfg;
+  std::array<CUlaunchAttribute, 2> attrs;
+  fill_launch_config(cfg, attrs, e.plan, grid, r.stream);
+  if (r.cluster.count() > 1) {
+    attrs[cfg.numAttrs] = CUlaunchAttribute{};
+    attrs[cfg.numAttrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[cfg.numAttrs].value.clusterDim.x = r.cluster.x;
+    attrs[cfg.numAttrs].value.clusterDim.y = r.cluster.y;
+    attrs[cfg.numAttrs].value.clusterDim.z = r.cluster.z;
+    cfg.numAttrs += 1;
+    cfg.attrs = attrs.data();
+    if (grid.x % r.cluster.x != 0) {
+      throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+                  "grid " + grid.to_string() + " is not a multiple of cluster " + r.cluster.to_string(),
+                  e.kernel.demangled, e.plan.to_string());
+    }
+  }
+  spdlog::logger& lf_logger = logger_fast();
+  if (lf_logger.should_log(spdlog::level::trace)) {
+    lf_logger.trace("launch {} grid={} {}", e.kernel.demangled, grid.to_string(), e.plan.to_string());
+  }
+  const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
+  if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
+  last_launched.store(&e, std::memory_order_relaxed);
+}
+
+}  // namespace launchfit::detail

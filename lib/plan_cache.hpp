@@ -1,0 +1,54 @@
+#pragma once
+// The in-memory plan cache. Hit path: a thread-local direct-mapped front (no lock, no CUDA call) validated
+// by a global generation; misses go to a shared_mutex map whose per-key slots make concurrent first
+// launches of one key compute exactly one plan.
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launchfit/cache.hpp"
+#include "launchfit/device.hpp"
+#include "launchfit/kernel.hpp"
+#include "launchfit/plan.hpp"
+
+namespace launchfit::detail {
+
+// Immutable once published.
+struct plan_entry {
+  plan_key key;
+  CUfunction function = nullptr;
+  launchfit::plan plan;
+  kernel_resources kernel;
+  std::string device_name;
+  std::string device_uuid;
+  int device_ordinal = -1;
+  int max_grid_x = 2147483647;
+  std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
+};
+
+std::uint64_t hash_key(const plan_key& k) noexcept;
+
+// Returns the entry for key, calling build exactly once per key across threads (build may throw; then
+// the next caller retries). The returned reference stays valid until process exit.
+const plan_entry& find_or_build(const plan_key& key, const std::function<plan_entry()>& build);
+// Entry if present (front, then map); nullptr otherwise.
+const plan_entry* find(const plan_key& key) noexcept;
+
+// Drops every plan of one kernel (module unload).
+void forget_kernel(std::uintptr_t kernel_id);
+
+// Counters for tests and reports.
+struct cache_stats {
+  std::uint64_t builds = 0;
+  std::uint64_t map_hits = 0;
+};
+cache_stats stats() noexcept;
+
+}  // namespace launchfit::detail

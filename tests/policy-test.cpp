@@ -1,0 +1,233 @@
+// Built-in policies on built-in device tables: the arithmetic users rely on, without a GPU.
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "launchfit/error.hpp"
+#include "launchfit/occupancy.hpp"
+#include "launchfit/policy.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+lf::query make_query(const char* part, int regs, std::size_t static_smem = 0, int max_threads = 1024) {
+  lf::query q;
+  q.device = lf::device_limits::for_arch(part);
+  q.kernel = lf::kernel_resources::manual(regs, static_smem, max_threads, "my_kernel");
+  return q;
+}
+
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.kernel(), "my_kernel") << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no launchfit::error thrown";
+  return {};
+}
+
+}  // namespace
+
+TEST(MaxOccupancy, LightKernelOnH200Gets1024ThreadBlocksAtFullOccupancy) {
+  const lf::plan p = lf::max_occupancy_policy{}.choose(make_query("H200", 32));
+  EXPECT_EQ(p.block_threads, 1024);
+  EXPECT_EQ(p.blocks_per_sm, 2);
+  EXPECT_DOUBLE_EQ(p.occupancy.occupancy, 1.0);
+  EXPECT_EQ(p.sm_count, 132);
+  EXPECT_EQ(p.policy, "max_occupancy()");
+}
+
+TEST(MaxOccupancy, Rtx4090PicksABlockThatFills1536Threads) {
+  const lf::plan p = lf::max_occupancy_policy{}.choose(make_query("RTX 4090", 32));
+  EXPECT_EQ(p.block_threads, 768);
+  EXPECT_EQ(p.blocks_per_sm * p.block_threads, 1536);
+}
+
+TEST(MaxOccupancy, AgreesWithTheOfflineCalculatorOnEveryArchitecture) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> regs(16, 255), smem_kb(0, 40), bound(1, 32);
+  for (const lf::device_limits& d : lf::device_limits::builtin_table()) {
+    for (int i = 0; i < 40; ++i) {
+      lf::query q;
+      q.device = d;
+      q.kernel = lf::kernel_resources::manual(std::min(regs(rng), d.max_regs_per_thread),
+                                              static_cast<std::size_t>(smem_kb(rng)) * 256, bound(rng) * 32);
+      const std::size_t per_thread_smem = static_cast<std::size_t>(i % 3) * 16;
+      q.smem_per_block = [per_thread_smem](int block) { return per_thread_smem * static_cast<std::size_t>(block); };
+      const lf::block_size_choice want = lf::max_potential_block_size(q.device, q.kernel, q.smem_per_block);
+      if (want.block_threads == 0) continue;
+      const lf::plan p = lf::max_occupancy_policy{}.choose(q);
+      EXPECT_EQ(p.block_threads, want.block_threads) << d.arch() << " regs=" << q.kernel.regs_per_thread;
+      EXPECT_EQ(p.dynamic_smem_bytes, per_thread_smem * static_cast<std::size_t>(p.block_threads));
+    }
+  }
+}
+
+TEST(MaxOccupancy, HonoursLaunchBounds) {
+  const lf::plan p = lf::max_occupancy_policy{}.choose(make_query("H100", 32, 0, 256));
+  EXPECT_EQ(p.block_threads, 256);
+  EXPECT_EQ(p.blocks_per_sm, 8);
+}
+
+TEST(BytesInFlight, TwoFloat4PerThreadRunsAtHalfOccupancyOnH200) {
+  lf::query q = make_query("H200", 32);
+  const lf::plan p = lf::bytes_in_flight_policy{{32, 0}}.choose(q);
+  EXPECT_EQ(p.blocks_per_sm * p.block_threads / 32, 32);  // 32 warps x 32 threads x 32 B = 32 KB
+  EXPECT_TRUE(p.warning.empty());
+  EXPECT_NE(p.reason.find("32 KB"), std::string::npos) << p.reason;
+  EXPECT_EQ(p.policy, "bytes_in_flight(per_thread=32,target_per_sm=0)");
+}
+
+TEST(BytesInFlight, FewestWarpsThatReachAnExplicitTarget) {
+  const lf::plan p = lf::bytes_in_flight_policy{{64, 16 * 1024}}.choose(make_query("H200", 32));
+  EXPECT_EQ(p.blocks_per_sm * p.block_threads / 32, 8);
+  EXPECT_EQ(p.block_threads, 256);  // ties go to the larger block: 1 x 256
+}
+
+TEST(BytesInFlight, UnreachableTargetFallsBackToMaxOccupancyWithAWarning) {
+  const lf::plan p = lf::bytes_in_flight_policy{{4, 0}}.choose(make_query("H200", 32));
+  EXPECT_EQ(p.blocks_per_sm * p.block_threads, 2048);  // full occupancy
+  EXPECT_NE(p.warning.find("8 KB"), std::string::npos) << p.warning;   // 64 warps x 32 x 4 B
+  EXPECT_NE(p.warning.find("32 KB"), std::string::npos) << p.warning;  // the target
+  EXPECT_NE(p.warning.find("independent loads"), std::string::npos) << p.warning;
+}
+
+TEST(BytesInFlight, DefaultTargetsPerArchitecture) {
+  EXPECT_EQ(lf::default_bytes_in_flight_per_sm(lf::device_limits::for_arch("H200")), 32u * 1024);
+  EXPECT_EQ(lf::default_bytes_in_flight_per_sm(lf::device_limits::for_arch("A100")), 16u * 1024);
+  EXPECT_EQ(lf::default_bytes_in_flight_per_sm(lf::device_limits::for_arch("V100")), 12u * 1024);
+  EXPECT_EQ(lf::default_bytes_in_flight_per_sm(lf::device_limits::for_arch("B200")), 64u * 1024);
+  // A100 target 16 KB with 16 B per thread: 32 warps.
+  const lf::plan p = lf::bytes_in_flight_policy{{16, 0}}.choose(make_query("A100", 32));
+  EXPECT_EQ(p.blocks_per_sm * p.block_threads / 32, 32);
+}
+
+TEST(BytesInFlight, CalibratedTargetOverridesTheTable) {
+  lf::device_limits d = lf::device_limits::for_arch("sm_75");
+  lf::set_bytes_in_flight_per_sm(75, 20000);
+  EXPECT_EQ(lf::default_bytes_in_flight_per_sm(d), 20000u);
+}
+
+TEST(BytesInFlight, RejectsNonPositivePerThread) {
+  EXPECT_NE(error_text([] { lf::bytes_in_flight_policy{{0, 0}}.choose(make_query("H200", 32)); }).find("per_thread"),
+            std::string::npos);
+}
+
+TEST(Cooperative, GridIsCoResidentBlocksTimesSms) {
+  const lf::plan p = lf::cooperative_policy{}.choose(make_query("H200", 32));
+  EXPECT_TRUE(p.cooperative);
+  EXPECT_EQ(p.block_threads, 1024);
+  EXPECT_EQ(p.resident_blocks(), 2 * 132);
+  EXPECT_EQ(lf::grid_for(p, lf::work{}).x, 264u);
+}
+
+TEST(Cooperative, RefusesMoreBlocksPerSmThanFit) {
+  const std::string what = error_text([] { lf::cooperative_policy{{3, 1024}}.choose(make_query("H200", 32)); });
+  EXPECT_NE(what.find("blocks_per_sm 3"), std::string::npos) << what;
+  EXPECT_NE(what.find("co-reside"), std::string::npos) << what;
+}
+
+TEST(Cooperative, RefusesWhenNoBlockFits) {
+  lf::query q = make_query("H200", 32);
+  q.dynamic_smem_bytes = 300 * 1024;  // above the 227 KB opt-in maximum
+  const std::string what = error_text([&] { lf::cooperative_policy{{0, 256}}.choose(q); });
+  EXPECT_NE(what.find("opt-in maximum"), std::string::npos) << what;
+}
+
+TEST(Cooperative, RefusesOnADeviceWithoutCooperativeLaunch) {
+  lf::query q = make_query("H200", 32);
+  q.device.cooperative_launch = false;
+  EXPECT_NE(error_text([&] { lf::cooperative_policy{}.choose(q); }).find("cooperative launch"), std::string::npos);
+}
+
+TEST(Fixed, ValidatesTheCallersNumbers) {
+  const lf::plan ok = lf::fixed_policy{{256, 80}}.choose(make_query("H200", 32));
+  EXPECT_EQ(ok.block_threads, 256);
+  EXPECT_EQ(lf::grid_for(ok, lf::work{lf::work::shape::items, 1u << 30, 1}).x, 80u);
+  EXPECT_NE(error_text([] { lf::fixed_policy{{2048, 0}}.choose(make_query("H200", 32)); }).find("device maximum 1024"),
+            std::string::npos);
+  EXPECT_NE(error_text([] { lf::fixed_policy{{512, 0}}.choose(make_query("H200", 32, 0, 256)); })
+                .find("__launch_bounds__"),
+            std::string::npos);
+  EXPECT_NE(error_text([] { lf::fixed_policy{{0, 0}}.choose(make_query("H200", 32)); }).find("0 threads"),
+            std::string::npos);
+}
+
+TEST(Validation, TooManyRegistersForTheBlockMeansNothingFits) {
+  // 255 registers x 1024 threads needs 261 120 registers: more than an SM has.
+  const std::string what = error_text([] { lf::fixed_policy{{1024, 0}}.choose(make_query("H200", 255)); });
+  EXPECT_NE(what.find("fits"), std::string::npos) << what;
+}
+
+TEST(Validation, SmemRuleIsEvaluatedAtTheChosenBlock) {
+  lf::query q = make_query("H200", 32);
+  q.smem_per_block = [](int block) { return static_cast<std::size_t>(block) * 64; };
+  const lf::plan p = lf::max_occupancy_policy{}.choose(q);
+  EXPECT_EQ(p.dynamic_smem_bytes, static_cast<std::size_t>(p.block_threads) * 64);
+  EXPECT_GT(p.occupancy.allocated_smem_per_block_bytes, p.dynamic_smem_bytes);
+}
+
+TEST(GridFor, ItemsPerThreadAndGridStride) {
+  lf::plan p;
+  p.block = {256, 1, 1};
+  p.block_threads = 256;
+  p.blocks_per_sm = 4;
+  p.sm_count = 132;
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 1000, 1}).x, 4u);
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 1024, 4}).x, 1u);
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 1025, 4}).x, 2u);
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::grid_stride, 1ull << 40, 1}).x, 528u);
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::grid_stride, 10, 1}).x, 1u);
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::none, 0, 1}).x, 528u);
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 0, 1}).count(), 0u);  // a documented no-op
+}
+
+TEST(GridFor, SizeTOverflowOfTheGridIsAnError) {
+  lf::plan p;
+  p.block = {32, 1, 1};
+  p.block_threads = 32;
+  p.blocks_per_sm = 1;
+  p.sm_count = 1;
+  EXPECT_THROW(lf::grid_for(p, {lf::work::shape::items, 1ull << 40, 1}), lf::error);
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::grid_stride, 1ull << 40, 1}).x, 1u);
+}
+
+TEST(GridFor, CooperativeItemsBeyondCoResidencyAreRefused) {
+  lf::plan p;
+  p.block = {256, 1, 1};
+  p.block_threads = 256;
+  p.blocks_per_sm = 2;
+  p.sm_count = 4;
+  p.cooperative = true;
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 8 * 256, 1}).x, 8u);
+  try {
+    lf::grid_for(p, {lf::work::shape::items, 8 * 256 + 1, 1});
+    FAIL() << "no error";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE");
+  }
+}
+
+TEST(PolicyParams, PfrPrintsHashesAndParses) {
+  lf::bytes_in_flight_policy a{{32, 0}}, b{{32, 0}}, c{{16, 0}};
+  EXPECT_EQ(a.to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0)");
+  EXPECT_EQ(a.hash(), b.hash());
+  EXPECT_NE(a.hash(), c.hash());
+  EXPECT_NE(lf::max_occupancy_policy{}.hash(), lf::constant_block_policy{}.hash());
+  lf::fixed_params fp{};
+  lf::params_assign(fp, {{"block", "128"}, {"grid", "7"}});
+  EXPECT_EQ(fp.block, 128);
+  EXPECT_EQ(fp.grid, 7);
+  EXPECT_THROW(lf::params_assign(fp, {{"blok", "1"}}), std::invalid_argument);
+  EXPECT_THROW(lf::params_assign(fp, {{"block", "12x"}}), std::invalid_argument);
+}
+
+TEST(ReferencePolicy, AlwaysOneHundredTwentyEightThreads) {
+  const lf::plan p = lf::constant_block_policy{}.choose(make_query("A100", 64));
+  EXPECT_EQ(p.block_threads, 128);
+  EXPECT_EQ(p.policy, "constant_block()");
+}
