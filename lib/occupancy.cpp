@@ -1,0 +1,271 @@
+// The offline occupancy calculator: NVIDIA's cuda_occupancy.h does the arithmetic (it is the driver's own
+// model), launchfit adds input checks, the per-resource explanation and the searches built on top.
+
+#include "launchfit/occupancy.hpp"
+
+#include <cuda_occupancy.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "launchfit/error.hpp"
+
+namespace launchfit {
+namespace {
+
+[[noreturn]] void invalid(const kernel_resources& kernel, std::string message, std::string config = {}) {
+  throw error("occupancy", "LAUNCHFIT_INVALID_CONFIG", std::move(message), kernel.demangled,
+              std::move(config));
+}
+
+std::string config_text(int block_threads, std::size_t dynamic_smem_bytes) {
+  return "block " + std::to_string(block_threads) + ", dynamic smem " + std::to_string(dynamic_smem_bytes) +
+         " B";
+}
+
+std::size_t optin_bytes(const device_limits& device) {
+  return std::max(device.smem_per_block_optin_bytes, device.smem_per_block_bytes);
+}
+
+int max_block_threads(const device_limits& device, const kernel_resources& kernel) {
+  return std::min(device.max_threads_per_block, kernel.max_threads_per_block);
+}
+
+// What does not depend on the launch configuration.
+void check_kernel(const device_limits& device, const kernel_resources& kernel) {
+  if (kernel.regs_per_thread < 0 || kernel.regs_per_thread > device.max_regs_per_thread)
+    invalid(kernel, std::to_string(kernel.regs_per_thread) + " registers per thread is outside 0.." +
+                        std::to_string(device.max_regs_per_thread) + " on " + device.arch());
+  if (kernel.static_smem_bytes > optin_bytes(device))
+    invalid(kernel, std::to_string(kernel.static_smem_bytes) + " B of static shared memory exceeds the " +
+                        std::to_string(optin_bytes(device)) + " B opt-in maximum per block on " +
+                        device.arch());
+  if (kernel.max_threads_per_block < 1)
+    invalid(kernel, "the kernel allows no threads per block (max_threads_per_block " +
+                        std::to_string(kernel.max_threads_per_block) + ")");
+}
+
+void check_config(const device_limits& device, const kernel_resources& kernel, int block_threads,
+                  std::size_t dynamic_smem_bytes) {
+  check_kernel(device, kernel);
+  const std::string config = config_text(block_threads, dynamic_smem_bytes);
+  if (block_threads < 1) invalid(kernel, "a block needs at least 1 thread", config);
+  if (block_threads > device.max_threads_per_block)
+    invalid(kernel,
+            "block of " + std::to_string(block_threads) + " threads exceeds the device maximum of " +
+                std::to_string(device.max_threads_per_block) + " threads per block",
+            config);
+  if (block_threads > kernel.max_threads_per_block)
+    invalid(kernel,
+            "block of " + std::to_string(block_threads) + " threads exceeds the kernel's maximum of " +
+                std::to_string(kernel.max_threads_per_block) +
+                " threads per block (its __launch_bounds__ or register use)",
+            config);
+  const std::size_t optin = optin_bytes(device);
+  if (dynamic_smem_bytes > optin || kernel.static_smem_bytes + dynamic_smem_bytes > optin)
+    invalid(kernel,
+            std::to_string(kernel.static_smem_bytes) + " B static + " + std::to_string(dynamic_smem_bytes) +
+                " B dynamic shared memory exceeds the " + std::to_string(optin) +
+                " B opt-in maximum per block on " + device.arch(),
+            config);
+}
+
+cudaOccDeviceProp occ_device(const device_limits& device) {
+  cudaOccDeviceProp p;
+  p.computeMajor = device.cc_major;
+  p.computeMinor = device.cc_minor;
+  p.maxThreadsPerBlock = device.max_threads_per_block;
+  p.maxThreadsPerMultiprocessor = device.max_threads_per_sm;
+  p.regsPerBlock = device.regs_per_block;
+  p.regsPerMultiprocessor = device.regs_per_sm;
+  p.warpSize = device.warp_size;
+  p.sharedMemPerBlock = device.smem_per_block_bytes;
+  p.sharedMemPerMultiprocessor = device.smem_per_sm_bytes;
+  p.numSms = std::max(device.sm_count, 1);  // per-SM results do not depend on it, the input check does
+  p.sharedMemPerBlockOptin = optin_bytes(device);
+  p.reservedSharedMemPerBlock = device.smem_reserved_per_block_bytes;
+  return p;
+}
+
+// The default constructor describes a function that never opted in to more than 48 KB, which the
+// driver does not assume: it agrees only with the opt-in limit and the real maximum (DESIGN.md). One
+// block barrier, as for every compiled kernel (cudaFuncAttributes' conversion says the same).
+cudaOccFuncAttributes occ_function(const device_limits& device, const kernel_resources& kernel) {
+  cudaOccFuncAttributes f;
+  f.maxThreadsPerBlock = kernel.max_threads_per_block;
+  f.numRegs = kernel.regs_per_thread;
+  f.sharedSizeBytes = kernel.static_smem_bytes;
+  f.partitionedGCConfig = PARTITIONED_GC_OFF;
+  f.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN;
+  f.maxDynamicSharedSizeBytes = optin_bytes(device);
+  f.numBlockBarriers = 1;
+  return f;
+}
+
+// The calculator proper, on inputs already checked.
+struct calculator {
+  cudaOccDeviceProp device_prop;
+  cudaOccFuncAttributes function;
+  cudaOccDeviceState state;
+  const device_limits& device;
+  const kernel_resources& kernel;
+
+  calculator(const device_limits& d, const kernel_resources& k)
+      : device_prop(occ_device(d)), function(occ_function(d, k)), device(d), kernel(k) {}
+
+  cudaOccResult run(int block_threads, std::size_t dynamic_smem_bytes) const {
+    cudaOccResult r{};
+    const cudaOccError status = cudaOccMaxActiveBlocksPerMultiprocessor(&r, &device_prop, &function, &state,
+                                                                        block_threads, dynamic_smem_bytes);
+    if (status == CUDA_OCC_ERROR_UNKNOWN_DEVICE)
+      throw error("occupancy", "CUDA_OCC_ERROR_UNKNOWN_DEVICE",
+                  "compute capability " + std::to_string(device.cc_major) + "." +
+                      std::to_string(device.cc_minor) + " is unknown to this toolkit's cuda_occupancy.h",
+                  kernel.demangled, config_text(block_threads, dynamic_smem_bytes));
+    if (status != CUDA_OCC_SUCCESS)
+      throw error("occupancy", "CUDA_OCC_ERROR_INVALID_INPUT",
+                  "cuda_occupancy.h refused the device limits or kernel resources", kernel.demangled,
+                  config_text(block_threads, dynamic_smem_bytes));
+    return r;
+  }
+
+  int blocks(int block_threads, std::size_t dynamic_smem_bytes) const {
+    return run(block_threads, dynamic_smem_bytes).activeBlocksPerMultiprocessor;
+  }
+
+  occupancy_result explain(int block_threads, std::size_t dynamic_smem_bytes) const {
+    const cudaOccResult r = run(block_threads, dynamic_smem_bytes);
+    occupancy_result out;
+    out.block_threads = block_threads;
+    out.dynamic_smem_bytes = dynamic_smem_bytes;
+    out.active_blocks_per_sm = r.activeBlocksPerMultiprocessor;
+    const int warps_per_block = (block_threads + device.warp_size - 1) / device.warp_size;
+    out.active_warps_per_sm = out.active_blocks_per_sm * warps_per_block;
+    out.active_threads_per_sm = out.active_blocks_per_sm * block_threads;
+    const int max_warps = device.max_threads_per_sm / device.warp_size;
+    out.occupancy = max_warps > 0 ? static_cast<double>(out.active_warps_per_sm) / max_warps : 0.0;
+    // cuda_occupancy.h's bits differ from ours past shared memory; map them one by one.
+    if (r.limitingFactors & OCC_LIMIT_WARPS) out.limiters |= limit_warps;
+    if (r.limitingFactors & OCC_LIMIT_REGISTERS) out.limiters |= limit_registers;
+    if (r.limitingFactors & OCC_LIMIT_SHARED_MEMORY) out.limiters |= limit_shared_memory;
+    if (r.limitingFactors & OCC_LIMIT_BLOCKS) out.limiters |= limit_blocks;
+    if (r.limitingFactors & OCC_LIMIT_BARRIERS) out.limiters |= limit_barriers;
+    out.blocks_limit_warps = r.blockLimitWarps;
+    out.blocks_limit_registers = r.blockLimitRegs;
+    out.blocks_limit_shared_memory = r.blockLimitSharedMem;
+    out.blocks_limit_blocks = r.blockLimitBlocks;
+    out.allocated_regs_per_block = r.allocatedRegistersPerBlock;
+    out.allocated_smem_per_block_bytes = r.allocatedSharedMemPerBlock;
+    return out;
+  }
+};
+
+std::string percent_text(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", fraction * 100.0);
+  std::string s = buf;
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+  return s + "%";
+}
+
+}  // namespace
+
+std::string limiter_names(unsigned limiters) {
+  static constexpr std::pair<unsigned, const char*> names[] = {
+      {limit_warps, "warps"},   {limit_registers, "registers"},   {limit_shared_memory, "shared_memory"},
+      {limit_blocks, "blocks"}, {limit_block_size, "block_size"}, {limit_barriers, "barriers"},
+  };
+  std::string out;
+  for (const auto& [bit, name] : names) {
+    if (!(limiters & bit)) continue;
+    if (!out.empty()) out += '|';
+    out += name;
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string occupancy_result::summary() const {
+  return std::to_string(active_blocks_per_sm) + " blocks x " + std::to_string(block_threads) +
+         " threads = " + std::to_string(active_warps_per_sm) + " warps/SM (" + percent_text(occupancy) +
+         "), limited by " + limiter_names(limiters);
+}
+
+occupancy_result occupancy(const device_limits& device, const kernel_resources& kernel, int block_threads,
+                           std::size_t dynamic_smem_bytes) {
+  check_config(device, kernel, block_threads, dynamic_smem_bytes);
+  return calculator(device, kernel).explain(block_threads, dynamic_smem_bytes);
+}
+
+block_size_choice max_potential_block_size(const device_limits& device, const kernel_resources& kernel,
+                                           const smem_per_block_fn& smem, int block_size_limit) {
+  check_kernel(device, kernel);
+  const calculator calc(device, kernel);
+  const std::size_t optin = optin_bytes(device);
+
+  // cuOccupancyMaxPotentialBlockSize's loop: from the largest allowed block down in warp steps (the first
+  // step may be a partial warp when the limit is not a multiple of 32), keep the block with the most
+  // resident threads, the larger one on a tie (strict '>' while walking down), stop early at a full SM.
+  int limit = max_block_threads(device, kernel);
+  if (block_size_limit > 0) limit = std::min(limit, block_size_limit);
+  const int granularity = device.warp_size;
+  const int limit_aligned = (limit + granularity - 1) / granularity * granularity;
+
+  int best_block = 0, best_blocks_per_sm = 0, best_threads = 0;
+  std::size_t best_smem = 0;
+  for (int aligned = limit_aligned; aligned > 0; aligned -= granularity) {
+    const int block = std::min(limit, aligned);
+    const std::size_t dynamic = smem ? smem(block) : 0;
+    // A block whose shared memory cannot be granted at all is simply not resident (0 blocks).
+    const bool fits = dynamic <= optin && kernel.static_smem_bytes + dynamic <= optin;
+    const int blocks = fits ? calc.blocks(block, dynamic) : 0;
+    if (block * blocks > best_threads) {
+      best_block = block;
+      best_blocks_per_sm = blocks;
+      best_threads = block * blocks;
+      best_smem = dynamic;
+    }
+    if (best_threads == device.max_threads_per_sm) break;
+  }
+
+  block_size_choice choice;
+  choice.block_threads = best_block;  // 0 when no block size fits, as the driver reports it
+  choice.min_grid_blocks = best_blocks_per_sm * device.sm_count;
+  if (best_block > 0) choice.occupancy = calc.explain(best_block, best_smem);
+  return choice;
+}
+
+one_more_block what_to_cut(const device_limits& device, const kernel_resources& kernel, int block_threads,
+                           std::size_t dynamic_smem_bytes) {
+  check_config(device, kernel, block_threads, dynamic_smem_bytes);
+  one_more_block cut;
+  cut.target_blocks_per_sm = calculator(device, kernel).blocks(block_threads, dynamic_smem_bytes) + 1;
+
+  // Resident blocks never grow with more registers or more shared memory, so the answer is the largest
+  // value below today's that reaches the target: a linear walk for registers (at most 255 steps), a
+  // binary search for bytes.
+  kernel_resources fewer_regs = kernel;
+  for (int regs = kernel.regs_per_thread - 1; regs >= 0; --regs) {
+    fewer_regs.regs_per_thread = regs;
+    if (calculator(device, fewer_regs).blocks(block_threads, dynamic_smem_bytes) >=
+        cut.target_blocks_per_sm) {
+      cut.max_regs_per_thread = regs;
+      break;
+    }
+  }
+
+  const calculator calc(device, kernel);
+  if (dynamic_smem_bytes > 0 && calc.blocks(block_threads, 0) >= cut.target_blocks_per_sm) {
+    std::size_t reaches = 0, misses = dynamic_smem_bytes;  // invariant: reaches works, misses does not
+    while (misses - reaches > 1) {
+      const std::size_t mid = reaches + (misses - reaches) / 2;
+      (calc.blocks(block_threads, mid) >= cut.target_blocks_per_sm ? reaches : misses) = mid;
+    }
+    cut.max_dynamic_smem_bytes = static_cast<long long>(reaches);
+  }
+  return cut;
+}
+
+}  // namespace launchfit
