@@ -1,0 +1,183 @@
+/* launchfit plugin ABI — a policy in a shared object, behind a small versioned C interface.
+ *
+ * A plugin exports one symbol:
+ *
+ *     const launchfit_plugin_descriptor* launchfit_plugin_entry(void);
+ *
+ * and launchfit loads it with launchfit::load_plugin(path) or from LAUNCHFIT_PLUGINS=path1:path2. The
+ * plugin is then a policy like any other, selected by name: "autotune(max_trials=40)".
+ *
+ * Versioning. Every struct starts with `uint32_t struct_size; uint32_t abi_version;` filled in by whoever
+ * allocates it, so either side may be older:
+ *   - abi_version is (major << 16) | minor. launchfit refuses a plugin whose major differs from its own.
+ *   - Minor versions only append fields. Before reading a field newer than the oldest ABI you support, check
+ *     that the struct is large enough: LAUNCHFIT_HAS_FIELD(q, launchfit_query, some_new_field).
+ *   - launchfit refuses a descriptor smaller than LAUNCHFIT_PLUGIN_DESCRIPTOR_MIN_SIZE.
+ *
+ * Ownership. The descriptor and its strings are static data of the plugin and must stay valid until the
+ * process exits (launchfit never unloads a plugin). Everything launchfit passes in (query, device, kernel,
+ * plan, strings) is owned by launchfit and valid only during the call. `state` is owned by the plugin:
+ * created by create(), released by destroy(); launchfit creates one state per policy object (one per
+ * distinct parameter string, typically) and calls destroy() exactly once when that policy is dropped.
+ *
+ * Threads. create() and destroy() may be called from any thread. choose() and feedback() may be called
+ * concurrently on the same state (for different kernels or devices); protect shared state inside the
+ * plugin. launchfit calls choose() once per plan-cache miss, never per launch.
+ *
+ * Decisions. choose() writes its plan and returns:
+ *   LAUNCHFIT_PLUGIN_OK       the plan is used after launchfit validates it (block within the kernel's
+ *                             launch bounds and the device, smem within the opt-in limit, cooperative grid
+ *                             co-resident); an invalid plan is an error that names the violated limit;
+ *   LAUNCHFIT_PLUGIN_DECLINE  the plugin has no opinion: the policy given as `fallback=<name>` in the policy
+ *                             string decides, or max_occupancy; the plan's reason says "declined by <name>";
+ *   LAUNCHFIT_PLUGIN_ERROR    the plugin failed: launchfit throws launchfit::error carrying errbuf, unless
+ *                             the policy string has `fallback=<name>` or LAUNCHFIT_PLUGIN_FALLBACK=1 is set,
+ *                             in which case the fallback decides and the error is logged once.
+ * `fallback` is handled by launchfit and never passed to the plugin. Error messages go to errbuf
+ * (NUL-terminated, at most errbuf_size bytes including the NUL).
+ *
+ * Exceptions must not cross this interface: a C++ plugin catches everything inside its functions.
+ */
+#ifndef LAUNCHFIT_PLUGIN_H
+#define LAUNCHFIT_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LAUNCHFIT_PLUGIN_ABI_MAJOR 1
+#define LAUNCHFIT_PLUGIN_ABI_MINOR 0
+#define LAUNCHFIT_PLUGIN_ABI_VERSION \
+  ((uint32_t)(((uint32_t)LAUNCHFIT_PLUGIN_ABI_MAJOR << 16) | (uint32_t)LAUNCHFIT_PLUGIN_ABI_MINOR))
+#define LAUNCHFIT_PLUGIN_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
+#define LAUNCHFIT_PLUGIN_ABI_MINOR_OF(v) ((uint32_t)(v)&0xffffu)
+
+/* Nonzero when the struct behind `ptr` (as sized by its producer) contains `field`. */
+#define LAUNCHFIT_HAS_FIELD(ptr, type, field) \
+  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((const type*)0)->field))
+
+#define LAUNCHFIT_PLUGIN_ENTRY_SYMBOL "launchfit_plugin_entry"
+#define LAUNCHFIT_PLAN_REASON_SIZE 256
+/* dynamic_smem_bytes in a plan: use the query's smem rule (dynamic_smem_bytes or smem_for_block). */
+#define LAUNCHFIT_SMEM_FROM_QUERY UINT64_MAX
+
+typedef enum launchfit_plugin_status {
+  LAUNCHFIT_PLUGIN_OK = 0,
+  LAUNCHFIT_PLUGIN_DECLINE = 1,
+  LAUNCHFIT_PLUGIN_ERROR = 2
+} launchfit_plugin_status;
+
+typedef enum launchfit_work_kind {
+  LAUNCHFIT_WORK_NONE = 0,       /* no work given: one full wave of resident blocks */
+  LAUNCHFIT_WORK_ITEMS = 1,      /* grid = ceil(n / (block x per_thread)) */
+  LAUNCHFIT_WORK_GRID_STRIDE = 2 /* the kernel loops: grid capped at the resident blocks */
+} launchfit_work_kind;
+
+/* The device of the current context (from the driver on a GPU, from the built-in table in tests). */
+typedef struct launchfit_device {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const char* name; /* "NVIDIA H200" */
+  const char* uuid; /* "GPU-..." (with MIG instance), "" for a table entry */
+  int32_t cc_major, cc_minor;
+  int32_t sm_count; /* SMs usable by the current context */
+  int32_t regs_per_sm, regs_per_block, max_regs_per_thread;
+  int32_t max_threads_per_sm, max_warps_per_sm, max_blocks_per_sm, max_threads_per_block, warp_size;
+  uint64_t smem_per_sm_bytes, smem_per_block_bytes, smem_per_block_optin_bytes;
+  uint64_t smem_reserved_per_block_bytes;
+  int32_t max_block_dim[3];
+  int32_t max_grid_dim[3];
+  uint64_t l2_bytes;
+  double peak_bandwidth_bytes_per_s; /* 0 when unknown */
+  int32_t cooperative_launch, cluster_launch;
+} launchfit_device;
+
+/* What the kernel uses. */
+typedef struct launchfit_kernel {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const char* name;      /* mangled, as the driver reports it */
+  const char* demangled; /* readable */
+  int32_t regs_per_thread;
+  int32_t max_threads_per_block; /* reflects __launch_bounds__ and register use */
+  uint64_t static_smem_bytes, local_bytes_per_thread, const_bytes, max_dynamic_smem_bytes;
+  int32_t ptx_version, binary_version;
+} launchfit_kernel;
+
+typedef struct launchfit_plan launchfit_plan;
+
+/* Everything a plugin may look at. Callbacks receive `ctx` as their first argument. */
+typedef struct launchfit_query {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const launchfit_device* device;
+  const launchfit_kernel* kernel;
+  uint64_t dynamic_smem_bytes; /* fixed dynamic smem; when has_smem_rule, ask smem_for_block instead */
+  int32_t has_smem_rule;       /* nonzero: dynamic smem depends on the block size */
+  int32_t max_block_threads;   /* largest legal block: min(kernel launch bounds, device max) */
+  uint32_t work_kind;          /* launchfit_work_kind of the launch that missed the cache */
+  uint32_t work_per_thread;
+  uint64_t work_n;
+  uint64_t bytes_in_flight_per_sm; /* device default target (per-arch table or calibration) */
+  void* ctx;
+  /* Resident blocks per SM for (block threads, dynamic smem); 0 when that configuration cannot run. */
+  int (*active_blocks)(void* ctx, int block_threads, size_t dynamic_smem_bytes);
+  /* Dynamic smem bytes for a block size under the launch's smem rule. */
+  size_t (*smem_for_block)(void* ctx, int block_threads);
+  /* Runs the kernel once with `plan` on the real arguments and returns milliseconds, or a negative value
+     when that plan cannot run. NULL unless the launch allows re-running the kernel. */
+  double (*time_plan)(void* ctx, const launchfit_plan* plan);
+} launchfit_query;
+
+/* A decision. launchfit fills every field with a default before choose(); the plugin sets what it decides. */
+struct launchfit_plan {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  uint32_t block_x, block_y, block_z;      /* default 0x1x1: set at least block_x */
+  int32_t blocks_per_sm;                   /* resident blocks per SM to plan for; 0: as many as fit */
+  uint64_t dynamic_smem_bytes;             /* default LAUNCHFIT_SMEM_FROM_QUERY */
+  uint32_t grid_x, grid_y, grid_z;         /* grid_x 0: computed from the work per launch (default) */
+  int32_t cooperative;                     /* nonzero: cooperative launch (grid must co-reside) */
+  int32_t trials;                          /* candidate plans timed to reach this decision */
+  double tuning_ms;                        /* time spent doing so */
+  char reason[LAUNCHFIT_PLAN_REASON_SIZE]; /* one sentence, NUL-terminated */
+};
+
+typedef struct launchfit_plugin_descriptor {
+  uint32_t struct_size; /* sizeof(launchfit_plugin_descriptor) as the plugin was compiled */
+  uint32_t abi_version; /* LAUNCHFIT_PLUGIN_ABI_VERSION as the plugin was compiled */
+  const char* name;     /* policy name: [A-Za-z_][A-Za-z0-9_]*, unique among loaded policies */
+  const char* version;  /* plugin version, part of every cache key: "1.2.0" */
+  /* Parses `params` ("k=v,k=v" in key order, possibly "") into a new state. */
+  int (*create)(const char* params, void** state, char* errbuf, size_t errbuf_size);
+  int (*choose)(void* state, const launchfit_query* query, launchfit_plan* plan, char* errbuf,
+                size_t errbuf_size);
+  /* Optional (may be NULL): the measured time of a plan this plugin chose. */
+  void (*feedback)(void* state, const launchfit_plan* plan, double ms);
+  void (*destroy)(void* state);
+  /* Optional (may be NULL): extra cache-key component from the work shape (e.g. a size bucket), so
+     plans for different sizes are chosen and cached separately; 0 means n is irrelevant. */
+  uint64_t (*work_bucket)(void* state, uint32_t work_kind, uint64_t work_n, uint32_t work_per_thread);
+} launchfit_plugin_descriptor;
+
+/* The smallest descriptor launchfit accepts: everything up to destroy. */
+#define LAUNCHFIT_PLUGIN_DESCRIPTOR_MIN_SIZE \
+  (offsetof(launchfit_plugin_descriptor, destroy) + sizeof(void (*)(void*)))
+
+typedef const launchfit_plugin_descriptor* (*launchfit_plugin_entry_fn)(void);
+
+/* Put before the definition of launchfit_plugin_entry so it is exported even with -fvisibility=hidden. */
+#if defined(_WIN32)
+#define LAUNCHFIT_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define LAUNCHFIT_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LAUNCHFIT_PLUGIN_H */

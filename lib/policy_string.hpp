@@ -1,0 +1,71 @@
+#pragma once
+// Internal: the policy-string and LAUNCHFIT_POLICY parsers, split into pieces the fuzz targets call directly.
+//
+//   policy := ws name ws [ '(' ws [ param ws { ',' ws param ws } ] ')' ] ws
+//   param  := name ws '=' ws value
+//   name   := [A-Za-z_][A-Za-z0-9_]*
+//   value  := name | number
+//   number := [+-]? ( digits [ '.' digits* ] | '.' digits ) [ [eE] [+-]? digits ]
+//             | [+-]? digits ( 'K' | 'KB' | 'M' | 'MB' )       (x 1024, x 1024^2; stored as the product)
+//
+//   overrides := entry { ';' entry }          (empty entries are ignored)
+//   entry     := ws glob ws '=' policy        (glob: no '=' or ';'; '*' any run, '?' any one character)
+
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launchfit/policy.hpp"
+
+namespace launchfit::detail {
+
+struct policy_param {
+  std::string key, value;
+  std::size_t key_pos = 0, value_pos = 0;  // byte offsets in the parsed text
+};
+
+struct parsed_policy {
+  std::string name;
+  std::size_t name_pos = 0;
+  std::vector<policy_param> params;
+};
+
+// A parse or construction failure at byte offset `pos` of the text being parsed.
+struct syntax_error : std::runtime_error {
+  syntax_error(std::size_t at, const std::string& what) : std::runtime_error(what), pos(at) {}
+  std::size_t pos;
+};
+
+// Throws syntax_error. Values come back normalised ("32K" -> "32768"); keys are unique.
+parsed_policy parse_policy_string(std::string_view text);
+
+// make_policy() for a parsed string; an unknown name or bad parameter is a syntax_error at its position.
+std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& parsed);
+
+// Throws launchfit::error: `<label> "<source>" col <pos + 1>: <what>`, then the source and a caret under it.
+[[noreturn]] void throw_syntax_error(std::string_view call, std::string_view label, std::string_view source,
+                                     const syntax_error& e);
+
+bool glob_match(std::string_view pattern, std::string_view text) noexcept;
+
+// The names an override glob is matched against, from a demangled kernel name: the parameter list and any
+// return type are dropped ("void ns::reduce<float, 4>(float const*, int)" -> "ns::reduce<float, 4>"), and
+// the same with template arguments removed ("ns::reduce").
+struct kernel_match_names {
+  std::string with_template_args;
+  std::string without_template_args;
+};
+kernel_match_names match_names(std::string_view demangled);
+
+struct policy_override {
+  std::string glob;
+  std::shared_ptr<const policy> chosen;
+};
+
+// Parses a whole LAUNCHFIT_POLICY-style spec; throws syntax_error with positions in `spec`.
+std::vector<policy_override> parse_policy_overrides(std::string_view spec);
+
+}  // namespace launchfit::detail

@@ -1,0 +1,271 @@
+// The plugin C ABI (plugin.h) and its loader (plugin.hpp), with the test plugins of tests/plugins.
+
+#include "launchfit/plugin.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "launchfit/error.hpp"
+#include "launchfit/plugin.hpp"
+#include "launchfit/policy.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+std::string plugin_path(const std::string& name) {
+  return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/plugins/liblf_" + name + ".so";
+}
+
+template <class F>
+lf::error error_of(F&& f) {
+  try {
+    f();
+  } catch (const lf::error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no launchfit::error thrown";
+  return lf::error("", "", "");
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+lf::query h200_query(int regs = 32) {
+  lf::query q;
+  q.device = lf::device_limits::for_arch("H200");
+  q.kernel = lf::kernel_resources::manual(regs);
+  q.kernel.demangled = "void reduce<float>(float const*, int)";
+  return q;
+}
+
+// Each test plugin once per process; the registry is process-wide.
+lf::plugin_info load(const std::string& name) { return lf::load_plugin(plugin_path(name)); }
+
+}  // namespace
+
+TEST(PluginAbi, HeaderLayoutStartsWithSizeAndVersion) {
+  EXPECT_EQ(offsetof(launchfit_plugin_descriptor, struct_size), 0u);
+  EXPECT_EQ(offsetof(launchfit_plugin_descriptor, abi_version), 4u);
+  EXPECT_EQ(offsetof(launchfit_query, abi_version), 4u);
+  EXPECT_EQ(offsetof(launchfit_plan, abi_version), 4u);
+  EXPECT_EQ(offsetof(launchfit_device, abi_version), 4u);
+  EXPECT_EQ(offsetof(launchfit_kernel, abi_version), 4u);
+  EXPECT_EQ(LAUNCHFIT_PLUGIN_ABI_MAJOR_OF(LAUNCHFIT_PLUGIN_ABI_VERSION), LAUNCHFIT_PLUGIN_ABI_MAJOR);
+  launchfit_query q{};
+  q.struct_size = offsetof(launchfit_query, time_plan);  // an older launchfit without time_plan
+  EXPECT_TRUE(LAUNCHFIT_HAS_FIELD(&q, launchfit_query, smem_for_block));
+  EXPECT_FALSE(LAUNCHFIT_HAS_FIELD(&q, launchfit_query, time_plan));
+}
+
+TEST(Plugin, GoodPluginLoadsAndChooses) {
+  const auto info = load("good");
+  EXPECT_EQ(info.name, "test_good");
+  EXPECT_EQ(info.version, "1.0.0");
+  EXPECT_EQ(info.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
+  bool listed = false;
+  for (const auto& p : lf::loaded_plugins()) listed = listed || p.name == "test_good";
+  EXPECT_TRUE(listed);
+  const auto names = lf::registered_policies();
+  EXPECT_NE(std::find(names.begin(), names.end(), "test_good"), names.end());
+
+  const auto q = h200_query();
+  auto policy = lf::policy_from_string("test_good");
+  const lf::plan p = policy->choose(q);
+  EXPECT_EQ(p.block, (lf::dims{64, 1, 1}));
+  EXPECT_EQ(p.block_threads, 64);
+  EXPECT_EQ(p.blocks_per_sm, q.active_blocks_for(64));
+  EXPECT_EQ(p.sm_count, q.device.sm_count);
+  EXPECT_EQ(p.grid.x, 0u);  // from the work
+  EXPECT_EQ(p.policy, "test_good()");
+  EXPECT_EQ(p.match, "computed");
+  EXPECT_TRUE(contains(p.reason, "always 64 threads")) << p.reason;
+  EXPECT_TRUE(contains(p.reason, std::to_string(q.device.sm_count) + " SMs")) << p.reason;
+  EXPECT_GT(p.occupancy.occupancy, 0.0);
+
+  // Parameters reach the plugin; the same file loaded again is the same plugin.
+  EXPECT_EQ(lf::policy_from_string("test_good(block=256)")->choose(q).block_threads, 256);
+  EXPECT_EQ(load("good").name, "test_good");
+}
+
+TEST(Plugin, PolicyStringRoundTripsAndHashesByParameters) {
+  load("good");
+  auto a = lf::policy_from_string("test_good( block = 128 , fallback = fixed )");
+  EXPECT_EQ(a->to_string(), "test_good(block=128,fallback=fixed)");
+  EXPECT_EQ(lf::policy_from_string(a->to_string())->to_string(), a->to_string());
+  EXPECT_EQ(lf::policy_from_string(a->to_string())->hash(), a->hash());
+  EXPECT_NE(lf::policy_from_string("test_good(block=256)")->hash(), a->hash());
+}
+
+TEST(Plugin, CreateErrorsNameThePluginAndItsMessage) {
+  load("good");
+  const auto e = error_of([] { lf::policy_from_string("test_good(threads=5)"); });
+  EXPECT_TRUE(contains(e.message(), "col 1:")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "plugin 'test_good'")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "unknown parameter in 'threads=5'")) << e.what();
+  // fallback names a policy launchfit knows, never another plugin.
+  EXPECT_TRUE(contains(error_of([] { lf::policy_from_string("test_good(fallback=nope)"); }).message(),
+                       "col 20: policy 'test_good': parameter 'fallback': unknown policy 'nope'"));
+  EXPECT_TRUE(contains(error_of([] { lf::policy_from_string("test_good(fallback=test_good)"); }).message(),
+                       "is a plugin"));
+}
+
+TEST(Plugin, WorkBucketComesFromThePlugin) {
+  load("good");
+  const lf::work w{lf::work::shape::items, 1u << 20, 1};
+  EXPECT_EQ(lf::policy_from_string("test_good")->work_bucket(w), 0u);
+  EXPECT_EQ(lf::policy_from_string("test_good(bucketed=1)")->work_bucket(w), 21u);
+}
+
+TEST(Plugin, FeedbackReachesOnlyPlugins) {
+  load("good");
+  auto policy = lf::policy_from_string("test_good");
+  const auto p = policy->choose(h200_query());
+  lf::plugin_feedback(*policy, p, 1.5);                     // counted by the plugin, no crash
+  lf::plugin_feedback(lf::max_occupancy_policy{}, p, 1.5);  // not a plugin: nothing happens
+}
+
+TEST(Plugin, MissingFileIsRefused) {
+  const auto e = error_of([] { lf::load_plugin(plugin_path("does_not_exist")); });
+  EXPECT_EQ(e.call(), "load_plugin");
+  EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_PLUGIN_REFUSED");
+  EXPECT_TRUE(contains(e.message(), plugin_path("does_not_exist") + "': no such file")) << e.what();
+}
+
+TEST(Plugin, MissingEntrySymbolIsRefused) {
+  const auto e = error_of([] { load("no_entry"); });
+  EXPECT_TRUE(contains(e.message(), "liblf_no_entry.so")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "no symbol launchfit_plugin_entry")) << e.what();
+}
+
+TEST(Plugin, NotASharedObjectIsRefused) {
+  const std::string source = std::string(LAUNCHFIT_SOURCE_DIR) + "/tests/plugins/test-plugin.c";
+  const auto e = error_of([&] { lf::load_plugin(source); });
+  EXPECT_TRUE(contains(e.message(), "test-plugin.c': dlopen failed")) << e.what();
+}
+
+TEST(Plugin, NewerAbiMajorIsRefused) {
+  const auto e = error_of([] { load("bad_abi"); });
+  EXPECT_TRUE(contains(e.message(), "liblf_bad_abi.so")) << e.what();
+  EXPECT_TRUE(contains(e.message(),
+                       "ABI version mismatch: plugin built for ABI 2.0, this launchfit implements ABI 1.0"))
+      << e.what();
+  EXPECT_TRUE(contains(e.message(), "upgrade launchfit")) << e.what();
+  EXPECT_THROW(lf::make_policy("test_bad_abi"), lf::error);  // nothing was registered
+}
+
+TEST(Plugin, TooSmallDescriptorIsRefused) {
+  const auto e = error_of([] { load("small"); });
+  EXPECT_TRUE(contains(e.message(), "liblf_small.so")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "struct_size " +
+                                        std::to_string(offsetof(launchfit_plugin_descriptor, choose)) +
+                                        " is smaller than the ABI 1.0 minimum"))
+      << e.what();
+}
+
+TEST(Plugin, DuplicateNameIsRefused) {
+  load("good");
+  const auto e = error_of([] { load("good_twin"); });  // another file, same name
+  EXPECT_TRUE(contains(e.message(), "liblf_good_twin.so")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "duplicate name")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "'test_good' is already registered")) << e.what();
+}
+
+TEST(Plugin, ErrorCarriesThePluginMessage) {
+  load("error");
+  auto policy = lf::policy_from_string("test_error");
+  const auto e = error_of([&] { policy->choose(h200_query()); });
+  EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_PLUGIN_ERROR");
+  EXPECT_TRUE(
+      contains(e.message(), "plugin 'test_error' failed: no tuning data for kernel void reduce<float>"))
+      << e.what();
+  EXPECT_EQ(e.kernel(), "void reduce<float>(float const*, int)");
+}
+
+TEST(Plugin, InvalidPlanIsAnErrorNamingTheLimit) {
+  load("invalid");
+  auto policy = lf::policy_from_string("test_invalid");
+  const auto e = error_of([&] { policy->choose(h200_query()); });
+  EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_INVALID_PLAN");
+  EXPECT_EQ(e.call(), "validate(block)");
+  EXPECT_TRUE(contains(e.message(), "plugin 'test_invalid' returned an invalid plan")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "2048")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "1024")) << e.what();  // the device maximum it broke
+}
+
+TEST(Plugin, DeclineFallsBackToMaxOccupancy) {
+  load("decline");
+  const auto q = h200_query();
+  const lf::plan p = lf::policy_from_string("test_decline")->choose(q);
+  const lf::plan expected = lf::max_occupancy_policy{}.choose(q);
+  EXPECT_EQ(p.block, expected.block);
+  EXPECT_EQ(p.blocks_per_sm, expected.blocks_per_sm);
+  EXPECT_EQ(p.match, "fallback");
+  EXPECT_EQ(p.policy, "test_decline()");
+  EXPECT_EQ(p.reason.rfind("declined by test_decline; max_occupancy: ", 0), 0u) << p.reason;
+
+  const lf::plan fixed = lf::policy_from_string("test_decline(fallback=fixed)")->choose(q);
+  EXPECT_EQ(fixed.block_threads, 256);
+  EXPECT_EQ(fixed.reason.rfind("declined by test_decline; fixed: ", 0), 0u) << fixed.reason;
+}
+
+TEST(Plugin, FallbackOptionReplacesErrorsAndInvalidPlans) {
+  load("error");
+  load("invalid");
+  const auto q = h200_query();
+  const lf::plan expected = lf::max_occupancy_policy{}.choose(q);
+  for (const char* text : {"test_error(fallback=max_occupancy)", "test_invalid(fallback=max_occupancy)"}) {
+    SCOPED_TRACE(text);
+    auto policy = lf::policy_from_string(text);
+    for (int i = 0; i < 2; ++i) {  // logged once, the same plan each time
+      const lf::plan p = policy->choose(q);
+      EXPECT_EQ(p.block, expected.block);
+      EXPECT_EQ(p.match, "fallback");
+      EXPECT_TRUE(contains(p.reason, "failed (plugin '")) << p.reason;
+      EXPECT_TRUE(contains(p.reason, "; max_occupancy: ")) << p.reason;
+    }
+  }
+  const lf::plan fixed = lf::policy_from_string("test_invalid(fallback=fixed)")->choose(q);
+  EXPECT_EQ(fixed.block_threads, 256);
+}
+
+// Environment variables are read once per process: these run in a fresh child process each.
+class PluginEnv : public testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(PluginEnv, FallbackFromTheEnvironment) {
+  EXPECT_EXIT(
+      {
+        setenv("LAUNCHFIT_PLUGIN_FALLBACK", "1", 1);
+        load("error");
+        const auto p = lf::policy_from_string("test_error")->choose(h200_query());
+        std::exit(p.match == "fallback" ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+TEST_F(PluginEnv, PluginsFromTheEnvironment) {
+  EXPECT_EXIT(
+      {
+        const std::string list = plugin_path("good") + "::" + plugin_path("bad_abi");
+        setenv("LAUNCHFIT_PLUGINS", list.c_str(), 1);
+        // The good one loads and is selectable by name; the bad one is logged and named when asked for.
+        const auto p = lf::policy_from_string("test_good(block=32)")->choose(h200_query());
+        std::string missing;
+        try {
+          lf::make_policy("test_bad_abi");
+        } catch (const lf::error& e) {
+          missing = e.message();
+        }
+        const bool ok = p.block_threads == 32 && lf::loaded_plugins().size() == 1 &&
+                        contains(missing, "LAUNCHFIT_PLUGINS: plugin '" + plugin_path("bad_abi")) &&
+                        contains(missing, "ABI version mismatch");
+        std::exit(ok ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}

@@ -1,0 +1,323 @@
+// Policy strings, the registry and LAUNCHFIT_POLICY overrides (policy.hpp).
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "launchfit/error.hpp"
+#include "launchfit/policy.hpp"
+#include "policy_string.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+// The launchfit::error thrown by f, or a failed expectation.
+template <class F>
+lf::error error_of(F&& f) {
+  try {
+    f();
+  } catch (const lf::error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no launchfit::error thrown";
+  return lf::error("", "", "");
+}
+
+std::string parse_error(const std::string& text) {
+  return error_of([&] { lf::policy_from_string(text); }).message();
+}
+
+}  // namespace
+
+TEST(PolicyString, ParsesNamesAndParameters) {
+  EXPECT_EQ(lf::policy_from_string("max_occupancy")->to_string(), "max_occupancy()");
+  EXPECT_EQ(lf::policy_from_string("max_occupancy()")->to_string(), "max_occupancy()");
+  EXPECT_EQ(lf::policy_from_string("fixed(block=256,grid=80)")->to_string(), "fixed(block=256,grid=80)");
+  EXPECT_EQ(lf::policy_from_string("fixed(block=128)")->to_string(), "fixed(block=128,grid=0)");
+  // Whitespace anywhere between tokens, parameters in any order.
+  EXPECT_EQ(
+      lf::policy_from_string(" \tbytes_in_flight ( target_per_sm = 65536 ,per_thread= 32 ) \n")->to_string(),
+      "bytes_in_flight(per_thread=32,target_per_sm=65536)");
+}
+
+TEST(PolicyString, SizeSuffixesAreBinaryMultiples) {
+  EXPECT_EQ(lf::policy_from_string("bytes_in_flight(target_per_sm=32K)")->to_string(),
+            "bytes_in_flight(per_thread=16,target_per_sm=32768)");
+  EXPECT_EQ(lf::policy_from_string("bytes_in_flight(target_per_sm=48KB)")->to_string(),
+            "bytes_in_flight(per_thread=16,target_per_sm=49152)");
+  EXPECT_EQ(lf::policy_from_string("bytes_in_flight(target_per_sm=1M)")->to_string(),
+            "bytes_in_flight(per_thread=16,target_per_sm=1048576)");
+}
+
+TEST(PolicyString, ParsedParametersReachThePolicy) {
+  auto p = lf::policy_from_string("bytes_in_flight(per_thread=32)");
+  auto typed = std::dynamic_pointer_cast<const lf::bytes_in_flight_policy>(p);
+  ASSERT_TRUE(typed);
+  EXPECT_EQ(typed->parameters().per_thread, 32);
+  EXPECT_EQ(typed->parameters().target_per_sm, 0);
+  EXPECT_EQ(p->hash(), lf::bytes_in_flight_policy({32, 0}).hash());
+}
+
+TEST(PolicyString, RoundTripsEveryBuiltin) {
+  for (const char* text :
+       {"max_occupancy", "bytes_in_flight", "bytes_in_flight(per_thread=64,target_per_sm=16384)",
+        "cooperative", "cooperative(blocks_per_sm=2,block=512)", "fixed", "fixed(block=96,grid=7)",
+        "constant_block()"}) {
+    SCOPED_TRACE(text);
+    auto p = lf::policy_from_string(text);
+    auto again = lf::policy_from_string(p->to_string());
+    EXPECT_EQ(again->to_string(), p->to_string());
+    EXPECT_EQ(again->hash(), p->hash());
+    EXPECT_EQ(again->name(), p->name());
+  }
+  for (const auto& name : lf::registered_policies()) {
+    SCOPED_TRACE(name);
+    auto p = lf::make_policy(name);
+    EXPECT_EQ(lf::policy_from_string(p->to_string())->to_string(), p->to_string());
+  }
+}
+
+TEST(PolicyString, ErrorsNameTheColumnAndShowACaret) {
+  EXPECT_EQ(parse_error("bytes_in_flight(per_thread=)"),
+            "policy string \"bytes_in_flight(per_thread=)\" col 28: expected a value\n"
+            "  bytes_in_flight(per_thread=)\n"
+            "                             ^");
+  const auto e = error_of([] { lf::policy_from_string("x("); });
+  EXPECT_EQ(e.call(), "policy_from_string");
+  EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_BAD_POLICY_STRING");
+  EXPECT_NE(std::string(e.what()).find("col 3: expected a parameter name or ')', got end of string"),
+            std::string::npos)
+      << e.what();
+}
+
+TEST(PolicyString, EveryErrorNamesItsColumn) {
+  struct bad {
+    const char* text;
+    const char* expected;  // "col N: ..." prefix of the explanation
+  };
+  for (const bad& b : {
+           bad{"", "col 1: expected a policy name, got end of string"},
+           bad{"   ", "col 4: expected a policy name"},
+           bad{"1fixed", "col 1: expected a policy name, got '1'"},
+           bad{"fixed block", "col 7: expected '(' or the end, got 'b'"},
+           bad{"fixed(", "col 7: expected a parameter name or ')'"},
+           bad{"fixed(,)", "col 7: expected a parameter name or ')', got ','"},
+           bad{"fixed(block=1,)", "col 15: expected a parameter name or ')', got ')'"},
+           bad{"fixed(block 256)", "col 13: expected '=' after 'block', got '2'"},
+           bad{"fixed(block=256", "col 16: expected ',' or ')', got end of string"},
+           bad{"fixed(block=256;grid=1)", "col 16: expected ',' or ')', got ';'"},
+           bad{"fixed(block=1,block=2)", "col 15: parameter 'block' given twice"},
+           bad{"fixed(block=12q)", "col 15: unexpected 'q' in a number"},
+           bad{"fixed(block=1.5K)", "col 16: unexpected 'K' in a number"},
+           bad{"fixed(block=-)", "col 14: expected a digit, got ')'"},
+           bad{"fixed(block=1e)", "col 15: expected the exponent's digits"},
+           bad{"fixed(block=@)", "col 13: expected a value, got '@'"},
+           bad{"fixed(block=99999999999999999999K)", "col 13: number too large"},
+           bad{"fixed() x", "col 9: unexpected 'x' after ')'"},
+           bad{"fixed(block=\x01)", "col 13: expected a value, got byte 0x01"},
+           bad{"nope(a=1)", "col 1: unknown policy 'nope' (known: "},
+           bad{"fixed(blok=1)", "col 7: policy 'fixed': unknown parameter 'blok' (known: block, grid)"},
+           bad{"fixed(block=abc)",
+               "col 13: policy 'fixed': parameter 'block': expected an integer, got 'abc'"},
+           bad{"fixed(block=99999999999)", "col 13: policy 'fixed': parameter 'block': out of range"},
+       }) {
+    SCOPED_TRACE(b.text);
+    const std::string message = parse_error(b.text);
+    EXPECT_NE(message.find(b.expected), std::string::npos) << message;
+    // The caret sits under the named column.
+    const auto col = std::stoul(message.substr(message.find(" col ") + 5));
+    const auto caret_line = message.substr(message.rfind('\n') + 1);
+    EXPECT_EQ(caret_line.size(), col + 2) << message;  // "  " indent, then col - 1 spaces and '^'
+    EXPECT_EQ(caret_line.back(), '^');
+  }
+}
+
+TEST(PolicyString, UnknownNameListsKnownPolicies) {
+  const std::string message = parse_error("max_occupency");
+  for (const char* known : {"bytes_in_flight", "constant_block", "cooperative", "fixed", "max_occupancy"}) {
+    EXPECT_NE(message.find(known), std::string::npos) << message;
+  }
+}
+
+// ---- registry --------------------------------------------------------------------------------------------
+
+namespace {
+
+struct stride_params {
+  int stride = 1;
+  bool wide = false;
+  static constexpr std::array<const char*, 2> names{"stride", "wide"};
+};
+
+class stride_policy final : public lf::param_policy<stride_policy, stride_params> {
+ public:
+  static constexpr const char* policy_name = "test_stride";
+  using param_policy::param_policy;
+
+ protected:
+  lf::plan choose_impl(const lf::query&) const override {
+    lf::plan p;
+    p.block = lf::dims{params_.wide ? 512u : 128u, 1, 1};
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST(Registry, HasTheBuiltins) {
+  const auto names = lf::registered_policies();
+  for (const char* builtin : {"max_occupancy", "bytes_in_flight", "cooperative", "fixed", "constant_block"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), builtin), names.end()) << builtin;
+  }
+}
+
+TEST(Registry, RegistersByNameAndRefusesDuplicates) {
+  lf::register_policy<stride_policy>();
+  auto p = lf::policy_from_string("test_stride(wide=true,stride=4)");
+  EXPECT_EQ(p->to_string(), "test_stride(stride=4,wide=true)");
+  EXPECT_EQ(lf::policy_from_string(p->to_string())->hash(), p->hash());
+
+  const auto dup = error_of([] { lf::register_policy<stride_policy>(); });
+  EXPECT_EQ(dup.cuda_error(), "LAUNCHFIT_DUPLICATE_POLICY");
+  EXPECT_NE(dup.message().find("'test_stride' is already registered"), std::string::npos) << dup.what();
+  EXPECT_NE(dup.message().find("max_occupancy"), std::string::npos) << dup.what();
+
+  // A bad value is a launchfit::error, not the std::invalid_argument of params_assign.
+  const auto bad = error_of([] { lf::make_policy("test_stride", {{"wide", "maybe"}}); });
+  EXPECT_EQ(bad.cuda_error(), "LAUNCHFIT_BAD_POLICY_PARAMETER");
+  EXPECT_NE(bad.message().find("expected true or false"), std::string::npos) << bad.what();
+
+  EXPECT_TRUE(lf::unregister_policy("test_stride"));
+  EXPECT_FALSE(lf::unregister_policy("test_stride"));
+  EXPECT_EQ(error_of([] { lf::make_policy("test_stride"); }).cuda_error(), "LAUNCHFIT_UNKNOWN_POLICY");
+}
+
+TEST(Registry, BuiltinNamesCannotBeTaken) {
+  const auto e = error_of([] {
+    lf::register_policy("fixed", [](const std::map<std::string, std::string>&) {
+      return std::shared_ptr<const lf::policy>(std::make_shared<const lf::fixed_policy>());
+    });
+  });
+  EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_DUPLICATE_POLICY");
+}
+
+// ---- overrides -------------------------------------------------------------------------------------------
+
+TEST(PolicyOverrides, MatchNamesDropParametersReturnTypeAndTemplateArgs) {
+  auto n = lf::detail::match_names("void reduce<float>(float const*, int)");
+  EXPECT_EQ(n.with_template_args, "reduce<float>");
+  EXPECT_EQ(n.without_template_args, "reduce");
+  n = lf::detail::match_names("saxpy(float, float const*, float*, int)");
+  EXPECT_EQ(n.with_template_args, "saxpy");
+  n = lf::detail::match_names("void ns::tile<float, 4, (anonymous namespace)::op>(float*)");
+  EXPECT_EQ(n.with_template_args, "ns::tile<float, 4, (anonymous namespace)::op>");
+  EXPECT_EQ(n.without_template_args, "ns::tile");
+  n = lf::detail::match_names("(anonymous namespace)::k(int)");
+  EXPECT_EQ(n.with_template_args, "(anonymous namespace)::k");
+  n = lf::detail::match_names("plain_c_kernel");
+  EXPECT_EQ(n.with_template_args, "plain_c_kernel");
+}
+
+TEST(PolicyOverrides, Globs) {
+  using lf::detail::glob_match;
+  EXPECT_TRUE(glob_match("reduce*", "reduce<float>"));
+  EXPECT_TRUE(glob_match("reduce*", "reduce"));
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_TRUE(glob_match("r?duce", "reduce"));
+  EXPECT_TRUE(glob_match("*::k*", "ns::kernel"));
+  EXPECT_TRUE(glob_match("a*b*c", "aXbYbZc"));
+  EXPECT_FALSE(glob_match("reduce", "reduce2"));
+  EXPECT_FALSE(glob_match("?", ""));
+  EXPECT_FALSE(glob_match("a*b", "ac"));
+  // No exponential blow-up on adversarial patterns.
+  EXPECT_FALSE(glob_match("*a*a*a*a*a*a*a*a*a*a*b", std::string(5000, 'a')));
+}
+
+TEST(PolicyOverrides, FirstMatchWins) {
+  lf::set_policy_overrides("reduce*=bytes_in_flight(per_thread=32);saxpy=fixed(block=256);*=max_occupancy");
+  std::string matched;
+  auto p = lf::policy_override_for("void reduce<float>(float const*, int)", &matched);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0)");
+  EXPECT_EQ(matched, "reduce*");
+  p = lf::policy_override_for("saxpy(float, float const*, float*, int)", &matched);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->to_string(), "fixed(block=256,grid=0)");
+  EXPECT_EQ(matched, "saxpy");
+  p = lf::policy_override_for("saxpy2(int)", &matched);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(matched, "*");
+
+  lf::set_policy_overrides(" reduce<float> = fixed(block=64) ; reduce<double>=fixed(block=32);");
+  EXPECT_EQ(lf::policy_override_for("void reduce<float>(float const*, int)")->to_string(),
+            "fixed(block=64,grid=0)");
+  EXPECT_EQ(lf::policy_override_for("void reduce<double>(double const*, int)")->to_string(),
+            "fixed(block=32,grid=0)");
+  EXPECT_FALSE(lf::policy_override_for("void reduce<int>(int const*, int)"));
+  // Globs see the qualified name: a namespaced kernel needs "ns::" or a leading '*'.
+  lf::set_policy_overrides("reduce*=fixed(block=64);*::scan*=fixed(block=128)");
+  EXPECT_FALSE(lf::policy_override_for("void ns::reduce<float>(float const*, int)"));
+  EXPECT_EQ(lf::policy_override_for("void ns::scan<1>(int*)")->to_string(), "fixed(block=128,grid=0)");
+
+  lf::set_policy_overrides("");
+  EXPECT_FALSE(lf::policy_override_for("void reduce<float>(float const*, int)"));
+}
+
+TEST(PolicyOverrides, BadEntriesNameTheColumnInTheWholeSpec) {
+  auto message = [](const char* spec) { return error_of([&] { lf::set_policy_overrides(spec); }).message(); };
+  std::string m = message("saxpy=fixed(block=256);reduce*=bytes_in_flight(per_thread=)");
+  EXPECT_NE(m.find("col 59: expected a value"), std::string::npos) << m;
+  m = message("saxpy=fixed(block=256); oops ;x=fixed");
+  EXPECT_NE(m.find("col 25: expected <kernel glob>=<policy>, found no '='"), std::string::npos) << m;
+  m = message("  =fixed");
+  EXPECT_NE(m.find("col 3: expected a kernel name glob before '='"), std::string::npos) << m;
+  m = message("a=fixed;b=nope");
+  EXPECT_NE(m.find("col 11: unknown policy 'nope'"), std::string::npos) << m;
+  m = message("a=fixed(grid=x)");
+  EXPECT_NE(m.find("col 14: policy 'fixed': parameter 'grid'"), std::string::npos) << m;
+
+  // A failed set leaves the previous overrides in place.
+  lf::set_policy_overrides("k=fixed(block=32)");
+  EXPECT_THROW(lf::set_policy_overrides("k=fixed(block=)"), lf::error);
+  EXPECT_EQ(lf::policy_override_for("k")->to_string(), "fixed(block=32,grid=0)");
+}
+
+// LAUNCHFIT_POLICY is read once per process: each test below runs in a fresh child process.
+class PolicyOverridesEnv : public testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(PolicyOverridesEnv, ReadOnFirstUse) {
+  EXPECT_EXIT(
+      {
+        setenv("LAUNCHFIT_POLICY", "reduce*=bytes_in_flight(per_thread=32);saxpy=fixed(block=256)", 1);
+        std::string matched;
+        auto p = lf::policy_override_for("void reduce<float>(float const*, int)", &matched);
+        const bool ok = p && p->to_string() == "bytes_in_flight(per_thread=32,target_per_sm=0)" &&
+                        matched == "reduce*" && !lf::policy_override_for("scan(int*)");
+        std::exit(ok ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+TEST_F(PolicyOverridesEnv, BadEntryPointsAtItsColumnEveryTime) {
+  EXPECT_EXIT(
+      {
+        setenv("LAUNCHFIT_POLICY", "saxpy=fixed(block=256);reduce*=bytes_in_flight(per_thread=)", 1);
+        int errors = 0;
+        for (int i = 0; i < 2; ++i) {
+          try {
+            lf::policy_override_for("saxpy");
+          } catch (const lf::error& e) {
+            const std::string m = e.message();
+            if (m.find("LAUNCHFIT_POLICY \"") == 0 && m.find("col 59: expected a value") != std::string::npos)
+              ++errors;
+          }
+        }
+        std::exit(errors == 2 ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
