@@ -1,0 +1,96 @@
+#pragma once
+// Shared by the launchfit demos: every CUDA runtime status becomes a launchfit::error that names the call,
+// and one rule for main() on machines without a GPU.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <launchfit/error.hpp>
+#include <launchfit/occupancy.hpp>
+#include <launchfit/plan.hpp>
+#include <string>
+
+// Throws launchfit::error("<expr>", "<cudaError name>", "<description>") unless expr is cudaSuccess.
+#define LAUNCHFIT_DEMO_CHECK(expr) ::launchfit_demo::check((expr), #expr)
+
+namespace launchfit_demo {
+
+inline void check(cudaError_t status, const char* call) {
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear a non-sticky error so the message below is the whole story
+  throw launchfit::error(call, cudaGetErrorName(status), cudaGetErrorString(status));
+}
+
+// True for "there is no GPU or no driver here", from launchfit (driver API) or the CUDA runtime.
+inline bool is_no_gpu(const launchfit::error& e) {
+  const std::string& c = e.cuda_error();
+  return c == "CUDA_ERROR_NO_DEVICE" || c == "CUDA_ERROR_STUB_LIBRARY" || c == "cudaErrorNoDevice" ||
+         c == "cudaErrorInsufficientDriver" || c == "cudaErrorStubLibrary";
+}
+
+// LAUNCHFIT_REQUIRE_GPU=1 turns a missing GPU into a failure (set by the GPU test runs).
+inline bool gpu_required() {
+  const char* v = std::getenv("LAUNCHFIT_REQUIRE_GPU");
+  return v && std::string(v) == "1";
+}
+
+// Runs a demo body (returns the exit code). A launchfit::error ends the demo with its message; it exits 0
+// only when the machine has no CUDA device/driver and LAUNCHFIT_REQUIRE_GPU is not 1.
+template <class Body>
+int run(const char* name, Body body) {
+  try {
+    return body();
+  } catch (const launchfit::error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    if (is_no_gpu(e)) {
+      if (gpu_required()) {
+        std::fprintf(stderr, "%s: FAILED: LAUNCHFIT_REQUIRE_GPU=1 but there is no usable CUDA device\n", name);
+        return 1;
+      }
+      std::printf("%s: no CUDA device/driver on this machine, nothing was launched (exit 0; set "
+                  "LAUNCHFIT_REQUIRE_GPU=1 to make this a failure)\n",
+                  name);
+      return 0;
+    }
+    std::fprintf(stderr, "%s: FAILED\n", name);
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: FAILED: %s\n", name, e.what());
+    return 1;
+  }
+}
+
+// Prints what a plan says, indented: the plan, its occupancy and the policy's reason.
+inline void print_plan(const launchfit::plan& p, const launchfit::work& w) {
+  const launchfit::dims grid = launchfit::grid_for(p, w);
+  std::printf("    plan:      %s\n", p.to_string().c_str());
+  std::printf("    grid:      %s blocks for this launch\n", grid.to_string().c_str());
+  std::printf("    occupancy: %s\n", p.occupancy.summary().c_str());
+  std::printf("    why:       %s\n", p.reason.c_str());
+  if (!p.warning.empty()) std::printf("    warning:   %s\n", p.warning.c_str());
+}
+
+// One device buffer, freed on scope exit (the demos throw on failure).
+template <class T>
+class device_buffer {
+ public:
+  explicit device_buffer(std::size_t n) : n_(n) {
+    LAUNCHFIT_DEMO_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() { (void)cudaFree(ptr_); }
+  T* get() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return n_; }
+  std::size_t bytes() const noexcept { return n_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+}  // namespace launchfit_demo
