@@ -39,13 +39,24 @@ bool is_sticky(CUresult r) {
   }
 }
 
+std::string sticky_note() {
+  std::string note = "; the context is unusable after an earlier kernel faulted";
+  if (const plan_entry* last = last_launched.load(std::memory_order_relaxed))
+    note += " (last launched: " + last->kernel.demangled + " with " + last->plan.to_string() + ")";
+  return note;
+}
+
+bool is_sticky_name(const std::string& name) {
+  for (CUresult r : {CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED, CUDA_ERROR_MISALIGNED_ADDRESS,
+                     CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_INVALID_PC, CUDA_ERROR_HARDWARE_STACK_ERROR,
+                     CUDA_ERROR_INVALID_ADDRESS_SPACE, CUDA_ERROR_ASSERT, CUDA_ERROR_LAUNCH_TIMEOUT})
+    if (name == error_name(r)) return true;
+  return false;
+}
+
 [[noreturn]] void throw_launch_error(CUresult r, const plan_entry& e, dims grid) {
   std::string message = error_string(r);
-  if (is_sticky(r)) {
-    const plan_entry* last = last_launched.load(std::memory_order_relaxed);
-    message += "; the context is unusable after an earlier kernel faulted";
-    if (last) message += " (last launched: " + last->kernel.demangled + " with " + last->plan.to_string() + ")";
-  }
+  if (is_sticky(r)) message += sticky_note();
   throw error("cuLaunchKernelEx", error_name(r), message, e.kernel.demangled,
               "grid=" + grid.to_string() + " " + e.plan.to_string());
 }
@@ -224,7 +235,13 @@ const plan_entry& entry_for(const launch_request& r) {
   const CUcontext ctx = current_context(r);
   const plan_key key{reinterpret_cast<std::uintptr_t>(ctx), r.kernel_id, r.policy_hash, r.smem_rule, r.bucket};
   if (const plan_entry* hit = find(key)) return *hit;
-  return find_or_build(key, [&] { return build_entry(r, ctx, key); });
+  try {
+    return find_or_build(key, [&] { return build_entry(r, ctx, key); });
+  } catch (const error& e) {
+    // A fault of an earlier kernel surfaces in whatever call comes next: say which kernel it probably was.
+    if (!is_sticky_name(e.cuda_error())) throw;
+    throw error(e.call(), e.cuda_error(), e.message() + sticky_note(), e.kernel(), e.config());
+  }
 }
 
 void check_arguments(const launch_request& r, const plan_entry& e) {

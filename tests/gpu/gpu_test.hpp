@@ -2,6 +2,7 @@
 // Shared by the GPU tests: skip with a reason when no device is present, unless LAUNCHFIT_REQUIRE_GPU=1
 // makes a missing GPU a failure (so a green run on a GPU machine means the tests really ran).
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -23,7 +24,19 @@ inline bool gpu_required() {
   return v && std::string(v) == "1";
 }
 
+// A driver entry point through the runtime (the test binaries do not link libcuda).
+template <class Fn>
+Fn driver_fn(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  const cudaError_t st = cudaGetDriverEntryPointByVersion(name, &fn, 13000, cudaEnableDefault, &q);
+  if (st != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) return nullptr;
+  return reinterpret_cast<Fn>(fn);
+}
+
 }  // namespace launchfit_test
+
+#define LF_DRIVER(name) ::launchfit_test::driver_fn<decltype(&::name)>(#name)
 
 #define LAUNCHFIT_REQUIRE_GPU_OR_SKIP()                                             \
   do {                                                                              \

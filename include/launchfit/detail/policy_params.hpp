@@ -48,7 +48,9 @@ void parse_field(T& field, const std::string& value, const std::string& key) {
 
 template <class Params>
 void params_assign(Params& p, const std::map<std::string, std::string>& kv) {
-  for (const auto& [key, value] : kv) {
+  for (const auto& entry : kv) {
+    const std::string& key = entry.first;
+    const std::string& value = entry.second;
     bool found = false;
     boost::pfr::for_each_field(p, [&](auto& field, std::size_t i) {
       if (key == Params::names[i]) {
