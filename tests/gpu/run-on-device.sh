@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Runs launchfit's GPU checks on a GPU machine from a build staged by stage-for-device.sh (.device/):
+# the GPU tests (LAUNCHFIT_REQUIRE_GPU=1: a missing GPU fails them), the demos, compute-sanitizer, and the
+# benchmarks. Logs go to $OUT (default .out/); a short table is printed last.
+#   tests/gpu/run-on-device.sh [tests] [demos] [sanitize] [bench]   (default: all four)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+out=${OUT:-$root/.out}
+logs=${LOG_DIR:-/tmp/launchfit-logs}
+rm -rf "$logs"
+mkdir -p "$out" "$logs"
+steps=("$@")
+((${#steps[@]})) || steps=(tests demos sanitize bench)
+want() { [[ " ${steps[*]} " == *" $1 "* ]]; }
+
+# The staged build has the source path it was built at baked in (ctest files, PTX paths): recreate it.
+built_at=$(cat .device/.source-dir)
+[[ -e build-device ]] || ln -s .device build-device
+if [[ $built_at != "$root" && ! -e $built_at ]]; then mkdir -p "$(dirname "$built_at")" && ln -s "$root" "$built_at"; fi
+export LD_LIBRARY_PATH="$root/.device/_runtime:${LD_LIBRARY_PATH:-}"
+export LAUNCHFIT_REQUIRE_GPU=1
+export PATH="/usr/local/cuda/bin:$PATH"
+b=$root/build-device
+summary=$out/summary.md
+: >"$summary"
+row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" | tee -a "$summary"; }
+status() { [[ $1 -eq 0 ]] && echo pass || echo "FAIL ($1)"; }
+started=$(date +%s)
+
+{
+  date -u +"%Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvcc --version | tail -2
+} >"$logs/machine.txt" 2>&1
+echo "| step | result | detail |" >>"$summary"
+echo "|---|---|---|" >>"$summary"
+
+if want tests; then
+  ctest --test-dir "$b" -L gpu --output-on-failure -V >"$logs/gpu-tests.log" 2>&1
+  rc=$?
+  row "GPU tests (ctest -L gpu)" "$(status $rc)" "$(grep -E 'tests passed|tests failed' "$logs/gpu-tests.log" | tail -1)"
+  agree=$(grep -ho 'occupancy agreement: [0-9/]* points' "$logs/gpu-tests.log" | tail -1)
+  [[ -n $agree ]] && row "calculator vs driver" "-" "$agree"
+  ctest --test-dir "$b" -L cpu -E find-package-consumer --output-on-failure >"$logs/cpu-tests.log" 2>&1
+  rc=$?
+  row "CPU tests on the GPU machine" "$(status $rc)" "$(grep -E 'tests passed|tests failed' "$logs/cpu-tests.log" | tail -1)"
+fi
+
+if want demos; then
+  for demo in dropin cooperative driver_api logging; do
+    [[ -x $b/demos/$demo ]] || { row "demo $demo" "missing" ""; continue; }
+    "$b/demos/$demo" >"$logs/demo-$demo.log" 2>&1
+    row "demo $demo" "$(status $?)" "$(tail -1 "$logs/demo-$demo.log" | cut -c1-100)"
+  done
+  if [[ -x $b/demos/reduction_story ]]; then
+    "$b/demos/reduction_story" --svg "$out/reduction_story.svg" --csv "$logs/reduction_story.csv" \
+      >"$logs/demo-reduction_story.log" 2>&1
+    row "demo reduction_story" "$(status $?)" "$(tail -1 "$logs/demo-reduction_story.log" | cut -c1-100)"
+  fi
+  if [[ -x $b/demos/launchfit-calc ]]; then
+    "$b/demos/launchfit-calc" --device 0 --threads 256 --regs 40 --smem 16K --svg "$out/calc-h200.svg" \
+      >"$logs/calc-device.log" 2>&1
+    row "launchfit-calc --device 0" "$(status $?)" "$(grep -i 'occupancy' "$logs/calc-device.log" | head -1 | cut -c1-100)"
+  fi
+fi
+
+if want sanitize; then
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+      for t in gpu-launch-test gpu-autotune-test gpu-stress-test; do
+        [[ -x $b/tests/gpu/$t ]] || continue
+        compute-sanitizer --tool $tool --error-exitcode 99 "$b/tests/gpu/$t" \
+          --gtest_filter="${SANITIZE_FILTER:--*Exhaustive*:*Sweep*}" >"$logs/sanitize-$tool-$t.log" 2>&1
+        rc=$?
+        row "compute-sanitizer $tool $t" "$(status $rc)" "$(grep -E 'ERROR SUMMARY' "$logs/sanitize-$tool-$t.log" | tail -1)"
+      done
+      for demo in dropin cooperative driver_api; do
+        [[ -x $b/demos/$demo ]] || continue
+        compute-sanitizer --tool $tool --error-exitcode 99 "$b/demos/$demo" >"$logs/sanitize-$tool-$demo.log" 2>&1
+        rc=$?
+        row "compute-sanitizer $tool $demo" "$(status $rc)" "$(grep -E 'ERROR SUMMARY' "$logs/sanitize-$tool-$demo.log" | tail -1)"
+      done
+    done
+  else
+    row "compute-sanitizer" "missing" ""
+  fi
+fi
+
+if want bench; then
+  bb=$b/bench
+  if [[ -x $bb/bandwidth ]]; then
+    "$bb/bandwidth" >"$logs/bench-bandwidth.log" 2>&1
+    row "bench bandwidth" "$(status $?)" "$(tail -1 "$logs/bench-bandwidth.log" | cut -c1-110)"
+  fi
+  if [[ -x $bb/launch-overhead ]]; then
+    "$bb/launch-overhead" >"$logs/bench-launch-overhead.log" 2>&1
+    row "bench launch-overhead" "$(status $?)" "$(tail -1 "$logs/bench-launch-overhead.log" | cut -c1-110)"
+  fi
+  if [[ -x $bb/plan-lookup-bench ]]; then
+    "$bb/plan-lookup-bench" --benchmark_format=json >"$logs/bench-plan-lookup.json" 2>"$logs/bench-plan-lookup.err"
+    row "bench plan-lookup" "$(status $?)" ""
+  fi
+  if [[ -x $bb/policy-quality ]]; then
+    plugin=$b/plugins/liblaunchfit-autotune.so
+    args=(--json "$logs/policy-quality.json")
+    [[ -f $plugin ]] && args+=(--autotune-plugin "$plugin")
+    "$bb/policy-quality" "${args[@]}" >"$logs/bench-policy-quality.log" 2>&1
+    row "bench policy-quality" "$(status $?)" "$(tail -1 "$logs/bench-policy-quality.log" | cut -c1-110)"
+  fi
+fi
+
+row "wall time" "-" "$(($(date +%s) - started)) s"
+cp "$summary" "$logs/"
+tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
+echo
+cat "$summary"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds launchfit for sm_90 in build-device/ and stages what a GPU machine needs to run the GPU tests,
+# demos and benchmarks without a compiler or the -dev packages: binaries, PTX/cubin, plugins and the
+# shared libraries they load that a stock CUDA image lacks (spdlog, fmt, benchmark), in .device/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=build-device
+if [[ ! -f $build/build.ninja ]]; then
+  cmake -G Ninja -S . -B $build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
+fi
+cmake --build $build -j"${LAUNCHFIT_JOBS:-2}"
+rm -rf .device
+mkdir -p .device
+cp -a $build/. .device/
+find .device \( -name '*.o' -o -name '*.a' -o -name '.ninja_*' -o -name '*.d' \) -type f -delete
+mkdir -p .device/_runtime
+for bin in $(find .device -type f -perm -u+x) $(find .device -name '*.so'); do
+  ldd "$bin" 2>/dev/null | awk '/=> \//{print $3}' | grep -E 'libspdlog|libfmt|libbenchmark|libgtest|libgmock|libboost' || true
+done | sort -u | while read -r lib; do cp -L "$lib" .device/_runtime/; done
+echo "$PWD" > .device/.source-dir
+du -sh .device
