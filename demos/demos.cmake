@@ -10,3 +10,10 @@ endfunction()
 
 # 1. launchfit::launch in place of <<<>>> for three everyday kernels (the README's demo).
 launchfit_add_demo(dropin dropin/dropin.cu)
+
+# 2. Why 50% occupancy beats 100%: bytes in flight vs occupancy, with an SVG of the sweep.
+launchfit_add_demo(reduction_story reduction_story/reduction_story.cu)
+
+# 3. A grid-synchronised (cooperative_groups::this_grid().sync()) kernel sized by launchfit::cooperative().
+#    No -rdc: grid sync needs only the cooperative launch attribute, which launchfit sets.
+launchfit_add_demo(cooperative cooperative/cooperative.cu)
