@@ -51,3 +51,6 @@ launchfit_add_demo(driver_api driver_api/driver_api.cpp)
 add_dependencies(driver_api driver_api_kernels)
 target_compile_definitions(driver_api PRIVATE
   LAUNCHFIT_DEMO_PTX="${_launchfit_demo_ptx}" LAUNCHFIT_DEMO_CUBIN="${_launchfit_demo_cubin}")
+
+# 5. Production logging: text and JSON plan lines, the spill and shortfall warnings, custom spdlog sinks.
+launchfit_add_demo(logging logging/logging.cu)

@@ -40,6 +40,8 @@ inline bool gpu_required() {
 // only when the machine has no CUDA device/driver and LAUNCHFIT_REQUIRE_GPU is not 1.
 template <class Body>
 int run(const char* name, Body body) {
+  // launchfit logs to stderr; line-buffered stdout keeps both in order when they go to one file.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     return body();
   } catch (const launchfit::error& e) {
