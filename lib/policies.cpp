@@ -60,10 +60,11 @@ error plan_error(const query& q, const plan& p, const std::string& check, const 
 }  // namespace
 
 dims grid_for(const plan& p, const work& w, long long max_grid_x) {
+  // items(0) / grid_stride(0): nothing to do, whatever the plan (a fixed grid too). A documented no-op.
+  if (w.kind != work::shape::none && w.n == 0) return dims{0, 1, 0};
   if (p.grid.x != 0) return p.grid;
   const long long resident = p.resident_blocks();
   if (w.kind == work::shape::none) return dims{static_cast<unsigned>(resident), 1, 1};
-  if (w.n == 0) return dims{0, 1, 0};  // nothing to do: the launch is a documented no-op
   const std::uint64_t per_block =
       static_cast<std::uint64_t>(p.block_threads) * std::max<std::uint32_t>(w.per_thread, 1);
   const std::uint64_t needed = w.n / per_block + (w.n % per_block != 0);
