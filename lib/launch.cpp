@@ -87,7 +87,8 @@ const device_limits& limits_for(CUcontext ctx) {
   return it->second;
 }
 
-void fill_launch_config(CUlaunchConfig& cfg, std::array<CUlaunchAttribute, 2>& attrs, const plan& p, dims grid,
+// attrs: cooperative and the plan's cluster here, plus one slot for the spec's cluster in launch().
+void fill_launch_config(CUlaunchConfig& cfg, std::array<CUlaunchAttribute, 3>& attrs, const plan& p, dims grid,
                         CUstream stream) {
   cfg = CUlaunchConfig{};
   cfg.gridDimX = grid.x;
@@ -136,7 +137,7 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   const dims grid = grid_for(p, r.shape, max_grid_x);
   if (grid.count() == 0) return 0;
   CUlaunchConfig cfg;
-  std::array<CUlaunchAttribute, 2> attrs;
+  std::array<CUlaunchAttribute, 3> attrs;
   fill_launch_config(cfg, attrs, p, grid, r.stream);
   CUevent start = nullptr, stop = nullptr;
   check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
@@ -212,10 +213,23 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   stored_key sk{dev.uuid, dev.cc(), dev.sm_count, d.version, kernel_fingerprint(e.kernel), chosen.to_string(),
                 smem_rule_text(r), r.bucket};
   std::optional<plan> stored = find_stored_plan(sk, true);
+  // A plan for another size bucket beats a guess when this launch may not be tuned (not rerunnable).
+  if (!stored && r.bucket != 0 && !q.time_plan) stored = find_stored_plan(sk, false);
   if (stored) {
+    // A stored plan is re-validated like any other. One that fails (a hand-edited or stale file) is a bad
+    // entry: warn, and compute a new plan instead of refusing a launch the policy can serve.
+    try {
+      validate_plan(q, *stored);
+    } catch (const error& bad) {
+      logger()->warn("plan cache file entry for {} ignored ({}: {}); computing a new plan", e.kernel.demangled,
+                     bad.call(), bad.message());
+      stored.reset();
+    }
+  }
+  if (stored) {
+    const std::string match = stored->match;  // cache-file, or cache-file-other-bucket
     e.plan = *stored;
-    validate_plan(q, e.plan);  // a stored plan is re-validated like any other
-    e.plan.match = "cache-file";
+    e.plan.match = match;
   } else {
     e.plan = chosen.choose(q);
     store_plan(sk, e.plan);
@@ -278,7 +292,7 @@ void launch(const launch_request& r) {
   }
   if (grid.count() == 0) return;  // items(0) / grid_stride(0): nothing to do
   CUlaunchConfig cfg;
-  std::array<CUlaunchAttribute, 2> attrs;
+  std::array<CUlaunchAttribute, 3> attrs;
   fill_launch_config(cfg, attrs, e.plan, grid, r.stream);
   if (r.cluster.count() > 1) {
     attrs[cfg.numAttrs] = CUlaunchAttribute{};
