@@ -1,0 +1,420 @@
+// The persistent plan cache file (cache.hpp, "persistent cache file" section).
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache_file.hpp"
+#include "launchfit/cache.hpp"
+#include "launchfit/log.hpp"
+
+namespace lf = launchfit;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+lf::stored_key key(int i, std::uint64_t bucket = 0) {
+  lf::stored_key k;
+  k.device_uuid = "GPU-3f1a2b4c-0000-1111-2222-333344445555";
+  k.cc = 90;
+  k.sm_count = 132;
+  k.driver_version = 12080;
+  k.kernel = lf::kernel_fingerprint(
+      lf::kernel_resources::manual(32, 0, 1024, "_Z6kernel" + std::to_string(i) + "Pf"));
+  k.policy = "bytes_in_flight(per_thread=32,target_per_sm=0)";
+  k.smem_rule = "bytes=0";
+  k.bucket = bucket;
+  return k;
+}
+
+lf::plan sample_plan(int block) {
+  lf::plan p;
+  p.block = lf::dims{static_cast<unsigned>(block), 1, 1};
+  p.block_threads = block;
+  p.blocks_per_sm = 2048 / block;
+  p.sm_count = 132;
+  p.dynamic_smem_bytes = 4096;
+  p.grid = lf::dims{0, 1, 1};
+  p.cluster = lf::dims{2, 1, 1};
+  p.cooperative = true;
+  p.occupancy.block_threads = block;
+  p.occupancy.dynamic_smem_bytes = 4096;
+  p.occupancy.active_blocks_per_sm = 2048 / block;
+  p.occupancy.active_warps_per_sm = 64;
+  p.occupancy.active_threads_per_sm = 2048;
+  p.occupancy.occupancy = 1.0;
+  p.occupancy.limiters = lf::limit_warps | lf::limit_registers;
+  p.occupancy.blocks_limit_warps = 8;
+  p.occupancy.blocks_limit_registers = 8;
+  p.occupancy.blocks_limit_shared_memory = 40;
+  p.occupancy.blocks_limit_blocks = 32;
+  p.occupancy.allocated_regs_per_block = 8192;
+  p.occupancy.allocated_smem_per_block_bytes = 5248;
+  p.policy = "bytes_in_flight(per_thread=32,target_per_sm=0)";
+  p.reason = "16 warps/SM x 32 x 32 B = 16 KB";
+  p.warning = "target unreachable";
+  p.trials = 7;
+  p.tuning_ms = 12.5;
+  return p;
+}
+
+void expect_same_plan(const lf::plan& a, const lf::plan& b) {
+  EXPECT_EQ(a.block, b.block);
+  EXPECT_EQ(a.block_threads, b.block_threads);
+  EXPECT_EQ(a.blocks_per_sm, b.blocks_per_sm);
+  EXPECT_EQ(a.sm_count, b.sm_count);
+  EXPECT_EQ(a.dynamic_smem_bytes, b.dynamic_smem_bytes);
+  EXPECT_EQ(a.grid, b.grid);
+  EXPECT_EQ(a.cluster, b.cluster);
+  EXPECT_EQ(a.cooperative, b.cooperative);
+  EXPECT_EQ(a.occupancy.active_blocks_per_sm, b.occupancy.active_blocks_per_sm);
+  EXPECT_EQ(a.occupancy.active_warps_per_sm, b.occupancy.active_warps_per_sm);
+  EXPECT_EQ(a.occupancy.occupancy, b.occupancy.occupancy);
+  EXPECT_EQ(a.occupancy.limiters, b.occupancy.limiters);
+  EXPECT_EQ(a.occupancy.blocks_limit_shared_memory, b.occupancy.blocks_limit_shared_memory);
+  EXPECT_EQ(a.occupancy.allocated_smem_per_block_bytes, b.occupancy.allocated_smem_per_block_bytes);
+  EXPECT_EQ(a.policy, b.policy);
+  EXPECT_EQ(a.reason, b.reason);
+  EXPECT_EQ(a.warning, b.warning);
+  EXPECT_EQ(a.trials, b.trials);
+  EXPECT_EQ(a.tuning_ms, b.tuning_ms);
+}
+
+// A scratch directory and a logger that counts launchfit's warnings.
+class CacheFile : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("launchfit-cache-test-" + std::to_string(::getpid()) + "-" +
+                                        testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    file_ = dir_ / "plans.json";
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
+    lf::set_logger(std::make_shared<spdlog::logger>("launchfit-test", sink));
+  }
+  void TearDown() override {
+    lf::close_cache_file();
+    lf::set_logger(nullptr);
+    fs::remove_all(dir_);
+  }
+  int warnings() const {
+    const std::string s = log_.str();
+    int n = 0;
+    for (auto pos = s.find("[warning]"); pos != std::string::npos; pos = s.find("[warning]", pos + 1)) ++n;
+    return n;
+  }
+
+  fs::path dir_, file_;
+  std::ostringstream log_;
+};
+
+}  // namespace
+
+TEST(KernelFingerprint, NamesEveryAttributeThatInvalidatesAPlan) {
+  auto k = lf::kernel_resources::manual(40, 1024, 256, "_Z6reducePKfPfi");
+  k.local_bytes_per_thread = 16;
+  k.ptx_version = 90;
+  k.binary_version = 90;
+  EXPECT_EQ(lf::kernel_fingerprint(k), "_Z6reducePKfPfi|40|1024|16|256|90|90");
+}
+
+TEST_F(CacheFile, RoundTripsEveryPlanField) {
+  lf::set_cache_file(file_.string());
+  EXPECT_EQ(lf::stored_plan_count(), 0u);
+  EXPECT_FALSE(fs::exists(file_));  // created on first write
+  for (int i = 0; i < 3; ++i) lf::store_plan(key(i), sample_plan(128 << i));
+  EXPECT_EQ(lf::stored_plan_count(), 3u);
+
+  lf::close_cache_file();
+  EXPECT_EQ(lf::stored_plan_count(), 0u);
+  EXPECT_FALSE(lf::find_stored_plan(key(0)));
+
+  lf::set_cache_file(file_.string());
+  EXPECT_EQ(lf::stored_plan_count(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const auto p = lf::find_stored_plan(key(i));
+    ASSERT_TRUE(p);
+    expect_same_plan(*p, sample_plan(128 << i));
+    EXPECT_EQ(p->match, "cache-file");
+  }
+  EXPECT_EQ(warnings(), 0) << log_.str();
+
+  const auto doc = nlohmann::json::parse(slurp(file_));
+  EXPECT_EQ(doc["format"], "launchfit-plan-cache");
+  EXPECT_EQ(doc["version"], 1);
+  ASSERT_EQ(doc["entries"].size(), 3u);
+  EXPECT_EQ(doc["entries"][0]["key"]["device_uuid"], "GPU-3f1a2b4c-0000-1111-2222-333344445555");
+  EXPECT_EQ(doc["entries"][0]["plan"]["occupancy"]["limiters"], lf::limit_warps | lf::limit_registers);
+  // Nothing left behind but the file and its lock.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) files += e.path().filename() != "plans.json.lock";
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(CacheFile, KeysAreExactAndOtherBucketsAreOptIn) {
+  lf::set_cache_file(file_.string());
+  lf::store_plan(key(1, 10), sample_plan(128));
+  lf::store_plan(key(1, 20), sample_plan(256));
+  EXPECT_FALSE(lf::find_stored_plan(key(1, 14)));
+  auto near = lf::find_stored_plan(key(1, 14), /*exact=*/false);
+  ASSERT_TRUE(near);
+  EXPECT_EQ(near->block_threads, 128);  // the nearest bucket
+  EXPECT_EQ(near->match, "cache-file-other-bucket");
+  EXPECT_EQ(lf::find_stored_plan(key(1, 20), false)->match, "cache-file");
+
+  auto other = key(1, 10);
+  other.driver_version = 12090;  // a new driver never reuses a plan
+  EXPECT_FALSE(lf::find_stored_plan(other, false));
+  other = key(1, 10);
+  other.kernel = lf::kernel_fingerprint(lf::kernel_resources::manual(33, 0, 1024, "_Z6kernel1Pf"));
+  EXPECT_FALSE(lf::find_stored_plan(other, false));
+
+  lf::store_plan(key(1, 10), sample_plan(512));  // one entry per key: the newest wins
+  EXPECT_EQ(lf::find_stored_plan(key(1, 10))->block_threads, 512);
+  EXPECT_EQ(lf::stored_plan_count(), 2u);
+}
+
+TEST_F(CacheFile, IgnoresUnknownFieldsAndSkipsBadEntries) {
+  lf::set_cache_file(file_.string());
+  lf::store_plan(key(0), sample_plan(128));
+  lf::store_plan(key(1), sample_plan(256));
+  lf::close_cache_file();
+
+  auto doc = nlohmann::json::parse(slurp(file_));
+  doc["written_by"] = "a newer launchfit";
+  doc["entries"][0]["plan"]["future_field"] = {1, 2, 3};
+  doc["entries"][1]["plan"]["block"] = "256";  // wrong type
+  doc["entries"].push_back(42);
+  doc["entries"].push_back({{"key", {{"cc", 90}}}, {"plan", {{"block", {128, 1, 1}}}}});  // incomplete key
+  auto bad_block = doc["entries"][0];
+  bad_block["key"]["bucket"] = 99;
+  bad_block["plan"]["block"] = {2048, 1, 1};
+  doc["entries"].push_back(bad_block);
+  write_text(file_, doc.dump());
+
+  lf::set_cache_file(file_.string());
+  EXPECT_EQ(lf::stored_plan_count(), 1u);
+  ASSERT_TRUE(lf::find_stored_plan(key(0)));
+  EXPECT_EQ(lf::find_stored_plan(key(0))->block_threads, 128);
+  EXPECT_EQ(warnings(), 1) << log_.str();
+  EXPECT_NE(log_.str().find("skipped 4 bad entries (entry 1: 'block' is not an array of 3)"),
+            std::string::npos)
+      << log_.str();
+}
+
+TEST_F(CacheFile, TruncatedFileIsIgnoredOnceAndReplaced) {
+  lf::set_cache_file(file_.string());
+  lf::store_plan(key(0), sample_plan(128));
+  lf::close_cache_file();
+  const std::string full = slurp(file_);
+  write_text(file_, full.substr(0, full.size() / 2));
+
+  lf::set_cache_file(file_.string());
+  EXPECT_EQ(lf::stored_plan_count(), 0u);
+  EXPECT_EQ(warnings(), 1) << log_.str();
+  EXPECT_NE(log_.str().find("not valid JSON (truncated?); it will be replaced"), std::string::npos)
+      << log_.str();
+  lf::store_plan(key(1), sample_plan(256));
+  EXPECT_EQ(warnings(), 1) << log_.str();
+  EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 1u);
+}
+
+TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
+  for (const std::string content :
+       {std::string(R"({"format":"launchfit-plan-cache","version":2,"entries":[]})"),
+        std::string(R"({"name":"my-project","dependencies":{}})"), std::string("[1,2,3]"),
+        std::string("\x7f"
+                    "ELF\x02\x01\x01 binary",
+                    16),
+        std::string(R"({"format":"launchfit-plan-cache")")}) {
+    SCOPED_TRACE(content);
+    log_.str("");
+    write_text(file_, content);
+    lf::set_cache_file(file_.string());
+    EXPECT_EQ(lf::stored_plan_count(), 0u);
+    EXPECT_EQ(warnings(), 1) << log_.str();
+    lf::store_plan(key(0), sample_plan(128));
+    ASSERT_TRUE(lf::find_stored_plan(key(0)));  // kept in memory
+    const bool ours = content.find("launchfit-plan-cache") != std::string::npos &&
+                      content.find("\"version\":2") == std::string::npos;
+    if (ours) {
+      EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 1u);  // a truncated one of ours
+    } else {
+      EXPECT_EQ(slurp(file_), content);
+    }
+    EXPECT_EQ(warnings(), 1) << log_.str();
+    lf::close_cache_file();
+  }
+}
+
+TEST_F(CacheFile, UnwritableDirectoryWarnsOnceAndKeepsPlansInMemory) {
+  // A regular file where the directory should be: unwritable even for root.
+  write_text(dir_ / "not-a-dir", "x");
+  lf::set_cache_file((dir_ / "not-a-dir" / "plans.json").string());
+  for (int i = 0; i < 3; ++i) EXPECT_NO_THROW(lf::store_plan(key(i), sample_plan(128)));
+  EXPECT_EQ(lf::stored_plan_count(), 3u);
+  EXPECT_TRUE(lf::find_stored_plan(key(2)));
+  EXPECT_EQ(warnings(), 1) << log_.str();
+  EXPECT_NE(log_.str().find("cannot write it"), std::string::npos) << log_.str();
+}
+
+TEST_F(CacheFile, FrozenModeNeverWrites) {
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::frozen);
+  lf::store_plan(key(0), sample_plan(128));
+  EXPECT_FALSE(fs::exists(file_));
+  EXPECT_FALSE(fs::exists(dir_ / "plans.json.lock"));
+  EXPECT_EQ(lf::stored_plan_count(), 0u);
+
+  lf::set_cache_file(file_.string());
+  lf::store_plan(key(0), sample_plan(128));
+  const std::string before = slurp(file_);
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::frozen);
+  EXPECT_EQ(lf::find_stored_plan(key(0))->block_threads, 128);  // reads still work
+  lf::store_plan(key(1), sample_plan(256));
+  EXPECT_FALSE(lf::find_stored_plan(key(1)));
+  EXPECT_EQ(slurp(file_), before);
+}
+
+TEST_F(CacheFile, WritersMergeWhatOthersWrote) {
+  lf::set_cache_file(file_.string());
+  lf::store_plan(key(0), sample_plan(128));
+  // Another process adds an entry behind our back.
+  auto contents = lf::detail::parse_cache_file(slurp(file_));
+  contents.entries.push_back({key(1), sample_plan(256)});
+  write_text(file_, lf::detail::serialize_cache_file(contents.entries));
+  lf::store_plan(key(2), sample_plan(512));
+  EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 3u);
+  EXPECT_EQ(lf::find_stored_plan(key(1))->block_threads, 256);  // and we see it now
+
+  // A file edited by hand (any JSON layout) merges the same way.
+  auto doc = nlohmann::json::parse(slurp(file_));
+  doc["entries"].push_back(nlohmann::json::parse(lf::detail::cache_file_line({key(3), sample_plan(64)})));
+  write_text(file_, doc.dump(2));
+  lf::store_plan(key(4), sample_plan(32));
+  EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 5u);
+  EXPECT_EQ(lf::find_stored_plan(key(3))->block_threads, 64);
+  EXPECT_EQ(warnings(), 0) << log_.str();
+}
+
+TEST(CacheFileFormat, LineLayoutParsesLikeTheFullParser) {
+  std::vector<lf::detail::stored_entry> entries;
+  for (int i = 0; i < 5; ++i) entries.push_back({key(i), sample_plan(32 << i)});
+  const std::string text = lf::detail::serialize_cache_file(entries);
+  std::vector<lf::detail::stored_entry> fast;
+  ASSERT_TRUE(lf::detail::parse_cache_file_lines(text, {}, fast));
+  ASSERT_EQ(fast.size(), 5u);
+  for (int i = 0; i < 5; ++i) expect_same_plan(fast[i].plan, entries[i].plan);
+  // Known lines are skipped.
+  const std::string second = lf::detail::cache_file_line(entries[1]);
+  fast.clear();
+  ASSERT_TRUE(lf::detail::parse_cache_file_lines(
+      text, [&](std::string_view l) { return l == second; }, fast));
+  EXPECT_EQ(fast.size(), 4u);
+  // Anything else is left to the full parser.
+  fast.clear();
+  EXPECT_FALSE(lf::detail::parse_cache_file_lines(nlohmann::json::parse(text).dump(), {}, fast));
+  EXPECT_FALSE(lf::detail::parse_cache_file_lines(text.substr(0, text.size() - 1), {}, fast));
+  EXPECT_TRUE(lf::detail::parse_cache_file_lines(lf::detail::serialize_cache_file({}), {}, fast));
+}
+
+TEST_F(CacheFile, ConcurrentWritersFromTwoProcessesLoseNothing) {
+  constexpr int per_child = 200;
+  pid_t children[2];
+  for (int c = 0; c < 2; ++c) {
+    children[c] = ::fork();
+    ASSERT_GE(children[c], 0);
+    if (children[c] == 0) {
+      lf::set_cache_file(file_.string());
+      for (int i = 0; i < per_child; ++i) lf::store_plan(key(c * per_child + i), sample_plan(32 << (i % 5)));
+      ::_exit(lf::stored_plan_count() >= per_child ? 0 : 1);
+    }
+  }
+  for (pid_t child : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  lf::set_cache_file(file_.string());
+  EXPECT_EQ(lf::stored_plan_count(), 2u * per_child);
+  for (int i = 0; i < 2 * per_child; ++i) ASSERT_TRUE(lf::find_stored_plan(key(i))) << i;
+  EXPECT_EQ(warnings(), 0) << log_.str();
+}
+
+// LAUNCHFIT_CACHE is read once per process: these run in a fresh child process each.
+class CacheFileEnv : public CacheFile {
+ protected:
+  void SetUp() override {
+    CacheFile::SetUp();
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    write_text(file_, lf::detail::serialize_cache_file({{key(0), sample_plan(128)}}));
+  }
+};
+
+TEST_F(CacheFileEnv, ReadWriteFromTheEnvironment) {
+  EXPECT_EXIT(
+      {
+        setenv("LAUNCHFIT_CACHE", file_.c_str(), 1);
+        const bool found = lf::find_stored_plan(key(0)).has_value();
+        lf::store_plan(key(1), sample_plan(256));
+        std::exit(found && lf::detail::parse_cache_file(slurp(file_)).entries.size() == 2 ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+TEST_F(CacheFileEnv, FrozenFromTheEnvironment) {
+  EXPECT_EXIT(
+      {
+        setenv("LAUNCHFIT_CACHE", file_.c_str(), 1);
+        setenv("LAUNCHFIT_CACHE_MODE", "frozen", 1);
+        const std::string before = slurp(file_);
+        const bool found = lf::find_stored_plan(key(0)).has_value();
+        lf::store_plan(key(1), sample_plan(256));
+        std::exit(found && slurp(file_) == before && lf::stored_plan_count() == 1 ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+TEST(CacheFileFormat, ParserNeverThrowsOnOddInput) {
+  using lf::detail::cache_file_status;
+  EXPECT_EQ(lf::detail::parse_cache_file("").status, cache_file_status::empty);
+  EXPECT_EQ(lf::detail::parse_cache_file(" \n").status, cache_file_status::empty);
+  EXPECT_EQ(lf::detail::parse_cache_file("null").status, cache_file_status::foreign);
+  EXPECT_EQ(lf::detail::parse_cache_file(std::string(100000, '[')).status, cache_file_status::foreign);
+  EXPECT_EQ(lf::detail::parse_cache_file(R"({"format":"launchfit-plan-cache","version":1.0})").status,
+            cache_file_status::wrong_version);
+  EXPECT_EQ(lf::detail::parse_cache_file(R"({"format":"launchfit-plan-cache","version":1})").status,
+            cache_file_status::corrupt);
+  const auto c = lf::detail::parse_cache_file(
+      R"({"format":"launchfit-plan-cache","version":1,"entries":[{"key":{},"plan":{}},{"key":[],"plan":1}]})");
+  EXPECT_EQ(c.status, cache_file_status::ok);
+  EXPECT_EQ(c.skipped, 2u);
+}
+
+TEST(CacheFileFormat, InvalidUtf8IsWrittenNotThrown) {
+  lf::detail::stored_entry e{key(0), sample_plan(128)};
+  e.plan.reason = "bad \xff\xfe byte";
+  const std::string text = lf::detail::serialize_cache_file({e});
+  const auto back = lf::detail::parse_cache_file(text);
+  ASSERT_EQ(back.entries.size(), 1u);
+  EXPECT_EQ(back.entries[0].key.kernel, e.key.kernel);
+}
