@@ -1,0 +1,385 @@
+// Bad inputs, on the CPU: every refusal is a launchfit::error whose message names the kernel, the plan and
+// the limit it broke; the few inputs that are not errors (zero items, an unusable cache file) do what the
+// documentation promises. tests/BAD-INPUT.md lists every row of the table and the test that covers it;
+// rows already covered by another test file are not repeated here. Launch-level rows (what reaches the
+// driver, and that nothing runs) are in tests/gpu/bad-input-test.cu.
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include "launchfit/cache.hpp"
+#include "launchfit/error.hpp"
+#include "launchfit/launch.hpp"
+#include "launchfit/log.hpp"
+#include "launchfit/policy.hpp"
+
+namespace lf = launchfit;
+namespace fs = std::filesystem;
+
+namespace {
+
+lf::query h200(int regs = 32, std::size_t static_smem = 0, int max_threads = 1024) {
+  lf::query q;
+  q.device = lf::device_limits::for_arch("H200");
+  q.kernel = lf::kernel_resources::manual(regs, static_smem, max_threads, "void my_kernel<float>(float*, int)");
+  return q;
+}
+
+template <class F>
+lf::error error_of(F&& f) {
+  try {
+    f();
+  } catch (const lf::error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no launchfit::error thrown";
+  return lf::error("(none)", "(none)", "(none)");
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A plan-validation refusal: the code, the check, the kernel and the plan are all in the error.
+void expect_plan_error(const lf::error& e, const std::string& check, const std::string& message_part) {
+  EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_INVALID_PLAN") << e.what();
+  EXPECT_EQ(e.call(), "validate(" + check + ")") << e.what();
+  EXPECT_EQ(e.kernel(), "void my_kernel<float>(float*, int)") << e.what();
+  EXPECT_TRUE(has(e.config(), "block=")) << e.what();
+  EXPECT_TRUE(has(e.message(), message_part)) << e.what();
+  // what() alone is enough to act on: it repeats every part.
+  const std::string what = e.what();
+  EXPECT_TRUE(has(what, "my_kernel") && has(what, message_part) && has(what, e.config())) << what;
+}
+
+// Any plan a third-party policy may return (the built-ins cannot produce most of these).
+struct shaped_params {
+  int block_x = 128, block_y = 1, block_z = 1;
+  int grid_x = 0, grid_y = 1, grid_z = 1;
+  int blocks_per_sm = 0;
+  bool cooperative = false;
+  static constexpr std::array<const char*, 8> names{"block_x", "block_y", "block_z", "grid_x",
+                                                    "grid_y",  "grid_z",  "blocks_per_sm", "cooperative"};
+};
+
+class shaped_policy final : public lf::param_policy<shaped_policy, shaped_params> {
+ public:
+  static constexpr const char* policy_name = "test_shaped";
+  using param_policy::param_policy;
+
+ protected:
+  lf::plan choose_impl(const lf::query&) const override {
+    lf::plan p;
+    p.block = lf::dims{static_cast<unsigned>(params_.block_x), static_cast<unsigned>(params_.block_y),
+                       static_cast<unsigned>(params_.block_z)};
+    p.grid = lf::dims{static_cast<unsigned>(params_.grid_x), static_cast<unsigned>(params_.grid_y),
+                      static_cast<unsigned>(params_.grid_z)};
+    p.blocks_per_sm = params_.blocks_per_sm;
+    p.cooperative = params_.cooperative;
+    p.reason = "shaped by the test";
+    return p;
+  }
+};
+
+lf::plan plan_of(int block, int blocks_per_sm, int sms, bool cooperative = false, unsigned grid = 0) {
+  lf::plan p;
+  p.block = {static_cast<unsigned>(block), 1, 1};
+  p.block_threads = block;
+  p.blocks_per_sm = blocks_per_sm;
+  p.sm_count = sms;
+  p.cooperative = cooperative;
+  p.grid = {grid, 1, 1};
+  return p;
+}
+
+// Captures the "launchfit" logger's output for one test.
+class captured_log {
+ public:
+  captured_log() {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    auto l = std::make_shared<spdlog::logger>("launchfit", sink);
+    l->set_level(spdlog::level::debug);
+    l->set_pattern("[%l] %v");
+    lf::set_logger(l);
+  }
+  ~captured_log() { lf::set_logger(nullptr); }
+  captured_log(const captured_log&) = delete;
+  captured_log& operator=(const captured_log&) = delete;
+  std::string text() const { return out_.str(); }
+  int warnings() const {
+    int n = 0;
+    const std::string t = out_.str();
+    for (std::size_t at = t.find("[warning]"); at != std::string::npos; at = t.find("[warning]", at + 1)) ++n;
+    return n;
+  }
+
+ private:
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+// ---- the kernel -------------------------------------------------------------------------------------------
+// (a null runtime-API function pointer needs the CUDA runtime to compile: tests/gpu/bad-input-test.cu)
+
+TEST(BadKernel, EmptyDriverKernelIsRefusedBeforeAnyCudaCall) {
+  const lf::kernel empty;
+  ASSERT_FALSE(empty.valid());
+  for (int i = 0; i < 2; ++i) {
+    const lf::error e = error_of([&] {
+      if (i == 0) lf::launch(empty, lf::max_occupancy().items(10), 1, 2.0f);
+      if (i == 1) (void)lf::plan_for(empty, lf::fixed(64));
+    });
+    EXPECT_EQ(e.call(), "launchfit::launch") << e.what();
+    EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_INVALID_HANDLE") << e.what();
+    EXPECT_EQ(e.message(), "null or empty kernel") << e.what();
+  }
+}
+
+// ---- the block ----------------------------------------------------------------------------------------------
+
+TEST(BadBlock, EveryDimensionAndTheProductAreChecked) {
+  const lf::query q = h200();
+  // x*y*z above 1024 although every dimension is legal.
+  expect_plan_error(error_of([&] { shaped_policy{{32, 64, 1}}.choose(q); }), "block",
+                    "block of 2048 threads exceeds the device maximum 1024");
+  expect_plan_error(error_of([&] { shaped_policy{{1, 1, 128}}.choose(q); }), "block",
+                    "block dimension z=128 exceeds the device maximum 64");
+  expect_plan_error(error_of([&] { shaped_policy{{2048, 1, 1}}.choose(q); }), "block",
+                    "block dimension x=2048 exceeds the device maximum 1024");
+  expect_plan_error(error_of([&] { shaped_policy{{64, 0, 1}}.choose(q); }), "block", "block of 0 threads");
+  // A negative block from the caller is a block of no threads, not a huge unsigned one.
+  expect_plan_error(error_of([&] { lf::fixed_policy{{-5, 0}}.choose(q); }), "block", "block of 0 threads");
+  // 16x16 under __launch_bounds__(128).
+  expect_plan_error(error_of([&] { shaped_policy{{16, 16, 1}}.choose(h200(32, 0, 128)); }), "block",
+                    "256 threads exceeds the kernel's maxThreadsPerBlock 128 (its __launch_bounds__");
+}
+
+TEST(BadBlock, PolicyStringsWithBadNumbersNameTheColumn) {
+  for (const char* text : {"fixed(block=99999999999)", "fixed(block=abc)", "fixed(block=1.5)"}) {
+    SCOPED_TRACE(text);
+    const lf::error e = error_of([&] { lf::policy_from_string(text); });
+    EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_BAD_POLICY_STRING") << e.what();
+    EXPECT_TRUE(has(e.message(), "col 13: policy 'fixed': parameter 'block'")) << e.what();
+  }
+  const lf::error neg = error_of([] { lf::policy_from_string("fixed(grid=-1)")->choose(h200()); });
+  EXPECT_EQ(neg.cuda_error(), "LAUNCHFIT_INVALID_POLICY") << neg.what();
+  EXPECT_TRUE(has(neg.message(), "grid must be >= 0")) << neg.what();
+  EXPECT_EQ(neg.kernel(), "void my_kernel<float>(float*, int)");
+}
+
+// ---- shared memory ------------------------------------------------------------------------------------------
+
+TEST(BadSmem, DynamicAboveTheOptInMaximumIsRefusedByEveryPolicy) {
+  lf::query q = h200();
+  const std::size_t optin = q.device.smem_per_block_optin_bytes;
+  ASSERT_EQ(optin, 227u * 1024);
+  q.dynamic_smem_bytes = optin + 1;
+  const std::string limit = "exceeds the opt-in maximum " + std::to_string(optin) + " B per block";
+  const std::shared_ptr<const lf::policy> policies[] = {
+      std::make_shared<lf::max_occupancy_policy>(), std::make_shared<lf::bytes_in_flight_policy>(),
+      std::make_shared<lf::fixed_policy>(), std::make_shared<lf::cooperative_policy>(),
+      std::make_shared<lf::constant_block_policy>()};
+  for (const auto& p : policies) {
+    SCOPED_TRACE(p->to_string());
+    const lf::error e = error_of([&] { p->choose(q); });
+    expect_plan_error(e, "smem", limit);
+    EXPECT_TRUE(has(e.message(), "0 static + " + std::to_string(optin + 1) + " dynamic")) << e.what();
+    EXPECT_TRUE(has(e.config(), "policy=" + p->to_string())) << e.what();
+  }
+}
+
+TEST(BadSmem, StaticPlusDynamicAndPerBlockRulesAreCheckedTogether) {
+  lf::query q = h200(32, 48 * 1024);
+  q.dynamic_smem_bytes = 180 * 1024;  // fine alone, too much with 48 KB of static smem
+  expect_plan_error(error_of([&] { lf::fixed_policy{{256, 0}}.choose(q); }), "smem",
+                    "shared memory 233472 B (49152 static + 184320 dynamic) exceeds the opt-in maximum");
+  // A rule that needs 1 KB per thread fits no block of 256 threads: evaluated at the block chosen.
+  lf::query r = h200();
+  r.smem_per_block = [](int block) { return static_cast<std::size_t>(block) * 1024; };
+  expect_plan_error(error_of([&] { lf::fixed_policy{{256, 0}}.choose(r); }), "smem", "(0 static + 262144 dynamic)");
+  // max_occupancy searches for a block the rule allows instead of refusing.
+  const lf::plan p = lf::max_occupancy_policy{}.choose(r);
+  EXPECT_LE(p.dynamic_smem_bytes, r.device.smem_per_block_optin_bytes);
+  EXPECT_EQ(p.dynamic_smem_bytes, static_cast<std::size_t>(p.block_threads) * 1024);
+}
+
+// ---- the grid -------------------------------------------------------------------------------------------------
+
+TEST(BadGrid, FixedGridOutsideTheDeviceLimitsIsRefused) {
+  const lf::query q = h200();
+  expect_plan_error(error_of([&] { shaped_policy{{128, 1, 1, 4, 65536, 1}}.choose(q); }), "grid",
+                    "grid dimension y=65536 outside 1..65535");
+  expect_plan_error(error_of([&] { shaped_policy{{128, 1, 1, 4, 1, 0}}.choose(q); }), "grid",
+                    "grid dimension z=0 outside 1..65535");
+  // fixed(grid) is an int: its largest value is the device's x limit, which is legal.
+  const lf::plan widest = lf::fixed_policy{{128, std::numeric_limits<int>::max()}}.choose(q);
+  EXPECT_EQ(widest.grid.x, 2147483647u);
+}
+
+TEST(BadGrid, ItemsThatOverflowTheGridNameTheNumbersAndTheFix) {
+  const lf::plan p = plan_of(32, 1, 132);
+  const lf::error e = error_of([&] { lf::grid_for(p, {lf::work::shape::items, 1ull << 40, 1}); });
+  EXPECT_EQ(e.call(), "grid_for");
+  EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_EQ(e.message(),
+            "items(1099511627776) with 32 items per block needs 34359738368 blocks, above the grid limit "
+            "2147483647; use grid_stride() or per_thread()");
+  EXPECT_TRUE(has(e.config(), "block=32")) << e.what();
+  // The largest size_t n, with the largest block and per-thread count: no arithmetic overflow.
+  const lf::error max_n = error_of([] {
+    lf::grid_for(plan_of(1024, 2, 132), {lf::work::shape::items, std::numeric_limits<std::uint64_t>::max(), 1});
+  });
+  EXPECT_TRUE(has(max_n.message(), "needs 18014398509481984 blocks")) << max_n.what();
+  const lf::dims g = lf::grid_for(plan_of(1024, 2, 132), {lf::work::shape::items,
+                                                          std::numeric_limits<std::uint64_t>::max(),
+                                                          std::numeric_limits<std::uint32_t>::max()});
+  EXPECT_EQ(g.x, 4194305u);  // ceil(2^64-1 / (1024 x (2^32-1)))
+  // A device reporting a smaller limit is honoured.
+  EXPECT_THROW(lf::grid_for(plan_of(256, 1, 1), {lf::work::shape::items, 65536ull * 256 + 1, 1}, 65535), lf::error);
+  EXPECT_EQ(lf::grid_for(plan_of(256, 1, 1), {lf::work::shape::items, 65535ull * 256, 1}, 65535).x, 65535u);
+  // grid_stride never overflows: it is capped at the resident blocks.
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::grid_stride, std::numeric_limits<std::uint64_t>::max(), 1}).x, 132u);
+}
+
+// ---- cooperative grids ----------------------------------------------------------------------------------------
+
+TEST(BadCooperative, NoBlockFitsBecauseOfRegisters) {
+  // 255 registers x 512 threads: 130 560 registers, more than an SM's 65 536.
+  const lf::error e = error_of([] { lf::cooperative_policy{{0, 512}}.choose(h200(255)); });
+  expect_plan_error(e, "occupancy", "no block of 512 threads with 0 B dynamic smem fits on an SM");
+  EXPECT_TRUE(has(e.message(), "registers")) << e.what();
+  EXPECT_TRUE(has(e.config(), "cooperative")) << e.what();
+}
+
+TEST(BadCooperative, AFixedGridAboveCoResidencyIsRefused) {
+  // 1024-thread blocks: 2 per SM x 132 SMs co-reside.
+  const lf::error e =
+      error_of([] { shaped_policy{{1024, 1, 1, 265, 1, 1, 0, true}}.choose(h200()); });
+  expect_plan_error(e, "cooperative", "cooperative grid of 265 blocks exceeds the 264 that co-reside");
+  const lf::plan ok = shaped_policy{{1024, 1, 1, 264, 1, 1, 0, true}}.choose(h200());
+  EXPECT_EQ(ok.grid.x, 264u);
+}
+
+// ---- zero work: the documented no-op ----------------------------------------------------------------------------
+
+TEST(ZeroWork, EveryShapeOfNoItemsGivesAnEmptyGrid) {
+  const lf::plan computed = plan_of(256, 4, 132);
+  const lf::plan fixed_grid = plan_of(256, 4, 132, false, 80);
+  const lf::plan coop = plan_of(256, 4, 132, true);
+  for (const lf::plan& p : {computed, fixed_grid, coop}) {
+    SCOPED_TRACE(p.to_string());
+    for (const lf::work& w : {lf::work{lf::work::shape::items, 0, 1}, lf::work{lf::work::shape::items, 0, 8},
+                              lf::work{lf::work::shape::grid_stride, 0, 1}}) {
+      lf::dims g{};
+      EXPECT_NO_THROW(g = lf::grid_for(p, w));
+      EXPECT_EQ(g.count(), 0u);
+    }
+  }
+  // No work shape at all is not "zero items": a fixed grid is launched as given, else one full wave.
+  EXPECT_EQ(lf::grid_for(fixed_grid, lf::work{}).x, 80u);
+  EXPECT_EQ(lf::grid_for(computed, lf::work{}).x, 528u);
+}
+
+// ---- policies -------------------------------------------------------------------------------------------------
+
+TEST(BadPolicy, NullAndUnknownPoliciesThroughUse) {
+  const lf::error null_policy = error_of([] { lf::use(std::shared_ptr<const lf::policy>{}); });
+  EXPECT_EQ(null_policy.cuda_error(), "LAUNCHFIT_INVALID_POLICY");
+  EXPECT_EQ(null_policy.message(), "null policy");
+  const lf::error unknown = error_of([] { lf::use("max_occupency(block=1)"); });
+  EXPECT_EQ(unknown.cuda_error(), "LAUNCHFIT_BAD_POLICY_STRING");
+  EXPECT_TRUE(has(unknown.message(), "col 1: unknown policy 'max_occupency' (known: ")) << unknown.what();
+  EXPECT_TRUE(has(unknown.message(), "max_occupancy")) << unknown.what();
+  const lf::error bad_param = error_of([] { lf::use("cooperative(block_per_sm=2)"); });
+  EXPECT_TRUE(has(bad_param.message(), "col 13: policy 'cooperative': unknown parameter 'block_per_sm' (known: "
+                                       "blocks_per_sm, block)"))
+      << bad_param.what();
+}
+
+TEST(BadPolicy, EmptyDeviceLimitsAreRefusedNotDividedBy) {
+  lf::query q;  // no device
+  q.kernel = lf::kernel_resources::manual(32, 0, 1024, "k");
+  const lf::error e = error_of([&] { lf::max_occupancy_policy{}.choose(q); });
+  EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_INVALID_QUERY");
+  EXPECT_EQ(e.message(), "device limits are empty");
+  EXPECT_EQ(e.kernel(), "k");
+}
+
+TEST(BadPolicy, AnOverrideThatIsValidSyntaxButAnInvalidPlanIsRefusedAtTheKernel) {
+  lf::set_policy_overrides("my_kernel=fixed(block=2048)");
+  const auto chosen = lf::policy_override_for("void my_kernel<float>(float*, int)");
+  ASSERT_TRUE(chosen);
+  expect_plan_error(error_of([&] { chosen->choose(h200()); }), "block",
+                    "block dimension x=2048 exceeds the device maximum 1024");
+  // A bad replacement is refused and the overrides in force stay as they were.
+  const lf::error e = error_of([] { lf::set_policy_overrides("my_kernel=fixed(block=256);x=fixed(blok=1)"); });
+  EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_BAD_POLICY_STRING");
+  EXPECT_TRUE(has(e.message(), "col 36: policy 'fixed': unknown parameter 'blok'")) << e.what();
+  const auto still = lf::policy_override_for("my_kernel");
+  ASSERT_TRUE(still);
+  EXPECT_EQ(still->to_string(), "fixed(block=2048,grid=0)");
+  lf::set_policy_overrides("");
+  EXPECT_FALSE(lf::policy_override_for("my_kernel"));
+}
+
+// ---- cache file (more shapes of unusable file; the main ones are in cache-file-test.cpp) --------------------------
+
+class BadCacheFile : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("launchfit-bad-input-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    lf::close_cache_file();
+    fs::remove_all(dir_);
+  }
+  static lf::stored_key key() {
+    return lf::stored_key{"GPU-00000000-0000-0000-0000-000000000000", 90, 132, 13000,
+                          "my_kernel|32|0|0|1024|90|90", "fixed(block=128,grid=0)", "bytes=0", 0};
+  }
+  static lf::plan sample() {
+    lf::plan p = plan_of(128, 16, 132);
+    p.policy = "fixed(block=128,grid=0)";
+    return p;
+  }
+  fs::path dir_;
+};
+
+TEST_F(BadCacheFile, ADirectoryOrAnEmptyFileWarnsAtMostOnceAndPlansStayInMemory) {
+  {
+    captured_log log;
+    fs::create_directories(dir_ / "plans.json");  // the path names a directory
+    EXPECT_NO_THROW(lf::set_cache_file((dir_ / "plans.json").string()));
+    EXPECT_NO_THROW(lf::store_plan(key(), sample()));
+    EXPECT_NO_THROW(lf::store_plan(key(), sample()));
+    ASSERT_TRUE(lf::find_stored_plan(key()));
+    EXPECT_EQ(lf::find_stored_plan(key())->block_threads, 128);
+    EXPECT_EQ(log.warnings(), 1) << log.text();
+    EXPECT_TRUE(has(log.text(), "plans.json")) << log.text();
+    EXPECT_TRUE(has(log.text(), "plans are kept in memory only")) << log.text();
+    EXPECT_TRUE(fs::is_directory(dir_ / "plans.json"));  // never replaced
+  }
+  {
+    captured_log log;
+    std::ofstream(dir_ / "empty.json").close();  // zero bytes: a new file, not a corrupt one
+    lf::set_cache_file((dir_ / "empty.json").string());
+    lf::store_plan(key(), sample());
+    EXPECT_EQ(log.warnings(), 0) << log.text();
+    lf::set_cache_file((dir_ / "empty.json").string());  // read back
+    ASSERT_TRUE(lf::find_stored_plan(key()));
+    EXPECT_EQ(lf::find_stored_plan(key())->block_threads, 128);
+  }
+}
