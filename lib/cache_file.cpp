@@ -189,7 +189,10 @@ cache_file_contents parse_cache_file(std::string_view text) {
   cache_file_contents out;
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return out;  // empty: a new file
   const bool mentions_format = text.find(cache_file_format) != std::string_view::npos;
-  const json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  // nlohmann::json stops at a NUL byte and ignores the rest; crashes leave zero-filled blocks behind.
+  const bool has_nul = text.find('\0') != std::string_view::npos;
+  const json doc =
+      has_nul ? json(json::value_t::discarded) : json::parse(text.begin(), text.end(), nullptr, false);
   if (doc.is_discarded()) {
     // Ours if it names our format (a truncated launchfit file): replaceable. Otherwise leave it alone.
     out.status = mentions_format ? cache_file_status::corrupt : cache_file_status::foreign;
@@ -270,6 +273,7 @@ bool parse_cache_file_lines(std::string_view text, const std::function<bool(std:
     if (last == (!line.empty() && line.back() == ',')) return false;  // a comma on all lines but the last
     if (!last) line.remove_suffix(1);
     if (known && known(line)) continue;
+    if (line.find('\0') != std::string_view::npos) return false;
     const json entry = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
     if (entry.is_discarded()) return false;
     try {

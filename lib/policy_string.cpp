@@ -108,6 +108,11 @@ class parser {
   std::string number() {
     const std::size_t start = pos_;
     if (peek() == '+' || peek() == '-') ++pos_;
+    if (pos_ > start && is_name_start(peek())) {  // "-inf": how a float parameter prints itself
+      const std::string word = name();
+      if (word == "inf" || word == "nan") return std::string(text_.substr(start, pos_ - start));
+      fail("expected a digit, got " + found(text_, start + 1), start + 1);
+    }
     const std::size_t digits_start = pos_;
     while (is_digit(peek())) ++pos_;
     const std::size_t int_digits = pos_ - digits_start;
@@ -213,12 +218,12 @@ bool glob_match(std::string_view pattern, std::string_view text) noexcept {
   // Iterative, backtracking only to the last '*': O(|pattern| x |text|) at worst.
   std::size_t p = 0, t = 0, star = std::string_view::npos, star_t = 0;
   while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
+    if (p < pattern.size() && pattern[p] == '*') {  // before the literal test: '*' also matches a '*'
       star = p++;
       star_t = t;
+    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
     } else if (star != std::string_view::npos) {
       p = star + 1;
       t = ++star_t;

@@ -7,6 +7,7 @@
 //   value  := name | number
 //   number := [+-]? ( digits [ '.' digits* ] | '.' digits ) [ [eE] [+-]? digits ]
 //             | [+-]? digits ( 'K' | 'KB' | 'M' | 'MB' )       (x 1024, x 1024^2; stored as the product)
+//             | [+-] ( 'inf' | 'nan' )                          (as a float parameter prints itself)
 //
 //   overrides := entry { ';' entry }          (empty entries are ignored)
 //   entry     := ws glob ws '=' policy        (glob: no '=' or ';'; '*' any run, '?' any one character)

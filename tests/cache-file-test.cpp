@@ -410,6 +410,21 @@ TEST(CacheFileFormat, ParserNeverThrowsOnOddInput) {
   EXPECT_EQ(c.skipped, 2u);
 }
 
+TEST(CacheFileFormat, NulBytesMakeAFileCorrupt) {
+  // Found by cache-file-fuzz: nlohmann::json stops at a NUL byte, so a line "{...}\0garbage" was taken by
+  // the line parser while the whole file was rejected. Crashes can leave zero-filled blocks in a file.
+  const std::string good = lf::detail::serialize_cache_file({{key(0), sample_plan(128)}});
+  std::string zeroed = good;
+  zeroed.insert(zeroed.find("}}\n") + 2, std::string(8, '\0') + "{\"x\":1}");
+  const auto c = lf::detail::parse_cache_file(zeroed);
+  EXPECT_EQ(c.status, lf::detail::cache_file_status::corrupt);
+  EXPECT_TRUE(c.entries.empty());
+  std::vector<lf::detail::stored_entry> fast;
+  EXPECT_FALSE(lf::detail::parse_cache_file_lines(zeroed, {}, fast));
+  EXPECT_EQ(lf::detail::parse_cache_file(good + std::string(4, '\0')).status,
+            lf::detail::cache_file_status::corrupt);
+}
+
 TEST(CacheFileFormat, InvalidUtf8IsWrittenNotThrown) {
   lf::detail::stored_entry e{key(0), sample_plan(128)};
   e.plan.reason = "bad \xff\xfe byte";

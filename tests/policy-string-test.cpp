@@ -60,6 +60,37 @@ TEST(PolicyString, ParsedParametersReachThePolicy) {
   EXPECT_EQ(p->hash(), lf::bytes_in_flight_policy({32, 0}).hash());
 }
 
+namespace {
+
+struct float_params {
+  double scale = 1.0;
+  static constexpr std::array<const char*, 1> names{"scale"};
+};
+
+class float_policy final : public lf::param_policy<float_policy, float_params> {
+ public:
+  static constexpr const char* policy_name = "test_float";
+  using param_policy::param_policy;
+
+ protected:
+  lf::plan choose_impl(const lf::query&) const override { return {}; }
+};
+
+}  // namespace
+
+TEST(PolicyString, FloatParametersRoundTripIncludingInfinities) {
+  lf::register_policy<float_policy>();
+  // "-1e999" is -inf, which prints as "-inf": the grammar takes signed inf/nan back.
+  for (const char* text : {"test_float(scale=1.5e-3)", "test_float(scale=-1e999)", "test_float(scale=inf)",
+                           "test_float(scale=nan)", "test_float(scale=+.5)"}) {
+    SCOPED_TRACE(text);
+    const auto p = lf::policy_from_string(text);
+    EXPECT_EQ(lf::policy_from_string(p->to_string())->to_string(), p->to_string());
+  }
+  EXPECT_EQ(lf::policy_from_string("test_float(scale=-1e999)")->to_string(), "test_float(scale=-inf)");
+  lf::unregister_policy("test_float");
+}
+
 TEST(PolicyString, RoundTripsEveryBuiltin) {
   for (const char* text :
        {"max_occupancy", "bytes_in_flight", "bytes_in_flight(per_thread=64,target_per_sm=16384)",
@@ -114,6 +145,7 @@ TEST(PolicyString, EveryErrorNamesItsColumn) {
            bad{"fixed(block=-)", "col 14: expected a digit, got ')'"},
            bad{"fixed(block=1e)", "col 15: expected the exponent's digits"},
            bad{"fixed(block=@)", "col 13: expected a value, got '@'"},
+           bad{"fixed(block=-x)", "col 14: expected a digit, got 'x'"},
            bad{"fixed(block=99999999999999999999K)", "col 13: number too large"},
            bad{"fixed() x", "col 9: unexpected 'x' after ')'"},
            bad{"fixed(block=\x01)", "col 13: expected a value, got byte 0x01"},
@@ -231,6 +263,12 @@ TEST(PolicyOverrides, Globs) {
   EXPECT_FALSE(glob_match("reduce", "reduce2"));
   EXPECT_FALSE(glob_match("?", ""));
   EXPECT_FALSE(glob_match("a*b", "ac"));
+  // Found by policy-overrides-fuzz: a '*' in the pattern facing a '*' in the name was taken as a literal,
+  // so "*\f\f" did not match "*~\f\f".
+  EXPECT_TRUE(glob_match("*\f\f", "*~\f\f"));
+  EXPECT_TRUE(glob_match("*b", "*ab"));
+  EXPECT_TRUE(glob_match("ns::*", "ns::*x"));
+  EXPECT_FALSE(glob_match("*b", "*a"));
   // No exponential blow-up on adversarial patterns.
   EXPECT_FALSE(glob_match("*a*a*a*a*a*a*a*a*a*a*b", std::string(5000, 'a')));
 }
