@@ -1,0 +1,621 @@
+// The autotune plugin: times candidate plans (block size x resident blocks per SM) on the kernel's real
+// arguments through the query's time_plan callback and keeps the fastest. launchfit caches the result per
+// (device, kernel, policy, smem rule, size bucket) and in the cache file, so a kernel is tuned once per
+// bucket and a later process with the file tunes nothing.
+//
+// Only the C ABI of launchfit/plugin.h is used; no exception leaves this file.
+
+#include <launchfit/plugin.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace {
+
+constexpr const char* plugin_name = "autotune";
+constexpr const char* plugin_version = "1.0.0";
+constexpr double tie_fraction = 0.01;            // plans within 1% of the fastest count as equally fast
+constexpr std::size_t max_feedback_keys = 4096;  // bound on the feedback table
+
+// ---- messages ----------------------------------------------------------------------------------------
+
+void write_message(char* buf, std::size_t size, const char* fmt, ...) {
+  if (!buf || size == 0) return;
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, size, fmt, args);
+  va_end(args);
+}
+
+std::string format(const char* fmt, ...) {
+  char buf[LAUNCHFIT_PLAN_REASON_SIZE * 2];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  return buf;
+}
+
+// Three significant digits: "0.412", "0.00312", "12.3".
+std::string ms_text(double ms) { return format("%.3g ms", ms); }
+
+constexpr const char* no_rerun_reason =
+    "autotune times candidate plans by re-running the kernel, which this launch does not allow: mark the "
+    "spec .rerunnable() if re-running is harmless, or give .reset(f) that restores the kernel's data "
+    "(never while a stream is captured)";
+
+// ---- parameters --------------------------------------------------------------------------------------
+
+struct params {
+  int max_trials = 48;  // candidate plans timed at most
+  double max_ms = 200;  // no new trial starts once tuning has taken this long
+  bool bucket = true;   // plans per size bucket (floor(log2 n) + 1); off: one plan for every n
+};
+
+bool parse_bool(const std::string& v, bool& out) {
+  if (v == "on" || v == "true" || v == "1" || v == "yes") {
+    out = true;
+    return true;
+  }
+  if (v == "off" || v == "false" || v == "0" || v == "no") {
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+bool parse_int(const std::string& v, long long lo, long long hi, int& out) {
+  if (v.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || x < lo || x > hi) return false;
+  out = static_cast<int>(x);
+  return true;
+}
+
+bool parse_positive_double(const std::string& v, double& out) {
+  if (v.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(x) || x <= 0) return false;
+  out = x;
+  return true;
+}
+
+// "k=v,k=v" as launchfit passes it (possibly ""); false with a message for an unknown key or a bad value.
+bool parse_params(const char* text, params& p, std::string& message) {
+  const std::string s = text ? text : "";
+  std::size_t begin = 0;
+  while (begin < s.size()) {
+    std::size_t end = s.find(',', begin);
+    if (end == std::string::npos) end = s.size();
+    const std::string item = s.substr(begin, end - begin);
+    begin = end + 1;
+    if (item.empty()) continue;
+    const std::size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+    if (key == "max_trials") {
+      if (!parse_int(value, 1, 100000, p.max_trials)) {
+        message = "max_trials='" + value + "' is not an integer in 1..100000";
+        return false;
+      }
+    } else if (key == "max_ms") {
+      if (!parse_positive_double(value, p.max_ms)) {
+        message = "max_ms='" + value + "' is not a positive number of milliseconds";
+        return false;
+      }
+    } else if (key == "bucket") {
+      if (!parse_bool(value, p.bucket)) {
+        message = "bucket='" + value + "' is not on/off";
+        return false;
+      }
+    } else {
+      message = "unknown parameter '" + key + "' (known: bucket, max_ms, max_trials)";
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- state -------------------------------------------------------------------------------------------
+
+struct measured {
+  std::uint64_t count = 0;
+  double sum_ms = 0;
+  double best_ms = 0;
+};
+
+struct state {
+  params p;  // immutable after create(): choose() reads it without a lock
+  std::mutex feedback_mutex;
+  // Launch times reported through feedback(), per (block x, y, z, blocks per SM).
+  std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::int32_t>, measured> feedback;
+};
+
+// ---- the search --------------------------------------------------------------------------------------
+
+// One block size that fits, with the residency levels (blocks per SM) worth timing for it.
+struct block_option {
+  int threads = 0;
+  int active = 0;  // resident blocks per SM at this size
+  int warps_per_block = 0;
+  std::vector<int> levels;  // blocks_per_sm values, ascending; {0} for items work (as many as fit)
+};
+
+struct trial {
+  int block_index = 0;
+  int level_index = 0;
+  double ms = -1;  // < 0: could not run
+};
+
+class search {
+ public:
+  search(const launchfit_query& q, const params& p) : q_(q), p_(p), start_(clock::now()) {}
+
+  // Returns false with a message when there is nothing to tune.
+  bool build(std::string& why) {
+    const launchfit_device& d = *q_.device;
+    const int warp = d.warp_size > 0 ? d.warp_size : 32;
+    int max_block = q_.max_block_threads;
+    if (max_block <= 0) {
+      max_block = d.max_threads_per_block > 0 ? d.max_threads_per_block : 1024;
+      if (q_.kernel && q_.kernel->max_threads_per_block > 0)
+        max_block = std::min(max_block, q_.kernel->max_threads_per_block);
+    }
+    std::vector<int> sizes;
+    for (int t = warp; t <= max_block; t += warp) sizes.push_back(t);
+    if (sizes.empty() || sizes.back() != max_block) sizes.push_back(max_block);  // e.g. launch bounds of 1000
+
+    const std::uint32_t kind = q_.work_kind;
+    const std::uint64_t per_thread = std::max<std::uint32_t>(q_.work_per_thread, 1);
+    const long long sms = std::max(d.sm_count, 1);
+    for (int t : sizes) {
+      std::size_t smem = static_cast<std::size_t>(q_.dynamic_smem_bytes);
+      if (q_.has_smem_rule && q_.smem_for_block) {
+        smem = q_.smem_for_block(q_.ctx, t);
+        if (smem == SIZE_MAX) continue;  // the rule failed for this size
+      }
+      const int active = q_.active_blocks ? q_.active_blocks(q_.ctx, t, smem) : 0;
+      if (active <= 0) continue;  // nothing fits: not a candidate
+      block_option b;
+      b.threads = t;
+      b.active = active;
+      b.warps_per_block = (t + warp - 1) / warp;
+      if (kind == LAUNCHFIT_WORK_ITEMS) {
+        b.levels = {0};  // grid from n: only the block matters
+      } else {
+        b.levels = residency_levels(active);
+        if (kind == LAUNCHFIT_WORK_GRID_STRIDE && q_.work_n > 0) {
+          // grid = min(blocks needed, blocks_per_sm x SMs): levels past the point where the grid stops
+          // growing launch the same grid; keep the first of them.
+          const std::uint64_t per_block = static_cast<std::uint64_t>(t) * per_thread;
+          const std::uint64_t needed = q_.work_n / per_block + (q_.work_n % per_block != 0);
+          std::vector<int> kept;
+          for (int level : b.levels) {
+            kept.push_back(level);
+            if (static_cast<std::uint64_t>(level) * static_cast<std::uint64_t>(sms) >= needed) break;
+          }
+          b.levels = std::move(kept);
+        }
+      }
+      blocks_.push_back(std::move(b));
+    }
+    if (blocks_.empty()) {
+      why = "autotune: no block size up to " + std::to_string(max_block) + " threads fits on an SM";
+      return false;
+    }
+    timed_.assign(blocks_.size(), {});
+    for (std::size_t i = 0; i < blocks_.size(); ++i) timed_[i].assign(blocks_[i].levels.size(), untimed);
+    return true;
+  }
+
+  // Coarse pass, then refinement around the fastest plans, within the trial and time budgets.
+  void run() {
+    for (const auto& [bi, li] : coarse_plan()) {
+      if (!budget_left()) return;
+      time(bi, li);
+    }
+    while (budget_left()) {
+      const auto next = next_refinement();
+      if (next.first < 0) break;  // the neighbourhoods of the fastest plans are all timed
+      time(next.first, next.second);
+    }
+  }
+
+  // The decision, or false when no candidate could run.
+  bool decide(launchfit_plan& out, std::string& why) const {
+    const trial* fastest = nullptr;
+    for (const trial& t : trials_)
+      if (t.ms >= 0 && (!fastest || t.ms < fastest->ms)) fastest = &t;
+    if (!fastest) {
+      why = "autotune: none of the " + std::to_string(trials_.size()) +
+            " candidate plans could run (time_plan failed for each)";
+      return false;
+    }
+    // Robustness: among plans within 1% of the fastest, the one with the most resident warps.
+    const trial* chosen = fastest;
+    for (const trial& t : trials_) {
+      if (t.ms < 0 || t.ms > fastest->ms * (1 + tie_fraction)) continue;
+      const int w = resident_warps(t), wc = resident_warps(*chosen);
+      if (w > wc || (w == wc && t.ms < chosen->ms)) chosen = &t;
+    }
+    const trial* second = nullptr;
+    int ran = 0;
+    for (const trial& t : trials_) {
+      if (t.ms < 0) continue;
+      ++ran;
+      if (&t != chosen && (!second || t.ms < second->ms)) second = &t;
+    }
+
+    const block_option& b = blocks_[chosen->block_index];
+    out.block_x = static_cast<std::uint32_t>(b.threads);
+    out.block_y = 1;
+    out.block_z = 1;
+    out.blocks_per_sm = b.levels[chosen->level_index];
+    out.dynamic_smem_bytes = LAUNCHFIT_SMEM_FROM_QUERY;
+    out.grid_x = 0;
+    out.grid_y = 1;
+    out.grid_z = 1;
+    out.cooperative = 0;
+
+    std::string reason;
+    if (chosen == fastest) {
+      reason = "fastest of " + std::to_string(ran) + " timed plans (" + ms_text(chosen->ms) + ")";
+      if (second) reason += ", 2nd " + ms_text(second->ms);
+    } else {
+      reason = "most resident warps within 1% of the fastest of " + std::to_string(ran) + " timed plans (" +
+               ms_text(chosen->ms) + " vs " + ms_text(fastest->ms) + ")";
+    }
+    const int failed = static_cast<int>(trials_.size()) - ran;
+    if (failed > 0) reason += "; " + std::to_string(failed) + " could not run";
+    if (stopped_by_trials_) {
+      reason += "; stopped at max_trials=" + std::to_string(p_.max_trials);
+    } else if (stopped_by_time_) {
+      reason += "; stopped at max_ms=" + format("%g", p_.max_ms);
+    }
+    if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, trials))
+      out.trials = static_cast<std::int32_t>(trials_.size());
+    if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, tuning_ms)) out.tuning_ms = elapsed_ms();
+    if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, reason))
+      std::snprintf(out.reason, sizeof out.reason, "%s", reason.c_str());
+    return true;
+  }
+
+  int trial_count() const { return static_cast<int>(trials_.size()); }
+  double elapsed_ms() const {
+    return std::chrono::duration<double, std::milli>(clock::now() - start_).count();
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  static constexpr double untimed = -2;  // timed_[b][l] before its trial; -1 after a failed one
+
+  // 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, ... up to `active`, plus `active` and its halvings, so the coarse
+  // pass (full, 1/2, 1/4, ... occupancy) and the refinement walk the same lattice.
+  static std::vector<int> residency_levels(int active) {
+    std::vector<int> v = {1, 2, 3};
+    for (long long p2 = 4; p2 <= active; p2 *= 2) {
+      v.push_back(static_cast<int>(p2));
+      if (p2 * 3 / 2 <= active) v.push_back(static_cast<int>(p2 * 3 / 2));
+    }
+    for (int a = active; a >= 1; a = (a + 1) / 2) {
+      v.push_back(a);
+      if (a == 1) break;
+    }
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    v.erase(std::remove_if(v.begin(), v.end(), [&](int x) { return x < 1 || x > active; }), v.end());
+    return v;
+  }
+
+  int blocks_at(int bi, int li) const {
+    const block_option& b = blocks_[bi];
+    const int level = b.levels[li];
+    return level > 0 ? level : b.active;
+  }
+  int resident_warps(const trial& t) const {
+    return blocks_at(t.block_index, t.level_index) * blocks_[t.block_index].warps_per_block;
+  }
+
+  int index_of_threads(int threads) const {
+    for (std::size_t i = 0; i < blocks_.size(); ++i)
+      if (blocks_[i].threads == threads) return static_cast<int>(i);
+    return -1;
+  }
+
+  // The block cuOccupancyMaxPotentialBlockSize would pick: most resident threads, the larger block on a tie.
+  int max_occupancy_index() const {
+    int best = 0;
+    for (int i = 1; i < static_cast<int>(blocks_.size()); ++i) {
+      const long long t = 1LL * blocks_[i].threads * blocks_[i].active;
+      const long long tb = 1LL * blocks_[best].threads * blocks_[best].active;
+      if (t >= tb) best = i;
+    }
+    return best;
+  }
+
+  // Level of block bi whose resident threads per SM are closest to `threads` (the larger on a tie).
+  int closest_level(int bi, long long threads) const {
+    const block_option& b = blocks_[bi];
+    int best = 0;
+    long long best_diff = -1;
+    for (int li = 0; li < static_cast<int>(b.levels.size()); ++li) {
+      const long long diff = std::llabs(1LL * blocks_at(bi, li) * b.threads - threads);
+      if (best_diff < 0 || diff <= best_diff) {
+        best = li;
+        best_diff = diff;
+      }
+    }
+    return best;
+  }
+
+  // The coarse pass, most informative first so a small budget still times the plans that matter: every
+  // coarse block at full residency (the max-occupancy block first, then 256, 128, 512, 64, 1024), then
+  // 1/2, 1/4, ... residency, skipping a plan whose resident warps an earlier coarse plan already has.
+  std::vector<std::pair<int, int>> coarse_plan() const {
+    std::vector<int> full_order = {max_occupancy_index()};
+    std::vector<int> part_order;
+    for (int threads : {256, 128, 512, 64, 1024}) {
+      const int i = index_of_threads(threads);
+      if (i >= 0) part_order.push_back(i);
+    }
+    if (part_order.empty()) {  // a kernel limited to a few odd sizes: the smallest and the largest
+      part_order.push_back(0);
+      part_order.push_back(static_cast<int>(blocks_.size()) - 1);
+    }
+    for (int i : part_order)
+      if (std::find(full_order.begin(), full_order.end(), i) == full_order.end()) full_order.push_back(i);
+    // Lower residency: the same blocks, the max-occupancy block last (256 stands for "typical").
+    std::vector<int> lower_order;
+    for (int i : full_order)
+      if (i != full_order.front()) lower_order.push_back(i);
+    lower_order.push_back(full_order.front());
+
+    std::vector<std::pair<int, int>> out;
+    std::vector<int> warps_seen;
+    auto add = [&](int bi, int li, bool always) {
+      for (const auto& [b, l] : out)
+        if (b == bi && l == li) return;
+      const int w = blocks_at(bi, li) * blocks_[bi].warps_per_block;
+      if (!always && std::find(warps_seen.begin(), warps_seen.end(), w) != warps_seen.end()) return;
+      warps_seen.push_back(w);
+      out.emplace_back(bi, li);
+    };
+    for (int bi : full_order) add(bi, static_cast<int>(blocks_[bi].levels.size()) - 1, true);
+    for (int r = 1; r < 31; ++r) {
+      bool any = false;
+      for (int bi : lower_order) {
+        const block_option& b = blocks_[bi];
+        if (b.levels.size() < 2) continue;  // items work, or a single residency level
+        const int target_blocks = blocks_at(bi, static_cast<int>(b.levels.size()) - 1) >> r;
+        if (target_blocks < 1) continue;
+        any = true;
+        add(bi, closest_level(bi, 1LL * target_blocks * b.threads), false);
+      }
+      if (!any) break;
+    }
+    return out;
+  }
+
+  // Untimed neighbours of a timed plan: adjacent block sizes (±1, ±2 warps' worth in the list of sizes that
+  // fit) at about the same resident threads, and the adjacent residency levels of the same block.
+  std::vector<std::pair<int, int>> neighbours(int bi, int li) const {
+    std::vector<std::pair<int, int>> out;
+    const long long threads = 1LL * blocks_at(bi, li) * blocks_[bi].threads;
+    auto consider = [&](int b, int l) {
+      if (b < 0 || b >= static_cast<int>(blocks_.size())) return;
+      if (l < 0 || l >= static_cast<int>(blocks_[b].levels.size())) return;
+      if (timed_[b][l] != untimed) return;
+      for (const auto& [x, y] : out)
+        if (x == b && y == l) return;
+      out.emplace_back(b, l);
+    };
+    for (int d : {-1, 1}) {
+      if (bi + d >= 0 && bi + d < static_cast<int>(blocks_.size()))
+        consider(bi + d, closest_level(bi + d, threads));
+    }
+    consider(bi, li - 1);
+    consider(bi, li + 1);
+    for (int d : {-2, 2}) {
+      if (bi + d >= 0 && bi + d < static_cast<int>(blocks_.size()))
+        consider(bi + d, closest_level(bi + d, threads));
+    }
+    return out;
+  }
+
+  // The next plan to time: an untimed neighbour of the fastest timed plan, else of the second fastest.
+  std::pair<int, int> next_refinement() const {
+    std::vector<const trial*> ranked;
+    for (const trial& t : trials_)
+      if (t.ms >= 0) ranked.push_back(&t);
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const trial* a, const trial* b) { return a->ms < b->ms; });
+    const std::size_t refine = std::min<std::size_t>(ranked.size(), 2);
+    for (std::size_t k = 0; k < refine; ++k) {
+      const auto n = neighbours(ranked[k]->block_index, ranked[k]->level_index);
+      if (!n.empty()) return n.front();
+    }
+    return {-1, -1};
+  }
+
+  bool budget_left() {
+    if (static_cast<int>(trials_.size()) >= p_.max_trials) {
+      stopped_by_trials_ = more_to_do();
+      return false;
+    }
+    if (elapsed_ms() >= p_.max_ms) {
+      stopped_by_time_ = more_to_do();
+      return false;
+    }
+    return true;
+  }
+  // Whether the search would have timed another plan (so the reason mentions the budget only when it bit).
+  bool more_to_do() const {
+    for (const auto& [bi, li] : coarse_plan())
+      if (timed_[bi][li] == untimed) return true;
+    return next_refinement().first >= 0;
+  }
+
+  void time(int bi, int li) {
+    launchfit_plan c{};
+    c.struct_size = sizeof c;
+    c.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+    c.block_x = static_cast<std::uint32_t>(blocks_[bi].threads);
+    c.block_y = c.block_z = 1;
+    c.blocks_per_sm = blocks_[bi].levels[li];
+    c.dynamic_smem_bytes = LAUNCHFIT_SMEM_FROM_QUERY;
+    c.grid_y = c.grid_z = 1;
+    double ms = q_.time_plan(q_.ctx, &c);
+    if (!(ms >= 0) || !std::isfinite(ms)) ms = -1;  // negative, NaN or infinite: cannot run
+    timed_[bi][li] = ms;
+    trials_.push_back(trial{bi, li, ms});
+  }
+
+  const launchfit_query& q_;
+  const params& p_;
+  clock::time_point start_;
+  std::vector<block_option> blocks_;
+  std::vector<std::vector<double>> timed_;  // per block, per level: ms, -1 (failed) or untimed
+  std::vector<trial> trials_;
+  bool stopped_by_trials_ = false;
+  bool stopped_by_time_ = false;
+};
+
+// ---- the C interface ---------------------------------------------------------------------------------
+
+int create(const char* text, void** out, char* errbuf, size_t errbuf_size) {
+  try {
+    if (!out) {
+      write_message(errbuf, errbuf_size, "autotune: create() given no state pointer");
+      return LAUNCHFIT_PLUGIN_ERROR;
+    }
+    *out = nullptr;
+    params p;
+    std::string message;
+    if (!parse_params(text, p, message)) {
+      write_message(errbuf, errbuf_size, "%s", message.c_str());
+      return LAUNCHFIT_PLUGIN_ERROR;
+    }
+    auto* s = new state;
+    s->p = p;
+    *out = s;
+    return LAUNCHFIT_PLUGIN_OK;
+  } catch (const std::exception& e) {
+    write_message(errbuf, errbuf_size, "autotune: create failed: %s", e.what());
+  } catch (...) {
+    write_message(errbuf, errbuf_size, "autotune: create failed");
+  }
+  return LAUNCHFIT_PLUGIN_ERROR;
+}
+
+void destroy(void* s) { delete static_cast<state*>(s); }
+
+int decline(launchfit_plan* plan, char* errbuf, size_t errbuf_size, const std::string& why) {
+  write_message(errbuf, errbuf_size, "%s", why.c_str());
+  if (plan && LAUNCHFIT_HAS_FIELD(plan, launchfit_plan, reason))
+    std::snprintf(plan->reason, sizeof plan->reason, "%s", why.c_str());
+  return LAUNCHFIT_PLUGIN_DECLINE;
+}
+
+int choose(void* raw, const launchfit_query* q, launchfit_plan* plan, char* errbuf, size_t errbuf_size) {
+  try {
+    const auto* s = static_cast<const state*>(raw);
+    if (!s || !q || !plan || !q->device) {
+      write_message(errbuf, errbuf_size, "autotune: choose() given no state, query, plan or device");
+      return LAUNCHFIT_PLUGIN_ERROR;
+    }
+    // Tuning re-runs the kernel; launchfit offers time_plan only when the spec says that is safe.
+    if (!LAUNCHFIT_HAS_FIELD(q, launchfit_query, time_plan) || !q->time_plan)
+      return decline(plan, errbuf, errbuf_size, no_rerun_reason);
+    if (!q->active_blocks)
+      return decline(plan, errbuf, errbuf_size, "autotune: the query has no occupancy oracle");
+    if (q->work_kind > LAUNCHFIT_WORK_GRID_STRIDE) {
+      return decline(plan, errbuf, errbuf_size,
+                     "autotune: unknown work kind " + std::to_string(q->work_kind) + " (newer launchfit?)");
+    }
+    search tuner(*q, s->p);
+    std::string why;
+    if (!tuner.build(why)) return decline(plan, errbuf, errbuf_size, why);
+    tuner.run();
+    if (!tuner.decide(*plan, why)) return decline(plan, errbuf, errbuf_size, why);
+    return LAUNCHFIT_PLUGIN_OK;
+  } catch (const std::bad_alloc&) {
+    write_message(errbuf, errbuf_size, "autotune: out of memory while tuning");
+  } catch (const std::exception& e) {
+    write_message(errbuf, errbuf_size, "autotune: %s", e.what());
+  } catch (...) {
+    write_message(errbuf, errbuf_size, "autotune: unknown failure while tuning");
+  }
+  return LAUNCHFIT_PLUGIN_ERROR;
+}
+
+// Recorded per plan configuration (count, mean, best); a plan already in launchfit's cache is never
+// re-chosen, so this only keeps the numbers, bounded in size.
+void feedback(void* raw, const launchfit_plan* plan, double ms) {
+  try {
+    auto* s = static_cast<state*>(raw);
+    if (!s || !plan || !(ms >= 0) || !std::isfinite(ms)) return;
+    const auto key = std::make_tuple(plan->block_x, plan->block_y, plan->block_z, plan->blocks_per_sm);
+    std::lock_guard<std::mutex> lock(s->feedback_mutex);
+    auto it = s->feedback.find(key);
+    if (it == s->feedback.end()) {
+      if (s->feedback.size() >= max_feedback_keys) return;
+      it = s->feedback.emplace(key, measured{}).first;
+      it->second.best_ms = ms;
+    }
+    measured& m = it->second;
+    m.count += 1;
+    m.sum_ms += ms;
+    m.best_ms = std::min(m.best_ms, ms);
+  } catch (...) {
+  }
+}
+
+// floor(log2 n) + 1: sizes within a factor of two share a plan. 0 (n irrelevant) without work or bucketing.
+uint64_t work_bucket(void* raw, uint32_t work_kind, uint64_t work_n, uint32_t work_per_thread) {
+  (void)work_per_thread;
+  const auto* s = static_cast<const state*>(raw);
+  if (!s || !s->p.bucket || work_kind == LAUNCHFIT_WORK_NONE || work_n == 0) return 0;
+  uint64_t bits = 0;
+  while (work_n) {
+    ++bits;
+    work_n >>= 1;
+  }
+  return bits;
+}
+
+const launchfit_plugin_descriptor descriptor = {
+    sizeof(launchfit_plugin_descriptor),
+    LAUNCHFIT_PLUGIN_ABI_VERSION,
+    plugin_name,
+    plugin_version,
+    create,
+    choose,
+    feedback,
+    destroy,
+    work_bucket,
+};
+
+}  // namespace
+
+extern "C" LAUNCHFIT_PLUGIN_EXPORT const launchfit_plugin_descriptor* launchfit_plugin_entry(void) {
+  return &descriptor;
+}

@@ -1,0 +1,508 @@
+// The autotune plugin (plugins/autotune) on the CPU: loading, declining without time_plan, finding the known
+// optimum of synthetic cost models within its budgets, ties, failures, size buckets and cache-file round
+// trips. time_plan is a fake here; tests/gpu/autotune-test.cu times a real kernel.
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "launchfit/cache.hpp"
+#include "launchfit/error.hpp"
+#include "launchfit/plugin.h"
+#include "launchfit/plugin.hpp"
+#include "launchfit/policy.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+std::string plugin_path() {
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+  return LAUNCHFIT_AUTOTUNE_PLUGIN;
+#else
+  return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../plugins/liblaunchfit-autotune.so";
+#endif
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+lf::query h200_query(lf::work w) {
+  lf::query q;
+  q.device = lf::device_limits::for_arch("H200");
+  q.kernel = lf::kernel_resources::manual(32);
+  q.kernel.demangled = "void stream(float4 const*, float4*, unsigned long)";
+  q.work_hint = w;
+  return q;
+}
+
+const lf::work grid_stride_64m{lf::work::shape::grid_stride, 1ull << 26, 1};
+const lf::work items_16m{lf::work::shape::items, 1ull << 24, 1};
+
+// A fake time_plan: a cost model of (block threads, resident blocks per SM), recording every plan it timed.
+class fake_timer {
+ public:
+  using model = std::function<double(int block, int blocks_per_sm)>;
+  explicit fake_timer(model m) : model_(std::move(m)) {}
+
+  std::function<double(const lf::plan&)> callback() {
+    return [this](const lf::plan& p) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      timed_.emplace_back(p.block_threads, p.blocks_per_sm);
+      sm_count_ = p.sm_count;
+      return model_(p.block_threads, p.blocks_per_sm);
+    };
+  }
+  std::vector<std::pair<int, int>> timed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return timed_;
+  }
+  int calls() const { return static_cast<int>(timed().size()); }
+  int sm_count() const { return sm_count_; }
+
+ private:
+  model model_;
+  mutable std::mutex mutex_;
+  std::vector<std::pair<int, int>> timed_;
+  int sm_count_ = 0;
+};
+
+// Smooth bowl with its minimum (1 ms) exactly at (best_block, best_bps): resident threads per SM matter most,
+// block size a little. Every other plan is at least 0.3% slower, so the optimum is unambiguous.
+fake_timer::model bowl(int best_block, int best_bps) {
+  return [=](int block, int bps) {
+    const double x = std::log2(double(block) * bps / (double(best_block) * best_bps));
+    return 1.0 + 0.3 * x * x + 0.01 * std::abs(block - best_block) / 32.0;
+  };
+}
+
+class Autotune : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(plugin_path())) {
+      GTEST_SKIP() << "no autotune plugin at " << plugin_path()
+                   << " (configured with LAUNCHFIT_BUILD_PLUGINS=OFF?)";
+    }
+    info_ = lf::load_plugin(plugin_path());
+  }
+  lf::plugin_info info_;
+};
+
+// Timed plans are distinct; none is timed twice.
+void expect_distinct(const std::vector<std::pair<int, int>>& timed) {
+  const std::set<std::pair<int, int>> unique(timed.begin(), timed.end());
+  EXPECT_EQ(unique.size(), timed.size());
+}
+
+}  // namespace
+
+TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
+  EXPECT_EQ(info_.name, "autotune");
+  EXPECT_EQ(info_.version, "1.0.0");
+  EXPECT_EQ(info_.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
+  const auto names = lf::registered_policies();
+  EXPECT_NE(std::find(names.begin(), names.end(), "autotune"), names.end());
+  EXPECT_EQ(lf::policy_from_string("autotune(max_trials=40)")->to_string(), "autotune(max_trials=40)");
+  // Parameters are part of the cache key.
+  EXPECT_NE(lf::policy_from_string("autotune(max_trials=40)")->hash(),
+            lf::policy_from_string("autotune")->hash());
+}
+
+TEST_F(Autotune, RejectsBadParametersByName) {
+  auto message = [](const char* text) {
+    try {
+      lf::policy_from_string(text);
+    } catch (const lf::error& e) {
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_TRUE(contains(message("autotune(max_trials=0)"), "max_trials='0' is not an integer in 1..100000"));
+  EXPECT_TRUE(contains(message("autotune(max_ms=-1)"), "max_ms='-1' is not a positive number"));
+  EXPECT_TRUE(contains(message("autotune(bucket=maybe)"), "bucket='maybe' is not on/off"));
+  EXPECT_TRUE(contains(message("autotune(colour=red)"),
+                       "unknown parameter 'colour' (known: bucket, max_ms, max_trials)"));
+  EXPECT_NO_THROW(lf::policy_from_string("autotune(bucket=off,max_ms=50.5,max_trials=12)"));
+}
+
+TEST_F(Autotune, DeclinesWhenTheLaunchDoesNotAllowRerunning) {
+  const lf::query q = h200_query(grid_stride_64m);  // no time_plan: neither .rerunnable() nor .reset(f)
+  const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+  const lf::plan max_occ = lf::max_occupancy_policy{}.choose(q);
+  EXPECT_EQ(p.match, "fallback");
+  EXPECT_TRUE(contains(p.reason, "declined by autotune")) << p.reason;
+  EXPECT_EQ(p.block, max_occ.block);
+  EXPECT_EQ(p.trials, 0);
+}
+
+// The plugin's own words, through the raw C interface: what to change in the launch.
+TEST_F(Autotune, DeclineMessageTellsHowToAllowTuning) {
+  void* handle = dlopen(plugin_path().c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  auto entry = reinterpret_cast<launchfit_plugin_entry_fn>(dlsym(handle, LAUNCHFIT_PLUGIN_ENTRY_SYMBOL));
+  ASSERT_NE(entry, nullptr);
+  const launchfit_plugin_descriptor* d = entry();
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->struct_size, sizeof(launchfit_plugin_descriptor));
+  EXPECT_NE(d->feedback, nullptr);
+  EXPECT_NE(d->work_bucket, nullptr);
+
+  void* state = nullptr;
+  char err[512] = "";
+  ASSERT_EQ(d->create("", &state, err, sizeof err), LAUNCHFIT_PLUGIN_OK) << err;
+
+  launchfit_device device{};
+  device.struct_size = sizeof device;
+  device.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+  device.name = "test";
+  device.uuid = "";
+  device.sm_count = 4;
+  device.warp_size = 32;
+  device.max_threads_per_block = 1024;
+  launchfit_query q{};
+  q.struct_size = sizeof q;
+  q.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+  q.device = &device;
+  q.max_block_threads = 1024;
+  q.work_kind = LAUNCHFIT_WORK_GRID_STRIDE;
+  q.work_n = 1 << 20;
+  q.work_per_thread = 1;
+  q.active_blocks = [](void*, int block, size_t) { return 2048 / block; };
+  q.time_plan = nullptr;
+  launchfit_plan plan{};
+  plan.struct_size = sizeof plan;
+  plan.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+  EXPECT_EQ(d->choose(state, &q, &plan, err, sizeof err), LAUNCHFIT_PLUGIN_DECLINE);
+  EXPECT_TRUE(contains(err, ".rerunnable()")) << err;
+  EXPECT_TRUE(contains(err, ".reset(f)")) << err;
+  EXPECT_TRUE(contains(plan.reason, ".rerunnable()")) << plan.reason;
+  EXPECT_LT(std::strlen(plan.reason), size_t{LAUNCHFIT_PLAN_REASON_SIZE});
+
+  // An older launchfit whose query ends before time_plan: the field must not be read.
+  q.time_plan = [](void*, const launchfit_plan*) -> double { std::abort(); };
+  q.struct_size = offsetof(launchfit_query, time_plan);
+  err[0] = '\0';
+  EXPECT_EQ(d->choose(state, &q, &plan, err, sizeof err), LAUNCHFIT_PLUGIN_DECLINE);
+  EXPECT_TRUE(contains(err, ".rerunnable()")) << err;
+
+  // With time_plan: a decision through the C interface alone, trials and time reported.
+  q.struct_size = sizeof q;
+  q.time_plan = [](void*, const launchfit_plan* p) { return 1.0 + std::abs(int(p->block_x) - 256) / 1024.0; };
+  err[0] = '\0';
+  plan = launchfit_plan{};
+  plan.struct_size = sizeof plan;
+  plan.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+  plan.dynamic_smem_bytes = LAUNCHFIT_SMEM_FROM_QUERY;
+  ASSERT_EQ(d->choose(state, &q, &plan, err, sizeof err), LAUNCHFIT_PLUGIN_OK) << err;
+  EXPECT_EQ(plan.block_x, 256u);
+  EXPECT_EQ(plan.block_y, 1u);
+  EXPECT_EQ(plan.dynamic_smem_bytes, LAUNCHFIT_SMEM_FROM_QUERY);
+  EXPECT_EQ(plan.grid_x, 0u);
+  EXPECT_GT(plan.trials, 0);
+  EXPECT_LE(plan.trials, 48);
+  EXPECT_GE(plan.tuning_ms, 0.0);
+
+  EXPECT_EQ(d->create("max_trials=abc", &state, err, sizeof err), LAUNCHFIT_PLUGIN_ERROR);
+  EXPECT_TRUE(contains(err, "max_trials='abc'")) << err;
+  d->destroy(state);
+  dlclose(handle);  // launchfit's own handle keeps the plugin loaded
+}
+
+TEST_F(Autotune, FindsTheKnownOptimumOfAGridStrideKernelWithinBudget) {
+  lf::query q = h200_query(grid_stride_64m);
+  ASSERT_EQ(q.active_blocks_for(384),
+            5);  // the optimum below lies inside the lattice: 384 threads x 3 blocks
+  fake_timer timer(bowl(384, 3));
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=40)")->choose(q);
+  EXPECT_EQ(p.match, "computed");
+  EXPECT_EQ(p.block_threads, 384) << p.reason;
+  EXPECT_EQ(p.blocks_per_sm, 3) << p.reason;
+  EXPECT_EQ(p.trials, timer.calls());
+  EXPECT_GT(p.trials, 0);
+  EXPECT_LE(p.trials, 40);
+  EXPECT_GE(p.tuning_ms, 0.0);
+  EXPECT_EQ(p.policy, "autotune(max_trials=40)");
+  EXPECT_TRUE(contains(p.reason, "fastest of " + std::to_string(p.trials) + " timed plans (1 ms), 2nd "))
+      << p.reason;
+  expect_distinct(timer.timed());
+  EXPECT_EQ(timer.sm_count(), q.device.sm_count);
+  // Always among the candidates: the max-occupancy block and 128/256/512 at full residency.
+  const auto timed = timer.timed();
+  for (const auto& [block, bps] : {std::pair{1024, 2}, {128, 16}, {256, 8}, {512, 4}}) {
+    EXPECT_NE(std::find(timed.begin(), timed.end(), std::pair{block, bps}), timed.end())
+        << block << "x" << bps;
+  }
+  std::printf("grid-stride bowl at 384x3: %d trials, reason: %s\n", p.trials, p.reason.c_str());
+}
+
+TEST_F(Autotune, FindsTheKnownOptimumOfAWholeWaveKernel) {
+  lf::query q = h200_query(lf::work{});  // no work given: one wave of blocks_per_sm x SMs
+  fake_timer timer(bowl(160, 12));
+  q.time_plan = timer.callback();
+  ASSERT_EQ(q.active_blocks_for(160), 12);
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=40)")->choose(q);
+  EXPECT_EQ(p.block_threads, 160) << p.reason;
+  EXPECT_EQ(p.blocks_per_sm, 12) << p.reason;
+  EXPECT_LE(p.trials, 40);
+  expect_distinct(timer.timed());
+}
+
+TEST_F(Autotune, ItemsWorkTunesTheBlockOnly) {
+  lf::query q = h200_query(items_16m);
+  fake_timer timer([](int block, int) { return 1.0 + std::abs(block - 640) / 1024.0; });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=40)")->choose(q);
+  EXPECT_EQ(p.block_threads, 640) << p.reason;
+  EXPECT_EQ(p.blocks_per_sm, q.active_blocks_for(640));  // as many as fit
+  EXPECT_LE(p.trials, 40);
+  expect_distinct(timer.timed());
+  std::set<int> blocks;
+  for (const auto& [block, bps] : timer.timed()) {
+    blocks.insert(block);
+    EXPECT_EQ(bps, q.active_blocks_for(block)) << "items plans leave blocks per SM to what fits";
+  }
+  EXPECT_EQ(blocks.size(), timer.timed().size());
+}
+
+// With grid_stride(n) and a small n, plans past the point where min(blocks needed, blocks/SM x SMs) stops
+// growing launch the same grid: only one of them is timed.
+TEST_F(Autotune, NeverTimesTwoPlansThatLaunchTheSameGrid) {
+  const int sms = lf::device_limits::for_arch("H200").sm_count;
+  lf::query q = h200_query(lf::work{lf::work::shape::grid_stride, std::uint64_t(sms) * 256 * 2, 1});
+  fake_timer timer([](int block, int bps) { return 1.0 + 1.0 / (block * bps); });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=200,max_ms=10000)")->choose(q);
+  std::set<std::pair<int, long long>> launched;
+  for (const auto& [block, bps] : timer.timed()) {
+    const auto needed = static_cast<long long>((q.work_hint.n + block - 1) / block);
+    const long long grid = std::min<long long>(needed, 1LL * bps * sms);
+    EXPECT_TRUE(launched.emplace(block, grid).second) << block << " threads, grid " << grid << " timed twice";
+  }
+  EXPECT_EQ(p.trials, timer.calls());
+}
+
+TEST_F(Autotune, StopsAtMaxTrials) {
+  lf::query q = h200_query(grid_stride_64m);
+  fake_timer timer(bowl(384, 3));
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=5)")->choose(q);
+  EXPECT_EQ(timer.calls(), 5);
+  EXPECT_EQ(p.trials, 5);
+  EXPECT_TRUE(contains(p.reason, "stopped at max_trials=5")) << p.reason;
+  // The first trial is the max-occupancy plan: a tiny budget still gets the safest candidate.
+  EXPECT_EQ(timer.timed().front(), (std::pair{1024, 2}));
+}
+
+TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
+  lf::query q = h200_query(grid_stride_64m);
+  fake_timer timer([](int block, int bps) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return bowl(384, 3)(block, bps);
+  });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_ms=12)")->choose(q);
+  EXPECT_GE(timer.calls(), 1);
+  EXPECT_LE(timer.calls(), 3);  // started at 0, 5 and 10 ms; none after 12 ms
+  EXPECT_EQ(p.trials, timer.calls());
+  EXPECT_GE(p.tuning_ms, 12.0);
+  EXPECT_TRUE(contains(p.reason, "stopped at max_ms=12")) << p.reason;
+}
+
+TEST_F(Autotune, TiesWithinOnePercentGoToTheHigherOccupancy) {
+  const int full_warps = lf::device_limits::for_arch("H200").max_warps_per_sm;
+  {
+    lf::query q = h200_query(grid_stride_64m);
+    fake_timer timer([](int, int) { return 0.5; });
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.occupancy.active_warps_per_sm, full_warps) << p.to_string();
+    EXPECT_EQ(p.blocks_per_sm * p.block_threads / 32, full_warps) << p.to_string();
+  }
+  {
+    // 256 x 1 (8 warps) is 0.5% faster than everything else: noise, not a reason to give up occupancy.
+    lf::query q = h200_query(grid_stride_64m);
+    fake_timer timer([](int block, int bps) { return block == 256 && bps == 1 ? 0.995 : 1.0; });
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    const auto timed = timer.timed();
+    ASSERT_NE(std::find(timed.begin(), timed.end(), std::pair{256, 1}), timed.end());
+    EXPECT_EQ(p.blocks_per_sm * p.block_threads / 32, full_warps) << p.to_string();
+    EXPECT_TRUE(contains(p.reason, "most resident warps within 1% of the fastest")) << p.reason;
+  }
+  {
+    // 3% faster is a real difference.
+    lf::query q = h200_query(grid_stride_64m);
+    fake_timer timer([](int block, int bps) { return block == 256 && bps == 1 ? 0.97 : 1.0; });
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.block_threads, 256);
+    EXPECT_EQ(p.blocks_per_sm, 1);
+    EXPECT_TRUE(contains(p.reason, "fastest of")) << p.reason;
+  }
+}
+
+TEST_F(Autotune, SkipsPlansThatCannotRun) {
+  lf::query q = h200_query(grid_stride_64m);
+  std::atomic<int> failures{0};
+  fake_timer timer([&](int block, int bps) -> double {
+    if (block > 256) {
+      ++failures;
+      throw std::runtime_error("too many resources requested");  // the bridge turns this into -1
+    }
+    return bowl(384, 3)(block, bps);
+  });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=40)")->choose(q);
+  EXPECT_EQ(p.match, "computed");
+  EXPECT_LE(p.block_threads, 256);
+  EXPECT_GT(failures.load(), 0);
+  EXPECT_TRUE(contains(p.reason, std::to_string(failures.load()) + " could not run")) << p.reason;
+
+  // Nothing runs: the plugin declines and the fallback decides.
+  lf::query none = h200_query(grid_stride_64m);
+  none.time_plan = [](const lf::plan&) -> double { return -1; };
+  const lf::plan fallback = lf::policy_from_string("autotune(max_trials=6)")->choose(none);
+  EXPECT_EQ(fallback.match, "fallback");
+  EXPECT_TRUE(contains(fallback.reason, "declined by autotune")) << fallback.reason;
+}
+
+TEST_F(Autotune, HonoursLaunchBoundsAndTheSmemRule) {
+  lf::query q = h200_query(grid_stride_64m);
+  q.kernel.max_threads_per_block = 256;  // __launch_bounds__(256)
+  q.smem_per_block = [](int block) { return std::size_t(block) * 96; };
+  std::vector<std::pair<int, std::size_t>> seen;
+  std::mutex m;
+  q.time_plan = [&](const lf::plan& p) {
+    std::lock_guard<std::mutex> lock(m);
+    seen.emplace_back(p.block_threads, p.dynamic_smem_bytes);
+    return bowl(128, 4)(p.block_threads, p.blocks_per_sm);
+  };
+  const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+  ASSERT_FALSE(seen.empty());
+  for (const auto& [block, smem] : seen) {
+    EXPECT_LE(block, 256);
+    EXPECT_EQ(smem, std::size_t(block) * 96);
+    EXPECT_GT(q.active_blocks_for(block), 0);
+  }
+  EXPECT_LE(p.block_threads, 256);
+  EXPECT_EQ(p.dynamic_smem_bytes, std::size_t(p.block_threads) * 96);
+}
+
+TEST_F(Autotune, ConcurrentChoicesAgree) {
+  auto policy = lf::policy_from_string("autotune(max_trials=40)");
+  std::vector<lf::plan> plans(8);
+  std::vector<std::thread> threads;
+  threads.reserve(plans.size());
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    threads.emplace_back([&, i] {
+      lf::query q = h200_query(grid_stride_64m);
+      q.time_plan = [](const lf::plan& p) { return bowl(384, 3)(p.block_threads, p.blocks_per_sm); };
+      plans[i] = policy->choose(q);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& p : plans) {
+    EXPECT_EQ(p.block_threads, 384);
+    EXPECT_EQ(p.blocks_per_sm, 3);
+    EXPECT_EQ(p.trials, plans.front().trials);
+  }
+}
+
+TEST_F(Autotune, SizeBucketsAreLog2OfN) {
+  const auto policy = lf::policy_from_string("autotune");
+  using shape = lf::work::shape;
+  EXPECT_EQ(policy->work_bucket({shape::items, 1, 1}), 1u);
+  EXPECT_EQ(policy->work_bucket({shape::items, 1000, 1}), 10u);
+  EXPECT_EQ(policy->work_bucket({shape::items, 1023, 1}), 10u);
+  EXPECT_EQ(policy->work_bucket({shape::items, 1024, 1}), 11u);
+  EXPECT_EQ(policy->work_bucket({shape::grid_stride, 1ull << 26, 4}), 27u);
+  EXPECT_EQ(policy->work_bucket({shape::grid_stride, ~0ull, 1}), 64u);
+  EXPECT_EQ(policy->work_bucket({shape::items, 0, 1}), 0u);     // nothing to do
+  EXPECT_EQ(policy->work_bucket({shape::none, 12345, 1}), 0u);  // n is irrelevant
+  // bucket=off: one plan for every size.
+  const auto one = lf::policy_from_string("autotune(bucket=off)");
+  EXPECT_EQ(one->work_bucket({shape::items, 1000, 1}), 0u);
+  EXPECT_EQ(one->work_bucket({shape::grid_stride, 1ull << 26, 1}), 0u);
+}
+
+TEST_F(Autotune, TunedPlanSurvivesTheCacheFile) {
+  lf::query q = h200_query(grid_stride_64m);
+  fake_timer timer(bowl(384, 3));
+  q.time_plan = timer.callback();
+  const auto policy = lf::policy_from_string("autotune(max_trials=40)");
+  const lf::plan tuned = policy->choose(q);
+
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("launchfit-autotune-test-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::filesystem::remove(file);
+  lf::stored_key key{"GPU-autotune-test",
+                     90,
+                     q.device.sm_count,
+                     13000,
+                     lf::kernel_fingerprint(q.kernel),
+                     policy->to_string(),
+                     "bytes=0",
+                     policy->work_bucket(q.work_hint)};
+  lf::set_cache_file(file);
+  lf::store_plan(key, tuned);
+  lf::close_cache_file();
+
+  lf::set_cache_file(file);  // as a later process would find it
+  const auto stored = lf::find_stored_plan(key);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->match, "cache-file");
+  EXPECT_EQ(stored->block, tuned.block);
+  EXPECT_EQ(stored->blocks_per_sm, tuned.blocks_per_sm);
+  EXPECT_EQ(stored->trials, tuned.trials);
+  EXPECT_DOUBLE_EQ(stored->tuning_ms, tuned.tuning_ms);
+  EXPECT_EQ(stored->reason, tuned.reason);
+  // Another size bucket is another plan.
+  lf::stored_key other = key;
+  other.bucket = policy->work_bucket({lf::work::shape::grid_stride, 1ull << 20, 1});
+  EXPECT_NE(other.bucket, key.bucket);
+  EXPECT_FALSE(lf::find_stored_plan(other).has_value());
+  const auto near = lf::find_stored_plan(other, /*exact=*/false);
+  ASSERT_TRUE(near.has_value());
+  EXPECT_EQ(near->match, "cache-file-other-bucket");
+  lf::close_cache_file();
+  std::filesystem::remove(file);
+}
+
+TEST_F(Autotune, FeedbackIsAcceptedFromAnyThread) {
+  lf::query q = h200_query(grid_stride_64m);
+  q.time_plan = [](const lf::plan& p) { return bowl(384, 3)(p.block_threads, p.blocks_per_sm); };
+  const auto policy = lf::policy_from_string("autotune");
+  const lf::plan p = policy->choose(q);
+  std::vector<std::thread> threads;
+  threads.reserve(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 1000; ++i) lf::plugin_feedback(*policy, p, 0.25 + t);
+      lf::plugin_feedback(*policy, p, -1.0);  // ignored
+      lf::plugin_feedback(*policy, p, std::nan(""));
+    });
+  }
+  for (auto& t : threads) t.join();
+  SUCCEED();
+}
