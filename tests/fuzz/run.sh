@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang++ in build-fuzz and runs each for SECONDS (default 60), then
+# prints executions, coverage and crashes per target. Crash inputs land in build-fuzz/fuzz-artifacts/.
+#   tests/fuzz/run.sh 60
+set -euo pipefail
+seconds=${1:-60}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${LAUNCHFIT_FUZZ_BUILD_DIR:-$root/build-fuzz}
+targets=(policy-string-fuzz policy-overrides-fuzz cache-file-fuzz)
+
+cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS=-fno-sanitize-recover=all \
+  -DLAUNCHFIT_BUILD_FUZZERS=ON -DLAUNCHFIT_SANITIZE=fuzzer-no-link,address,undefined \
+  -DLAUNCHFIT_BUILD_CUDA=OFF -DLAUNCHFIT_BUILD_DEMOS=OFF -DLAUNCHFIT_BUILD_PLUGINS=OFF \
+  -DLAUNCHFIT_BUILD_BENCH=OFF >/dev/null
+cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]}"
+
+printf '%-24s %12s %8s %8s %8s\n' target execs cov ft crashes
+for name in "${targets[@]}"; do
+  corpus=$build/fuzz-corpus/$name
+  artifacts=$build/fuzz-artifacts/$name
+  mkdir -p "$corpus" "$artifacts"
+  seeds=$root/tests/fuzz/seeds/$name
+  log=$build/fuzz-$name.log
+  # libFuzzer exits non-zero on a crash; the summary below reports it.
+  "$build/tests/fuzz/$name" "$corpus" ${seeds:+$([ -d "$seeds" ] && echo "$seeds")} \
+    -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+    -artifact_prefix="$artifacts/" -dict="$root/tests/fuzz/$name.dict" >"$log" 2>&1 || true
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
+  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
+  crashes=$(find "$artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+  printf '%-24s %12s %8s %8s %8s\n' "$name" "$execs" "$cov" "$ft" "$crashes"
+done
