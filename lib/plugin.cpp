@@ -274,8 +274,11 @@ class plugin_policy final : public policy_base {
     err[sizeof err - 1] = '\0';
 
     if (status == LAUNCHFIT_PLUGIN_DECLINE) {
+      cp.reason[sizeof cp.reason - 1] = '\0';
+      const std::string why = err[0] ? err : cp.reason;
       plan p = fallback_or_default().choose(q);
-      p.reason = "declined by " + name() + "; " + fallback_or_default().name() + ": " + p.reason;
+      p.reason = "declined by " + name() + (why.empty() ? "" : " (" + why + ")") + "; " +
+                 fallback_or_default().name() + ": " + p.reason;
       p.match = "fallback";
       return p;
     }

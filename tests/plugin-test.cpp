@@ -210,6 +210,11 @@ TEST(Plugin, DeclineFallsBackToMaxOccupancy) {
   const lf::plan fixed = lf::policy_from_string("test_decline(fallback=fixed)")->choose(q);
   EXPECT_EQ(fixed.block_threads, 256);
   EXPECT_EQ(fixed.reason.rfind("declined by test_decline; fixed: ", 0), 0u) << fixed.reason;
+
+  // The plugin's message says why.
+  const lf::plan why = lf::policy_from_string("test_decline(block=32)")->choose(q);
+  EXPECT_EQ(why.reason.rfind("declined by test_decline (no opinion on 32 threads); max_occupancy: ", 0), 0u)
+      << why.reason;
 }
 
 TEST(Plugin, FallbackOptionReplacesErrorsAndInvalidPlans) {

@@ -29,7 +29,8 @@
  *                             launch bounds and the device, smem within the opt-in limit, cooperative grid
  *                             co-resident); an invalid plan is an error that names the violated limit;
  *   LAUNCHFIT_PLUGIN_DECLINE  the plugin has no opinion: the policy given as `fallback=<name>` in the policy
- *                             string decides, or max_occupancy; the plan's reason says "declined by <name>";
+ *                             string decides, or max_occupancy; the plan's reason reads "declined by
+ *                             <name> (<errbuf, else the plan's reason>); <fallback>: <its reason>";
  *   LAUNCHFIT_PLUGIN_ERROR    the plugin failed: launchfit throws launchfit::error carrying errbuf, unless
  *                             the policy string has `fallback=<name>` or LAUNCHFIT_PLUGIN_FALLBACK=1 is set,
  *                             in which case the fallback decides and the error is logged once.

@@ -58,6 +58,7 @@ static int choose(void* st, const launchfit_query* q, launchfit_plan* plan, char
       snprintf(errbuf, errbuf_size, "no tuning data for kernel %s", q->kernel->demangled);
       return LAUNCHFIT_PLUGIN_ERROR;
     case MODE_DECLINE:
+      if (s->block != 64) snprintf(errbuf, errbuf_size, "no opinion on %d threads", s->block);
       return LAUNCHFIT_PLUGIN_DECLINE;
     case MODE_INVALID:
       plan->block_x = 2048;
