@@ -566,7 +566,9 @@ void store_plan(const stored_key& key, const plan& p) {
   auto& f = state();
   std::lock_guard lock(f.mutex);
   f.ensure_env();
-  if (!f.open || f.mode == cache_file_mode::frozen) return;
+  // A fallback plan (a plugin declined or failed) is not the policy's decision: stored, it would stop the
+  // policy from being asked again in later runs (autotune declines launches it may not re-run).
+  if (!f.open || f.mode == cache_file_mode::frozen || p.match == "fallback") return;
   stored_entry e{key, p};
   e.plan.match = "computed";
   f.add(std::move(e), true);

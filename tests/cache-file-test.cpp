@@ -295,6 +295,15 @@ TEST_F(CacheFile, FrozenModeNeverWrites) {
   EXPECT_EQ(slurp(file_), before);
 }
 
+TEST_F(CacheFile, FallbackPlansAreNotStored) {
+  lf::set_cache_file(file_.string());
+  auto p = sample_plan(128);
+  p.match = "fallback";  // a plugin declined; the next run should ask it again
+  lf::store_plan(key(0), p);
+  EXPECT_FALSE(lf::find_stored_plan(key(0)));
+  EXPECT_FALSE(fs::exists(file_));
+}
+
 TEST_F(CacheFile, WritersMergeWhatOthersWrote) {
   lf::set_cache_file(file_.string());
   lf::store_plan(key(0), sample_plan(128));
