@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
@@ -320,6 +323,30 @@ TEST(PolicyOverrides, BadEntriesNameTheColumnInTheWholeSpec) {
   lf::set_policy_overrides("k=fixed(block=32)");
   EXPECT_THROW(lf::set_policy_overrides("k=fixed(block=)"), lf::error);
   EXPECT_EQ(lf::policy_override_for("k")->to_string(), "fixed(block=32,grid=0)");
+}
+
+TEST(PolicyOverrides, RegistryAndOverridesAreThreadSafe) {
+  lf::set_policy_overrides("reduce*=fixed(block=128)");
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t, &failures] {
+      const std::string own = "test_thread_" + std::to_string(t);
+      for (int i = 0; i < 200; ++i) {
+        lf::register_policy(own, [](const std::map<std::string, std::string>&) {
+          return std::shared_ptr<const lf::policy>(std::make_shared<const lf::constant_block_policy>());
+        });
+        if (lf::policy_from_string(own + "()")->name() != "constant_block") ++failures;
+        if (!lf::policy_override_for("void reduce<float>(float const*, int)")) ++failures;
+        if (lf::registered_policies().size() < 5) ++failures;
+        if (!lf::unregister_policy(own)) ++failures;
+        if (t == 0 && i % 50 == 0)
+          lf::set_policy_overrides("reduce*=fixed(block=" + std::to_string(32 + i) + ")");
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 // LAUNCHFIT_POLICY is read once per process: each test below runs in a fresh child process.
