@@ -34,7 +34,8 @@
  *   LAUNCHFIT_PLUGIN_ERROR    the plugin failed: launchfit throws launchfit::error carrying errbuf, unless
  *                             the policy string has `fallback=<name>` or LAUNCHFIT_PLUGIN_FALLBACK=1 is set,
  *                             in which case the fallback decides and the error is logged once.
- * `fallback` is handled by launchfit and never passed to the plugin. Error messages go to errbuf
+ * `fallback` names a built-in or C++ policy (not a plugin), used with its default parameters; it is
+ * handled by launchfit and never passed to the plugin. Error messages go to errbuf
  * (NUL-terminated, at most errbuf_size bytes including the NUL).
  *
  * Exceptions must not cross this interface: a C++ plugin catches everything inside its functions.
