@@ -41,12 +41,7 @@ void ensure_builtins() {
     register_policy<bytes_in_flight_policy>();
     register_policy<cooperative_policy>();
     register_policy<fixed_policy>();
-    // constant_block_policy has no constructor taking its (empty) parameters.
-    register_policy(constant_block_policy::policy_name, [](const std::map<std::string, std::string>& kv) {
-      no_params params;
-      params_assign(params, kv);
-      return std::shared_ptr<const policy>(std::make_shared<const constant_block_policy>());
-    });
+    register_policy<constant_block_policy>();
   });
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -87,6 +88,7 @@ std::string field_to_string(const T& v) {
   if constexpr (std::is_same_v<T, bool>) {
     os << (v ? "true" : "false");
   } else if constexpr (std::is_floating_point_v<T>) {
+    os.precision(std::numeric_limits<T>::max_digits10);  // round-trips through policy strings exactly
     os << v;
   } else {
     os << v;
@@ -217,6 +219,7 @@ class fixed_policy final : public param_policy<fixed_policy, fixed_params> {
 class constant_block_policy final : public param_policy<constant_block_policy, no_params> {
  public:
   static constexpr const char* policy_name = "constant_block";
+  using param_policy::param_policy;
 
  protected:
   plan choose_impl(const query& q) const override {
