@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -14,6 +15,15 @@ struct loaded {
   driver_api api;
   std::string failure;  // empty when usable
 };
+
+// cuGetProcAddress returns the newest ABI of a name for the CUDA version asked. CUDA 13.0 gave
+// cuCtxGetDevice and cuCtxSynchronize a context parameter (their _v2) without mapping the names in cuda.h
+// to it, so asking for them at 13.0 returns a function that reads a context argument the declared
+// prototype never passes. Ask for the ABI the declarations have.
+int abi_version(const char* name) {
+  if (std::strcmp(name, "cuCtxGetDevice") == 0 || std::strcmp(name, "cuCtxSynchronize") == 0) return 12000;
+  return CUDA_VERSION;
+}
 
 loaded load() {
   loaded out;
@@ -37,7 +47,7 @@ loaded load() {
   {                                                                                              \
     void* fn = nullptr;                                                                          \
     CUdriverProcAddressQueryResult status{};                                                     \
-    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && \
+    if (get_proc(#name, &fn, abi_version(#name), CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && \
         status == CU_GET_PROC_ADDRESS_SUCCESS)                                                   \
       api.name = reinterpret_cast<decltype(api.name)>(fn);                                       \
   }
