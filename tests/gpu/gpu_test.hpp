@@ -29,7 +29,11 @@ template <class Fn>
 Fn driver_fn(const char* name) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult q{};
-  const cudaError_t st = cudaGetDriverEntryPointByVersion(name, &fn, 13000, cudaEnableDefault, &q);
+  // At 13.0, cuCtxGetDevice and cuCtxSynchronize resolve to their _v2 (an extra context parameter) although
+  // cuda.h declares them without it: ask for the ABI the declarations have.
+  const std::string n = name;
+  const int version = n == "cuCtxGetDevice" || n == "cuCtxSynchronize" ? 12000 : 13000;
+  const cudaError_t st = cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q);
   if (st != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) return nullptr;
   return reinterpret_cast<Fn>(fn);
 }
