@@ -1,0 +1,349 @@
+// launch-overhead: host time per launch of an empty kernel through <<<>>>, cuLaunchKernel and
+// launchfit::launch on a warm plan cache (runtime kernel with items(n), runtime kernel with fixed(256, 1),
+// driver kernel from the same CUfunction), and the cost of a launch that misses the plan cache.
+//
+// Two batch shapes: 10,000 back-to-back async launches (the rate a long launch stream sustains; it becomes
+// bound by the driver's launch queue once that fills) and 100-launch batches with the stream drained in
+// between (the host cost of a launch while the queue has room). Medians over batches.
+//
+//   launch-overhead [--quick] [--json PATH] [--batches N] [--device N]
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_common.cuh"
+#include "launchfit/cache.hpp"
+#include "launchfit/kernel.hpp"
+#include "launchfit/launch.hpp"
+#include "launchfit/log.hpp"
+#include "plan_cache.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+__global__ void empty_kernel(int) {}
+
+// Counts launches (one increment per launch), to check that every path really launches.
+__global__ void count_launch(unsigned long long* counter) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(counter, 1ULL);
+}
+
+void check_cu(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return;
+  const char* name = nullptr;
+  cuGetErrorName(r, &name);
+  throw bench::cuda_failure(std::string(what) + " failed: " + (name ? name : "unknown CUresult"));
+}
+
+CUfunction function_of(const void* stub) {
+  cudaFunction_t f = nullptr;
+  BENCH_CUDA(cudaGetFuncBySymbol(&f, stub));
+  return reinterpret_cast<CUfunction>(f);
+}
+
+using clock_type = std::chrono::steady_clock;
+
+double us_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+}
+
+// Host microseconds per launch for each of `batches` batches of `batch` launches (after one warm-up batch);
+// the stream is drained between batches, outside the timed region.
+template <class F>
+std::vector<double> host_us_per_launch(F&& launch, int batch, int batches, cudaStream_t s) {
+  std::vector<double> per;
+  for (int b = -1; b < batches; ++b) {
+    const auto t0 = clock_type::now();
+    for (int i = 0; i < batch; ++i) launch();
+    const double us = us_since(t0);
+    BENCH_CUDA(cudaGetLastError());
+    BENCH_CUDA(cudaStreamSynchronize(s));
+    if (b >= 0) per.push_back(us / batch);
+  }
+  return per;
+}
+
+struct variant {
+  std::string name;
+  std::string dims;
+  int baseline = -1;     // index of the raw variant with the same grid and block (-1 for raw ones)
+  double us_long = 0;    // 10,000-launch batches
+  double us_short = 0;   // 100-launch batches
+};
+
+struct miss_row {
+  std::string name;
+  double median_us = 0;
+  double p10_us = 0, p90_us = 0;
+};
+
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", r);
+  return buf;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+int run(int argc, char** argv) {
+  const auto start = clock_type::now();
+  const bench::args a(argc, argv);
+  const bool quick = a.flag("--quick");
+  const int batches = std::max(1, a.int_value("--batches", quick ? 2 : 10));
+  const int long_batch = quick ? 1000 : 10000;
+  const int short_batch = 100;
+  const int short_batches = quick ? 20 : 200;
+  const int miss_reps = quick ? 10 : 100;
+  const std::string json_path = a.value("--json");
+  const bench::device_info dev = bench::open_device(a.int_value("--device", 0));
+  int failures = 0;
+
+  std::printf("# launchfit launch overhead\n\ndevice: %s\n", dev.describe().c_str());
+  if (std::getenv("LAUNCHFIT_CACHE")) {
+    std::printf("note: LAUNCHFIT_CACHE is set; cache misses may be answered from the cache file\n");
+  }
+  if (std::getenv("LAUNCHFIT_POLICY")) std::printf("note: LAUNCHFIT_POLICY is set; overrides apply\n");
+
+  cudaStream_t stream = nullptr;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const std::uint64_t n = std::uint64_t{1} << 16;
+
+  // The very first launch through launchfit in this process: loads libcuda's entry points, queries the
+  // device, resolves the kernel, computes and logs the plan.
+  const auto logger = lf::logger();
+  const spdlog::level::level_enum saved_level = logger->level();
+  logger->set_level(spdlog::level::warn);
+  double first_us = 0;
+  {
+    const auto t0 = clock_type::now();
+    lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0);
+    first_us = us_since(t0);
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+  }
+  logger->set_level(saved_level);
+
+  const CUfunction empty_fn = function_of(reinterpret_cast<const void*>(&empty_kernel));
+  const lf::kernel empty_driver(empty_fn);
+  const lf::plan items_plan = lf::plan_for(&empty_kernel, lf::max_occupancy().items(n).on(stream));
+  const unsigned items_block = items_plan.block.x;
+  const unsigned items_grid = lf::grid_for(items_plan, lf::max_occupancy().items(n).work_shape()).x;
+  const std::string items_dims = "<<<" + std::to_string(items_grid) + ", " + std::to_string(items_block) + ">>>";
+  const std::string fixed_dims = "<<<1, 256>>>";
+
+  // Warm the cache for every launchfit variant (logs each new plan once).
+  lf::launch(&empty_kernel, lf::fixed(256, 1).on(stream), 0);
+  lf::launch(empty_driver, lf::fixed(256, 1).on(stream), 0);
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+
+  int arg = 0;
+  void* params[] = {&arg};
+  std::vector<variant> variants = {
+      {"<<<>>>", items_dims, -1},
+      {"cuLaunchKernel", items_dims, -1},
+      {"launchfit max_occupancy().items(n)", items_dims, 0},
+      {"<<<>>>", fixed_dims, -1},
+      {"cuLaunchKernel", fixed_dims, -1},
+      {"launchfit fixed(256, 1)", fixed_dims, 3},
+      {"launchfit driver kernel fixed(256, 1)", fixed_dims, 4},
+  };
+  // Each variant is timed in a plain loop (no type-erased call in the timed loop).
+  auto measure = [&](int v, int batch, int nb) -> std::vector<double> {
+    switch (v) {
+      case 0:
+        return host_us_per_launch([&] { empty_kernel<<<items_grid, items_block, 0, stream>>>(0); }, batch, nb,
+                                  stream);
+      case 1:
+        return host_us_per_launch(
+            [&] {
+              check_cu(cuLaunchKernel(empty_fn, items_grid, 1, 1, items_block, 1, 1, 0, stream, params, nullptr),
+                       "cuLaunchKernel");
+            },
+            batch, nb, stream);
+      case 2:
+        return host_us_per_launch([&] { lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0); },
+                                  batch, nb, stream);
+      case 3:
+        return host_us_per_launch([&] { empty_kernel<<<1, 256, 0, stream>>>(0); }, batch, nb, stream);
+      case 4:
+        return host_us_per_launch(
+            [&] {
+              check_cu(cuLaunchKernel(empty_fn, 1, 1, 1, 256, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+            },
+            batch, nb, stream);
+      case 5:
+        return host_us_per_launch([&] { lf::launch(&empty_kernel, lf::fixed(256, 1).on(stream), 0); }, batch, nb,
+                                  stream);
+      default:
+        return host_us_per_launch([&] { lf::launch(empty_driver, lf::fixed(256, 1).on(stream), 0); }, batch, nb,
+                                  stream);
+    }
+  };
+
+  // Two rounds over all variants, so drift (clocks, other tenants) spreads over every one of them; the
+  // median is over every batch of both rounds.
+  std::vector<std::vector<double>> long_runs(variants.size()), short_runs(variants.size());
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      for (double x : measure(static_cast<int>(v), long_batch, std::max(1, batches / 2))) long_runs[v].push_back(x);
+      for (double x : measure(static_cast<int>(v), short_batch, short_batches / 2)) short_runs[v].push_back(x);
+    }
+  }
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    variants[v].us_long = bench::median(long_runs[v]);
+    variants[v].us_short = bench::median(short_runs[v]);
+  }
+  auto base_of = [&](const variant& v) -> const variant* {
+    return v.baseline >= 0 ? &variants[static_cast<std::size_t>(v.baseline)] : nullptr;
+  };
+
+  // ---- every path really launches ----
+  {
+    bench::device_buffer<unsigned long long> counter(1);
+    const CUfunction count_fn = function_of(reinterpret_cast<const void*>(&count_launch));
+    const lf::kernel count_driver(count_fn);
+    unsigned long long* cptr = counter.get();
+    void* cparams[] = {&cptr};
+    const int reps = 1000;
+    const char* names[] = {"<<<>>>", "cuLaunchKernel", "launchfit items(n)", "launchfit fixed(256, 1)",
+                           "launchfit driver kernel"};
+    for (int path = 0; path < 5; ++path) {
+      BENCH_CUDA(cudaMemsetAsync(counter.get(), 0, sizeof(unsigned long long), stream));
+      for (int i = 0; i < reps; ++i) {
+        switch (path) {
+          case 0:
+            count_launch<<<items_grid, items_block, 0, stream>>>(cptr);
+            break;
+          case 1:
+            check_cu(cuLaunchKernel(count_fn, items_grid, 1, 1, items_block, 1, 1, 0, stream, cparams, nullptr),
+                     "cuLaunchKernel");
+            break;
+          case 2:
+            lf::launch(&count_launch, lf::max_occupancy().items(n).on(stream), cptr);
+            break;
+          case 3:
+            lf::launch(&count_launch, lf::fixed(256, 1).on(stream), cptr);
+            break;
+          default:
+            lf::launch(count_driver, lf::fixed(256, 1).on(stream), cptr);
+        }
+      }
+      BENCH_CUDA(cudaGetLastError());
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      const auto got = counter.download();
+      if (got[0] != static_cast<unsigned long long>(reps)) {
+        ++failures;
+        std::printf("FAILED: %s ran %llu of %d launches\n", names[path], got[0], reps);
+      }
+    }
+  }
+
+  // ---- cache misses ----
+  // Each repetition clears the plan cache and times one launch: kernel lookup, attribute and occupancy
+  // queries, the policy, validation and the (suppressed) log line.
+  std::vector<miss_row> misses;
+  logger->set_level(spdlog::level::warn);
+  auto time_miss = [&](const std::string& name, const std::function<void()>& launch) {
+    std::vector<double> us;
+    for (int r = 0; r < miss_reps; ++r) {
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      lf::cache().clear();
+      const std::uint64_t builds_before = lf::detail::stats().builds;
+      const auto t0 = clock_type::now();
+      launch();
+      us.push_back(us_since(t0));
+      if (lf::detail::stats().builds != builds_before + 1) {
+        ++failures;
+        std::printf("FAILED: %s: the timed launch did not build exactly one plan\n", name.c_str());
+        break;
+      }
+    }
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    misses.push_back({name, bench::median(us), percentile(us, 0.1), percentile(us, 0.9)});
+  };
+  time_miss("max_occupancy().items(n)",
+            [&] { lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0); });
+  time_miss("bytes_in_flight(16).items(n)",
+            [&] { lf::launch(&empty_kernel, lf::bytes_in_flight(16).items(n).on(stream), 0); });
+  time_miss("fixed(256, 1)", [&] { lf::launch(&empty_kernel, lf::fixed(256, 1).on(stream), 0); });
+  time_miss("driver kernel fixed(256, 1)", [&] { lf::launch(empty_driver, lf::fixed(256, 1).on(stream), 0); });
+  logger->set_level(saved_level);
+
+  const double total_s = bench::seconds_since(start);
+  if (!json_path.empty()) {
+    std::ostringstream js;
+    js << "{\n\"benchmark\":\"launch-overhead\",\n\"device\":" << dev.json() << ",\n\"long_batch\":" << long_batch
+       << ",\n\"short_batch\":" << short_batch << ",\n\"variants\":[";
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      const variant& v = variants[i];
+      const variant* base = base_of(v);
+      js << (i ? ",\n" : "\n") << "{\"name\":" << bench::json_string(v.name) << ",\"dims\":" << bench::json_string(v.dims)
+         << ",\"us_per_launch_long\":" << bench::json_number(v.us_long)
+         << ",\"us_per_launch_short\":" << bench::json_number(v.us_short)
+         << ",\"ratio_long\":" << bench::json_number(base ? v.us_long / base->us_long : 1.0)
+         << ",\"ratio_short\":" << bench::json_number(base ? v.us_short / base->us_short : 1.0) << "}";
+    }
+    js << "],\n\"first_launch_us\":" << bench::json_number(first_us) << ",\n\"misses\":[";
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      js << (i ? ",\n" : "\n") << "{\"name\":" << bench::json_string(misses[i].name)
+         << ",\"median_us\":" << bench::json_number(misses[i].median_us)
+         << ",\"p10_us\":" << bench::json_number(misses[i].p10_us)
+         << ",\"p90_us\":" << bench::json_number(misses[i].p90_us) << "}";
+    }
+    js << "],\n\"failures\":" << failures << ",\n\"total_s\":" << bench::json_number(total_s) << "\n}\n";
+    bench::write_file(json_path, js.str());
+    std::printf("\nwrote %s\n", json_path.c_str());
+  }
+
+  std::printf("\n## Cache miss: one launch right after cache().clear(), %d repetitions\n\n"
+              "| spec | median us | p10 us | p90 us | target |\n|---|---:|---:|---:|---|\n",
+              miss_reps);
+  for (const auto& m : misses) {
+    std::printf("| %s | %.2f | %.2f | %.2f | <= 3 us |\n", m.name.c_str(), m.median_us, m.p10_us, m.p90_us);
+  }
+  std::printf("\nfirst launchfit launch in the process (one sample, includes loading the driver entry points and "
+              "the device query): %.1f us\n",
+              first_us);
+
+  std::printf("\n## Summary: host time per launch, empty kernel (median; lower is better)\n\n"
+              "| launch | grid, block | us/launch (%d-launch batches) | vs raw | us/launch (%d-launch batches) | "
+              "vs raw |\n|---|---|---:|---:|---:|---:|\n",
+              long_batch, short_batch);
+  for (const auto& v : variants) {
+    const variant* base = base_of(v);
+    std::printf("| %s | %s | %.3f | %s | %.3f | %s |\n", v.name.c_str(), v.dims.c_str(), v.us_long,
+                base ? ratio_text(v.us_long / base->us_long).c_str() : "-", v.us_short,
+                base ? ratio_text(v.us_short / base->us_short).c_str() : "-");
+  }
+  std::printf("\ntargets: launchfit / raw <= 1.03 on a warm cache; miss <= 3 us. verification: %s; total time %.1f s\n",
+              failures ? (std::to_string(failures) + " FAILED").c_str() : "every launch path ran every launch",
+              total_s);
+  BENCH_CUDA(cudaStreamDestroy(stream));
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "launch-overhead: %s\n", e.what());
+    return 2;
+  }
+}

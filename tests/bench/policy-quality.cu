@@ -1,0 +1,958 @@
+// policy-quality: how close launchfit's policies come to the best launch configuration an exhaustive sweep
+// finds, over kernels limited by different things (DRAM latency and bandwidth, registers, shared memory,
+// atomics, launch overhead) and several problem sizes.
+//
+// For every kernel and size it times: the naive <<<ceil(n / (256 x items per thread)), 256>>>, launchfit's
+// max_occupancy and bytes_in_flight (with the kernel's real bytes in flight per thread), the autotune plugin
+// when it is loaded, and the oracle: the best of every block size {32, 64, ..., 1024} x resident blocks per SM
+// {1 .. as many as fit} (grid = blocks/SM x SMs, capped by the work, for grid-stride kernels; one-item-per-
+// thread kernels depend on the block size only). Every timed configuration is verified against a CPU
+// reference on fresh random inputs, with outputs poisoned first.
+//
+//   policy-quality [--quick] [--json PATH] [--autotune-plugin PATH] [--autotune-policy STRING]
+//                  [--repeats N] [--sizes 20,24,26] [--only reduce1,stencil] [--device N]
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_common.cuh"
+#include "launchfit/launch.hpp"
+#include "launchfit/plugin.hpp"
+#include "launchfit/policy.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+// ---- kernels ----------------------------------------------------------------------------------------------
+
+__global__ void copy4(const float4* __restrict__ in, float4* __restrict__ out, std::size_t count) {
+#pragma unroll 1
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    out[i] = in[i];
+  }
+}
+
+__global__ void saxpy(float a, const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ z,
+                      std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) z[i] = fmaf(a, x[i], y[i]);
+}
+
+// 1D stencil of radius 8 over a shared-memory tile of blockDim x 32 outputs plus halo: dynamic shared memory
+// grows with the block (128 KB at 1024 threads), so it limits residency for large blocks.
+constexpr int stencil_radius = 8;
+constexpr int stencil_items = 32;
+__constant__ float stencil_taps[2 * stencil_radius + 1];
+
+struct stencil_smem {
+  std::size_t operator()(int block) const {
+    return (static_cast<std::size_t>(block) * stencil_items + 2 * stencil_radius) * sizeof(float);
+  }
+};
+
+__global__ void stencil1d(const float* __restrict__ in, float* __restrict__ out, std::size_t n) {
+  extern __shared__ float tile[];
+  const std::size_t start = static_cast<std::size_t>(blockIdx.x) * blockDim.x * stencil_items;
+  const long long base = static_cast<long long>(start) - stencil_radius;
+  const long long nn = static_cast<long long>(n);
+#pragma unroll
+  for (int k = 0; k < stencil_items; ++k) {
+    const unsigned j = threadIdx.x + k * blockDim.x;
+    const long long g = base + j;
+    tile[j] = (g >= 0 && g < nn) ? in[g] : 0.f;
+  }
+  for (unsigned h = threadIdx.x; h < 2 * stencil_radius; h += blockDim.x) {
+    const unsigned j = blockDim.x * stencil_items + h;
+    const long long g = base + j;
+    tile[j] = (g >= 0 && g < nn) ? in[g] : 0.f;
+  }
+  __syncthreads();
+#pragma unroll 4
+  for (int k = 0; k < stencil_items; ++k) {
+    const unsigned j = threadIdx.x + k * blockDim.x;
+    const std::size_t i = start + j;
+    if (i < n) {
+      float s = 0.f;
+#pragma unroll
+      for (int t = 0; t <= 2 * stencil_radius; ++t) s = fmaf(stencil_taps[t], tile[j + t], s);
+      out[i] = s;
+    }
+  }
+}
+
+// Register-heavy: each thread holds a 32-vector, applies w = M v, v = w (1 - w^2 / 4) twice (M in constant
+// memory). 32 inputs and 32 partial outputs stay live, so registers limit residency.
+constexpr int heavy_dim = 32;
+constexpr int heavy_rounds = 2;
+__constant__ float heavy_matrix[heavy_dim * heavy_dim];
+
+__global__ void reg_heavy(const float4* __restrict__ in, float4* __restrict__ out, std::size_t groups) {
+  const std::size_t g = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (g >= groups) return;
+  float v[heavy_dim];
+#pragma unroll
+  for (int q = 0; q < heavy_dim / 4; ++q) {
+    const float4 t = in[q * groups + g];
+    v[4 * q] = t.x;
+    v[4 * q + 1] = t.y;
+    v[4 * q + 2] = t.z;
+    v[4 * q + 3] = t.w;
+  }
+#pragma unroll
+  for (int r = 0; r < heavy_rounds; ++r) {
+    float w[heavy_dim];
+#pragma unroll
+    for (int i = 0; i < heavy_dim; ++i) {
+      float s = 0.f;
+#pragma unroll
+      for (int j = 0; j < heavy_dim; ++j) s = fmaf(heavy_matrix[i * heavy_dim + j], v[j], s);
+      w[i] = s * (1.f - 0.25f * s * s);
+    }
+#pragma unroll
+    for (int i = 0; i < heavy_dim; ++i) v[i] = w[i];
+  }
+#pragma unroll
+  for (int q = 0; q < heavy_dim / 4; ++q) {
+    out[q * groups + g] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  }
+}
+
+// 256-bin histogram: shared-memory bins per block, then one global atomic per non-empty bin (the epilogue).
+constexpr int hist_bins = 256;
+__global__ void histogram256(const uint4* __restrict__ keys, std::size_t count,
+                             unsigned long long* __restrict__ bins) {
+  __shared__ unsigned local[hist_bins];
+  for (unsigned b = threadIdx.x; b < hist_bins; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+#pragma unroll 1
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const uint4 k = keys[i];
+    atomicAdd(&local[k.x & (hist_bins - 1)], 1u);
+    atomicAdd(&local[k.y & (hist_bins - 1)], 1u);
+    atomicAdd(&local[k.z & (hist_bins - 1)], 1u);
+    atomicAdd(&local[k.w & (hist_bins - 1)], 1u);
+  }
+  __syncthreads();
+  for (unsigned b = threadIdx.x; b < hist_bins; b += blockDim.x) {
+    if (local[b]) atomicAdd(&bins[b], static_cast<unsigned long long>(local[b]));
+  }
+}
+
+// ---- benchmark cases -----------------------------------------------------------------------------------------
+
+enum class policy_kind { max_occupancy, bytes_in_flight, autotune };
+
+// A launch through launchfit, with its spec kept alive by the closures.
+struct lf_runner {
+  std::function<void()> launch;
+  std::function<lf::plan()> plan;
+  lf::work work;
+};
+
+struct case_base {
+  std::string name;
+  bool grid_stride = false;
+  int per_thread = 1;        // items per thread (per loop iteration for grid-stride kernels)
+  int bytes_in_flight = 4;   // the kernel's real independent load bytes per thread
+  double bytes_per_item = 0; // DRAM traffic per item (read + write) for GB/s
+  bool accumulates = false;  // the output is summed into; reset to zero before every sample
+  const void* fn = nullptr;  // the __global__ function, for occupancy queries and attributes
+  cudaStream_t stream = nullptr;
+  std::size_t n = 0;
+
+  virtual ~case_base() = default;
+  virtual std::size_t smem(int /*block*/) const { return 0; }
+  // Fresh random inputs and the CPU reference for n items.
+  virtual void prepare(std::size_t items, std::uint64_t seed) = 0;
+  virtual void poison() = 0;
+  virtual void reset() {}
+  virtual void launch_raw(unsigned grid, unsigned block) = 0;
+  // Empty when the output of the last sample (`launches` back-to-back launches after a reset) is right.
+  virtual std::string verify(int launches) = 0;
+  virtual void release() = 0;
+  virtual lf_runner runner(policy_kind k, const std::string& autotune_policy) = 0;
+};
+
+// Builds launchfit runners for a case whose derived class provides launch_with(spec) and plan_with(spec).
+template <class Derived>
+struct case_impl : case_base {
+  template <class S>
+  void add_smem_rule(S&) const {}
+
+  template <class P>
+  lf_runner make(lf::spec<P> s) {
+    if (grid_stride) {
+      s.grid_stride(n);
+    } else {
+      s.items(n);
+    }
+    s.per_thread(static_cast<std::uint32_t>(per_thread)).on(stream);
+    Derived* d = static_cast<Derived*>(this);
+    d->add_smem_rule(s);
+    auto sp = std::make_shared<lf::spec<P>>(std::move(s));
+    return lf_runner{[sp, d] { d->launch_with(*sp); }, [sp, d] { return d->plan_with(*sp); }, sp->work_shape()};
+  }
+
+  lf_runner runner(policy_kind k, const std::string& autotune_policy) override {
+    switch (k) {
+      case policy_kind::max_occupancy:
+        return make(lf::max_occupancy());
+      case policy_kind::bytes_in_flight:
+        return make(lf::bytes_in_flight(bytes_in_flight));
+      case policy_kind::autotune: {
+        auto s = lf::use(autotune_policy);
+        if (accumulates) {
+          s.reset([this] { reset(); });
+        } else {
+          s.rerunnable();
+        }
+        return make(std::move(s));
+      }
+    }
+    throw std::logic_error("unknown policy kind");
+  }
+};
+
+template <class T, int U>
+struct reduce_case : case_impl<reduce_case<T, U>> {
+  static constexpr int floats_per_T = sizeof(T) / sizeof(float);
+  bench::device_buffer<float> in;
+  bench::device_buffer<unsigned long long> slots{bench::reduce_slots};
+  unsigned long long expected = 0;
+
+  reduce_case(const char* label, cudaStream_t s) {
+    this->name = label;
+    this->grid_stride = true;
+    this->per_thread = U * floats_per_T;
+    this->bytes_in_flight = U * static_cast<int>(sizeof(T));
+    this->bytes_per_item = sizeof(float);
+    this->accumulates = true;
+    this->fn = reinterpret_cast<const void*>(&bench::read_reduce<T, U>);
+    this->stream = s;
+  }
+  std::size_t count() const { return this->n / floats_per_T; }
+  void prepare(std::size_t items, std::uint64_t seed) override {
+    this->n = items;
+    const std::vector<float> host = bench::reduce_input(items, seed);
+    expected = bench::exact_sum(host);
+    in = bench::device_buffer<float>(items);
+    in.upload(host);
+  }
+  void poison() override {}
+  void reset() override {
+    BENCH_CUDA(cudaMemsetAsync(slots.get(), 0, slots.bytes(), this->stream));
+  }
+  void launch_raw(unsigned grid, unsigned block) override {
+    bench::read_reduce<T, U><<<grid, block, 0, this->stream>>>(reinterpret_cast<const T*>(in.get()), count(),
+                                                               slots.get());
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&bench::read_reduce<T, U>, s, reinterpret_cast<const T*>(in.get()), count(), slots.get());
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&bench::read_reduce<T, U>, s);
+  }
+  std::string verify(int launches) override {
+    BENCH_CUDA(cudaStreamSynchronize(this->stream));
+    unsigned long long total = 0;
+    for (unsigned long long v : slots.download()) total += v;
+    const unsigned long long want = expected * static_cast<unsigned long long>(launches);
+    if (total == want) return {};
+    return "sum " + std::to_string(total) + ", expected " + std::to_string(want);
+  }
+  void release() override { in = {}; }
+};
+
+struct copy_case : case_impl<copy_case> {
+  bench::device_buffer<float> in, out;
+  bench::float_checker& checker;
+
+  copy_case(cudaStream_t s, bench::float_checker& c) : checker(c) {
+    name = "copy";
+    grid_stride = true;
+    per_thread = 4;
+    bytes_in_flight = 16;
+    bytes_per_item = 2 * sizeof(float);
+    fn = reinterpret_cast<const void*>(&copy4);
+    stream = s;
+  }
+  void prepare(std::size_t items, std::uint64_t seed) override {
+    n = items;
+    in = bench::device_buffer<float>(items);
+    out = bench::device_buffer<float>(items);
+    in.upload(bench::random_vector<float>(items, seed, bench::uniform_pm1));
+  }
+  void poison() override { BENCH_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), stream)); }
+  const float4* in4() const { return reinterpret_cast<const float4*>(in.get()); }
+  float4* out4() const { return reinterpret_cast<float4*>(out.get()); }
+  void launch_raw(unsigned grid, unsigned block) override {
+    copy4<<<grid, block, 0, stream>>>(in4(), out4(), n / 4);
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&copy4, s, in4(), out4(), n / 4);
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&copy4, s);
+  }
+  std::string verify(int) override { return checker.compare(out.get(), in.get(), n, 0.f, 0.f, stream); }
+  void release() override {
+    in = {};
+    out = {};
+  }
+};
+
+struct saxpy_case : case_impl<saxpy_case> {
+  static constexpr float a = 1.5f;
+  bench::device_buffer<float> x, y, z, ref;
+  bench::float_checker& checker;
+
+  saxpy_case(const char* label, cudaStream_t s, bench::float_checker& c) : checker(c) {
+    name = label;
+    grid_stride = false;
+    per_thread = 1;
+    bytes_in_flight = 8;
+    bytes_per_item = 3 * sizeof(float);
+    fn = reinterpret_cast<const void*>(&saxpy);
+    stream = s;
+  }
+  void prepare(std::size_t items, std::uint64_t seed) override {
+    n = items;
+    const auto hx = bench::random_vector<float>(items, seed, bench::uniform_pm1);
+    const auto hy = bench::random_vector<float>(items, seed + 1, bench::uniform_pm1);
+    std::vector<float> hz(items);
+    bench::parallel_for(items, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) hz[i] = std::fma(a, hx[i], hy[i]);
+    });
+    x = bench::device_buffer<float>(items);
+    y = bench::device_buffer<float>(items);
+    z = bench::device_buffer<float>(items);
+    ref = bench::device_buffer<float>(items);
+    x.upload(hx);
+    y.upload(hy);
+    ref.upload(hz);
+  }
+  void poison() override { BENCH_CUDA(cudaMemsetAsync(z.get(), 0xFF, z.bytes(), stream)); }
+  void launch_raw(unsigned grid, unsigned block) override {
+    saxpy<<<grid, block, 0, stream>>>(a, x.get(), y.get(), z.get(), n);
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&saxpy, s, a, x.get(), y.get(), z.get(), n);
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&saxpy, s);
+  }
+  std::string verify(int) override { return checker.compare(z.get(), ref.get(), n, 0.f, 1e-6f, stream); }
+  void release() override {
+    x = {};
+    y = {};
+    z = {};
+    ref = {};
+  }
+};
+
+struct stencil_case : case_impl<stencil_case> {
+  bench::device_buffer<float> in, out, ref;
+  bench::float_checker& checker;
+  float taps[2 * stencil_radius + 1];
+
+  stencil_case(cudaStream_t s, bench::float_checker& c) : checker(c) {
+    name = "stencil";
+    grid_stride = false;
+    per_thread = stencil_items;
+    bytes_in_flight = stencil_items * static_cast<int>(sizeof(float));
+    bytes_per_item = 2 * sizeof(float);
+    fn = reinterpret_cast<const void*>(&stencil1d);
+    stream = s;
+    std::uint64_t st = 12345;
+    for (float& t : taps) t = bench::uniform_pm1(st) / (2 * stencil_radius + 1);
+    BENCH_CUDA(cudaMemcpyToSymbol(stencil_taps, taps, sizeof taps));
+    // Raw launches of large blocks need the opt-in dynamic shared memory limit (launchfit raises it itself).
+    BENCH_CUDA(cudaFuncSetAttribute(&stencil1d, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(stencil_smem{}(1024))));
+  }
+  std::size_t smem(int block) const override { return stencil_smem{}(block); }
+  template <class S>
+  void add_smem_rule(S& s) const {
+    s.smem_per_block(stencil_smem{});
+  }
+  void prepare(std::size_t items, std::uint64_t seed) override {
+    n = items;
+    const auto hin = bench::random_vector<float>(items, seed, bench::uniform_pm1);
+    std::vector<float> hout(items);
+    bench::parallel_for(items, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) {
+        float s = 0.f;
+        for (int t = 0; t <= 2 * stencil_radius; ++t) {
+          const long long g = static_cast<long long>(i) - stencil_radius + t;
+          const float v = (g >= 0 && g < static_cast<long long>(items)) ? hin[static_cast<std::size_t>(g)] : 0.f;
+          s = std::fma(taps[t], v, s);
+        }
+        hout[i] = s;
+      }
+    });
+    in = bench::device_buffer<float>(items);
+    out = bench::device_buffer<float>(items);
+    ref = bench::device_buffer<float>(items);
+    in.upload(hin);
+    ref.upload(hout);
+  }
+  void poison() override { BENCH_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), stream)); }
+  void launch_raw(unsigned grid, unsigned block) override {
+    stencil1d<<<grid, block, smem(static_cast<int>(block)), stream>>>(in.get(), out.get(), n);
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&stencil1d, s, in.get(), out.get(), n);
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&stencil1d, s);
+  }
+  std::string verify(int) override { return checker.compare(out.get(), ref.get(), n, 1e-6f, 1e-5f, stream); }
+  void release() override {
+    in = {};
+    out = {};
+    ref = {};
+  }
+};
+
+struct heavy_case : case_impl<heavy_case> {
+  bench::device_buffer<float> in, out, ref;
+  bench::float_checker& checker;
+  std::vector<float> matrix;
+
+  heavy_case(cudaStream_t s, bench::float_checker& c) : checker(c), matrix(heavy_dim * heavy_dim) {
+    name = "reg-heavy";
+    grid_stride = false;
+    per_thread = heavy_dim;
+    bytes_in_flight = heavy_dim * static_cast<int>(sizeof(float));
+    bytes_per_item = 2 * sizeof(float);
+    fn = reinterpret_cast<const void*>(&reg_heavy);
+    stream = s;
+    std::uint64_t st = 777;
+    for (float& m : matrix) m = bench::uniform_pm1(st) / heavy_dim;  // |M v| <= 1 for |v| <= 1
+    BENCH_CUDA(cudaMemcpyToSymbol(heavy_matrix, matrix.data(), matrix.size() * sizeof(float)));
+  }
+  std::size_t groups() const { return n / heavy_dim; }
+  void prepare(std::size_t items, std::uint64_t seed) override {
+    n = items;
+    const auto hin = bench::random_vector<float>(items, seed, bench::uniform_pm1);
+    std::vector<float> hout(items);
+    const std::size_t gs = groups();
+    // Layout: float4 number (q * groups + g) holds elements 4q..4q+3 of group g.
+    auto at = [gs](std::size_t g, int j) { return (static_cast<std::size_t>(j / 4) * gs + g) * 4 + j % 4; };
+    bench::parallel_for(gs, [&](std::size_t b, std::size_t e) {
+      for (std::size_t g = b; g < e; ++g) {
+        double v[heavy_dim], w[heavy_dim];
+        for (int j = 0; j < heavy_dim; ++j) v[j] = hin[at(g, j)];
+        for (int r = 0; r < heavy_rounds; ++r) {
+          for (int i = 0; i < heavy_dim; ++i) {
+            double s = 0;
+            for (int j = 0; j < heavy_dim; ++j) s += static_cast<double>(matrix[i * heavy_dim + j]) * v[j];
+            w[i] = s * (1.0 - 0.25 * s * s);
+          }
+          for (int i = 0; i < heavy_dim; ++i) v[i] = w[i];
+        }
+        for (int j = 0; j < heavy_dim; ++j) hout[at(g, j)] = static_cast<float>(v[j]);
+      }
+    });
+    in = bench::device_buffer<float>(items);
+    out = bench::device_buffer<float>(items);
+    ref = bench::device_buffer<float>(items);
+    in.upload(hin);
+    ref.upload(hout);
+  }
+  void poison() override { BENCH_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), stream)); }
+  const float4* in4() const { return reinterpret_cast<const float4*>(in.get()); }
+  float4* out4() const { return reinterpret_cast<float4*>(out.get()); }
+  void launch_raw(unsigned grid, unsigned block) override {
+    reg_heavy<<<grid, block, 0, stream>>>(in4(), out4(), groups());
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&reg_heavy, s, in4(), out4(), groups());
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&reg_heavy, s);
+  }
+  std::string verify(int) override { return checker.compare(out.get(), ref.get(), n, 1e-5f, 1e-4f, stream); }
+  void release() override {
+    in = {};
+    out = {};
+    ref = {};
+  }
+};
+
+struct histogram_case : case_impl<histogram_case> {
+  bench::device_buffer<unsigned> keys;
+  bench::device_buffer<unsigned long long> bins{hist_bins};
+  std::vector<unsigned long long> expected;
+
+  explicit histogram_case(cudaStream_t s) {
+    name = "histogram";
+    grid_stride = true;
+    per_thread = 4;
+    bytes_in_flight = 16;
+    bytes_per_item = sizeof(unsigned);
+    accumulates = true;
+    fn = reinterpret_cast<const void*>(&histogram256);
+    stream = s;
+  }
+  void prepare(std::size_t items, std::uint64_t seed) override {
+    n = items;
+    const auto hk = bench::random_vector<unsigned>(
+        items, seed, [](std::uint64_t& s) { return static_cast<unsigned>(bench::splitmix64(s) % hist_bins); });
+    expected.assign(hist_bins, 0);
+    for (unsigned k : hk) ++expected[k];
+    keys = bench::device_buffer<unsigned>(items);
+    keys.upload(hk);
+  }
+  void poison() override {}
+  void reset() override { BENCH_CUDA(cudaMemsetAsync(bins.get(), 0, bins.bytes(), stream)); }
+  const uint4* keys4() const { return reinterpret_cast<const uint4*>(keys.get()); }
+  void launch_raw(unsigned grid, unsigned block) override {
+    histogram256<<<grid, block, 0, stream>>>(keys4(), n / 4, bins.get());
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&histogram256, s, keys4(), n / 4, bins.get());
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&histogram256, s);
+  }
+  std::string verify(int launches) override {
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    const auto got = bins.download();
+    for (int b = 0; b < hist_bins; ++b) {
+      const unsigned long long want = expected[b] * static_cast<unsigned long long>(launches);
+      if (got[b] != want) {
+        return "bin " + std::to_string(b) + " = " + std::to_string(got[b]) + ", expected " + std::to_string(want);
+      }
+    }
+    return {};
+  }
+  void release() override { keys = {}; }
+};
+
+// ---- measurement -------------------------------------------------------------------------------------------
+
+struct row {
+  std::string kernel;
+  std::size_t n = 0;
+  std::string policy;
+  int block = 0;
+  long long grid = 0;
+  int blocks_per_sm = 0;
+  double ms = 0;
+  double gbps = 0;
+  double ratio = 0;  // ms / oracle ms
+  int samples = 0;
+  int configs = 0;   // oracle: configurations swept
+  std::string note;  // plan reason, tuning trials, or the error
+  bool ok = true;
+};
+
+struct settings {
+  int repeats = 10;
+  double sample_target_ms = 0.2;  // back-to-back launches per sample: enough to fill this much GPU time
+  int max_per_sample = 200;
+  double prune_factor = 1.25;     // sweep: stop a configuration after 3 samples when this much slower than best
+  std::string autotune_policy;    // empty: no autotune column
+};
+
+class runner_context {
+ public:
+  runner_context(const bench::device_info& d, cudaStream_t s, const settings& cfg)
+      : dev(d), stream(s), timer(s), opts(cfg) {}
+
+  const bench::device_info& dev;
+  cudaStream_t stream;
+  bench::stream_timer timer;
+  settings opts;
+  int failures = 0;
+  std::vector<row> rows;
+
+  void fail(const std::string& what) {
+    ++failures;
+    std::printf("FAILED: %s\n", what.c_str());
+    std::fflush(stdout);
+  }
+};
+
+long long div_up(std::size_t a, std::size_t b) { return static_cast<long long>((a + b - 1) / b); }
+
+std::string config_text(unsigned grid, unsigned block) {
+  return "<<<" + std::to_string(grid) + ", " + std::to_string(block) + ">>>";
+}
+
+void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t seed) {
+  const auto t0 = std::chrono::steady_clock::now();
+  c.prepare(n, seed);
+  const auto reset = [&c] { c.reset(); };
+  const std::string label = c.name + " n=" + std::to_string(n);
+  const std::size_t per_block_items = static_cast<std::size_t>(c.per_thread);
+
+  // One sample = `per_sample` back-to-back launches, so short kernels are timed over >= ~0.2 ms.
+  const unsigned naive_grid = static_cast<unsigned>(div_up(n, 256 * per_block_items));
+  c.poison();
+  const double pilot = ctx.timer.time([&] { c.launch_raw(naive_grid, 256); }, reset, 1, 1).ms;
+  const int per_sample = static_cast<int>(
+      std::clamp(std::ceil(ctx.opts.sample_target_ms / std::max(pilot, 1e-4)), 1.0,
+                 static_cast<double>(ctx.opts.max_per_sample)));
+
+  auto measure = [&](const std::string& what, const std::function<void()>& launch, int repeats,
+                     double prune_ms) -> std::pair<bench::stream_timer::result, bool> {
+    c.poison();
+    const auto r = ctx.timer.time(launch, reset, per_sample, repeats, prune_ms);
+    const std::string bad = c.verify(per_sample);
+    if (!bad.empty()) {
+      ctx.fail(label + " " + what + ": " + bad);
+      return {r, false};
+    }
+    return {r, true};
+  };
+
+  std::vector<row> out;
+  auto base_row = [&](const std::string& policy) {
+    row r;
+    r.kernel = c.name;
+    r.n = n;
+    r.policy = policy;
+    return r;
+  };
+
+  // Naive: today's <<<ceil(n / (256 x items per thread)), 256>>>.
+  {
+    row r = base_row("naive");
+    r.block = 256;
+    r.grid = naive_grid;
+    const auto [t, ok] = measure("naive " + config_text(naive_grid, 256), [&] { c.launch_raw(naive_grid, 256); },
+                                 ctx.opts.repeats, 0);
+    r.ms = t.ms;
+    r.samples = t.samples;
+    r.ok = ok;
+    out.push_back(r);
+  }
+
+  // launchfit policies.
+  std::vector<std::pair<policy_kind, std::string>> policies = {
+      {policy_kind::max_occupancy, "max_occupancy"},
+      {policy_kind::bytes_in_flight, "bytes_in_flight(" + std::to_string(c.bytes_in_flight) + ")"}};
+  if (!ctx.opts.autotune_policy.empty()) policies.push_back({policy_kind::autotune, ctx.opts.autotune_policy});
+  for (const auto& [kind, policy_name] : policies) {
+    row r = base_row(policy_name);
+    try {
+      const lf_runner run = c.runner(kind, ctx.opts.autotune_policy);
+      const auto [t, ok] = measure(policy_name, run.launch, ctx.opts.repeats, 0);
+      const lf::plan p = run.plan();  // cached by the warm-up launch
+      r.block = p.block_threads;
+      r.grid = lf::grid_for(p, run.work).x;
+      r.blocks_per_sm = p.blocks_per_sm;
+      r.ms = t.ms;
+      r.samples = t.samples;
+      r.ok = ok;
+      r.note = p.trials > 0 ? std::to_string(p.trials) + " trials, " + std::to_string(p.tuning_ms) + " ms" : "";
+    } catch (const lf::error& e) {
+      ctx.fail(label + " " + policy_name + ": " + e.what());
+      r.ok = false;
+      r.note = e.what();
+    }
+    out.push_back(r);
+  }
+
+  // Oracle: every block size x resident blocks per SM (grid-stride) or every block size (one item per thread).
+  cudaFuncAttributes attr{};
+  BENCH_CUDA(cudaFuncGetAttributes(&attr, c.fn));
+  struct config {
+    unsigned block, grid;
+    int bps;
+  };
+  std::vector<config> configs;
+  std::set<std::pair<unsigned, unsigned>> seen;
+  for (int block = 32; block <= std::min(1024, attr.maxThreadsPerBlock); block += 32) {
+    const std::size_t smem = c.smem(block);
+    if (smem + attr.sharedSizeBytes > static_cast<std::size_t>(ctx.dev.prop.sharedMemPerBlockOptin)) continue;
+    int fit = 0;
+    BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, c.fn, block, smem));
+    if (fit <= 0) continue;
+    const long long needed = div_up(n, static_cast<std::size_t>(block) * per_block_items);
+    if (!c.grid_stride) {
+      configs.push_back({static_cast<unsigned>(block), static_cast<unsigned>(needed), fit});
+      continue;
+    }
+    for (int bps = fit; bps >= 1; --bps) {
+      const long long grid = std::min<long long>(needed, static_cast<long long>(bps) * ctx.dev.sm_count);
+      if (seen.insert({static_cast<unsigned>(block), static_cast<unsigned>(grid)}).second) {
+        configs.push_back({static_cast<unsigned>(block), static_cast<unsigned>(grid), bps});
+      }
+    }
+  }
+  row best = base_row("oracle");
+  best.ms = 0;
+  best.configs = static_cast<int>(configs.size());
+  best.note = std::to_string(configs.size()) + " configurations swept";
+  for (const config& k : configs) {
+    const double prune = best.ms > 0 ? best.ms * ctx.opts.prune_factor : 0;
+    const auto [t, ok] = measure("sweep " + config_text(k.grid, k.block) + " blocks/SM=" + std::to_string(k.bps),
+                                 [&] { c.launch_raw(k.grid, k.block); }, ctx.opts.repeats, prune);
+    if (ok && t.samples == ctx.opts.repeats && (best.ms == 0 || t.ms < best.ms)) {
+      best.ms = t.ms;
+      best.block = static_cast<int>(k.block);
+      best.grid = k.grid;
+      best.blocks_per_sm = k.bps;
+      best.samples = t.samples;
+    }
+  }
+  if (best.ms == 0) {
+    ctx.fail(label + ": no swept configuration ran correctly");
+    best.ok = false;
+  }
+  out.push_back(best);
+
+  for (row& r : out) {
+    r.gbps = r.ms > 0 ? c.bytes_per_item * static_cast<double>(n) / (r.ms * 1e6) : 0;
+    r.ratio = (best.ms > 0 && r.ms > 0) ? r.ms / best.ms : 0;
+    ctx.rows.push_back(r);
+  }
+  c.release();
+  std::printf("%-14s n=%-10zu %4zu configs, %3d launches/sample, %6.1f s  |", c.name.c_str(), n, configs.size(),
+              per_sample, bench::seconds_since(t0));
+  for (const row& r : out) {
+    if (r.policy != "oracle") std::printf(" %s %.3f", r.policy.c_str(), r.ratio);
+  }
+  std::printf("  (oracle %.4f ms)\n", best.ms);
+  std::fflush(stdout);
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string pow2_text(std::size_t n) {
+  if (n && (n & (n - 1)) == 0) {
+    int e = 0;
+    while ((std::size_t{1} << e) != n) ++e;
+    return "2^" + std::to_string(e);
+  }
+  return std::to_string(n);
+}
+
+struct policy_summary {
+  std::vector<double> ratios;
+  double worst = 0;
+  std::string worst_row;
+};
+
+int run(int argc, char** argv) {
+  const auto start = std::chrono::steady_clock::now();
+  const bench::args a(argc, argv);
+  const bool quick = a.flag("--quick");
+  settings opts;
+  opts.repeats = std::max(1, a.int_value("--repeats", quick ? 2 : 10));
+  const std::string json_path = a.value("--json");
+
+  const bench::device_info dev = bench::open_device(a.int_value("--device", 0));
+  std::printf("# launchfit policy quality\n\ndevice: %s\n", dev.describe().c_str());
+
+  // Autotune: from --autotune-plugin, or already registered through LAUNCHFIT_PLUGINS.
+  std::string autotune_note;
+  const std::string plugin_path = a.value("--autotune-plugin");
+  if (!plugin_path.empty()) {
+    try {
+      const lf::plugin_info info = lf::load_plugin(plugin_path);
+      opts.autotune_policy = info.name;
+      autotune_note = "autotune: plugin " + info.name + " " + info.version + " from " + plugin_path;
+    } catch (const lf::error& e) {
+      autotune_note = std::string("autotune: column skipped, plugin not loadable: ") + e.what();
+    }
+  } else {
+    const auto names = lf::registered_policies();
+    if (std::find(names.begin(), names.end(), "autotune") != names.end()) {
+      opts.autotune_policy = "autotune";
+      autotune_note = "autotune: registered through LAUNCHFIT_PLUGINS";
+    } else {
+      autotune_note = "autotune: column skipped (no --autotune-plugin PATH, not in LAUNCHFIT_PLUGINS)";
+    }
+  }
+  if (!opts.autotune_policy.empty() && !a.value("--autotune-policy").empty()) {
+    opts.autotune_policy = a.value("--autotune-policy");
+  }
+  std::printf("%s\n", autotune_note.c_str());
+
+  std::vector<std::size_t> sizes;
+  const std::string size_list = a.value("--sizes");
+  if (!size_list.empty()) {
+    std::stringstream ss(size_list);
+    for (std::string item; std::getline(ss, item, ',');) {
+      const int e = std::stoi(item);
+      if (e < 12 || e > 31) throw std::invalid_argument("--sizes takes log2 sizes in [12, 31], got " + item);
+      sizes.push_back(std::size_t{1} << e);
+    }
+  } else if (quick) {
+    sizes = {std::size_t{1} << 16, std::size_t{1} << 18};
+  } else {
+    // The largest size streams buffers of at least 4x L2 so DRAM, not L2, is measured.
+    std::size_t big = std::size_t{1} << 26;
+    while (big * sizeof(float) < 4 * dev.l2_bytes) big <<= 1;
+    sizes = {std::size_t{1} << 20, std::size_t{1} << 24, big};
+  }
+  const std::size_t small_n = 4096;
+
+  cudaStream_t stream = nullptr;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  bench::float_checker checker;
+  runner_context ctx(dev, stream, opts);
+
+  std::vector<std::unique_ptr<case_base>> cases;
+  cases.push_back(std::make_unique<reduce_case<float, 1>>("reduce1", stream));
+  cases.push_back(std::make_unique<reduce_case<float4, 2>>("reduce8", stream));
+  cases.push_back(std::make_unique<reduce_case<float4, 4>>("reduce16", stream));
+  cases.push_back(std::make_unique<copy_case>(stream, checker));
+  cases.push_back(std::make_unique<saxpy_case>("saxpy", stream, checker));
+  cases.push_back(std::make_unique<stencil_case>(stream, checker));
+  cases.push_back(std::make_unique<heavy_case>(stream, checker));
+  cases.push_back(std::make_unique<histogram_case>(stream));
+  saxpy_case small(("saxpy-small"), stream, checker);
+
+  std::set<std::string> only;
+  {
+    std::stringstream ss(a.value("--only"));
+    for (std::string item; std::getline(ss, item, ',');) {
+      if (!item.empty()) only.insert(item);
+    }
+  }
+  auto selected = [&](const std::string& name) { return only.empty() || only.count(name) > 0; };
+
+  std::printf("\nkernel resources (regs/thread, static smem, max threads/block):\n");
+  for (const auto& c : cases) {
+    cudaFuncAttributes attr{};
+    BENCH_CUDA(cudaFuncGetAttributes(&attr, c->fn));
+    std::printf("  %-12s %3d regs, %5zu B static smem, %4zu B local, max block %4d, %3d B in flight/thread\n",
+                c->name.c_str(), attr.numRegs, attr.sharedSizeBytes, attr.localSizeBytes, attr.maxThreadsPerBlock,
+                c->bytes_in_flight);
+  }
+  std::printf("\nsizes:");
+  for (std::size_t n : sizes) std::printf(" %s", pow2_text(n).c_str());
+  std::printf(" (+ saxpy-small n=%zu); %d repeats per configuration\n\n", small_n, opts.repeats);
+  std::fflush(stdout);
+
+  std::uint64_t seed = 1;
+  for (const auto& c : cases) {
+    if (!selected(c->name)) continue;
+    for (std::size_t n : sizes) run_case(ctx, *c, n, 1000003ULL * (seed++));
+  }
+  if (selected(small.name)) run_case(ctx, small, small_n, 1000003ULL * (seed++));
+
+  if (ctx.timer.any_timed_out()) {
+    std::printf("note: some samples could not queue all their launches while the stream was held; those "
+                "include host launch time\n");
+  }
+
+  // ---- results ----
+  std::printf("\n## Results\n\n| kernel | n | policy | block | grid | blocks/SM | ms | GB/s | time/oracle | note |\n"
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+  std::map<std::string, policy_summary> by_policy;
+  std::vector<std::string> policy_order;
+  for (const row& r : ctx.rows) {
+    std::printf("| %s | %s | %s | %d | %lld | %d | %s | %s | %s | %s |\n", r.kernel.c_str(), pow2_text(r.n).c_str(),
+                r.policy.c_str(), r.block, r.grid, r.blocks_per_sm, r.ok ? fmt("%.4f", r.ms).c_str() : "FAILED",
+                fmt("%.1f", r.gbps).c_str(), fmt("%.3f", r.ratio).c_str(),
+                r.note.c_str());
+    if (r.policy == "oracle" || !r.ok || r.ratio <= 0) continue;
+    // Group the bytes_in_flight rows (parameter differs per kernel) under one name.
+    const std::string key = r.policy.rfind("bytes_in_flight", 0) == 0 ? "bytes_in_flight" : r.policy;
+    if (!by_policy.count(key)) policy_order.push_back(key);
+    policy_summary& s = by_policy[key];
+    s.ratios.push_back(r.ratio);
+    if (r.ratio > s.worst) {
+      s.worst = r.ratio;
+      s.worst_row = r.kernel + " n=" + pow2_text(r.n);
+    }
+  }
+
+  const double total_s = bench::seconds_since(start);
+  if (!json_path.empty()) {
+    std::ostringstream js;
+    js << "{\n\"benchmark\":\"policy-quality\",\n\"device\":" << dev.json() << ",\n\"repeats\":" << opts.repeats
+       << ",\n\"quick\":" << (quick ? "true" : "false") << ",\n\"rows\":[\n";
+    for (std::size_t i = 0; i < ctx.rows.size(); ++i) {
+      const row& r = ctx.rows[i];
+      js << "{\"kernel\":" << bench::json_string(r.kernel) << ",\"n\":" << r.n
+         << ",\"policy\":" << bench::json_string(r.policy) << ",\"block\":" << r.block << ",\"grid\":" << r.grid
+         << ",\"blocks_per_sm\":" << r.blocks_per_sm << ",\"ms\":" << bench::json_number(r.ms)
+         << ",\"gbps\":" << bench::json_number(r.gbps) << ",\"time_over_oracle\":" << bench::json_number(r.ratio)
+         << ",\"samples\":" << r.samples << ",\"configs\":" << r.configs << ",\"ok\":" << (r.ok ? "true" : "false")
+         << ",\"note\":" << bench::json_string(r.note) << "}" << (i + 1 < ctx.rows.size() ? ",\n" : "\n");
+    }
+    js << "],\n\"summary\":{";
+    for (std::size_t i = 0; i < policy_order.size(); ++i) {
+      const policy_summary& s = by_policy[policy_order[i]];
+      js << (i ? "," : "") << bench::json_string(policy_order[i])
+         << ":{\"geomean\":" << bench::json_number(bench::geomean(s.ratios))
+         << ",\"worst\":" << bench::json_number(s.worst) << ",\"worst_row\":" << bench::json_string(s.worst_row)
+         << ",\"rows\":" << s.ratios.size() << "}";
+    }
+    js << "},\n\"verification_failures\":" << ctx.failures << ",\n\"total_s\":" << bench::json_number(total_s)
+       << "\n}\n";
+    bench::write_file(json_path, js.str());
+    std::printf("\nwrote %s\n", json_path.c_str());
+  }
+
+  std::printf("\n## Summary: time / oracle (lower is better; 1.000 = best swept configuration)\n\n"
+              "| policy | geomean | worst | worst row | rows | target |\n|---|---:|---:|---|---:|---|\n");
+  for (const std::string& p : policy_order) {
+    const policy_summary& s = by_policy[p];
+    std::string target = "-";
+    if (p == "max_occupancy" || p == "bytes_in_flight") target = "geomean <= 1.03, worst <= 1.10";
+    if (p == ctx.opts.autotune_policy) target = "<= 1.02 every row";
+    std::printf("| %s | %.3f | %.3f | %s | %zu | %s |\n", p.c_str(), bench::geomean(s.ratios), s.worst,
+                s.worst_row.c_str(), s.ratios.size(), target.c_str());
+  }
+  std::printf("\nverification: %s; total time %.1f s\n",
+              ctx.failures ? (std::to_string(ctx.failures) + " FAILED").c_str() : "every timed configuration correct",
+              total_s);
+  BENCH_CUDA(cudaStreamDestroy(stream));
+  return ctx.failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "policy-quality: %s\n", e.what());
+    return 2;
+  }
+}
