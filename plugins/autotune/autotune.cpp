@@ -276,13 +276,14 @@ class search {
     out.grid_z = 1;
     out.cooperative = 0;
 
+    const std::string timed_text = std::to_string(ran) + (ran == 1 ? " timed plan" : " timed plans");
     std::string reason;
     if (chosen == fastest) {
-      reason = "fastest of " + std::to_string(ran) + " timed plans (" + ms_text(chosen->ms) + ")";
+      reason = "fastest of " + timed_text + " (" + ms_text(chosen->ms) + ")";
       if (second) reason += ", 2nd " + ms_text(second->ms);
     } else {
-      reason = "most resident warps within 1% of the fastest of " + std::to_string(ran) + " timed plans (" +
-               ms_text(chosen->ms) + " vs " + ms_text(fastest->ms) + ")";
+      reason = "most resident warps within 1% of the fastest of " + timed_text + " (" + ms_text(chosen->ms) +
+               " vs " + ms_text(fastest->ms) + ")";
     }
     const int failed = static_cast<int>(trials_.size()) - ran;
     if (failed > 0) reason += "; " + std::to_string(failed) + " could not run";

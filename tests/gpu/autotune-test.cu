@@ -251,8 +251,8 @@ TEST_F(AutotuneGpu, RerunnableStreamingKernelIsTunedAndCorrect) {
   EXPECT_GT(p.tuning_ms, 0.0);
   EXPECT_EQ(p.policy, "autotune(max_trials=40)");
   EXPECT_TRUE(p.match == "computed" || p.match == "cache-file")
-      << p.match;  // cache-file under LAUNCHFIT_CACHE
-  EXPECT_TRUE(contains(p.reason, "timed plans")) << p.reason;
+      << p.match;                                             // cache-file under LAUNCHFIT_CACHE
+  EXPECT_TRUE(contains(p.reason, "timed plan")) << p.reason;  // "1 timed plan" under a slow sanitizer
   EXPECT_EQ(p.block_threads % 32, 0);
   EXPECT_GE(p.blocks_per_sm, 1);
 
