@@ -221,7 +221,9 @@ TEST_F(Autotune, DeclineMessageTellsHowToAllowTuning) {
   EXPECT_LE(plan.trials, 48);
   EXPECT_GE(plan.tuning_ms, 0.0);
 
-  EXPECT_EQ(d->create("max_trials=abc", &state, err, sizeof err), LAUNCHFIT_PLUGIN_ERROR);
+  void* refused = nullptr;  // not `state`: a failed create() clears its output, and `state` must be destroyed
+  EXPECT_EQ(d->create("max_trials=abc", &refused, err, sizeof err), LAUNCHFIT_PLUGIN_ERROR);
+  EXPECT_EQ(refused, nullptr);
   EXPECT_TRUE(contains(err, "max_trials='abc'")) << err;
   d->destroy(state);
   dlclose(handle);  // launchfit's own handle keeps the plugin loaded

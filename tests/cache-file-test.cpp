@@ -244,8 +244,8 @@ TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
        {std::string(R"({"format":"launchfit-plan-cache","version":2,"entries":[]})"),
         std::string(R"({"name":"my-project","dependencies":{}})"), std::string("[1,2,3]"),
         std::string("\x7f"
-                    "ELF\x02\x01\x01 binary",
-                    16),
+                    "ELF\x02\x01\x01\0 binary",
+                    15),  // every byte of the literal, a NUL included
         std::string(R"({"format":"launchfit-plan-cache")")}) {
     SCOPED_TRACE(content);
     log_.str("");
