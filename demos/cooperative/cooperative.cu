@@ -91,7 +91,7 @@ int run_cooperative() {
               coop ? "supported" : "NOT supported");
   bool ok = true;
 
-  const int nx = 640, ny = 480, steps = 400;
+  const int nx = 512, ny = 384, steps = 300;
   const float alpha = 0.2f;  // stable for alpha <= 0.25
   const std::vector<float> u0 = initial_plate(nx, ny);
   const std::size_t cells = u0.size();

@@ -439,8 +439,8 @@ int run_story(int argc, char** argv) {
       double ms = 0;
       measure(k, launchfit::fixed(block, bps * sms).grid_stride(items), 5, &ms);
       const measurement r = record(k, "sweep", block, bps, ms);
-      std::printf("  %-28s %6d %6.0f%% %7lld KB %9.3f %9.0f\n", series[k].c_str(), r.warps_per_sm,
-                  100 * r.occupancy, r.bytes_in_flight_per_sm / 1024, r.ms, r.gb_per_s);
+      std::printf("  %-28s %6d %6.0f%% %7.1f KB %9.3f %9.0f\n", series[k].c_str(), r.warps_per_sm,
+                  100 * r.occupancy, r.bytes_in_flight_per_sm / 1024.0, r.ms, r.gb_per_s);
     }
   }
   launchfit::logger()->set_level(level);
