@@ -139,22 +139,25 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   CUlaunchConfig cfg;
   std::array<CUlaunchAttribute, 3> attrs;
   fill_launch_config(cfg, attrs, p, grid, r.stream);
-  CUevent start = nullptr, stop = nullptr;
-  check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
-  check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  struct event {
+    CUevent e = nullptr;
+    ~event() {
+      if (e) driver().cuEventDestroy(e);
+    }
+  } start, stop;  // released on every path, trials that throw included
+  check(d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(d.cuEventCreate(&stop.e, CU_EVENT_DEFAULT), "cuEventCreate");
   std::vector<float> times;
   for (int rep = 0; rep < 4; ++rep) {
     if (r.reset) (*r.reset)();
-    check(d.cuEventRecord(start, r.stream), "cuEventRecord");
+    check(d.cuEventRecord(start.e, r.stream), "cuEventRecord");
     check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
-    check(d.cuEventRecord(stop, r.stream), "cuEventRecord");
-    check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+    check(d.cuEventRecord(stop.e, r.stream), "cuEventRecord");
+    check(d.cuEventSynchronize(stop.e), "cuEventSynchronize");
     float ms = 0;
-    check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+    check(d.cuEventElapsedTime(&ms, start.e, stop.e), "cuEventElapsedTime");
     if (rep > 0) times.push_back(ms);
   }
-  d.cuEventDestroy(start);
-  d.cuEventDestroy(stop);
   std::sort(times.begin(), times.end());
   if (r.reset) (*r.reset)();  // leave the user's data as the real launch expects it
   return times[times.size() / 2];
@@ -200,7 +203,7 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   };
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
   if (d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
-  if (r.rerunnable && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
+  if (r.rerunnable && r.has_arguments && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
     const long long max_grid_x = e.max_grid_x;
     q.time_plan = [f, &r, max_grid_x](const plan& p) { return time_candidate(f, r, p, max_grid_x); };
   }

@@ -185,6 +185,7 @@ struct launch_request {
   std::size_t arg_count = 0;
   bool rerunnable = false;
   const std::function<void()>* reset = nullptr;
+  bool has_arguments = false;  // set by launch(): plan_for() has none, so it never offers tuning trials
 };
 
 // The cached plan for this request (computing, validating and logging it on a miss).
@@ -233,6 +234,7 @@ void launch(void (*k)(Params...), const spec<Policy>& s, Args&&... args) {
         r.resolve = &detail::resolve_runtime_kernel;
         r.args = ptrs.data();
         r.arg_count = ptrs.size();
+        r.has_arguments = true;
         detail::launch(r);
       },
       converted);
@@ -257,6 +259,7 @@ void launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
     r.args = ptrs.data();
     r.arg_sizes = sizes.data();
     r.arg_count = n;
+    r.has_arguments = true;
     detail::launch(r);
   } else {
     std::array<void*, sizeof...(Args)> ptrs{const_cast<void*>(static_cast<const void*>(&args))...};
@@ -267,6 +270,7 @@ void launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
     r.args = ptrs.data();
     r.arg_sizes = sizes.data();
     r.arg_count = sizeof...(Args);
+    r.has_arguments = true;
     detail::launch(r);
   }
 }
