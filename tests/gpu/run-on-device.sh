@@ -27,6 +27,8 @@ summary=$out/summary.md
 row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" | tee -a "$summary"; }
 status() { [[ $1 -eq 0 ]] && echo pass || echo "FAIL ($1)"; }
 started=$(date +%s)
+# Pack the logs after every step, so a run cut short by a time limit still returns what it did.
+pack() { cp "$summary" "$logs/" 2>/dev/null; tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"; }
 
 {
   date -u +"%Y-%m-%d %H:%M UTC"
@@ -47,6 +49,7 @@ if want tests; then
   row "CPU tests on the GPU machine" "$(status $rc)" "$(grep -E 'tests passed|tests failed' "$logs/cpu-tests.log" | tail -1)"
 fi
 
+pack
 if want demos; then
   for demo in dropin cooperative driver_api logging; do
     [[ -x $b/demos/$demo ]] || { row "demo $demo" "missing" ""; continue; }
@@ -65,6 +68,7 @@ if want demos; then
   fi
 fi
 
+pack
 if want sanitize; then
   if command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck; do
@@ -87,6 +91,7 @@ if want sanitize; then
   fi
 fi
 
+pack
 if want bench; then
   bb=$b/bench
   if [[ -x $bb/bandwidth ]]; then
@@ -111,7 +116,6 @@ if want bench; then
 fi
 
 row "wall time" "-" "$(($(date +%s) - started)) s"
-cp "$summary" "$logs/"
-tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
+pack
 echo
 cat "$summary"
