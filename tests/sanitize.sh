@@ -7,12 +7,14 @@ jobs=${LAUNCHFIT_JOBS:-2}
 common=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAUNCHFIT_BUILD_CUDA=OFF -DLAUNCHFIT_BUILD_DEMOS=OFF
         -DLAUNCHFIT_BUILD_BENCH=OFF -DLAUNCHFIT_BUILD_PLUGINS=ON -DLAUNCHFIT_BUILD_TESTS=ON)
 run() {
-  local dir=$1 sanitizers=$2
+  local dir=$1 sanitizers=$2 start=$SECONDS
   [[ -f $dir/build.ninja ]] || cmake -S . -B "$dir" "${common[@]}" -DLAUNCHFIT_SANITIZE="$sanitizers"
   cmake --build "$dir" -j"$jobs"
+  local built=$SECONDS
   ctest --test-dir "$dir" -L cpu -E find-package-consumer --output-on-failure -j"$jobs"
+  echo "sanitize.sh: $sanitizers: build $((built - start)) s, tests $((SECONDS - built)) s ($dir)"
 }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-run build-asan address,undefined
-run build-tsan thread
+run "${LAUNCHFIT_ASAN_DIR:-build-asan}" address,undefined
+run "${LAUNCHFIT_TSAN_DIR:-build-tsan}" thread
