@@ -58,7 +58,7 @@ bool is_sticky_name(const std::string& name) {
   std::string message = error_string(r);
   if (is_sticky(r)) message += sticky_note();
   throw error("cuLaunchKernelEx", error_name(r), message, e.kernel.demangled,
-              "grid=" + grid.to_string() + " " + e.plan.to_string());
+              "launch grid " + grid.to_string() + ", " + e.plan.to_string());
 }
 
 CUcontext current_context(const launch_request& r) {
