@@ -2,7 +2,7 @@
 # Runs launchfit's GPU checks on a GPU machine from a build staged by stage-for-device.sh (.device/):
 # the GPU tests (LAUNCHFIT_REQUIRE_GPU=1: a missing GPU fails them), the demos, compute-sanitizer, and the
 # benchmarks. Logs go to $OUT (default .out/); a short table is printed last.
-#   tests/gpu/run-on-device.sh [tests] [demos] [sanitize] [bench]   (default: all four)
+#   tests/gpu/run-on-device.sh [tests] [demos] [bench] [sanitize]   (default: all four, in this order)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -11,7 +11,7 @@ logs=${LOG_DIR:-/tmp/launchfit-logs}
 rm -rf "$logs"
 mkdir -p "$out" "$logs"
 steps=("$@")
-((${#steps[@]})) || steps=(tests demos sanitize bench)
+((${#steps[@]})) || steps=(tests demos bench sanitize)
 want() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 
 # The staged build has the source path it was built at baked in (ctest files, PTX paths): recreate it.
@@ -69,6 +69,30 @@ if want demos; then
 fi
 
 pack
+if want bench; then
+  bb=$b/bench
+  if [[ -x $bb/bandwidth ]]; then
+    "$bb/bandwidth" >"$logs/bench-bandwidth.log" 2>&1
+    row "bench bandwidth" "$(status $?)" "$(tail -1 "$logs/bench-bandwidth.log" | cut -c1-110)"
+  fi
+  if [[ -x $bb/launch-overhead ]]; then
+    "$bb/launch-overhead" >"$logs/bench-launch-overhead.log" 2>&1
+    row "bench launch-overhead" "$(status $?)" "$(tail -1 "$logs/bench-launch-overhead.log" | cut -c1-110)"
+  fi
+  if [[ -x $bb/plan-lookup-bench ]]; then
+    "$bb/plan-lookup-bench" --benchmark_format=json >"$logs/bench-plan-lookup.json" 2>"$logs/bench-plan-lookup.err"
+    row "bench plan-lookup" "$(status $?)" ""
+  fi
+  if [[ -x $bb/policy-quality ]]; then
+    plugin=$b/plugins/liblaunchfit-autotune.so
+    args=(--json "$logs/policy-quality.json")
+    [[ -f $plugin ]] && args+=(--autotune-plugin "$plugin")
+    "$bb/policy-quality" "${args[@]}" >"$logs/bench-policy-quality.log" 2>&1
+    row "bench policy-quality" "$(status $?)" "$(tail -1 "$logs/bench-policy-quality.log" | cut -c1-110)"
+  fi
+fi
+
+pack
 if want sanitize; then
   if command -v compute-sanitizer >/dev/null; then
     # API errors are off: several tests provoke them on purpose (refused arguments, missing kernels), and
@@ -90,30 +114,6 @@ if want sanitize; then
     done
   else
     row "compute-sanitizer" "missing" ""
-  fi
-fi
-
-pack
-if want bench; then
-  bb=$b/bench
-  if [[ -x $bb/bandwidth ]]; then
-    "$bb/bandwidth" >"$logs/bench-bandwidth.log" 2>&1
-    row "bench bandwidth" "$(status $?)" "$(tail -1 "$logs/bench-bandwidth.log" | cut -c1-110)"
-  fi
-  if [[ -x $bb/launch-overhead ]]; then
-    "$bb/launch-overhead" >"$logs/bench-launch-overhead.log" 2>&1
-    row "bench launch-overhead" "$(status $?)" "$(tail -1 "$logs/bench-launch-overhead.log" | cut -c1-110)"
-  fi
-  if [[ -x $bb/plan-lookup-bench ]]; then
-    "$bb/plan-lookup-bench" --benchmark_format=json >"$logs/bench-plan-lookup.json" 2>"$logs/bench-plan-lookup.err"
-    row "bench plan-lookup" "$(status $?)" ""
-  fi
-  if [[ -x $bb/policy-quality ]]; then
-    plugin=$b/plugins/liblaunchfit-autotune.so
-    args=(--json "$logs/policy-quality.json")
-    [[ -f $plugin ]] && args+=(--autotune-plugin "$plugin")
-    "$bb/policy-quality" "${args[@]}" >"$logs/bench-policy-quality.log" 2>&1
-    row "bench policy-quality" "$(status $?)" "$(tail -1 "$logs/bench-policy-quality.log" | cut -c1-110)"
   fi
 fi
 
