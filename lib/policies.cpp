@@ -2,8 +2,6 @@
 // is the driver on a GPU and the offline calculator in tests.
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <atomic>
 #include <cstdio>
 #include <map>
@@ -281,30 +279,18 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   const std::size_t per_warp = static_cast<std::size_t>(warp) * static_cast<std::size_t>(params_.per_thread);
   const int warps_needed = static_cast<int>((target + per_warp - 1) / per_warp);
 
-  // Fewest resident warps that reach the target. Ties go to the block nearest 256 threads: on an H200,
-  // 1024-thread blocks ran one-item-per-thread streaming kernels up to 17% slower than 192-512 at the same
-  // occupancy (coarse block scheduling and tails), see tests/bench/results.
-  auto nearer_256 = [](int a, int b) {
-    const auto distance = [](int block) { return std::abs(std::log2(static_cast<double>(block) / 256.0)); };
-    return distance(a) < distance(b) - 1e-9 || (std::abs(distance(a) - distance(b)) <= 1e-9 && a > b);
-  };
+  // Fewest resident warps that reach the target; ties go to the larger block (fewer blocks to schedule).
   int best_warps = 0, best_threads = 0, best_bps = 0;
-  int full_threads = 0, full_block = 0, full_active = 0;  // max resident threads, for the fallback
   const int limit = q.max_block_threads();
   for (int block = limit / warp * warp; block >= warp; block -= warp) {
     if (q.smem_for(block) + q.kernel.static_smem_bytes > q.device.smem_per_block_optin_bytes) continue;
     const int active = q.active_blocks_for(block);
     if (active <= 0) continue;
-    if (active * block > full_threads || (active * block == full_threads && nearer_256(block, full_block))) {
-      full_threads = active * block;
-      full_block = block;
-      full_active = active;
-    }
     const int warps_per_block = block / warp;
     const int bps = (warps_needed + warps_per_block - 1) / warps_per_block;
     if (bps > active) continue;
     const int warps = bps * warps_per_block;
-    if (best_threads == 0 || warps < best_warps || (warps == best_warps && nearer_256(block, best_threads))) {
+    if (best_threads == 0 || warps < best_warps) {
       best_warps = warps;
       best_threads = block;
       best_bps = bps;
@@ -320,7 +306,7 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
     return p;
   }
   // Unreachable even at full occupancy: run at max occupancy and say what to change.
-  const best_block b{full_block, full_active};
+  const best_block b = max_occupancy_block(q);
   p.block = dims{static_cast<unsigned>(b.block ? b.block : warp), 1, 1};
   p.blocks_per_sm = b.active;
   const int warps = b.active * (b.block / warp);
