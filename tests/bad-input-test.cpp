@@ -5,6 +5,7 @@
 // driver, and that nothing runs) are in tests/gpu/bad-input-test.cu.
 
 #include <gtest/gtest.h>
+
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -24,6 +25,7 @@
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"
 #include "launchfit/policy.hpp"
+#include "error_of.hpp"
 
 namespace lf = launchfit;
 namespace fs = std::filesystem;
@@ -37,16 +39,7 @@ lf::query h200(int regs = 32, std::size_t static_smem = 0, int max_threads = 102
   return q;
 }
 
-template <class F>
-lf::error error_of(F&& f) {
-  try {
-    f();
-  } catch (const lf::error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no launchfit::error thrown";
-  return lf::error("(none)", "(none)", "(none)");
-}
+using launchfit_test::error_of;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

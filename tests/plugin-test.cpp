@@ -10,6 +10,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
+#include "error_of.hpp"
 
 namespace lf = launchfit;
 
@@ -19,16 +20,7 @@ std::string plugin_path(const std::string& name) {
   return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/plugins/liblf_" + name + ".so";
 }
 
-template <class F>
-lf::error error_of(F&& f) {
-  try {
-    f();
-  } catch (const lf::error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no launchfit::error thrown";
-  return lf::error("", "", "");
-}
+using launchfit_test::error_of;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -11,22 +11,13 @@
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 #include "policy_string.hpp"
+#include "error_of.hpp"
 
 namespace lf = launchfit;
 
 namespace {
 
-// The launchfit::error thrown by f, or a failed expectation.
-template <class F>
-lf::error error_of(F&& f) {
-  try {
-    f();
-  } catch (const lf::error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no launchfit::error thrown";
-  return lf::error("", "", "");
-}
+using launchfit_test::error_of;
 
 std::string parse_error(const std::string& text) {
   return error_of([&] { lf::policy_from_string(text); }).message();

@@ -6,6 +6,7 @@
 
 #include <cooperative_groups.h>
 #include <gtest/gtest.h>
+
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"
 #include "launchfit/plugin.hpp"
+#include "../error_of.hpp"
 
 namespace lf = launchfit;
 namespace cg = cooperative_groups;
@@ -91,16 +93,7 @@ class shaped_grid_policy final : public lf::param_policy<shaped_grid_policy, sha
   }
 };
 
-template <class F>
-lf::error error_of(F&& f) {
-  try {
-    f();
-  } catch (const lf::error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no launchfit::error thrown";
-  return lf::error("(none)", "(none)", "(none)");
-}
+using launchfit_test::error_of;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
