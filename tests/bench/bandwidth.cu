@@ -279,19 +279,11 @@ int run(int argc, char** argv) {
                 pct(best_launchfit->tbps, copy.tbps));
   }
   std::printf("verification: %s; total time %.1f s\n",
-              failures ? (std::to_string(failures) + " FAILED").c_str() : "every timed run correct", total_s);
+              bench::verification_summary(failures, "every timed run correct").c_str(), total_s);
   BENCH_CUDA(cudaStreamDestroy(stream));
   return failures ? 1 : 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "bandwidth: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return bench::run_main("bandwidth", run, argc, argv); }

@@ -173,6 +173,25 @@ struct args {
   }
 };
 
+// ---- entry point ----------------------------------------------------------------------------------------
+
+// The closing line's verdict: how many checks failed, or `all_correct` when none did.
+inline std::string verification_summary(int failures, const char* all_correct) {
+  return failures ? std::to_string(failures) + " FAILED" : all_correct;
+}
+
+// Runs a benchmark's body. Exit status: 0 every check passed, 1 a check failed (the body's answer), 2 the
+// benchmark could not run; the message then goes to stderr, after whatever stdout already holds.
+inline int run_main(const char* name, int (*body)(int, char**), int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 2;
+  }
+}
+
 // ---- JSON output ---------------------------------------------------------------------------------------
 
 inline std::string json_string(const std::string& s) {

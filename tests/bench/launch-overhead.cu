@@ -330,7 +330,7 @@ int run(int argc, char** argv) {
                 base ? ratio_text(v.us_short / base->us_short).c_str() : "-");
   }
   std::printf("\ntargets: launchfit / raw <= 1.03 on a warm cache; miss <= 3 us. verification: %s; total time %.1f s\n",
-              failures ? (std::to_string(failures) + " FAILED").c_str() : "every launch path ran every launch",
+              bench::verification_summary(failures, "every launch path ran every launch").c_str(),
               total_s);
   BENCH_CUDA(cudaStreamDestroy(stream));
   return failures ? 1 : 0;
@@ -338,12 +338,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "launch-overhead: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return bench::run_main("launch-overhead", run, argc, argv); }

@@ -227,6 +227,34 @@ struct case_impl : case_base {
   }
 };
 
+// A case whose kernel maps n input floats to n output floats, checked against a CPU reference.
+template <class Derived>
+struct float_map_case : case_impl<Derived> {
+  bench::device_buffer<float> in, out, ref;
+  bench::float_checker& checker;
+  float abs_tol, rel_tol;
+
+  float_map_case(bench::float_checker& c, float abs_tol_, float rel_tol_)
+      : checker(c), abs_tol(abs_tol_), rel_tol(rel_tol_) {}
+  // Uploads the inputs and the CPU reference, and allocates an output of the same size.
+  void upload(const std::vector<float>& hin, const std::vector<float>& hout) {
+    in = bench::device_buffer<float>(hin.size());
+    out = bench::device_buffer<float>(hin.size());
+    ref = bench::device_buffer<float>(hin.size());
+    in.upload(hin);
+    ref.upload(hout);
+  }
+  void poison() override { BENCH_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), this->stream)); }
+  std::string verify(int) override {
+    return checker.compare(out.get(), ref.get(), this->n, abs_tol, rel_tol, this->stream);
+  }
+  void release() override {
+    in = {};
+    out = {};
+    ref = {};
+  }
+};
+
 template <class T, int U>
 struct reduce_case : case_impl<reduce_case<T, U>> {
   static constexpr int floats_per_T = sizeof(T) / sizeof(float);
@@ -373,12 +401,10 @@ struct saxpy_case : case_impl<saxpy_case> {
   }
 };
 
-struct stencil_case : case_impl<stencil_case> {
-  bench::device_buffer<float> in, out, ref;
-  bench::float_checker& checker;
+struct stencil_case : float_map_case<stencil_case> {
   float taps[2 * stencil_radius + 1];
 
-  stencil_case(cudaStream_t s, bench::float_checker& c) : checker(c) {
+  stencil_case(cudaStream_t s, bench::float_checker& c) : float_map_case(c, 1e-6f, 1e-5f) {
     name = "stencil";
     grid_stride = false;
     per_thread = stencil_items;
@@ -413,13 +439,8 @@ struct stencil_case : case_impl<stencil_case> {
         hout[i] = s;
       }
     });
-    in = bench::device_buffer<float>(items);
-    out = bench::device_buffer<float>(items);
-    ref = bench::device_buffer<float>(items);
-    in.upload(hin);
-    ref.upload(hout);
+    upload(hin, hout);
   }
-  void poison() override { BENCH_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), stream)); }
   void launch_raw(unsigned grid, unsigned block) override {
     stencil1d<<<grid, block, smem(static_cast<int>(block)), stream>>>(in.get(), out.get(), n);
     BENCH_CUDA(cudaGetLastError());
@@ -432,20 +453,13 @@ struct stencil_case : case_impl<stencil_case> {
   lf::plan plan_with(const S& s) {
     return lf::plan_for(&stencil1d, s);
   }
-  std::string verify(int) override { return checker.compare(out.get(), ref.get(), n, 1e-6f, 1e-5f, stream); }
-  void release() override {
-    in = {};
-    out = {};
-    ref = {};
-  }
 };
 
-struct heavy_case : case_impl<heavy_case> {
-  bench::device_buffer<float> in, out, ref;
-  bench::float_checker& checker;
+struct heavy_case : float_map_case<heavy_case> {
   std::vector<float> matrix;
 
-  heavy_case(cudaStream_t s, bench::float_checker& c) : checker(c), matrix(heavy_dim * heavy_dim) {
+  heavy_case(cudaStream_t s, bench::float_checker& c)
+      : float_map_case(c, 1e-5f, 1e-4f), matrix(heavy_dim * heavy_dim) {
     name = "reg-heavy";
     grid_stride = false;
     per_thread = heavy_dim;
@@ -480,13 +494,8 @@ struct heavy_case : case_impl<heavy_case> {
         for (int j = 0; j < heavy_dim; ++j) hout[at(g, j)] = static_cast<float>(v[j]);
       }
     });
-    in = bench::device_buffer<float>(items);
-    out = bench::device_buffer<float>(items);
-    ref = bench::device_buffer<float>(items);
-    in.upload(hin);
-    ref.upload(hout);
+    upload(hin, hout);
   }
-  void poison() override { BENCH_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), stream)); }
   const float4* in4() const { return reinterpret_cast<const float4*>(in.get()); }
   float4* out4() const { return reinterpret_cast<float4*>(out.get()); }
   void launch_raw(unsigned grid, unsigned block) override {
@@ -500,12 +509,6 @@ struct heavy_case : case_impl<heavy_case> {
   template <class S>
   lf::plan plan_with(const S& s) {
     return lf::plan_for(&reg_heavy, s);
-  }
-  std::string verify(int) override { return checker.compare(out.get(), ref.get(), n, 1e-5f, 1e-4f, stream); }
-  void release() override {
-    in = {};
-    out = {};
-    ref = {};
   }
 };
 
@@ -939,7 +942,7 @@ int run(int argc, char** argv) {
                 s.worst_row.c_str(), s.ratios.size(), target.c_str());
   }
   std::printf("\nverification: %s; total time %.1f s\n",
-              ctx.failures ? (std::to_string(ctx.failures) + " FAILED").c_str() : "every timed configuration correct",
+              bench::verification_summary(ctx.failures, "every timed configuration correct").c_str(),
               total_s);
   BENCH_CUDA(cudaStreamDestroy(stream));
   return ctx.failures ? 1 : 0;
@@ -947,12 +950,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "policy-quality: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return bench::run_main("policy-quality", run, argc, argv); }
