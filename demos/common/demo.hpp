@@ -1,9 +1,12 @@
 #pragma once
 // Shared by the launchfit demos: every CUDA runtime status becomes a launchfit::error that names the call,
-// and one rule for main() on machines without a GPU.
+// one rule for main() on machines without a GPU, random inputs and the checks the demos print.
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -11,6 +14,7 @@
 #include <launchfit/occupancy.hpp>
 #include <launchfit/plan.hpp>
 #include <string>
+#include <vector>
 
 // Throws launchfit::error("<expr>", "<cudaError name>", "<description>") unless expr is cudaSuccess.
 #define LAUNCHFIT_DEMO_CHECK(expr) ::launchfit_demo::check((expr), #expr)
@@ -74,6 +78,41 @@ inline void print_plan(const launchfit::plan& p, const launchfit::work& w) {
   std::printf("    occupancy: %s\n", p.occupancy.summary().c_str());
   std::printf("    why:       %s\n", p.reason.c_str());
   if (!p.warning.empty()) std::printf("    warning:   %s\n", p.warning.c_str());
+}
+
+// Uniform in [-1, 1): a 64-bit LCG, cheap even in an unoptimised build.
+inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
+  std::vector<float> v(n);
+  std::uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (float& f : v) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    f = static_cast<float>(static_cast<std::int32_t>(s >> 32)) * (1.0f / 2147483648.0f);
+  }
+  return v;
+}
+
+// saxpy's result y = a * x + y0 against a double-precision reference: the largest |y - want| / (1 + |want|).
+inline double saxpy_max_relative_error(float a, const std::vector<float>& x, const std::vector<float>& y0,
+                                       const std::vector<float>& y) {
+  double worst = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double want = static_cast<double>(a) * x[i] + y0[i];
+    worst = std::max(worst, std::fabs(y[i] - want) / (1.0 + std::fabs(want)));
+  }
+  return worst;
+}
+
+// Runs `attempt`, which launchfit must refuse, and prints the refusal. False when it was not refused.
+template <class Attempt>
+bool expect_refusal(const char* what, Attempt attempt) {
+  try {
+    attempt();
+    std::printf("    %s: NOT refused  MISMATCH\n", what);
+    return false;
+  } catch (const launchfit::error& e) {
+    std::printf("    %s:\n      %s  OK\n", what, e.what());
+    return true;
+  }
 }
 
 // One device buffer, freed on scope exit (the demos throw on failure).

@@ -150,13 +150,7 @@ int run_cooperative() {
   // ---- what launchfit refuses, before anything reaches the GPU ---------------------------------------------
   std::printf("\nrefused before launch:\n");
   auto expect_refusal = [&](const char* what, auto attempt) {
-    try {
-      attempt();
-      std::printf("    %s: NOT refused  MISMATCH\n", what);
-      ok = false;
-    } catch (const launchfit::error& e) {
-      std::printf("    %s:\n      %s  OK\n", what, e.what());
-    }
+    ok &= launchfit_demo::expect_refusal(what, attempt);
   };
   const std::uint64_t resident_threads = static_cast<std::uint64_t>(grid.x) * p.block_threads;
   expect_refusal("items(co-resident threads + 1): one block more than co-resides", [&] {

@@ -26,6 +26,7 @@
 #include "demo.hpp"
 
 using launchfit_demo::device_buffer;
+using launchfit_demo::random_floats;
 
 // The kernel's parameters, in order: launch(k, spec, saxpy_args{...}) passes each field as one argument.
 struct saxpy_args {
@@ -57,17 +58,6 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// Uniform in [-1, 1): a 64-bit LCG, cheap even in an unoptimised build.
-std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
-  std::vector<float> v(n);
-  std::uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-  for (float& f : v) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    f = static_cast<float>(static_cast<std::int32_t>(s >> 32)) * (1.0f / 2147483648.0f);
-  }
-  return v;
-}
-
 int run_driver_api(int argc, char** argv) {
   const std::string ptx_path = argc > 2 ? argv[1] : module_path("driver_api_kernels.ptx", LAUNCHFIT_DEMO_PTX);
   const std::string cubin_path =
@@ -89,11 +79,7 @@ int run_driver_api(int argc, char** argv) {
     LAUNCHFIT_DEMO_CHECK(cudaDeviceSynchronize());
     std::vector<float> y(n);
     LAUNCHFIT_DEMO_CHECK(cudaMemcpy(y.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
-    double worst = 0;
-    for (int i = 0; i < n; ++i) {
-      const double want = static_cast<double>(a) * x[i] + y0[i];
-      worst = std::max(worst, std::fabs(y[i] - want) / (1.0 + std::fabs(want)));
-    }
+    const double worst = launchfit_demo::saxpy_max_relative_error(a, x, y0, y);
     const bool good = worst <= 1e-6;
     std::printf("    %-44s max relative error %.2e  %s\n", what, worst, good ? "OK" : "MISMATCH");
     ok &= good;
@@ -132,13 +118,7 @@ int run_driver_api(int argc, char** argv) {
   // ---- what launchfit refuses ----------------------------------------------------------------------------
   std::printf("\nrefused before launch:\n");
   auto expect_refusal = [&](const char* what, auto attempt) {
-    try {
-      attempt();
-      std::printf("    %s: NOT refused  MISMATCH\n", what);
-      ok = false;
-    } catch (const launchfit::error& e) {
-      std::printf("    %s:\n      %s  OK\n", what, e.what());
-    }
+    ok &= launchfit_demo::expect_refusal(what, attempt);
   };
   expect_refusal("a kernel name the module does not have", [&] { (void)modules[1].module.get("sxapy"); });
 

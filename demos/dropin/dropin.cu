@@ -19,6 +19,7 @@
 #include "demo.hpp"
 
 using launchfit_demo::device_buffer;
+using launchfit_demo::random_floats;
 
 // ---- the kernels: unchanged CUDA, nothing launchfit-specific ------------------------------------------
 
@@ -47,17 +48,6 @@ __global__ void sum(const float* x, long long n, double* total) {
 }
 
 namespace {
-
-// Uniform in [-1, 1): a 64-bit LCG, cheap even in an unoptimised build.
-std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
-  std::vector<float> v(n);
-  std::uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-  for (float& f : v) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    f = static_cast<float>(static_cast<std::int32_t>(s >> 32)) * (1.0f / 2147483648.0f);
-  }
-  return v;
-}
 
 bool report(const char* what, bool ok, const char* detail) {
   std::printf("    verified:  %s %s  %s\n", what, detail, ok ? "OK" : "MISMATCH");
@@ -95,11 +85,7 @@ int run_dropin() {
     launchfit_demo::print_plan(launchfit::plan_for(saxpy, spec), spec.work_shape());
     std::vector<float> y(n);
     LAUNCHFIT_DEMO_CHECK(cudaMemcpy(y.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
-    double worst = 0;
-    for (int i = 0; i < n; ++i) {
-      const double want = static_cast<double>(a) * x[i] + y0[i];
-      worst = std::max(worst, std::fabs(y[i] - want) / (1.0 + std::fabs(want)));
-    }
+    const double worst = launchfit_demo::saxpy_max_relative_error(a, x, y0, y);
     std::snprintf(detail, sizeof detail, "max relative error %.2e (limit 1e-6) over %d elements", worst, n);
     ok &= report("y = a*x + y:", worst <= 1e-6, detail);
   }
