@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -25,6 +24,7 @@
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"
 #include "launchfit/policy.hpp"
+#include "captured_log.hpp"
 #include "error_of.hpp"
 
 namespace lf = launchfit;
@@ -39,9 +39,9 @@ lf::query h200(int regs = 32, std::size_t static_smem = 0, int max_threads = 102
   return q;
 }
 
+using launchfit_test::captured_log;
 using launchfit_test::error_of;
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using launchfit_test::has;
 
 // A plan-validation refusal: the code, the check, the kernel and the plan are all in the error.
 void expect_plan_error(const lf::error& e, const std::string& check, const std::string& message_part) {
@@ -94,31 +94,6 @@ lf::plan plan_of(int block, int blocks_per_sm, int sms, bool cooperative = false
   p.grid = {grid, 1, 1};
   return p;
 }
-
-// Captures the "launchfit" logger's output for one test.
-class captured_log {
- public:
-  captured_log() {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto l = std::make_shared<spdlog::logger>("launchfit", sink);
-    l->set_level(spdlog::level::debug);
-    l->set_pattern("[%l] %v");
-    lf::set_logger(l);
-  }
-  ~captured_log() { lf::set_logger(nullptr); }
-  captured_log(const captured_log&) = delete;
-  captured_log& operator=(const captured_log&) = delete;
-  std::string text() const { return out_.str(); }
-  int warnings() const {
-    int n = 0;
-    const std::string t = out_.str();
-    for (std::size_t at = t.find("[warning]"); at != std::string::npos; at = t.find("[warning]", at + 1)) ++n;
-    return n;
-  }
-
- private:
-  std::ostringstream out_;
-};
 
 }  // namespace
 
@@ -353,7 +328,7 @@ class BadCacheFile : public testing::Test {
 
 TEST_F(BadCacheFile, ADirectoryOrAnEmptyFileWarnsAtMostOnceAndPlansStayInMemory) {
   {
-    captured_log log;
+    captured_log log(spdlog::level::debug);
     fs::create_directories(dir_ / "plans.json");  // the path names a directory
     EXPECT_NO_THROW(lf::set_cache_file((dir_ / "plans.json").string()));
     EXPECT_NO_THROW(lf::store_plan(key(), sample()));
@@ -366,7 +341,7 @@ TEST_F(BadCacheFile, ADirectoryOrAnEmptyFileWarnsAtMostOnceAndPlansStayInMemory)
     EXPECT_TRUE(fs::is_directory(dir_ / "plans.json"));  // never replaced
   }
   {
-    captured_log log;
+    captured_log log(spdlog::level::debug);
     std::ofstream(dir_ / "empty.json").close();  // zero bytes: a new file, not a corrupt one
     lf::set_cache_file((dir_ / "empty.json").string());
     lf::store_plan(key(), sample());

@@ -28,33 +28,42 @@ launchfit::occupancy_result h100(int threads, int regs, std::size_t dynamic_smem
   return launchfit::occupancy(sm90(), kernel_resources::manual(regs, static_smem), threads, dynamic_smem);
 }
 
-// The reference: cuda_occupancy.h called directly, set up the way the driver agrees with (opt-in limit).
+// cuda_occupancy.h's inputs for a device and a kernel, set up the way the driver agrees with (opt-in limit).
+struct occ_inputs {
+  cudaOccDeviceProp prop;
+  cudaOccFuncAttributes attr;
+  cudaOccDeviceState state;
+
+  occ_inputs(const device_limits& d, const kernel_resources& k) {
+    prop.computeMajor = d.cc_major;
+    prop.computeMinor = d.cc_minor;
+    prop.maxThreadsPerBlock = d.max_threads_per_block;
+    prop.maxThreadsPerMultiprocessor = d.max_threads_per_sm;
+    prop.regsPerBlock = d.regs_per_block;
+    prop.regsPerMultiprocessor = d.regs_per_sm;
+    prop.warpSize = d.warp_size;
+    prop.sharedMemPerBlock = d.smem_per_block_bytes;
+    prop.sharedMemPerMultiprocessor = d.smem_per_sm_bytes;
+    prop.numSms = d.sm_count;
+    prop.sharedMemPerBlockOptin = d.smem_per_block_optin_bytes;
+    prop.reservedSharedMemPerBlock = d.smem_reserved_per_block_bytes;
+    attr.maxThreadsPerBlock = k.max_threads_per_block;
+    attr.numRegs = k.regs_per_thread;
+    attr.sharedSizeBytes = k.static_smem_bytes;
+    attr.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN;
+    attr.maxDynamicSharedSizeBytes = d.smem_per_block_optin_bytes - k.static_smem_bytes;
+    attr.numBlockBarriers = 1;
+  }
+};
+
+// The reference: cuda_occupancy.h called directly.
 int reference_blocks(const device_limits& d, const kernel_resources& k, int threads,
                      std::size_t dynamic_smem) {
-  cudaOccDeviceProp prop;
-  prop.computeMajor = d.cc_major;
-  prop.computeMinor = d.cc_minor;
-  prop.maxThreadsPerBlock = d.max_threads_per_block;
-  prop.maxThreadsPerMultiprocessor = d.max_threads_per_sm;
-  prop.regsPerBlock = d.regs_per_block;
-  prop.regsPerMultiprocessor = d.regs_per_sm;
-  prop.warpSize = d.warp_size;
-  prop.sharedMemPerBlock = d.smem_per_block_bytes;
-  prop.sharedMemPerMultiprocessor = d.smem_per_sm_bytes;
-  prop.numSms = d.sm_count;
-  prop.sharedMemPerBlockOptin = d.smem_per_block_optin_bytes;
-  prop.reservedSharedMemPerBlock = d.smem_reserved_per_block_bytes;
-  cudaOccFuncAttributes attr;
-  attr.maxThreadsPerBlock = k.max_threads_per_block;
-  attr.numRegs = k.regs_per_thread;
-  attr.sharedSizeBytes = k.static_smem_bytes;
-  attr.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN;
-  attr.maxDynamicSharedSizeBytes = d.smem_per_block_optin_bytes - k.static_smem_bytes;
-  attr.numBlockBarriers = 1;
-  cudaOccDeviceState state;
+  occ_inputs in(d, k);
   cudaOccResult result{};
-  EXPECT_EQ(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &prop, &attr, &state, threads, dynamic_smem),
-            CUDA_OCC_SUCCESS);
+  EXPECT_EQ(
+      cudaOccMaxActiveBlocksPerMultiprocessor(&result, &in.prop, &in.attr, &in.state, threads, dynamic_smem),
+      CUDA_OCC_SUCCESS);
   return result.activeBlocksPerMultiprocessor;
 }
 
@@ -171,29 +180,10 @@ TEST(Occupancy, UnknownComputeCapabilityThrows) {
 // cuOccupancyMaxPotentialBlockSize's answer, from cuda_occupancy.h's own search.
 template <typename Fn>
 std::pair<int, int> reference_potential(const device_limits& d, const kernel_resources& k, Fn smem) {
-  cudaOccDeviceProp prop;
-  prop.computeMajor = d.cc_major;
-  prop.computeMinor = d.cc_minor;
-  prop.maxThreadsPerBlock = d.max_threads_per_block;
-  prop.maxThreadsPerMultiprocessor = d.max_threads_per_sm;
-  prop.regsPerBlock = d.regs_per_block;
-  prop.regsPerMultiprocessor = d.regs_per_sm;
-  prop.warpSize = d.warp_size;
-  prop.sharedMemPerBlock = d.smem_per_block_bytes;
-  prop.sharedMemPerMultiprocessor = d.smem_per_sm_bytes;
-  prop.numSms = d.sm_count;
-  prop.sharedMemPerBlockOptin = d.smem_per_block_optin_bytes;
-  prop.reservedSharedMemPerBlock = d.smem_reserved_per_block_bytes;
-  cudaOccFuncAttributes attr;
-  attr.maxThreadsPerBlock = k.max_threads_per_block;
-  attr.numRegs = k.regs_per_thread;
-  attr.sharedSizeBytes = k.static_smem_bytes;
-  attr.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN;
-  attr.maxDynamicSharedSizeBytes = d.smem_per_block_optin_bytes - k.static_smem_bytes;
-  attr.numBlockBarriers = 1;
-  cudaOccDeviceState state;
+  occ_inputs in(d, k);
   int min_grid = 0, block = 0;
-  EXPECT_EQ(cudaOccMaxPotentialOccupancyBlockSizeVariableSMem(&min_grid, &block, &prop, &attr, &state, smem),
+  EXPECT_EQ(cudaOccMaxPotentialOccupancyBlockSizeVariableSMem(&min_grid, &block, &in.prop, &in.attr, &in.state,
+                                                              smem),
             CUDA_OCC_SUCCESS);
   return {block, min_grid};
 }

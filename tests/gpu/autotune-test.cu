@@ -190,6 +190,15 @@ void print_comparison(const char* kernel, const lf::plan& tuned, double tuned_ms
   std::fflush(stdout);
 }
 
+// Elements where y != y0 + times * (a * x): saxpy_accumulate applied `times` times. The inputs are small
+// integers, so every expected value is exact in float.
+std::size_t accumulate_mismatches(const std::vector<float>& y, const std::vector<float>& x,
+                                  const std::vector<float>& y0, float a, float times) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) bad += !(y[i] == y0[i] + times * (a * x[i]));
+  return bad;
+}
+
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -304,10 +313,8 @@ TEST_F(AutotuneGpu, AccumulatingKernelWithResetIsAppliedExactlyOnce) {
   EXPECT_LE(p.trials, 40);
   EXPECT_GT(resets.load(), 0);  // trials ran, each after a reset
   auto expect_applied = [&](int times) {
-    const auto y = dy.download();
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < n; ++i) bad += !(y[i] == y0[i] + float(times) * (a * x[i]));
-    EXPECT_EQ(bad, 0u) << "y != y0 + " << times << " * a * x";
+    EXPECT_EQ(accumulate_mismatches(dy.download(), x, y0, a, float(times)), 0u)
+        << "y != y0 + " << times << " * a * x";
   };
   expect_applied(1);  // exactly one application, however many trials ran
 
@@ -375,10 +382,8 @@ TEST_F(AutotuneGpu, ExhaustiveSweepComparison) {
     print_comparison("saxpy_accumulate", tuned, tuned_ms, best);
     // Every launch added a*x exactly once (integers below 2^24: exact in float).
     ASSERT_LT(100.0 + double(launches) * 300.0, double(1 << 24));
-    const auto y = dy.download();
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < n; ++i) bad += !(y[i] == y0[i] + float(launches) * (a * x[i]));
-    EXPECT_EQ(bad, 0u) << "y != y0 + " << launches << " * a * x";
+    EXPECT_EQ(accumulate_mismatches(dy.download(), x, y0, a, float(launches)), 0u)
+        << "y != y0 + " << launches << " * a * x";
   }
 }
 

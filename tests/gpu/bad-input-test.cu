@@ -7,7 +7,6 @@
 #include <cooperative_groups.h>
 #include <gtest/gtest.h>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -28,6 +27,7 @@
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"
 #include "launchfit/plugin.hpp"
+#include "../captured_log.hpp"
 #include "../error_of.hpp"
 
 namespace lf = launchfit;
@@ -93,9 +93,9 @@ class shaped_grid_policy final : public lf::param_policy<shaped_grid_policy, sha
   }
 };
 
+using launchfit_test::captured_log;
 using launchfit_test::error_of;
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using launchfit_test::has;
 
 // compute-sanitizer injects itself through CUDA_INJECTION64_PATH and NV_SANITIZER_* variables; a death
 // test's re-executed child would run under it too, which the tool may not survive.
@@ -118,30 +118,6 @@ void expect_refusal(const lf::error& e, const std::string& call, const std::stri
   EXPECT_TRUE(has(e.message(), message_part)) << e.what();
   std::printf("refused: %s\n", e.what());
 }
-
-class captured_log {
- public:
-  captured_log() {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto l = std::make_shared<spdlog::logger>("launchfit", sink);
-    l->set_level(spdlog::level::info);
-    l->set_pattern("[%l] %v");
-    lf::set_logger(l);
-  }
-  ~captured_log() { lf::set_logger(nullptr); }
-  captured_log(const captured_log&) = delete;
-  captured_log& operator=(const captured_log&) = delete;
-  std::string text() const { return out_.str(); }
-  int warnings() const {
-    int count = 0;
-    const std::string t = out_.str();
-    for (auto at = t.find("[warning]"); at != std::string::npos; at = t.find("[warning]", at + 1)) ++count;
-    return count;
-  }
-
- private:
-  std::ostringstream out_;
-};
 
 class BadLaunch : public testing::Test {
  protected:
@@ -513,7 +489,7 @@ TEST_F(BadCacheFile, UnusableFilesWarnOnceAndLaunchesStillRunCorrectly) {
     } else {
       write_text(path, b.content);
     }
-    captured_log log;
+    captured_log log(spdlog::level::info);
     lf::set_cache_file(path.string());
     lf::cache().clear();
     poison_sentinel();
@@ -561,7 +537,7 @@ TEST_F(BadCacheFile, AnInvalidStoredPlanIsIgnoredWithAWarningAndReplaced) {
   ASSERT_TRUE(edited) << "the edited entry was not read back";
   ASSERT_EQ(edited->block, (lf::dims{1, 1, 128}));
 
-  captured_log log;
+  captured_log log(spdlog::level::info);
   lf::cache().clear();
   poison_sentinel();
   EXPECT_NO_THROW(lf::launch(write_index, lf::fixed(128).items(n), sentinel_, n));
