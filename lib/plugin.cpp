@@ -63,10 +63,17 @@ std::string c_message(const char* buf, const char* otherwise) {
 
 // ---- query <-> C structs ------------------------------------------------------------------------------
 
-launchfit_device to_c(const device_limits& d) {
-  launchfit_device c{};
+// A zeroed ABI struct stamped with its size and this build's ABI version, which the plugin checks first.
+template <class C>
+C abi_struct() {
+  C c{};
   c.struct_size = sizeof c;
   c.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+  return c;
+}
+
+launchfit_device to_c(const device_limits& d) {
+  auto c = abi_struct<launchfit_device>();
   c.name = d.name.c_str();
   c.uuid = d.uuid.c_str();
   c.cc_major = d.cc_major;
@@ -96,9 +103,7 @@ launchfit_device to_c(const device_limits& d) {
 }
 
 launchfit_kernel to_c(const kernel_resources& k) {
-  launchfit_kernel c{};
-  c.struct_size = sizeof c;
-  c.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+  auto c = abi_struct<launchfit_kernel>();
   c.name = k.name.c_str();
   c.demangled = k.demangled.c_str();
   c.regs_per_thread = k.regs_per_thread;
@@ -113,9 +118,7 @@ launchfit_kernel to_c(const kernel_resources& k) {
 }
 
 launchfit_plan to_c(const plan& p) {
-  launchfit_plan c{};
-  c.struct_size = sizeof c;
-  c.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+  auto c = abi_struct<launchfit_plan>();
   c.block_x = p.block.x;
   c.block_y = p.block.y;
   c.block_z = p.block.z;
@@ -133,9 +136,7 @@ launchfit_plan to_c(const plan& p) {
 
 // What the plugin finds before it decides: block 0x1x1, smem from the query, grid from the work.
 launchfit_plan blank_plan() {
-  launchfit_plan c{};
-  c.struct_size = sizeof c;
-  c.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+  auto c = abi_struct<launchfit_plan>();
   c.dynamic_smem_bytes = LAUNCHFIT_SMEM_FROM_QUERY;
   c.block_y = c.block_z = c.grid_y = c.grid_z = 1;
   return c;
@@ -250,9 +251,7 @@ class plugin_policy final : public policy_base {
   plan choose_impl(const query& q) const override {
     const launchfit_device device = to_c(q.device);
     const launchfit_kernel kernel = to_c(q.kernel);
-    launchfit_query cq{};
-    cq.struct_size = sizeof cq;
-    cq.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
+    auto cq = abi_struct<launchfit_query>();
     cq.device = &device;
     cq.kernel = &kernel;
     cq.dynamic_smem_bytes = q.dynamic_smem_bytes;
