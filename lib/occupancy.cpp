@@ -199,36 +199,48 @@ occupancy_result occupancy(const device_limits& device, const kernel_resources& 
   return calculator(device, kernel).explain(block_threads, dynamic_smem_bytes);
 }
 
+namespace detail {
+
+potential_block search_potential_block(int block_limit, int warp_size, int max_threads_per_sm,
+                                       const std::function<int(int)>& active_blocks) {
+  // The first step may be a partial warp when the limit is not a multiple of the warp size; the strict '>'
+  // while walking down keeps the larger block on a tie.
+  const int granularity = warp_size > 0 ? warp_size : 32;
+  const int limit_aligned = (block_limit + granularity - 1) / granularity * granularity;
+  potential_block best;
+  int best_threads = 0;
+  for (int aligned = limit_aligned; aligned > 0; aligned -= granularity) {
+    const int block = std::min(block_limit, aligned);
+    const int blocks = active_blocks(block);
+    if (block * blocks > best_threads) {
+      best = {block, blocks};
+      best_threads = block * blocks;
+    }
+    if (best_threads >= max_threads_per_sm) break;
+  }
+  return best;
+}
+
+}  // namespace detail
+
 block_size_choice max_potential_block_size(const device_limits& device, const kernel_resources& kernel,
                                            const smem_per_block_fn& smem, int block_size_limit) {
   check_kernel(device, kernel);
   const calculator calc(device, kernel);
   const std::size_t optin = optin_bytes(device);
 
-  // cuOccupancyMaxPotentialBlockSize's loop: from the largest allowed block down in warp steps (the first
-  // step may be a partial warp when the limit is not a multiple of 32), keep the block with the most
-  // resident threads, the larger one on a tie (strict '>' while walking down), stop early at a full SM.
   int limit = max_block_threads(device, kernel);
   if (block_size_limit > 0) limit = std::min(limit, block_size_limit);
-  const int granularity = device.warp_size;
-  const int limit_aligned = (limit + granularity - 1) / granularity * granularity;
-
-  int best_block = 0, best_blocks_per_sm = 0, best_threads = 0;
-  std::size_t best_smem = 0;
-  for (int aligned = limit_aligned; aligned > 0; aligned -= granularity) {
-    const int block = std::min(limit, aligned);
-    const std::size_t dynamic = smem ? smem(block) : 0;
-    // A block whose shared memory cannot be granted at all is simply not resident (0 blocks).
-    const bool fits = dynamic <= optin && kernel.static_smem_bytes + dynamic <= optin;
-    const int blocks = fits ? calc.blocks(block, dynamic) : 0;
-    if (block * blocks > best_threads) {
-      best_block = block;
-      best_blocks_per_sm = blocks;
-      best_threads = block * blocks;
-      best_smem = dynamic;
-    }
-    if (best_threads == device.max_threads_per_sm) break;
-  }
+  auto dynamic_for = [&](int block) { return smem ? smem(block) : std::size_t{0}; };
+  const detail::potential_block best =
+      detail::search_potential_block(limit, device.warp_size, device.max_threads_per_sm, [&](int block) {
+        const std::size_t dynamic = dynamic_for(block);
+        // A block whose shared memory cannot be granted at all is simply not resident (0 blocks).
+        const bool fits = dynamic <= optin && kernel.static_smem_bytes + dynamic <= optin;
+        return fits ? calc.blocks(block, dynamic) : 0;
+      });
+  const int best_block = best.block_threads, best_blocks_per_sm = best.blocks_per_sm;
+  const std::size_t best_smem = best_block > 0 ? dynamic_for(best_block) : 0;
 
   block_size_choice choice;
   choice.block_threads = best_block;  // 0 when no block size fits, as the driver reports it

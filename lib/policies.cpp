@@ -207,31 +207,13 @@ plan policy_base::choose(const query& q) const {
 
 namespace {
 
-// cuOccupancyMaxPotentialBlockSize's search: from the largest legal block down in warp steps, keep the
-// block with the most resident threads; stop early at full occupancy.
-struct best_block {
-  int block = 0;
-  int active = 0;
-};
-
-best_block max_occupancy_block(const query& q) {
-  const int limit = q.max_block_threads();
-  const int gran = q.device.warp_size > 0 ? q.device.warp_size : 32;
-  const int aligned = (limit + gran - 1) / gran * gran;
-  best_block best;
-  int best_threads = 0;
-  for (int b = aligned; b > 0; b -= gran) {
-    const int block = std::min(limit, b);
-    if (q.smem_for(block) + q.kernel.static_smem_bytes > q.device.smem_per_block_optin_bytes) continue;
-    const int active = q.active_blocks_for(block);
-    const int threads = active * block;
-    if (threads > best_threads) {
-      best_threads = threads;
-      best = {block, active};
-    }
-    if (best_threads >= q.device.max_threads_per_sm) break;
-  }
-  return best;
+// cuOccupancyMaxPotentialBlockSize's search with the query's oracle (the driver on a GPU).
+detail::potential_block max_occupancy_block(const query& q) {
+  return detail::search_potential_block(
+      q.max_block_threads(), q.device.warp_size, q.device.max_threads_per_sm, [&q](int block) {
+        if (q.smem_for(block) + q.kernel.static_smem_bytes > q.device.smem_per_block_optin_bytes) return 0;
+        return q.active_blocks_for(block);
+      });
 }
 
 std::string kb(std::size_t bytes) {
@@ -253,17 +235,17 @@ std::map<int, std::size_t>& bif_overrides() {
 }  // namespace
 
 plan max_occupancy_policy::choose_impl(const query& q) const {
-  const best_block b = max_occupancy_block(q);
+  const detail::potential_block b = max_occupancy_block(q);
   plan p;
-  if (b.block == 0) {
+  if (b.block_threads == 0) {
     p.block = dims{static_cast<unsigned>(std::min(q.max_block_threads(), 32)), 1, 1};
     p.reason = "no block size fits (validation reports the binding limit)";
     return p;
   }
-  p.block = dims{static_cast<unsigned>(b.block), 1, 1};
-  p.blocks_per_sm = b.active;
-  p.reason = "largest block with the most resident threads: " + std::to_string(b.active) + " x " +
-             std::to_string(b.block) + " threads per SM";
+  p.block = dims{static_cast<unsigned>(b.block_threads), 1, 1};
+  p.blocks_per_sm = b.blocks_per_sm;
+  p.reason = "largest block with the most resident threads: " + std::to_string(b.blocks_per_sm) + " x " +
+             std::to_string(b.block_threads) + " threads per SM";
   return p;
 }
 
@@ -306,10 +288,10 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
     return p;
   }
   // Unreachable even at full occupancy: run at max occupancy and say what to change.
-  const best_block b = max_occupancy_block(q);
-  p.block = dims{static_cast<unsigned>(b.block ? b.block : warp), 1, 1};
-  p.blocks_per_sm = b.active;
-  const int warps = b.active * (b.block / warp);
+  const detail::potential_block b = max_occupancy_block(q);
+  p.block = dims{static_cast<unsigned>(b.block_threads ? b.block_threads : warp), 1, 1};
+  p.blocks_per_sm = b.blocks_per_sm;
+  const int warps = b.blocks_per_sm * (b.block_threads / warp);
   const std::size_t reached = static_cast<std::size_t>(warps) * per_warp;
   p.reason = "target " + kb(target) + "/SM unreachable; max occupancy (" + std::to_string(warps) + " warps/SM)";
   p.warning = "bytes in flight " + kb(reached) + "/SM at max occupancy is below the " + kb(target) +
@@ -325,8 +307,8 @@ plan cooperative_policy::choose_impl(const query& q) const {
   p.cooperative = true;
   int block = params_.block;
   if (block <= 0) {
-    const best_block b = max_occupancy_block(q);
-    block = b.block ? b.block : std::min(q.max_block_threads(), 32);
+    const detail::potential_block b = max_occupancy_block(q);
+    block = b.block_threads ? b.block_threads : std::min(q.max_block_threads(), 32);
   }
   p.block = dims{static_cast<unsigned>(block), 1, 1};
   const int active = q.active_blocks_for(block);

@@ -58,6 +58,18 @@ struct block_size_choice {
   occupancy_result occupancy;
 };
 
+namespace detail {
+// cuOccupancyMaxPotentialBlockSize's search over any occupancy oracle (the calculator offline, the driver in
+// policies): from block_limit down in warp steps, the block with the most resident threads, the larger on a
+// tie, stopping early at a full SM. active_blocks(block) returns 0 for blocks that cannot run.
+struct potential_block {
+  int block_threads = 0;  // 0: no block size fits
+  int blocks_per_sm = 0;
+};
+potential_block search_potential_block(int block_limit, int warp_size, int max_threads_per_sm,
+                                       const std::function<int(int block_threads)>& active_blocks);
+}  // namespace detail
+
 // Same search as cuOccupancyMaxPotentialBlockSize (largest block among those with the most resident
 // threads), done offline; block_size_limit 0 means no limit beyond the kernel and device.
 block_size_choice max_potential_block_size(const device_limits& device, const kernel_resources& kernel,
