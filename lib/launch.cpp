@@ -3,6 +3,7 @@
 // override, cache file, or the spec's), validate, log once, cache.
 
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -22,21 +23,15 @@ namespace {
 // The most recently launched plan: named when a later call reports a sticky (asynchronous) fault.
 std::atomic<const plan_entry*> last_launched{nullptr};
 
+// Errors after which the context is unusable: every later call returns them.
+constexpr CUresult sticky_errors[] = {CUDA_ERROR_ILLEGAL_ADDRESS,      CUDA_ERROR_LAUNCH_FAILED,
+                                      CUDA_ERROR_MISALIGNED_ADDRESS,   CUDA_ERROR_ILLEGAL_INSTRUCTION,
+                                      CUDA_ERROR_INVALID_PC,           CUDA_ERROR_HARDWARE_STACK_ERROR,
+                                      CUDA_ERROR_INVALID_ADDRESS_SPACE, CUDA_ERROR_ASSERT,
+                                      CUDA_ERROR_LAUNCH_TIMEOUT};
+
 bool is_sticky(CUresult r) {
-  switch (r) {
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-      return true;
-    default:
-      return false;
-  }
+  return std::find(std::begin(sticky_errors), std::end(sticky_errors), r) != std::end(sticky_errors);
 }
 
 std::string sticky_note() {
@@ -47,11 +42,8 @@ std::string sticky_note() {
 }
 
 bool is_sticky_name(const std::string& name) {
-  for (CUresult r : {CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED, CUDA_ERROR_MISALIGNED_ADDRESS,
-                     CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_INVALID_PC, CUDA_ERROR_HARDWARE_STACK_ERROR,
-                     CUDA_ERROR_INVALID_ADDRESS_SPACE, CUDA_ERROR_ASSERT, CUDA_ERROR_LAUNCH_TIMEOUT})
-    if (name == error_name(r)) return true;
-  return false;
+  return std::any_of(std::begin(sticky_errors), std::end(sticky_errors),
+                     [&](CUresult r) { return name == error_name(r); });
 }
 
 [[noreturn]] void throw_launch_error(CUresult r, const plan_entry& e, dims grid) {
@@ -87,9 +79,10 @@ const device_limits& limits_for(CUcontext ctx) {
   return it->second;
 }
 
-// attrs: cooperative and the plan's cluster here, plus one slot for the spec's cluster in launch().
-void fill_launch_config(CUlaunchConfig& cfg, std::array<CUlaunchAttribute, 3>& attrs, const plan& p, dims grid,
-                        CUstream stream) {
+// Every launch attribute goes through here (cooperative, cluster), for real launches and tuning trials alike.
+void fill_launch_config(CUlaunchConfig& cfg, std::array<CUlaunchAttribute, 2>& attrs, const plan& p, dims grid,
+                        const launch_request& r) {
+  const dims cluster = r.cluster.count() > 1 ? r.cluster : p.cluster;
   cfg = CUlaunchConfig{};
   cfg.gridDimX = grid.x;
   cfg.gridDimY = grid.y;
@@ -98,7 +91,7 @@ void fill_launch_config(CUlaunchConfig& cfg, std::array<CUlaunchAttribute, 3>& a
   cfg.blockDimY = p.block.y;
   cfg.blockDimZ = p.block.z;
   cfg.sharedMemBytes = static_cast<unsigned>(p.dynamic_smem_bytes);
-  cfg.hStream = stream;
+  cfg.hStream = r.stream;
   unsigned n = 0;
   if (p.cooperative) {
     attrs[n] = CUlaunchAttribute{};
@@ -106,12 +99,12 @@ void fill_launch_config(CUlaunchConfig& cfg, std::array<CUlaunchAttribute, 3>& a
     attrs[n].value.cooperative = 1;
     ++n;
   }
-  if (p.cluster.count() > 1) {
+  if (cluster.count() > 1) {
     attrs[n] = CUlaunchAttribute{};
     attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[n].value.clusterDim.x = p.cluster.x;
-    attrs[n].value.clusterDim.y = p.cluster.y;
-    attrs[n].value.clusterDim.z = p.cluster.z;
+    attrs[n].value.clusterDim.x = cluster.x;
+    attrs[n].value.clusterDim.y = cluster.y;
+    attrs[n].value.clusterDim.z = cluster.z;
     ++n;
   }
   cfg.attrs = n ? attrs.data() : nullptr;
@@ -137,8 +130,8 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   const dims grid = grid_for(p, r.shape, max_grid_x);
   if (grid.count() == 0) return 0;
   CUlaunchConfig cfg;
-  std::array<CUlaunchAttribute, 3> attrs;
-  fill_launch_config(cfg, attrs, p, grid, r.stream);
+  std::array<CUlaunchAttribute, 2> attrs;
+  fill_launch_config(cfg, attrs, p, grid, r);
   struct event {
     CUevent e = nullptr;
     ~event() {
@@ -294,23 +287,14 @@ void launch(const launch_request& r) {
     throw error(err.call(), err.cuda_error(), err.message(), e.kernel.demangled, e.plan.to_string());
   }
   if (grid.count() == 0) return;  // items(0) / grid_stride(0): nothing to do
-  CUlaunchConfig cfg;
-  std::array<CUlaunchAttribute, 3> attrs;
-  fill_launch_config(cfg, attrs, e.plan, grid, r.stream);
-  if (r.cluster.count() > 1) {
-    attrs[cfg.numAttrs] = CUlaunchAttribute{};
-    attrs[cfg.numAttrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[cfg.numAttrs].value.clusterDim.x = r.cluster.x;
-    attrs[cfg.numAttrs].value.clusterDim.y = r.cluster.y;
-    attrs[cfg.numAttrs].value.clusterDim.z = r.cluster.z;
-    cfg.numAttrs += 1;
-    cfg.attrs = attrs.data();
-    if (grid.x % r.cluster.x != 0) {
-      throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
-                  "grid " + grid.to_string() + " is not a multiple of cluster " + r.cluster.to_string(),
-                  e.kernel.demangled, e.plan.to_string());
-    }
+  if (r.cluster.count() > 1 && grid.x % r.cluster.x != 0) {
+    throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+                "grid " + grid.to_string() + " is not a multiple of cluster " + r.cluster.to_string(),
+                e.kernel.demangled, e.plan.to_string());
   }
+  CUlaunchConfig cfg;
+  std::array<CUlaunchAttribute, 2> attrs;
+  fill_launch_config(cfg, attrs, e.plan, grid, r);
   spdlog::logger& lf_logger = logger_fast();
   if (lf_logger.should_log(spdlog::level::trace)) {
     lf_logger.trace("launch {} grid={} {}", e.kernel.demangled, grid.to_string(), e.plan.to_string());
