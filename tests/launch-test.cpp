@@ -58,3 +58,28 @@ TEST(LaunchWithoutGpu, EmptyKernelIsRefused) {
   lf::kernel empty;
   EXPECT_THROW(lf::launch(empty, lf::max_occupancy().items(10)), lf::error);
 }
+
+TEST(KernelHandles, EmptyHandlesAreRefusedBeforeAnyDriverCall) {
+  try {
+    (void)lf::kernel{}.function();
+    FAIL() << "no error";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.message(), "empty launchfit::kernel");
+  }
+  try {
+    (void)lf::module::from_memory(nullptr);
+    FAIL() << "no error";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.message(), "null module image");
+  }
+}
+
+TEST(KernelHandles, MissingModuleFileNamesThePath) {
+  try {
+    (void)lf::module::from_file("/nonexistent/kernels.cubin");
+    FAIL() << "no error";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_FILE_NOT_FOUND");
+    EXPECT_NE(e.message().find("cannot open '/nonexistent/kernels.cubin'"), std::string::npos) << e.what();
+  }
+}

@@ -231,3 +231,13 @@ TEST(ReferencePolicy, AlwaysOneHundredTwentyEightThreads) {
   EXPECT_EQ(p.block_threads, 128);
   EXPECT_EQ(p.policy, "constant_block()");
 }
+
+TEST(Validation, ClusterOnADeviceWithoutClustersIsRefused) {
+  lf::query q = make_query("A100", 32);  // sm_80: no thread-block clusters
+  q.device.cluster_launch = false;
+  lf::plan p;
+  p.block = {128, 1, 1};
+  p.cluster = {2, 1, 1};
+  const std::string what = error_text([&] { lf::validate_plan(q, p); });
+  EXPECT_NE(what.find("does not support thread-block clusters"), std::string::npos) << what;
+}

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "gpu_test.hpp"
@@ -87,6 +88,11 @@ __global__ void spin_then_write(int* flag, int value, long long cycles) {
 }
 
 __global__ void copy_flag(const int* flag, int* out) { *out = *flag; }
+
+// Records the cluster size each block ran in: proves the cluster attribute reached the launch.
+__global__ void cluster_size(unsigned* out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = cg::this_cluster().num_blocks();
+}
 
 template <class T>
 struct device_buffer {
@@ -453,4 +459,45 @@ TEST_F(DriverLaunch, MissingKernelNameIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("no_such_kernel"), std::string::npos);
   }
   EXPECT_THROW(lf::module::from_file("/nonexistent/kernels.cubin"), lf::error);
+}
+
+TEST_F(Launch, ClusterDimsReachTheLaunchAndABadGridIsRefused) {
+  device_buffer<unsigned> out(8);
+  out.poison();
+  lf::launch(cluster_size, lf::fixed(64, 8).cluster({2, 1, 1}), out.ptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (unsigned v : out.download()) ASSERT_EQ(v, 2u);
+  try {
+    lf::launch(cluster_size, lf::fixed(64, 3).cluster({2, 1, 1}), out.ptr);
+    FAIL() << "launched a grid of 3 in clusters of 2";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_INVALID_CLUSTER_SIZE");
+    EXPECT_NE(e.message().find("grid 3 is not a multiple of cluster 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(DriverLaunch, NoCurrentContextIsAClearError) {
+  LF_CUDA_CHECK(cudaFree(nullptr));
+  lf::module m = lf::module::from_file(LAUNCHFIT_TEST_CUBIN);
+  const lf::kernel k = m.get("count_blocks");
+  std::string what;
+  std::thread t([&] {  // a fresh thread has no current context until it makes one
+    try {
+      lf::launch(k, lf::fixed(32, 1), static_cast<unsigned*>(nullptr), static_cast<unsigned*>(nullptr));
+    } catch (const lf::error& e) {
+      what = e.what();
+    }
+  });
+  t.join();
+  EXPECT_NE(what.find("no current CUDA context"), std::string::npos) << what;
+}
+
+TEST_F(Launch, UnknownDeviceOrdinalSaysHowManyThereAre) {
+  try {
+    (void)lf::device_limits::query(999);
+    FAIL() << "no error";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_INVALID_DEVICE");
+    EXPECT_NE(e.message().find("device 999 does not exist"), std::string::npos) << e.what();
+  }
 }
