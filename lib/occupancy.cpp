@@ -163,13 +163,6 @@ struct calculator {
   }
 };
 
-std::string percent_text(double fraction) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", fraction * 100.0);
-  std::string s = buf;
-  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
-  return s + "%";
-}
 
 }  // namespace
 
@@ -189,7 +182,7 @@ std::string limiter_names(unsigned limiters) {
 
 std::string occupancy_result::summary() const {
   return std::to_string(active_blocks_per_sm) + " blocks x " + std::to_string(block_threads) +
-         " threads = " + std::to_string(active_warps_per_sm) + " warps/SM (" + percent_text(occupancy) +
+         " threads = " + std::to_string(active_warps_per_sm) + " warps/SM (" + detail::percent_text(occupancy) +
          "), limited by " + limiter_names(limiters);
 }
 
@@ -219,6 +212,14 @@ potential_block search_potential_block(int block_limit, int warp_size, int max_t
     if (best_threads >= max_threads_per_sm) break;
   }
   return best;
+}
+
+std::string percent_text(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", fraction * 100.0);
+  std::string s = buf;
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+  return s + "%";
 }
 
 }  // namespace detail

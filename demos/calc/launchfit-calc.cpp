@@ -129,14 +129,6 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-std::string percent(double fraction) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", fraction * 100.0);
-  std::string s = buf;
-  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
-  return s + "%";
-}
-
 std::string blocks_text(int blocks) { return blocks == INT_MAX ? "unlimited" : std::to_string(blocks); }
 
 std::string cut_advice(const launchfit::one_more_block& cut, unsigned limiters) {
@@ -157,7 +149,7 @@ void print_table(const launchfit::device_limits& d, const options& o, const laun
   std::printf(
       "kernel: %d threads per block, %d registers per thread, %zu B dynamic + %zu B static shared memory\n\n",
       o.threads, o.regs, o.dynamic_smem, o.static_smem);
-  std::printf("  %-38s %s\n", "Theoretical Occupancy", percent(r.occupancy).c_str());
+  std::printf("  %-38s %s\n", "Theoretical Occupancy", launchfit::detail::percent_text(r.occupancy).c_str());
   std::printf("  %-38s %d of %d\n", "Theoretical Active Warps per SM", r.active_warps_per_sm,
               d.max_warps_per_sm);
   std::printf("  %-38s %d\n", "Active Blocks per SM", r.active_blocks_per_sm);
@@ -312,7 +304,7 @@ void write_svg(const std::string& path, const launchfit::device_limits& d,
   const auto occ = [&d](const launchfit::kernel_resources& kernel, int threads, std::size_t smem) {
     return launchfit::occupancy(d, kernel, threads, smem).occupancy;
   };
-  const std::string current = percent(now.occupancy);
+  const std::string current = launchfit::detail::percent_text(now.occupancy);
 
   series by_block{"Occupancy vs block size", "threads per block", 1024, 128};
   for (int threads = 32; threads <= std::min(d.max_threads_per_block, k.max_threads_per_block); threads += 32)

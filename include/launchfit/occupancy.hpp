@@ -68,6 +68,8 @@ struct potential_block {
 };
 potential_block search_potential_block(int block_limit, int warp_size, int max_threads_per_sm,
                                        const std::function<int(int block_threads)>& active_blocks);
+// "75%" or "12.5%": one decimal, dropped when it is zero.
+std::string percent_text(double fraction);
 }  // namespace detail
 
 // Same search as cuOccupancyMaxPotentialBlockSize (largest block among those with the most resident
