@@ -104,16 +104,9 @@ std::string pct(double v) {
 }
 
 std::string work_to_string(const work& w) {
-  switch (w.kind) {
-    case work::shape::items:
-      return "items" + (w.per_thread > 1 ? "(per_thread=" + std::to_string(w.per_thread) + ")" : std::string());
-    case work::shape::grid_stride:
-      return "grid_stride" +
-             (w.per_thread > 1 ? "(per_thread=" + std::to_string(w.per_thread) + ")" : std::string());
-    case work::shape::none:
-      break;
-  }
-  return "resident";
+  if (w.kind == work::shape::none) return "resident";
+  const std::string per = w.per_thread > 1 ? "(per_thread=" + std::to_string(w.per_thread) + ")" : std::string();
+  return (w.kind == work::shape::items ? "items" : "grid_stride") + per;
 }
 
 std::string grid_rule(const plan& p, const work& w) {
