@@ -194,16 +194,27 @@ occupancy_result occupancy(const device_limits& device, const kernel_resources& 
 
 namespace detail {
 
-potential_block search_potential_block(int block_limit, int warp_size, int max_threads_per_sm,
-                                       const std::function<int(int)>& active_blocks) {
-  // The first step may be a partial warp when the limit is not a multiple of the warp size; the strict '>'
-  // while walking down keeps the larger block on a tie.
+std::vector<int> candidate_blocks(int block_limit, int warp_size, int prefer_block) {
+  // The first step from the top may be a partial warp when the limit is not a multiple of the warp size.
   const int granularity = warp_size > 0 ? warp_size : 32;
   const int limit_aligned = (block_limit + granularity - 1) / granularity * granularity;
+  std::vector<int> blocks;
+  for (int aligned = limit_aligned; aligned > 0; aligned -= granularity) blocks.push_back(std::min(block_limit, aligned));
+  if (prefer_block > 0) {
+    auto distance = [prefer_block](int b) { return b > prefer_block ? b - prefer_block : prefer_block - b; };
+    std::stable_sort(blocks.begin(), blocks.end(), [&](int a, int b) {
+      return distance(a) != distance(b) ? distance(a) < distance(b) : a < b;
+    });
+  }
+  return blocks;
+}
+
+potential_block search_potential_block(int block_limit, int warp_size, int max_threads_per_sm,
+                                       const std::function<int(int)>& active_blocks, int prefer_block) {
+  // Candidates come in preference order, so the strict '>' keeps the preferred block on a tie.
   potential_block best;
   int best_threads = 0;
-  for (int aligned = limit_aligned; aligned > 0; aligned -= granularity) {
-    const int block = std::min(block_limit, aligned);
+  for (const int block : candidate_blocks(block_limit, warp_size, prefer_block)) {
     const int blocks = active_blocks(block);
     if (block * blocks > best_threads) {
       best = {block, blocks};

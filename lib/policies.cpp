@@ -67,7 +67,14 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
   if (w.kind == work::shape::none) return dims{static_cast<unsigned>(resident), 1, 1};
   const std::uint64_t per_block =
       static_cast<std::uint64_t>(p.block_threads) * std::max<std::uint32_t>(w.per_thread, 1);
-  const std::uint64_t needed = w.n / per_block + (w.n % per_block != 0);
+  // Ceiling division; 32-bit when both fit (a 64-bit divide costs several times more on common x86 cores).
+  std::uint64_t needed;
+  if (((w.n | per_block) >> 32) == 0) {
+    const auto n32 = static_cast<std::uint32_t>(w.n), b32 = static_cast<std::uint32_t>(per_block);
+    needed = n32 / b32 + (n32 % b32 != 0);
+  } else {
+    needed = w.n / per_block + (w.n % per_block != 0);
+  }
   if (w.kind == work::shape::grid_stride) {
     const std::uint64_t g = std::min<std::uint64_t>(needed, static_cast<std::uint64_t>(resident));
     return dims{static_cast<unsigned>(std::max<std::uint64_t>(g, 1)), 1, 1};
@@ -208,12 +215,23 @@ plan policy_base::choose(const query& q) const {
 namespace {
 
 // cuOccupancyMaxPotentialBlockSize's search with the query's oracle (the driver on a GPU).
-detail::potential_block max_occupancy_block(const query& q) {
+detail::potential_block max_occupancy_block(const query& q, int prefer_block, int block_limit = 0) {
+  const int limit = block_limit > 0 ? std::min(block_limit, q.max_block_threads()) : q.max_block_threads();
   return detail::search_potential_block(
-      q.max_block_threads(), q.device.warp_size, q.device.max_threads_per_sm, [&q](int block) {
+      limit, q.device.warp_size, q.device.max_threads_per_sm,
+      [&q](int block) {
         if (q.smem_for(block) + q.kernel.static_smem_bytes > q.device.smem_per_block_optin_bytes) return 0;
         return q.active_blocks_for(block);
-      });
+      },
+      prefer_block);
+}
+
+void check_prefer_block(const query& q, int prefer_block) {
+  if (prefer_block < 0) {
+    throw error("policy::choose", "LAUNCHFIT_INVALID_POLICY",
+                "prefer_block must be >= 0 (0: the largest block), got " + std::to_string(prefer_block),
+                q.kernel.demangled);
+  }
 }
 
 std::string kb(std::size_t bytes) {
@@ -235,7 +253,13 @@ std::map<int, std::size_t>& bif_overrides() {
 }  // namespace
 
 plan max_occupancy_policy::choose_impl(const query& q) const {
-  const detail::potential_block b = max_occupancy_block(q);
+  check_prefer_block(q, params_.prefer_block);
+  if (params_.block_limit < 0) {
+    throw error("policy::choose", "LAUNCHFIT_INVALID_POLICY",
+                "block_limit must be >= 0 (0: no limit), got " + std::to_string(params_.block_limit),
+                q.kernel.demangled);
+  }
+  const detail::potential_block b = max_occupancy_block(q, params_.prefer_block, params_.block_limit);
   plan p;
   if (b.block_threads == 0) {
     p.block = dims{static_cast<unsigned>(std::min(q.max_block_threads(), 32)), 1, 1};
@@ -244,7 +268,9 @@ plan max_occupancy_policy::choose_impl(const query& q) const {
   }
   p.block = dims{static_cast<unsigned>(b.block_threads), 1, 1};
   p.blocks_per_sm = b.blocks_per_sm;
-  p.reason = "largest block with the most resident threads: " + std::to_string(b.blocks_per_sm) + " x " +
+  p.reason = std::string(params_.prefer_block > 0 ? "the block nearest " + std::to_string(params_.prefer_block)
+                                                   : std::string("the largest block")) +
+             " with the most resident threads: " + std::to_string(b.blocks_per_sm) + " x " +
              std::to_string(b.block_threads) + " threads per SM";
   return p;
 }
@@ -261,22 +287,22 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   const std::size_t per_warp = static_cast<std::size_t>(warp) * static_cast<std::size_t>(params_.per_thread);
   const int warps_needed = static_cast<int>((target + per_warp - 1) / per_warp);
 
-  // Fewest resident warps that reach the target; ties go to the larger block (fewer blocks to schedule).
+  check_prefer_block(q, params_.prefer_block);
+
+  // Fewest resident warps that reach the target; ties go to the block nearest prefer_block (0: the largest).
   int best_warps = 0, best_threads = 0, best_bps = 0;
-  const int limit = q.max_block_threads();
-  for (int block = limit / warp * warp; block >= warp; block -= warp) {
+  for (const int block : detail::candidate_blocks(q.max_block_threads(), warp, params_.prefer_block)) {
+    if (block % warp != 0) continue;  // a partial warp holds no more in flight than a full one costs
     if (q.smem_for(block) + q.kernel.static_smem_bytes > q.device.smem_per_block_optin_bytes) continue;
-    const int active = q.active_blocks_for(block);
-    if (active <= 0) continue;
     const int warps_per_block = block / warp;
     const int bps = (warps_needed + warps_per_block - 1) / warps_per_block;
-    if (bps > active) continue;
     const int warps = bps * warps_per_block;
-    if (best_threads == 0 || warps < best_warps) {
-      best_warps = warps;
-      best_threads = block;
-      best_bps = bps;
-    }
+    if (best_threads != 0 && warps >= best_warps) continue;  // cannot beat the best: skip the oracle call
+    if (q.active_blocks_for(block) < bps) continue;
+    best_warps = warps;
+    best_threads = block;
+    best_bps = bps;
+    if (warps == warps_needed) break;  // exactly the target: nothing can use fewer warps
   }
   plan p;
   if (best_threads != 0) {
@@ -288,7 +314,7 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
     return p;
   }
   // Unreachable even at full occupancy: run at max occupancy and say what to change.
-  const detail::potential_block b = max_occupancy_block(q);
+  const detail::potential_block b = max_occupancy_block(q, params_.prefer_block);
   p.block = dims{static_cast<unsigned>(b.block_threads ? b.block_threads : warp), 1, 1};
   p.blocks_per_sm = b.blocks_per_sm;
   const int warps = b.blocks_per_sm * (b.block_threads / warp);
@@ -307,7 +333,8 @@ plan cooperative_policy::choose_impl(const query& q) const {
   p.cooperative = true;
   int block = params_.block;
   if (block <= 0) {
-    const detail::potential_block b = max_occupancy_block(q);
+    // The largest max-occupancy block: the fewest blocks for grid-wide synchronisation to wait on.
+    const detail::potential_block b = max_occupancy_block(q, 0);
     block = b.block_threads ? b.block_threads : std::min(q.max_block_threads(), 32);
   }
   p.block = dims{static_cast<unsigned>(block), 1, 1};

@@ -41,7 +41,7 @@ lf::stored_key key(int i, std::uint64_t bucket = 0) {
   k.driver_version = 12080;
   k.kernel = lf::kernel_fingerprint(
       lf::kernel_resources::manual(32, 0, 1024, "_Z6kernel" + std::to_string(i) + "Pf"));
-  k.policy = "bytes_in_flight(per_thread=32,target_per_sm=0)";
+  k.policy = "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)";
   k.smem_rule = "bytes=0";
   k.bucket = bucket;
   return k;
@@ -70,7 +70,7 @@ lf::plan sample_plan(int block) {
   p.occupancy.blocks_limit_blocks = 32;
   p.occupancy.allocated_regs_per_block = 8192;
   p.occupancy.allocated_smem_per_block_bytes = 5248;
-  p.policy = "bytes_in_flight(per_thread=32,target_per_sm=0)";
+  p.policy = "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)";
   p.reason = "16 warps/SM x 32 x 32 B = 16 KB";
   p.warning = "target unreachable";
   p.trials = 7;

@@ -99,9 +99,9 @@ class tag_policy final : public lf::param_policy<tag_policy, tag_params> {
 TEST(Concurrency, RegistryLookupsRegistrationsAndPolicyStrings) {
   const char* good[] = {"max_occupancy", "bytes_in_flight(per_thread=32)", "fixed(block=256,grid=80)",
                         "cooperative(blocks_per_sm=1)", "constant_block()", "bytes_in_flight(target_per_sm=64K)"};
-  const char* expected[] = {"max_occupancy()", "bytes_in_flight(per_thread=32,target_per_sm=0)",
+  const char* expected[] = {"max_occupancy(prefer_block=256,block_limit=0)", "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)",
                             "fixed(block=256,grid=80)", "cooperative(blocks_per_sm=1,block=0)", "constant_block()",
-                            "bytes_in_flight(per_thread=16,target_per_sm=65536)"};
+                            "bytes_in_flight(per_thread=16,target_per_sm=65536,prefer_block=256)"};
   const char* bad[] = {"fixed(block=", "max_occupency", "fixed(blok=1)", "bytes_in_flight(per_thread=1K"};
   std::atomic<int> shared_name_wins{0};
   const lf::query q = h200();

@@ -15,7 +15,7 @@ TEST(Spec, ChainsWorkShapeStreamAndSmem) {
   EXPECT_EQ(s.smem_rule(), 4096u);
   auto g = lf::bytes_in_flight(32).grid_stride(1 << 20);
   EXPECT_EQ(g.work_shape().kind, lf::work::shape::grid_stride);
-  EXPECT_EQ(g.get_policy().to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0)");
+  EXPECT_EQ(g.get_policy().to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
 }
 
 TEST(Spec, SmemRulesAreToldApartByTypeAndKey) {

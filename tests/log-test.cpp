@@ -48,9 +48,10 @@ struct captured {
 TEST(Log, TextLineSaysWhatTheKernelRanWithAndWhy) {
   const std::string line = lf::format_plan(sample_report(), lf::log_format::text);
   for (const char* field : {"kernel=reduce(float const*, float*, int)", "device=\"NVIDIA H200\" #0", "cc=9.0",
-                            "block=1024", "grid=grid_stride(cap 132)", "smem=0B", "occupancy=50.0%",
-                            "limiter=", "regs=40", "spill=0B",
-                            "policy=bytes_in_flight(per_thread=32,target_per_sm=0)", "match=computed", "reason=\""}) {
+                            "block=256", "grid=grid_stride(cap 528)", "smem=0B",
+                            "occupancy=75.0% (6 blocks, 48 warps/SM; runs 4 blocks/SM)", "limiter=registers",
+                            "regs=40", "spill=0B", "policy=bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)",
+                            "match=computed", "reason=\""}) {
     EXPECT_NE(line.find(field), std::string::npos) << "missing " << field << " in: " << line;
   }
 }
@@ -61,11 +62,11 @@ TEST(Log, JsonLineIsOneValidObjectWithTheSameFacts) {
   const auto j = nlohmann::json::parse(line);
   EXPECT_EQ(j["event"], "new_plan");
   EXPECT_EQ(j["kernel"], "reduce(float const*, float*, int)");
-  EXPECT_EQ(j["block_threads"], 1024);
+  EXPECT_EQ(j["block_threads"], 256);
   EXPECT_EQ(j["registers"], 40);
   EXPECT_EQ(j["cc"], "9.0");
-  EXPECT_DOUBLE_EQ(j["occupancy"].get<double>(), 0.5);
-  EXPECT_EQ(j["policy"], "bytes_in_flight(per_thread=32,target_per_sm=0)");
+  EXPECT_DOUBLE_EQ(j["occupancy"].get<double>(), 0.75);
+  EXPECT_EQ(j["policy"], "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
   EXPECT_TRUE(j.contains("reason"));
   EXPECT_TRUE(j.contains("limiter"));
 }

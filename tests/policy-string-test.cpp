@@ -26,23 +26,23 @@ std::string parse_error(const std::string& text) {
 }  // namespace
 
 TEST(PolicyString, ParsesNamesAndParameters) {
-  EXPECT_EQ(lf::policy_from_string("max_occupancy")->to_string(), "max_occupancy()");
-  EXPECT_EQ(lf::policy_from_string("max_occupancy()")->to_string(), "max_occupancy()");
+  EXPECT_EQ(lf::policy_from_string("max_occupancy")->to_string(), "max_occupancy(prefer_block=256,block_limit=0)");
+  EXPECT_EQ(lf::policy_from_string("max_occupancy()")->to_string(), "max_occupancy(prefer_block=256,block_limit=0)");
   EXPECT_EQ(lf::policy_from_string("fixed(block=256,grid=80)")->to_string(), "fixed(block=256,grid=80)");
   EXPECT_EQ(lf::policy_from_string("fixed(block=128)")->to_string(), "fixed(block=128,grid=0)");
   // Whitespace anywhere between tokens, parameters in any order.
   EXPECT_EQ(
       lf::policy_from_string(" \tbytes_in_flight ( target_per_sm = 65536 ,per_thread= 32 ) \n")->to_string(),
-      "bytes_in_flight(per_thread=32,target_per_sm=65536)");
+      "bytes_in_flight(per_thread=32,target_per_sm=65536,prefer_block=256)");
 }
 
 TEST(PolicyString, SizeSuffixesAreBinaryMultiples) {
   EXPECT_EQ(lf::policy_from_string("bytes_in_flight(target_per_sm=32K)")->to_string(),
-            "bytes_in_flight(per_thread=16,target_per_sm=32768)");
+            "bytes_in_flight(per_thread=16,target_per_sm=32768,prefer_block=256)");
   EXPECT_EQ(lf::policy_from_string("bytes_in_flight(target_per_sm=48KB)")->to_string(),
-            "bytes_in_flight(per_thread=16,target_per_sm=49152)");
+            "bytes_in_flight(per_thread=16,target_per_sm=49152,prefer_block=256)");
   EXPECT_EQ(lf::policy_from_string("bytes_in_flight(target_per_sm=1M)")->to_string(),
-            "bytes_in_flight(per_thread=16,target_per_sm=1048576)");
+            "bytes_in_flight(per_thread=16,target_per_sm=1048576,prefer_block=256)");
 }
 
 TEST(PolicyString, ParsedParametersReachThePolicy) {
@@ -87,7 +87,7 @@ TEST(PolicyString, FloatParametersRoundTripIncludingInfinities) {
 
 TEST(PolicyString, RoundTripsEveryBuiltin) {
   for (const char* text :
-       {"max_occupancy", "bytes_in_flight", "bytes_in_flight(per_thread=64,target_per_sm=16384)",
+       {"max_occupancy", "bytes_in_flight", "bytes_in_flight(per_thread=64,target_per_sm=16384,prefer_block=256)",
         "cooperative", "cooperative(blocks_per_sm=2,block=512)", "fixed", "fixed(block=96,grid=7)",
         "constant_block()"}) {
     SCOPED_TRACE(text);
@@ -272,7 +272,7 @@ TEST(PolicyOverrides, FirstMatchWins) {
   std::string matched;
   auto p = lf::policy_override_for("void reduce<float>(float const*, int)", &matched);
   ASSERT_TRUE(p);
-  EXPECT_EQ(p->to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0)");
+  EXPECT_EQ(p->to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
   EXPECT_EQ(matched, "reduce*");
   p = lf::policy_override_for("saxpy(float, float const*, float*, int)", &matched);
   ASSERT_TRUE(p);
@@ -352,7 +352,7 @@ TEST_F(PolicyOverridesEnv, ReadOnFirstUse) {
         setenv("LAUNCHFIT_POLICY", "reduce*=bytes_in_flight(per_thread=32);saxpy=fixed(block=256)", 1);
         std::string matched;
         auto p = lf::policy_override_for("void reduce<float>(float const*, int)", &matched);
-        const bool ok = p && p->to_string() == "bytes_in_flight(per_thread=32,target_per_sm=0)" &&
+        const bool ok = p && p->to_string() == "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)" &&
                         matched == "reduce*" && !lf::policy_override_for("scan(int*)");
         std::exit(ok ? 0 : 1);
       },

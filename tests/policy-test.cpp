@@ -32,19 +32,47 @@ std::string error_text(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST(MaxOccupancy, LightKernelOnH200Gets1024ThreadBlocksAtFullOccupancy) {
+TEST(MaxOccupancy, LightKernelOnH200Gets256ThreadBlocksAtFullOccupancy) {
   const lf::plan p = lf::max_occupancy_policy{}.choose(make_query("H200", 32));
-  EXPECT_EQ(p.block_threads, 1024);
-  EXPECT_EQ(p.blocks_per_sm, 2);
+  EXPECT_EQ(p.block_threads, 256);
+  EXPECT_EQ(p.blocks_per_sm, 8);
   EXPECT_DOUBLE_EQ(p.occupancy.occupancy, 1.0);
   EXPECT_EQ(p.sm_count, 132);
-  EXPECT_EQ(p.policy, "max_occupancy()");
+  EXPECT_EQ(p.policy, "max_occupancy(prefer_block=256,block_limit=0)");
+  EXPECT_NE(p.reason.find("nearest 256"), std::string::npos) << p.reason;
+}
+
+TEST(MaxOccupancy, PreferBlockZeroIsTheDriversLargestBlock) {
+  const lf::plan p = lf::max_occupancy_policy{{0, 0}}.choose(make_query("H200", 32));
+  EXPECT_EQ(p.block_threads, 1024);
+  EXPECT_EQ(p.blocks_per_sm, 2);
+  EXPECT_NE(p.reason.find("largest"), std::string::npos) << p.reason;
+}
+
+TEST(MaxOccupancy, PreferBlockPicksTheNearestOfTheBestAndNeverLosesOccupancy) {
+  // 64 registers: 32 warps/SM at most, reached by 128, 256, 512 and 1024 threads (and others).
+  const lf::plan near = lf::max_occupancy_policy{{500, 0}}.choose(make_query("H200", 64));
+  EXPECT_EQ(near.block_threads, 512);
+  const lf::plan tie = lf::max_occupancy_policy{{48, 0}}.choose(make_query("H200", 32));
+  EXPECT_EQ(tie.block_threads, 64);  // 32 and 64 are equally near 48: the smaller cannot fill the SM (32 blocks max)
+  // 168 registers: 384 threads fill 1 block (64 512 regs); 256 threads x 1 = 8 warps is worse. The preference
+  // never trades occupancy away.
+  const lf::plan heavy = lf::max_occupancy_policy{}.choose(make_query("H200", 168));
+  const lf::plan driver = lf::max_occupancy_policy{{0, 0}}.choose(make_query("H200", 168));
+  EXPECT_EQ(heavy.blocks_per_sm * heavy.block_threads, driver.blocks_per_sm * driver.block_threads);
+  EXPECT_THROW((lf::max_occupancy_policy{{-1, 0}}.choose(make_query("H200", 32))), lf::error);
+  EXPECT_THROW((lf::max_occupancy_policy{{256, -1}}.choose(make_query("H200", 32))), lf::error);
+  // block_limit caps the search like cuOccupancyMaxPotentialBlockSize's blockSizeLimit.
+  const lf::plan capped = lf::max_occupancy_policy{{0, 200}}.choose(make_query("H200", 32));
+  EXPECT_EQ(capped.block_threads, 128);  // the largest block <= 200 that fills the SM: 16 x 128
+  EXPECT_EQ(capped.blocks_per_sm, 16);
 }
 
 TEST(MaxOccupancy, Rtx4090PicksABlockThatFills1536Threads) {
   const lf::plan p = lf::max_occupancy_policy{}.choose(make_query("RTX 4090", 32));
-  EXPECT_EQ(p.block_threads, 768);
+  EXPECT_EQ(p.block_threads, 256);
   EXPECT_EQ(p.blocks_per_sm * p.block_threads, 1536);
+  EXPECT_EQ((lf::max_occupancy_policy{{0, 0}}.choose(make_query("RTX 4090", 32)).block_threads), 768);
 }
 
 TEST(MaxOccupancy, AgreesWithTheOfflineCalculatorOnEveryArchitecture) {
@@ -60,9 +88,13 @@ TEST(MaxOccupancy, AgreesWithTheOfflineCalculatorOnEveryArchitecture) {
       q.smem_per_block = [per_thread_smem](int block) { return per_thread_smem * static_cast<std::size_t>(block); };
       const lf::block_size_choice want = lf::max_potential_block_size(q.device, q.kernel, q.smem_per_block);
       if (want.block_threads == 0) continue;
-      const lf::plan p = lf::max_occupancy_policy{}.choose(q);
+      const lf::plan p = lf::max_occupancy_policy{{0, 0}}.choose(q);
       EXPECT_EQ(p.block_threads, want.block_threads) << d.arch() << " regs=" << q.kernel.regs_per_thread;
       EXPECT_EQ(p.dynamic_smem_bytes, per_thread_smem * static_cast<std::size_t>(p.block_threads));
+      // The default tie-break may pick another block, never fewer resident threads.
+      const lf::plan preferred = lf::max_occupancy_policy{}.choose(q);
+      EXPECT_EQ(preferred.blocks_per_sm * preferred.block_threads, want.occupancy.active_threads_per_sm)
+          << d.arch() << " regs=" << q.kernel.regs_per_thread;
     }
   }
 }
@@ -77,20 +109,28 @@ TEST(BytesInFlight, TwoFloat4PerThreadRunsAtHalfOccupancyOnH200) {
   lf::query q = make_query("H200", 32);
   const lf::plan p = lf::bytes_in_flight_policy{{32, 0}}.choose(q);
   EXPECT_EQ(p.blocks_per_sm * p.block_threads / 32, 32);  // 32 warps x 32 threads x 32 B = 32 KB
+  EXPECT_EQ(p.block_threads, 256);                         // as 4 blocks of 256, not 1 of 1024
   EXPECT_TRUE(p.warning.empty());
   EXPECT_NE(p.reason.find("32 KB"), std::string::npos) << p.reason;
-  EXPECT_EQ(p.policy, "bytes_in_flight(per_thread=32,target_per_sm=0)");
+  EXPECT_EQ(p.policy, "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
 }
 
 TEST(BytesInFlight, FewestWarpsThatReachAnExplicitTarget) {
   const lf::plan p = lf::bytes_in_flight_policy{{64, 16 * 1024}}.choose(make_query("H200", 32));
   EXPECT_EQ(p.blocks_per_sm * p.block_threads / 32, 8);
-  EXPECT_EQ(p.block_threads, 256);  // ties go to the larger block: 1 x 256
+  EXPECT_EQ(p.block_threads, 256);  // 1 x 256; with prefer_block=0 the largest block: 1 x 256 as well
+  const lf::plan two = lf::bytes_in_flight_policy{{64, 32 * 1024}}.choose(make_query("H200", 32));
+  EXPECT_EQ(two.block_threads, 256);
+  EXPECT_EQ(two.blocks_per_sm, 2);
+  const lf::plan largest = lf::bytes_in_flight_policy{{64, 32 * 1024, 0}}.choose(make_query("H200", 32));
+  EXPECT_EQ(largest.block_threads, 512);
+  EXPECT_EQ(largest.blocks_per_sm, 1);
 }
 
 TEST(BytesInFlight, UnreachableTargetFallsBackToMaxOccupancyWithAWarning) {
   const lf::plan p = lf::bytes_in_flight_policy{{4, 0}}.choose(make_query("H200", 32));
   EXPECT_EQ(p.blocks_per_sm * p.block_threads, 2048);  // full occupancy
+  EXPECT_EQ(p.block_threads, 256);
   EXPECT_NE(p.warning.find("8 KB"), std::string::npos) << p.warning;   // 64 warps x 32 x 4 B
   EXPECT_NE(p.warning.find("32 KB"), std::string::npos) << p.warning;  // the target
   EXPECT_NE(p.warning.find("independent loads"), std::string::npos) << p.warning;
@@ -214,7 +254,7 @@ TEST(GridFor, CooperativeItemsBeyondCoResidencyAreRefused) {
 
 TEST(PolicyParams, PfrPrintsHashesAndParses) {
   lf::bytes_in_flight_policy a{{32, 0}}, b{{32, 0}}, c{{16, 0}};
-  EXPECT_EQ(a.to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0)");
+  EXPECT_EQ(a.to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
   EXPECT_EQ(a.hash(), b.hash());
   EXPECT_NE(a.hash(), c.hash());
   EXPECT_NE(lf::max_occupancy_policy{}.hash(), lf::constant_block_policy{}.hash());

@@ -128,10 +128,17 @@ class spec {
 };
 
 // ---- factories --------------------------------------------------------------------------------------
-inline spec<max_occupancy_policy> max_occupancy() { return spec<max_occupancy_policy>(max_occupancy_policy{}); }
+// Most resident threads; of the block sizes that reach it, the one nearest prefer_block (0: the largest, exactly
+// cuOccupancyMaxPotentialBlockSize's block). block_limit > 0 caps the block size.
+inline spec<max_occupancy_policy> max_occupancy(int prefer_block = max_occupancy_params{}.prefer_block,
+                                                int block_limit = 0) {
+  return spec<max_occupancy_policy>(max_occupancy_policy{max_occupancy_params{prefer_block, block_limit}});
+}
 // Little's law sizing; target_per_sm 0 uses the device default (32 KB on sm_90).
-inline spec<bytes_in_flight_policy> bytes_in_flight(int per_thread_bytes, int target_per_sm = 0) {
-  return spec<bytes_in_flight_policy>(bytes_in_flight_policy{bytes_in_flight_params{per_thread_bytes, target_per_sm}});
+inline spec<bytes_in_flight_policy> bytes_in_flight(int per_thread_bytes, int target_per_sm = 0,
+                                                    int prefer_block = bytes_in_flight_params{}.prefer_block) {
+  return spec<bytes_in_flight_policy>(
+      bytes_in_flight_policy{bytes_in_flight_params{per_thread_bytes, target_per_sm, prefer_block}});
 }
 // Co-resident grid, launched cooperatively; blocks_per_sm 0 = as many as fit; block 0 = max-occupancy block.
 inline spec<cooperative_policy> cooperative(int blocks_per_sm = 0, int block = 0) {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
@@ -60,14 +61,19 @@ struct block_size_choice {
 
 namespace detail {
 // cuOccupancyMaxPotentialBlockSize's search over any occupancy oracle (the calculator offline, the driver in
-// policies): from block_limit down in warp steps, the block with the most resident threads, the larger on a
-// tie, stopping early at a full SM. active_blocks(block) returns 0 for blocks that cannot run.
+// policies): the block with the most resident threads, stopping early at a full SM. Ties go to the block
+// nearest prefer_block (the smaller of two equally near), or with prefer_block = 0 to the larger block, as
+// cuOccupancyMaxPotentialBlockSize does. active_blocks(block) returns 0 for blocks that cannot run.
 struct potential_block {
   int block_threads = 0;  // 0: no block size fits
   int blocks_per_sm = 0;
 };
 potential_block search_potential_block(int block_limit, int warp_size, int max_threads_per_sm,
-                                       const std::function<int(int block_threads)>& active_blocks);
+                                       const std::function<int(int block_threads)>& active_blocks,
+                                       int prefer_block = 0);
+// The candidate block sizes of that search (warp multiples up to block_limit, the limit itself when it is
+// not one) in the order they are tried: nearest prefer_block first, or from the largest down.
+std::vector<int> candidate_blocks(int block_limit, int warp_size, int prefer_block);
 // "75%" or "12.5%": one decimal, dropped when it is zero.
 std::string percent_text(double fraction);
 }  // namespace detail

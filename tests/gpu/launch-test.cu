@@ -211,9 +211,15 @@ TEST_F(Launch, GridStrideReductionUnderBytesInFlight) {
 TEST_F(Launch, MaxOccupancyMatchesTheDriversPotentialBlockSize) {
   int min_grid = 0, block = 0;
   LF_CUDA_CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, saxpy, 0, 0));
-  const lf::plan& p = lf::plan_for(saxpy, lf::max_occupancy());
+  const lf::plan& p = lf::plan_for(saxpy, lf::max_occupancy(0));
   EXPECT_EQ(p.block_threads, block);
   EXPECT_EQ(p.resident_blocks(), min_grid);
+  // The default tie-break (block nearest 256) keeps the same number of resident threads.
+  const lf::plan& preferred = lf::plan_for(saxpy, lf::max_occupancy());
+  EXPECT_EQ(preferred.resident_blocks() * preferred.block_threads, static_cast<long long>(min_grid) * block);
+  int active = 0;
+  LF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&active, saxpy, preferred.block_threads, 0));
+  EXPECT_EQ(preferred.blocks_per_sm, active);
 }
 
 TEST_F(Launch, CooperativeGridIsExactlyCoResidentAndSyncs) {
