@@ -46,6 +46,14 @@ struct front_line {
 constexpr std::size_t front_size = 64;
 thread_local std::array<front_line, front_size> front{};
 
+// The front's line for a key: one multiply (the policy hash is already mixed). The shared map uses hash_key.
+inline std::size_t front_index(const plan_key& k) noexcept {
+  const std::uint64_t x = (k.kernel ^ (k.context >> 4) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2)) *
+                          0x9e3779b97f4a7c15ULL;
+  return static_cast<std::size_t>(x >> 58);  // top 6 bits: 64 lines
+}
+static_assert(front_size == 64, "front_index yields 6 bits");
+
 }  // namespace
 
 std::uint64_t hash_key(const plan_key& k) noexcept {
@@ -58,7 +66,7 @@ std::uint64_t hash_key(const plan_key& k) noexcept {
 const plan_entry* find(const plan_key& key) noexcept {
   store& s = the_store();
   const std::uint64_t gen = s.generation.load(std::memory_order_acquire);
-  front_line& line = front[hash_key(key) % front_size];
+  front_line& line = front[front_index(key)];
   if (line.generation == gen && line.entry && line.key == key) return line.entry;
   std::shared_ptr<slot> sl;
   {

@@ -575,6 +575,13 @@ void store_plan(const stored_key& key, const plan& p) {
   if (f.writable) f.write();
 }
 
+bool cache_file_open() {
+  auto& f = state();
+  std::lock_guard lock(f.mutex);
+  f.ensure_env();
+  return f.open;
+}
+
 std::size_t stored_plan_count() {
   auto& f = state();
   std::lock_guard lock(f.mutex);

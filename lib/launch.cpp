@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -111,12 +112,12 @@ void fill_launch_config(CUlaunchConfig& cfg, std::array<CUlaunchAttribute, 2>& a
   cfg.numAttrs = n;
 }
 
-void raise_smem_limit(CUfunction f, kernel_resources& k, std::size_t dynamic_bytes, const std::string& config) {
-  if (dynamic_bytes <= k.max_dynamic_smem_bytes) return;
-  check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    static_cast<int>(dynamic_bytes)),
-        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k.demangled, config);
-  k.max_dynamic_smem_bytes = dynamic_bytes;
+void raise_smem_limit(CUfunction f, kernel_resources& k, const plan& p) {
+  if (p.dynamic_smem_bytes <= k.max_dynamic_smem_bytes) return;
+  const CUresult st = driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                  static_cast<int>(p.dynamic_smem_bytes));
+  if (st != CUDA_SUCCESS) check(st, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k.demangled, p.to_string());
+  k.max_dynamic_smem_bytes = p.dynamic_smem_bytes;
 }
 
 std::string smem_rule_text(const launch_request& r) {
@@ -124,7 +125,9 @@ std::string smem_rule_text(const launch_request& r) {
   return "bytes=" + std::to_string(r.smem_bytes);
 }
 
-// Times one candidate plan on the real arguments: warm-up, then the median of 3 timed runs.
+// Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
+// samples. A kernel without a reset callback runs back to back, enough launches per sample to fill ~100 us
+// (a microsecond kernel timed alone is mostly event and launch jitter); with a reset, one launch per sample.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
@@ -140,17 +143,25 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   } start, stop;  // released on every path, trials that throw included
   check(d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate");
   check(d.cuEventCreate(&stop.e, CU_EVENT_DEFAULT), "cuEventCreate");
-  std::vector<float> times;
-  for (int rep = 0; rep < 4; ++rep) {
+  auto sample = [&](int launches) {
     if (r.reset) (*r.reset)();
     check(d.cuEventRecord(start.e, r.stream), "cuEventRecord");
-    check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
+    for (int i = 0; i < launches; ++i)
+      check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
     check(d.cuEventRecord(stop.e, r.stream), "cuEventRecord");
     check(d.cuEventSynchronize(stop.e), "cuEventSynchronize");
     float ms = 0;
     check(d.cuEventElapsedTime(&ms, start.e, stop.e), "cuEventElapsedTime");
-    if (rep > 0) times.push_back(ms);
-  }
+    return static_cast<double>(ms) / launches;
+  };
+  constexpr double sample_target_ms = 0.1;
+  constexpr int max_launches_per_sample = 64;
+  const double pilot = sample(1);
+  int per_sample = 1;
+  if (!r.reset && pilot > 0)
+    per_sample = static_cast<int>(std::clamp(sample_target_ms / pilot, 1.0, double{max_launches_per_sample}));
+  std::array<double, 5> times{};
+  for (double& t : times) t = sample(per_sample);
   std::sort(times.begin(), times.end());
   if (r.reset) (*r.reset)();  // leave the user's data as the real launch expects it
   return times[times.size() / 2];
@@ -206,11 +217,16 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   std::shared_ptr<const policy> overridden = policy_override_for(e.kernel.demangled, &override_glob);
   const policy& chosen = overridden ? *overridden : *r.policy;
 
-  stored_key sk{dev.uuid, dev.cc(), dev.sm_count, d.version, kernel_fingerprint(e.kernel), chosen.to_string(),
-                smem_rule_text(r), r.bucket};
-  std::optional<plan> stored = find_stored_plan(sk, true);
-  // A plan for another size bucket beats a guess when this launch may not be tuned (not rerunnable).
-  if (!stored && r.bucket != 0 && !q.time_plan) stored = find_stored_plan(sk, false);
+  // The cache file, when one is in use: its key strings are built only then (a miss stays cheap without).
+  std::optional<stored_key> sk;
+  std::optional<plan> stored;
+  if (cache_file_open()) {
+    sk = stored_key{dev.uuid, dev.cc(), dev.sm_count, d.version, kernel_fingerprint(e.kernel), chosen.to_string(),
+                    smem_rule_text(r), r.bucket};
+    stored = find_stored_plan(*sk, true);
+    // A plan for another size bucket beats a guess when this launch may not be tuned (not rerunnable).
+    if (!stored && r.bucket != 0 && !q.time_plan) stored = find_stored_plan(*sk, false);
+  }
   if (stored) {
     // A stored plan is re-validated like any other. One that fails (a hand-edited or stale file) is a bad
     // entry: warn, and compute a new plan instead of refusing a launch the policy can serve.
@@ -228,12 +244,16 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
     e.plan.match = match;
   } else {
     e.plan = chosen.choose(q);
-    store_plan(sk, e.plan);
+    if (sk) store_plan(*sk, e.plan);
   }
-  raise_smem_limit(e.function, e.kernel, e.plan.dynamic_smem_bytes, e.plan.to_string());
+  raise_smem_limit(e.function, e.kernel, e.plan);
 
-  plan_report report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, override_glob};
-  log_new_plan(report);
+  // The report copies the plan and kernel: only when something will be logged (info, or a warning).
+  const spdlog::logger& l = logger_fast();
+  const bool warns = !e.plan.warning.empty() || e.kernel.local_bytes_per_thread > 0;
+  if (l.should_log(spdlog::level::info) || (warns && l.should_log(spdlog::level::warn))) {
+    log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, override_glob});
+  }
   return e;
 }
 

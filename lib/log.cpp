@@ -219,7 +219,7 @@ std::string format_plan(const plan_report& r, log_format f) {
 void log_new_plan(const plan_report& r) {
   auto l = logger();
   const log_format f = current_log_format();
-  l->info(format_plan(r, f));
+  if (l->should_log(spdlog::level::info)) l->info(format_plan(r, f));
   if (!r.plan.warning.empty()) {
     if (f == log_format::json) {
       l->warn(nlohmann::json{{"event", "policy_shortfall"}, {"kernel", r.kernel.demangled},

@@ -80,5 +80,7 @@ std::optional<plan> find_stored_plan(const stored_key& key, bool exact = true);
 void store_plan(const stored_key& key, const plan& p);
 // Entries currently loaded from / written to the file.
 std::size_t stored_plan_count();
+// Whether a cache file is in use (set_cache_file or LAUNCHFIT_CACHE).
+bool cache_file_open();
 
 }  // namespace launchfit
