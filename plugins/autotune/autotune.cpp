@@ -30,6 +30,7 @@ namespace {
 constexpr const char* plugin_name = "autotune";
 constexpr const char* plugin_version = "1.0.0";
 constexpr double tie_fraction = 0.01;            // plans within 1% of the fastest count as equally fast
+constexpr std::size_t confirm_count = 3;         // fastest plans re-timed before deciding
 constexpr std::size_t max_feedback_keys = 4096;  // bound on the feedback table
 
 // ---- messages ----------------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ constexpr const char* no_rerun_reason =
 // ---- parameters --------------------------------------------------------------------------------------
 
 struct params {
-  int max_trials = 48;  // candidate plans timed at most
+  int max_trials = 64;  // timings at most: candidate plans, plus confirm()'s 6 when this is >= 16
   double max_ms = 200;  // no new trial starts once tuning has taken this long
   bool bucket = true;   // plans per size bucket (floor(log2 n) + 1); off: one plan for every n
 };
@@ -238,6 +239,7 @@ class search {
       if (next.first < 0) break;  // the neighbourhoods of the fastest plans are all timed
       time(next.first, next.second);
     }
+    confirm();
   }
 
   // The decision, or false when no candidate could run.
@@ -285,6 +287,7 @@ class search {
       reason = "most resident warps within 1% of the fastest of " + timed_text + " (" + ms_text(chosen->ms) +
                " vs " + ms_text(fastest->ms) + ")";
     }
+    if (confirmed_ > 0) reason += "; " + std::to_string(confirmed_) + " fastest confirmed x3 (median)";
     const int failed = static_cast<int>(trials_.size()) - ran;
     if (failed > 0) reason += "; " + std::to_string(failed) + " could not run";
     if (stopped_by_trials_) {
@@ -293,14 +296,14 @@ class search {
       reason += "; stopped at max_ms=" + format("%g", p_.max_ms);
     }
     if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, trials))
-      out.trials = static_cast<std::int32_t>(trials_.size());
+      out.trials = static_cast<std::int32_t>(trials_.size()) + extra_timings_;
     if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, tuning_ms)) out.tuning_ms = elapsed_ms();
     if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, reason))
       std::snprintf(out.reason, sizeof out.reason, "%s", reason.c_str());
     return true;
   }
 
-  int trial_count() const { return static_cast<int>(trials_.size()); }
+  int trial_count() const { return static_cast<int>(trials_.size()) + extra_timings_; }
   double elapsed_ms() const {
     return std::chrono::duration<double, std::milli>(clock::now() - start_).count();
   }
@@ -442,14 +445,41 @@ class search {
     return out;
   }
 
-  // The next plan to time: an untimed neighbour of the fastest timed plan, else of the second fastest.
+  // The fastest of many noisy timings is partly luck: the (up to) 3 fastest plans are timed twice more,
+  // interleaved, and each keeps the median of its 3 timings: 6 timings kept back from max_trials (>= 16).
+  void confirm() {
+    std::vector<trial*> ranked;
+    for (trial& t : trials_)
+      if (t.ms >= 0) ranked.push_back(&t);
+    std::stable_sort(ranked.begin(), ranked.end(), [](const trial* a, const trial* b) { return a->ms < b->ms; });
+    if (ranked.size() < 2 || confirm_reserve() == 0) return;
+    ranked.resize(std::min<std::size_t>(ranked.size(), confirm_count));
+    std::vector<std::vector<double>> ms(ranked.size());
+    for (std::size_t k = 0; k < ranked.size(); ++k) ms[k].push_back(ranked[k]->ms);
+    for (int round = 0; round < 2; ++round) {
+      for (std::size_t k = 0; k < ranked.size(); ++k) {
+        if (elapsed_ms() >= p_.max_ms) break;  // the time budget holds for confirmation too
+        const double t = time_once(ranked[k]->block_index, ranked[k]->level_index);
+        ++extra_timings_;
+        if (t >= 0) ms[k].push_back(t);
+      }
+    }
+    for (std::size_t k = 0; k < ranked.size(); ++k) {
+      std::sort(ms[k].begin(), ms[k].end());
+      ranked[k]->ms = ms[k][ms[k].size() / 2];
+      timed_[ranked[k]->block_index][ranked[k]->level_index] = ranked[k]->ms;
+    }
+    confirmed_ = static_cast<int>(ranked.size());
+  }
+
+  // The next plan to time: an untimed neighbour of the fastest timed plan, else of the 2nd or 3rd fastest.
   std::pair<int, int> next_refinement() const {
     std::vector<const trial*> ranked;
     for (const trial& t : trials_)
       if (t.ms >= 0) ranked.push_back(&t);
     std::stable_sort(ranked.begin(), ranked.end(),
                      [](const trial* a, const trial* b) { return a->ms < b->ms; });
-    const std::size_t refine = std::min<std::size_t>(ranked.size(), 2);
+    const std::size_t refine = std::min<std::size_t>(ranked.size(), 3);
     for (std::size_t k = 0; k < refine; ++k) {
       const auto n = neighbours(ranked[k]->block_index, ranked[k]->level_index);
       if (!n.empty()) return n.front();
@@ -457,8 +487,11 @@ class search {
     return {-1, -1};
   }
 
+  // Timings kept back from max_trials for confirm(): none for small budgets, where every trial should explore.
+  int confirm_reserve() const { return p_.max_trials >= 16 ? 2 * static_cast<int>(confirm_count) : 0; }
+
   bool budget_left() {
-    if (static_cast<int>(trials_.size()) >= p_.max_trials) {
+    if (static_cast<int>(trials_.size()) + confirm_reserve() >= p_.max_trials) {
       stopped_by_trials_ = more_to_do();
       return false;
     }
@@ -476,6 +509,12 @@ class search {
   }
 
   void time(int bi, int li) {
+    const double ms = time_once(bi, li);
+    timed_[bi][li] = ms;
+    trials_.push_back(trial{bi, li, ms});
+  }
+
+  double time_once(int bi, int li) const {
     launchfit_plan c{};
     c.struct_size = sizeof c;
     c.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
@@ -484,10 +523,8 @@ class search {
     c.blocks_per_sm = blocks_[bi].levels[li];
     c.dynamic_smem_bytes = LAUNCHFIT_SMEM_FROM_QUERY;
     c.grid_y = c.grid_z = 1;
-    double ms = q_.time_plan(q_.ctx, &c);
-    if (!(ms >= 0) || !std::isfinite(ms)) ms = -1;  // negative, NaN or infinite: cannot run
-    timed_[bi][li] = ms;
-    trials_.push_back(trial{bi, li, ms});
+    const double ms = q_.time_plan(q_.ctx, &c);
+    return (ms >= 0 && std::isfinite(ms)) ? ms : -1;  // negative, NaN or infinite: cannot run
   }
 
   const launchfit_query& q_;
@@ -498,6 +535,8 @@ class search {
   std::vector<trial> trials_;
   bool stopped_by_trials_ = false;
   bool stopped_by_time_ = false;
+  int confirmed_ = 0;      // plans re-timed by confirm()
+  int extra_timings_ = 0;  // confirm()'s timings: with trials_, every time_plan call
 };
 
 // ---- the C interface ---------------------------------------------------------------------------------
