@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.cuh"
@@ -32,6 +33,17 @@ namespace lf = launchfit;
 namespace {
 
 __global__ void empty_kernel(int) {}
+
+// Distinct kernels for first launches that really are first: one set launched raw, one through launchfit.
+template <int I>
+__global__ void fresh_kernel(int) {}
+constexpr int fresh_count = 32;
+using fresh_fn = void (*)(int);
+template <int... I>
+std::vector<fresh_fn> fresh_table(std::integer_sequence<int, I...>, int offset_tag) {
+  return offset_tag == 0 ? std::vector<fresh_fn>{&fresh_kernel<I>...}
+                         : std::vector<fresh_fn>{&fresh_kernel<I + fresh_count>...};
+}
 
 // Counts launches (one increment per launch), to check that every path really launches.
 __global__ void count_launch(unsigned long long* counter) {
@@ -281,6 +293,67 @@ int run(int argc, char** argv) {
             [&] { lf::launch(&empty_kernel, lf::bytes_in_flight(16).items(n).on(stream), 0); });
   time_miss("fixed(256, 1)", [&] { lf::launch(&empty_kernel, lf::fixed(256, 1).on(stream), 0); });
   time_miss("driver kernel fixed(256, 1)", [&] { lf::launch(empty_driver, lf::fixed(256, 1).on(stream), 0); });
+
+  // Where a miss goes: the plan alone (plan_for after clear(), no launch) and its parts, per call.
+  struct part_row {
+    std::string name;
+    double us = 0;
+  };
+  std::vector<part_row> parts;
+  auto time_part = [&](const std::string& name, int reps, const std::function<void()>& f) {
+    std::vector<double> us;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = clock_type::now();
+      f();
+      us.push_back(us_since(t0));
+    }
+    parts.push_back({name, bench::median(us)});
+  };
+  time_part("plan_for(max_occupancy().items(n)) after clear(): the miss without the launch", miss_reps, [&] {
+    lf::cache().clear();
+    (void)lf::plan_for(&empty_kernel, lf::max_occupancy().items(n));
+  });
+  time_part("plan_for(fixed(256, 1)) after clear()", miss_reps, [&] {
+    lf::cache().clear();
+    (void)lf::plan_for(&empty_kernel, lf::fixed(256, 1));
+  });
+  time_part("cache().clear() alone", miss_reps, [&] { lf::cache().clear(); });
+  time_part("cudaGetFuncBySymbol (resolve the runtime kernel)", miss_reps, [&] { (void)function_of(reinterpret_cast<const void*>(&empty_kernel)); });
+  time_part("query_resources (name, demangle, 8 attributes)", miss_reps, [&] { (void)lf::query_resources(empty_fn); });
+  time_part("cuOccupancyMaxActiveBlocksPerMultiprocessor (one block size)", miss_reps, [&] {
+    int blocks = 0;
+    check_cu(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, empty_fn, 256, 0), "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  });
+  time_part("cuLaunchKernel <<<1, 256>>> (the launch a miss also does)", miss_reps, [&] {
+    int arg = 0;
+    void* args[] = {&arg};
+    check_cu(cuLaunchKernel(empty_fn, 1, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
+  });
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+
+  // First launches of kernels never launched before in this process (32 distinct template instances each):
+  // both include the runtime's lazy loading of the kernel; the difference is launchfit's plan.
+  const std::vector<fresh_fn> fresh_raw = fresh_table(std::make_integer_sequence<int, fresh_count>{}, 0);
+  const std::vector<fresh_fn> fresh_lf = fresh_table(std::make_integer_sequence<int, fresh_count>{}, 1);
+  std::vector<double> first_raw, first_lf;
+  for (int i = 0; i < fresh_count; ++i) {
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    auto t0 = clock_type::now();
+    fresh_raw[i]<<<1, 256, 0, stream>>>(0);
+    first_raw.push_back(us_since(t0));
+    BENCH_CUDA(cudaGetLastError());
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    const std::uint64_t builds_before = lf::detail::stats().builds;
+    t0 = clock_type::now();
+    lf::launch(fresh_lf[i], lf::max_occupancy().items(256).on(stream), 0);
+    first_lf.push_back(us_since(t0));
+    if (lf::detail::stats().builds != builds_before + 1) {
+      ++failures;
+      std::printf("FAILED: first launch of fresh kernel %d did not build exactly one plan\n", i);
+    }
+  }
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  const double first_raw_us = bench::median(first_raw), first_lf_us = bench::median(first_lf);
   logger->set_level(saved_level);
 
   const double total_s = bench::seconds_since(start);
@@ -304,7 +377,14 @@ int run(int argc, char** argv) {
          << ",\"p10_us\":" << bench::json_number(misses[i].p10_us)
          << ",\"p90_us\":" << bench::json_number(misses[i].p90_us) << "}";
     }
-    js << "],\n\"failures\":" << failures << ",\n\"total_s\":" << bench::json_number(total_s) << "\n}\n";
+    js << "],\n\"miss_parts\":[";
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      js << (i ? ",\n" : "\n") << "{\"name\":" << bench::json_string(parts[i].name)
+         << ",\"median_us\":" << bench::json_number(parts[i].us) << "}";
+    }
+    js << "],\n\"fresh_first_launch_raw_us\":" << bench::json_number(first_raw_us)
+       << ",\n\"fresh_first_launch_launchfit_us\":" << bench::json_number(first_lf_us);
+    js << ",\n\"failures\":" << failures << ",\n\"total_s\":" << bench::json_number(total_s) << "\n}\n";
     bench::write_file(json_path, js.str());
     std::printf("\nwrote %s\n", json_path.c_str());
   }
@@ -315,6 +395,16 @@ int run(int argc, char** argv) {
   for (const auto& m : misses) {
     std::printf("| %s | %.2f | %.2f | %.2f | <= 3 us |\n", m.name.c_str(), m.median_us, m.p10_us, m.p90_us);
   }
+  const double warm_fixed = variants.size() > 5 ? variants[5].us_short : 0;
+  std::printf("\nMiss cost beyond the launch itself (median miss - median warm launch, fixed(256, 1)): %.2f us\n",
+              misses.size() > 2 ? misses[2].median_us - warm_fixed : 0.0);
+  std::printf("\n### Where a miss goes (median us per call, %d calls)\n\n| part | us |\n|---|---:|\n", miss_reps);
+  for (const auto& pr : parts) std::printf("| %s | %.2f |\n", pr.name.c_str(), pr.us);
+  std::printf("\n### First launch of a kernel never launched before (median of %d distinct kernels)\n\n"
+              "| launch | us |\n|---|---:|\n| <<<1, 256>>> (includes lazy loading) | %.2f |\n"
+              "| launchfit max_occupancy().items(256) (includes lazy loading) | %.2f |\n"
+              "| difference: launchfit's first-launch cost | %.2f |\n",
+              fresh_count, first_raw_us, first_lf_us, first_lf_us - first_raw_us);
   std::printf("\nfirst launchfit launch in the process (one sample, includes loading the driver entry points and "
               "the device query): %.1f us\n",
               first_us);

@@ -72,11 +72,11 @@ pack
 if want bench; then
   bb=$b/bench
   if [[ -x $bb/bandwidth ]]; then
-    "$bb/bandwidth" >"$logs/bench-bandwidth.log" 2>&1
+    "$bb/bandwidth" --json "$logs/bandwidth.json" >"$logs/bench-bandwidth.log" 2>&1
     row "bench bandwidth" "$(status $?)" "$(tail -1 "$logs/bench-bandwidth.log" | cut -c1-110)"
   fi
   if [[ -x $bb/launch-overhead ]]; then
-    "$bb/launch-overhead" >"$logs/bench-launch-overhead.log" 2>&1
+    "$bb/launch-overhead" --json "$logs/launch-overhead.json" >"$logs/bench-launch-overhead.log" 2>&1
     row "bench launch-overhead" "$(status $?)" "$(tail -1 "$logs/bench-launch-overhead.log" | cut -c1-110)"
   fi
   if [[ -x $bb/plan-lookup-bench ]]; then
