@@ -18,7 +18,8 @@ namespace launchfit::detail {
   X(cuOccupancyMaxPotentialBlockSize) X(cuLaunchKernelEx) X(cuLibraryLoadData)                       \
   X(cuLibraryLoadFromFile) X(cuLibraryGetKernel) X(cuLibraryUnload) X(cuEventCreate)                 \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)                      \
-  X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuCtxGetDevResource) X(cuStreamIsCapturing)
+  X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuCtxGetDevResource) X(cuStreamIsCapturing)           \
+  X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32)
 
 struct driver_api {
 #define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

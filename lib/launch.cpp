@@ -6,6 +6,7 @@
 #include <iterator>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -125,9 +126,57 @@ std::string smem_rule_text(const launch_request& r) {
   return "bytes=" + std::to_string(r.smem_bytes);
 }
 
+// Holds a stream while a sample's launches are queued (nvbench's method): a cuStreamWaitValue32 on a mapped
+// host word, released by the host once the stop event is queued. The events then time back-to-back GPU
+// execution, not the host's launch rate (an empty launch costs the host ~3.5 us on an H200 machine, longer
+// than a small kernel runs). Without stream memory operations the gate is simply off.
+class stream_gate {
+ public:
+  stream_gate() {
+    const driver_api& d = driver();
+    if (!d.cuMemHostAlloc || !d.cuMemHostGetDevicePointer || !d.cuMemFreeHost || !d.cuStreamWaitValue32) return;
+    void* p = nullptr;
+    if (d.cuMemHostAlloc(&p, sizeof(std::uint32_t), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) !=
+        CUDA_SUCCESS)
+      return;
+    word_ = static_cast<volatile std::uint32_t*>(p);
+    if (d.cuMemHostGetDevicePointer(&device_word_, p, 0) != CUDA_SUCCESS) {
+      d.cuMemFreeHost(p);
+      word_ = nullptr;
+    }
+  }
+  ~stream_gate() {
+    if (word_) driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
+  }
+  stream_gate(const stream_gate&) = delete;
+  stream_gate& operator=(const stream_gate&) = delete;
+
+  // Queues the wait; false (nothing queued) when the gate is off or the driver refuses.
+  bool hold(CUstream s) {
+    if (!word_) return false;
+    *word_ = 0;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (driver().cuStreamWaitValue32(s, device_word_, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) return true;
+    const_cast<std::uint32_t*>(word_)[0] = 1;
+    driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
+    word_ = nullptr;  // refused once: off for the rest of this trial
+    return false;
+  }
+  void release() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (word_) *word_ = 1;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
+ private:
+  volatile std::uint32_t* word_ = nullptr;
+  CUdeviceptr device_word_ = 0;
+};
+
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
-// samples. A kernel without a reset callback runs back to back, enough launches per sample to fill ~100 us
-// (a microsecond kernel timed alone is mostly event and launch jitter); with a reset, one launch per sample.
+// samples. A kernel without a reset callback runs back to back behind a stream gate, enough launches per
+// sample to fill ~100 us (a microsecond kernel timed alone is mostly event and launch jitter); with a reset,
+// one launch per sample.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
@@ -143,25 +192,37 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   } start, stop;  // released on every path, trials that throw included
   check(d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate");
   check(d.cuEventCreate(&stop.e, CU_EVENT_DEFAULT), "cuEventCreate");
-  auto sample = [&](int launches) {
+  stream_gate gate;
+  auto sample = [&](int launches, bool gated) {
     if (r.reset) (*r.reset)();
+    struct opened {
+      stream_gate* g = nullptr;
+      ~opened() {
+        if (g) g->release();  // on every path: a throwing launch must not leave the stream held
+      }
+    } open;
+    if (gated && gate.hold(r.stream)) open.g = &gate;
     check(d.cuEventRecord(start.e, r.stream), "cuEventRecord");
     for (int i = 0; i < launches; ++i)
       check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
     check(d.cuEventRecord(stop.e, r.stream), "cuEventRecord");
+    if (open.g) {
+      open.g->release();
+      open.g = nullptr;
+    }
     check(d.cuEventSynchronize(stop.e), "cuEventSynchronize");
     float ms = 0;
     check(d.cuEventElapsedTime(&ms, start.e, stop.e), "cuEventElapsedTime");
     return static_cast<double>(ms) / launches;
   };
   constexpr double sample_target_ms = 0.1;
-  constexpr int max_launches_per_sample = 64;
-  const double pilot = sample(1);
+  constexpr int max_launches_per_sample = 64;  // well below the driver's queue depth while the stream is held
+  const double pilot = sample(1, false);
   int per_sample = 1;
   if (!r.reset && pilot > 0)
     per_sample = static_cast<int>(std::clamp(sample_target_ms / pilot, 1.0, double{max_launches_per_sample}));
   std::array<double, 5> times{};
-  for (double& t : times) t = sample(per_sample);
+  for (double& t : times) t = sample(per_sample, !r.reset);
   std::sort(times.begin(), times.end());
   if (r.reset) (*r.reset)();  // leave the user's data as the real launch expects it
   return times[times.size() / 2];
@@ -189,7 +250,9 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
   CUfunction f = e.function;
   kernel_resources* kres = &e.kernel;
-  q.active_blocks = [f, kres, &d](int block, std::size_t smem) {
+  // The policy and the validation ask about the same block: the last answer is kept (one driver call less).
+  q.active_blocks = [f, kres, &d, last = std::array<long long, 3>{-1, -1, 0}](int block, std::size_t smem) mutable {
+    if (last[0] == block && last[1] == static_cast<long long>(smem)) return static_cast<int>(last[2]);
     if (smem + kres->static_smem_bytes > 0 && smem > kres->max_dynamic_smem_bytes) {
       // The driver counts nothing as resident above the function's dynamic-smem limit: raise it first.
       if (d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)) ==
@@ -203,10 +266,11 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
     if (d.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem, CU_OCCUPANCY_DEFAULT) !=
         CUDA_SUCCESS)
       return 0;
+    last = {block, static_cast<long long>(smem), n};
     return n;
   };
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
+  if (r.rerunnable && r.has_arguments && d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
   if (r.rerunnable && r.has_arguments && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
     const long long max_grid_x = e.max_grid_x;
     q.time_plan = [f, &r, max_grid_x](const plan& p) { return time_candidate(f, r, p, max_grid_x); };

@@ -195,16 +195,27 @@ occupancy_result occupancy(const device_limits& device, const kernel_resources& 
 namespace detail {
 
 std::vector<int> candidate_blocks(int block_limit, int warp_size, int prefer_block) {
-  // The first step from the top may be a partial warp when the limit is not a multiple of the warp size.
+  // Warp multiples below the limit, and the limit itself (a partial warp when it is not a multiple).
   const int granularity = warp_size > 0 ? warp_size : 32;
-  const int limit_aligned = (block_limit + granularity - 1) / granularity * granularity;
   std::vector<int> blocks;
-  for (int aligned = limit_aligned; aligned > 0; aligned -= granularity) blocks.push_back(std::min(block_limit, aligned));
-  if (prefer_block > 0) {
-    auto distance = [prefer_block](int b) { return b > prefer_block ? b - prefer_block : prefer_block - b; };
-    std::stable_sort(blocks.begin(), blocks.end(), [&](int a, int b) {
-      return distance(a) != distance(b) ? distance(a) < distance(b) : a < b;
-    });
+  if (block_limit <= 0) return blocks;
+  blocks.reserve(static_cast<std::size_t>(block_limit / granularity + 1));
+  if (prefer_block <= 0) {  // from the largest down
+    blocks.push_back(block_limit);
+    for (int b = (block_limit - 1) / granularity * granularity; b > 0; b -= granularity) blocks.push_back(b);
+    return blocks;
+  }
+  // Nearest prefer_block first, merging the sizes below it (walking down) with those above (walking up);
+  // equally near: the smaller first.
+  const int top_multiple = (block_limit - 1) / granularity * granularity;  // largest multiple below the limit
+  auto size_at = [&](int i) { return i * granularity <= top_multiple ? i * granularity : block_limit; };
+  const int count = top_multiple / granularity + 1;  // sizes 1..count (index count is the limit itself)
+  int lo = std::min(prefer_block / granularity, count);  // largest index whose size <= prefer_block
+  while (lo >= 1 && size_at(lo) > prefer_block) --lo;
+  int hi = lo + 1;
+  while (lo >= 1 || hi <= count) {
+    const bool take_lo = hi > count || (lo >= 1 && prefer_block - size_at(lo) <= size_at(hi) - prefer_block);
+    blocks.push_back(size_at(take_lo ? lo-- : hi++));
   }
   return blocks;
 }

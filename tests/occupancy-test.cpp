@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "launchfit/error.hpp"
 
@@ -334,6 +336,27 @@ TEST(Occupancy, RandomSweepAgreesWithCudaOccupancyOnEveryArchitecture) {
   }
   EXPECT_GE(points, 100000);
   EXPECT_GT(nonzero, points / 2);  // the sweep exercises real configurations, not only refusals
+}
+
+// The search's candidate order: every warp multiple below the limit plus the limit, nearest prefer_block
+// first (the smaller on a tie), or from the largest down; checked against sorting the set.
+TEST(CandidateBlocks, OrderMatchesASortedReference) {
+  for (int limit : {1, 20, 32, 33, 96, 200, 256, 500, 896, 1000, 1024}) {
+    for (int warp : {32, 64}) {
+      std::vector<int> set;
+      for (int aligned = (limit + warp - 1) / warp * warp; aligned > 0; aligned -= warp) set.push_back(std::min(limit, aligned));
+      EXPECT_EQ(launchfit::detail::candidate_blocks(limit, warp, 0), set) << limit;
+      for (int prefer : {1, 16, 32, 48, 100, 199, 256, 300, 1024, 4096}) {
+        std::vector<int> want = set;
+        std::stable_sort(want.begin(), want.end(), [&](int a, int b) {
+          const int da = std::abs(a - prefer), db = std::abs(b - prefer);
+          return da != db ? da < db : a < b;
+        });
+        EXPECT_EQ(launchfit::detail::candidate_blocks(limit, warp, prefer), want)
+            << "limit " << limit << " warp " << warp << " prefer " << prefer;
+      }
+    }
+  }
 }
 
 }  // namespace

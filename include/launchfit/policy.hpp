@@ -84,10 +84,16 @@ std::uint64_t hash_string(std::string_view s) noexcept;
 
 template <class T>
 std::string field_to_string(const T& v) {
-  std::ostringstream os;
+  // Integers take the fast path: a policy string is built on every new plan (a stream costs ~0.2 us each).
   if constexpr (std::is_same_v<T, bool>) {
-    os << (v ? "true" : "false");
-  } else if constexpr (std::is_floating_point_v<T>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(v);
+  } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    return std::string(std::string_view(v));
+  }
+  std::ostringstream os;
+  if constexpr (std::is_floating_point_v<T>) {
     os.precision(std::numeric_limits<T>::max_digits10);  // round-trips through policy strings exactly
     os << v;
   } else {

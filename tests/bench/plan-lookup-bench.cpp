@@ -1,11 +1,13 @@
 // The host-side cost of a launch that hits the plan cache, without a GPU: the plan lookup
 // (launchfit::detail::find), the grid arithmetic (launchfit::grid_for), the policy hash every spec computes,
-// and building a spec. Target for lookup + grid: <= 25 ns.
+// and building a spec. Target for lookup + grid: <= 25 ns. Also the CPU part of a miss: a policy's choice and
+// the validation of its plan.
 //
 //   plan-lookup-bench [--benchmark_format=json] [--benchmark_min_time=0.01]
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -57,6 +59,37 @@ void BM_find_hit(benchmark::State& state) {
   if (!lf::detail::find(key)) state.SkipWithError("plan not found");
 }
 BENCHMARK(BM_find_hit);
+
+// The CPU part of a cache miss: a policy's choice and the validation of its plan, on an H200 description
+// with an occupancy oracle that answers instantly (on a GPU each answer is one driver call, ~0.12 us).
+lf::query h200_query() {
+  lf::query q;
+  q.device = lf::device_limits::for_arch("H200");
+  q.kernel = lf::kernel_resources::manual(32, 0, 1024, "void saxpy(float, float const*, float*, int)");
+  q.active_blocks = [](int block, std::size_t) { return std::min(32, 2048 / block); };
+  return q;
+}
+
+void BM_choose_fixed(benchmark::State& state) {
+  const lf::query q = h200_query();
+  const lf::fixed_policy p{lf::fixed_params{256, 0}};
+  for (auto _ : state) benchmark::DoNotOptimize(p.choose(q));
+}
+BENCHMARK(BM_choose_fixed);
+
+void BM_choose_max_occupancy(benchmark::State& state) {
+  const lf::query q = h200_query();
+  const lf::max_occupancy_policy p{};
+  for (auto _ : state) benchmark::DoNotOptimize(p.choose(q));
+}
+BENCHMARK(BM_choose_max_occupancy);
+
+void BM_choose_bytes_in_flight(benchmark::State& state) {
+  const lf::query q = h200_query();
+  const lf::bytes_in_flight_policy p{lf::bytes_in_flight_params{32, 0}};
+  for (auto _ : state) benchmark::DoNotOptimize(p.choose(q));
+}
+BENCHMARK(BM_choose_bytes_in_flight);
 
 // The hit path of a launch minus the driver call: lookup + grid for the work.
 void BM_find_and_grid_items(benchmark::State& state) {

@@ -155,7 +155,7 @@ __global__ void histogram256(const uint4* __restrict__ keys, std::size_t count,
 
 // ---- benchmark cases -----------------------------------------------------------------------------------------
 
-enum class policy_kind { max_occupancy, bytes_in_flight, autotune };
+enum class policy_kind { max_occupancy, max_occupancy_largest, max_occupancy_512, bytes_in_flight, autotune };
 
 // A launch through launchfit, with its spec kept alive by the closures.
 struct lf_runner {
@@ -212,6 +212,10 @@ struct case_impl : case_base {
     switch (k) {
       case policy_kind::max_occupancy:
         return make(lf::max_occupancy());
+      case policy_kind::max_occupancy_largest:  // cuOccupancyMaxPotentialBlockSize's block
+        return make(lf::max_occupancy(0));
+      case policy_kind::max_occupancy_512:
+        return make(lf::max_occupancy(512));
       case policy_kind::bytes_in_flight:
         return make(lf::bytes_in_flight(bytes_in_flight));
       case policy_kind::autotune: {
@@ -680,6 +684,8 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
   // launchfit policies.
   std::vector<std::pair<policy_kind, std::string>> policies = {
       {policy_kind::max_occupancy, "max_occupancy"},
+      {policy_kind::max_occupancy_largest, "max_occupancy(0)"},
+      {policy_kind::max_occupancy_512, "max_occupancy(512)"},
       {policy_kind::bytes_in_flight, "bytes_in_flight(" + std::to_string(c.bytes_in_flight) + ")"}};
   if (!ctx.opts.autotune_policy.empty()) policies.push_back({policy_kind::autotune, ctx.opts.autotune_policy});
   for (const auto& [kind, policy_name] : policies) {
