@@ -373,7 +373,7 @@ class search {
 
   // The coarse pass, most informative first so a small budget still times the plans that matter: every
   // coarse block at full residency (the max-occupancy block first, then 256, 128, 512, 64, 1024), then
-  // 1/2, 1/4, ... residency, skipping a plan whose resident warps an earlier coarse plan already has.
+  // 3/4, 1/2, 1/4, ... residency, skipping a plan whose resident warps an earlier coarse plan already has.
   std::vector<std::pair<int, int>> coarse_plan() const {
     std::vector<int> full_order = {max_occupancy_index()};
     std::vector<int> part_order;
@@ -404,6 +404,13 @@ class search {
       out.emplace_back(bi, li);
     };
     for (int bi : full_order) add(bi, static_cast<int>(blocks_[bi].levels.size()) - 1, true);
+    // Three quarters of full residency: memory-bound kernels often peak just below full occupancy.
+    for (int bi : lower_order) {
+      const block_option& b = blocks_[bi];
+      if (b.levels.size() < 2) continue;
+      const int three_quarters = blocks_at(bi, static_cast<int>(b.levels.size()) - 1) * 3 / 4;
+      if (three_quarters >= 1) add(bi, closest_level(bi, 1LL * three_quarters * b.threads), false);
+    }
     for (int r = 1; r < 31; ++r) {
       bool any = false;
       for (int bi : lower_order) {

@@ -395,9 +395,6 @@ int run(int argc, char** argv) {
   for (const auto& m : misses) {
     std::printf("| %s | %.2f | %.2f | %.2f | <= 3 us |\n", m.name.c_str(), m.median_us, m.p10_us, m.p90_us);
   }
-  const double warm_fixed = variants.size() > 5 ? variants[5].us_short : 0;
-  std::printf("\nMiss cost beyond the launch itself (median miss - median warm launch, fixed(256, 1)): %.2f us\n",
-              misses.size() > 2 ? misses[2].median_us - warm_fixed : 0.0);
   std::printf("\n### Where a miss goes (median us per call, %d calls)\n\n| part | us |\n|---|---:|\n", miss_reps);
   for (const auto& pr : parts) std::printf("| %s | %.2f |\n", pr.name.c_str(), pr.us);
   std::printf("\n### First launch of a kernel never launched before (median of %d distinct kernels)\n\n"

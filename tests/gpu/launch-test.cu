@@ -365,12 +365,18 @@ TEST_F(Launch, LaunchesInsideStreamCaptureKeepEveryAttribute) {
 
 TEST_F(Launch, APlanIsMadeOnceAndTheCacheKnowsItsDevice) {
   const int n = 1000;
+  std::vector<float> hx(n), hy(n, 0.f);
+  for (int i = 0; i < n; ++i) hx[i] = static_cast<float>(i % 7);  // small integers: every sum is exact
   device_buffer<float> x(n), y(n);
+  x.upload(hx);
+  y.upload(hy);
   lf::launch(saxpy, lf::fixed(64).items(n), 1.f, x.ptr, y.ptr, n);
   const std::size_t after_first = lf::cache().size();
   for (int i = 0; i < 100; ++i) lf::launch(saxpy, lf::fixed(64).items(n), 1.f, x.ptr, y.ptr, n);
   EXPECT_EQ(lf::cache().size(), after_first);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> got = y.download();
+  for (int i = 0; i < n; ++i) ASSERT_EQ(got[i], 101.f * hx[i]) << i;  // every one of the 101 launches ran
   bool found = false;
   for (const auto& c : lf::cache().plans()) {
     if (c.plan.policy == "fixed(block=64,grid=0)" && c.kernel.find("saxpy") != std::string::npos) {
