@@ -312,21 +312,11 @@ class search {
   using clock = std::chrono::steady_clock;
   static constexpr double untimed = -2;  // timed_[b][l] before its trial; -1 after a failed one
 
-  // 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, ... up to `active`, plus `active` and its halvings, so the coarse
-  // pass (full, 1/2, 1/4, ... occupancy) and the refinement walk the same lattice.
+  // Every residency from 1 to `active` blocks per SM: the coarse pass picks full, 3/4, 1/2, ... of it and the
+  // refinement walks one block per SM at a time (on an H200 a copy kernel peaked at 11 of 16 blocks of 128).
   static std::vector<int> residency_levels(int active) {
-    std::vector<int> v = {1, 2, 3};
-    for (long long p2 = 4; p2 <= active; p2 *= 2) {
-      v.push_back(static_cast<int>(p2));
-      if (p2 * 3 / 2 <= active) v.push_back(static_cast<int>(p2 * 3 / 2));
-    }
-    for (int a = active; a >= 1; a = (a + 1) / 2) {
-      v.push_back(a);
-      if (a == 1) break;
-    }
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
-    v.erase(std::remove_if(v.begin(), v.end(), [&](int x) { return x < 1 || x > active; }), v.end());
+    std::vector<int> v;
+    for (int level = 1; level <= active; ++level) v.push_back(level);
     return v;
   }
 
