@@ -110,7 +110,7 @@ TEST(Log, JsonFormatWarningsAreJsonToo) {
   lf::log_new_plan(r);
   for (const std::string& line : c.lines()) {
     const std::string body = line.substr(line.find(' ') + 1);
-    EXPECT_NO_THROW((void)nlohmann::json::parse(body)) << body;
+    EXPECT_TRUE(nlohmann::json::accept(body)) << body;
   }
 }
 
