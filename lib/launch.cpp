@@ -174,9 +174,9 @@ class stream_gate {
 };
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
-// samples. A kernel without a reset callback runs back to back behind a stream gate, enough launches per
-// sample to fill ~100 us (a microsecond kernel timed alone is mostly event and launch jitter); with a reset,
-// one launch per sample.
+// samples, each queued behind a stream gate. A kernel without a reset callback runs back to back, enough
+// launches per sample to fill ~100 us (a microsecond kernel timed alone is mostly event and launch jitter);
+// with a reset, one launch per sample, after the reset.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
@@ -222,7 +222,9 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   if (!r.reset && pilot > 0)
     per_sample = static_cast<int>(std::clamp(sample_target_ms / pilot, 1.0, double{max_launches_per_sample}));
   std::array<double, 5> times{};
-  for (double& t : times) t = sample(per_sample, !r.reset);
+  // Gated with a reset too: the reset runs before the gate is queued (a synchronous reset cannot wait on it),
+  // and the one launch then starts as soon as the gate opens instead of when the host gets to it.
+  for (double& t : times) t = sample(per_sample, true);
   std::sort(times.begin(), times.end());
   if (r.reset) (*r.reset)();  // leave the user's data as the real launch expects it
   return times[times.size() / 2];
