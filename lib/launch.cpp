@@ -6,6 +6,7 @@
 #include <iterator>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -174,9 +175,9 @@ class stream_gate {
 };
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
-// samples, each queued behind a stream gate. A kernel without a reset callback runs back to back, enough
-// launches per sample to fill ~100 us (a microsecond kernel timed alone is mostly event and launch jitter);
-// with a reset, one launch per sample, after the reset.
+// samples, each queued behind a stream gate. A kernel without a reset callback runs back to back, up to 64
+// launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone is mostly event and launch
+// jitter); with a reset, one launch per sample, after the reset.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
@@ -215,12 +216,14 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     check(d.cuEventElapsedTime(&ms, start.e, stop.e), "cuEventElapsedTime");
     return static_cast<double>(ms) / launches;
   };
-  constexpr double sample_target_ms = 0.1;
+  // Back-to-back launches until a sample fills ~0.3 ms (a kernel under 0.3 ms runs at least twice: the steady
+  // state of a kernel launched in a loop).
+  constexpr double sample_target_ms = 0.3;
   constexpr int max_launches_per_sample = 64;  // well below the driver's queue depth while the stream is held
   const double pilot = sample(1, false);
   int per_sample = 1;
   if (!r.reset && pilot > 0)
-    per_sample = static_cast<int>(std::clamp(sample_target_ms / pilot, 1.0, double{max_launches_per_sample}));
+    per_sample = static_cast<int>(std::clamp(std::ceil(sample_target_ms / pilot), 1.0, double{max_launches_per_sample}));
   std::array<double, 5> times{};
   // Gated with a reset too: the reset runs before the gate is queued (a synchronous reset cannot wait on it),
   // and the one launch then starts as soon as the gate opens instead of when the host gets to it.
