@@ -147,7 +147,14 @@ class stream_gate {
     }
   }
   ~stream_gate() {
-    if (word_) driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
+    if (!word_) return;
+    // A wait still queued (a sample that threw before its stop event was synchronised) must see the word
+    // before it is freed.
+    if (pending_) {
+      release();
+      driver().cuStreamSynchronize(pending_stream_);
+    }
+    driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
   }
   stream_gate(const stream_gate&) = delete;
   stream_gate& operator=(const stream_gate&) = delete;
@@ -157,7 +164,11 @@ class stream_gate {
     if (!word_) return false;
     *word_ = 0;
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (driver().cuStreamWaitValue32(s, device_word_, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) return true;
+    if (driver().cuStreamWaitValue32(s, device_word_, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) {
+      pending_ = true;
+      pending_stream_ = s;
+      return true;
+    }
     const_cast<std::uint32_t*>(word_)[0] = 1;
     driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
     word_ = nullptr;  // refused once: off for the rest of this trial
@@ -168,10 +179,14 @@ class stream_gate {
     if (word_) *word_ = 1;
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }
+  // The stream has passed the wait (its stop event completed).
+  void settled() noexcept { pending_ = false; }
 
  private:
   volatile std::uint32_t* word_ = nullptr;
   CUdeviceptr device_word_ = 0;
+  bool pending_ = false;
+  CUstream pending_stream_ = nullptr;
 };
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
@@ -212,6 +227,7 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
       open.g = nullptr;
     }
     check(d.cuEventSynchronize(stop.e), "cuEventSynchronize");
+    gate.settled();
     float ms = 0;
     check(d.cuEventElapsedTime(&ms, start.e, stop.e), "cuEventElapsedTime");
     return static_cast<double>(ms) / launches;
