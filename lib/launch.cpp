@@ -3,13 +3,18 @@
 // override, cache file, or the spec's), validate, log once, cache.
 
 #include <algorithm>
-#include <iterator>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -134,6 +139,10 @@ std::string smem_rule_text(const launch_request& r) {
 class stream_gate {
  public:
   stream_gate() {
+    // With blocking launches (CUDA_LAUNCH_BLOCKING, or a profiler that serialises them) the first launch
+    // behind a held stream would wait for ever: no gate.
+    if (const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING"); blocking && *blocking && std::strcmp(blocking, "0") != 0)
+      return;
     const driver_api& d = driver();
     if (!d.cuMemHostAlloc || !d.cuMemHostGetDevicePointer || !d.cuMemFreeHost || !d.cuStreamWaitValue32) return;
     void* p = nullptr;
@@ -144,9 +153,32 @@ class stream_gate {
     if (d.cuMemHostGetDevicePointer(&device_word_, p, 0) != CUDA_SUCCESS) {
       d.cuMemFreeHost(p);
       word_ = nullptr;
+      return;
     }
+    // Watchdog: a gate still closed 100 ms after hold() (a launch that blocked, a full queue) is opened, so
+    // the worst case is a slow sample, never a hang.
+    watchdog_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(watch_mutex_);
+      while (!stopping_) {
+        if (armed_) {
+          if (watch_cv_.wait_until(lock, deadline_, [this] { return stopping_ || !armed_; })) continue;
+          release();  // deadline passed with the gate still closed
+          armed_ = false;
+        } else {
+          watch_cv_.wait(lock, [this] { return stopping_ || armed_; });
+        }
+      }
+    });
   }
   ~stream_gate() {
+    if (watchdog_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(watch_mutex_);
+        stopping_ = true;
+      }
+      watch_cv_.notify_all();
+      watchdog_.join();
+    }
     if (!word_) return;
     // A wait still queued (a sample that threw before its stop event was synchronised) must see the word
     // before it is freed.
@@ -167,6 +199,12 @@ class stream_gate {
     if (driver().cuStreamWaitValue32(s, device_word_, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) {
       pending_ = true;
       pending_stream_ = s;
+      {
+        std::lock_guard<std::mutex> lock(watch_mutex_);
+        armed_ = true;
+        deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      }
+      watch_cv_.notify_all();
       return true;
     }
     const_cast<std::uint32_t*>(word_)[0] = 1;
@@ -174,10 +212,20 @@ class stream_gate {
     word_ = nullptr;  // refused once: off for the rest of this trial
     return false;
   }
+  // Opens the gate (the host thread once the sample is queued, or the watchdog).
   void release() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (word_) *word_ = 1;
     std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  // The host has queued the sample: open the gate and disarm the watchdog.
+  void open() {
+    release();
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      armed_ = false;
+    }
+    watch_cv_.notify_all();
   }
   // The stream has passed the wait (its stop event completed).
   void settled() noexcept { pending_ = false; }
@@ -187,6 +235,11 @@ class stream_gate {
   CUdeviceptr device_word_ = 0;
   bool pending_ = false;
   CUstream pending_stream_ = nullptr;
+  std::thread watchdog_;
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  bool armed_ = false, stopping_ = false;
+  std::chrono::steady_clock::time_point deadline_{};
 };
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
@@ -214,7 +267,7 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     struct opened {
       stream_gate* g = nullptr;
       ~opened() {
-        if (g) g->release();  // on every path: a throwing launch must not leave the stream held
+        if (g) g->open();  // on every path: a throwing launch must not leave the stream held
       }
     } open;
     if (gated && gate.hold(r.stream)) open.g = &gate;
@@ -223,7 +276,7 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
       check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
     check(d.cuEventRecord(stop.e, r.stream), "cuEventRecord");
     if (open.g) {
-      open.g->release();
+      open.g->open();
       open.g = nullptr;
     }
     check(d.cuEventSynchronize(stop.e), "cuEventSynchronize");
@@ -238,8 +291,11 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   constexpr int max_launches_per_sample = 64;  // well below the driver's queue depth while the stream is held
   const double pilot = sample(1, false);
   int per_sample = 1;
-  if (!r.reset && pilot > 0)
+  if (!r.reset && pilot > 0) {
     per_sample = static_cast<int>(std::clamp(std::ceil(sample_target_ms / pilot), 1.0, double{max_launches_per_sample}));
+    // The pilot is one cold, ungated launch (it overstates): anything near the target still runs twice.
+    if (pilot < 1.5 * sample_target_ms) per_sample = std::max(per_sample, 2);
+  }
   std::array<double, 5> times{};
   // Gated with a reset too: the reset runs before the gate is queued (a synchronous reset cannot wait on it),
   // and the one launch then starts as soon as the gate opens instead of when the host gets to it.
@@ -272,7 +328,14 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   CUfunction f = e.function;
   kernel_resources* kres = &e.kernel;
   // The policy and the validation ask about the same block: the last answer is kept (one driver call less).
-  q.active_blocks = [f, kres, &d, last = std::array<long long, 3>{-1, -1, 0}](int block, std::size_t smem) mutable {
+  // A plugin may call the oracle from several threads: the memo and the smem limit are guarded.
+  struct oracle_state {
+    std::mutex m;
+    std::array<long long, 3> last{-1, -1, 0};  // block, smem, active blocks
+  };
+  q.active_blocks = [f, kres, &d, st = std::make_shared<oracle_state>()](int block, std::size_t smem) {
+    std::lock_guard<std::mutex> lock(st->m);
+    auto& last = st->last;
     if (last[0] == block && last[1] == static_cast<long long>(smem)) return static_cast<int>(last[2]);
     if (smem + kres->static_smem_bytes > 0 && smem > kres->max_dynamic_smem_bytes) {
       // The driver counts nothing as resident above the function's dynamic-smem limit: raise it first.

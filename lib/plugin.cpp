@@ -262,7 +262,7 @@ class plugin_policy final : public policy_base {
     cq.work_n = q.work_hint.n;
     cq.bytes_in_flight_per_sm =
         q.bytes_in_flight_per_sm ? q.bytes_in_flight_per_sm : default_bytes_in_flight_per_sm(q.device);
-    cq.ctx = const_cast<query*>(&q);  // the callbacks only read it
+    cq.ctx = const_cast<query*>(&q);  // the callbacks only call into it (its oracle is thread-safe)
     cq.active_blocks = active_blocks_cb;
     cq.smem_for_block = smem_for_block_cb;
     cq.time_plan = q.time_plan ? time_plan_cb : nullptr;

@@ -285,7 +285,7 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   }
   const int warp = q.device.warp_size > 0 ? q.device.warp_size : 32;
   const std::size_t per_warp = static_cast<std::size_t>(warp) * static_cast<std::size_t>(params_.per_thread);
-  const int warps_needed = static_cast<int>((target + per_warp - 1) / per_warp);
+  const int warps_needed = std::max(1, static_cast<int>((target + per_warp - 1) / per_warp));  // a 0 target: 1 warp
 
   check_prefer_block(q, params_.prefer_block);
 
@@ -298,7 +298,8 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
     const int bps = (warps_needed + warps_per_block - 1) / warps_per_block;
     const int warps = bps * warps_per_block;
     if (best_threads != 0 && warps >= best_warps) continue;  // cannot beat the best: skip the oracle call
-    if (q.active_blocks_for(block) < bps) continue;
+    const int active = q.active_blocks_for(block);
+    if (active <= 0 || active < bps) continue;  // nothing of this size fits, or not enough of it
     best_warps = warps;
     best_threads = block;
     best_bps = bps;

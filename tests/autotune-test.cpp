@@ -260,7 +260,7 @@ TEST_F(Autotune, FindsTheKnownOptimumOfAGridStrideKernelWithinBudget) {
   EXPECT_EQ(p.policy, "autotune(max_trials=40)");
   const std::size_t plans = searched(timer.timed()).size();
   EXPECT_TRUE(contains(p.reason, "fastest of " + std::to_string(plans) + " timed plans (1 ms), 2nd ")) << p.reason;
-  EXPECT_TRUE(contains(p.reason, "3 fastest confirmed x3 (median)")) << p.reason;
+  EXPECT_TRUE(contains(p.reason, "3 fastest confirmed by re-timing (median)")) << p.reason;
   EXPECT_EQ(static_cast<std::size_t>(p.trials), plans + 6);
   expect_distinct(timer.timed());
   EXPECT_EQ(timer.sm_count(), q.device.sm_count);
@@ -388,6 +388,33 @@ TEST_F(Autotune, TiesWithinAFifthOfAPercentGoToTheHigherOccupancy) {
     EXPECT_EQ(p.blocks_per_sm, 1);
     EXPECT_TRUE(contains(p.reason, "fastest of")) << p.reason;
   }
+}
+
+// Confirmation: the 3 fastest plans are re-timed and only they compete, so a 4th plan's single timing cannot
+// beat their medians. Here the first timings of 256x8, 128x16 and 512x4 were lucky (1.00-1.02, then 1.03),
+// and 64x32 times 1.025 every time.
+TEST_F(Autotune, OnlyConfirmedPlansCompete) {
+  lf::query q = h200_query(grid_stride_64m);
+  std::map<std::pair<int, int>, int> calls;
+  std::mutex m;
+  q.time_plan = [&](const lf::plan& p) {
+    std::lock_guard<std::mutex> lock(m);
+    const std::pair<int, int> key{p.block_threads, p.blocks_per_sm};
+    const int n = calls[key]++;
+    if (key == std::pair{256, 8}) return n == 0 ? 1.00 : 1.03;
+    if (key == std::pair{128, 16}) return n == 0 ? 1.01 : 1.03;
+    if (key == std::pair{512, 4}) return n == 0 ? 1.02 : 1.03;
+    if (key == std::pair{64, 32}) return 1.025;
+    return 1.1;
+  };
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=64,max_ms=10000)")->choose(q);
+  EXPECT_NE(std::pair(p.block_threads, p.blocks_per_sm), (std::pair{64, 32})) << p.reason;
+  EXPECT_EQ(calls[(std::pair{256, 8})], 3);
+  EXPECT_EQ(calls[(std::pair{128, 16})], 3);
+  EXPECT_EQ(calls[(std::pair{512, 4})], 3);
+  EXPECT_EQ(calls[(std::pair{64, 32})], 1);
+  EXPECT_TRUE(contains(p.reason, "3 fastest confirmed by re-timing (median)")) << p.reason;
+  EXPECT_TRUE(contains(p.reason, "(1.03 ms)")) << p.reason;
 }
 
 TEST_F(Autotune, SkipsPlansThatCannotRun) {

@@ -143,7 +143,7 @@ struct launchfit_plan {
   uint64_t dynamic_smem_bytes;             /* default LAUNCHFIT_SMEM_FROM_QUERY */
   uint32_t grid_x, grid_y, grid_z;         /* grid_x 0: computed from the work per launch (default) */
   int32_t cooperative;                     /* nonzero: cooperative launch (grid must co-reside) */
-  int32_t trials;                          /* candidate plans timed to reach this decision */
+  int32_t trials;                          /* timings made to reach this decision (plans, re-timings) */
   uint32_t reserved;                       /* 0; makes the padding before tuning_ms explicit */
   double tuning_ms;                        /* time spent doing so */
   char reason[LAUNCHFIT_PLAN_REASON_SIZE]; /* one sentence, NUL-terminated */

@@ -91,15 +91,14 @@ std::string field_to_string(const T& v) {
     return std::to_string(v);
   } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
     return std::string(std::string_view(v));
-  }
-  std::ostringstream os;
-  if constexpr (std::is_floating_point_v<T>) {
-    os.precision(std::numeric_limits<T>::max_digits10);  // round-trips through policy strings exactly
-    os << v;
   } else {
+    std::ostringstream os;
+    if constexpr (std::is_floating_point_v<T>) {
+      os.precision(std::numeric_limits<T>::max_digits10);  // round-trips through policy strings exactly
+    }
     os << v;
+    return os.str();
   }
-  return os.str();
 }
 }  // namespace detail
 

@@ -164,7 +164,8 @@ struct block_option {
 struct trial {
   int block_index = 0;
   int level_index = 0;
-  double ms = -1;  // < 0: could not run
+  double ms = -1;          // < 0: could not run
+  bool confirmed = false;  // re-timed by confirm(); ms is then the median of its timings
 };
 
 class search {
@@ -244,9 +245,12 @@ class search {
 
   // The decision, or false when no candidate could run.
   bool decide(launchfit_plan& out, std::string& why) const {
+    // After confirm(), only confirmed plans compete: an unconfirmed plan's single (possibly lucky) timing
+    // must not beat medians.
+    auto competes = [this](const trial& t) { return t.ms >= 0 && (confirmed_ == 0 || t.confirmed); };
     const trial* fastest = nullptr;
     for (const trial& t : trials_)
-      if (t.ms >= 0 && (!fastest || t.ms < fastest->ms)) fastest = &t;
+      if (competes(t) && (!fastest || t.ms < fastest->ms)) fastest = &t;
     if (!fastest) {
       why = "autotune: none of the " + std::to_string(trials_.size()) +
             " candidate plans could run (time_plan failed for each)";
@@ -256,7 +260,7 @@ class search {
     // A wider band trades measured speed for occupancy; on an H200 a copy ran 4% slower at 52 warps/SM than at 48.
     const trial* chosen = fastest;
     for (const trial& t : trials_) {
-      if (t.ms < 0 || t.ms > fastest->ms * (1 + tie_fraction)) continue;
+      if (!competes(t) || t.ms > fastest->ms * (1 + tie_fraction)) continue;
       const int w = resident_warps(t), wc = resident_warps(*chosen);
       if (w > wc || (w == wc && t.ms < chosen->ms)) chosen = &t;
     }
@@ -265,7 +269,7 @@ class search {
     for (const trial& t : trials_) {
       if (t.ms < 0) continue;
       ++ran;
-      if (&t != chosen && (!second || t.ms < second->ms)) second = &t;
+      if (competes(t) && &t != chosen && (!second || t.ms < second->ms)) second = &t;
     }
 
     const block_option& b = blocks_[chosen->block_index];
@@ -288,7 +292,7 @@ class search {
       reason = "most resident warps within 0.2% of the fastest of " + timed_text + " (" + ms_text(chosen->ms) +
                " vs " + ms_text(fastest->ms) + ")";
     }
-    if (confirmed_ > 0) reason += "; " + std::to_string(confirmed_) + " fastest confirmed x3 (median)";
+    if (confirmed_ > 0) reason += "; " + std::to_string(confirmed_) + " fastest confirmed by re-timing (median)";
     const int failed = static_cast<int>(trials_.size()) - ran;
     if (failed > 0) reason += "; " + std::to_string(failed) + " could not run";
     if (stopped_by_trials_) {
@@ -462,12 +466,18 @@ class search {
         if (t >= 0) ms[k].push_back(t);
       }
     }
+    // Only plans that were re-timed count as confirmed (max_ms may stop confirmation early); each keeps the
+    // lower median of its timings, so a plan with 2 timings is not penalised against one with 3.
+    int confirmed = 0;
     for (std::size_t k = 0; k < ranked.size(); ++k) {
+      if (ms[k].size() < 2) continue;
       std::sort(ms[k].begin(), ms[k].end());
-      ranked[k]->ms = ms[k][ms[k].size() / 2];
+      ranked[k]->ms = ms[k][(ms[k].size() - 1) / 2];
+      ranked[k]->confirmed = true;
       timed_[ranked[k]->block_index][ranked[k]->level_index] = ranked[k]->ms;
+      ++confirmed;
     }
-    confirmed_ = static_cast<int>(ranked.size());
+    confirmed_ = confirmed;
   }
 
   // The next plan to time: an untimed neighbour of the fastest timed plan, else of the 2nd or 3rd fastest.
