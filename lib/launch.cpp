@@ -243,9 +243,9 @@ class stream_gate {
 };
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
-// samples, each queued behind a stream gate. A kernel without a reset callback runs back to back, up to 64
-// launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone is mostly event and launch
-// jitter); with a reset, one launch per sample, after the reset.
+// samples, each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
+// runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
+// is mostly event and launch jitter); with only a reset, one launch per sample, after the reset.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
@@ -291,7 +291,8 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   constexpr int max_launches_per_sample = 64;  // well below the driver's queue depth while the stream is held
   const double pilot = sample(1, false);
   int per_sample = 1;
-  if (!r.reset && pilot > 0) {
+  const bool back_to_back = !r.reset || r.back_to_back;  // with a reset only if rerunnable() said so too
+  if (back_to_back && pilot > 0) {
     per_sample = static_cast<int>(std::clamp(std::ceil(sample_target_ms / pilot), 1.0, double{max_launches_per_sample}));
     // The pilot is one cold, ungated launch (it overstates): anything near the target still runs twice.
     if (pilot < 1.5 * sample_target_ms) per_sample = std::max(per_sample, 2);

@@ -18,6 +18,23 @@ TEST(Spec, ChainsWorkShapeStreamAndSmem) {
   EXPECT_EQ(g.get_policy().to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
 }
 
+TEST(Spec, RerunnableAndResetSayHowTuningMayRepeatTheKernel) {
+  const auto plain = lf::detail::make_request(lf::max_occupancy().items(10));
+  EXPECT_FALSE(plain.rerunnable);
+  EXPECT_FALSE(plain.back_to_back);
+  const auto rerun = lf::detail::make_request(lf::max_occupancy().items(10).rerunnable());
+  EXPECT_TRUE(rerun.rerunnable);
+  EXPECT_TRUE(rerun.back_to_back);
+  EXPECT_EQ(rerun.reset, nullptr);
+  const auto reset = lf::detail::make_request(lf::max_occupancy().items(10).reset([] {}));
+  EXPECT_TRUE(reset.rerunnable);     // tunable
+  EXPECT_FALSE(reset.back_to_back);  // one launch per sample, after the reset
+  EXPECT_NE(reset.reset, nullptr);
+  const auto both = lf::detail::make_request(lf::max_occupancy().items(10).rerunnable().reset([] {}));
+  EXPECT_TRUE(both.back_to_back);
+  EXPECT_NE(both.reset, nullptr);
+}
+
 TEST(Spec, SmemRulesAreToldApartByTypeAndKey) {
   auto f = [](int b) { return static_cast<std::size_t>(b) * 4; };
   auto g = [](int b) { return static_cast<std::size_t>(b) * 8; };

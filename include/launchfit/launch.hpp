@@ -84,14 +84,16 @@ class spec {
     cluster_ = c;
     return *this;
   }
-  // The kernel may be run several times on the same arguments (no side effects that accumulate):
-  // lets a tuning policy time candidate plans on the real arguments.
+  // The kernel may be run several times, back to back, on the same arguments: lets a tuning policy time
+  // candidate plans on the real arguments. With reset(f) as well: re-running is memory-safe but changes the
+  // data (e.g. it accumulates); trials then run back to back after f, and f restores the data at the end.
   spec&& rerunnable() && { return std::move(rerunnable()); }
   spec& rerunnable() & {
     rerunnable_ = true;
     return *this;
   }
-  // Called before every tuning trial to restore the kernel's inputs/outputs (implies tunable).
+  // Called before every tuning sample to restore the kernel's inputs/outputs (implies tunable); without
+  // rerunnable(), each sample is a single launch after f.
   spec&& reset(std::function<void()> f) && { return std::move(reset(std::move(f))); }
   spec& reset(std::function<void()> f) & {
     reset_ = std::make_shared<std::function<void()>>(std::move(f));
@@ -113,6 +115,7 @@ class spec {
   std::uint64_t smem_rule() const noexcept { return smem_rule_; }
   dims cluster_dims() const noexcept { return cluster_; }
   bool is_rerunnable() const noexcept { return rerunnable_ || reset_; }
+  bool runs_back_to_back() const noexcept { return rerunnable_; }
   const std::function<void()>* reset_fn() const noexcept { return reset_.get(); }
 
  private:
@@ -191,6 +194,7 @@ struct launch_request {
   const std::size_t* arg_sizes = nullptr;
   std::size_t arg_count = 0;
   bool rerunnable = false;
+  bool back_to_back = false;  // rerunnable() was given: trials may repeat the launch between resets
   const std::function<void()>* reset = nullptr;
   bool has_arguments = false;  // set by launch(): plan_for() has none, so it never offers tuning trials
 };
@@ -214,6 +218,7 @@ launch_request make_request(const spec<Policy>& s) {
   r.stream = s.stream();
   r.cluster = s.cluster_dims();
   r.rerunnable = s.is_rerunnable();
+  r.back_to_back = s.runs_back_to_back();
   r.reset = s.reset_fn();
   return r;
 }

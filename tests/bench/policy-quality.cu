@@ -219,12 +219,11 @@ struct case_impl : case_base {
       case policy_kind::bytes_in_flight:
         return make(lf::bytes_in_flight(bytes_in_flight));
       case policy_kind::autotune: {
+        // Every kernel here may be re-run back to back (the accumulating ones only add to their output):
+        // rerunnable(), plus a reset that restores the output where it accumulates.
         auto s = lf::use(autotune_policy);
-        if (accumulates) {
-          s.reset([this] { reset(); });
-        } else {
-          s.rerunnable();
-        }
+        s.rerunnable();
+        if (accumulates) s.reset([this] { reset(); });
         return make(std::move(s));
       }
     }

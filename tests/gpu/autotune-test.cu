@@ -286,7 +286,9 @@ TEST_F(AutotuneGpu, RerunnableStreamingKernelIsTunedAndCorrect) {
   EXPECT_EQ(written_past_n, 0u);
 }
 
-TEST_F(AutotuneGpu, AccumulatingKernelWithResetIsAppliedExactlyOnce) {
+// An accumulating kernel tuned with a reset is applied exactly once, however many trials ran; with
+// rerunnable() as well, trials repeat it back to back between resets.
+void expect_accumulation_applied_once(bool back_to_back) {
   const std::size_t n = saxpy_n;
   const float a = 3.0f;
   const auto x = random_integers(n, 21), y0 = random_integers(n, 22);
@@ -301,14 +303,17 @@ TEST_F(AutotuneGpu, AccumulatingKernelWithResetIsAppliedExactlyOnce) {
     // Same (legacy default) stream as the trials: ordered before the next trial launch.
     if (cudaMemcpy(dy.ptr, dy0.ptr, dy.bytes(), cudaMemcpyDeviceToDevice) != cudaSuccess) ++reset_failures;
   };
-  const auto spec = lf::use("autotune(max_trials=40)").grid_stride(n).reset(restore_y);
+  auto spec = lf::use(back_to_back ? "autotune(max_trials=40,max_ms=1000)" : "autotune(max_trials=40)").grid_stride(n);
+  if (back_to_back) spec.rerunnable();
+  spec.reset(restore_y);
   lf::launch(saxpy_accumulate, spec, a, static_cast<const float*>(dx.ptr), dy.ptr, n);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(reset_failures.load(), 0);
 
   const lf::plan& p = lf::plan_for(saxpy_accumulate, spec);
-  std::printf("saxpy_accumulate: %s\n  reason: %s\n  trials=%d tuning_ms=%.2f resets=%d\n",
-              p.to_string().c_str(), p.reason.c_str(), p.trials, p.tuning_ms, resets.load());
+  std::printf("saxpy_accumulate%s: %s\n  reason: %s\n  trials=%d tuning_ms=%.2f resets=%d\n",
+              back_to_back ? " (rerunnable + reset)" : "", p.to_string().c_str(), p.reason.c_str(), p.trials,
+              p.tuning_ms, resets.load());
   EXPECT_GT(p.trials, 0);
   EXPECT_LE(p.trials, 40);
   EXPECT_GT(resets.load(), 0);  // trials ran, each after a reset
@@ -324,6 +329,12 @@ TEST_F(AutotuneGpu, AccumulatingKernelWithResetIsAppliedExactlyOnce) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(resets.load(), resets_before);
   expect_applied(2);
+}
+
+TEST_F(AutotuneGpu, AccumulatingKernelWithResetIsAppliedExactlyOnce) { expect_accumulation_applied_once(false); }
+
+TEST_F(AutotuneGpu, RerunnableAccumulatingKernelWithResetIsAppliedExactlyOnce) {
+  expect_accumulation_applied_once(true);
 }
 
 // Benchmark figures: the tuned plan's time over the best of every block x blocks-per-SM. Printed only.
