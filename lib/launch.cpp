@@ -194,8 +194,7 @@ class stream_gate {
   // Queues the wait; false (nothing queued) when the gate is off or the driver refuses.
   bool hold(CUstream s) {
     if (!word_) return false;
-    *word_ = 0;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    store(0);
     if (driver().cuStreamWaitValue32(s, device_word_, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) {
       pending_ = true;
       pending_stream_ = s;
@@ -207,16 +206,14 @@ class stream_gate {
       watch_cv_.notify_all();
       return true;
     }
-    const_cast<std::uint32_t*>(word_)[0] = 1;
+    store(1);
     driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
     word_ = nullptr;  // refused once: off for the rest of this trial
     return false;
   }
   // Opens the gate (the host thread once the sample is queued, or the watchdog).
   void release() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (word_) *word_ = 1;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (word_) store(1);
   }
   // The host has queued the sample: open the gate and disarm the watchdog.
   void open() {
@@ -231,6 +228,10 @@ class stream_gate {
   void settled() noexcept { pending_ = false; }
 
  private:
+  // The host thread and the watchdog may both open the gate: the word is written atomically (a plain
+  // sequentially consistent store, which the GPU sees in host memory).
+  void store(std::uint32_t v) { __atomic_store_n(const_cast<std::uint32_t*>(word_), v, __ATOMIC_SEQ_CST); }
+
   volatile std::uint32_t* word_ = nullptr;
   CUdeviceptr device_word_ = 0;
   bool pending_ = false;
