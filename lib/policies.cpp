@@ -226,10 +226,11 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
       prefer_block);
 }
 
-void check_prefer_block(const query& q, int prefer_block) {
-  if (prefer_block < 0) {
+// prefer_block and block_limit: 0 means "none", negatives are refused.
+void require_non_negative(const query& q, const char* name, int value, const char* zero_means) {
+  if (value < 0) {
     throw error("policy::choose", "LAUNCHFIT_INVALID_POLICY",
-                "prefer_block must be >= 0 (0: the largest block), got " + std::to_string(prefer_block),
+                std::string(name) + " must be >= 0 (0: " + zero_means + "), got " + std::to_string(value),
                 q.kernel.demangled);
   }
 }
@@ -253,12 +254,8 @@ std::map<int, std::size_t>& bif_overrides() {
 }  // namespace
 
 plan max_occupancy_policy::choose_impl(const query& q) const {
-  check_prefer_block(q, params_.prefer_block);
-  if (params_.block_limit < 0) {
-    throw error("policy::choose", "LAUNCHFIT_INVALID_POLICY",
-                "block_limit must be >= 0 (0: no limit), got " + std::to_string(params_.block_limit),
-                q.kernel.demangled);
-  }
+  require_non_negative(q, "prefer_block", params_.prefer_block, "the largest block");
+  require_non_negative(q, "block_limit", params_.block_limit, "no limit");
   const detail::potential_block b = max_occupancy_block(q, params_.prefer_block, params_.block_limit);
   plan p;
   if (b.block_threads == 0) {
@@ -287,7 +284,7 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   const std::size_t per_warp = static_cast<std::size_t>(warp) * static_cast<std::size_t>(params_.per_thread);
   const int warps_needed = std::max(1, static_cast<int>((target + per_warp - 1) / per_warp));  // a 0 target: 1 warp
 
-  check_prefer_block(q, params_.prefer_block);
+  require_non_negative(q, "prefer_block", params_.prefer_block, "the largest block");
 
   // Fewest resident warps that reach the target; ties go to the block nearest prefer_block (0: the largest).
   int best_warps = 0, best_threads = 0, best_bps = 0;
