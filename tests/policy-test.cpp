@@ -62,6 +62,15 @@ TEST(MaxOccupancy, PreferBlockPicksTheNearestOfTheBestAndNeverLosesOccupancy) {
   EXPECT_EQ(heavy.blocks_per_sm * heavy.block_threads, driver.blocks_per_sm * driver.block_threads);
   EXPECT_THROW((lf::max_occupancy_policy{{-1, 0}}.choose(make_query("H200", 32))), lf::error);
   EXPECT_THROW((lf::max_occupancy_policy{{256, -1}}.choose(make_query("H200", 32))), lf::error);
+  EXPECT_NE(error_text([] { lf::max_occupancy_policy{{-1, 0}}.choose(make_query("H200", 32)); })
+                .find("prefer_block must be >= 0 (0: the largest block), got -1"),
+            std::string::npos);
+  EXPECT_NE(error_text([] { lf::max_occupancy_policy{{256, -5}}.choose(make_query("H200", 32)); })
+                .find("block_limit must be >= 0 (0: no limit), got -5"),
+            std::string::npos);
+  EXPECT_NE(error_text([] { lf::bytes_in_flight_policy{{32, 0, -2}}.choose(make_query("H200", 32)); })
+                .find("prefer_block must be >= 0 (0: the largest block), got -2"),
+            std::string::npos);
   // block_limit caps the search like cuOccupancyMaxPotentialBlockSize's blockSizeLimit.
   const lf::plan capped = lf::max_occupancy_policy{{0, 200}}.choose(make_query("H200", 32));
   EXPECT_EQ(capped.block_threads, 128);  // the largest block <= 200 that fills the SM: 16 x 128
