@@ -355,9 +355,11 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
     last = {block, static_cast<long long>(smem), n};
     return n;
   };
+  // Tuning trials re-run the kernel: only when the spec allows it, with real arguments, outside a capture.
+  const bool may_tune = r.rerunnable && r.has_arguments;
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (r.rerunnable && r.has_arguments && d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
-  if (r.rerunnable && r.has_arguments && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
+  if (may_tune && d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
+  if (may_tune && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
     const long long max_grid_x = e.max_grid_x;
     q.time_plan = [f, &r, max_grid_x](const plan& p) { return time_candidate(f, r, p, max_grid_x); };
   }
