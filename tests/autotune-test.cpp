@@ -285,6 +285,26 @@ TEST_F(Autotune, FindsTheKnownOptimumOfAWholeWaveKernel) {
   expect_distinct(timer.timed());
 }
 
+// The shape of a copy of 2^26 floats on an H200: a plateau from 48 to 64 resident warps per SM, a dip 4% below
+// it at 40-46 warps, slower again below. Full, 3/4 and 1/2 residency (64, 48, 32 warps) all miss the dip, and
+// refinement from the plateau's plans never leaves it: the coarse pass must land inside the dip itself.
+TEST_F(Autotune, FindsADipBelowAPlateauOfFullOccupancy) {
+  lf::query q = h200_query(grid_stride_64m);
+  fake_timer timer([](int block, int bps) {
+    const int warps = block / 32 * bps;
+    if (warps >= 48) return 1.04;
+    if (warps >= 36) return 1.0 + 0.002 * std::abs(warps - 42);
+    return 1.05 + 0.01 * (36 - warps);
+  });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+  const int warps = static_cast<int>(p.block_threads) / 32 * p.blocks_per_sm;
+  EXPECT_GE(warps, 40) << p.block_threads << "x" << p.blocks_per_sm << ": " << p.reason;
+  EXPECT_LE(warps, 44) << p.block_threads << "x" << p.blocks_per_sm << ": " << p.reason;
+  EXPECT_LE(p.trials, 64);
+  expect_distinct(timer.timed());
+}
+
 TEST_F(Autotune, ItemsWorkTunesTheBlockOnly) {
   lf::query q = h200_query(items_16m);
   fake_timer timer([](int block, int) { return 1.0 + std::abs(block - 640) / 1024.0; });
