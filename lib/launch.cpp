@@ -194,6 +194,11 @@ class stream_gate {
   // Queues the wait; false (nothing queued) when the gate is off or the driver refuses.
   bool hold(CUstream s) {
     if (!word_) return false;
+    if (pending_) {  // an earlier sample threw before its stop event: let that wait pass before re-arming
+      release();
+      driver().cuStreamSynchronize(pending_stream_);
+      pending_ = false;
+    }
     store(0);
     if (driver().cuStreamWaitValue32(s, device_word_, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) {
       pending_ = true;
@@ -208,7 +213,7 @@ class stream_gate {
     }
     store(1);
     driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
-    word_ = nullptr;  // refused once: off for the rest of this trial
+    word_ = nullptr;  // refused once: off for the rest of this tuning
     return false;
   }
   // Opens the gate (the host thread once the sample is queued, or the watchdog).
@@ -247,7 +252,8 @@ class stream_gate {
 // samples, each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
 // runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
 // is mostly event and launch jitter); with only a reset, one launch per sample, after the reset.
-double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x) {
+double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
+                      stream_gate& gate) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
   if (grid.count() == 0) return 0;
@@ -262,7 +268,6 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   } start, stop;  // released on every path, trials that throw included
   check(d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate");
   check(d.cuEventCreate(&stop.e, CU_EVENT_DEFAULT), "cuEventCreate");
-  stream_gate gate;
   auto sample = [&](int launches, bool gated) {
     if (r.reset) (*r.reset)();
     struct opened {
@@ -360,8 +365,17 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
   if (may_tune && d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
   if (may_tune && capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
-    const long long max_grid_x = e.max_grid_x;
-    q.time_plan = [f, &r, max_grid_x](const plan& p) { return time_candidate(f, r, p, max_grid_x); };
+    // One stream gate per tuning (a pinned word and a watchdog thread), made by the first trial. The trials
+    // share the launch's stream: a plugin that times from several threads is served one trial at a time.
+    struct tuning {
+      std::mutex m;
+      std::optional<stream_gate> gate;
+    };
+    q.time_plan = [f, &r, max_grid_x = e.max_grid_x, t = std::make_shared<tuning>()](const plan& p) {
+      std::lock_guard<std::mutex> lock(t->m);
+      if (!t->gate) t->gate.emplace();
+      return time_candidate(f, r, p, max_grid_x, *t->gate);
+    };
   }
 
   // Which policy decides: an operator's LAUNCHFIT_POLICY override wins over the code's.
