@@ -51,26 +51,26 @@ void check_kernel(const device_limits& device, const kernel_resources& kernel) {
 void check_config(const device_limits& device, const kernel_resources& kernel, int block_threads,
                   std::size_t dynamic_smem_bytes) {
   check_kernel(device, kernel);
-  const std::string config = config_text(block_threads, dynamic_smem_bytes);
-  if (block_threads < 1) invalid(kernel, "a block needs at least 1 thread", config);
+  auto config = [&] { return config_text(block_threads, dynamic_smem_bytes); };  // only for an error
+  if (block_threads < 1) invalid(kernel, "a block needs at least 1 thread", config());
   if (block_threads > device.max_threads_per_block)
     invalid(kernel,
             "block of " + std::to_string(block_threads) + " threads exceeds the device maximum of " +
                 std::to_string(device.max_threads_per_block) + " threads per block",
-            config);
+            config());
   if (block_threads > kernel.max_threads_per_block)
     invalid(kernel,
             "block of " + std::to_string(block_threads) + " threads exceeds the kernel's maximum of " +
                 std::to_string(kernel.max_threads_per_block) +
                 " threads per block (its __launch_bounds__ or register use)",
-            config);
+            config());
   const std::size_t optin = optin_bytes(device);
   if (dynamic_smem_bytes > optin || kernel.static_smem_bytes + dynamic_smem_bytes > optin)
     invalid(kernel,
             std::to_string(kernel.static_smem_bytes) + " B static + " + std::to_string(dynamic_smem_bytes) +
                 " B dynamic shared memory exceeds the " + std::to_string(optin) +
                 " B opt-in maximum per block on " + device.arch(),
-            config);
+            config());
 }
 
 cudaOccDeviceProp occ_device(const device_limits& device) {
@@ -194,29 +194,34 @@ occupancy_result occupancy(const device_limits& device, const kernel_resources& 
 
 namespace detail {
 
-std::vector<int> candidate_blocks(int block_limit, int warp_size, int prefer_block) {
-  // Warp multiples below the limit, and the limit itself (a partial warp when it is not a multiple).
-  const int granularity = warp_size > 0 ? warp_size : 32;
-  std::vector<int> blocks;
-  if (block_limit <= 0) return blocks;
-  blocks.reserve(static_cast<std::size_t>(block_limit / granularity + 1));
-  if (prefer_block <= 0) {  // from the largest down
-    blocks.push_back(block_limit);
-    for (int b = (block_limit - 1) / granularity * granularity; b > 0; b -= granularity) blocks.push_back(b);
-    return blocks;
+candidate_block_order::candidate_block_order(int block_limit, int warp_size, int prefer_block) noexcept
+    : limit_(std::max(block_limit, 0)), granularity_(warp_size > 0 ? warp_size : 32), prefer_(prefer_block) {
+  if (limit_ == 0) return;
+  top_multiple_ = (limit_ - 1) / granularity_ * granularity_;  // largest multiple below the limit
+  count_ = top_multiple_ / granularity_ + 1;                   // sizes 1..count (index count: the limit itself)
+  if (prefer_ <= 0) {  // from the largest down: the limit, then the multiples below it
+    hi_ = count_;
+    return;
   }
+  lo_ = std::min(prefer_ / granularity_, count_);  // largest index whose size <= prefer_block
+  while (lo_ >= 1 && size_at(lo_) > prefer_) --lo_;
+  hi_ = lo_ + 1;
+}
+
+int candidate_block_order::next() noexcept {
+  if (limit_ == 0) return 0;
+  if (prefer_ <= 0) return hi_ >= 1 ? size_at(hi_--) : 0;
   // Nearest prefer_block first, merging the sizes below it (walking down) with those above (walking up);
   // equally near: the smaller first.
-  const int top_multiple = (block_limit - 1) / granularity * granularity;  // largest multiple below the limit
-  auto size_at = [&](int i) { return i * granularity <= top_multiple ? i * granularity : block_limit; };
-  const int count = top_multiple / granularity + 1;  // sizes 1..count (index count is the limit itself)
-  int lo = std::min(prefer_block / granularity, count);  // largest index whose size <= prefer_block
-  while (lo >= 1 && size_at(lo) > prefer_block) --lo;
-  int hi = lo + 1;
-  while (lo >= 1 || hi <= count) {
-    const bool take_lo = hi > count || (lo >= 1 && prefer_block - size_at(lo) <= size_at(hi) - prefer_block);
-    blocks.push_back(size_at(take_lo ? lo-- : hi++));
-  }
+  if (lo_ < 1 && hi_ > count_) return 0;
+  const bool take_lo = hi_ > count_ || (lo_ >= 1 && prefer_ - size_at(lo_) <= size_at(hi_) - prefer_);
+  return size_at(take_lo ? lo_-- : hi_++);
+}
+
+std::vector<int> candidate_blocks(int block_limit, int warp_size, int prefer_block) {
+  std::vector<int> blocks;
+  for (candidate_block_order order(block_limit, warp_size, prefer_block); const int b = order.next();)
+    blocks.push_back(b);
   return blocks;
 }
 
@@ -225,7 +230,7 @@ potential_block search_potential_block(int block_limit, int warp_size, int max_t
   // Candidates come in preference order, so the strict '>' keeps the preferred block on a tie.
   potential_block best;
   int best_threads = 0;
-  for (const int block : candidate_blocks(block_limit, warp_size, prefer_block)) {
+  for (candidate_block_order order(block_limit, warp_size, prefer_block); const int block = order.next();) {
     const int blocks = active_blocks(block);
     if (block * blocks > best_threads) {
       best = {block, blocks};

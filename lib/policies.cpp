@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <map>
 #include <mutex>
 #include <string>
@@ -235,14 +234,11 @@ void require_non_negative(const query& q, const char* name, int value, const cha
   }
 }
 
+// "32 KB" or "8.5 KB" (one decimal, rounded), without printf: a miss formats a few of these.
 std::string kb(std::size_t bytes) {
-  char s[32];
-  if (bytes % 1024 == 0) {
-    std::snprintf(s, sizeof s, "%zu KB", bytes / 1024);
-  } else {
-    std::snprintf(s, sizeof s, "%.1f KB", static_cast<double>(bytes) / 1024.0);
-  }
-  return s;
+  if (bytes % 1024 == 0) return std::to_string(bytes / 1024) + " KB";
+  const std::size_t tenths = (bytes * 10 + 512) / 1024;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " KB";
 }
 
 std::mutex bif_mutex;
@@ -288,7 +284,8 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
 
   // Fewest resident warps that reach the target; ties go to the block nearest prefer_block (0: the largest).
   int best_warps = 0, best_threads = 0, best_bps = 0;
-  for (const int block : detail::candidate_blocks(q.max_block_threads(), warp, params_.prefer_block)) {
+  for (detail::candidate_block_order order(q.max_block_threads(), warp, params_.prefer_block);
+       const int block = order.next();) {
     if (block % warp != 0) continue;  // a partial warp holds no more in flight than a full one costs
     if (q.smem_for(block) + q.kernel.static_smem_bytes > q.device.smem_per_block_optin_bytes) continue;
     const int warps_per_block = block / warp;

@@ -72,7 +72,19 @@ potential_block search_potential_block(int block_limit, int warp_size, int max_t
                                        const std::function<int(int block_threads)>& active_blocks,
                                        int prefer_block = 0);
 // The candidate block sizes of that search (warp multiples up to block_limit, the limit itself when it is
-// not one) in the order they are tried: nearest prefer_block first, or from the largest down.
+// not one) in the order they are tried: nearest prefer_block first, or from the largest down. One at a time,
+// so a search that stops at the first full SM builds no list:
+//   for (candidate_block_order order(limit, 32, 256); int block = order.next();) ...
+class candidate_block_order {
+ public:
+  candidate_block_order(int block_limit, int warp_size, int prefer_block) noexcept;
+  int next() noexcept;  // the next block size; 0 once every size was given
+
+ private:
+  int size_at(int i) const noexcept { return i * granularity_ <= top_multiple_ ? i * granularity_ : limit_; }
+  int limit_ = 0, granularity_ = 32, top_multiple_ = 0, count_ = 0, prefer_ = 0;
+  int lo_ = 0, hi_ = 0;  // next index below (walking down) and above (walking up) prefer_block
+};
 std::vector<int> candidate_blocks(int block_limit, int warp_size, int prefer_block);
 // "75%" or "12.5%": one decimal, dropped when it is zero.
 std::string percent_text(double fraction);
