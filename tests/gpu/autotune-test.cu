@@ -199,6 +199,35 @@ std::size_t accumulate_mismatches(const std::vector<float>& y, const std::vector
   return bad;
 }
 
+// saxpy_accumulate's data: y starts at y0 and every launch adds a*x. restore() puts y0 back with a
+// synchronous copy on the legacy default stream, the trials' stream, so it is ordered before the next launch.
+struct accumulating_saxpy {
+  const std::size_t n;
+  const float a = 3.0f;
+  const std::vector<float> x, y0;
+  device_buffer<float> dx, dy, dy0;
+  std::atomic<int> restores{0}, restore_failures{0};
+
+  accumulating_saxpy(std::size_t count, unsigned seed)
+      : n(count), x(random_integers(count, seed)), y0(random_integers(count, seed + 1)), dx(count), dy(count),
+        dy0(count) {
+    dx.upload(x);
+    dy0.upload(y0);
+    copy_y0();
+  }
+  void restore() {
+    ++restores;
+    copy_y0();
+  }
+  // Elements of y that are not y0 + times * a * x.
+  std::size_t mismatches(float times) const { return accumulate_mismatches(dy.download(), x, y0, a, times); }
+
+ private:
+  void copy_y0() {
+    if (cudaMemcpy(dy.ptr, dy0.ptr, dy.bytes(), cudaMemcpyDeviceToDevice) != cudaSuccess) ++restore_failures;
+  }
+};
+
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -289,46 +318,33 @@ TEST_F(AutotuneGpu, RerunnableStreamingKernelIsTunedAndCorrect) {
 // An accumulating kernel tuned with a reset is applied exactly once, however many trials ran; with
 // rerunnable() as well, trials repeat it back to back between resets.
 void expect_accumulation_applied_once(bool back_to_back) {
-  const std::size_t n = saxpy_n;
-  const float a = 3.0f;
-  const auto x = random_integers(n, 21), y0 = random_integers(n, 22);
-  device_buffer<float> dx(n), dy(n), dy0(n);
-  dx.upload(x);
-  dy0.upload(y0);
-  ASSERT_EQ(cudaMemcpy(dy.ptr, dy0.ptr, dy.bytes(), cudaMemcpyDeviceToDevice), cudaSuccess);
-
-  std::atomic<int> resets{0}, reset_failures{0};
-  auto restore_y = [&] {
-    ++resets;
-    // Same (legacy default) stream as the trials: ordered before the next trial launch.
-    if (cudaMemcpy(dy.ptr, dy0.ptr, dy.bytes(), cudaMemcpyDeviceToDevice) != cudaSuccess) ++reset_failures;
-  };
+  accumulating_saxpy data(saxpy_n, 21);
+  ASSERT_EQ(data.restore_failures.load(), 0);
+  const std::size_t n = data.n;
+  const float a = data.a;
   auto spec = lf::use(back_to_back ? "autotune(max_trials=40,max_ms=1000)" : "autotune(max_trials=40)").grid_stride(n);
   if (back_to_back) spec.rerunnable();
-  spec.reset(restore_y);
-  lf::launch(saxpy_accumulate, spec, a, static_cast<const float*>(dx.ptr), dy.ptr, n);
+  spec.reset([&] { data.restore(); });
+  lf::launch(saxpy_accumulate, spec, a, static_cast<const float*>(data.dx.ptr), data.dy.ptr, n);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(reset_failures.load(), 0);
+  EXPECT_EQ(data.restore_failures.load(), 0);
 
   const lf::plan& p = lf::plan_for(saxpy_accumulate, spec);
   std::printf("saxpy_accumulate%s: %s\n  reason: %s\n  trials=%d tuning_ms=%.2f resets=%d\n",
               back_to_back ? " (rerunnable + reset)" : "", p.to_string().c_str(), p.reason.c_str(), p.trials,
-              p.tuning_ms, resets.load());
+              p.tuning_ms, data.restores.load());
   EXPECT_GT(p.trials, 0);
   EXPECT_LE(p.trials, 40);
-  EXPECT_GT(resets.load(), 0);  // trials ran, each after a reset
-  auto expect_applied = [&](int times) {
-    EXPECT_EQ(accumulate_mismatches(dy.download(), x, y0, a, float(times)), 0u)
-        << "y != y0 + " << times << " * a * x";
-  };
-  expect_applied(1);  // exactly one application, however many trials ran
+  EXPECT_GT(data.restores.load(), 0);  // trials ran, each after a reset
+  // Exactly one application, however many trials ran.
+  EXPECT_EQ(data.mismatches(1.0f), 0u) << "y != y0 + 1 * a * x";
 
   // A cache hit neither tunes nor resets: a second launch adds a*x once more.
-  const int resets_before = resets.load();
-  lf::launch(saxpy_accumulate, spec, a, static_cast<const float*>(dx.ptr), dy.ptr, n);
+  const int resets_before = data.restores.load();
+  lf::launch(saxpy_accumulate, spec, a, static_cast<const float*>(data.dx.ptr), data.dy.ptr, n);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(resets.load(), resets_before);
-  expect_applied(2);
+  EXPECT_EQ(data.restores.load(), resets_before);
+  EXPECT_EQ(data.mismatches(2.0f), 0u) << "y != y0 + 2 * a * x";
 }
 
 TEST_F(AutotuneGpu, AccumulatingKernelWithResetIsAppliedExactlyOnce) { expect_accumulation_applied_once(false); }
@@ -364,37 +380,31 @@ TEST_F(AutotuneGpu, ExhaustiveSweepComparison) {
     EXPECT_EQ(bad, 0u);
   }
   {
-    const std::size_t n = saxpy_n;
-    const float a = 3.0f;
-    const auto x = random_integers(n, 41), y0 = random_integers(n, 42);
-    device_buffer<float> dx(n), dy(n), dy0(n);
-    dx.upload(x);
-    dy0.upload(y0);
-    ASSERT_EQ(cudaMemcpy(dy.ptr, dy0.ptr, dy.bytes(), cudaMemcpyDeviceToDevice), cudaSuccess);
-    std::atomic<int> reset_failures{0};
-    const auto spec = lf::use("autotune(max_trials=40)").grid_stride(n).reset([&] {
-      if (cudaMemcpy(dy.ptr, dy0.ptr, dy.bytes(), cudaMemcpyDeviceToDevice) != cudaSuccess) ++reset_failures;
-    });
-    const float* cx = dx.ptr;
+    accumulating_saxpy data(saxpy_n, 41);
+    ASSERT_EQ(data.restore_failures.load(), 0);
+    const std::size_t n = data.n;
+    const float a = data.a;
+    const auto spec = lf::use("autotune(max_trials=40)").grid_stride(n).reset([&] { data.restore(); });
+    const float* cx = data.dx.ptr;
+    float* y = data.dy.ptr;
     long long launches = 0;
     const double tuned_ms = median_ms([&] {
-      lf::launch(saxpy_accumulate, spec, a, cx, dy.ptr, n);
+      lf::launch(saxpy_accumulate, spec, a, cx, y, n);
       ++launches;
     });
     const lf::plan& tuned = lf::plan_for(saxpy_accumulate, spec);
     EXPECT_GT(tuned.trials, 0);
     const sweep_result best = exhaustive_sweep(saxpy_accumulate, [&](int block, int grid) {
-      lf::launch(saxpy_accumulate, lf::fixed(block, grid).grid_stride(n), a, cx, dy.ptr, n);
+      lf::launch(saxpy_accumulate, lf::fixed(block, grid).grid_stride(n), a, cx, y, n);
       ++launches;
     });
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(reset_failures.load(), 0);
+    EXPECT_EQ(data.restore_failures.load(), 0);
     EXPECT_EQ(launches, 11 + best.launches);
     print_comparison("saxpy_accumulate", tuned, tuned_ms, best);
     // Every launch added a*x exactly once (integers below 2^24: exact in float).
     ASSERT_LT(100.0 + double(launches) * 300.0, double(1 << 24));
-    EXPECT_EQ(accumulate_mismatches(dy.download(), x, y0, a, float(launches)), 0u)
-        << "y != y0 + " << launches << " * a * x";
+    EXPECT_EQ(data.mismatches(float(launches)), 0u) << "y != y0 + " << launches << " * a * x";
   }
 }
 
