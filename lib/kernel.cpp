@@ -9,7 +9,11 @@
 
 namespace launchfit {
 
-kernel_resources query_resources(CUfunction f) {
+kernel_resources query_resources(CUfunction f) { return detail::query_resources(f, true); }
+
+namespace detail {
+
+kernel_resources query_resources(CUfunction f, bool demangle_name) {
   const auto& d = detail::driver();
   if (!f) throw error("kernel", "CUDA_ERROR_INVALID_HANDLE", "null kernel handle");
   auto attr = [&](CUfunction_attribute a, const char* what) {
@@ -23,7 +27,7 @@ kernel_resources query_resources(CUfunction f) {
     if (d.cuFuncGetName(&name, f) == CUDA_SUCCESS && name) k.name = name;
   }
   if (k.name.empty()) k.name = "kernel@" + std::to_string(reinterpret_cast<std::uintptr_t>(f));
-  k.demangled = demangle(k.name);
+  if (demangle_name) k.demangled = demangle(k.name);
   k.regs_per_thread = attr(CU_FUNC_ATTRIBUTE_NUM_REGS, "cuFuncGetAttribute(NUM_REGS)");
   k.static_smem_bytes = static_cast<std::size_t>(attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "cuFuncGetAttribute"));
   k.local_bytes_per_thread = static_cast<std::size_t>(attr(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, "cuFuncGetAttribute"));
@@ -35,6 +39,10 @@ kernel_resources query_resources(CUfunction f) {
       static_cast<std::size_t>(attr(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, "cuFuncGetAttribute"));
   return k;
 }
+
+std::string display_name(const kernel_resources& k) { return k.demangled.empty() ? demangle(k.name) : k.demangled; }
+
+}  // namespace detail
 
 std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f) {
   const auto& d = detail::driver();

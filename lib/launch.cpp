@@ -24,6 +24,7 @@
 #include "launchfit/log.hpp"
 #include "log_internal.hpp"
 #include "plan_cache.hpp"
+#include "policy_string.hpp"
 
 namespace launchfit::detail {
 namespace {
@@ -45,7 +46,7 @@ bool is_sticky(CUresult r) {
 std::string sticky_note() {
   std::string note = "; the context is unusable after an earlier kernel faulted";
   if (const plan_entry* last = last_launched.load(std::memory_order_relaxed))
-    note += " (last launched: " + last->kernel.demangled + " with " + last->plan.to_string() + ")";
+    note += " (last launched: " + display_name(last->kernel) + " with " + last->plan.to_string() + ")";
   return note;
 }
 
@@ -57,7 +58,7 @@ bool is_sticky_name(const std::string& name) {
 [[noreturn]] void throw_launch_error(CUresult r, const plan_entry& e, dims grid) {
   std::string message = error_string(r);
   if (is_sticky(r)) message += sticky_note();
-  throw error("cuLaunchKernelEx", error_name(r), message, e.kernel.demangled,
+  throw error("cuLaunchKernelEx", error_name(r), message, display_name(e.kernel),
               "launch grid " + grid.to_string() + ", " + e.plan.to_string());
 }
 
@@ -123,7 +124,7 @@ void raise_smem_limit(CUfunction f, kernel_resources& k, const plan& p) {
   if (p.dynamic_smem_bytes <= k.max_dynamic_smem_bytes) return;
   const CUresult st = driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                   static_cast<int>(p.dynamic_smem_bytes));
-  if (st != CUDA_SUCCESS) check(st, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k.demangled, p.to_string());
+  if (st != CUDA_SUCCESS) check(st, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(k), p.to_string());
   k.max_dynamic_smem_bytes = p.dynamic_smem_bytes;
 }
 
@@ -317,13 +318,28 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   plan_entry e;
   e.key = key;
   e.function = r.resolve ? r.resolve(r.stub) : r.driver_kernel->function();
-  e.kernel = query_resources(e.function);
+  e.kernel = query_resources(e.function, false);  // the readable name below, only where it is shown
   const device_limits& dev = limits_for(ctx);
   e.device_name = dev.name;
   e.device_uuid = dev.uuid;
   e.device_ordinal = dev.ordinal;
   e.max_grid_x = dev.max_grid_dim[0] > 0 ? dev.max_grid_dim[0] : 2147483647;
   if (r.driver_kernel) e.param_sizes = query_param_sizes(e.function);
+
+  // Which policy decides: an operator's LAUNCHFIT_POLICY override wins over the code's. The name is demangled
+  // where it is used: overrides match it, the log line shows it, a plugin or registered policy may read it; a
+  // built-in policy names the kernel only in an error, which gets the name on its way out.
+  const spdlog::logger& l = logger_fast();
+  const bool logs_plan = l.should_log(spdlog::level::info);
+  std::string override_glob;
+  std::shared_ptr<const policy> overridden;
+  if (policy_overrides_configured()) {
+    e.kernel.demangled = demangle(e.kernel.name);
+    overridden = policy_override_for(e.kernel.demangled, &override_glob);
+  }
+  const policy& chosen = overridden ? *overridden : *r.policy;
+  if (e.kernel.demangled.empty() && (logs_plan || !is_builtin_policy(chosen)))
+    e.kernel.demangled = demangle(e.kernel.name);
 
   query q;
   q.device = dev;
@@ -378,11 +394,6 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
     };
   }
 
-  // Which policy decides: an operator's LAUNCHFIT_POLICY override wins over the code's.
-  std::string override_glob;
-  std::shared_ptr<const policy> overridden = policy_override_for(e.kernel.demangled, &override_glob);
-  const policy& chosen = overridden ? *overridden : *r.policy;
-
   // The cache file, when one is in use: its key strings are built only then (a miss stays cheap without).
   std::optional<stored_key> sk;
   std::optional<plan> stored;
@@ -399,7 +410,7 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
     try {
       validate_plan(q, *stored);
     } catch (const error& bad) {
-      logger()->warn("plan cache file entry for {} ignored ({}: {}); computing a new plan", e.kernel.demangled,
+      logger()->warn("plan cache file entry for {} ignored ({}: {}); computing a new plan", display_name(e.kernel),
                      bad.call(), bad.message());
       stored.reset();
     }
@@ -409,15 +420,20 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
     e.plan = *stored;
     e.plan.match = match;
   } else {
-    e.plan = chosen.choose(q);
+    try {
+      e.plan = chosen.choose(q);
+    } catch (const error& bad) {
+      if (!bad.kernel().empty() || !e.kernel.demangled.empty()) throw;
+      throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel), bad.config());
+    }
     if (sk) store_plan(*sk, e.plan);
   }
   raise_smem_limit(e.function, e.kernel, e.plan);
 
   // The report copies the plan and kernel: only when something will be logged (info, or a warning).
-  const spdlog::logger& l = logger_fast();
   const bool warns = !e.plan.warning.empty() || e.kernel.local_bytes_per_thread > 0;
-  if (l.should_log(spdlog::level::info) || (warns && l.should_log(spdlog::level::warn))) {
+  if (logs_plan || (warns && l.should_log(spdlog::level::warn))) {
+    if (e.kernel.demangled.empty()) e.kernel.demangled = demangle(e.kernel.name);
     log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, override_glob});
   }
   return e;
@@ -447,14 +463,14 @@ void check_arguments(const launch_request& r, const plan_entry& e) {
     throw error("launchfit::launch", "CUDA_ERROR_INVALID_VALUE",
                 "kernel takes " + std::to_string(expected.size()) + " parameters, " +
                     std::to_string(r.arg_count) + " arguments given",
-                e.kernel.demangled, e.plan.to_string());
+                display_name(e.kernel), e.plan.to_string());
   }
   for (std::size_t i = 0; i < expected.size(); ++i) {
     if (expected[i] != r.arg_sizes[i]) {
       throw error("launchfit::launch", "CUDA_ERROR_INVALID_VALUE",
                   "argument " + std::to_string(i) + " is " + std::to_string(r.arg_sizes[i]) +
                       " bytes, the kernel's parameter is " + std::to_string(expected[i]) + " bytes",
-                  e.kernel.demangled, e.plan.to_string());
+                  display_name(e.kernel), e.plan.to_string());
     }
   }
 }
@@ -470,20 +486,20 @@ void launch(const launch_request& r) {
   try {
     grid = grid_for(e.plan, r.shape, e.max_grid_x);
   } catch (const error& err) {
-    throw error(err.call(), err.cuda_error(), err.message(), e.kernel.demangled, e.plan.to_string());
+    throw error(err.call(), err.cuda_error(), err.message(), display_name(e.kernel), e.plan.to_string());
   }
   if (grid.count() == 0) return;  // items(0) / grid_stride(0): nothing to do
   if (r.cluster.count() > 1 && grid.x % r.cluster.x != 0) {
     throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
                 "grid " + grid.to_string() + " is not a multiple of cluster " + r.cluster.to_string(),
-                e.kernel.demangled, e.plan.to_string());
+                display_name(e.kernel), e.plan.to_string());
   }
   CUlaunchConfig cfg;
   std::array<CUlaunchAttribute, 2> attrs;
   fill_launch_config(cfg, attrs, e.plan, grid, r);
   spdlog::logger& lf_logger = logger_fast();
   if (lf_logger.should_log(spdlog::level::trace)) {
-    lf_logger.trace("launch {} grid={} {}", e.kernel.demangled, grid.to_string(), e.plan.to_string());
+    lf_logger.trace("launch {} grid={} {}", display_name(e.kernel), grid.to_string(), e.plan.to_string());
   }
   const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);

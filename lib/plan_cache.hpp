@@ -35,6 +35,13 @@ struct plan_entry {
 
 std::uint64_t hash_key(const plan_key& k) noexcept;
 
+// query_resources, demangling the name only when asked: a miss demangles only when the name is shown
+// (a log line, an override, a policy other than the built-ins), as __cxa_demangle costs about as much as the
+// rest of the miss's CPU work together.
+kernel_resources query_resources(CUfunction f, bool demangle_name);
+// The kernel's readable name: `demangled`, or the name demangled now where the miss skipped it.
+std::string display_name(const kernel_resources& k);
+
 // Returns the entry for key, calling build exactly once per key across threads (build may throw; then
 // the next caller retries). The returned reference stays valid until process exit.
 const plan_entry& find_or_build(const plan_key& key, const std::function<plan_entry()>& build);

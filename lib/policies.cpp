@@ -7,8 +7,11 @@
 #include <mutex>
 #include <string>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
+#include "policy_string.hpp"
 
 namespace launchfit {
 
@@ -261,10 +264,11 @@ plan max_occupancy_policy::choose_impl(const query& q) const {
   }
   p.block = dims{static_cast<unsigned>(b.block_threads), 1, 1};
   p.blocks_per_sm = b.blocks_per_sm;
-  p.reason = std::string(params_.prefer_block > 0 ? "the block nearest " + std::to_string(params_.prefer_block)
-                                                   : std::string("the largest block")) +
-             " with the most resident threads: " + std::to_string(b.blocks_per_sm) + " x " +
-             std::to_string(b.block_threads) + " threads per SM";
+  p.reason = params_.prefer_block > 0
+                 ? fmt::format("the block nearest {} with the most resident threads: {} x {} threads per SM",
+                               params_.prefer_block, b.blocks_per_sm, b.block_threads)
+                 : fmt::format("the largest block with the most resident threads: {} x {} threads per SM",
+                               b.blocks_per_sm, b.block_threads);
   return p;
 }
 
@@ -303,9 +307,8 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   if (best_threads != 0) {
     p.block = dims{static_cast<unsigned>(best_threads), 1, 1};
     p.blocks_per_sm = best_bps;
-    p.reason = std::to_string(best_warps) + " warps/SM x 32 x " + std::to_string(params_.per_thread) + " B = " +
-               kb(static_cast<std::size_t>(best_warps) * per_warp) + " in flight per SM reaches the " + kb(target) +
-               " target";
+    p.reason = fmt::format("{} warps/SM x {} x {} B = {} in flight per SM reaches the {} target", best_warps, warp,
+                           params_.per_thread, kb(static_cast<std::size_t>(best_warps) * per_warp), kb(target));
     return p;
   }
   // Unreachable even at full occupancy: run at max occupancy and say what to change.
@@ -335,8 +338,8 @@ plan cooperative_policy::choose_impl(const query& q) const {
   p.block = dims{static_cast<unsigned>(block), 1, 1};
   const int active = q.active_blocks_for(block);
   p.blocks_per_sm = params_.blocks_per_sm > 0 ? params_.blocks_per_sm : active;
-  p.reason = "co-resident grid: " + std::to_string(p.blocks_per_sm) + " blocks/SM x " +
-             std::to_string(q.device.sm_count) + " SMs (" + std::to_string(active) + " fit per SM)";
+  p.reason = fmt::format("co-resident grid: {} blocks/SM x {} SMs ({} fit per SM)", p.blocks_per_sm,
+                         q.device.sm_count, active);
   return p;
 }
 
@@ -355,6 +358,11 @@ plan fixed_policy::choose_impl(const query& q) const {
   if (params_.grid == 0) p.grid = dims{0, 1, 1};
   p.reason = "fixed by the caller";
   return p;
+}
+
+bool detail::is_builtin_policy(const policy& p) noexcept {
+  return dynamic_cast<const max_occupancy_policy*>(&p) || dynamic_cast<const bytes_in_flight_policy*>(&p) ||
+         dynamic_cast<const fixed_policy*>(&p) || dynamic_cast<const cooperative_policy*>(&p);
 }
 
 std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {

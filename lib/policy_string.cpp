@@ -339,8 +339,10 @@ void set_policy_overrides(std::string_view spec) {
   table.loaded = true;
 }
 
-std::shared_ptr<const policy> policy_override_for(std::string_view demangled_kernel, std::string* matched) {
-  auto& table = overrides();
+namespace {
+
+// The override table, LAUNCHFIT_POLICY loaded on first use; held by the returned shared lock.
+std::shared_lock<std::shared_mutex> loaded_overrides(override_table& table) {
   std::shared_lock lock(table.mutex);
   if (!table.loaded) {
     lock.unlock();
@@ -359,6 +361,20 @@ std::shared_ptr<const policy> policy_override_for(std::string_view demangled_ker
     lock.lock();
   }
   if (table.env_error) throw *table.env_error;
+  return lock;
+}
+
+}  // namespace
+
+bool detail::policy_overrides_configured() {
+  auto& table = overrides();
+  const auto lock = loaded_overrides(table);
+  return !table.entries.empty();
+}
+
+std::shared_ptr<const policy> policy_override_for(std::string_view demangled_kernel, std::string* matched) {
+  auto& table = overrides();
+  const auto lock = loaded_overrides(table);
   if (table.entries.empty()) return nullptr;
   const auto names = detail::match_names(demangled_kernel);
   for (const auto& entry : table.entries) {

@@ -69,4 +69,11 @@ struct policy_override {
 // Parses a whole LAUNCHFIT_POLICY-style spec; throws syntax_error with positions in `spec`.
 std::vector<policy_override> parse_policy_overrides(std::string_view spec);
 
+// Whether any override is in force (LAUNCHFIT_POLICY read on first use; a bad one throws, as every lookup does).
+bool policy_overrides_configured();
+
+// fixed, max_occupancy, bytes_in_flight and cooperative: policies that read the kernel's name only to
+// report an error, so a miss may skip demangling it for them.
+bool is_builtin_policy(const policy& p) noexcept;
+
 }  // namespace launchfit::detail

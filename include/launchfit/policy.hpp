@@ -4,6 +4,7 @@
 
 #include <array>
 #include <boost/pfr.hpp>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -59,7 +60,13 @@ class policy {
   // Returns a validated plan or throws launchfit::error.
   virtual plan choose(const query& q) const = 0;
 
-  std::string to_string() const { return name() + "(" + params() + ")"; }
+  std::string to_string() const {
+    std::string s = name();
+    s += '(';
+    s += params();
+    s += ')';
+    return s;
+  }
 };
 
 // Base for every policy (spdlog's base_sink pattern): choose() checks the query, calls choose_impl(),
@@ -111,11 +118,18 @@ std::string params_to_string(const Params& p) {
   static_assert(Params::names.size() == boost::pfr::tuple_size_v<Params>,
                 "Params::names must name every field");
   std::string out;
+  out.reserve(48);  // one allocation for the usual few integer parameters
   boost::pfr::for_each_field(p, [&](const auto& field, std::size_t i) {
     if (i) out += ',';
     out += Params::names[i];
     out += '=';
-    out += detail::field_to_string(field);
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      char digits[24];  // every 64-bit integer, sign included
+      out.append(digits, std::to_chars(digits, digits + sizeof digits, field).ptr);
+    } else {
+      out += detail::field_to_string(field);
+    }
   });
   return out;
 }
