@@ -243,6 +243,30 @@ TEST_F(BadLaunch, BlockOfZeroIsRefused) {
   expect_recovers();
 }
 
+// With nothing logged at info, a miss skips demangling the kernel's name; a refusal still names the kernel.
+TEST_F(BadLaunch, RefusalsNameTheKernelWhenNothingIsLogged) {
+  const auto level = lf::logger()->level();
+  for (const auto quiet : {spdlog::level::warn, spdlog::level::off}) {
+    lf::logger()->set_level(quiet);
+    lf::cache().clear();
+    const lf::error block = error_of([&] { lf::launch(write_index, lf::fixed(2048).items(n), sentinel_, n); });
+    const lf::error negative =
+        error_of([&] { lf::launch(write_index, lf::max_occupancy(-1).items(n), sentinel_, n); });
+    const lf::error per_thread =
+        error_of([&] { lf::launch(write_index, lf::bytes_in_flight(0).items(n), sentinel_, n); });
+    for (const lf::error* e : {&block, &negative, &per_thread}) {
+      EXPECT_TRUE(has(e->kernel(), "write_index(int*, int)")) << e->what();
+      EXPECT_TRUE(has(e->what(), "write_index(int*, int)")) << e->what();
+    }
+    EXPECT_TRUE(has(block.message(), "exceeds the device maximum 1024")) << block.what();
+    EXPECT_TRUE(has(negative.message(), "prefer_block must be >= 0")) << negative.what();
+    EXPECT_TRUE(has(per_thread.message(), "per_thread must be > 0")) << per_thread.what();
+  }
+  lf::logger()->set_level(level);
+  expect_untouched("refusals while quiet");
+  expect_recovers();
+}
+
 // ---- shared memory ----------------------------------------------------------------------------------------------------
 
 TEST_F(BadLaunch, DynamicSmemAboveTheOptInMaximumIsRefusedByEveryPolicy) {
