@@ -320,6 +320,9 @@ int run(int argc, char** argv) {
   time_part("cache().clear() alone", miss_reps, [&] { lf::cache().clear(); });
   time_part("cudaGetFuncBySymbol (resolve the runtime kernel)", miss_reps, [&] { (void)function_of(reinterpret_cast<const void*>(&empty_kernel)); });
   time_part("query_resources (name, demangle, 8 attributes)", miss_reps, [&] { (void)lf::query_resources(empty_fn); });
+  const std::string mangled = lf::query_resources(empty_fn).name;
+  time_part("demangle the name (part of query_resources; a miss skips it unless the plan is logged)", miss_reps,
+            [&] { (void)lf::demangle(mangled); });
   time_part("cuOccupancyMaxActiveBlocksPerMultiprocessor (one block size)", miss_reps, [&] {
     int blocks = 0;
     check_cu(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, empty_fn, 256, 0), "cuOccupancyMaxActiveBlocksPerMultiprocessor");
