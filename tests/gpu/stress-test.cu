@@ -128,6 +128,23 @@ int deadline_seconds() {
   return v && std::atoi(v) > 0 ? std::atoi(v) : 300;
 }
 
+// Runs body(t) on `threads` threads under a watchdog of deadline_seconds(), and joins them.
+void run_threads(const char* what, int threads, const std::function<void(int)>& body) {
+  std::atomic<int> finished{0};
+  watchdog guard(what, finished, threads, deadline_seconds());
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      struct done_marker {
+        std::atomic<int>& f;
+        ~done_marker() { ++f; }
+      } mark{finished};
+      body(t);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
 // Failures from worker threads, reported by the main thread.
 class failures {
  public:
@@ -245,85 +262,76 @@ TEST_F(Stress, ColdCacheManyThreadsBuildExactlyOnePlanPerKey) {
   lf::cache().clear();  // cold
 
   failures fails;
-  std::atomic<int> arrived{0}, finished{0};
+  std::atomic<int> arrived{0};
   std::atomic<long long> launches{0};
   const auto started = std::chrono::steady_clock::now();
   {
-    watchdog guard("stress", finished, threads, deadline_seconds());
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        struct done_marker {
-          std::atomic<int>& f;
-          ~done_marker() { ++f; }
-        } mark{finished};
-        const std::size_t count = combos.size();
-        std::vector<int> in_i(n);
-        std::vector<float> in_f(n);
-        std::mt19937 rng(1000 + t);
-        std::uniform_int_distribution<int> value(-1000, 1000);
-        for (int i = 0; i < n; ++i) {
-          in_i[i] = value(rng);
-          in_f[i] = static_cast<float>(value(rng));  // integers: every result exact in float
-        }
-        cudaStream_t s = nullptr;
-        int *d_in_i = nullptr, *d_out = nullptr;
-        float* d_in_f = nullptr;
-        arrived.fetch_add(1);
-        STRESS_CUDA(cudaSetDevice(device_), fails);
-        STRESS_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), fails);
-        STRESS_CUDA(cudaMalloc(&d_in_i, n * sizeof(int)), fails);
-        STRESS_CUDA(cudaMalloc(&d_in_f, n * sizeof(float)), fails);
-        STRESS_CUDA(cudaMalloc(&d_out, count * n * sizeof(int)), fails);  // one slice per combination
-        STRESS_CUDA(cudaMemcpy(d_in_i, in_i.data(), n * sizeof(int), cudaMemcpyHostToDevice), fails);
-        STRESS_CUDA(cudaMemcpy(d_in_f, in_f.data(), n * sizeof(float), cudaMemcpyHostToDevice), fails);
-        std::vector<int> h(count * n);
-        std::vector<std::size_t> order(count);
-        for (std::size_t c = 0; c < count; ++c) order[c] = c;
-        while (arrived.load() < threads) std::this_thread::yield();  // every thread misses at once
-        for (int r = 0; r < rounds; ++r) {
-          std::shuffle(order.begin(), order.end(), rng);
-          STRESS_CUDA(cudaMemsetAsync(d_out, 0xff, count * n * sizeof(int), s), fails);  // poison
-          for (std::size_t c : order) {
-            const combo& cb = combos[c];
-            const int add = (t * 31 + r * 7 + static_cast<int>(c)) % 101 - 50;
-            try {
-              cb.launch(s, d_out + c * n, cb.is_float ? static_cast<const void*>(d_in_f) : d_in_i, n, add);
-              ++launches;
-            } catch (const std::exception& e) {
-              fails.add(cb.name + ": " + e.what());
-            }
-          }
-          STRESS_CUDA(cudaMemcpyAsync(h.data(), d_out, count * n * sizeof(int), cudaMemcpyDeviceToHost, s), fails);
-          STRESS_CUDA(cudaStreamSynchronize(s), fails);
-          for (std::size_t c = 0; c < count; ++c) {
-            const combo& cb = combos[c];
-            const int add = (t * 31 + r * 7 + static_cast<int>(c)) % 101 - 50;
-            int wrong = 0, first = -1;
-            for (int i = 0; i < n; ++i) {
-              bool ok;
-              if (cb.is_float) {
-                float got;
-                std::memcpy(&got, &h[c * n + i], sizeof got);
-                ok = got == in_f[i] * static_cast<float>(cb.k) + static_cast<float>(add);
-              } else {
-                ok = h[c * n + i] == in_i[i] * cb.k + add;
-              }
-              if (!ok && wrong++ == 0) first = i;
-            }
-            if (wrong) {
-              fails.add("thread " + std::to_string(t) + " round " + std::to_string(r) + " " + cb.name + ": " +
-                        std::to_string(wrong) + " wrong elements, first at " + std::to_string(first));
-            }
+    run_threads("stress", threads, [&](int t) {
+      const std::size_t count = combos.size();
+      std::vector<int> in_i(n);
+      std::vector<float> in_f(n);
+      std::mt19937 rng(1000 + t);
+      std::uniform_int_distribution<int> value(-1000, 1000);
+      for (int i = 0; i < n; ++i) {
+        in_i[i] = value(rng);
+        in_f[i] = static_cast<float>(value(rng));  // integers: every result exact in float
+      }
+      cudaStream_t s = nullptr;
+      int *d_in_i = nullptr, *d_out = nullptr;
+      float* d_in_f = nullptr;
+      arrived.fetch_add(1);
+      STRESS_CUDA(cudaSetDevice(device_), fails);
+      STRESS_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), fails);
+      STRESS_CUDA(cudaMalloc(&d_in_i, n * sizeof(int)), fails);
+      STRESS_CUDA(cudaMalloc(&d_in_f, n * sizeof(float)), fails);
+      STRESS_CUDA(cudaMalloc(&d_out, count * n * sizeof(int)), fails);  // one slice per combination
+      STRESS_CUDA(cudaMemcpy(d_in_i, in_i.data(), n * sizeof(int), cudaMemcpyHostToDevice), fails);
+      STRESS_CUDA(cudaMemcpy(d_in_f, in_f.data(), n * sizeof(float), cudaMemcpyHostToDevice), fails);
+      std::vector<int> h(count * n);
+      std::vector<std::size_t> order(count);
+      for (std::size_t c = 0; c < count; ++c) order[c] = c;
+      while (arrived.load() < threads) std::this_thread::yield();  // every thread misses at once
+      for (int r = 0; r < rounds; ++r) {
+        std::shuffle(order.begin(), order.end(), rng);
+        STRESS_CUDA(cudaMemsetAsync(d_out, 0xff, count * n * sizeof(int), s), fails);  // poison
+        for (std::size_t c : order) {
+          const combo& cb = combos[c];
+          const int add = (t * 31 + r * 7 + static_cast<int>(c)) % 101 - 50;
+          try {
+            cb.launch(s, d_out + c * n, cb.is_float ? static_cast<const void*>(d_in_f) : d_in_i, n, add);
+            ++launches;
+          } catch (const std::exception& e) {
+            fails.add(cb.name + ": " + e.what());
           }
         }
-        cudaFree(d_in_i);
-        cudaFree(d_in_f);
-        cudaFree(d_out);
-        cudaStreamDestroy(s);
-      });
-    }
-    for (auto& th : pool) th.join();
+        STRESS_CUDA(cudaMemcpyAsync(h.data(), d_out, count * n * sizeof(int), cudaMemcpyDeviceToHost, s), fails);
+        STRESS_CUDA(cudaStreamSynchronize(s), fails);
+        for (std::size_t c = 0; c < count; ++c) {
+          const combo& cb = combos[c];
+          const int add = (t * 31 + r * 7 + static_cast<int>(c)) % 101 - 50;
+          int wrong = 0, first = -1;
+          for (int i = 0; i < n; ++i) {
+            bool ok;
+            if (cb.is_float) {
+              float got;
+              std::memcpy(&got, &h[c * n + i], sizeof got);
+              ok = got == in_f[i] * static_cast<float>(cb.k) + static_cast<float>(add);
+            } else {
+              ok = h[c * n + i] == in_i[i] * cb.k + add;
+            }
+            if (!ok && wrong++ == 0) first = i;
+          }
+          if (wrong) {
+            fails.add("thread " + std::to_string(t) + " round " + std::to_string(r) + " " + cb.name + ": " +
+                      std::to_string(wrong) + " wrong elements, first at " + std::to_string(first));
+          }
+        }
+      }
+      cudaFree(d_in_i);
+      cudaFree(d_in_f);
+      cudaFree(d_out);
+      cudaStreamDestroy(s);
+    });
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   lf::set_logger(nullptr);
@@ -352,78 +360,68 @@ TEST_F(Stress, ColdCacheManyThreadsBuildExactlyOnePlanPerKey) {
 TEST_F(Stress, ChainedLaunchesOnPerThreadStreamsKeepStreamOrder) {
   constexpr int threads = 8, rounds = 3, steps = 24, n = 50'000;
   failures fails;
-  std::atomic<int> finished{0};
   {
-    watchdog guard("stream order", finished, threads, deadline_seconds());
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        struct done_marker {
-          std::atomic<int>& f;
-          ~done_marker() { ++f; }
-        } mark{finished};
-        STRESS_CUDA(cudaSetDevice(device_), fails);
-        cudaStream_t s = nullptr;
-        unsigned *d = nullptr, *snapshot = nullptr;
-        STRESS_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), fails);
-        STRESS_CUDA(cudaMalloc(&d, n * sizeof(unsigned)), fails);
-        STRESS_CUDA(cudaMalloc(&snapshot, n * sizeof(unsigned)), fails);
-        std::mt19937 rng(77 + t);
-        for (int r = 0; r < rounds; ++r) {
-          std::vector<unsigned> host(n), want(n), want_mid(n);
-          for (auto& v : host) v = rng();
-          want = host;
-          STRESS_CUDA(cudaMemcpyAsync(d, host.data(), n * sizeof(unsigned), cudaMemcpyHostToDevice, s), fails);
-          STRESS_CUDA(cudaMemsetAsync(snapshot, 0, n * sizeof(unsigned), s), fails);
-          const unsigned x = rng();
-          try {
-            // A slow first step: if a later launch did not wait for it, its xor would land in the wrong place.
-            lf::launch(slow_xor, lf::fixed(256).grid_stride(n).on(s), d, n, x, 2'000'000LL);
-            for (unsigned& v : want) v ^= x;
-            for (int step = 0; step < steps; ++step) {
-              if (step == steps / 2) {
-                if (cudaMemcpyAsync(snapshot, d, n * sizeof(unsigned), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
-                  fails.add("snapshot copy");
-                want_mid = want;
-              }
-              if (step % 3 == 2) {
-                const int rot = 1 + static_cast<int>(rng() % 31);
-                lf::launch(rotate_step, lf::bytes_in_flight(4).grid_stride(n).on(s), d, n, rot);
-                for (int i = 0; i < n; ++i) want[i] = ((want[i] << rot) | (want[i] >> (32 - rot))) ^ unsigned(i);
-              } else {
-                const unsigned mul = rng() | 1u, add = rng();
-                if (step % 3 == 0) {
-                  lf::launch(affine_step, lf::max_occupancy().items(n).on(s), d, n, mul, add);
-                } else {
-                  lf::launch(affine_step, lf::fixed(96).items(n).on(s), d, n, mul, add);
-                }
-                for (auto& v : want) v = v * mul + add;
-              }
+    run_threads("stream order", threads, [&](int t) {
+      STRESS_CUDA(cudaSetDevice(device_), fails);
+      cudaStream_t s = nullptr;
+      unsigned *d = nullptr, *snapshot = nullptr;
+      STRESS_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), fails);
+      STRESS_CUDA(cudaMalloc(&d, n * sizeof(unsigned)), fails);
+      STRESS_CUDA(cudaMalloc(&snapshot, n * sizeof(unsigned)), fails);
+      std::mt19937 rng(77 + t);
+      for (int r = 0; r < rounds; ++r) {
+        std::vector<unsigned> host(n), want(n), want_mid(n);
+        for (auto& v : host) v = rng();
+        want = host;
+        STRESS_CUDA(cudaMemcpyAsync(d, host.data(), n * sizeof(unsigned), cudaMemcpyHostToDevice, s), fails);
+        STRESS_CUDA(cudaMemsetAsync(snapshot, 0, n * sizeof(unsigned), s), fails);
+        const unsigned x = rng();
+        try {
+          // A slow first step: if a later launch did not wait for it, its xor would land in the wrong place.
+          lf::launch(slow_xor, lf::fixed(256).grid_stride(n).on(s), d, n, x, 2'000'000LL);
+          for (unsigned& v : want) v ^= x;
+          for (int step = 0; step < steps; ++step) {
+            if (step == steps / 2) {
+              if (cudaMemcpyAsync(snapshot, d, n * sizeof(unsigned), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+                fails.add("snapshot copy");
+              want_mid = want;
             }
-          } catch (const std::exception& e) {
-            fails.add("thread " + std::to_string(t) + ": " + e.what());
+            if (step % 3 == 2) {
+              const int rot = 1 + static_cast<int>(rng() % 31);
+              lf::launch(rotate_step, lf::bytes_in_flight(4).grid_stride(n).on(s), d, n, rot);
+              for (int i = 0; i < n; ++i) want[i] = ((want[i] << rot) | (want[i] >> (32 - rot))) ^ unsigned(i);
+            } else {
+              const unsigned mul = rng() | 1u, add = rng();
+              if (step % 3 == 0) {
+                lf::launch(affine_step, lf::max_occupancy().items(n).on(s), d, n, mul, add);
+              } else {
+                lf::launch(affine_step, lf::fixed(96).items(n).on(s), d, n, mul, add);
+              }
+              for (auto& v : want) v = v * mul + add;
+            }
           }
-          std::vector<unsigned> got(n), got_mid(n);
-          STRESS_CUDA(cudaMemcpyAsync(got.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s), fails);
-          STRESS_CUDA(cudaMemcpyAsync(got_mid.data(), snapshot, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s),
-                      fails);
-          STRESS_CUDA(cudaStreamSynchronize(s), fails);
-          int wrong = 0, wrong_mid = 0;
-          for (int i = 0; i < n; ++i) {
-            wrong += got[i] != want[i];
-            wrong_mid += got_mid[i] != want_mid[i];
-          }
-          if (wrong || wrong_mid) {
-            fails.add("thread " + std::to_string(t) + " round " + std::to_string(r) + ": " + std::to_string(wrong) +
-                      " wrong at the end, " + std::to_string(wrong_mid) + " wrong at the mid-chain snapshot");
-          }
+        } catch (const std::exception& e) {
+          fails.add("thread " + std::to_string(t) + ": " + e.what());
         }
-        cudaFree(d);
-        cudaFree(snapshot);
-        cudaStreamDestroy(s);
-      });
-    }
-    for (auto& th : pool) th.join();
+        std::vector<unsigned> got(n), got_mid(n);
+        STRESS_CUDA(cudaMemcpyAsync(got.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s), fails);
+        STRESS_CUDA(cudaMemcpyAsync(got_mid.data(), snapshot, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s),
+                    fails);
+        STRESS_CUDA(cudaStreamSynchronize(s), fails);
+        int wrong = 0, wrong_mid = 0;
+        for (int i = 0; i < n; ++i) {
+          wrong += got[i] != want[i];
+          wrong_mid += got_mid[i] != want_mid[i];
+        }
+        if (wrong || wrong_mid) {
+          fails.add("thread " + std::to_string(t) + " round " + std::to_string(r) + ": " + std::to_string(wrong) +
+                    " wrong at the end, " + std::to_string(wrong_mid) + " wrong at the mid-chain snapshot");
+        }
+      }
+      cudaFree(d);
+      cudaFree(snapshot);
+      cudaStreamDestroy(s);
+    });
   }
   fails.report();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
