@@ -34,15 +34,15 @@ namespace {
 
 __global__ void empty_kernel(int) {}
 
-// Distinct kernels for first launches that really are first: one set launched raw, one through launchfit.
+// Distinct kernels for first launches that really are first: one set launched raw, one through launchfit,
+// one resolved and launched through the driver step by step (where launchfit's first launch goes).
 template <int I>
 __global__ void fresh_kernel(int) {}
 constexpr int fresh_count = 32;
 using fresh_fn = void (*)(int);
-template <int... I>
-std::vector<fresh_fn> fresh_table(std::integer_sequence<int, I...>, int offset_tag) {
-  return offset_tag == 0 ? std::vector<fresh_fn>{&fresh_kernel<I>...}
-                         : std::vector<fresh_fn>{&fresh_kernel<I + fresh_count>...};
+template <int Offset, int... I>
+std::vector<fresh_fn> fresh_table(std::integer_sequence<int, I...>) {
+  return std::vector<fresh_fn>{&fresh_kernel<I + Offset>...};
 }
 
 // Counts launches (one increment per launch), to check that every path really launches.
@@ -336,10 +336,24 @@ int run(int argc, char** argv) {
 
   // First launches of kernels never launched before in this process (32 distinct template instances each):
   // both include the runtime's lazy loading of the kernel; the difference is launchfit's plan.
-  const std::vector<fresh_fn> fresh_raw = fresh_table(std::make_integer_sequence<int, fresh_count>{}, 0);
-  const std::vector<fresh_fn> fresh_lf = fresh_table(std::make_integer_sequence<int, fresh_count>{}, 1);
-  std::vector<double> first_raw, first_lf;
+  const auto seq = std::make_integer_sequence<int, fresh_count>{};
+  const std::vector<fresh_fn> fresh_raw = fresh_table<0>(seq);
+  const std::vector<fresh_fn> fresh_lf = fresh_table<fresh_count>(seq);
+  const std::vector<fresh_fn> fresh_steps = fresh_table<2 * fresh_count>(seq);
+  std::vector<double> first_raw, first_lf, first_resolve, first_cu_launch;
   for (int i = 0; i < fresh_count; ++i) {
+    // The driver path step by step: resolving a never-launched kernel (the runtime loads it here), then its
+    // first cuLaunchKernel.
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    auto t_resolve = clock_type::now();
+    const CUfunction f = function_of(reinterpret_cast<const void*>(fresh_steps[i]));
+    first_resolve.push_back(us_since(t_resolve));
+    int arg = 0;
+    void* args[] = {&arg};
+    t_resolve = clock_type::now();
+    check_cu(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
+    first_cu_launch.push_back(us_since(t_resolve));
+
     BENCH_CUDA(cudaStreamSynchronize(stream));
     auto t0 = clock_type::now();
     fresh_raw[i]<<<1, 256, 0, stream>>>(0);
@@ -357,6 +371,7 @@ int run(int argc, char** argv) {
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
   const double first_raw_us = bench::median(first_raw), first_lf_us = bench::median(first_lf);
+  const double first_resolve_us = bench::median(first_resolve), first_cu_launch_us = bench::median(first_cu_launch);
   logger->set_level(saved_level);
 
   const double total_s = bench::seconds_since(start);
@@ -386,7 +401,9 @@ int run(int argc, char** argv) {
          << ",\"median_us\":" << bench::json_number(parts[i].us) << "}";
     }
     js << "],\n\"fresh_first_launch_raw_us\":" << bench::json_number(first_raw_us)
-       << ",\n\"fresh_first_launch_launchfit_us\":" << bench::json_number(first_lf_us);
+       << ",\n\"fresh_first_launch_launchfit_us\":" << bench::json_number(first_lf_us)
+       << ",\n\"fresh_resolve_us\":" << bench::json_number(first_resolve_us)
+       << ",\n\"fresh_first_cuLaunchKernel_us\":" << bench::json_number(first_cu_launch_us);
     js << ",\n\"failures\":" << failures << ",\n\"total_s\":" << bench::json_number(total_s) << "\n}\n";
     bench::write_file(json_path, js.str());
     std::printf("\nwrote %s\n", json_path.c_str());
@@ -403,8 +420,11 @@ int run(int argc, char** argv) {
   std::printf("\n### First launch of a kernel never launched before (median of %d distinct kernels)\n\n"
               "| launch | us |\n|---|---:|\n| <<<1, 256>>> (includes lazy loading) | %.2f |\n"
               "| launchfit max_occupancy().items(256) (includes lazy loading) | %.2f |\n"
-              "| difference: launchfit's first-launch cost | %.2f |\n",
-              fresh_count, first_raw_us, first_lf_us, first_lf_us - first_raw_us);
+              "| difference: launchfit's first-launch cost | %.2f |\n"
+              "| parts of the driver path: `cudaGetFuncBySymbol` of a never-launched kernel (loads it) | %.2f |\n"
+              "| then its first `cuLaunchKernel` <<<1, 256>>> | %.2f |\n",
+              fresh_count, first_raw_us, first_lf_us, first_lf_us - first_raw_us, first_resolve_us,
+              first_cu_launch_us);
   std::printf("\nfirst launchfit launch in the process (one sample, includes loading the driver entry points and "
               "the device query): %.1f us\n",
               first_us);
