@@ -69,18 +69,19 @@ double us_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
 }
 
-// Host microseconds per launch for each of `batches` batches of `batch` launches (after one warm-up batch);
-// the stream is drained between batches, outside the timed region.
+// Host microseconds per launch for each of `batches` batches of `batch` launches, after a warm-up of up to
+// 100 launches; the stream is drained between batches, outside the timed region.
 template <class F>
 std::vector<double> host_us_per_launch(F&& launch, int batch, int batches, cudaStream_t s) {
   std::vector<double> per;
   for (int b = -1; b < batches; ++b) {
+    const int count = b < 0 ? std::min(batch, 100) : batch;
     const auto t0 = clock_type::now();
-    for (int i = 0; i < batch; ++i) launch();
+    for (int i = 0; i < count; ++i) launch();
     const double us = us_since(t0);
     BENCH_CUDA(cudaGetLastError());
     BENCH_CUDA(cudaStreamSynchronize(s));
-    if (b >= 0) per.push_back(us / batch);
+    if (b >= 0) per.push_back(us / count);
   }
   return per;
 }
@@ -206,13 +207,16 @@ int run(int argc, char** argv) {
     }
   };
 
-  // Two rounds over all variants, so drift (clocks, other tenants) spreads over every one of them; the
-  // median is over every batch of both rounds.
+  // Interleaved: each round times one long batch and a few short ones of every variant, starting at a
+  // different variant each round, so drift (clocks, other tenants) and order spread over all of them; the
+  // median is over every batch of every round.
   std::vector<std::vector<double>> long_runs(variants.size()), short_runs(variants.size());
-  for (int round = 0; round < 2; ++round) {
-    for (std::size_t v = 0; v < variants.size(); ++v) {
-      for (double x : measure(static_cast<int>(v), long_batch, std::max(1, batches / 2))) long_runs[v].push_back(x);
-      for (double x : measure(static_cast<int>(v), short_batch, short_batches / 2)) short_runs[v].push_back(x);
+  const int shorts_per_round = std::max(1, short_batches / batches);
+  for (int round = 0; round < batches; ++round) {
+    for (std::size_t k = 0; k < variants.size(); ++k) {
+      const std::size_t v = (k + static_cast<std::size_t>(round)) % variants.size();
+      for (double x : measure(static_cast<int>(v), long_batch, 1)) long_runs[v].push_back(x);
+      for (double x : measure(static_cast<int>(v), short_batch, shorts_per_round)) short_runs[v].push_back(x);
     }
   }
   for (std::size_t v = 0; v < variants.size(); ++v) {
