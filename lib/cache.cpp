@@ -128,8 +128,9 @@ std::vector<cached_plan> plan_cache::plans() const {
   for (const auto& [key, sl] : s.slots) {
     if (!sl->ready.load(std::memory_order_acquire)) continue;
     const detail::plan_entry& e = *sl->entry;
-    out.push_back(cached_plan{key, detail::display_name(e.kernel), e.device_name + " #" + std::to_string(e.device_ordinal),
-                              e.device_uuid, e.plan});
+    out.push_back(cached_plan{key, detail::display_name(e.kernel),
+                              e.device_name + " #" + std::to_string(e.device_ordinal), e.device_uuid,
+                              e.plan});
   }
   return out;
 }

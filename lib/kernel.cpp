@@ -40,7 +40,9 @@ kernel_resources query_resources(CUfunction f, bool demangle_name) {
   return k;
 }
 
-std::string display_name(const kernel_resources& k) { return k.demangled.empty() ? demangle(k.name) : k.demangled; }
+std::string display_name(const kernel_resources& k) {
+  return k.demangled.empty() ? demangle(k.name) : k.demangled;
+}
 
 }  // namespace detail
 

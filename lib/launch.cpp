@@ -124,7 +124,8 @@ void raise_smem_limit(CUfunction f, kernel_resources& k, const plan& p) {
   if (p.dynamic_smem_bytes <= k.max_dynamic_smem_bytes) return;
   const CUresult st = driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                   static_cast<int>(p.dynamic_smem_bytes));
-  if (st != CUDA_SUCCESS) check(st, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(k), p.to_string());
+  if (st != CUDA_SUCCESS)
+    check(st, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(k), p.to_string());
   k.max_dynamic_smem_bytes = p.dynamic_smem_bytes;
 }
 
@@ -410,8 +411,8 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
     try {
       validate_plan(q, *stored);
     } catch (const error& bad) {
-      logger()->warn("plan cache file entry for {} ignored ({}: {}); computing a new plan", display_name(e.kernel),
-                     bad.call(), bad.message());
+      logger()->warn("plan cache file entry for {} ignored ({}: {}); computing a new plan",
+                     display_name(e.kernel), bad.call(), bad.message());
       stored.reset();
     }
   }

@@ -198,8 +198,8 @@ candidate_block_order::candidate_block_order(int block_limit, int warp_size, int
     : limit_(std::max(block_limit, 0)), granularity_(warp_size > 0 ? warp_size : 32), prefer_(prefer_block) {
   if (limit_ == 0) return;
   top_multiple_ = (limit_ - 1) / granularity_ * granularity_;  // largest multiple below the limit
-  count_ = top_multiple_ / granularity_ + 1;                   // sizes 1..count (index count: the limit itself)
-  if (prefer_ <= 0) {  // from the largest down: the limit, then the multiples below it
+  count_ = top_multiple_ / granularity_ + 1;  // sizes 1..count (index count: the limit itself)
+  if (prefer_ <= 0) {                         // from the largest down: the limit, then the multiples below it
     hi_ = count_;
     return;
   }

@@ -1,13 +1,13 @@
 // Built-in policies, plan validation and the grid arithmetic. Pure logic: the occupancy oracle in the query
 // is the driver on a GPU and the offline calculator in tests.
 
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
-
-#include <spdlog/fmt/fmt.h>
 
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
@@ -307,8 +307,9 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   if (best_threads != 0) {
     p.block = dims{static_cast<unsigned>(best_threads), 1, 1};
     p.blocks_per_sm = best_bps;
-    p.reason = fmt::format("{} warps/SM x {} x {} B = {} in flight per SM reaches the {} target", best_warps, warp,
-                           params_.per_thread, kb(static_cast<std::size_t>(best_warps) * per_warp), kb(target));
+    p.reason =
+        fmt::format("{} warps/SM x {} x {} B = {} in flight per SM reaches the {} target", best_warps, warp,
+                    params_.per_thread, kb(static_cast<std::size_t>(best_warps) * per_warp), kb(target));
     return p;
   }
   // Unreachable even at full occupancy: run at max occupancy and say what to change.

@@ -69,7 +69,7 @@ struct policy_override {
 // Parses a whole LAUNCHFIT_POLICY-style spec; throws syntax_error with positions in `spec`.
 std::vector<policy_override> parse_policy_overrides(std::string_view spec);
 
-// Whether any override is in force (LAUNCHFIT_POLICY read on first use; a bad one throws, as every lookup does).
+// Whether any override is in force (LAUNCHFIT_POLICY is read on first use; a bad one throws here too).
 bool policy_overrides_configured();
 
 // fixed, max_occupancy, bytes_in_flight and cooperative: policies that read the kernel's name only to

@@ -285,9 +285,10 @@ TEST_F(Autotune, FindsTheKnownOptimumOfAWholeWaveKernel) {
   expect_distinct(timer.timed());
 }
 
-// The shape of a copy of 2^26 floats on an H200: a plateau from 48 to 64 resident warps per SM, a dip 4% below
-// it at 40-46 warps, slower again below. Full, 3/4 and 1/2 residency (64, 48, 32 warps) all miss the dip, and
-// refinement from the plateau's plans never leaves it: the coarse pass must land inside the dip itself.
+// The shape of a copy of 2^26 floats on an H200: a plateau from 48 to 64 resident warps per SM, a dip 4%
+// below it at 40-46 warps, slower again below. Full, 3/4 and 1/2 residency (64, 48, 32 warps) all miss the
+// dip, and refinement from the plateau's plans never leaves it: the coarse pass must land inside the dip
+// itself.
 TEST_F(Autotune, FindsADipBelowAPlateauOfFullOccupancy) {
   lf::query q = h200_query(grid_stride_64m);
   fake_timer timer([](int block, int bps) {

@@ -318,7 +318,7 @@ class search {
   static constexpr double untimed = -2;  // timed_[b][l] before its trial; -1 after a failed one
 
   // Every residency from 1 to `active` blocks per SM: the coarse pass picks full, 3/4, 5/8, ... of it and
-  // the refinement walks one block per SM at a time (on an H200 a copy kernel peaked at 11 of 16 blocks of 128).
+  // the refinement walks one block per SM at a time (an H200 copy kernel peaked at 11 of 16 blocks of 128).
   static std::vector<int> residency_levels(int active) {
     std::vector<int> v;
     for (int level = 1; level <= active; ++level) v.push_back(level);
@@ -368,8 +368,8 @@ class search {
 
   // The coarse pass, most informative first so a small budget still times the plans that matter: every
   // coarse block at full residency (the max-occupancy block first, then 256, 128, 512, 64, 1024), then
-  // 3/4, 5/8, 7/8, 1/2, 3/8, 1/4, 1/8, ... residency, skipping a plan whose resident warps an earlier coarse plan
-  // already has.
+  // 3/4, 5/8, 7/8, 1/2, 3/8, 1/4, 1/8, ... residency, skipping a plan whose resident warps an earlier coarse
+  // plan already has.
   std::vector<std::pair<int, int>> coarse_plan() const {
     std::vector<int> full_order = {max_occupancy_index()};
     std::vector<int> part_order;
@@ -400,10 +400,10 @@ class search {
       out.emplace_back(bi, li);
     };
     for (int bi : full_order) add(bi, static_cast<int>(blocks_[bi].levels.size()) - 1, true);
-    // Then fractions of full residency: eighths from 3/4 down to 1/4, then halving. Memory-bound kernels often
-    // peak between 5/8 and 7/8 of full occupancy, sometimes in a narrow dip (on an H200 a copy ran fastest at
-    // 40-46 warps/SM and 3-4% slower at every level from 48 to 64): octaves alone can miss it, and refinement
-    // only walks from the fastest plans the coarse pass found.
+    // Then fractions of full residency: eighths from 3/4 down to 1/4, then halving. Memory-bound kernels
+    // often peak between 5/8 and 7/8 of full occupancy, sometimes in a narrow dip (on an H200 a copy ran
+    // fastest at 40-46 warps/SM and 3-4% slower at every level from 48 to 64): octaves alone can miss it, and
+    // refinement only walks from the fastest plans the coarse pass found.
     std::vector<std::pair<int, int>> fractions = {{3, 4}, {5, 8}, {7, 8}, {1, 2}, {3, 8}, {1, 4}};
     for (int den = 8; den < (1 << 30); den *= 2) fractions.emplace_back(1, den);
     for (const auto& [num, den] : fractions) {
@@ -411,7 +411,8 @@ class search {
       for (int bi : lower_order) {
         const block_option& b = blocks_[bi];
         if (b.levels.size() < 2) continue;  // items work, or a single residency level
-        const long long target_blocks = 1LL * blocks_at(bi, static_cast<int>(b.levels.size()) - 1) * num / den;
+        const long long target_blocks =
+            1LL * blocks_at(bi, static_cast<int>(b.levels.size()) - 1) * num / den;
         if (target_blocks < 1) continue;
         any = true;
         add(bi, closest_level(bi, target_blocks * b.threads), false);
