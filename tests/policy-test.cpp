@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdint>
+#include <limits>
 #include <random>
+#include <string>
 
 #include "launchfit/error.hpp"
 #include "launchfit/occupancy.hpp"
@@ -273,6 +277,28 @@ TEST(PolicyParams, PfrPrintsHashesAndParses) {
   EXPECT_EQ(fp.grid, 7);
   EXPECT_THROW(lf::params_assign(fp, {{"blok", "1"}}), std::invalid_argument);
   EXPECT_THROW(lf::params_assign(fp, {{"block", "12x"}}), std::invalid_argument);
+}
+
+// Every field kind PFR prints: integers of every width and sign at their extremes, bool, floating point
+// (round-trips), strings.
+namespace {
+struct mixed_params {
+  std::int64_t smallest = std::numeric_limits<std::int64_t>::min();
+  std::uint64_t largest = std::numeric_limits<std::uint64_t>::max();
+  int negative = -7;
+  short zero = 0;
+  bool flag = true;
+  double ratio = 0.1;
+  std::string label = "x";
+  static constexpr std::array<const char*, 7> names = {"smallest", "largest", "negative", "zero",
+                                                       "flag",     "ratio",   "label"};
+};
+}  // namespace
+
+TEST(PolicyParams, EveryFieldKindPrints) {
+  EXPECT_EQ(lf::params_to_string(mixed_params{}),
+            "smallest=-9223372036854775808,largest=18446744073709551615,negative=-7,zero=0,flag=true,"
+            "ratio=0.10000000000000001,label=x");
 }
 
 TEST(ReferencePolicy, AlwaysOneHundredTwentyEightThreads) {
