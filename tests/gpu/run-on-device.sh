@@ -79,6 +79,10 @@ if want bench; then
     "$bb/launch-overhead" --json "$logs/launch-overhead.json" >"$logs/bench-launch-overhead.log" 2>&1
     row "bench launch-overhead" "$(status $?)" "$(tail -1 "$logs/bench-launch-overhead.log" | cut -c1-110)"
   fi
+  if [[ -x $bb/block-placement ]]; then
+    "$bb/block-placement" --json "$logs/block-placement.json" >"$logs/bench-block-placement.log" 2>&1
+    row "bench block-placement" "$(status $?)" "$(tail -1 "$logs/bench-block-placement.log" | cut -c1-110)"
+  fi
   if [[ -x $bb/plan-lookup-bench ]]; then
     "$bb/plan-lookup-bench" --benchmark_format=json >"$logs/bench-plan-lookup.json" 2>"$logs/bench-plan-lookup.err"
     row "bench plan-lookup" "$(status $?)" ""
