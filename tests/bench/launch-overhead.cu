@@ -1,4 +1,4 @@
-// launch-overhead: host time per launch of an empty kernel through <<<>>>, cuLaunchKernel and
+// launch-overhead: host time per launch of an empty kernel through <<<>>>, cuLaunchKernel, cuLaunchKernelEx and
 // launchfit::launch on a warm plan cache (runtime kernel with items(n), runtime kernel with fixed(256, 1),
 // driver kernel from the same CUfunction), and the cost of a launch that misses the plan cache.
 //
@@ -165,6 +165,11 @@ int run(int argc, char** argv) {
 
   int arg = 0;
   void* params[] = {&arg};
+  CUlaunchConfig plain_config{};  // <<<1, 256>>> on the stream, no attributes
+  plain_config.gridDimX = plain_config.gridDimY = plain_config.gridDimZ = 1;
+  plain_config.blockDimX = 256;
+  plain_config.blockDimY = plain_config.blockDimZ = 1;
+  plain_config.hStream = stream;
   std::vector<variant> variants = {
       {"<<<>>>", items_dims, -1},
       {"cuLaunchKernel", items_dims, -1},
@@ -173,6 +178,7 @@ int run(int argc, char** argv) {
       {"cuLaunchKernel", fixed_dims, -1},
       {"launchfit fixed(256, 1)", fixed_dims, 3},
       {"launchfit driver kernel fixed(256, 1)", fixed_dims, 4},
+      {"cuLaunchKernelEx (no attributes)", fixed_dims, -1},
   };
   // Each variant is timed in a plain loop (no type-erased call in the timed loop).
   auto measure = [&](int v, int batch, int nb) -> std::vector<double> {
@@ -201,9 +207,13 @@ int run(int argc, char** argv) {
       case 5:
         return host_us_per_launch([&] { lf::launch(&empty_kernel, lf::fixed(256, 1).on(stream), 0); }, batch, nb,
                                   stream);
-      default:
+      case 6:
         return host_us_per_launch([&] { lf::launch(empty_driver, lf::fixed(256, 1).on(stream), 0); }, batch, nb,
                                   stream);
+      default:
+        return host_us_per_launch(
+            [&] { check_cu(cuLaunchKernelEx(&plain_config, empty_fn, params, nullptr), "cuLaunchKernelEx"); },
+            batch, nb, stream);
     }
   };
 
@@ -236,8 +246,11 @@ int run(int argc, char** argv) {
     void* cparams[] = {&cptr};
     const int reps = 1000;
     const char* names[] = {"<<<>>>", "cuLaunchKernel", "launchfit items(n)", "launchfit fixed(256, 1)",
-                           "launchfit driver kernel"};
-    for (int path = 0; path < 5; ++path) {
+                           "launchfit driver kernel", "cuLaunchKernelEx"};
+    CUlaunchConfig count_config = plain_config;
+    count_config.gridDimX = items_grid;
+    count_config.blockDimX = items_block;
+    for (int path = 0; path < 6; ++path) {
       BENCH_CUDA(cudaMemsetAsync(counter.get(), 0, sizeof(unsigned long long), stream));
       for (int i = 0; i < reps; ++i) {
         switch (path) {
@@ -254,8 +267,11 @@ int run(int argc, char** argv) {
           case 3:
             lf::launch(&count_launch, lf::fixed(256, 1).on(stream), cptr);
             break;
-          default:
+          case 4:
             lf::launch(count_driver, lf::fixed(256, 1).on(stream), cptr);
+            break;
+          default:
+            check_cu(cuLaunchKernelEx(&count_config, count_fn, cparams, nullptr), "cuLaunchKernelEx");
         }
       }
       BENCH_CUDA(cudaGetLastError());
