@@ -15,7 +15,7 @@ namespace launchfit::detail {
   X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)       \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)                  \
   X(cuKernelGetFunction) X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                     \
-  X(cuOccupancyMaxPotentialBlockSize) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuLibraryLoadData)    \
+  X(cuOccupancyMaxPotentialBlockSize) X(cuLaunchKernelEx) X(cuLibraryLoadData)                       \
   X(cuLibraryLoadFromFile) X(cuLibraryGetKernel) X(cuLibraryUnload) X(cuEventCreate)                 \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)                      \
   X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuCtxGetDevResource) X(cuStreamIsCapturing)           \

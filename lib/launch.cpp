@@ -1,5 +1,5 @@
 // The launch path. Hit: cuCtxGetCurrent, a thread-local plan lookup, integer grid arithmetic and
-// cuLaunchKernel (cuLaunchKernelEx for cooperative and cluster launches). Miss: resolve the kernel, query device and kernel, pick the policy (LAUNCHFIT_POLICY
+// cuLaunchKernelEx. Miss: resolve the kernel, query device and kernel, pick the policy (LAUNCHFIT_POLICY
 // override, cache file, or the spec's), validate, log once, cache.
 
 #include <algorithm>
@@ -55,10 +55,10 @@ bool is_sticky_name(const std::string& name) {
                      [&](CUresult r) { return name == error_name(r); });
 }
 
-[[noreturn]] void throw_launch_error(const char* call, CUresult r, const plan_entry& e, dims grid) {
+[[noreturn]] void throw_launch_error(CUresult r, const plan_entry& e, dims grid) {
   std::string message = error_string(r);
   if (is_sticky(r)) message += sticky_note();
-  throw error(call, error_name(r), message, display_name(e.kernel),
+  throw error("cuLaunchKernelEx", error_name(r), message, display_name(e.kernel),
               "launch grid " + grid.to_string() + ", " + e.plan.to_string());
 }
 
@@ -127,22 +127,6 @@ void raise_smem_limit(CUfunction f, kernel_resources& k, const plan& p) {
   if (st != CUDA_SUCCESS)
     check(st, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(k), p.to_string());
   k.max_dynamic_smem_bytes = p.dynamic_smem_bytes;
-}
-
-// A launch without attributes (not cooperative, no cluster) goes through cuLaunchKernel, the others through
-// cuLaunchKernelEx: the same launch either way (the launch-overhead benchmark times both entry points raw).
-bool plain_launch(const CUlaunchConfig& cfg) { return cfg.numAttrs == 0 && driver().cuLaunchKernel; }
-const char* launch_call(const CUlaunchConfig& cfg) {
-  return plain_launch(cfg) ? "cuLaunchKernel" : "cuLaunchKernelEx";
-}
-
-CUresult launch_kernel(const CUlaunchConfig& cfg, CUfunction f, void** args) {
-  const driver_api& d = driver();
-  if (plain_launch(cfg)) {
-    return d.cuLaunchKernel(f, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY,
-                            cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, args, nullptr);
-  }
-  return d.cuLaunchKernelEx(&cfg, f, args, nullptr);
 }
 
 std::string smem_rule_text(const launch_request& r) {
@@ -297,8 +281,7 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     if (gated && gate.hold(r.stream)) open.g = &gate;
     check(d.cuEventRecord(start.e, r.stream), "cuEventRecord");
     for (int i = 0; i < launches; ++i)
-      check(launch_kernel(cfg, f, r.args),
-            plain_launch(cfg) ? "cuLaunchKernel(tuning trial)" : "cuLaunchKernelEx(tuning trial)");
+      check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
     check(d.cuEventRecord(stop.e, r.stream), "cuEventRecord");
     if (open.g) {
       open.g->open();
@@ -519,8 +502,8 @@ void launch(const launch_request& r) {
   if (lf_logger.should_log(spdlog::level::trace)) {
     lf_logger.trace("launch {} grid={} {}", display_name(e.kernel), grid.to_string(), e.plan.to_string());
   }
-  const CUresult st = launch_kernel(cfg, e.function, r.args);
-  if (st != CUDA_SUCCESS) throw_launch_error(launch_call(cfg), st, e, grid);
+  const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
+  if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
   last_launched.store(&e, std::memory_order_relaxed);
 }
 
