@@ -44,6 +44,11 @@ std::string display_name(const kernel_resources& k) {
   return k.demangled.empty() ? demangle(k.name) : k.demangled;
 }
 
+const std::string& name_kernel(kernel_resources& k) {
+  if (k.demangled.empty()) k.demangled = demangle(k.name);
+  return k.demangled;
+}
+
 }  // namespace detail
 
 std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f) {

@@ -182,12 +182,7 @@ class stream_gate {
       watchdog_.join();
     }
     if (!word_) return;
-    // A wait still queued (a sample that threw before its stop event was synchronised) must see the word
-    // before it is freed.
-    if (pending_) {
-      release();
-      driver().cuStreamSynchronize(pending_stream_);
-    }
+    drain();  // a wait still queued must see the word before it is freed
     driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
   }
   stream_gate(const stream_gate&) = delete;
@@ -196,11 +191,7 @@ class stream_gate {
   // Queues the wait; false (nothing queued) when the gate is off or the driver refuses.
   bool hold(CUstream s) {
     if (!word_) return false;
-    if (pending_) {  // an earlier sample threw before its stop event: let that wait pass before re-arming
-      release();
-      driver().cuStreamSynchronize(pending_stream_);
-      pending_ = false;
-    }
+    drain();  // before re-arming
     store(0);
     if (driver().cuStreamWaitValue32(s, device_word_, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) {
       pending_ = true;
@@ -235,6 +226,15 @@ class stream_gate {
   void settled() noexcept { pending_ = false; }
 
  private:
+  // A wait still queued by a sample that threw before its stop event was synchronised: open the gate and let
+  // the stream pass it.
+  void drain() {
+    if (!pending_) return;
+    release();
+    driver().cuStreamSynchronize(pending_stream_);
+    pending_ = false;
+  }
+
   // The host thread and the watchdog may both open the gate: the word is written atomically (a plain
   // sequentially consistent store, which the GPU sees in host memory).
   void store(std::uint32_t v) { __atomic_store_n(const_cast<std::uint32_t*>(word_), v, __ATOMIC_SEQ_CST); }
@@ -334,13 +334,9 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   const bool logs_plan = l.should_log(spdlog::level::info);
   std::string override_glob;
   std::shared_ptr<const policy> overridden;
-  if (policy_overrides_configured()) {
-    e.kernel.demangled = demangle(e.kernel.name);
-    overridden = policy_override_for(e.kernel.demangled, &override_glob);
-  }
+  if (policy_overrides_configured()) overridden = policy_override_for(name_kernel(e.kernel), &override_glob);
   const policy& chosen = overridden ? *overridden : *r.policy;
-  if (e.kernel.demangled.empty() && (logs_plan || !is_builtin_policy(chosen)))
-    e.kernel.demangled = demangle(e.kernel.name);
+  if (logs_plan || !is_builtin_policy(chosen)) name_kernel(e.kernel);
 
   query q;
   q.device = dev;
@@ -434,7 +430,7 @@ plan_entry build_entry(const launch_request& r, CUcontext ctx, const plan_key& k
   // The report copies the plan and kernel: only when something will be logged (info, or a warning).
   const bool warns = !e.plan.warning.empty() || e.kernel.local_bytes_per_thread > 0;
   if (logs_plan || (warns && l.should_log(spdlog::level::warn))) {
-    if (e.kernel.demangled.empty()) e.kernel.demangled = demangle(e.kernel.name);
+    name_kernel(e.kernel);
     log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, override_glob});
   }
   return e;

@@ -41,6 +41,8 @@ std::uint64_t hash_key(const plan_key& k) noexcept;
 kernel_resources query_resources(CUfunction f, bool demangle_name);
 // The kernel's readable name: `demangled`, or the name demangled now where the miss skipped it.
 std::string display_name(const kernel_resources& k);
+// Fills `demangled` where the miss skipped it, once; returns it.
+const std::string& name_kernel(kernel_resources& k);
 
 // Returns the entry for key, calling build exactly once per key across threads (build may throw; then
 // the next caller retries). The returned reference stays valid until process exit.

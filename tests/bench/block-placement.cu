@@ -56,10 +56,8 @@ int run(int argc, char** argv) {
 
   bench::device_buffer<float> in(n), out(n);
   in.upload(bench::random_vector<float>(n, 7, bench::uniform_pm1));
-  // %smid can exceed the SM count (it numbers physical slots): room for every value it may take.
-  int max_smid = sms;
-  BENCH_CUDA(cudaDeviceGetAttribute(&max_smid, cudaDevAttrMultiProcessorCount, dev.ordinal));
-  const int slots = 4 * max_smid;
+  // %smid can exceed the SM count (it numbers physical slots, below %nsmid): room for every value it may take.
+  const int slots = 4 * sms;
   bench::device_buffer<unsigned> per_sm(static_cast<std::size_t>(slots));
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
