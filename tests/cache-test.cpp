@@ -112,3 +112,27 @@ TEST(PlanCache, SnapshotClearAndForget) {
   EXPECT_EQ(lf::cache().size(), 0u);
   EXPECT_EQ(lf::detail::find(key_of(1, 0)), nullptr);  // the thread-local front is invalidated too
 }
+
+// A miss that logs nothing leaves the name mangled; the cache's listing still shows it readable, and
+// naming it later fills it once.
+TEST(PlanCache, APlanBuiltWithoutDemanglingIsListedByItsReadableName) {
+  lf::cache().clear();
+  lf::detail::find_or_build(key_of(7, 0), [] {
+    lf::detail::plan_entry out;
+    out.kernel.name = "_Z5saxpyfPKfPfi";  // demangled left empty, as a quiet miss leaves it
+    return out;
+  });
+  const auto snap = lf::cache().plans();
+  ASSERT_EQ(snap.size(), 1u);
+  EXPECT_EQ(snap[0].kernel, "saxpy(float, float const*, float*, int)");
+
+  lf::kernel_resources k;
+  k.name = "_Z5saxpyfPKfPfi";
+  EXPECT_EQ(lf::detail::display_name(k), "saxpy(float, float const*, float*, int)");
+  EXPECT_TRUE(k.demangled.empty());  // display_name does not change the entry
+  EXPECT_EQ(lf::detail::name_kernel(k), "saxpy(float, float const*, float*, int)");
+  EXPECT_EQ(k.demangled, "saxpy(float, float const*, float*, int)");
+  k.name = "extern_c_kernel";  // already named: name_kernel keeps what is there
+  EXPECT_EQ(lf::detail::name_kernel(k), "saxpy(float, float const*, float*, int)");
+  lf::cache().clear();
+}
