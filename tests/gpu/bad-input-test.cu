@@ -254,7 +254,11 @@ TEST_F(BadLaunch, RefusalsNameTheKernelWhenNothingIsLogged) {
         error_of([&] { lf::launch(write_index, lf::max_occupancy(-1).items(n), sentinel_, n); });
     const lf::error per_thread =
         error_of([&] { lf::launch(write_index, lf::bytes_in_flight(0).items(n), sentinel_, n); });
-    for (const lf::error* e : {&block, &negative, &per_thread}) {
+    // A plan made quietly, refused at launch: the name is made when the error is.
+    const lf::error grid =
+        error_of([&] { lf::launch(write_index, lf::fixed(32).items(std::uint64_t(1) << 40), sentinel_, n); });
+    EXPECT_TRUE(has(grid.message(), "above the grid limit")) << grid.what();
+    for (const lf::error* e : {&block, &negative, &per_thread, &grid}) {
       EXPECT_TRUE(has(e->kernel(), "write_index(int*, int)")) << e->what();
       EXPECT_TRUE(has(e->what(), "write_index(int*, int)")) << e->what();
     }
