@@ -22,6 +22,7 @@
 #include "launchfit/kernel.hpp"
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
+#include "launchfit/detail/launch_request.hpp"
 
 namespace launchfit {
 
@@ -84,6 +85,13 @@ class spec {
     cluster_ = c;
     return *this;
   }
+  // The kernel needs a cooperative launch (it calls grid.sync()): whatever policy decides, the launch stays
+  // cooperative and its grid is checked for co-residency, or it is refused. cooperative() implies it.
+  spec&& cooperative() && { return std::move(cooperative()); }
+  spec& cooperative() & {
+    cooperative_ = true;
+    return *this;
+  }
   // The kernel may be run several times, back to back, on the same arguments: lets a tuning policy time
   // candidate plans on the real arguments. With reset(f) as well: re-running is memory-safe but changes the
   // data (e.g. it accumulates); trials then run back to back after f, and f restores the data at the end.
@@ -114,6 +122,7 @@ class spec {
   const smem_per_block_fn* smem_fn() const noexcept { return smem_fn_.get(); }
   std::uint64_t smem_rule() const noexcept { return smem_rule_; }
   dims cluster_dims() const noexcept { return cluster_; }
+  bool requires_cooperative() const noexcept { return cooperative_; }
   bool is_rerunnable() const noexcept { return rerunnable_ || reset_; }
   bool runs_back_to_back() const noexcept { return rerunnable_; }
   const std::function<void()>* reset_fn() const noexcept { return reset_.get(); }
@@ -126,6 +135,7 @@ class spec {
   std::shared_ptr<smem_per_block_fn> smem_fn_;
   std::uint64_t smem_rule_ = 0;
   dims cluster_{};
+  bool cooperative_ = std::is_same_v<Policy, cooperative_policy>;
   bool rerunnable_ = false;
   std::shared_ptr<std::function<void()>> reset_;
 };
@@ -162,8 +172,6 @@ inline spec<std::shared_ptr<const policy>> use(std::string_view policy_string) {
 
 namespace detail {
 
-using resolve_fn = CUfunction (*)(const void* stub);
-
 // A runtime-API __global__ function's CUfunction in the current context, resolved through the caller's
 // CUDA runtime (so the kernel registered by the caller's module is found). Called on cache misses only.
 inline CUfunction resolve_runtime_kernel(const void* stub) {
@@ -175,34 +183,6 @@ inline CUfunction resolve_runtime_kernel(const void* stub) {
   }
   return reinterpret_cast<CUfunction>(f);
 }
-
-struct launch_request {
-  std::uintptr_t kernel_id = 0;
-  const void* stub = nullptr;       // runtime kernels
-  resolve_fn resolve = nullptr;     // runtime kernels
-  const launchfit::kernel* driver_kernel = nullptr;
-  const launchfit::policy* policy = nullptr;
-  std::uint64_t policy_hash = 0;
-  std::uint64_t bucket = 0;
-  std::size_t smem_bytes = 0;
-  const smem_per_block_fn* smem_fn = nullptr;
-  std::uint64_t smem_rule = 0;
-  work shape{};
-  CUstream stream = nullptr;
-  dims cluster{};
-  void** args = nullptr;
-  const std::size_t* arg_sizes = nullptr;
-  std::size_t arg_count = 0;
-  bool rerunnable = false;
-  bool back_to_back = false;  // rerunnable() was given: trials may repeat the launch between resets
-  const std::function<void()>* reset = nullptr;
-  bool has_arguments = false;  // set by launch(): plan_for() has none, so it never offers tuning trials
-};
-
-// The cached plan for this request (computing, validating and logging it on a miss).
-const plan& plan_for(const launch_request& r);
-// Plan lookup + grid arithmetic + cuLaunchKernelEx.
-void launch(const launch_request& r);
 
 template <class Policy>
 launch_request make_request(const spec<Policy>& s) {
@@ -217,6 +197,7 @@ launch_request make_request(const spec<Policy>& s) {
   r.shape = s.work_shape();
   r.stream = s.stream();
   r.cluster = s.cluster_dims();
+  r.cooperative = s.requires_cooperative();
   r.rerunnable = s.is_rerunnable();
   r.back_to_back = s.runs_back_to_back();
   r.reset = s.reset_fn();
