@@ -6,6 +6,46 @@
 
 namespace lf = launchfit;
 
+// A setter on a temporary returns a spec by value: a reference to the temporary would dangle as soon as
+// the full expression ends (`const auto& s = lf::fixed(256).items(n);`).
+namespace {
+using fixed_spec = lf::spec<lf::fixed_policy>;
+template <class T>
+constexpr bool is_value_v = std::is_same_v<T, fixed_spec>;
+std::size_t no_smem(int) { return 0; }
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().items(1))>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().per_thread(1))>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().grid_stride(1))>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().on(nullptr))>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().smem(1))>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().smem_per_block(&no_smem))>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().cluster(lf::dims{}))>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().cooperative())>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().rerunnable())>);
+static_assert(is_value_v<decltype(std::declval<fixed_spec>().reset(std::function<void()>()))>);
+// On a named spec the setters still change it in place.
+static_assert(std::is_same_v<decltype(std::declval<fixed_spec&>().items(1)), fixed_spec&>);
+}  // namespace
+
+TEST(Spec, AChainOnATemporaryBoundToAReferenceStaysAlive) {
+  std::uint64_t n = 12345;
+  auto* stream = reinterpret_cast<CUstream>(0x10);
+  const auto& s = lf::fixed(256).items(n).on(stream).smem_per_block([](int b) { return std::size_t(b) * 2; });
+  // Under AddressSanitizer (tests/sanitize.sh) a dangling spec is a stack-use-after-scope here.
+  EXPECT_EQ(s.work_shape().n, n);
+  EXPECT_EQ(s.work_shape().kind, lf::work::shape::items);
+  EXPECT_EQ(s.stream(), stream);
+  EXPECT_EQ((*s.smem_fn())(128), 256u);
+  EXPECT_EQ(s.get_policy().to_string(), "fixed(block=256,grid=0)");
+  const auto request = lf::detail::make_request(s);
+  EXPECT_EQ(request.shape.n, n);
+
+  auto named = lf::fixed(128);
+  named.items(7).per_thread(2);  // lvalue setters change the named spec
+  EXPECT_EQ(named.work_shape().n, 7u);
+  EXPECT_EQ(named.work_shape().per_thread, 2u);
+}
+
 TEST(Spec, ChainsWorkShapeStreamAndSmem) {
   auto s = lf::max_occupancy().items(1000).per_thread(4).smem(4096);
   EXPECT_EQ(s.work_shape().kind, lf::work::shape::items);

@@ -27,39 +27,41 @@
 namespace launchfit {
 
 // A policy plus everything about one launch that is not a kernel argument. Build it with the factories
-// below and chain: max_occupancy().items(n).on(stream).smem(bytes).
+// below and chain: max_occupancy().items(n).on(stream).smem(bytes). A setter called on a temporary returns
+// a new spec by value (so `const auto& s = fixed(256).items(n);` holds a live spec); on a named spec it
+// changes that spec and returns a reference to it.
 template <class Policy>
 class spec {
  public:
   explicit spec(Policy p) : policy_(std::move(p)) {}
 
   // One thread per item: grid = ceil(n / block).
-  spec&& items(std::uint64_t n) && { return std::move(items(n)); }
+  spec items(std::uint64_t n) && { return std::move(items(n)); }
   spec& items(std::uint64_t n) & {
     work_.kind = work::shape::items;
     work_.n = n;
     return *this;
   }
   // k items per thread: grid = ceil(n / (block x k)).
-  spec&& per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
+  spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
   spec& per_thread(std::uint32_t k) & {
     work_.per_thread = k;
     return *this;
   }
   // The kernel loops over n items: grid = min(ceil(n / block), the resident blocks the policy wants).
-  spec&& grid_stride(std::uint64_t n) && { return std::move(grid_stride(n)); }
+  spec grid_stride(std::uint64_t n) && { return std::move(grid_stride(n)); }
   spec& grid_stride(std::uint64_t n) & {
     work_.kind = work::shape::grid_stride;
     work_.n = n;
     return *this;
   }
-  spec&& on(CUstream s) && { return std::move(on(s)); }
+  spec on(CUstream s) && { return std::move(on(s)); }
   spec& on(CUstream s) & {
     stream_ = s;
     return *this;
   }
   // Fixed dynamic shared memory per block.
-  spec&& smem(std::size_t bytes) && { return std::move(smem(bytes)); }
+  spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
   spec& smem(std::size_t bytes) & {
     smem_bytes_ = bytes;
     smem_fn_ = nullptr;
@@ -69,7 +71,7 @@ class spec {
   // Dynamic shared memory as a function of the block size (capturing lambdas welcome). The plan cache
   // tells rules apart by their type plus `key`: give a different key when captured state changes the result.
   template <class F>
-  spec&& smem_per_block(F f, std::uint64_t key = 0) && {
+  spec smem_per_block(F f, std::uint64_t key = 0) && {
     return std::move(smem_per_block(std::move(f), key));
   }
   template <class F>
@@ -80,14 +82,14 @@ class spec {
     return *this;
   }
   // Thread-block cluster dimensions (sm_90+).
-  spec&& cluster(dims c) && { return std::move(cluster(c)); }
+  spec cluster(dims c) && { return std::move(cluster(c)); }
   spec& cluster(dims c) & {
     cluster_ = c;
     return *this;
   }
   // The kernel needs a cooperative launch (it calls grid.sync()): whatever policy decides, the launch stays
   // cooperative and its grid is checked for co-residency, or it is refused. cooperative() implies it.
-  spec&& cooperative() && { return std::move(cooperative()); }
+  spec cooperative() && { return std::move(cooperative()); }
   spec& cooperative() & {
     cooperative_ = true;
     return *this;
@@ -95,14 +97,14 @@ class spec {
   // The kernel may be run several times, back to back, on the same arguments: lets a tuning policy time
   // candidate plans on the real arguments. With reset(f) as well: re-running is memory-safe but changes the
   // data (e.g. it accumulates); trials then run back to back after f, and f restores the data at the end.
-  spec&& rerunnable() && { return std::move(rerunnable()); }
+  spec rerunnable() && { return std::move(rerunnable()); }
   spec& rerunnable() & {
     rerunnable_ = true;
     return *this;
   }
   // Called before every tuning sample to restore the kernel's inputs/outputs (implies tunable); without
   // rerunnable(), each sample is a single launch after f.
-  spec&& reset(std::function<void()> f) && { return std::move(reset(std::move(f))); }
+  spec reset(std::function<void()> f) && { return std::move(reset(std::move(f))); }
   spec& reset(std::function<void()> f) & {
     reset_ = std::make_shared<std::function<void()>>(std::move(f));
     return *this;
