@@ -1,17 +1,60 @@
 #pragma once
-// launchfit::error — the one exception type launchfit throws.
+// launchfit::error — the one exception type launchfit throws, and launchfit::errc, what went wrong.
 
 #include <stdexcept>
 #include <string>
 
 namespace launchfit {
 
+// What went wrong, in launchfit's terms: branch on this, never on an error's name or message. A CUDA
+// status, where there is one, is error::cuda_result() as well.
+enum class errc : int {
+  other = 0,              // a name launchfit does not know (e.g. a CUDA runtime error name)
+  cuda,                   // a CUDA call failed for another reason: see cuda_result(), is_sticky()
+  no_driver,              // no usable driver or device: libcuda missing or too old, cuInit failed
+  invalid_argument,       // a null kernel, handle or image; a bad value; a grid too large
+  not_found,              // a module file or a kernel name that does not exist
+  invalid_policy,         // a null policy, or a policy that refused its query or decided nothing usable
+  unknown_policy,         // no policy is registered under that name
+  duplicate_policy,       // register_policy with a name already taken
+  bad_policy_string,      // a policy string or LAUNCHFIT_POLICY entry that does not parse
+  bad_policy_parameter,   // a policy parameter that is unknown, malformed or out of range
+  invalid_plan,           // a plan breaks a kernel or device limit, or the calculator refuses it
+  cooperative_too_large,  // a cooperative grid larger than the blocks that can co-reside
+  cluster,                // cluster dimensions the kernel or device cannot run
+  unknown_arch,           // no limits are known for this compute capability (offline calculator)
+  plugin,                 // a plugin failed, refused to load, or returned an error
+  internal,               // a launchfit bug
+};
+
+// The name launchfit gives a code, e.g. "invalid_plan".
+const char* to_string(errc code) noexcept;
+
+// True for the CUresults after which the CUDA context is unusable (every later call returns them):
+// ILLEGAL_ADDRESS, LAUNCH_FAILED, MISALIGNED_ADDRESS, ILLEGAL_INSTRUCTION, INVALID_PC, HARDWARE_STACK_ERROR,
+// INVALID_ADDRESS_SPACE, ASSERT, LAUNCH_TIMEOUT.
+bool is_sticky_cuda_result(int cuda_result) noexcept;
+
 // Thrown for every refused launch and every failed CUDA call. what() reads
-// "<call>: <cuda error name> (<message>) [kernel <name>] [plan <config>]" so a log line alone says what to fix.
+// "<call>: <error name> (<message>) [kernel <name>] [plan <config>]" so a log line alone says what to fix.
 class error : public std::runtime_error {
  public:
+  // By name: a CUDA error name ("CUDA_ERROR_INVALID_VALUE") or a launchfit code ("LAUNCHFIT_INVALID_PLAN");
+  // code() and cuda_result() follow from the name.
   error(std::string call, std::string cuda_error, std::string message, std::string kernel = {},
         std::string config = {});
+  // By code; the name is launchfit's name for the code (e.g. "LAUNCHFIT_INVALID_PLAN"), cuda_result() is 0.
+  error(errc code, std::string call, std::string message, std::string kernel = {}, std::string config = {});
+  // A failed CUDA driver call: cuda_result is the CUresult (a CUresult converts to int), the name is its
+  // CUDA name ("CUresult <n>" when this toolkit does not know it) and code() follows from it.
+  error(int cuda_result, std::string call, std::string message, std::string kernel = {},
+        std::string config = {});
+
+  errc code() const noexcept { return code_; }
+  // The CUresult where the error has a CUDA driver status (whatever code() says), else 0.
+  int cuda_result() const noexcept { return cuda_result_; }
+  // The CUDA context is unusable after this error (see is_sticky_cuda_result()).
+  bool is_sticky() const noexcept { return is_sticky_cuda_result(cuda_result_); }
 
   // The failing call or check, e.g. "cuLaunchKernelEx" or "validate(block)".
   const std::string& call() const noexcept { return call_; }
@@ -25,6 +68,8 @@ class error : public std::runtime_error {
 
  private:
   std::string call_, cuda_error_, message_, kernel_, config_;
+  errc code_ = errc::other;
+  int cuda_result_ = 0;
 };
 
 }  // namespace launchfit
