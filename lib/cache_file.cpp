@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -25,162 +26,84 @@
 #include <unordered_set>
 
 #include "log_internal.hpp"
+#include "plan_json.hpp"
 
 namespace launchfit {
 namespace detail {
 namespace {
 
 using nlohmann::json;
-using nlohmann::ordered_json;
 
 struct bad_entry : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// One JSON value as T; a wrong type or an out-of-range number makes the entry bad.
+// Longest key text read back: mangled template kernel names run to several KB.
+constexpr std::size_t max_key_text_bytes = 64 * 1024;
+
+std::string key_text(const json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) throw bad_entry(std::string("missing '") + key + "'");
+  if (!it->is_string()) throw bad_entry(std::string("'") + key + "' is not a string");
+  const auto& s = it->get_ref<const std::string&>();
+  // Refused, not cleaned: a cleaned key could match another kernel's.
+  if (s.size() > max_key_text_bytes || safe_text(s, max_key_text_bytes) != s) {
+    throw bad_entry(std::string("'") + key + "' is too long or holds control characters");
+  }
+  return s;
+}
+
 template <class T>
-T value_as(const json& v, const char* key) {
-  auto wrong = [&](const char* expected) {
-    return bad_entry(std::string("'") + key + "' is not " + expected);
-  };
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!v.is_boolean()) throw wrong("a boolean");
-    return v.get<bool>();
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer()) throw wrong("an integer");
-    if (v.is_number_unsigned()) {
-      const auto u = v.get<std::uint64_t>();
-      if (u > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) throw wrong("in range");
-      return static_cast<T>(u);
-    }
-    const auto i = v.get<std::int64_t>();
-    if constexpr (std::is_unsigned_v<T>) {
-      if (i < 0 || static_cast<std::uint64_t>(i) > std::numeric_limits<T>::max()) throw wrong("in range");
-    } else {
-      if (i < std::numeric_limits<T>::min() || i > std::numeric_limits<T>::max()) throw wrong("in range");
-    }
-    return static_cast<T>(i);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (!v.is_number()) throw wrong("a number");
-    return v.get<T>();
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    if (!v.is_string()) throw wrong("a string");
-    return v.get<std::string>();
+T key_int(const json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) throw bad_entry(std::string("missing '") + key + "'");
+  if (!it->is_number_integer()) throw bad_entry(std::string("'") + key + "' is not an integer");
+  if constexpr (std::is_same_v<T, std::uint64_t>) {
+    if (!it->is_number_unsigned()) throw bad_entry(std::string("'") + key + "' is not in range");
+    return it->template get<std::uint64_t>();
   } else {
-    static_assert(std::is_same_v<T, dims>);
-    if (!v.is_array() || v.size() != 3) throw wrong("an array of 3");
-    return dims{value_as<unsigned>(v[0], key), value_as<unsigned>(v[1], key), value_as<unsigned>(v[2], key)};
+    const auto i = it->template get<std::int64_t>();
+    if (it->is_number_unsigned() && it->template get<std::uint64_t>() > std::uint64_t(INT_MAX)) {
+      throw bad_entry(std::string("'") + key + "' is not in range");
+    }
+    if (i < 0 || i > INT_MAX) throw bad_entry(std::string("'") + key + "' is not in range");
+    return static_cast<T>(i);
   }
-}
-
-// Reads obj[key] into out when present.
-template <class T>
-void read(const json& obj, const char* key, T& out, bool required = false) {
-  const auto it = obj.find(key);
-  if (it != obj.end()) {
-    out = value_as<T>(*it, key);
-  } else if (required) {
-    throw bad_entry(std::string("missing '") + key + "'");
-  }
-}
-
-const json& object(const json& obj, const char* key) {
-  const auto it = obj.find(key);
-  if (it == obj.end() || !it->is_object()) throw bad_entry(std::string("'") + key + "' is not an object");
-  return *it;
 }
 
 stored_entry parse_entry(const json& e) {
   if (!e.is_object()) throw bad_entry("entry is not an object");
   stored_entry out;
-  const json& k = object(e, "key");
-  read(k, "device_uuid", out.key.device_uuid, true);
-  read(k, "cc", out.key.cc, true);
-  read(k, "sm_count", out.key.sm_count, true);
-  read(k, "driver_version", out.key.driver_version, true);
-  read(k, "kernel", out.key.kernel, true);
-  read(k, "policy", out.key.policy, true);
-  read(k, "smem_rule", out.key.smem_rule, true);
-  read(k, "bucket", out.key.bucket, true);
-
-  const json& p = object(e, "plan");
-  plan& pl = out.plan;
-  read(p, "block", pl.block, true);
-  read(p, "block_threads", pl.block_threads);
-  read(p, "blocks_per_sm", pl.blocks_per_sm);
-  read(p, "sm_count", pl.sm_count);
-  read(p, "dynamic_smem_bytes", pl.dynamic_smem_bytes);
-  read(p, "grid", pl.grid);
-  read(p, "cluster", pl.cluster);
-  read(p, "cooperative", pl.cooperative);
-  read(p, "policy", pl.policy);
-  read(p, "reason", pl.reason);
-  read(p, "warning", pl.warning);
-  read(p, "trials", pl.trials);
-  read(p, "tuning_ms", pl.tuning_ms);
-  if (const auto it = p.find("occupancy"); it != p.end()) {
-    if (!it->is_object()) throw bad_entry("'occupancy' is not an object");
-    occupancy_result& o = pl.occupancy;
-    read(*it, "block_threads", o.block_threads);
-    read(*it, "dynamic_smem_bytes", o.dynamic_smem_bytes);
-    read(*it, "active_blocks_per_sm", o.active_blocks_per_sm);
-    read(*it, "active_warps_per_sm", o.active_warps_per_sm);
-    read(*it, "active_threads_per_sm", o.active_threads_per_sm);
-    read(*it, "occupancy", o.occupancy);
-    read(*it, "limiters", o.limiters);
-    read(*it, "blocks_limit_warps", o.blocks_limit_warps);
-    read(*it, "blocks_limit_registers", o.blocks_limit_registers);
-    read(*it, "blocks_limit_shared_memory", o.blocks_limit_shared_memory);
-    read(*it, "blocks_limit_blocks", o.blocks_limit_blocks);
-    read(*it, "allocated_regs_per_block", o.allocated_regs_per_block);
-    read(*it, "allocated_smem_per_block_bytes", o.allocated_smem_per_block_bytes);
-  }
-  // A plan that could never launch is not worth trusting (blocks hold at most 1024 threads everywhere).
-  if (pl.block.x == 0 || pl.block.y == 0 || pl.block.z == 0 || pl.block.count() > 1024) {
-    throw bad_entry("block " + pl.block.to_string() + " is not a legal block");
-  }
-  pl.block_threads = static_cast<int>(pl.block.count());
-  if (pl.blocks_per_sm < 0 || pl.sm_count < 0) throw bad_entry("negative blocks_per_sm or sm_count");
+  const auto k = e.find("key");
+  if (k == e.end() || !k->is_object()) throw bad_entry("'key' is not an object");
+  out.key.device_uuid = key_text(*k, "device_uuid");
+  out.key.cc = key_int<int>(*k, "cc");
+  out.key.sm_count = key_int<int>(*k, "sm_count");
+  out.key.driver_version = key_int<int>(*k, "driver_version");
+  out.key.kernel = key_text(*k, "kernel");
+  out.key.policy = key_text(*k, "policy");
+  out.key.smem_rule = key_text(*k, "smem_rule");
+  out.key.bucket = key_int<std::uint64_t>(*k, "bucket");
+  const auto p = e.find("plan");
+  if (p == e.end() || !p->is_object()) throw bad_entry("'plan' is not an object");
+  out.plan = plan_from_json(*p);
   return out;
 }
 
-ordered_json dims_json(dims d) { return ordered_json::array({d.x, d.y, d.z}); }
-
-ordered_json entry_json(const stored_entry& e) {
+json entry_json(const stored_entry& e) {
   const stored_key& k = e.key;
-  const plan& p = e.plan;
-  const occupancy_result& o = p.occupancy;
-  ordered_json key = {{"device_uuid", k.device_uuid},       {"cc", k.cc},         {"sm_count", k.sm_count},
-                      {"driver_version", k.driver_version}, {"kernel", k.kernel}, {"policy", k.policy},
-                      {"smem_rule", k.smem_rule},           {"bucket", k.bucket}};
-  ordered_json occ = {{"block_threads", o.block_threads},
-                      {"dynamic_smem_bytes", o.dynamic_smem_bytes},
-                      {"active_blocks_per_sm", o.active_blocks_per_sm},
-                      {"active_warps_per_sm", o.active_warps_per_sm},
-                      {"active_threads_per_sm", o.active_threads_per_sm},
-                      {"occupancy", o.occupancy},
-                      {"limiters", o.limiters},
-                      {"blocks_limit_warps", o.blocks_limit_warps},
-                      {"blocks_limit_registers", o.blocks_limit_registers},
-                      {"blocks_limit_shared_memory", o.blocks_limit_shared_memory},
-                      {"blocks_limit_blocks", o.blocks_limit_blocks},
-                      {"allocated_regs_per_block", o.allocated_regs_per_block},
-                      {"allocated_smem_per_block_bytes", o.allocated_smem_per_block_bytes}};
-  ordered_json pl = {{"block", dims_json(p.block)},
-                     {"block_threads", p.block_threads},
-                     {"blocks_per_sm", p.blocks_per_sm},
-                     {"sm_count", p.sm_count},
-                     {"dynamic_smem_bytes", p.dynamic_smem_bytes},
-                     {"grid", dims_json(p.grid)},
-                     {"cluster", dims_json(p.cluster)},
-                     {"cooperative", p.cooperative},
-                     {"occupancy", std::move(occ)},
-                     {"policy", p.policy},
-                     {"reason", p.reason},
-                     {"warning", p.warning},
-                     {"trials", p.trials},
-                     {"tuning_ms", p.tuning_ms}};
-  return {{"key", std::move(key)}, {"plan", std::move(pl)}};
+  json plan = plan_to_json(e.plan);
+  plan.erase("match");  // never read back: the reader says where a plan came from
+  return {{"key",
+           {{"device_uuid", k.device_uuid},
+            {"cc", k.cc},
+            {"sm_count", k.sm_count},
+            {"driver_version", k.driver_version},
+            {"kernel", k.kernel},
+            {"policy", k.policy},
+            {"smem_rule", k.smem_rule},
+            {"bucket", k.bucket}}},
+          {"plan", std::move(plan)}};
 }
 
 }  // namespace
@@ -243,7 +166,7 @@ constexpr std::string_view file_tail = "]}\n";
 }  // namespace
 
 std::string cache_file_line(const stored_entry& e) {
-  return entry_json(e).dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  return entry_json(e).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string serialize_cache_file(const std::vector<stored_entry>& entries) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cache_file.hpp"
+#include "plan_json.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/log.hpp"
 
@@ -78,26 +79,12 @@ lf::plan sample_plan(int block) {
   return p;
 }
 
+// Every field but match (where a plan came from is the reader's to say).
 void expect_same_plan(const lf::plan& a, const lf::plan& b) {
-  EXPECT_EQ(a.block, b.block);
-  EXPECT_EQ(a.block_threads, b.block_threads);
-  EXPECT_EQ(a.blocks_per_sm, b.blocks_per_sm);
-  EXPECT_EQ(a.sm_count, b.sm_count);
-  EXPECT_EQ(a.dynamic_smem_bytes, b.dynamic_smem_bytes);
-  EXPECT_EQ(a.grid, b.grid);
-  EXPECT_EQ(a.cluster, b.cluster);
-  EXPECT_EQ(a.cooperative, b.cooperative);
-  EXPECT_EQ(a.occupancy.active_blocks_per_sm, b.occupancy.active_blocks_per_sm);
-  EXPECT_EQ(a.occupancy.active_warps_per_sm, b.occupancy.active_warps_per_sm);
-  EXPECT_EQ(a.occupancy.occupancy, b.occupancy.occupancy);
-  EXPECT_EQ(a.occupancy.limiters, b.occupancy.limiters);
-  EXPECT_EQ(a.occupancy.blocks_limit_shared_memory, b.occupancy.blocks_limit_shared_memory);
-  EXPECT_EQ(a.occupancy.allocated_smem_per_block_bytes, b.occupancy.allocated_smem_per_block_bytes);
-  EXPECT_EQ(a.policy, b.policy);
-  EXPECT_EQ(a.reason, b.reason);
-  EXPECT_EQ(a.warning, b.warning);
-  EXPECT_EQ(a.trials, b.trials);
-  EXPECT_EQ(a.tuning_ms, b.tuning_ms);
+  auto ja = lf::detail::plan_to_json(a), jb = lf::detail::plan_to_json(b);
+  ja.erase("match");
+  jb.erase("match");
+  EXPECT_EQ(ja, jb);
 }
 
 // A scratch directory and a logger that counts launchfit's warnings.
@@ -325,6 +312,33 @@ TEST_F(CacheFile, WritersMergeWhatOthersWrote) {
   EXPECT_EQ(warnings(), 0) << log_.str();
 }
 
+TEST_F(CacheFile, StoredTextIsUntrustedAndCannotForgeLogLines) {
+  auto doc = nlohmann::json::parse(lf::detail::serialize_cache_file({{key(0), sample_plan(128)}}));
+  auto& plan = doc["entries"][0]["plan"];
+  plan["reason"] = "fine\n[2026-01-01 00:00:00.000] [launchfit] [error] forged\r";
+  plan["warning"] = "\x1b[2J\u202e\u0085" + std::string(100000, 'w');
+  plan["policy"] = "max_occupancy\u2028x";
+  plan["match"] = "exact, trust me";
+  write_text(file_, doc.dump());
+
+  lf::set_cache_file(file_.string());
+  const auto p = lf::find_stored_plan(key(0));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->reason, "fine?[2026-01-01 00:00:00.000] [launchfit] [error] forged?");
+  EXPECT_EQ(p->warning.substr(0, 8), "?[2J??ww");
+  EXPECT_EQ(p->warning.size(), lf::detail::max_plan_text_bytes);
+  EXPECT_EQ(p->policy, "max_occupancy?x");
+  EXPECT_EQ(p->match, "cache-file");
+
+  // Key text is compared, never cleaned: a key with a control character matches nothing and is skipped.
+  doc["entries"][0]["key"]["kernel"] = key(1).kernel + "\n";
+  write_text(file_, doc.dump());
+  lf::set_cache_file(file_.string());
+  EXPECT_EQ(lf::stored_plan_count(), 0u);
+  EXPECT_NE(log_.str().find("'kernel' is too long or holds control characters"), std::string::npos)
+      << log_.str();
+}
+
 TEST(CacheFileFormat, LineLayoutParsesLikeTheFullParser) {
   std::vector<lf::detail::stored_entry> entries;
   for (int i = 0; i < 5; ++i) entries.push_back({key(i), sample_plan(32 << i)});
@@ -441,4 +455,61 @@ TEST(CacheFileFormat, InvalidUtf8IsWrittenNotThrown) {
   const auto back = lf::detail::parse_cache_file(text);
   ASSERT_EQ(back.entries.size(), 1u);
   EXPECT_EQ(back.entries[0].key.kernel, e.key.kernel);
+}
+
+TEST(PlanJson, RoundTripsEveryFieldButMatch) {
+  lf::plan p = sample_plan(256);
+  p.match = "cache-file";
+  const nlohmann::json j = lf::detail::plan_to_json(p);
+  EXPECT_EQ(j["match"], "cache-file");
+  EXPECT_EQ(j["occupancy"]["allocated_smem_per_block_bytes"], 5248);
+  const lf::plan back = lf::detail::plan_from_json(j);
+  expect_same_plan(back, p);
+  EXPECT_EQ(back.match, "computed");  // never read: the reader says where a plan came from
+  EXPECT_EQ(lf::detail::occupancy_to_json(lf::detail::occupancy_from_json(j["occupancy"])), j["occupancy"]);
+}
+
+TEST(PlanJson, RefusesWrongShapesAndOutOfRangeNumbers) {
+  const nlohmann::json good = lf::detail::plan_to_json(sample_plan(128));
+  auto refused = [&](const char* field, nlohmann::json value, const std::string& says) {
+    nlohmann::json j = good;
+    j[field] = std::move(value);
+    try {
+      lf::detail::plan_from_json(j);
+      ADD_FAILURE() << field << " accepted";
+    } catch (const lf::detail::bad_plan_json& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused("block", {2048, 1, 1}, "'block' is out of range");
+  refused("block", {64, 64, 1}, "block 64x64 is not a legal block");
+  refused("block", {0, 1, 1}, "'block' is out of range");
+  refused("block", "256", "'block' is not an array of 3");
+  refused("grid", {1, 0, 1}, "'grid' is out of range");
+  refused("cluster", {16, 16, 1}, "'cluster'");
+  refused("blocks_per_sm", -1, "'blocks_per_sm' is out of range");
+  refused("sm_count", 18446744073709551615ull, "'sm_count' is out of range");
+  refused("dynamic_smem_bytes", 1e300, "'dynamic_smem_bytes' is not an integer");
+  refused("tuning_ms", -1.0, "'tuning_ms' is out of range");
+  refused("trials", true, "'trials' is not an integer");
+  refused("cooperative", 1, "'cooperative' is not a boolean");
+  refused("reason", 42, "'reason' is not a string");
+  refused("occupancy", {{"occupancy", 1.5}}, "'occupancy' is out of range");
+  refused("occupancy", nlohmann::json::array(), "'occupancy' is not an object");
+  EXPECT_THROW(lf::detail::plan_from_json(nlohmann::json::array()), lf::detail::bad_plan_json);
+  EXPECT_THROW(lf::detail::plan_from_json(nlohmann::json::object()), lf::detail::bad_plan_json);
+}
+
+TEST(PlanJson, SafeTextCannotForgeLogLines) {
+  using lf::detail::safe_text;
+  EXPECT_EQ(safe_text("plain text, 32 KB/SM"), "plain text, 32 KB/SM");
+  EXPECT_EQ(safe_text("a\nb\r\tc\x1b[31m"), "a?b??c?[31m");
+  EXPECT_EQ(safe_text("bad \xff\xfe byte"), "bad ?? byte");
+  EXPECT_EQ(safe_text("\xc0\xaf overlong, \xed\xa0\x80 surrogate"), "?? overlong, ??? surrogate");
+  EXPECT_EQ(safe_text("caf\xc3\xa9 \xe2\x80\xae rtl \xc2\x85 nel"), "caf\xc3\xa9 ? rtl ? nel");
+  EXPECT_EQ(safe_text("truncated \xe2\x82"), "truncated ??");
+  EXPECT_EQ(safe_text(std::string(10000, 'x')).size(), lf::detail::max_plan_text_bytes);
+  EXPECT_EQ(safe_text("\xc3\xa9\xc3\xa9", 3), "\xc3\xa9");  // never half a character
+  const std::string once = safe_text("x\n\xff\xe2\x80\xa8y");
+  EXPECT_EQ(safe_text(once), once);
 }

@@ -1,0 +1,223 @@
+// plan and occupancy_result as JSON: the field list, written once (plan_json.hpp).
+
+#include "plan_json.hpp"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace launchfit::detail {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const char* key, const std::string& what) {
+  throw bad_plan_json(std::string("'") + key + "' is " + what);
+}
+
+// One JSON value as an integer in [lo, hi].
+template <class T>
+T integer(const json& v, const char* key, long long lo, unsigned long long hi) {
+  static_assert(std::is_integral_v<T>);
+  if (!v.is_number_integer()) bad(key, "not an integer");
+  bool in_range;
+  unsigned long long u = 0;
+  long long i = 0;
+  if (v.is_number_unsigned()) {
+    u = v.get<std::uint64_t>();
+    in_range = u <= hi;
+  } else {
+    i = v.get<std::int64_t>();
+    in_range = i >= lo && (i < 0 || static_cast<unsigned long long>(i) <= hi);
+  }
+  if (!in_range) bad(key, "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v.is_number_unsigned() ? static_cast<T>(u) : static_cast<T>(i);
+}
+
+double number(const json& v, const char* key, double lo, double hi) {
+  if (!v.is_number()) bad(key, "not a number");
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) bad(key, "out of range");
+  return d;
+}
+
+dims dims_of(const json& v, const char* key, unsigned lo, unsigned hi) {
+  if (!v.is_array() || v.size() != 3) bad(key, "not an array of 3");
+  return dims{integer<unsigned>(v[0], key, lo, hi), integer<unsigned>(v[1], key, lo, hi),
+              integer<unsigned>(v[2], key, lo, hi)};
+}
+
+// obj[key] through read(value) when present.
+template <class F>
+void field(const json& obj, const char* key, F&& read) {
+  if (const auto it = obj.find(key); it != obj.end()) read(*it);
+}
+
+template <class T>
+void int_field(const json& obj, const char* key, T& out, long long lo, unsigned long long hi) {
+  field(obj, key, [&](const json& v) { out = integer<T>(v, key, lo, hi); });
+}
+
+void text_field(const json& obj, const char* key, std::string& out) {
+  field(obj, key, [&](const json& v) {
+    if (!v.is_string()) bad(key, "not a string");
+    out = safe_text(v.get_ref<const std::string&>());
+  });
+}
+
+json dims_json(dims d) { return json::array({d.x, d.y, d.z}); }
+
+constexpr unsigned long long int_max = INT_MAX;
+constexpr unsigned long long smem_max = 1ull << 30;  // far above any device's shared memory
+
+// Length of the UTF-8 sequence starting at s[i], or 0 when it is not well formed (overlong, surrogate,
+// above U+10FFFF, truncated). cp receives the code point.
+std::size_t utf8_sequence(std::string_view s, std::size_t i, char32_t& cp) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  std::size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    cp = c & 0x0F;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    cp = c & 0x07;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    const unsigned char t = b(k);
+    if (t < (k == 1 ? lo : 0x80) || t > (k == 1 ? hi : 0xBF)) return 0;
+    cp = (cp << 6) | (t & 0x3F);
+  }
+  return len;
+}
+
+bool unsafe_code_point(char32_t cp) {
+  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) ||           // C0, DEL, C1 (ESC, CSI, NEL...)
+         cp == 0x200E || cp == 0x200F || cp == 0x2028 || cp == 0x2029 ||    // marks, line/paragraph seps
+         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);  // bidirectional overrides
+}
+
+}  // namespace
+
+std::string safe_text(std::string_view s, std::size_t max_bytes) {
+  std::string out;
+  out.reserve(s.size() < max_bytes ? s.size() : max_bytes);
+  for (std::size_t i = 0; i < s.size();) {
+    char32_t cp = static_cast<unsigned char>(s[i]);
+    std::size_t len = cp < 0x80 ? 1 : utf8_sequence(s, i, cp);
+    const bool ok = len > 0 && !unsafe_code_point(cp);
+    if (len == 0) len = 1;
+    const std::size_t out_len = ok ? len : 1;
+    if (out.size() + out_len > max_bytes) break;
+    if (ok) {
+      out.append(s.substr(i, len));
+    } else {
+      out += '?';
+    }
+    i += len;
+  }
+  return out;
+}
+
+json occupancy_to_json(const occupancy_result& o) {
+  return {{"block_threads", o.block_threads},
+          {"dynamic_smem_bytes", o.dynamic_smem_bytes},
+          {"active_blocks_per_sm", o.active_blocks_per_sm},
+          {"active_warps_per_sm", o.active_warps_per_sm},
+          {"active_threads_per_sm", o.active_threads_per_sm},
+          {"occupancy", o.occupancy},
+          {"limiters", o.limiters},
+          {"blocks_limit_warps", o.blocks_limit_warps},
+          {"blocks_limit_registers", o.blocks_limit_registers},
+          {"blocks_limit_shared_memory", o.blocks_limit_shared_memory},
+          {"blocks_limit_blocks", o.blocks_limit_blocks},
+          {"allocated_regs_per_block", o.allocated_regs_per_block},
+          {"allocated_smem_per_block_bytes", o.allocated_smem_per_block_bytes}};
+}
+
+json plan_to_json(const plan& p) {
+  return {{"block", dims_json(p.block)},
+          {"block_threads", p.block_threads},
+          {"blocks_per_sm", p.blocks_per_sm},
+          {"sm_count", p.sm_count},
+          {"dynamic_smem_bytes", p.dynamic_smem_bytes},
+          {"grid", dims_json(p.grid)},
+          {"cluster", dims_json(p.cluster)},
+          {"cooperative", p.cooperative},
+          {"occupancy", occupancy_to_json(p.occupancy)},
+          {"policy", p.policy},
+          {"reason", p.reason},
+          {"warning", p.warning},
+          {"match", p.match},
+          {"trials", p.trials},
+          {"tuning_ms", p.tuning_ms}};
+}
+
+occupancy_result occupancy_from_json(const json& j) {
+  if (!j.is_object()) throw bad_plan_json("'occupancy' is not an object");
+  occupancy_result o;
+  int_field(j, "block_threads", o.block_threads, 0, 1024);
+  int_field(j, "dynamic_smem_bytes", o.dynamic_smem_bytes, 0, smem_max);
+  int_field(j, "active_blocks_per_sm", o.active_blocks_per_sm, 0, int_max);
+  int_field(j, "active_warps_per_sm", o.active_warps_per_sm, 0, int_max);
+  int_field(j, "active_threads_per_sm", o.active_threads_per_sm, 0, int_max);
+  field(j, "occupancy", [&](const json& v) { o.occupancy = number(v, "occupancy", 0, 1); });
+  int_field(j, "limiters", o.limiters, 0, 0xFFFF);
+  int_field(j, "blocks_limit_warps", o.blocks_limit_warps, 0, int_max);
+  int_field(j, "blocks_limit_registers", o.blocks_limit_registers, 0, int_max);
+  int_field(j, "blocks_limit_shared_memory", o.blocks_limit_shared_memory, 0, int_max);
+  int_field(j, "blocks_limit_blocks", o.blocks_limit_blocks, 0, int_max);
+  int_field(j, "allocated_regs_per_block", o.allocated_regs_per_block, 0, int_max);
+  int_field(j, "allocated_smem_per_block_bytes", o.allocated_smem_per_block_bytes, 0, smem_max);
+  return o;
+}
+
+plan plan_from_json(const json& j) {
+  if (!j.is_object()) throw bad_plan_json("'plan' is not an object");
+  plan p;
+  const auto block = j.find("block");
+  if (block == j.end()) throw bad_plan_json("missing 'block'");
+  p.block = dims_of(*block, "block", 1, 1024);
+  // A plan that could never launch is not worth trusting (blocks hold at most 1024 threads everywhere).
+  if (p.block.count() > 1024) throw bad_plan_json("block " + p.block.to_string() + " is not a legal block");
+  p.block_threads = static_cast<int>(p.block.count());
+  int_field(j, "blocks_per_sm", p.blocks_per_sm, 0, 65536);
+  int_field(j, "sm_count", p.sm_count, 0, 65536);
+  int_field(j, "dynamic_smem_bytes", p.dynamic_smem_bytes, 0, smem_max);
+  field(j, "grid", [&](const json& v) {
+    p.grid = dims_of(v, "grid", 0, int_max);
+    if (p.grid.y == 0 || p.grid.z == 0 || p.grid.y > 65535 || p.grid.z > 65535) {
+      bad("grid", "out of range (y and z in 1..65535)");
+    }
+  });
+  field(j, "cluster", [&](const json& v) {
+    p.cluster = dims_of(v, "cluster", 1, 64);
+    if (p.cluster.count() > 64) bad("cluster", "out of range (at most 64 blocks)");
+  });
+  field(j, "cooperative", [&](const json& v) {
+    if (!v.is_boolean()) bad("cooperative", "not a boolean");
+    p.cooperative = v.get<bool>();
+  });
+  field(j, "occupancy", [&](const json& v) { p.occupancy = occupancy_from_json(v); });
+  text_field(j, "policy", p.policy);
+  text_field(j, "reason", p.reason);
+  text_field(j, "warning", p.warning);
+  int_field(j, "trials", p.trials, 0, int_max);
+  field(j, "tuning_ms", [&](const json& v) { p.tuning_ms = number(v, "tuning_ms", 0, 1e12); });
+  return p;
+}
+
+}  // namespace launchfit::detail

@@ -1,0 +1,48 @@
+#pragma once
+// Internal: plan and occupancy_result as JSON. The one field list every serializer uses (the cache file,
+// JSON log lines, tests), so a new plan field is added here once.
+//
+//   plan_to_json(p) == {"block": [x, y, z], "block_threads": 256, "blocks_per_sm": 8, "sm_count": 132,
+//                       "dynamic_smem_bytes": 0, "grid": [0, 1, 1], "cluster": [1, 1, 1],
+//                       "cooperative": false, "occupancy": {occupancy_to_json(p.occupancy)},
+//                       "policy": "...", "reason": "...", "warning": "", "match": "computed",
+//                       "trials": 0, "tuning_ms": 0.0}
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "launchfit/occupancy.hpp"
+#include "launchfit/plan.hpp"
+
+namespace launchfit::detail {
+
+// A JSON plan of the wrong shape; what() names the field ("'block' is not an array of 3").
+struct bad_plan_json : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Longest policy, reason or warning text read back (longer text is cut at a character boundary).
+inline constexpr std::size_t max_plan_text_bytes = 4096;
+
+// Every field, "match" included. Never throws (invalid UTF-8 is replaced when the JSON is dumped with
+// error_handler_t::replace).
+nlohmann::json plan_to_json(const plan& p);
+nlohmann::json occupancy_to_json(const occupancy_result& o);
+
+// Reads what plan_to_json writes, as untrusted input: "block" is required, other fields keep their
+// defaults when absent, unknown fields are ignored. Throws bad_plan_json for a wrong type, a number out of
+// its range (block 1..1024 threads, grid and cluster dims, counts >= 0, occupancy in 0..1, finite times),
+// or a non-object. Text fields go through safe_text(). "match" is never read: where a plan came from is
+// for the reader to say (the result has the default "computed"). block_threads is block.count().
+plan plan_from_json(const nlohmann::json& j);
+occupancy_result occupancy_from_json(const nlohmann::json& j);
+
+// Untrusted text made safe to store and log: invalid UTF-8 and control characters (C0, DEL, C1, line and
+// paragraph separators, bidirectional overrides) become '?', and the result is cut to max_bytes at a
+// character boundary. Idempotent.
+std::string safe_text(std::string_view s, std::size_t max_bytes = max_plan_text_bytes);
+
+}  // namespace launchfit::detail
