@@ -1,4 +1,6 @@
 #include <array>
+#include <condition_variable>
+#include <thread>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -15,9 +17,12 @@ struct key_hasher {
   std::size_t operator()(const plan_key& k) const noexcept { return static_cast<std::size_t>(hash_key(k)); }
 };
 
-// One slot per key. `ready` flips once, after `entry` is set; `build_mutex` serialises the one build.
+// One slot per key. `ready` flips once, after `entry` is set. `m` guards `builder` only, never a build:
+// the builder runs without it and the others wait on `done`.
 struct slot {
-  std::mutex build_mutex;
+  std::mutex m;
+  std::condition_variable done;
+  std::thread::id builder{};  // the thread building now; default: nobody
   std::atomic<bool> ready{false};
   std::shared_ptr<const plan_entry> entry;
 };
@@ -48,8 +53,9 @@ thread_local std::array<front_line, front_size> front{};
 
 // The front's line for a key: one multiply (the policy hash is already mixed). The shared map uses hash_key.
 inline std::size_t front_index(const plan_key& k) noexcept {
-  const std::uint64_t x = (k.kernel ^ (k.context >> 4) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2)) *
-                          0x9e3779b97f4a7c15ULL;
+  const std::uint64_t x =
+      (k.kernel ^ (k.context << 40) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2) ^ (k.launch << 3)) *
+      0x9e3779b97f4a7c15ULL;
   return static_cast<std::size_t>(x >> 58);  // top 6 bits: 64 lines
 }
 static_assert(front_size == 64, "front_index yields 6 bits");
@@ -60,6 +66,7 @@ std::uint64_t hash_key(const plan_key& k) noexcept {
   std::uint64_t h = hash_combine(k.context, k.kernel);
   h = hash_combine(h, k.policy);
   h = hash_combine(h, k.smem_rule);
+  h = hash_combine(h, k.launch);
   return hash_combine(h, k.bucket);
 }
 
@@ -81,8 +88,8 @@ const plan_entry* find(const plan_key& key) noexcept {
   return sl->entry.get();
 }
 
-const plan_entry& find_or_build(const plan_key& key, const std::function<plan_entry()>& build) {
-  if (const plan_entry* e = find(key)) return *e;
+const plan_entry* find_or_build(const plan_key& key, const std::function<plan_entry()>& build) {
+  if (const plan_entry* e = find(key)) return e;
   store& s = the_store();
   std::shared_ptr<slot> sl;
   {
@@ -91,20 +98,44 @@ const plan_entry& find_or_build(const plan_key& key, const std::function<plan_en
     if (!ref) ref = std::make_shared<slot>();
     sl = ref;
   }
-  std::lock_guard<std::mutex> building(sl->build_mutex);
-  if (!sl->ready.load(std::memory_order_acquire)) {
-    sl->entry = std::make_shared<const plan_entry>(build());
+  const std::thread::id me = std::this_thread::get_id();
+  {
+    std::unique_lock<std::mutex> lock(sl->m);
+    for (;;) {
+      if (sl->ready.load(std::memory_order_acquire)) return sl->entry.get();
+      if (sl->builder == std::thread::id{}) break;  // nobody builds it: this thread will
+      if (sl->builder == me) return nullptr;        // asked again from inside its own build
+      sl->done.wait(lock);
+    }
+    sl->builder = me;
+  }
+  struct release {  // on every path: a build that throws lets the next caller retry
+    slot& sl;
+    ~release() {
+      {
+        std::lock_guard<std::mutex> lock(sl.m);
+        sl.builder = std::thread::id{};
+      }
+      sl.done.notify_all();
+    }
+  } released{*sl};
+  auto built = std::make_shared<const plan_entry>(build());
+  {
+    std::lock_guard<std::mutex> lock(sl->m);
+    sl->entry = std::move(built);
     s.builds.fetch_add(1, std::memory_order_relaxed);
     sl->ready.store(true, std::memory_order_release);
   }
-  return *sl->entry;
+  return sl->entry.get();
 }
 
-void forget_kernel(std::uintptr_t kernel_id) {
+namespace {
+template <class Pred>
+void forget_if(Pred drop) {
   store& s = the_store();
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   for (auto it = s.slots.begin(); it != s.slots.end();) {
-    if (it->first.kernel == kernel_id) {
+    if (drop(it->first)) {
       s.retired.push_back(it->second);
       it = s.slots.erase(it);
     } else {
@@ -112,6 +143,19 @@ void forget_kernel(std::uintptr_t kernel_id) {
     }
   }
   s.generation.fetch_add(1, std::memory_order_acq_rel);
+}
+}  // namespace
+
+void forget_kernel(std::uintptr_t kernel_id) {
+  forget_if([kernel_id](const plan_key& k) { return k.kernel == kernel_id; });
+}
+
+void forget_context(std::uint64_t context_id) {
+  forget_if([context_id](const plan_key& k) { return k.context == context_id; });
+}
+
+void forget_all_plans() {
+  forget_if([](const plan_key&) { return true; });
 }
 
 cache_stats stats() noexcept {
@@ -126,7 +170,7 @@ std::vector<cached_plan> plan_cache::plans() const {
   std::vector<cached_plan> out;
   std::shared_lock<std::shared_mutex> lock(s.mutex);
   for (const auto& [key, sl] : s.slots) {
-    if (!sl->ready.load(std::memory_order_acquire)) continue;
+    if (!sl->ready.load(std::memory_order_acquire) || sl->entry->route) continue;  // a route has no plan
     const detail::plan_entry& e = *sl->entry;
     out.push_back(cached_plan{key, detail::display_name(e.kernel),
                               e.device_name + " #" + std::to_string(e.device_ordinal), e.device_uuid,
@@ -139,20 +183,15 @@ std::size_t plan_cache::size() const {
   detail::store& s = detail::the_store();
   std::shared_lock<std::shared_mutex> lock(s.mutex);
   std::size_t n = 0;
-  for (const auto& kv : s.slots) n += kv.second->ready.load(std::memory_order_acquire) ? 1 : 0;
+  for (const auto& kv : s.slots)
+    n += kv.second->ready.load(std::memory_order_acquire) && !kv.second->entry->route ? 1 : 0;
   return n;
 }
 
-void plan_cache::clear() {
-  detail::store& s = detail::the_store();
-  std::unique_lock<std::shared_mutex> lock(s.mutex);
-  for (const auto& kv : s.slots) s.retired.push_back(kv.second);
-  s.slots.clear();
-  s.generation.fetch_add(1, std::memory_order_acq_rel);
-}
+void plan_cache::clear() { detail::forget_all_plans(); }
 
 plan_cache& cache() {
-  static plan_cache c;
+  static plan_cache& c = *new plan_cache();  // never destroyed, as every launchfit singleton
   return c;
 }
 

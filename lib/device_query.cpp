@@ -1,12 +1,18 @@
-// device_limits from the driver. Limits the driver does not report (allocation granularities) come from
+// device_limits from the driver, and the identity of the current context. Limits the driver does not report (allocation granularities) come from
 // the built-in table entry of the same architecture.
 
+#include "device_query.hpp"
+
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "driver.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
+#include "plan_cache.hpp"
 
 namespace launchfit {
 namespace {
@@ -116,3 +122,75 @@ device_limits device_limits::query_current() {
 }
 
 }  // namespace launchfit
+
+// ---- the current context's identity ---------------------------------------------------------------------
+
+namespace launchfit::detail {
+namespace {
+
+std::uint64_t identity_of(const driver_api& d, CUcontext ctx) {
+  if (!d.cuCtxGetId) return reinterpret_cast<std::uintptr_t>(ctx);  // drivers before 12.0: the handle
+  unsigned long long id = 0;
+  check(d.cuCtxGetId(ctx, &id), "cuCtxGetId");
+  return id;
+}
+
+struct contexts {
+  std::mutex m;
+  std::unordered_map<CUcontext, std::uint64_t> id_of_handle;  // the identity last seen behind each handle
+  std::map<std::uint64_t, device_limits*> limits;             // by identity; entries are never freed
+};
+
+contexts& known_contexts() {
+  static contexts& c = *new contexts();  // never destroyed, as every launchfit singleton
+  return c;
+}
+
+}  // namespace
+
+context_ref current_context(const launch_request& r) {
+  const driver_api& d = driver();
+  CUcontext ctx = nullptr;
+  check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (!ctx && r.resolve) {
+    // A thread that has not used the runtime yet: resolving the kernel makes the primary context current.
+    r.resolve(r.stub);
+    check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  }
+  if (!ctx) {
+    throw error("cuCtxGetCurrent", "CUDA_ERROR_INVALID_CONTEXT",
+                "no current CUDA context (cuCtxSetCurrent / cudaSetDevice first)");
+  }
+  return context_ref{ctx, identity_of(d, ctx)};
+}
+
+void note_context(const context_ref& ctx) {
+  contexts& c = known_contexts();
+  std::uint64_t dead = 0;
+  {
+    std::lock_guard<std::mutex> lock(c.m);
+    auto [it, inserted] = c.id_of_handle.emplace(ctx.handle, ctx.id);
+    if (inserted || it->second == ctx.id) return;
+    dead = it->second;
+    it->second = ctx.id;
+    // The limits stay allocated (a report may still read them); they are simply never found again.
+    c.limits.erase(dead);
+  }
+  forget_context(dead);
+}
+
+const device_limits& limits_for(const context_ref& ctx) {
+  contexts& c = known_contexts();
+  {
+    std::lock_guard<std::mutex> lock(c.m);
+    if (auto it = c.limits.find(ctx.id); it != c.limits.end()) return *it->second;
+  }
+  // Queried outside the lock (driver calls); the first to publish wins.
+  auto* fresh = new device_limits(device_limits::query_current());
+  std::lock_guard<std::mutex> lock(c.m);
+  auto [it, inserted] = c.limits.emplace(ctx.id, fresh);
+  if (!inserted) delete fresh;
+  return *it->second;
+}
+
+}  // namespace launchfit::detail

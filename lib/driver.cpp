@@ -67,7 +67,7 @@ loaded load() {
 }
 
 const loaded& instance() {
-  static const loaded l = load();
+  static const loaded& l = *new loaded(load());  // never destroyed, as every launchfit singleton
   return l;
 }
 

@@ -18,12 +18,23 @@
 #include "launchfit/kernel.hpp"
 #include "launchfit/plan.hpp"
 
+namespace launchfit {
+class policy;
+}
+
 namespace launchfit::detail {
 
 // Immutable once published.
 struct plan_entry {
   plan_key key;
   CUfunction function = nullptr;
+  // Set when a LAUNCHFIT_POLICY override decides instead of the spec's policy: this entry only routes to the
+  // override's own plan, keyed by the override and its size bucket (route_key() in planner.hpp).
+  std::shared_ptr<const launchfit::policy> route;
+  std::uint64_t route_hash = 0;  // route->hash(), kept: hashing a policy's parameters costs on every launch
+  // The override that made this plan (null: the spec's policy), and the LAUNCHFIT_POLICY glob that chose it.
+  std::shared_ptr<const launchfit::policy> overriding;
+  std::string override_glob;
   launchfit::plan plan;
   kernel_resources kernel;
   std::string device_name;
@@ -45,13 +56,20 @@ std::string display_name(const kernel_resources& k);
 const std::string& name_kernel(kernel_resources& k);
 
 // Returns the entry for key, calling build exactly once per key across threads (build may throw; then
-// the next caller retries). The returned reference stays valid until process exit.
-const plan_entry& find_or_build(const plan_key& key, const std::function<plan_entry()>& build);
+// the next caller retries). No lock is held while build runs (it runs policies, plugins and the user's
+// reset callbacks): other threads asking for the key wait for it, and a build that asks for its own key again
+// on the same thread (a reset callback launching the kernel) gets nullptr and must plan without caching.
+// The returned pointer stays valid until process exit.
+const plan_entry* find_or_build(const plan_key& key, const std::function<plan_entry()>& build);
 // Entry if present (front, then map); nullptr otherwise.
 const plan_entry* find(const plan_key& key) noexcept;
 
 // Drops every plan of one kernel (module unload).
 void forget_kernel(std::uintptr_t kernel_id);
+// Drops every plan made in one context (it was destroyed or reset).
+void forget_context(std::uint64_t context_id);
+// Drops every plan (policy overrides changed).
+void forget_all_plans();
 
 // Counters for tests and reports.
 struct cache_stats {

@@ -13,15 +13,17 @@
 
 namespace launchfit {
 
+// What a cached plan was made for; a plan is reused only for exactly this.
 struct plan_key {
-  std::uintptr_t context = 0;   // CUcontext the plan was made in (one per device/green context)
+  std::uint64_t context = 0;    // the context's identity for its lifetime (cuCtxGetId), never a reused handle
   std::uintptr_t kernel = 0;    // host stub address, CUfunction or CUkernel
-  std::uint64_t policy = 0;     // policy::hash()
-  std::uint64_t smem_rule = 0;  // fixed bytes, or the rule's identity
+  std::uint64_t policy = 0;     // policy::hash() of the spec's policy (an override is resolved under it)
+  std::uint64_t smem_rule = 0;  // fixed bytes, or the rule's identity (checked against rule(block) per launch)
   std::uint64_t bucket = 0;     // policy::work_bucket()
+  std::uint64_t launch = 0;     // what the launch requires: cooperative, cluster dims (detail::launch_bits)
   friend bool operator==(const plan_key& a, const plan_key& b) noexcept {
     return a.context == b.context && a.kernel == b.kernel && a.policy == b.policy &&
-           a.smem_rule == b.smem_rule && a.bucket == b.bucket;
+           a.smem_rule == b.smem_rule && a.bucket == b.bucket && a.launch == b.launch;
   }
 };
 

@@ -1,0 +1,34 @@
+#pragma once
+// Internal: which context a launch runs in, by an identity that lasts as long as the context, and that
+// context's device limits.
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "launchfit/detail/launch_request.hpp"
+#include "launchfit/device.hpp"
+
+namespace launchfit::detail {
+
+// A CUcontext handle and the identity of the context behind it. The driver reuses handle values (the
+// primary context after cudaDeviceReset has the same handle), never identities (cuCtxGetId).
+struct context_ref {
+  CUcontext handle = nullptr;
+  std::uint64_t id = 0;
+};
+
+// The calling thread's current context. A thread that has not used the runtime yet gets the runtime
+// kernel's primary context (resolving the kernel makes it current). Throws when there is none.
+context_ref current_context(const launch_request& r);
+
+// Called on every plan miss. When a handle shows up with a new identity, the context it named before was
+// destroyed (cudaDeviceReset, cuDevicePrimaryCtxReset, cuCtxDestroy + a new context): every plan, resolved
+// function and limit of the old identity is dropped.
+void note_context(const context_ref& ctx);
+
+// The context's device limits, queried once per context identity. The reference stays valid for the
+// process lifetime.
+const device_limits& limits_for(const context_ref& ctx);
+
+}  // namespace launchfit::detail

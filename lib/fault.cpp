@@ -1,0 +1,39 @@
+#include "fault.hpp"
+
+#include <atomic>
+#include <string>
+
+#include "driver.hpp"
+
+namespace launchfit::detail {
+namespace {
+
+// The most recently launched plan: named when a later call reports a sticky (asynchronous) fault.
+std::atomic<const plan_entry*> last_launched{nullptr};
+
+std::string sticky_note() {
+  std::string note = "; the context is unusable after an earlier kernel faulted";
+  if (const plan_entry* last = last_launched.load(std::memory_order_relaxed))
+    note += " (last launched: " + display_name(last->kernel) + " with " + last->plan.to_string() + ")";
+  return note;
+}
+
+}  // namespace
+
+void note_launched(const plan_entry& e) noexcept { last_launched.store(&e, std::memory_order_relaxed); }
+
+bool is_sticky(CUresult r) noexcept { return is_sticky_cuda_result(static_cast<int>(r)); }
+
+error with_fault_note(const error& e) {
+  if (!e.is_sticky()) return e;
+  return error(e.cuda_result(), e.call(), e.message() + sticky_note(), e.kernel(), e.config());
+}
+
+void throw_launch_error(CUresult r, const plan_entry& e, dims grid) {
+  std::string message = error_string(r);
+  if (is_sticky(r)) message += sticky_note();
+  throw error("cuLaunchKernelEx", error_name(r), message, display_name(e.kernel),
+              "launch grid " + grid.to_string() + ", " + e.plan.to_string());
+}
+
+}  // namespace launchfit::detail

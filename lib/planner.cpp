@@ -1,0 +1,410 @@
+// The miss path, as steps: resolve the kernel -> the policy that decides -> the query -> a stored or
+// chosen plan -> what the launch requires -> the function's smem limit -> report. Each step is a function;
+// build_entry() reads them top to bottom.
+
+#include "planner.hpp"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "cache_file.hpp"
+#include "driver.hpp"
+#include "fault.hpp"
+#include "launch_config.hpp"
+#include "launchfit/log.hpp"
+#include "log_internal.hpp"
+#include "policy_string.hpp"
+#include "tuning.hpp"
+
+namespace launchfit::detail {
+namespace {
+
+// ---- step 1: the kernel ----------------------------------------------------------------------------------
+
+void resolve_kernel(const launch_request& r, plan_entry& e) {
+  e.function = r.resolve ? r.resolve(r.stub) : r.driver_kernel->function();
+  e.kernel = query_resources(e.function, false);  // the readable name only where it is shown
+  if (r.driver_kernel) e.param_sizes = query_param_sizes(e.function);
+}
+
+void describe_device(const device_limits& dev, plan_entry& e) {
+  e.device_name = dev.name;
+  e.device_uuid = dev.uuid;
+  e.device_ordinal = dev.ordinal;
+  e.max_grid_x = dev.max_grid_dim[0] > 0 ? dev.max_grid_dim[0] : 2147483647;
+}
+
+// ---- step 2: the policy that decides ---------------------------------------------------------------------
+
+// An operator's LAUNCHFIT_POLICY override wins over the code's. The kernel's name is demangled only where it
+// is used: overrides match it, the log line shows it, a plugin or registered policy may read it.
+std::shared_ptr<const policy> override_for(plan_entry& e, std::string& glob) {
+  if (!policy_overrides_configured()) return nullptr;
+  return policy_override_for(name_kernel(e.kernel), &glob);
+}
+
+// ---- step 3: the query -----------------------------------------------------------------------------------
+
+// The occupancy oracle: the driver, which counts nothing as resident above the function's current
+// dynamic-smem limit. Candidates above that limit are answered by the calculator (it agrees with the driver
+// once the limit is raised): probing never changes the user's function attributes; only the launched
+// plan's smem is set, in raise_smem_limit().
+std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_limits& dev, const kernel_resources& k) {
+  struct memo {
+    std::mutex m;  // a plugin may call the oracle from several threads
+    std::array<long long, 3> last{-1, -1, 0};  // block, smem, active blocks
+  };
+  return [f, &dev, k, st = std::make_shared<memo>()](int block, std::size_t smem) {
+    std::lock_guard<std::mutex> lock(st->m);
+    auto& last = st->last;
+    if (last[0] == block && last[1] == static_cast<long long>(smem)) return static_cast<int>(last[2]);
+    int n = 0;
+    if (smem > k.max_dynamic_smem_bytes) {
+      try {
+        n = occupancy(dev, k, block, smem).active_blocks_per_sm;
+      } catch (const error&) {
+        n = 0;  // impossible configuration
+      }
+    } else if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem,
+                                                                            CU_OCCUPANCY_DEFAULT) != CUDA_SUCCESS) {
+      return 0;
+    }
+    last = {block, static_cast<long long>(smem), n};
+    return n;
+  };
+}
+
+query make_query(const launch_request& r, const plan_entry& e, const device_limits& dev) {
+  query q;
+  q.device = dev;
+  q.kernel = e.kernel;
+  q.dynamic_smem_bytes = r.smem_bytes;
+  if (r.smem_fn) q.smem_per_block = *r.smem_fn;
+  q.work_hint = r.shape;
+  q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
+  q.active_blocks = driver_oracle(e.function, dev, e.kernel);  // dev lives as long as the process
+  return q;
+}
+
+// ---- step 4: tuning trials -------------------------------------------------------------------------------
+
+// Trials re-run the kernel: only when the spec allows it, with real arguments, outside a stream capture.
+// Every trial launches as the launch requires (a grid.sync() kernel is never timed non-cooperatively).
+void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need) {
+  if (!r.rerunnable || !r.has_arguments) return;
+  const driver_api& d = driver();
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
+  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return;
+  // One stream gate per tuning (a pinned word and a watchdog thread), made by the first trial. The trials
+  // share the launch's stream: a plugin that times from several threads is served one trial at a time.
+  struct tuning {
+    std::mutex m;
+    std::optional<stream_gate> gate;
+  };
+  q.time_plan = [f = e.function, &r, max_grid_x = e.max_grid_x, need, q_for_checks = q,
+                 t = std::make_shared<tuning>()](const plan& candidate) {
+    plan p = candidate;
+    apply_requirements(q_for_checks, p, need);  // throws: this candidate cannot run as required
+    std::lock_guard<std::mutex> lock(t->m);
+    if (!t->gate) t->gate.emplace();
+    return time_candidate(f, r, p, max_grid_x, *t->gate);
+  };
+}
+
+// ---- step 5: a stored plan, or the policy's ---------------------------------------------------------------
+
+std::string smem_rule_text(const launch_request& r, const plan_key& key) {
+  if (r.smem_fn) return "fn=" + std::to_string(key.smem_rule);
+  return "bytes=" + std::to_string(r.smem_bytes);
+}
+
+plan choose(const policy& chosen, const query& q, plan_entry& e) {
+  try {
+    return chosen.choose(q);
+  } catch (const error& bad) {
+    if (!bad.kernel().empty()) throw;
+    throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel), bad.config());
+  }
+}
+
+plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy& chosen, const query& q,
+                      const launch_requirements& need, plan_entry& e, const device_limits& dev) {
+  if (!cache_file_open()) {
+    plan p = choose(chosen, q, e);
+    apply_requirements(q, p, need);
+    return p;
+  }
+  // The cache file's key strings are built only when one is in use (a miss stays cheap without).
+  const std::string policy_text = chosen.to_string();
+  const stored_key sk{dev.uuid,           dev.cc(),           dev.sm_count, driver().version, kernel_fingerprint(e.kernel),
+                      policy_text + (need.cooperative ? " cooperative" : "") +
+                          (need.cluster.count() > 1 ? " cluster=" + need.cluster.to_string() : ""),
+                      smem_rule_text(r, key), key.bucket};
+  std::optional<plan> stored = find_stored_plan(sk, true);
+  // A plan for another size bucket beats a guess when this launch may not be tuned (not rerunnable).
+  if (!stored && key.bucket != 0 && !q.time_plan) stored = find_stored_plan(sk, false);
+  // A deterministic built-in policy is cheap to ask: its answer checks the stored plan.
+  std::optional<plan> computed;
+  if (!stored || is_builtin_policy(chosen)) {
+    computed = choose(chosen, q, e);
+    apply_requirements(q, *computed, need);
+  }
+  if (stored) {
+    const std::string match = stored->match == "cache-file-other-bucket" ? stored->match : "cache-file";
+    std::string problem;
+    try {
+      problem = check_stored_plan(q, *stored, need, computed ? &*computed : nullptr);
+    } catch (const error& bad) {
+      problem = bad.message();
+    }
+    if (problem.empty()) {
+      stored->policy = policy_text;  // who decided is the key's policy, never the file's text
+      stored->match = match;
+      return *stored;
+    }
+    logger()->warn("plan cache file entry for {} ignored ({}); computing a new plan", display_name(e.kernel),
+                   printable(problem));
+    if (!computed) {
+      computed = choose(chosen, q, e);
+      apply_requirements(q, *computed, need);
+    }
+  }
+  store_plan(sk, *computed);
+  return *computed;
+}
+
+// ---- step 6: the function's dynamic-smem limit -----------------------------------------------------------
+
+// Raised to what the launched plan needs, never lowered (a user's higher setting stays), and checked with the
+// driver afterwards: the plan's residency came from the calculator above the old limit.
+void raise_smem_limit(const query& q, plan_entry& e) {
+  static std::mutex& m = *new std::mutex();  // never destroyed, as every launchfit singleton
+  const std::size_t needed = e.plan.dynamic_smem_bytes;
+  if (needed <= e.kernel.max_dynamic_smem_bytes) return;
+  const driver_api& d = driver();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    int current = 0;
+    check(d.cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.function),
+          "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(e.kernel), e.plan.to_string());
+    if (static_cast<std::size_t>(current) < needed) {
+      check(d.cuFuncSetAttribute(e.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 static_cast<int>(needed)),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(e.kernel), e.plan.to_string());
+      current = static_cast<int>(needed);
+    }
+    e.kernel.max_dynamic_smem_bytes = static_cast<std::size_t>(current);
+  }
+  query checked = q;
+  checked.kernel.max_dynamic_smem_bytes = e.kernel.max_dynamic_smem_bytes;
+  checked.active_blocks = driver_oracle(e.function, q.device, checked.kernel);
+  const std::string reason = e.plan.reason;
+  try {
+    validate_plan(checked, e.plan);
+  } catch (const error& bad) {
+    throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel), bad.config());
+  }
+  e.plan.reason = reason;
+}
+
+// ---- step 7: report --------------------------------------------------------------------------------------
+
+// The report copies the plan and kernel: only when something will be logged (info, or a warning).
+void report(plan_entry& e, const device_limits& dev, const launch_request& r) {
+  const spdlog::logger& l = logger_fast();
+  const bool warns = !e.plan.warning.empty() || e.kernel.local_bytes_per_thread > 0;
+  if (!l.should_log(spdlog::level::info) && !(warns && l.should_log(spdlog::level::warn))) return;
+  name_kernel(e.kernel);
+  log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, e.override_glob});
+}
+
+// The steps, top to bottom. `decided_by` is an override's policy when building under its route; null: the
+// spec's policy, or an override found now (then the entry only routes).
+plan_entry build_entry(const launch_request& r, const context_ref& ctx, const plan_key& key,
+                       std::shared_ptr<const policy> decided_by, const std::string& glob, bool may_tune) {
+  plan_entry e;
+  e.key = key;
+  resolve_kernel(r, e);
+  const device_limits& dev = limits_for(ctx);
+  describe_device(dev, e);
+
+  e.override_glob = glob;
+  if (!decided_by) {
+    std::shared_ptr<const policy> over = override_for(e, e.override_glob);
+    if (over && over->hash() != r.policy_hash) {
+      e.route = std::move(over);  // planned under the override's own key and size bucket: follow_route()
+      e.route_hash = e.route->hash();
+      return e;
+    }
+  }
+  e.overriding = decided_by;
+  const policy& chosen = decided_by ? *decided_by : *r.policy;
+  if (!e.override_glob.empty() || !is_builtin_policy(chosen)) name_kernel(e.kernel);
+
+  query q = make_query(r, e, dev);
+  const launch_requirements need = requirements_of(r);
+  if (may_tune) offer_tuning(q, r, e, need);
+  e.plan = stored_or_chosen(r, key, chosen, q, need, e, dev);
+  raise_smem_limit(q, e);
+  report(e, dev, r);
+  return e;
+}
+
+// Builds under key once across threads; a request asked again from inside its own build is planned
+// without tuning into `local`.
+const plan_entry& plan_once(const launch_request& r, const context_ref& ctx, const plan_key& key,
+                            const std::shared_ptr<const policy>& decided_by, const std::string& glob,
+                            std::optional<plan_entry>& local) {
+  try {
+    if (const plan_entry* e = find_or_build(key, [&] { return build_entry(r, ctx, key, decided_by, glob, true); }))
+      return *e;
+    local.emplace(build_entry(r, ctx, key, decided_by, glob, false));
+    return *local;
+  } catch (const error& e) {
+    throw with_fault_note(e);
+  }
+}
+
+}  // namespace
+
+// ---- the miss path ---------------------------------------------------------------------------------------
+
+const plan_entry& plan_miss(const launch_request& r, const context_ref& ctx, const plan_key& key,
+                            std::optional<plan_entry>& local) {
+  note_context(ctx);
+  return plan_once(r, ctx, key, nullptr, {}, local);
+}
+
+const plan_entry& follow_route(const launch_request& r, const context_ref& ctx, const plan_entry& route,
+                               std::optional<plan_entry>& local) {
+  plan_key key = route.key;
+  key.policy = route.route_hash;
+  key.bucket = route.route->work_bucket(r.shape);
+  key.launch |= overridden_bit;
+  if (const plan_entry* hit = find(key)) return *hit;
+  const std::shared_ptr<const policy> decided_by = route.route;  // `route` may be `local`, rebuilt below
+  const std::string glob = route.override_glob;
+  return plan_once(r, ctx, key, decided_by, glob, local);
+}
+
+const plan_entry& replan_for_smem_rule(const launch_request& r, const context_ref& ctx, const plan_entry& stale,
+                                       std::optional<plan_entry>& local) {
+  const std::shared_ptr<const policy> decided_by = stale.overriding;
+  const std::string glob = stale.override_glob;
+  plan_key key = stale.key;
+  int block = stale.plan.block_threads;
+  // Keyed by the rule's answer at the block the previous plan chose; a few steps settle any set of rules that
+  // differ by captured values. A rule that answers differently on every call never settles: planned per launch.
+  constexpr int max_steps = 4;
+  for (int step = 0; step < max_steps; ++step) {
+    key.smem_rule = hash_combine(key.smem_rule, (*r.smem_fn)(block) + 1);
+    const plan_entry* e = find(key);
+    if (!e) {
+      e = &plan_once(r, ctx, key, decided_by, glob, local);
+      if (e == &*local) break;
+    }
+    if ((*r.smem_fn)(e->plan.block_threads) == e->plan.dynamic_smem_bytes) return *e;
+    block = e->plan.block_threads;
+  }
+  try {
+    local.emplace(build_entry(r, ctx, key, decided_by, glob, false));
+  } catch (const error& e) {
+    throw with_fault_note(e);
+  }
+  const std::size_t again = (*r.smem_fn)(local->plan.block_threads);
+  if (again != local->plan.dynamic_smem_bytes) {
+    throw error("smem_per_block", "LAUNCHFIT_INVALID_PLAN",
+                "the smem_per_block rule gave " + std::to_string(local->plan.dynamic_smem_bytes) + " B and then " +
+                    std::to_string(again) + " B for a block of " + std::to_string(local->plan.block_threads) +
+                    " threads: a rule must give the same bytes for the same block",
+                display_name(local->kernel), local->plan.to_string());
+  }
+  return *local;
+}
+
+// ---- pure steps ------------------------------------------------------------------------------------------
+
+launch_requirements requirements_of(const launch_request& r) {
+  launch_requirements need;
+  need.cooperative = r.cooperative || dynamic_cast<const cooperative_policy*>(r.policy) != nullptr;
+  need.cluster = r.cluster.count() > 1 ? r.cluster : dims{};
+  return need;
+}
+
+void apply_requirements(const query& q, plan& p, const launch_requirements& need) {
+  if (need.cluster.count() > 1 || p.cluster.count() > 1) {
+    if (p.cluster.count() > 1 && p.cluster != need.cluster) {
+      throw error("plan(cluster)", "LAUNCHFIT_INVALID_PLAN",
+                  "policy " + printable(p.policy) + " chose cluster " + p.cluster.to_string() + " but the launch " +
+                      (need.cluster.count() > 1 ? "requires cluster " + need.cluster.to_string()
+                                                : std::string("asked for no cluster")),
+                  q.kernel.demangled, p.to_string());
+    }
+    p.cluster = need.cluster;
+  }
+  if (need.cooperative && !p.cooperative) {
+    p.cooperative = true;
+    validate_plan(q, p);  // co-residency, now as a cooperative grid
+    p.reason += "; launched cooperatively, as the launch requires";
+  }
+}
+
+bool same_launch(const plan& a, const plan& b) noexcept {
+  return a.block == b.block && a.grid == b.grid && a.blocks_per_sm == b.blocks_per_sm &&
+         a.dynamic_smem_bytes == b.dynamic_smem_bytes && a.cooperative == b.cooperative && a.cluster == b.cluster;
+}
+
+std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need, const plan* computed) {
+  if (stored.cooperative != need.cooperative) {
+    return std::string("the stored plan is ") + (stored.cooperative ? "" : "not ") + "cooperative, the launch " +
+           (need.cooperative ? "is" : "is not");
+  }
+  if (stored.cluster != need.cluster && !(stored.cluster.count() <= 1 && need.cluster.count() <= 1)) {
+    return "the stored plan has cluster " + stored.cluster.to_string() + ", the launch " +
+           (need.cluster.count() > 1 ? "requires " + need.cluster.to_string() : std::string("has none"));
+  }
+  stored.cluster = need.cluster;
+  const std::size_t stored_smem = stored.dynamic_smem_bytes;
+  validate_plan(q, stored);  // throws: block, smem, grid or co-residency out of bounds
+  if (stored.dynamic_smem_bytes != stored_smem) {
+    return "the stored plan has " + std::to_string(stored_smem) + " B of dynamic smem where the launch's rule gives " +
+           std::to_string(stored.dynamic_smem_bytes) + " B";
+  }
+  if (computed && !same_launch(stored, *computed)) {
+    return "the stored plan (" + stored.to_string() + ") is not what " + printable(computed->policy) +
+           " chooses now (" + computed->to_string() + ")";
+  }
+  stored.reason = "stored in the plan-cache file: " + printable(stored.reason);
+  stored.warning = printable(stored.warning);
+  return {};
+}
+
+std::string printable(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 16);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (out.size() >= max_bytes) {
+      out += "...(" + std::to_string(text.size()) + " bytes)";
+      break;
+    }
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else if (c >= 0x80) {
+      out += '?';  // bytes outside ASCII: never passed on raw (they may be invalid UTF-8)
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace launchfit::detail

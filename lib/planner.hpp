@@ -1,0 +1,74 @@
+#pragma once
+// Internal: the miss path. A plan is made for exactly what is launched: the context (by identity), the
+// kernel, the policy that decides (the spec's, or a LAUNCHFIT_POLICY override) with its size bucket, the smem
+// rule (checked by value on every launch) and what the launch requires (cooperative, cluster dims), which no
+// policy, override, plugin or stored plan may drop.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "device_query.hpp"
+#include "launchfit/detail/launch_request.hpp"
+#include "launchfit/policy.hpp"
+#include "plan_cache.hpp"
+
+namespace launchfit::detail {
+
+// What the launch itself requires, whatever policy decides.
+struct launch_requirements {
+  bool cooperative = false;
+  dims cluster{};  // 1x1x1: none
+};
+
+// The requirements in a plan key: bit 0 cooperative, cluster x/y/z in bits 1-16, 17-32, 33-48.
+inline std::uint64_t launch_bits(const launch_request& r) noexcept {
+  const dims& c = r.cluster;
+  if (c.count() <= 1) return r.cooperative ? 1u : 0u;
+  return (r.cooperative ? 1u : 0u) | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |
+         (std::uint64_t{c.z & 0xffffu} << 33);
+}
+// Set in the key of a plan made by an override (under its own policy hash and bucket).
+inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
+
+inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexcept {
+  return plan_key{ctx.id, r.kernel_id, r.policy_hash, r.smem_rule, r.bucket, launch_bits(r)};
+}
+
+// The key of a request missed: plans it (or waits for the thread that does). A request asked again from
+// inside its own planning (a reset callback launching the same kernel) is planned without tuning into
+// `local`, not cached.
+const plan_entry& plan_miss(const launch_request& r, const context_ref& ctx, const plan_key& key,
+                            std::optional<plan_entry>& local);
+// The entry of an overridden request only routes: the override's plan, under the override's own key.
+const plan_entry& follow_route(const launch_request& r, const context_ref& ctx, const plan_entry& route,
+                               std::optional<plan_entry>& local);
+// The cached plan's dynamic smem is not what this launch's smem_per_block rule gives for its block (a rule of
+// the same type with other captured values): plans again, keyed by the rule's answer.
+const plan_entry& replan_for_smem_rule(const launch_request& r, const context_ref& ctx, const plan_entry& stale,
+                                       std::optional<plan_entry>& local);
+
+// ---- pure steps, tested on the CPU ----------------------------------------------------------------------
+
+// What the launch requires: the request's flags, plus cooperative when the spec's own policy is cooperative().
+launch_requirements requirements_of(const launch_request& r);
+
+// Makes p launch as the launch requires: cooperative when required (then re-validated for co-residency) and
+// with exactly the required cluster dims. Throws launchfit::error when p cannot (a policy that chose other
+// cluster dims, blocks that do not co-reside).
+void apply_requirements(const query& q, plan& p, const launch_requirements& need);
+
+// Whether two plans launch the same way (block, grid rule, residency, smem, cooperative, cluster).
+bool same_launch(const plan& a, const plan& b) noexcept;
+
+// Checks a plan read from the cache file against this launch (it is untrusted input). `computed` is what a
+// deterministic built-in policy chooses now (nullptr for tuning policies and plugins). Returns an empty
+// string and completes `stored` when it may be used, or why not.
+std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need,
+                              const plan* computed);
+
+// Text from outside (a cache file, a plugin) made safe to show: control characters escaped, at most
+// max_bytes kept.
+std::string printable(std::string_view text, std::size_t max_bytes = 256);
+
+}  // namespace launchfit::detail

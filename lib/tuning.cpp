@@ -1,0 +1,170 @@
+// Timing candidate plans: a stream gate so samples time the GPU, not the host's launch rate, and the
+// sampling itself.
+
+#include "tuning.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "driver.hpp"
+#include "launch_config.hpp"
+
+namespace launchfit::detail {
+
+// stream_gate holds a stream while a sample's launches are queued (nvbench's method): a cuStreamWaitValue32 on a mapped
+// host word, released by the host once the stop event is queued. The events then time back-to-back GPU
+// execution, not the host's launch rate (an empty launch costs the host ~3.5 us on an H200 machine, longer
+// than a small kernel runs). Without stream memory operations the gate is simply off.
+stream_gate::stream_gate() {
+  // With blocking launches (CUDA_LAUNCH_BLOCKING, or a profiler that serialises them) the first launch
+  // behind a held stream would wait for ever: no gate.
+  if (const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING"); blocking && *blocking && std::strcmp(blocking, "0") != 0)
+    return;
+  const driver_api& d = driver();
+  if (!d.cuMemHostAlloc || !d.cuMemHostGetDevicePointer || !d.cuMemFreeHost || !d.cuStreamWaitValue32) return;
+  void* p = nullptr;
+  if (d.cuMemHostAlloc(&p, sizeof(std::uint32_t), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) !=
+      CUDA_SUCCESS)
+    return;
+  word_ = static_cast<volatile std::uint32_t*>(p);
+  if (d.cuMemHostGetDevicePointer(&device_word_, p, 0) != CUDA_SUCCESS) {
+    d.cuMemFreeHost(p);
+    word_ = nullptr;
+    return;
+  }
+  // Watchdog: a gate still closed 100 ms after hold() (a launch that blocked, a full queue) is opened, so
+  // the worst case is a slow sample, never a hang.
+  watchdog_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(watch_mutex_);
+    while (!stopping_) {
+      if (armed_) {
+        if (watch_cv_.wait_until(lock, deadline_, [this] { return stopping_ || !armed_; })) continue;
+        release();  // deadline passed with the gate still closed
+        armed_ = false;
+      } else {
+        watch_cv_.wait(lock, [this] { return stopping_ || armed_; });
+      }
+    }
+  });
+}
+
+stream_gate::~stream_gate() {
+  if (watchdog_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      stopping_ = true;
+    }
+    watch_cv_.notify_all();
+    watchdog_.join();
+  }
+  if (!word_) return;
+  drain();  // a wait still queued must see the word before it is freed
+  driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
+}
+
+bool stream_gate::hold(CUstream s) {
+  if (!word_) return false;
+  drain();  // before re-arming
+  store(0);
+  if (driver().cuStreamWaitValue32(s, device_word_, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) {
+    pending_ = true;
+    pending_stream_ = s;
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      armed_ = true;
+      deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    }
+    watch_cv_.notify_all();
+    return true;
+  }
+  store(1);
+  driver().cuMemFreeHost(const_cast<std::uint32_t*>(word_));
+  word_ = nullptr;  // refused once: off for the rest of this tuning
+  return false;
+}
+
+void stream_gate::open() {
+  release();
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    armed_ = false;
+  }
+  watch_cv_.notify_all();
+}
+
+void stream_gate::drain() {
+  if (!pending_) return;
+  release();
+  driver().cuStreamSynchronize(pending_stream_);
+  pending_ = false;
+}
+
+
+// Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
+// samples, each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
+// runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
+// is mostly event and launch jitter); with only a reset, one launch per sample, after the reset.
+double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
+                      stream_gate& gate) {
+  const driver_api& d = driver();
+  const dims grid = grid_for(p, r.shape, max_grid_x);
+  if (grid.count() == 0) return 0;
+  CUlaunchConfig cfg;
+  launch_attributes attrs;
+  fill_launch_config(cfg, attrs, p, grid, r.stream);
+  struct event {
+    CUevent e = nullptr;
+    ~event() {
+      if (e) driver().cuEventDestroy(e);
+    }
+  } start, stop;  // released on every path, trials that throw included
+  check(d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(d.cuEventCreate(&stop.e, CU_EVENT_DEFAULT), "cuEventCreate");
+  auto sample = [&](int launches, bool gated) {
+    if (r.reset) (*r.reset)();
+    struct opened {
+      stream_gate* g = nullptr;
+      ~opened() {
+        if (g) g->open();  // on every path: a throwing launch must not leave the stream held
+      }
+    } open;
+    if (gated && gate.hold(r.stream)) open.g = &gate;
+    check(d.cuEventRecord(start.e, r.stream), "cuEventRecord");
+    for (int i = 0; i < launches; ++i)
+      check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
+    check(d.cuEventRecord(stop.e, r.stream), "cuEventRecord");
+    if (open.g) {
+      open.g->open();
+      open.g = nullptr;
+    }
+    check(d.cuEventSynchronize(stop.e), "cuEventSynchronize");
+    gate.settled();
+    float ms = 0;
+    check(d.cuEventElapsedTime(&ms, start.e, stop.e), "cuEventElapsedTime");
+    return static_cast<double>(ms) / launches;
+  };
+  // Back-to-back launches until a sample fills ~0.3 ms (a kernel under 0.3 ms runs at least twice: the steady
+  // state of a kernel launched in a loop).
+  constexpr double sample_target_ms = 0.3;
+  constexpr int max_launches_per_sample = 64;  // well below the driver's queue depth while the stream is held
+  const double pilot = sample(1, false);
+  int per_sample = 1;
+  const bool back_to_back = !r.reset || r.back_to_back;  // with a reset only if rerunnable() said so too
+  if (back_to_back && pilot > 0) {
+    per_sample = static_cast<int>(std::clamp(std::ceil(sample_target_ms / pilot), 1.0, double{max_launches_per_sample}));
+    // The pilot is one cold, ungated launch (it overstates): anything near the target still runs twice.
+    if (pilot < 1.5 * sample_target_ms) per_sample = std::max(per_sample, 2);
+  }
+  std::array<double, 5> times{};
+  // Gated with a reset too: the reset runs before the gate is queued (a synchronous reset cannot wait on it),
+  // and the one launch then starts as soon as the gate opens instead of when the host gets to it.
+  for (double& t : times) t = sample(per_sample, true);
+  std::sort(times.begin(), times.end());
+  if (r.reset) (*r.reset)();  // leave the user's data as the real launch expects it
+  return times[times.size() / 2];
+}
+
+}  // namespace launchfit::detail
