@@ -1,10 +1,12 @@
+#include "launchfit/kernel.hpp"
+
 #include <cstring>
 #include <fstream>
 #include <utility>
 
 #include "driver.hpp"
+#include "kernel_internal.hpp"
 #include "launchfit/error.hpp"
-#include "launchfit/kernel.hpp"
 #include "plan_cache.hpp"
 
 namespace launchfit {
@@ -98,6 +100,9 @@ module module::from_memory(const void* image) {
   return module(lib, "<memory>");
 }
 
+module::module(CUlibrary l, std::string origin) :library_(l), origin_(std::move(origin)),
+    handed_out_(std::make_unique<detail::kernel_id_set>()) {}
+
 module::module(module&& other) noexcept
     : library_(std::exchange(other.library_, nullptr)),
       origin_(std::move(other.origin_)),
@@ -116,19 +121,22 @@ module& module::operator=(module&& other) noexcept {
 module::~module() {
   if (!library_) return;
   // Plans of unloaded kernels must never be reused by a kernel loaded later at the same address.
-  for (std::uintptr_t id : handed_out_) detail::forget_kernel(id);
+  if (handed_out_)
+    for (std::uintptr_t id : handed_out_->ids()) detail::forget_kernel(id);
   if (detail::driver_available()) detail::driver().cuLibraryUnload(library_);
 }
 
 kernel module::get(const std::string& name) const {
+  if (!library_)
+    throw error("cuLibraryGetKernel", "CUDA_ERROR_INVALID_HANDLE", "moved-from launchfit::module");
   const auto& d = detail::driver();
   CUkernel k = nullptr;
   const CUresult r = d.cuLibraryGetKernel(&k, library_, name.c_str());
   if (r != CUDA_SUCCESS) {
-    throw error("cuLibraryGetKernel", detail::error_name(r),
+    throw error(r, "cuLibraryGetKernel",
                 "no kernel '" + name + "' in " + origin_ + " (use the mangled name or extern \"C\")", name);
   }
-  handed_out_.push_back(reinterpret_cast<std::uintptr_t>(k));
+  handed_out_->insert(reinterpret_cast<std::uintptr_t>(k));
   return kernel(k);
 }
 

@@ -1,8 +1,14 @@
 // The launch API on a machine without a GPU: specs, and a clear error instead of a loader failure.
 
+#include "launchfit/launch.hpp"
+
 #include <gtest/gtest.h>
 
-#include "launchfit/launch.hpp"
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "kernel_internal.hpp"
 
 namespace lf = launchfit;
 
@@ -139,4 +145,29 @@ TEST(KernelHandles, MissingModuleFileNamesThePath) {
     EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_FILE_NOT_FOUND");
     EXPECT_NE(e.message().find("cannot open '/nonexistent/kernels.cubin'"), std::string::npos) << e.what();
   }
+}
+
+// module::get() records each kernel it hands out so unloading forgets their plans: from many threads at
+// once, and each kernel once however often it is asked for.
+TEST(KernelHandles, HandedOutIdsAreThreadSafeAndBounded) {
+  lf::detail::kernel_id_set ids;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&ids, t] {
+      for (int i = 0; i < 20000; ++i) ids.insert(static_cast<std::uintptr_t>(0x1000 + (i + t) % 16));
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ids.size(), 16u);
+  auto all = ids.ids();
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), 16u);
+  EXPECT_EQ(all.front(), 0x1000u);
+  EXPECT_EQ(all.back(), 0x100fu);
+}
+
+TEST(KernelHandles, AModuleStaysMovable) {
+  static_assert(std::is_nothrow_move_constructible_v<lf::module>);
+  static_assert(std::is_nothrow_move_assignable_v<lf::module>);
+  static_assert(!std::is_copy_constructible_v<lf::module>);
 }

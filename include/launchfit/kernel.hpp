@@ -5,19 +5,23 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace launchfit {
+namespace detail {
+class kernel_id_set;
+}
 
 struct kernel_resources {
   std::string name;              // mangled, as the driver reports it
   std::string demangled;         // readable name; equals name when it is not mangled
   int regs_per_thread = 0;
   std::size_t static_smem_bytes = 0;
-  std::size_t local_bytes_per_thread = 0;  // spill / stack frame
+  std::size_t local_bytes_per_thread = 0;  // local memory per thread: stack frame and/or register spills
   std::size_t const_bytes = 0;
   int max_threads_per_block = 1024;        // reflects __launch_bounds__ and register use
   int ptx_version = 0;                     // e.g. 90
@@ -74,15 +78,16 @@ class module {
   module& operator=(const module&) = delete;
   ~module();
 
-  // Throws launchfit::error naming the kernel when the library has no such (mangled) name.
+  // Throws launchfit::error naming the kernel when the library has no such (mangled) name. Thread-safe.
   kernel get(const std::string& name) const;
   CUlibrary handle() const noexcept { return library_; }
 
  private:
-  explicit module(CUlibrary l, std::string origin) : library_(l), origin_(std::move(origin)) {}
+  module(CUlibrary l, std::string origin);
   CUlibrary library_ = nullptr;
   std::string origin_;
-  mutable std::vector<std::uintptr_t> handed_out_;
+  // The kernels get() has handed out, each once; behind a pointer so a module stays movable.
+  std::unique_ptr<detail::kernel_id_set> handed_out_;
 };
 
 // Demangles an Itanium C++ name; returns it unchanged when it is not mangled.

@@ -473,6 +473,28 @@ TEST_F(DriverLaunch, MissingKernelNameIsAClearError) {
   EXPECT_THROW(lf::module::from_file("/nonexistent/kernels.cubin"), lf::error);
 }
 
+// get() from many threads at once (it records the kernels it hands out), then a launch of each result.
+TEST_F(DriverLaunch, GetIsThreadSafe) {
+  LF_CUDA_CHECK(cudaFree(nullptr));
+  lf::module m = lf::module::from_file(LAUNCHFIT_TEST_CUBIN);
+  std::vector<std::thread> threads;
+  std::vector<std::uintptr_t> ids(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5000; ++i) ids[t] = m.get(i % 2 ? "saxpy" : "count_blocks").id();
+      ids[t] = m.get("saxpy").id();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (std::uintptr_t id : ids) EXPECT_EQ(id, m.get("saxpy").id());
+  const int n = 1000;
+  device_buffer<float> dx(n), dy(n);
+  LF_CUDA_CHECK(cudaMemset(dx.ptr, 0, n * sizeof(float)));
+  LF_CUDA_CHECK(cudaMemset(dy.ptr, 0, n * sizeof(float)));
+  lf::launch(m.get("saxpy"), lf::fixed(128).items(n), 1.0f, static_cast<const float*>(dx.ptr), dy.ptr, n);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST_F(Launch, ClusterDimsReachTheLaunchAndABadGridIsRefused) {
   device_buffer<unsigned> out(8);
   out.poison();

@@ -1,0 +1,32 @@
+#pragma once
+// Internal: the kernels a module has handed out, so unloading it forgets their cached plans.
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+namespace launchfit::detail {
+
+// Thread-safe; holds each id once, so it is bounded by the kernels in the module however often get() runs.
+class kernel_id_set {
+ public:
+  void insert(std::uintptr_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ids_.insert(id);
+  }
+  std::vector<std::uintptr_t> ids() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {ids_.begin(), ids_.end()};
+  }
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ids_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_set<std::uintptr_t> ids_;
+};
+
+}  // namespace launchfit::detail
