@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "launchfit/cache.hpp"
+#include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
 #include "planner.hpp"
@@ -260,6 +261,15 @@ TEST(PlanStore, ADeadContextsPlansAreDropped) {
   ASSERT_NE(ld::find(k), nullptr);
   ld::forget_context(1234);
   EXPECT_EQ(ld::find(k), nullptr);
+}
+
+TEST(PlanStore, SettingPolicyOverridesDropsEveryPlan) {
+  lf::plan_key k = key_of(6);
+  ld::find_or_build(k, [] { return entry_with_block(64); });
+  ASSERT_NE(ld::find(k), nullptr);
+  lf::set_policy_overrides("some_kernel=fixed(block=96)");
+  EXPECT_EQ(ld::find(k), nullptr) << "a plan chosen under the old overrides survived";
+  lf::set_policy_overrides("");
 }
 
 }  // namespace

@@ -157,6 +157,15 @@ int run(int argc, char** argv) {
   const unsigned items_grid = lf::grid_for(items_plan, lf::max_occupancy().items(n).work_shape()).x;
   const std::string items_dims = "<<<" + std::to_string(items_grid) + ", " + std::to_string(items_block) + ">>>";
   const std::string fixed_dims = "<<<1, 256>>>";
+  // An smem_per_block rule: the hit path calls it once per launch to check the plan's bytes by value.
+  const std::size_t smem_per_thread = 16;
+  const auto smem_rule = [smem_per_thread](int block) { return smem_per_thread * static_cast<std::size_t>(block); };
+  const lf::plan rule_plan = lf::plan_for(&empty_kernel, lf::max_occupancy().smem_per_block(smem_rule).items(n));
+  const unsigned rule_block = rule_plan.block.x;
+  const unsigned rule_grid = lf::grid_for(rule_plan, lf::max_occupancy().items(n).work_shape()).x;
+  const std::size_t rule_smem = rule_plan.dynamic_smem_bytes;
+  const std::string rule_dims = "<<<" + std::to_string(rule_grid) + ", " + std::to_string(rule_block) + ", " +
+                                std::to_string(rule_smem) + ">>>";
 
   // Warm the cache for every launchfit variant (logs each new plan once).
   lf::launch(&empty_kernel, lf::fixed(256, 1).on(stream), 0);
@@ -179,6 +188,8 @@ int run(int argc, char** argv) {
       {"launchfit fixed(256, 1)", fixed_dims, 3},
       {"launchfit driver kernel fixed(256, 1)", fixed_dims, 4},
       {"cuLaunchKernelEx (no attributes)", fixed_dims, -1},
+      {"<<<>>>", rule_dims, -1},
+      {"launchfit max_occupancy().smem_per_block(rule).items(n)", rule_dims, 8},
   };
   // Each variant is timed in a plain loop (no type-erased call in the timed loop).
   auto measure = [&](int v, int batch, int nb) -> std::vector<double> {
@@ -210,9 +221,16 @@ int run(int argc, char** argv) {
       case 6:
         return host_us_per_launch([&] { lf::launch(empty_driver, lf::fixed(256, 1).on(stream), 0); }, batch, nb,
                                   stream);
-      default:
+      case 7:
         return host_us_per_launch(
             [&] { check_cu(cuLaunchKernelEx(&plain_config, empty_fn, params, nullptr), "cuLaunchKernelEx"); },
+            batch, nb, stream);
+      case 8:
+        return host_us_per_launch([&] { empty_kernel<<<rule_grid, rule_block, rule_smem, stream>>>(0); }, batch,
+                                  nb, stream);
+      default:
+        return host_us_per_launch(
+            [&] { lf::launch(&empty_kernel, lf::max_occupancy().smem_per_block(smem_rule).items(n).on(stream), 0); },
             batch, nb, stream);
     }
   };

@@ -1,0 +1,361 @@
+// Plans are never stale or wrong: after a device reset or a new context, with smem rules of one type and
+// other captured values, under LAUNCHFIT_POLICY overrides, with forged cache-file entries, with probed
+// smem candidates, and with a reset callback that launches its own kernel while it is tuned.
+
+#include <cooperative_groups.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu_test.hpp"
+#include "launchfit/cache.hpp"
+#include "launchfit/launch.hpp"
+
+namespace lf = launchfit;
+namespace cg = cooperative_groups;
+
+namespace {
+
+__global__ void add_one(int* data, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] += 1;
+}
+
+// Reports the dynamic shared memory the launch gave it and the block it ran with.
+__global__ void report_dynamic_smem(unsigned* out) {
+  unsigned bytes = 0;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    out[0] = bytes;
+    out[1] = blockDim.x;
+  }
+}
+
+// A grid-sync kernel: correct only when every block co-resides (a cooperative launch).
+__global__ void exchange_after_sync(int* slots, int* seen) {
+  cg::grid_group grid = cg::this_grid();
+  if (threadIdx.x == 0) slots[blockIdx.x] = int(blockIdx.x) + 1;
+  grid.sync();
+  if (threadIdx.x == 0) seen[blockIdx.x] = slots[(blockIdx.x + 1) % gridDim.x];
+}
+
+__global__ void smem_probe_a(unsigned* out) {
+  extern __shared__ unsigned s[];
+  s[threadIdx.x] = threadIdx.x;
+  if (threadIdx.x == 0) out[0] = s[0];
+}
+__global__ void smem_probe_b(unsigned* out) {
+  extern __shared__ unsigned s[];
+  s[threadIdx.x] = threadIdx.x;
+  if (threadIdx.x == 0) out[0] = s[0];
+}
+
+struct device_ints {
+  int* p = nullptr;
+  explicit device_ints(std::size_t n) { cudaMalloc(&p, n * sizeof(int)); }
+  ~device_ints() { cudaFree(p); }
+};
+
+std::vector<int> copy_back(const int* d, int n) {
+  std::vector<int> h(n);
+  cudaMemcpy(h.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost);
+  return h;
+}
+
+void run_add_one(int n) {
+  device_ints d(n);
+  ASSERT_EQ(cudaMemset(d.p, 0, n * sizeof(int)), cudaSuccess);
+  lf::launch(add_one, lf::max_occupancy().items(n), d.p, n);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int> h = copy_back(d.p, n);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(h[i], 1) << "element " << i;
+}
+
+class PlanIdentity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LAUNCHFIT_REQUIRE_GPU_OR_SKIP();
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+  }
+  void TearDown() override { lf::set_policy_overrides(""); }
+};
+
+// ---- 1. device reset ---------------------------------------------------------------------------------------
+
+TEST_F(PlanIdentity, ARuntimeKernelLaunchesAfterCudaDeviceReset) {
+  run_add_one(1000);
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  run_add_one(1000);  // was: cuLaunchKernelEx: CUDA_ERROR_INVALID_HANDLE (a dead CUfunction reused)
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  run_add_one(5000);
+}
+
+TEST_F(PlanIdentity, AModuleKernelLaunchesAfterAPrimaryContextReset) {
+  auto primary_reset = LF_DRIVER(cuDevicePrimaryCtxReset);
+  ASSERT_NE(primary_reset, nullptr);
+  lf::module m = lf::module::from_file(LAUNCHFIT_TEST_CUBIN);
+  const lf::kernel k = m.get("fill_sized");
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+    float* out = nullptr;
+    ASSERT_EQ(cudaMalloc(&out, 4096 * sizeof(float)), cudaSuccess);
+    lf::launch(k, lf::max_occupancy().items(4096), out, 4096ULL, 2.5f);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> h(4096);
+    cudaMemcpy(h.data(), out, h.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    for (float v : h) ASSERT_EQ(v, 2.5f) << "round " << round;
+    cudaFree(out);
+    ASSERT_EQ(primary_reset(0), CUDA_SUCCESS);
+  }
+}
+
+TEST_F(PlanIdentity, ANewContextAfterADestroyedOneGetsItsOwnPlan) {
+  auto ctx_create = LF_DRIVER(cuCtxCreate);
+  auto ctx_destroy = LF_DRIVER(cuCtxDestroy);
+  auto ctx_get_id = LF_DRIVER(cuCtxGetId);
+  auto mem_alloc = LF_DRIVER(cuMemAlloc);
+  auto mem_free = LF_DRIVER(cuMemFree);
+  auto ctx_sync = LF_DRIVER(cuCtxSynchronize);
+  ASSERT_TRUE(ctx_create && ctx_destroy && ctx_get_id && mem_alloc && mem_free && ctx_sync);
+  lf::module m = lf::module::from_file(LAUNCHFIT_TEST_CUBIN);
+  const lf::kernel k = m.get("fill_sized");
+  std::vector<unsigned long long> ids;
+  for (int round = 0; round < 3; ++round) {
+    CUcontext c = nullptr;
+    ASSERT_EQ(ctx_create(&c, nullptr, 0, 0), CUDA_SUCCESS);
+    unsigned long long id = 0;
+    ASSERT_EQ(ctx_get_id(c, &id), CUDA_SUCCESS);
+    ids.push_back(id);
+    CUdeviceptr out = 0;
+    ASSERT_EQ(mem_alloc(&out, 1024 * sizeof(float)), CUDA_SUCCESS);
+    lf::launch(k, lf::max_occupancy().items(1024), reinterpret_cast<float*>(out), 1024ULL, 1.0f);
+    ASSERT_EQ(ctx_sync(), CUDA_SUCCESS);
+    std::vector<float> h(1024);
+    ASSERT_EQ(cudaMemcpy(h.data(), reinterpret_cast<void*>(out), h.size() * sizeof(float), cudaMemcpyDefault),
+              cudaSuccess);
+    for (float v : h) ASSERT_EQ(v, 1.0f);
+    bool found = false;
+    for (const lf::cached_plan& p : lf::cache().plans()) found |= p.kernel == "fill_sized" && p.key.context == id;
+    EXPECT_TRUE(found) << "no plan keyed by the new context's identity " << id;
+    mem_free(out);
+    ASSERT_EQ(ctx_destroy(c), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+}
+
+// ---- 2. smem rules by value ----------------------------------------------------------------------------------
+
+auto rule_with(std::size_t per) {
+  return [per](int block) { return per * static_cast<std::size_t>(block) + 1024; };
+}
+
+TEST_F(PlanIdentity, SmemRulesOfOneTypeWithOtherCapturesGiveTheKernelItsOwnBytes) {
+  unsigned* out = nullptr;
+  ASSERT_EQ(cudaMalloc(&out, 2 * sizeof(unsigned)), cudaSuccess);
+  for (std::size_t per : {8, 200, 8, 64, 200}) {
+    lf::launch(report_dynamic_smem, lf::max_occupancy().smem_per_block(rule_with(per)).items(1), out);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    unsigned h[2] = {};
+    cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(h[0], per * h[1] + 1024) << "per=" << per << " block=" << h[1];  // was 9216 for per=200
+    const lf::plan& p = lf::plan_for(report_dynamic_smem, lf::max_occupancy().smem_per_block(rule_with(per)));
+    EXPECT_EQ(p.dynamic_smem_bytes, per * p.block_threads + 1024);
+  }
+  cudaFree(out);
+}
+
+// ---- 3/4. overrides ---------------------------------------------------------------------------------------------
+
+TEST_F(PlanIdentity, AnOverrideOnACooperativeLaunchKeepsItCooperative) {
+  lf::set_policy_overrides("exchange_after_sync=max_occupancy()");
+  const lf::plan& p = lf::plan_for(exchange_after_sync, lf::cooperative());
+  EXPECT_TRUE(p.cooperative) << p.to_string();
+  EXPECT_EQ(p.policy.rfind("max_occupancy", 0), 0u) << p.policy;
+  const int grid = static_cast<int>(p.resident_blocks());
+  device_ints slots(grid), seen(grid);
+  lf::launch(exchange_after_sync, lf::cooperative(), slots.p, seen.p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int> h = copy_back(seen.p, grid);
+  for (int b = 0; b < grid; ++b) ASSERT_EQ(h[b], (b + 1) % grid + 1) << "block " << b;
+}
+
+TEST_F(PlanIdentity, ChangingOverridesReplans) {
+  const int before = lf::plan_for(add_one, lf::max_occupancy()).block_threads;
+  lf::set_policy_overrides("add_one=fixed(block=96)");
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, 96);
+  lf::set_policy_overrides("add_one=fixed(block=160)");
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, 160);
+  lf::set_policy_overrides("");
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, before);
+}
+
+// A tuning-like policy with size buckets: 64 threads for small work, 256 for large.
+class bucketed_policy final : public lf::policy {
+ public:
+  std::string name() const override { return "bucketed_for_test"; }
+  std::string params() const override { return ""; }
+  std::uint64_t hash() const override { return 0xB0C4E7ULL; }
+  std::uint64_t work_bucket(const lf::work& w) const override { return w.n < 100000 ? 1 : 2; }
+  lf::plan choose(const lf::query& q) const override {
+    lf::plan p;
+    p.block = lf::dims{q.work_hint.n < 100000 ? 64u : 256u, 1, 1};
+    p.policy = to_string();
+    p.reason = "bucket by n";
+    lf::validate_plan(q, p);
+    return p;
+  }
+};
+
+TEST_F(PlanIdentity, AnOverridesSizeBucketComesFromTheOverride) {
+  static const bool registered = [] {
+    lf::register_policy("bucketed_for_test",
+                        [](const std::map<std::string, std::string>&) { return std::make_shared<bucketed_policy>(); });
+    return true;
+  }();
+  (void)registered;
+  lf::set_policy_overrides("add_one=bucketed_for_test()");
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1000)).block_threads, 64);
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1 << 20)).block_threads, 256);  // was 64
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1000)).block_threads, 64);
+}
+
+// ---- 5. stored plans are untrusted ---------------------------------------------------------------------------
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST_F(PlanIdentity, AForgedCooperativeOrClusteredCacheFileEntryIsNotLaunched) {
+  const std::string path = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/forged-plans.json";
+  std::remove(path.c_str());
+  lf::set_cache_file(path);
+  lf::cache().clear();
+  const lf::plan honest = lf::plan_for(add_one, lf::max_occupancy());
+  lf::close_cache_file();  // writes what is pending
+  std::string text = slurp(path);
+  ASSERT_NE(text.find("\"cooperative\":false"), std::string::npos) << text;
+  text = replace_all(text, "\"cooperative\":false", "\"cooperative\":true");
+  text = replace_all(text, "\"cluster\":[1,1,1]", "\"cluster\":[3,1,1]");
+  text = replace_all(text, "\"reason\":\"", "\"reason\":\"forged\\n[error] line ");
+  std::ofstream(path, std::ios::trunc) << text;
+
+  lf::set_cache_file(path);
+  lf::cache().clear();
+  const lf::plan& again = lf::plan_for(add_one, lf::max_occupancy());
+  EXPECT_FALSE(again.cooperative);
+  EXPECT_EQ(again.cluster.count(), 1u);
+  EXPECT_EQ(again.match, "computed");
+  EXPECT_EQ(again.block_threads, honest.block_threads);
+  EXPECT_EQ(again.reason.find('\n'), std::string::npos);
+  run_add_one(3000);  // launches plainly and correctly
+  lf::close_cache_file();
+  std::remove(path.c_str());
+}
+
+// ---- 8. probing never raises the user's smem limit ---------------------------------------------------------
+
+int max_dynamic_smem(const void* k) {
+  cudaFuncAttributes a{};
+  cudaFuncGetAttributes(&a, k);
+  return a.maxDynamicSharedSizeBytes;
+}
+
+TEST_F(PlanIdentity, PlanningSetsOnlyTheSmemTheLaunchedPlanNeeds) {
+  const int initial = max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_a));
+  // 200 B per thread: candidates up to 1024 threads would need 205,824 B; the plan needs far less.
+  const lf::plan& p = lf::plan_for(smem_probe_a, lf::max_occupancy().smem_per_block(rule_with(200)));
+  const int after = max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_a));
+  EXPECT_EQ(after, std::max<int>(initial, static_cast<int>(p.dynamic_smem_bytes)))
+      << "plan " << p.to_string() << ", initial limit " << initial;
+
+  // Monotonic: a user's higher limit is never lowered.
+  ASSERT_EQ(cudaFuncSetAttribute(smem_probe_b, cudaFuncAttributeMaxDynamicSharedMemorySize, 150000), cudaSuccess);
+  lf::plan_for(smem_probe_b, lf::max_occupancy().smem_per_block(rule_with(40)));
+  EXPECT_EQ(max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_b)), 150000);
+  unsigned* out = nullptr;
+  ASSERT_EQ(cudaMalloc(&out, sizeof(unsigned)), cudaSuccess);
+  lf::launch(smem_probe_a, lf::max_occupancy().smem_per_block(rule_with(200)).items(1), out);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaFree(out);
+}
+
+// ---- 9. no lock held while user code runs -----------------------------------------------------------------------
+
+// Times two candidates through the query's time_plan, then picks the faster.
+class two_candidates_policy final : public lf::policy {
+ public:
+  std::string name() const override { return "two_candidates_for_test"; }
+  std::string params() const override { return ""; }
+  std::uint64_t hash() const override { return 0x2CA4DULL; }
+  lf::plan choose(const lf::query& q) const override {
+    lf::plan best;
+    double best_ms = -1;
+    for (unsigned block : {64u, 128u}) {
+      lf::plan p;
+      p.block = lf::dims{block, 1, 1};
+      p.policy = to_string();
+      lf::validate_plan(q, p);
+      const double ms = q.time_plan ? q.time_plan(p) : 0;
+      if (best_ms < 0 || ms < best_ms) {
+        best = p;
+        best_ms = ms;
+      }
+    }
+    best.reason = "the faster of two";
+    return best;
+  }
+};
+
+TEST_F(PlanIdentity, AResetCallbackThatLaunchesTheSameKernelDoesNotDeadlock) {
+  static const bool registered = [] {
+    lf::register_policy("two_candidates_for_test", [](const std::map<std::string, std::string>&) {
+      return std::make_shared<two_candidates_policy>();
+    });
+    return true;
+  }();
+  (void)registered;
+  const int n = 4096;
+  device_ints d(n);
+  auto run = std::async(std::launch::async, [&] {
+    cudaSetDevice(0);
+    int resets = 0;
+    auto spec = lf::use("two_candidates_for_test()").items(n).reset([&] {
+      ++resets;
+      cudaMemset(d.p, 0, n * sizeof(int));
+      lf::launch(add_one, lf::use("two_candidates_for_test()").items(n), d.p, n);  // the same plan key
+    });
+    lf::launch(add_one, spec, d.p, n);
+    cudaDeviceSynchronize();
+    return resets;
+  });
+  if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "a reset callback launching its own kernel deadlocked the launch\n");
+    std::_Exit(1);
+  }
+  EXPECT_GT(run.get(), 0);
+  // The reset ran last: zero + its own launch + the real launch.
+  const std::vector<int> h = copy_back(d.p, n);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(h[i], 2) << "element " << i;
+}
+
+}  // namespace
