@@ -6,13 +6,19 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,23 +32,52 @@ namespace launchfit {
 namespace {
 
 constexpr std::size_t errbuf_size = 512;
+constexpr std::size_t text_cap_bytes = 1024;  // escaped plugin text kept (a reason, a message)
+constexpr std::size_t name_scan_bytes = 256;  // longest descriptor name read (policy names are shorter)
+constexpr std::size_t version_scan_bytes = 4096;
+constexpr std::size_t version_cap_bytes = 64;
+constexpr int max_plugin_nesting = 4;  // plugin code calling launchfit calling plugin code ...
+
+// The shared object, closed when the last plugin entry and policy that refer to its code are gone.
+struct library {
+  void* handle = nullptr;
+  explicit library(void* h) : handle(h) {}
+  library(const library&) = delete;
+  library& operator=(const library&) = delete;
+  ~library() {
+    if (handle) ::dlclose(handle);
+  }
+};
 
 struct loaded_plugin {
   plugin_info info;
-  std::string canonical_path;
-  const launchfit_plugin_descriptor* descriptor = nullptr;  // static data of the plugin, never unloaded
+  std::shared_ptr<library> lib;  // keeps the code and the descriptor loaded
+  const launchfit_plugin_descriptor* descriptor = nullptr;
+  dev_t device = 0;  // the file, so symlinks and hard links to it are the same plugin
+  ino_t inode = 0;
 };
 
+// Never destroyed (a policy dropped from a static destructor still finds it). Lock order: this table, then
+// the policy registry. No lock is held while plugin code runs, nor while a library is closed.
 struct plugin_table {
   std::mutex mutex;
   std::vector<std::shared_ptr<const loaded_plugin>> plugins;
   std::vector<std::string> env_failures;
+  std::set<std::string> env_failed_paths;
+  std::atomic<bool> env_done{false};
 };
 
 plugin_table& plugins() {
-  static plugin_table table;
+  static plugin_table& table = *new plugin_table;
   return table;
 }
+
+// Files this thread is loading now (a plugin that loads itself from its entry or a constructor).
+thread_local std::vector<std::pair<dev_t, ino_t>> loading_here;
+// This thread is loading LAUNCHFIT_PLUGINS (a plugin calling back sees the registry as it stands).
+thread_local bool loading_env_here = false;
+// Depth of plugin calls on this thread.
+thread_local int plugin_nesting = 0;
 
 bool env_fallback() {
   static const bool on = [] {
@@ -57,8 +92,39 @@ std::string version_string(std::uint32_t v) {
          std::to_string(LAUNCHFIT_PLUGIN_ABI_MINOR_OF(v));
 }
 
-std::string c_message(const char* buf, const char* otherwise) {
-  return buf[0] ? std::string(buf) : std::string(otherwise);
+// Text from a plugin buffer of `size` bytes (NUL or not), escaped and bounded; `otherwise` when empty.
+std::string plugin_text(const char* buf, std::size_t size, const char* otherwise = "") {
+  const std::size_t n = buf ? strnlen(buf, size) : 0;
+  if (n == 0) return otherwise;
+  return detail::escape_untrusted(std::string_view(buf, n), text_cap_bytes);
+}
+
+// Runs plugin code: an exception becomes `failure` ("threw: ..."), and calls nested deeper than
+// max_plugin_nesting on one thread (a plugin calling back into itself) are refused instead of recursing.
+template <class F>
+bool call_plugin(F&& f, std::string& failure) {
+  if (plugin_nesting >= max_plugin_nesting) {
+    failure = "not called: plugin calls nested " + std::to_string(plugin_nesting) +
+              " deep (a plugin calling back into itself?)";
+    return false;
+  }
+  ++plugin_nesting;
+  struct leave {
+    ~leave() { --plugin_nesting; }
+  } guard;
+  try {
+    f();
+    return true;
+  } catch (const std::exception& e) {
+    try {
+      failure = "threw: " + detail::escape_untrusted(e.what(), text_cap_bytes);
+    } catch (...) {
+      failure = "threw";
+    }
+  } catch (...) {
+    failure = "threw an exception of unknown type";
+  }
+  return false;
 }
 
 // ---- query <-> C structs ------------------------------------------------------------------------------
@@ -142,16 +208,31 @@ launchfit_plan blank_plan() {
   return c;
 }
 
-// Throws launchfit::error (validate(smem)) when the plugin asked for dynamic smem other than the launch's.
+// Throws launchfit::error (LAUNCHFIT_INVALID_PLAN) for what validate_plan() cannot see in a C++ plan: a
+// negative blocks_per_sm, block dims whose product overflows, dynamic smem other than the launch's.
+// Informational numbers are cleaned: negative trials and non-finite or negative times become 0.
 plan from_c(const launchfit_plan& c, const query& q) {
   plan p;
   p.block = dims{c.block_x, c.block_y, c.block_z};
   p.blocks_per_sm = c.blocks_per_sm;
   p.grid = dims{c.grid_x, c.grid_x ? c.grid_y : 1, c.grid_x ? c.grid_z : 1};
   p.cooperative = c.cooperative != 0;
-  p.trials = c.trials;
-  p.tuning_ms = c.tuning_ms;
-  p.reason.assign(c.reason, strnlen(c.reason, sizeof c.reason));
+  p.trials = c.trials > 0 ? c.trials : 0;
+  p.tuning_ms = std::isfinite(c.tuning_ms) && c.tuning_ms > 0 ? c.tuning_ms : 0;
+  p.reason = plugin_text(c.reason, sizeof c.reason);
+  if (c.blocks_per_sm < 0) {
+    throw error("validate(blocks_per_sm)", "LAUNCHFIT_INVALID_PLAN",
+                "blocks_per_sm " + std::to_string(c.blocks_per_sm) + " is negative (0: as many as fit)",
+                q.kernel.demangled, p.to_string());
+  }
+  // x*y*z of three 32-bit numbers can wrap 64 bits back to a small, legal-looking count.
+  const unsigned long long xy = static_cast<unsigned long long>(c.block_x) * c.block_y;
+  if (c.block_z != 0 && xy > ~0ULL / c.block_z) {
+    throw error("validate(block)", "LAUNCHFIT_INVALID_PLAN",
+                "block " + std::to_string(c.block_x) + "x" + std::to_string(c.block_y) + "x" +
+                    std::to_string(c.block_z) + " has more threads than any device allows",
+                q.kernel.demangled, p.to_string());
+  }
   const bool legal = p.block.count() > 0 && p.block.count() <= static_cast<unsigned>(q.max_block_threads());
   p.block_threads = legal ? static_cast<int>(p.block.count()) : 0;  // validation names the bad block
   p.dynamic_smem_bytes = legal ? q.smem_for(p.block_threads) : q.dynamic_smem_bytes;
@@ -216,15 +297,32 @@ class plugin_policy final : public policy_base {
       : plugin_(std::move(plugin)), all_params_(std::move(all_params)), fallback_(std::move(fallback)) {
     const std::string for_plugin = join_params(all_params_, true);
     char err[errbuf_size] = "";
-    const int status = desc().create(for_plugin.c_str(), &state_, err, sizeof err);
-    err[sizeof err - 1] = '\0';
-    if (status != LAUNCHFIT_PLUGIN_OK) {
+    int status = LAUNCHFIT_PLUGIN_ERROR;
+    std::string failure;
+    if (!call_plugin([&] { status = desc().create(for_plugin.c_str(), &state_, err, sizeof err); },
+                     failure)) {
+      state_ = nullptr;
       throw error("plugin " + name() + " create", "LAUNCHFIT_PLUGIN_ERROR",
-                  "plugin '" + name() + "' (" + plugin_->info.path + ") rejected parameters '" + for_plugin +
-                      "': " + c_message(err, "no message"));
+                  "plugin '" + name() + "' (" + path_text() + ") create() " + failure);
+    }
+    if (status != LAUNCHFIT_PLUGIN_OK) {
+      state_ = nullptr;
+      throw error("plugin " + name() + " create", "LAUNCHFIT_PLUGIN_ERROR",
+                  "plugin '" + name() + "' (" + path_text() + ") rejected parameters '" +
+                      detail::escape_untrusted(for_plugin, text_cap_bytes) +
+                      "': " + plugin_text(err, sizeof err, "no message"));
     }
   }
-  ~plugin_policy() override { desc().destroy(state_); }
+  ~plugin_policy() override {
+    std::string failure;
+    if (!call_plugin([&] { desc().destroy(state_); }, failure)) {
+      try {
+        detail::logger()->error("plugin '{}' ({}) destroy() {}; its state may be lost", name(), path_text(),
+                                failure);
+      } catch (...) {
+      }
+    }
+  }
   plugin_policy(const plugin_policy&) = delete;
   plugin_policy& operator=(const plugin_policy&) = delete;
 
@@ -235,16 +333,27 @@ class plugin_policy final : public policy_base {
     h = detail::hash_combine(h, detail::hash_string(plugin_->info.version));
     return detail::hash_combine(h, detail::hash_string(params()));
   }
+  // On the launch path: no nesting bound here, only the exception barrier.
   std::uint64_t work_bucket(const work& w) const override {
     const auto& d = desc();
     if (!LAUNCHFIT_HAS_FIELD(&d, launchfit_plugin_descriptor, work_bucket) || !d.work_bucket) return 0;
-    return d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), w.n, w.per_thread);
+    try {
+      return d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), w.n, w.per_thread);
+    } catch (const std::exception& e) {
+      log_call_failure("work_bucket() threw: " + detail::escape_untrusted(e.what(), text_cap_bytes) +
+                       "; using bucket 0");
+    } catch (...) {
+      log_call_failure("work_bucket() threw an exception of unknown type; using bucket 0");
+    }
+    return 0;
   }
 
   void feedback(const plan& p, double ms) const {
     if (!desc().feedback) return;
     const launchfit_plan c = to_c(p);
-    desc().feedback(state_, &c, ms);
+    std::string failure;
+    if (!call_plugin([&] { desc().feedback(state_, &c, ms); }, failure))
+      log_call_failure("feedback() " + failure);
   }
 
  protected:
@@ -269,12 +378,16 @@ class plugin_policy final : public policy_base {
 
     launchfit_plan cp = blank_plan();
     char err[errbuf_size] = "";
-    const int status = desc().choose(state_, &cq, &cp, err, sizeof err);
-    err[sizeof err - 1] = '\0';
+    int status = LAUNCHFIT_PLUGIN_ERROR;
+    std::string failure;
+    if (!call_plugin([&] { status = desc().choose(state_, &cq, &cp, err, sizeof err); }, failure)) {
+      return failed(q, error("plugin " + name() + " choose", "LAUNCHFIT_PLUGIN_ERROR",
+                             "plugin '" + name() + "' choose() " + failure, q.kernel.demangled));
+    }
 
     if (status == LAUNCHFIT_PLUGIN_DECLINE) {
-      cp.reason[sizeof cp.reason - 1] = '\0';
-      const std::string why = err[0] ? err : cp.reason;
+      std::string why = plugin_text(err, sizeof err);
+      if (why.empty()) why = plugin_text(cp.reason, sizeof cp.reason);
       plan p = fallback_or_default().choose(q);
       p.reason = "declined by " + name() + (why.empty() ? "" : " (" + why + ")") + "; " +
                  fallback_or_default().name() + ": " + p.reason;
@@ -282,11 +395,11 @@ class plugin_policy final : public policy_base {
       return p;
     }
     if (status != LAUNCHFIT_PLUGIN_OK) {
-      return failed(
-          q, error("plugin " + name() + " choose", "LAUNCHFIT_PLUGIN_ERROR",
-                   "plugin '" + name() + "' failed: " +
-                       c_message(err, status == LAUNCHFIT_PLUGIN_ERROR ? "no message" : "unknown status"),
-                   q.kernel.demangled));
+      std::string message = plugin_text(err, sizeof err, "no message");
+      if (status != LAUNCHFIT_PLUGIN_ERROR)
+        message = "unknown status " + std::to_string(status) + ": " + message;
+      return failed(q, error("plugin " + name() + " choose", "LAUNCHFIT_PLUGIN_ERROR",
+                             "plugin '" + name() + "' failed: " + message, q.kernel.demangled));
     }
     try {
       plan p = from_c(cp, q);
@@ -302,10 +415,26 @@ class plugin_policy final : public policy_base {
 
  private:
   const launchfit_plugin_descriptor& desc() const { return *plugin_->descriptor; }
+  std::string path_text() const {
+    return detail::escape_untrusted(plugin_->info.resolved_path, text_cap_bytes);
+  }
   const policy& fallback_or_default() const { return fallback_ ? *fallback_ : default_fallback(); }
   static const policy& default_fallback() {
-    static const max_occupancy_policy p;
+    static const policy& p = *new max_occupancy_policy;
     return p;
+  }
+
+  // A failed call that does not change a decision (feedback, work_bucket): one error line per policy.
+  void log_call_failure(const std::string& what) const {
+    try {
+      if (!call_failure_logged_.exchange(true)) {
+        detail::logger()->error("plugin '{}' ({}) {} (further failures of {} are logged at debug level)",
+                                name(), path_text(), what, to_string());
+      } else {
+        detail::logger()->debug("plugin '{}' {}", name(), what);
+      }
+    } catch (...) {
+    }
   }
 
   // An error or invalid plan: thrown, or (fallback=<name> / LAUNCHFIT_PLUGIN_FALLBACK=1) logged once
@@ -330,15 +459,14 @@ class plugin_policy final : public policy_base {
   std::shared_ptr<const policy> fallback_;
   void* state_ = nullptr;
   mutable std::atomic<bool> logged_{false};
+  mutable std::atomic<bool> call_failure_logged_{false};
 };
 
-bool valid_name(const char* s) {
-  if (!s || !*s) return false;
-  for (const char* c = s; *c; ++c) {
-    const bool alpha = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_';
-    if (!alpha && !(c != s && *c >= '0' && *c <= '9')) return false;
-  }
-  return true;
+// The policy-string name grammar [A-Za-z_][A-Za-z0-9_]*, read at most `max` bytes far.
+bool valid_name(const char* s, std::size_t max) {
+  if (!s) return false;
+  const std::size_t n = strnlen(s, max);
+  return n > 0 && n < max && detail::is_policy_name(std::string_view(s, n));
 }
 
 bool is_plugin_name(const std::string& name) {
@@ -370,40 +498,62 @@ policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
-  throw error("load_plugin", "LAUNCHFIT_PLUGIN_REFUSED", "plugin '" + path + "': " + why);
+  throw error("load_plugin", "LAUNCHFIT_PLUGIN_REFUSED",
+              "plugin '" + detail::escape_untrusted(path, text_cap_bytes) + "': " + why);
 }
 
-plugin_info load(const std::string& path) {
-  static std::mutex loading;  // one load at a time, so two threads loading one file load it once
-  std::lock_guard serial(loading);
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+struct plugin_file {
+  std::string path;  // absolute, symlinks resolved
+  dev_t device = 0;
+  ino_t inode = 0;
+};
+
+// One rule for every path: a file path, relative ones (bare names included) against the current directory,
+// never searched in the library path; it must be a regular file, checked before dlopen (which would block
+// forever opening a FIFO).
+plugin_file resolve(const std::string& given) {
+  if (given.empty()) refuse(given, "empty path");
+  if (given.find('\0') != std::string::npos) refuse(given, "the path contains a NUL byte");
+  char* real = ::realpath(given.c_str(), nullptr);
+  if (!real) {
+    const int err = errno;
+    refuse(given, err == ENOENT ? std::string("no such file")
+                                : std::string("cannot resolve the path: ") + std::strerror(err));
+  }
+  plugin_file f;
+  f.path = real;
+  std::free(real);
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) refuse(path, "no such file");
-  std::error_code ec;
-  std::string canonical = std::filesystem::canonical(path, ec).string();
-  if (ec) canonical = path;
-  {
-    auto& table = plugins();
-    std::lock_guard lock(table.mutex);
-    for (const auto& p : table.plugins) {
-      if (p->canonical_path == canonical) return p->info;  // loading the same file again is harmless
-    }
+  if (::stat(f.path.c_str(), &st) != 0) {
+    refuse(given,
+           "cannot stat " + detail::escape_untrusted(f.path, text_cap_bytes) + ": " + std::strerror(errno));
   }
+  if (!S_ISREG(st.st_mode)) refuse(given, std::string("not a regular file (") + file_kind(st.st_mode) + ")");
+  f.device = st.st_dev;
+  f.inode = st.st_ino;
+  return f;
+}
 
-  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) refuse(path, std::string("dlopen failed: ") + ::dlerror());
-  struct closer {
-    void* handle;
-    ~closer() {
-      if (handle) ::dlclose(handle);
-    }
-  } close_on_error{handle};
-
-  void* entry = ::dlsym(handle, LAUNCHFIT_PLUGIN_ENTRY_SYMBOL);
-  if (!entry) {
-    refuse(path, "no symbol " LAUNCHFIT_PLUGIN_ENTRY_SYMBOL
-                 " (define it extern \"C\" with LAUNCHFIT_PLUGIN_EXPORT)");
+// The plugin already loaded from this file (or, after dlopen, this library), or nullptr. Table locked.
+std::shared_ptr<const loaded_plugin> find_loaded(const plugin_table& table, const plugin_file& f,
+                                                 const void* handle) {
+  for (const auto& p : table.plugins) {
+    if ((p->device == f.device && p->inode == f.inode) || (handle && p->lib->handle == handle)) return p;
   }
-  const launchfit_plugin_descriptor* d = reinterpret_cast<launchfit_plugin_entry_fn>(entry)();
+  return nullptr;
+}
+
+// Checks the descriptor a plugin's entry returned; returns its name. Refuses with the reason.
+std::string check_descriptor(const std::string& path, const launchfit_plugin_descriptor* d) {
   if (!d) refuse(path, LAUNCHFIT_PLUGIN_ENTRY_SYMBOL "() returned no descriptor");
   const std::uint32_t major = LAUNCHFIT_PLUGIN_ABI_MAJOR_OF(d->abi_version);
   if (major != LAUNCHFIT_PLUGIN_ABI_MAJOR) {
@@ -417,31 +567,95 @@ plugin_info load(const std::string& path) {
                      " is smaller than the ABI " + std::to_string(LAUNCHFIT_PLUGIN_ABI_MAJOR) +
                      ".0 minimum " + std::to_string(LAUNCHFIT_PLUGIN_DESCRIPTOR_MIN_SIZE));
   }
-  if (!valid_name(d->name)) {
-    refuse(path, std::string("invalid policy name '") + (d->name ? d->name : "(null)") +
-                     "' (expected [A-Za-z_][A-Za-z0-9_]*)");
+  if (!valid_name(d->name, name_scan_bytes)) {
+    const std::string shown =
+        d->name ? detail::escape_untrusted(std::string_view(d->name, strnlen(d->name, name_scan_bytes)),
+                                           text_cap_bytes)
+                : "(null)";
+    refuse(path, "invalid policy name '" + shown + "' (expected [A-Za-z_][A-Za-z0-9_]*, at most " +
+                     std::to_string(name_scan_bytes - 1) + " characters)");
   }
+  const std::string name = d->name;
   if (!d->create || !d->choose || !d->destroy) {
-    refuse(path, std::string("plugin '") + d->name + "' lacks " +
+    refuse(path, "plugin '" + name + "' lacks " +
                      (!d->create   ? "create"
                       : !d->choose ? "choose"
                                    : "destroy") +
                      "()");
   }
+  return name;
+}
+
+// Pops this thread's in-progress marker for a file.
+struct loading_mark {
+  explicit loading_mark(const plugin_file& f) { loading_here.emplace_back(f.device, f.inode); }
+  ~loading_mark() { loading_here.pop_back(); }
+  loading_mark(const loading_mark&) = delete;
+  loading_mark& operator=(const loading_mark&) = delete;
+};
+
+// No launchfit lock is held while plugin code runs (dlopen runs its constructors, then its entry): a plugin
+// may call back into launchfit. Two threads loading one file both run it; the first to register wins and
+// the other returns the same plugin, so "load once" needs no lock held across plugin code.
+plugin_info load(const std::string& given) {
+  const plugin_file f = resolve(given);
+  auto& table = plugins();
+  {
+    std::lock_guard lock(table.mutex);
+    if (auto p = find_loaded(table, f, nullptr)) return p->info;  // the same file again is harmless
+  }
+  for (const auto& [device, inode] : loading_here) {
+    if (device == f.device && inode == f.inode) {
+      refuse(given,
+             "it is already being loaded on this thread (a plugin loading itself from its entry point "
+             "or a static constructor)");
+    }
+  }
+  const loading_mark mark(f);
+
+  void* handle = ::dlopen(f.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = ::dlerror();
+    refuse(given, "dlopen failed: " + detail::escape_untrusted(why ? why : "unknown error", text_cap_bytes));
+  }
+  auto lib = std::make_shared<library>(handle);
+
+  void* entry = ::dlsym(handle, LAUNCHFIT_PLUGIN_ENTRY_SYMBOL);
+  if (!entry) {
+    refuse(given, "no symbol " LAUNCHFIT_PLUGIN_ENTRY_SYMBOL
+                  " (define it extern \"C\" with LAUNCHFIT_PLUGIN_EXPORT)");
+  }
+  const launchfit_plugin_descriptor* d = nullptr;
+  std::string failure;
+  if (!call_plugin([&] { d = reinterpret_cast<launchfit_plugin_entry_fn>(entry)(); }, failure)) {
+    refuse(given, LAUNCHFIT_PLUGIN_ENTRY_SYMBOL "() " + failure);
+  }
+  const std::string name = check_descriptor(given, d);
 
   auto plugin = std::make_shared<loaded_plugin>();
-  plugin->info = plugin_info{d->name, d->version ? d->version : "", path, d->abi_version};
-  plugin->canonical_path = canonical;
+  const char* version = d->version ? d->version : "";
+  plugin->info =
+      plugin_info{name,
+                  detail::escape_untrusted(std::string_view(version, strnlen(version, version_scan_bytes)),
+                                           version_cap_bytes),
+                  given, d->abi_version, f.path};
+  plugin->lib = lib;
   plugin->descriptor = d;
-  try {
-    register_policy(plugin->info.name, factory_for(plugin));
-  } catch (const error& e) {
-    refuse(path, "duplicate name: " + e.message());
+  plugin->device = f.device;
+  plugin->inode = f.inode;
+  {
+    std::lock_guard lock(table.mutex);
+    // Loaded meanwhile by another thread, or by this plugin's own code through another path.
+    if (auto p = find_loaded(table, f, handle)) return p->info;
+    try {
+      register_policy(name, factory_for(plugin));
+    } catch (const error& e) {
+      refuse(given, "duplicate name: " + e.message());
+    }
+    table.plugins.push_back(plugin);
   }
-  close_on_error.handle = nullptr;  // plugins stay loaded: policies and plans refer to their code
-  auto& table = plugins();
-  std::lock_guard lock(table.mutex);
-  table.plugins.push_back(plugin);
+  detail::logger()->info("loaded plugin {} {} from {} (ABI {})", name, plugin->info.version,
+                         detail::escape_untrusted(f.path, text_cap_bytes), version_string(d->abi_version));
   return plugin->info;
 }
 
@@ -449,29 +663,153 @@ plugin_info load(const std::string& path) {
 
 namespace detail {
 
+bool is_policy_name(std::string_view name) {
+  if (name.empty()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+namespace {
+
+void append_hex(std::string& out, unsigned value, int digits) {
+  static constexpr char hex[] = "0123456789abcdef";
+  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out += hex[(value >> shift) & 15u];
+}
+
+// Length of the valid UTF-8 sequence at text[i] and its code point, or 0 when it is not one (overlong,
+// surrogate, beyond U+10FFFF, truncated).
+std::size_t utf8_sequence(std::string_view text, std::size_t i, std::uint32_t& cp) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned char c = b(0);
+  std::size_t len = 0;
+  std::uint32_t min = 0;
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2, cp = c & 0x1fu, min = 0x80;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3, cp = c & 0x0fu, min = 0x800;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4, cp = c & 0x07u, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + len > text.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    if ((b(k) & 0xc0u) != 0x80u) return 0;
+    cp = (cp << 6) | (b(k) & 0x3fu);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return len;
+}
+
+// Code points that change how a line reads without being visible: C1 controls, line/paragraph
+// separators, bidirectional overrides and isolates, and the byte-order mark.
+bool invisible_control(std::uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x200e || cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) ||
+         (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
+}
+
+}  // namespace
+
+std::string escape_untrusted(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 8);
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (out.size() >= max_bytes) {
+      out += "...";
+      break;
+    }
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            out += "\\x";
+            append_hex(out, c, 2);
+          } else {
+            out += static_cast<char>(c);
+          }
+      }
+      ++i;
+      continue;
+    }
+    std::uint32_t cp = 0;
+    const std::size_t len = utf8_sequence(text, i, cp);
+    if (len == 0) {
+      out += "\xef\xbf\xbd";  // U+FFFD for each byte that is not part of valid UTF-8
+      ++i;
+    } else if (invisible_control(cp)) {
+      out += "\\u";
+      append_hex(out, cp, 4);
+      i += len;
+    } else {
+      out.append(text.substr(i, len));
+      i += len;
+    }
+  }
+  return out;
+}
+
 void load_env_plugins() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char* env = std::getenv("LAUNCHFIT_PLUGINS");
-    if (!env) return;
-    const std::string list = env;
-    std::size_t begin = 0;
-    while (begin <= list.size()) {
-      std::size_t end = list.find(':', begin);
-      if (end == std::string::npos) end = list.size();
-      const std::string path = list.substr(begin, end - begin);
-      begin = end + 1;
-      if (path.empty()) continue;
-      try {
-        load(path);
-      } catch (const error& e) {
-        logger()->error("LAUNCHFIT_PLUGINS: {}", e.message());
-        auto& table = plugins();
-        std::lock_guard lock(table.mutex);
-        table.env_failures.push_back(e.message());
+  auto& table = plugins();
+  // A plugin loading from LAUNCHFIT_PLUGINS that calls back into launchfit sees the registry as it stands.
+  if (table.env_done.load(std::memory_order_acquire) || loading_env_here) return;
+  static const char* const env = std::getenv("LAUNCHFIT_PLUGINS");
+  if (!env) {
+    table.env_done.store(true, std::memory_order_release);
+    return;
+  }
+  loading_env_here = true;
+  struct reset {
+    ~reset() { loading_env_here = false; }
+  } guard;
+  // Threads arriving before the list is done each go through it (loading a loaded file is harmless), so
+  // none waits on another thread's plugin code; each failure is recorded and logged once.
+  const std::string list = env;
+  std::size_t begin = 0;
+  while (begin <= list.size()) {
+    std::size_t end = list.find(':', begin);
+    if (end == std::string::npos) end = list.size();
+    const std::string path = list.substr(begin, end - begin);
+    begin = end + 1;
+    if (path.empty()) continue;
+    std::string failure;
+    try {
+      load(path);
+    } catch (const error& e) {
+      failure = e.message();
+    } catch (const std::exception& e) {
+      failure = "plugin '" + escape_untrusted(path, text_cap_bytes) +
+                "': " + escape_untrusted(e.what(), text_cap_bytes);
+    }
+    if (failure.empty()) continue;
+    bool first = false;
+    {
+      std::lock_guard lock(table.mutex);
+      if (table.env_failed_paths.insert(path).second) {
+        table.env_failures.push_back(failure);
+        first = true;
       }
     }
-  });
+    if (first) logger()->error("LAUNCHFIT_PLUGINS: {}", failure);
+  }
+  table.env_done.store(true, std::memory_order_release);
 }
 
 std::string env_plugin_failures() {
@@ -480,6 +818,20 @@ std::string env_plugin_failures() {
   std::string out;
   for (const auto& f : table.env_failures) out += "; LAUNCHFIT_PLUGINS: " + f;
   return out;
+}
+
+std::unique_lock<std::mutex> lock_plugin_table() { return std::unique_lock(plugins().mutex); }
+
+std::shared_ptr<const void> forget_plugin_locked(const std::string& name) {
+  auto& table = plugins();
+  for (auto it = table.plugins.begin(); it != table.plugins.end(); ++it) {
+    if ((*it)->info.name == name) {
+      std::shared_ptr<const void> forgotten = std::move(*it);
+      table.plugins.erase(it);
+      return forgotten;
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace detail

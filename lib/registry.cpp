@@ -1,6 +1,7 @@
 // The policy registry: name -> factory, thread-safe, built-ins registered on first use.
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <stdexcept>
@@ -20,8 +21,9 @@ struct registry {
   std::map<std::string, policy_factory> factories;
 };
 
+// Never destroyed: a policy made or dropped from a static destructor still finds it.
 registry& instance() {
-  static registry r;
+  static registry& r = *new registry;
   return r;
 }
 
@@ -55,12 +57,18 @@ std::string known_names(const registry& r) {
 
 void register_policy(const std::string& name, policy_factory factory) {
   ensure_builtins();
+  if (!detail::is_policy_name(name)) {
+    throw error("register_policy", "LAUNCHFIT_INVALID_POLICY",
+                "policy name \"" + detail::escape_untrusted(name, 256) +
+                    "\" cannot be selected by a policy string (expected [A-Za-z_][A-Za-z0-9_]*)");
+  }
   if (!factory) {
     throw error("register_policy", "LAUNCHFIT_INVALID_POLICY", "no factory given for '" + name + "'");
   }
   auto& r = instance();
   std::unique_lock lock(r.mutex);
-  if (!r.factories.emplace(name, std::move(factory)).second) {
+  // try_emplace leaves `factory` alone on a duplicate; it is destroyed after the lock is released.
+  if (!r.factories.try_emplace(name, std::move(factory)).second) {
     throw error("register_policy", "LAUNCHFIT_DUPLICATE_POLICY",
                 "a policy named '" + name + "' is already registered (registered: " + known_names(r) + ")");
   }
@@ -69,8 +77,22 @@ void register_policy(const std::string& name, policy_factory factory) {
 bool unregister_policy(const std::string& name) {
   ensure_builtins();
   auto& r = instance();
-  std::unique_lock lock(r.mutex);
-  return r.factories.erase(name) > 0;
+  // Released after every lock: the last reference to a plugin's factory may unload its library, whose
+  // static destructors may call back into launchfit.
+  policy_factory removed;
+  std::shared_ptr<const void> forgotten;
+  {
+    auto plugins_lock = detail::lock_plugin_table();
+    {
+      std::unique_lock lock(r.mutex);
+      auto it = r.factories.find(name);
+      if (it == r.factories.end()) return false;
+      removed = std::move(it->second);
+      r.factories.erase(it);
+    }
+    forgotten = detail::forget_plugin_locked(name);  // its file may be loaded again
+  }
+  return true;
 }
 
 std::vector<std::string> registered_policies() {
@@ -90,15 +112,21 @@ std::shared_ptr<const policy> make_policy(const std::string& name,
   detail::load_env_plugins();
   auto& r = instance();
   policy_factory factory;
+  std::string known;
   {
     std::shared_lock lock(r.mutex);
     auto it = r.factories.find(name);
     if (it == r.factories.end()) {
-      throw error(
-          "make_policy", "LAUNCHFIT_UNKNOWN_POLICY",
-          "unknown policy '" + name + "' (known: " + known_names(r) + ")" + detail::env_plugin_failures());
+      known = known_names(r);
+    } else {
+      factory = it->second;  // called unlocked: a factory may itself look up policies (or run plugin code)
     }
-    factory = it->second;  // called unlocked: a factory may itself look up policies
+  }
+  if (!factory) {
+    // The plugin table is locked only after the registry lock is released (lock order: table, registry).
+    throw error("make_policy", "LAUNCHFIT_UNKNOWN_POLICY",
+                "unknown policy '" + detail::escape_untrusted(name, 256) + "' (known: " + known + ")" +
+                    detail::env_plugin_failures());
   }
   try {
     auto made = factory(params);
