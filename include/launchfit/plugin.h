@@ -14,15 +14,30 @@
  *     that the struct is large enough: LAUNCHFIT_HAS_FIELD(q, launchfit_query, some_new_field).
  *   - launchfit refuses a descriptor smaller than LAUNCHFIT_PLUGIN_DESCRIPTOR_MIN_SIZE.
  *
- * Ownership. The descriptor and its strings are static data of the plugin and must stay valid until the
- * process exits (launchfit never unloads a plugin). Everything launchfit passes in (query, device, kernel,
- * plan, strings) is owned by launchfit and valid only during the call. `state` is owned by the plugin:
- * created by create(), released by destroy(); launchfit creates one state per policy object (one per
- * distinct parameter string, typically) and calls destroy() exactly once when that policy is dropped.
+ * Paths. A plugin path is always a file path: relative ones (a bare name included) are resolved against the
+ * current directory, never searched in the library path; symlinks are resolved and the file must be a
+ * regular file (checked before dlopen). One file loaded under several paths (symlinks, hard links) is one
+ * plugin.
+ *
+ * Ownership. The descriptor and its strings are static data of the plugin and must stay valid while the
+ * library is loaded. launchfit keeps it loaded while the plugin is registered and while any policy made
+ * from it lives; after unregister_policy(<name>) and the last such policy, it closes the library (dlclose).
+ * Everything launchfit passes in (query, device, kernel, plan, strings) is owned by launchfit and valid
+ * only during the call. `state` is owned by the plugin: created by create(), released by destroy();
+ * launchfit creates one state per policy object (one per distinct parameter string, typically) and calls
+ * destroy() exactly once when that policy is dropped.
  *
  * Threads. create() and destroy() may be called from any thread. choose() and feedback() may be called
  * concurrently on the same state (for different kernels or devices); protect shared state inside the
- * plugin. launchfit calls choose() once per plan-cache miss, never per launch.
+ * plugin. launchfit calls choose() once per plan-cache miss, never per launch. The entry may be called more
+ * than once (once per load, also when two threads load one file at once): return the same static data.
+ *
+ * Calling back. launchfit holds none of its locks while plugin code runs (static constructors during
+ * dlopen, the entry, every function here), so a plugin may call launchfit from any of them. A call made
+ * while LAUNCHFIT_PLUGINS is being loaded, from the loading thread, sees the registry as it stands (the
+ * plugins loaded so far). A plugin loading its own file from its entry or a constructor is refused, and
+ * plugin calls nested more than 4 deep on one thread (a plugin creating itself from create(), say) are
+ * refused with an error instead of recursing.
  *
  * Decisions. choose() writes its plan and returns:
  *   LAUNCHFIT_PLUGIN_OK       the plan is used after launchfit validates it (block within the kernel's
@@ -36,9 +51,19 @@
  *                             in which case the fallback decides and the error is logged once.
  * `fallback` names a built-in or C++ policy (not a plugin), used with its default parameters; it is
  * handled by launchfit and never passed to the plugin. Error messages go to errbuf
- * (NUL-terminated, at most errbuf_size bytes including the NUL).
+ * (NUL-terminated, at most errbuf_size bytes including the NUL). Any other status is treated as ERROR.
+ * A negative blocks_per_sm is an invalid plan (0 means as many as fit); a negative trials, and a tuning_ms
+ * that is negative or not finite, read as 0.
  *
- * Exceptions must not cross this interface: a C++ plugin catches everything inside its functions.
+ * Text. errbuf and the plan's reason are untrusted: launchfit reads them up to their buffer size (a missing
+ * NUL is tolerated), keeps at most 1 KB of each, escapes control characters (a newline reads "\n"),
+ * bidirectional overrides and line separators, and replaces invalid UTF-8 with U+FFFD before they reach a
+ * message, a plan or a log line. The version string is kept to 64 bytes, escaped the same way.
+ *
+ * Exceptions must not cross this interface: a C++ plugin catches everything inside its functions. launchfit
+ * catches any that do: from the entry, a refused load; from create(), an error; from choose(), a plugin
+ * error (LAUNCHFIT_PLUGIN_ERROR, taking the fallback path like LAUNCHFIT_PLUGIN_ERROR); from destroy(),
+ * feedback() and work_bucket() (then 0), an error line in the log. The process never terminates for it.
  */
 #ifndef LAUNCHFIT_PLUGIN_H
 #define LAUNCHFIT_PLUGIN_H
