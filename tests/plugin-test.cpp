@@ -5,12 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
+#include "error_of.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
-#include "error_of.hpp"
 
 namespace lf = launchfit;
 
@@ -58,6 +59,8 @@ TEST(Plugin, GoodPluginLoadsAndChooses) {
   EXPECT_EQ(info.name, "test_good");
   EXPECT_EQ(info.version, "1.0.0");
   EXPECT_EQ(info.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
+  EXPECT_EQ(info.path, plugin_path("good"));
+  EXPECT_EQ(info.resolved_path, std::filesystem::canonical(plugin_path("good")).string());
   bool listed = false;
   for (const auto& p : lf::loaded_plugins()) listed = listed || p.name == "test_good";
   EXPECT_TRUE(listed);

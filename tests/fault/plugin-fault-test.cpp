@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "captured_log.hpp"
@@ -216,6 +219,62 @@ TEST(PluginReentry, APluginMakingItselfFromCreateEndsWithAnError) {
     check(has(e, "LAUNCHFIT_PLUGIN_ERROR") && has(e, "nested"), e);
     install_hook({});
     check(lf::make_policy("test_reenter") != nullptr, "works again without the hook");
+    return check.rc();
+  });
+}
+
+TEST(PluginReentry, APluginUnregisteringItselfKeepsRunningAndIsClosedAfterItsLastPolicy) {
+  expect_bounded([] {
+    checks check;
+    std::string failures;
+    bool closed = false;
+    install_hook([&](const char* at) {
+      const std::string where = at;
+      if (where == "choose") check(lf::unregister_policy("test_reenter"), "unregistered from choose");
+      if (where == "dtor") {  // dlclose: no launchfit lock is held
+        closed = true;
+        failures += call_everything();
+      }
+    });
+    lf::load_plugin(plugin_path("reenter"));
+    {
+      auto p = lf::policy_from_string("test_reenter(block=96)");
+      check(p->choose(h200_query()).block_threads == 96, "choose finishes after unregistering itself");
+      check(!registered("test_reenter") && lf::loaded_plugins().empty(), "gone from the registry");
+      check(!closed, "still loaded while the policy lives");
+    }
+    check(closed, "closed with its last policy");
+    check(failures.empty(), failures);
+    install_hook({});
+    check(lf::load_plugin(plugin_path("reenter")).name == "test_reenter", "loads again");
+    check(lf::make_policy("test_reenter")->choose(h200_query()).block_threads == 64, "and works");
+    return check.rc();
+  });
+}
+
+TEST(PluginReentry, ConcurrentFirstUsesAllSeeTheEnvironmentPlugins) {
+  expect_bounded([] {
+    checks check;
+    install_hook([](const char* at) {
+      if (std::string(at) != "entry") return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      lf::registered_policies();
+    });
+    setenv("LAUNCHFIT_PLUGINS", plugin_path("reenter").c_str(), 1);
+    std::atomic<int> made{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&] {
+        try {
+          if (lf::make_policy("test_reenter")->choose(h200_query()).block_threads == 64) ++made;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    check(made == 8, "every thread found the plugin: " + std::to_string(made.load()));
+    check(lf::loaded_plugins().size() == 1, "loaded once");
     return check.rc();
   });
 }

@@ -7,8 +7,8 @@
 //                                   characters, invalid UTF-8 and no NUL; text=long with 10 KB of words
 //   block=N, by=N, bz=N, grid=N, bps=N, trials=N, ms=nan|inf|-1   numbers choose() returns
 // LF_TEST_HOOK (an address in hex of `void hook(const char* where)`, set by a test in its own process) is
-// called from the static constructor ("ctor"), the entry ("entry"), create, choose and destroy, so a test can
-// call back into launchfit from inside plugin code.
+// called from the static constructor ("ctor") and destructor ("dtor"), the entry ("entry"), create, choose
+// and destroy, so a test can call back into launchfit from inside plugin code.
 #include <launchfit/plugin.h>
 
 #include <cmath>
@@ -53,6 +53,7 @@ void hook(const char* where) {
 
 struct at_load {
   at_load() { hook("ctor"); }
+  ~at_load() { hook("dtor"); }  // when the library is closed (dlclose) or at exit
 } at_load_;
 
 struct state {
