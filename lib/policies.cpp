@@ -228,7 +228,8 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
       prefer_block);
 }
 
-// prefer_block and block_limit: 0 means "none", negatives are refused.
+// Parameters where 0 means "the default" (prefer_block, block_limit, target_per_sm, blocks_per_sm, a
+// cooperative block): a negative one is refused, never taken as the default.
 void require_non_negative(const query& q, const char* name, int value, const char* zero_means) {
   if (value < 0) {
     throw error("policy::choose", "LAUNCHFIT_INVALID_POLICY",
@@ -273,6 +274,7 @@ plan max_occupancy_policy::choose_impl(const query& q) const {
 }
 
 plan bytes_in_flight_policy::choose_impl(const query& q) const {
+  require_non_negative(q, "target_per_sm", params_.target_per_sm, "the device default");
   const std::size_t target = params_.target_per_sm > 0 ? static_cast<std::size_t>(params_.target_per_sm)
                              : q.bytes_in_flight_per_sm > 0 ? q.bytes_in_flight_per_sm
                                                             : default_bytes_in_flight_per_sm(q.device);
@@ -328,6 +330,8 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
 }
 
 plan cooperative_policy::choose_impl(const query& q) const {
+  require_non_negative(q, "block", params_.block, "the max-occupancy block");
+  require_non_negative(q, "blocks_per_sm", params_.blocks_per_sm, "as many as co-reside");
   plan p;
   p.cooperative = true;
   int block = params_.block;

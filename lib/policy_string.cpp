@@ -2,15 +2,21 @@
 
 #include "policy_string.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <unordered_set>
 #include <utility>
 
+#include "launchfit/detail/policy_params.hpp"
 #include "launchfit/error.hpp"
+#include "plan_cache.hpp"
 
 namespace launchfit {
 namespace detail {
@@ -49,16 +55,17 @@ class parser {
     if (peek() == ')') {
       ++pos_;
     } else {
+      std::unordered_set<std::string_view> keys;  // views into text_: one hash per key, not a scan
       for (;;) {
         if (!is_name_start(peek())) fail("expected a parameter name or ')', got " + found(text_, pos_));
         policy_param p;
         p.key_pos = pos_;
         p.key = name();
-        for (const auto& earlier : out.params) {
-          if (earlier.key == p.key) fail("parameter '" + p.key + "' given twice", p.key_pos);
+        if (!keys.insert(text_.substr(p.key_pos, p.key.size())).second) {
+          fail("parameter " + quoted_value(p.key) + " given twice", p.key_pos);
         }
         skip_space();
-        if (peek() != '=') fail("expected '=' after '" + p.key + "', got " + found(text_, pos_));
+        if (peek() != '=') fail("expected '=' after " + quoted_value(p.key) + ", got " + found(text_, pos_));
         ++pos_;
         skip_space();
         p.value_pos = pos_;
@@ -160,14 +167,6 @@ class parser {
   std::size_t pos_ = 0;
 };
 
-// The key quoted in params_assign's messages: "parameter 'k': ..." or "unknown parameter 'k' (...)".
-std::string quoted_key(const std::string& message) {
-  const auto open = message.find('\'');
-  if (open == std::string::npos) return {};
-  const auto close = message.find('\'', open + 1);
-  return close == std::string::npos ? std::string() : message.substr(open + 1, close - open - 1);
-}
-
 std::string_view trim(std::string_view s, std::size_t* offset = nullptr) {
   std::size_t b = 0, e = s.size();
   while (b < e && is_space(s[b])) ++b;
@@ -185,33 +184,137 @@ std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& parsed) {
   for (const auto& p : parsed.params) params.emplace(p.key, p.value);
   try {
     return make_policy(parsed.name, params);
-  } catch (const error& e) {
-    std::size_t at = parsed.name_pos;
-    if (e.cuda_error() == "LAUNCHFIT_BAD_POLICY_PARAMETER") {
-      const std::string key = quoted_key(e.message().substr(e.message().find(": ") + 1));
-      const bool unknown_key = e.message().find("unknown parameter") != std::string::npos;
-      for (const auto& p : parsed.params) {
-        if (p.key == key) at = unknown_key ? p.key_pos : p.value_pos;
-      }
+  } catch (const parameter_error& e) {
+    std::size_t at = parsed.name_pos;  // a key the text does not hold (a factory's own): the policy
+    for (const auto& p : parsed.params) {
+      if (p.key == e.key()) at = e.at() == bad_parameter::part::key ? p.key_pos : p.value_pos;
     }
     throw syntax_error(at, e.message());
+  } catch (const error& e) {
+    throw syntax_error(parsed.name_pos, e.message());
   }
 }
+
+namespace {
+
+// One byte or UTF-8 sequence of echoed text as shown in a message: printable ASCII and valid UTF-8 as
+// they are, everything a terminal or log reader could act on escaped. `width` counts columns.
+struct shown_char {
+  std::string text;
+  std::size_t bytes = 1;
+  std::size_t width = 1;
+};
+
+shown_char show_char(std::string_view s, std::size_t i, bool escape_backslash = true) {
+  static constexpr char hex[] = "0123456789abcdef";
+  const auto c = static_cast<unsigned char>(s[i]);
+  auto escaped = [](std::string t) { return shown_char{t, 1, t.size()}; };
+  if (c >= 0x20 && c < 0x7f)
+    return c == '\\' && escape_backslash ? escaped("\\\\") : shown_char{std::string(1, static_cast<char>(c))};
+  switch (c) {
+    case '\0':
+      return escaped("\\0");
+    case '\t':
+      return escaped("\\t");
+    case '\n':
+      return escaped("\\n");
+    case '\r':
+      return escaped("\\r");
+    default:
+      break;
+  }
+  const std::string byte_escape = std::string("\\x") + hex[c >> 4] + hex[c & 15];
+  if (c < 0x80) return escaped(byte_escape);
+  // A valid UTF-8 sequence: shortest form, no surrogates, at most U+10FFFF.
+  const std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                          : c >= 0xe0 && c <= 0xef ? 3
+                          : c >= 0xf0 && c <= 0xf4 ? 4
+                                                   : 0;
+  if (len == 0 || i + len > s.size()) return escaped(byte_escape);
+  std::uint32_t cp = c & (len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07);
+  for (std::size_t k = 1; k < len; ++k) {
+    const auto cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xc0) != 0x80) return escaped(byte_escape);
+    cp = (cp << 6) | (cc & 0x3f);
+  }
+  const std::uint32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+  if (cp < min_cp || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return escaped(byte_escape);
+  // C1 controls, bidirectional overrides and line separators reorder or break what a reader sees.
+  if ((cp >= 0x80 && cp <= 0x9f) || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+      (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029 || cp == 0xfeff) {
+    std::string u = "\\u{";
+    for (int shift = cp > 0xffff ? 16 : 12; shift >= 0; shift -= 4) u += hex[(cp >> shift) & 15];
+    u += '}';
+    return shown_char{u, len, u.size()};
+  }
+  return shown_char{std::string(s.substr(i, len)), len, 1};
+}
+
+constexpr std::size_t window_bytes = 80;  // of the source echoed around the column
+constexpr std::size_t what_bytes = 1024;  // of an explanation (it may quote a long name)
+
+struct echo {
+  std::string line;   // the window, escaped, with "..." where it was cut
+  std::size_t caret;  // columns before the caret in `line`
+  bool whole;         // the window is the whole source
+};
+
+echo echo_around(std::string_view source, std::size_t pos) {
+  std::size_t begin = 0, end = source.size();
+  if (source.size() > window_bytes) {
+    begin = pos > window_bytes / 2 ? pos - window_bytes / 2 : 0;
+    end = std::min(source.size(), begin + window_bytes);
+    begin = end - std::min(end, window_bytes);
+    // Never start or end inside a UTF-8 sequence.
+    while (begin > 0 && begin < pos && (static_cast<unsigned char>(source[begin]) & 0xc0) == 0x80) ++begin;
+    while (end < source.size() && end > pos && (static_cast<unsigned char>(source[end]) & 0xc0) == 0x80)
+      --end;
+  }
+  echo out{begin > 0 ? "..." : "", begin > 0 ? 3u : 0u, begin == 0 && end == source.size()};
+  for (std::size_t i = begin; i < end;) {
+    const shown_char c = show_char(source.substr(0, end), i);
+    if (i < pos) out.caret += c.width;
+    out.line += c.text;
+    i += c.bytes;
+  }
+  if (end < source.size()) out.line += "...";
+  return out;
+}
+
+// An explanation as shown: escaped like the source (its own escapes kept), and cut when a quoted name made
+// it long.
+std::string shown_what(std::string_view what) {
+  std::string out;
+  for (std::size_t i = 0; i < what.size() && out.size() < what_bytes;) {
+    const shown_char c = show_char(what, i, false);
+    out += c.text;
+    i += c.bytes;
+  }
+  if (out.size() >= what_bytes) out += "... (" + std::to_string(what.size()) + " bytes)";
+  return out;
+}
+
+}  // namespace
 
 void throw_syntax_error(std::string_view call, std::string_view label, std::string_view source,
                         const syntax_error& e) {
   const std::size_t pos = std::min(e.pos, source.size());
-  // Control characters would shift the caret; show them as '?' (whitespace as ' ').
-  std::string shown(source);
-  for (char& c : shown) {
-    if (is_space(c))
-      c = ' ';
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      c = '?';
-  }
-  std::string message = std::string(label) + " \"" + shown + "\" col " + std::to_string(pos + 1) + ": " +
-                        e.what() + "\n  " + shown + "\n  " + std::string(pos, ' ') + '^';
+  const echo shown = echo_around(source, pos);
+  // A short source is quoted in full on the first line; a long one only by its size.
+  std::string message =
+      std::string(label) +
+      (shown.whole ? " \"" + shown.line + "\"" : " (" + std::to_string(source.size()) + " bytes)") + " col " +
+      std::to_string(pos + 1) + ": " + shown_what(e.what()) + "\n  " + shown.line + "\n  " +
+      std::string(shown.caret, ' ') + '^';
   throw error(std::string(call), "LAUNCHFIT_BAD_POLICY_STRING", std::move(message));
+}
+
+void check_length(std::string_view text, std::string_view what) {
+  if (text.size() > max_policy_text_bytes) {
+    throw syntax_error(max_policy_text_bytes, std::string(what) + " of " + std::to_string(text.size()) +
+                                                  " bytes is longer than the " +
+                                                  std::to_string(max_policy_text_bytes) + " accepted");
+  }
 }
 
 bool glob_match(std::string_view pattern, std::string_view text) noexcept {
@@ -269,6 +372,40 @@ kernel_match_names match_names(std::string_view demangled) {
   return names;
 }
 
+std::optional<syntax_error> glob_refusal(std::string_view glob) {
+  for (std::size_t i = 0; i < glob.size(); ++i) {
+    const auto c = static_cast<unsigned char>(glob[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return syntax_error(i, "the glob cannot match: a kernel name never holds " + found(glob, i));
+    }
+  }
+  // Up to the first wildcard the glob is the start of the name itself, so its nesting is known: a space
+  // outside <...> and (...) there would end a return type, which match names never keep.
+  int depth = 0;
+  for (std::size_t i = 0; i < glob.size() && glob[i] != '*' && glob[i] != '?'; ++i) {
+    if (glob[i] == '<' || glob[i] == '(') ++depth;
+    if ((glob[i] == '>' || glob[i] == ')') && depth > 0) --depth;
+    if (glob[i] == ' ' && depth == 0) {
+      return syntax_error(i, "the glob cannot match: kernel names are matched without their return type ('" +
+                                 std::string(glob.substr(0, std::min<std::size_t>(i, 48))) +
+                                 "'), e.g. \"ns::kernel<float>\" or \"ns::kernel\"");
+    }
+  }
+  // A kernel's parameter list is dropped before matching: no match name ends with ')'.
+  if (glob.back() == ')') {
+    std::size_t open = glob.size() - 1;
+    for (std::size_t i = glob.size(), d = 0; i-- > 0;) {
+      if (glob[i] == ')') ++d;
+      if (glob[i] == '(' && --d == 0) {
+        open = i;
+        break;
+      }
+    }
+    return syntax_error(open, "the glob cannot match: kernel names are matched without their parameter list");
+  }
+  return std::nullopt;
+}
+
 std::vector<policy_override> parse_policy_overrides(std::string_view spec) {
   std::vector<policy_override> out;
   std::size_t begin = 0;
@@ -282,8 +419,9 @@ std::vector<policy_override> parse_policy_overrides(std::string_view spec) {
       if (eq == std::string_view::npos) {
         throw syntax_error(entry_pos, "expected <kernel glob>=<policy>, found no '='");
       }
-      const std::string_view glob = trim(entry.substr(0, eq));
+      const std::string_view glob = trim(entry.substr(0, eq));  // starts at entry_pos: entry is trimmed
       if (glob.empty()) throw syntax_error(entry_pos, "expected a kernel name glob before '='");
+      if (auto refused = glob_refusal(glob)) throw syntax_error(entry_pos + refused->pos, refused->what());
       const std::size_t policy_pos = entry_pos + eq + 1;
       try {
         out.push_back({std::string(glob), make_parsed_policy(parse_policy_string(entry.substr(eq + 1)))});
@@ -300,6 +438,7 @@ std::vector<policy_override> parse_policy_overrides(std::string_view spec) {
 
 std::shared_ptr<const policy> policy_from_string(std::string_view text) {
   try {
+    detail::check_length(text, "a policy string");
     return detail::make_parsed_policy(detail::parse_policy_string(text));
   } catch (const detail::syntax_error& e) {
     detail::throw_syntax_error("policy_from_string", "policy string", text, e);
@@ -315,13 +454,20 @@ struct override_table {
   std::optional<error> env_error;  // a bad LAUNCHFIT_POLICY is reported on every lookup, not once
 };
 
+// Created on first use and never destroyed: a plan miss from a static destructor still finds it.
 override_table& overrides() {
-  static override_table table;
+  static override_table& table = *new override_table;
   return table;
 }
 
-std::vector<detail::policy_override> parse_overrides(std::string_view spec, std::string_view label) {
+// Constant-initialised and trivially destructible: readable at any point of the process's life.
+std::atomic<std::uint64_t> generation{0};
+
+// `label` names the source in the message, `what` in a refusal of its length.
+std::vector<detail::policy_override> parse_overrides(std::string_view spec, std::string_view label,
+                                                     std::string_view what) {
   try {
+    detail::check_length(spec, what);
     return detail::parse_policy_overrides(spec);
   } catch (const detail::syntax_error& e) {
     detail::throw_syntax_error("policy overrides", label, spec, e);
@@ -330,13 +476,20 @@ std::vector<detail::policy_override> parse_overrides(std::string_view spec, std:
 
 }  // namespace
 
+std::uint64_t detail::policy_overrides_generation() noexcept {
+  return generation.load(std::memory_order_acquire);
+}
+
 void set_policy_overrides(std::string_view spec) {
-  auto entries = parse_overrides(spec, "policy overrides");
+  auto entries = parse_overrides(spec, "policy overrides", "a policy override spec");
   auto& table = overrides();
   std::unique_lock lock(table.mutex);
   table.entries = std::move(entries);
   table.env_error.reset();
   table.loaded = true;
+  generation.fetch_add(1, std::memory_order_acq_rel);
+  lock.unlock();
+  detail::forget_all_plans();  // every plan was chosen under the old overrides
 }
 
 namespace {
@@ -351,11 +504,12 @@ std::shared_lock<std::shared_mutex> loaded_overrides(override_table& table) {
       if (!table.loaded) {
         const char* env = std::getenv("LAUNCHFIT_POLICY");
         try {
-          if (env) table.entries = parse_overrides(env, "LAUNCHFIT_POLICY");
+          if (env) table.entries = parse_overrides(env, "LAUNCHFIT_POLICY", "LAUNCHFIT_POLICY");
         } catch (const error& e) {
           table.env_error = e;
         }
         table.loaded = true;
+        generation.fetch_add(1, std::memory_order_acq_rel);
       }
     }
     lock.lock();

@@ -13,7 +13,9 @@
 //   entry     := ws glob ws '=' policy        (glob: no '=' or ';'; '*' any run, '?' any one character)
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -40,6 +42,12 @@ struct syntax_error : std::runtime_error {
   std::size_t pos;
 };
 
+// The longest policy string, override spec or LAUNCHFIT_POLICY accepted: a longer one is refused, never cut.
+inline constexpr std::size_t max_policy_text_bytes = 64 * 1024;
+
+// Throws syntax_error at max_policy_text_bytes when `text` is longer; `what` names it ("a policy string").
+void check_length(std::string_view text, std::string_view what);
+
 // Throws syntax_error. Values come back normalised ("32K" -> "32768"); keys are unique.
 parsed_policy parse_policy_string(std::string_view text);
 
@@ -47,6 +55,8 @@ parsed_policy parse_policy_string(std::string_view text);
 std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& parsed);
 
 // Throws launchfit::error: `<label> "<source>" col <pos + 1>: <what>`, then the source and a caret under it.
+// A source longer than 80 bytes is shown as `<label> (<n> bytes)` and an 80-byte window around the column,
+// cut with "..."; echoed text has control characters, invalid UTF-8 and bidirectional controls escaped.
 [[noreturn]] void throw_syntax_error(std::string_view call, std::string_view label, std::string_view source,
                                      const syntax_error& e);
 
@@ -66,11 +76,20 @@ struct policy_override {
   std::shared_ptr<const policy> chosen;
 };
 
+// Why a glob can never match any match_names() result, at an offset in `glob`, or nothing: a control
+// character, a space outside <...> and (...) before the first wildcard (a return type), or a final ')' (a
+// parameter list). '(', ',' and spaces elsewhere can match: "(anonymous namespace)::k", "reduce<float, 4>".
+std::optional<syntax_error> glob_refusal(std::string_view glob);
+
 // Parses a whole LAUNCHFIT_POLICY-style spec; throws syntax_error with positions in `spec`.
 std::vector<policy_override> parse_policy_overrides(std::string_view spec);
 
 // Whether any override is in force (LAUNCHFIT_POLICY is read on first use; a bad one throws here too).
 bool policy_overrides_configured();
+
+// Changes whenever the overrides may have: each successful set_policy_overrides() and the first read of
+// LAUNCHFIT_POLICY add one. A plan chosen after reading generation G is stale once this differs from G.
+std::uint64_t policy_overrides_generation() noexcept;
 
 // fixed, max_occupancy, bytes_in_flight and cooperative: policies that read the kernel's name only to
 // report an error, so a miss may skip demangling it for them.

@@ -4,14 +4,21 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <limits>
+#include <map>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
-#include "policy_string.hpp"
+#if __has_include("launchfit/param_policy.hpp")
+#include "launchfit/param_policy.hpp"  // param_policy's definitions, where policy.hpp leaves them out
+#endif
 #include "error_of.hpp"
+#include "launchfit/detail/policy_params.hpp"
+#include "policy_string.hpp"
 
 namespace lf = launchfit;
 
@@ -374,6 +381,252 @@ TEST_F(PolicyOverridesEnv, BadEntryPointsAtItsColumnEveryTime) {
           }
         }
         std::exit(errors == 2 ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+// ---- hostile text ----------------------------------------------------------------------------------------
+
+namespace {
+
+// The caret line's '^' column and the echoed line above it.
+struct caret_view {
+  std::string line;
+  std::size_t caret = 0;
+};
+
+caret_view caret_of(const std::string& message) {
+  const auto last = message.rfind('\n');
+  const auto before = message.rfind('\n', last - 1);
+  return {message.substr(before + 3, last - before - 3), message.size() - last - 1 - 3};
+}
+
+}  // namespace
+
+TEST(PolicyString, LongInputsEchoAWindowAroundTheColumnNotTheWholeText) {
+  // 20,000 bytes, the error at byte 10,012: the message quotes ~80 bytes of it, once, and its size.
+  const std::string text = "fixed(block=" + std::string(10000, '1') + "q" + std::string(9987, '2') + ")";
+  const std::string m = parse_error(text);
+  EXPECT_LT(m.size(), 400u) << m.size();
+  EXPECT_EQ(m.rfind("policy string (20001 bytes) col 10013: unexpected 'q' in a number", 0), 0u) << m;
+  const caret_view v = caret_of(m);
+  EXPECT_EQ(v.line.rfind("...", 0), 0u) << v.line;
+  EXPECT_EQ(v.line.substr(v.line.size() - 3), "...") << v.line;
+  ASSERT_LT(v.caret, v.line.size()) << m;
+  EXPECT_EQ(v.line[v.caret], 'q') << m;
+  // At the very start and the very end the window is cut on one side only.
+  const std::string head = parse_error("@" + std::string(5000, 'a'));
+  EXPECT_EQ(caret_of(head).caret, 0u) << head;
+  EXPECT_EQ(caret_of(head).line[0], '@') << head;
+  const std::string tail = parse_error("fixed(block=1" + std::string(5000, ' '));
+  EXPECT_NE(tail.find("col 5014: expected ',' or ')', got end of string"), std::string::npos) << tail;
+  EXPECT_EQ(caret_of(tail).caret, caret_of(tail).line.size()) << tail;
+}
+
+TEST(PolicyString, EchoedTextEscapesControlCharactersAndInvalidUtf8) {
+  struct shown {
+    std::string text, line;  // the input and its echo
+    std::size_t caret;       // where the caret must be in the echo
+  };
+  for (const shown& s : {
+           shown{"fixed(block=\x1b[2J)", "fixed(block=\\x1b[2J)", 12},
+           shown{std::string("fixed(\0block=1)", 15), "fixed(\\0block=1)", 6},
+           shown{"fixed(\tblock=1,\n x)", "fixed(\\tblock=1,\\n x)", 20},
+           shown{"fixed(block=1,\xff=2)", "fixed(block=1,\\xff=2)", 14},
+           shown{"f\xc3\xafxed(block=1)", "f\xc3\xafxed(block=1)", 1},  // valid UTF-8 as it is
+           shown{"fixed(block=1)\xe2\x80\xae"
+                 "x",
+                 "fixed(block=1)\\u{202e}x", 14},  // a bidi override
+           shown{"fixed(block=1) \xc2\x9b"
+                 "x",
+                 "fixed(block=1) \\u{009b}x", 15},  // C1 CSI
+       }) {
+    SCOPED_TRACE(s.line);
+    const std::string m = parse_error(s.text);
+    for (char c : m) EXPECT_TRUE(c == '\n' || static_cast<unsigned char>(c) >= 0x20) << m;
+    const caret_view v = caret_of(m);
+    EXPECT_EQ(v.line, s.line) << m;
+    EXPECT_EQ(v.caret, s.caret) << m;
+  }
+  // Unicode in a name is refused at its first byte, named as a byte.
+  EXPECT_NE(parse_error("f\xc3\xafxed").find("col 2: expected '(' or the end, got byte 0xc3"),
+            std::string::npos);
+}
+
+TEST(PolicyString, LongerThanTheCapIsRefusedNotCut) {
+  const std::string fits = "max_occupancy" + std::string(lf::detail::max_policy_text_bytes - 13, ' ');
+  EXPECT_EQ(lf::policy_from_string(fits)->name(), "max_occupancy");
+  const std::string m = parse_error(fits + " ");
+  EXPECT_NE(m.find("policy string (65537 bytes) col 65537: a policy string of 65537 bytes is longer than the "
+                   "65536 accepted"),
+            std::string::npos)
+      << m;
+  EXPECT_LT(m.size(), 400u);
+}
+
+TEST(PolicyString, HostileNumbers) {
+  struct bad {
+    const char* text;
+    const char* expected;
+  };
+  for (const bad& b : {
+           bad{"fixed(block=1e999)",
+               "col 13: policy 'fixed': parameter 'block': expected an integer, got '1e999'"},
+           bad{"fixed(block=0x10)", "col 14: unexpected 'x' in a number"},
+           bad{"fixed(block=99999999999K)",
+               "col 13: policy 'fixed': parameter 'block': out of range: "
+               "'102399999998976'"},
+           bad{"fixed(block=99999999999999999999999)",
+               "col 13: policy 'fixed': parameter 'block': out of range"},
+           bad{"fixed(block=18014398509481984M)", "col 13: number too large"},
+           bad{"fixed(grid=--1)", "col 13: expected a digit, got '-'"},
+       }) {
+    SCOPED_TRACE(b.text);
+    const std::string m = parse_error(b.text);
+    EXPECT_NE(m.find(b.expected), std::string::npos) << m;
+  }
+  // -0 is 0 and +64 is 64, as the grammar says.
+  EXPECT_EQ(lf::policy_from_string("fixed(block=+64,grid=-0)")->to_string(), "fixed(block=64,grid=0)");
+}
+
+TEST(PolicyString, FloatParametersDoNotDependOnTheLocaleAndOverflowToInfinity) {
+  lf::register_policy<float_policy>();
+  auto scale = [](const char* text) {
+    return std::dynamic_pointer_cast<const float_policy>(lf::policy_from_string(text))->parameters().scale;
+  };
+  EXPECT_EQ(scale("test_float(scale=1e999)"), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(scale("test_float(scale=-1e999)"), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(scale("test_float(scale=1e-999)"), 0.0);
+  EXPECT_EQ(scale("test_float(scale=+2.5)"), 2.5);
+  // A C++ caller's map is not held to the grammar: no hex, no leading blanks.
+  for (const char* value : {"0x10", " 5", "5 ", "1,5"}) {
+    SCOPED_TRACE(value);
+    EXPECT_EQ(error_of([&] {
+                lf::make_policy("test_float", {{"scale", value}});
+              }).cuda_error(),
+              "LAUNCHFIT_BAD_POLICY_PARAMETER");
+  }
+  lf::unregister_policy("test_float");
+}
+
+TEST(PolicyString, ParameterErrorsCarryTheirKeyNotJustAMessage) {
+  // A factory's error names the parameter as data; the column follows the data, whatever the message says.
+  lf::register_policy(
+      "test_keyed", [](const std::map<std::string, std::string>& kv) -> std::shared_ptr<const lf::policy> {
+        if (kv.count("b")) {
+          throw lf::detail::parameter_error(
+              "test_keyed", lf::detail::bad_parameter("b", lf::detail::bad_parameter::part::value,
+                                                      "parameter 'b' must differ from 'a'"));
+        }
+        return std::make_shared<const lf::constant_block_policy>();
+      });
+  std::string m = parse_error("test_keyed(a=1,b=2)");
+  EXPECT_NE(m.find("col 18: policy 'test_keyed': parameter 'b' must differ from 'a'"), std::string::npos)
+      << m;
+  // Any other error of a factory points at the policy's name.
+  lf::unregister_policy("test_keyed");
+  lf::register_policy("test_keyed",
+                      [](const std::map<std::string, std::string>&) -> std::shared_ptr<const lf::policy> {
+                        throw std::invalid_argument("parameter 'a': unknown parameter 'a'");
+                      });
+  m = parse_error("  test_keyed(a=1)");
+  EXPECT_NE(m.find("col 3: policy 'test_keyed': parameter 'a'"), std::string::npos) << m;
+  lf::unregister_policy("test_keyed");
+}
+
+TEST(PolicyString, NegativeParametersParseAndAreRefusedWhenThePlanIsMade) {
+  // As prefer_block=-1: the policy string parses, choose() refuses it (policy-test.cpp checks the messages).
+  for (const char* text : {"cooperative(block=-1)", "cooperative(blocks_per_sm=-1)",
+                           "bytes_in_flight(target_per_sm=-5)", "bytes_in_flight(per_thread=-1)"}) {
+    SCOPED_TRACE(text);
+    EXPECT_NO_THROW(lf::policy_from_string(text));
+  }
+}
+
+TEST(PolicyOverrides, GlobsThatCanNeverMatchAreRefusedWithAColumn) {
+  struct bad {
+    std::string spec;
+    const char* expected;
+  };
+  for (const bad& b : {
+           bad{"void reduce*=fixed",
+               "col 5: the glob cannot match: kernel names are matched without their "
+               "return type ('void')"},
+           bad{"a=fixed; saxpy(float, float const*, float*, int)=fixed",
+               "col 15: the glob cannot match: kernel names are matched without their parameter list"},
+           bad{"k*)=fixed", "col 3: the glob cannot match"},
+           bad{"(anonymous namespace)=fixed", "col 1: the glob cannot match"},
+           bad{std::string("k\0x=fixed", 9),
+               "col 2: the glob cannot match: a kernel name never holds byte 0x00"},
+           bad{"k\tx=fixed", "col 2: the glob cannot match: a kernel name never holds byte 0x09"},
+       }) {
+    SCOPED_TRACE(b.expected);
+    const std::string m = error_of([&] { lf::set_policy_overrides(b.spec); }).message();
+    EXPECT_NE(m.find(b.expected), std::string::npos) << m;
+    const auto col = std::stoul(m.substr(m.find(" col ") + 5));
+    EXPECT_EQ(caret_of(m).caret + 1, col) << m;
+  }
+  // '(' ',' and spaces do appear in match names: these globs stay.
+  lf::set_policy_overrides(
+      "(anonymous namespace)::k=fixed(block=32);reduce<float, 4>=fixed(block=64);* scan=fixed(block=96);"
+      "ns::tile<float, 4, (anonymous namespace)::op>=fixed(block=128)");
+  EXPECT_EQ(lf::policy_override_for("(anonymous namespace)::k(int)")->to_string(), "fixed(block=32,grid=0)");
+  EXPECT_EQ(lf::policy_override_for("void reduce<float, 4>(float const*)")->to_string(),
+            "fixed(block=64,grid=0)");
+  EXPECT_EQ(
+      lf::policy_override_for("void ns::tile<float, 4, (anonymous namespace)::op>(float*)")->to_string(),
+      "fixed(block=128,grid=0)");
+  lf::set_policy_overrides("");
+}
+
+TEST(PolicyOverrides, SetBumpsTheGenerationAndAFailedSetDoesNot) {
+  lf::set_policy_overrides("");
+  const std::uint64_t g = lf::detail::policy_overrides_generation();
+  lf::set_policy_overrides("k=fixed");
+  EXPECT_EQ(lf::detail::policy_overrides_generation(), g + 1);
+  EXPECT_THROW(lf::set_policy_overrides("k=fixed("), lf::error);
+  EXPECT_EQ(lf::detail::policy_overrides_generation(), g + 1);
+  lf::set_policy_overrides("k=fixed");  // the same text still counts: plans are re-made, not compared
+  EXPECT_EQ(lf::detail::policy_overrides_generation(), g + 2);
+  lf::set_policy_overrides("");
+}
+
+TEST(PolicyOverrides, HostileSpecs) {
+  lf::set_policy_overrides(std::string(60000, ';'));
+  EXPECT_FALSE(lf::policy_override_for("k"));
+  const std::string m = error_of([] { lf::set_policy_overrides(std::string(100000, ';')); }).message();
+  EXPECT_NE(
+      m.find("policy overrides (100000 bytes) col 65537: a policy override spec of 100000 bytes is longer "
+             "than the 65536 accepted"),
+      std::string::npos)
+      << m;
+  // Unicode globs match unicode names byte for byte; the caret counts a code point as one column.
+  const std::string u = error_of([] {
+                          lf::set_policy_overrides(
+                              "r\xc3\xa9"
+                              "duce=fixed(block=)");
+                        }).message();
+  EXPECT_NE(u.find("col 21: expected a value"), std::string::npos) << u;
+  EXPECT_EQ(caret_of(u).caret, 19u) << u;
+  lf::set_policy_overrides(
+      "r\xc3\xa9"
+      "duce*=fixed(block=64)");
+  EXPECT_EQ(lf::policy_override_for("void r\xc3\xa9"
+                                    "duce<int>(int*)")
+                ->to_string(),
+            "fixed(block=64,grid=0)");
+  lf::set_policy_overrides("");
+}
+
+TEST_F(PolicyOverridesEnv, FirstReadBumpsTheGeneration) {
+  EXPECT_EXIT(
+      {
+        setenv("LAUNCHFIT_POLICY", "k=fixed", 1);
+        const std::uint64_t before = lf::detail::policy_overrides_generation();
+        lf::policy_override_for("k");
+        const std::uint64_t after = lf::detail::policy_overrides_generation();
+        lf::policy_override_for("k");
+        std::exit(after == before + 1 && lf::detail::policy_overrides_generation() == after ? 0 : 1);
       },
       testing::ExitedWithCode(0), "");
 }

@@ -1,16 +1,22 @@
 // Built-in policies on built-in device tables: the arithmetic users rely on, without a GPU.
 
+#include "launchfit/policy.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 
 #include "launchfit/error.hpp"
 #include "launchfit/occupancy.hpp"
-#include "launchfit/policy.hpp"
+#if __has_include("launchfit/param_policy.hpp")
+#include "launchfit/param_policy.hpp"  // param_policy's definitions, where policy.hpp leaves them out
+#endif
+#include "launchfit/detail/policy_params.hpp"
 
 namespace lf = launchfit;
 
@@ -168,6 +174,43 @@ TEST(BytesInFlight, CalibratedTargetOverridesTheTable) {
 TEST(BytesInFlight, RejectsNonPositivePerThread) {
   EXPECT_NE(error_text([] { lf::bytes_in_flight_policy{{0, 0}}.choose(make_query("H200", 32)); }).find("per_thread"),
             std::string::npos);
+}
+
+// A negative value where 0 means "the default" is refused as prefer_block=-1 is, never taken as the default:
+// from the C++ parameters and from a policy string alike.
+TEST(NegativeParameters, AreRefusedWhenThePlanIsMade) {
+  struct refused {
+    std::shared_ptr<const lf::policy> policy;
+    const char* says;
+  };
+  for (const refused& r : {
+           refused{std::make_shared<lf::cooperative_policy>(lf::cooperative_params{0, -1}),
+                   "policy::choose: LAUNCHFIT_INVALID_POLICY (block must be >= 0 (0: the max-occupancy "
+                   "block), got -1)"},
+           refused{lf::policy_from_string("cooperative(block=-1)"),
+                   "policy::choose: LAUNCHFIT_INVALID_POLICY (block must be >= 0 (0: the max-occupancy "
+                   "block), got -1)"},
+           refused{std::make_shared<lf::cooperative_policy>(lf::cooperative_params{-1, 0}),
+                   "blocks_per_sm must be >= 0 (0: as many as co-reside), got -1"},
+           refused{lf::policy_from_string("cooperative(blocks_per_sm=-1,block=256)"),
+                   "blocks_per_sm must be >= 0 (0: as many as co-reside), got -1"},
+           refused{std::make_shared<lf::bytes_in_flight_policy>(lf::bytes_in_flight_params{16, -5}),
+                   "policy::choose: LAUNCHFIT_INVALID_POLICY (target_per_sm must be >= 0 (0: the device "
+                   "default), got -5)"},
+           refused{lf::policy_from_string("bytes_in_flight(target_per_sm=-5)"),
+                   "target_per_sm must be >= 0 (0: the device default), got -5"},
+           refused{lf::policy_from_string("bytes_in_flight(per_thread=-1)"),
+                   "per_thread must be > 0 bytes (got -1)"},
+           // fixed(block=-1) keeps its message: a block of no threads, as validation names it.
+           refused{lf::policy_from_string("fixed(block=-1)"),
+                   "validate(block): LAUNCHFIT_INVALID_PLAN (block of 0 threads)"},
+       }) {
+    SCOPED_TRACE(r.policy->to_string());
+    const std::string what = error_text([&] { r.policy->choose(make_query("H200", 32)); });
+    EXPECT_NE(what.find(r.says), std::string::npos) << what;
+  }
+  // 0 still means the default.
+  EXPECT_EQ((lf::cooperative_policy{{0, 0}}.choose(make_query("H200", 32)).block_threads), 1024);
 }
 
 TEST(Cooperative, GridIsCoResidentBlocksTimesSms) {
