@@ -1,100 +1,667 @@
-#include <spdlog/cfg/helpers.h>
+// launchfit's logger: a front logger named "launchfit" whose one sink makes every message one safe line
+// (escaped text, or one JSON object) and routes it to stderr or to the user's logger, synchronously or
+// through a bounded queue drained by a logging thread.
+
+#include "launchfit/log.hpp"
+
+#include <pthread.h>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <cctype>
-#include <vector>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
-#include "launchfit/log.hpp"
 #include "log_internal.hpp"
 
 namespace launchfit {
+namespace detail {
 namespace {
 
 constexpr const char* logger_name = "launchfit";
+constexpr const char* text_pattern = "[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v";
+constexpr const char* json_pattern = "%v";
+// A message that is already one launchfit JSON object carries this file name (compared by address, so no
+// message text can claim it); line 0 keeps it out of any %s/%@ pattern field.
+constexpr const char json_marker[] = "launchfit:json";
+constexpr std::size_t line_cap = 64 * 1024;        // any one message, escaped or wrapped
+constexpr std::size_t queue_max_lines = 8192;      // asynchronous queue bounds
+constexpr std::size_t queue_max_bytes = 8u << 20;  //
+constexpr auto exit_write_wait = std::chrono::milliseconds(500);
+constexpr auto flush_wait = std::chrono::seconds(1);
+constexpr const char* valid_levels = "trace, debug, info, warn, error, critical, off";
 
-std::optional<spdlog::level::level_enum> level_from_env() {
-  if (const char* v = std::getenv("LAUNCHFIT_LOG_LEVEL"); v && *v) {
-    const auto lvl = spdlog::level::from_str(v);
-    if (lvl != spdlog::level::off || std::string(v) == "off") return lvl;
+// ---- escaping ----
+
+// Length of the valid UTF-8 sequence at s[i] (1-4) and its code point, or 0 when s[i] starts none.
+std::size_t utf8_sequence(std::string_view s, std::size_t i, char32_t& cp) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  if (c < 0x80) {
+    cp = c;
+    return 1;
   }
-  // SPDLOG_LEVEL="info,launchfit=debug": honour our entry, or the bare default level.
-  if (const char* v = std::getenv("SPDLOG_LEVEL"); v && *v) {
-    std::optional<spdlog::level::level_enum> bare;
-    std::string s(v);
-    std::size_t pos = 0;
-    while (pos <= s.size()) {
-      const std::size_t comma = s.find(',', pos);
-      const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      const std::size_t eq = item.find('=');
-      if (eq == std::string::npos) {
-        if (!item.empty()) bare = spdlog::level::from_str(item);
-      } else if (item.substr(0, eq) == logger_name) {
-        return spdlog::level::from_str(item.substr(eq + 1));
-      }
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;  // no UTF-16 surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  if (b(1) < lo || b(1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (b(k) < 0x80 || b(k) > 0xBF) return 0;
+  cp = n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (b(k) & 0x3F);
+  return n;
+}
+
+// Code points a terminal or log viewer would act on: C1 controls, bidirectional overrides, line separators.
+bool invisible_control(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || cp == 0x200E || cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029 || cp == 0x061C || cp == 0xFEFF;
+}
+
+void append_hex(std::string& out, const char* prefix, unsigned v, int digits) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%s%0*x", prefix, digits, v);
+  out += buf;
+}
+
+void append_truncation(std::string& out, std::size_t full) {
+  out += "...(" + std::to_string(full) + " bytes)";
+}
+
+}  // namespace
+
+std::string escape_log_text(std::string_view s, std::size_t cap, bool quoted) {
+  std::string out;
+  out.reserve(std::min(s.size(), cap) + 8);
+  std::size_t i = 0;
+  while (i < s.size()) {
+    char32_t cp = 0;
+    std::size_t n = utf8_sequence(s, i, cp);
+    if (i + (n ? n : 1) > cap) break;
+    if (n == 0) {
+      append_hex(out, "\\x", static_cast<unsigned char>(s[i]), 2);
+      i += 1;
+      continue;
     }
-    if (bare) return bare;
+    if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (cp < 0x20 || cp == 0x7F) {
+      append_hex(out, "\\x", static_cast<unsigned>(cp), 2);
+    } else if (quoted && (cp == '"' || cp == '\\')) {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (invisible_control(cp)) {
+      append_hex(out, "\\u", static_cast<unsigned>(cp), 4);
+    } else {
+      out.append(s.data() + i, n);
+    }
+    i += n;
   }
+  if (i < s.size()) append_truncation(out, s.size());
+  return out;
+}
+
+std::string valid_utf8(std::string_view s, std::size_t cap) {
+  std::string out;
+  out.reserve(std::min(s.size(), cap) + 8);
+  std::size_t i = 0;
+  while (i < s.size()) {
+    char32_t cp = 0;
+    const std::size_t n = utf8_sequence(s, i, cp);
+    if (i + (n ? n : 1) > cap) break;
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      i += 1;
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+    }
+  }
+  if (i < s.size()) append_truncation(out, s.size());
+  return out;
+}
+
+namespace {
+
+std::string dump_json(const nlohmann::json& j) {
+  // ensure_ascii: no raw control, bidirectional or other non-ASCII character reaches a terminal.
+  return j.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
+
+std::string level_name(spdlog::level::level_enum l) {
+  const auto v = spdlog::level::to_string_view(l);
+  return std::string(v.data(), v.size());
+}
+
+// A message that is not a launchfit JSON object, as one.
+std::string wrap_json(spdlog::level::level_enum level, std::string_view payload) {
+  return dump_json(
+      {{"level", level_name(level)}, {"logger", logger_name}, {"msg", valid_utf8(payload, line_cap)}});
+}
+
+// Text value of a key=value field: quoted when it holds a space, '"', '=' or nothing.
+std::string field_value(std::string_view v) {
+  std::string e = escape_log_text(v, log_field_cap, true);
+  if (e.empty() || e.find_first_of(" \"=") != std::string::npos) return "\"" + e + "\"";
+  return e;
+}
+
+struct event_payload {
+  std::string text;
+  bool json = false;
+};
+
+event_payload build_event(spdlog::level::level_enum level, std::string_view event, std::string_view message,
+                          std::initializer_list<log_field> fields, log_format f) {
+  if (f == log_format::json) {
+    nlohmann::json j = {{"level", level_name(level)},
+                        {"logger", logger_name},
+                        {"event", valid_utf8(event)},
+                        {"msg", valid_utf8(message)}};
+    for (const auto& [k, v] : fields) {
+      const std::string key = valid_utf8(k, 256);
+      if (!j.contains(key)) j[key] = valid_utf8(v);
+    }
+    return {dump_json(j), true};
+  }
+  std::string s = escape_log_text(message);
+  for (const auto& [k, v] : fields) s += " " + escape_log_text(k, 256) + "=" + field_value(v);
+  return {std::move(s), false};
+}
+
+// ---- environment ----
+
+std::string lower_trimmed(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  std::string s(v);
+  for (char& c : s)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return s;
+}
+
+std::optional<spdlog::level::level_enum> parse_level(std::string_view v) {
+  const std::string s = lower_trimmed(v);
+  using namespace spdlog::level;
+  if (s == "trace") return trace;
+  if (s == "debug") return debug;
+  if (s == "info") return info;
+  if (s == "warn" || s == "warning") return warn;
+  if (s == "error" || s == "err") return err;
+  if (s == "critical") return critical;
+  if (s == "off") return off;
   return std::nullopt;
 }
 
-struct log_state {
-  std::mutex mutex;
-  std::shared_ptr<spdlog::logger> logger;
-  log_format format = log_format::text;
-  bool format_from_env_done = false;
-  std::set<std::string> spill_warned;
-  bool owns_logger = false;  // we created it, so we may set its pattern
-  std::vector<std::shared_ptr<spdlog::logger>> every_logger;  // keeps logger_fast() targets alive
+struct env_warning {
+  std::string variable, value, message;
 };
+
+struct env_config {
+  spdlog::level::level_enum level = spdlog::level::info;
+  log_format format = log_format::text;
+  bool async = false;
+  std::vector<env_warning> warnings;
+};
+
+const char* env_value(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;  // empty means unset (VAR= command)
+}
+
+std::string quoted_value(std::string_view v) { return "\"" + escape_log_text(v, 256, true) + "\""; }
+
+env_config read_env() {
+  env_config c;
+  std::vector<std::pair<std::string, std::string>> bad_levels;  // variable, value as written
+  std::optional<spdlog::level::level_enum> level;
+  if (const char* v = env_value("LAUNCHFIT_LOG_LEVEL")) {
+    level = parse_level(v);
+    if (!level) bad_levels.emplace_back("LAUNCHFIT_LOG_LEVEL", v);
+  }
+  // SPDLOG_LEVEL="info,launchfit=debug": our entry (the last one), else the bare default level.
+  if (const char* v = env_value("SPDLOG_LEVEL"); v && !level) {
+    std::optional<spdlog::level::level_enum> bare, ours;
+    const std::string s(v);
+    std::size_t pos = 0;
+    while (pos <= s.size()) {
+      const std::size_t comma = std::min(s.find(',', pos), s.size());
+      const std::string item = s.substr(pos, comma - pos);
+      pos = comma + 1;
+      const std::size_t eq = item.find('=');
+      if (eq == std::string::npos) {
+        if (lower_trimmed(item).empty()) continue;
+        if (auto l = parse_level(item)) {
+          bare = l;
+        } else {
+          bad_levels.emplace_back("SPDLOG_LEVEL", item);
+        }
+      } else if (lower_trimmed(item.substr(0, eq)) == logger_name) {
+        if (auto l = parse_level(item.substr(eq + 1))) {
+          ours = l;
+        } else {
+          bad_levels.emplace_back("SPDLOG_LEVEL", item);
+        }
+      }
+    }
+    level = ours ? ours : bare;
+  }
+  c.level = level.value_or(spdlog::level::info);
+  for (const auto& [var, value] : bad_levels) {
+    c.warnings.push_back({var, value,
+                          var + (var == "SPDLOG_LEVEL" ? " entry " : "=") + quoted_value(value) +
+                              " is not a level (valid: " + valid_levels + "); ignored, launchfit logs at " +
+                              level_name(c.level)});
+  }
+  if (const char* v = env_value("LAUNCHFIT_LOG_FORMAT")) {
+    const std::string s = lower_trimmed(v);
+    if (s == "json") {
+      c.format = log_format::json;
+    } else if (s != "text") {
+      c.warnings.push_back({"LAUNCHFIT_LOG_FORMAT", v,
+                            "LAUNCHFIT_LOG_FORMAT=" + quoted_value(v) +
+                                " is not a format (valid: text, json); ignored, launchfit logs text"});
+    }
+  }
+  if (const char* v = env_value("LAUNCHFIT_LOG_ASYNC")) {
+    const std::string s = lower_trimmed(v);
+    if (s == "1" || s == "true" || s == "on" || s == "yes") {
+      c.async = true;
+    } else if (s != "0" && s != "false" && s != "off" && s != "no") {
+      c.warnings.push_back({"LAUNCHFIT_LOG_ASYNC", v,
+                            "LAUNCHFIT_LOG_ASYNC=" + quoted_value(v) +
+                                " is not a switch (valid: 1, 0, true, false, on, off, yes, no); ignored, "
+                                "launchfit logs synchronously"});
+    }
+  }
+  return c;
+}
+
+// ---- output: where a line goes ----
+
+struct output_record {
+  spdlog::level::level_enum level = spdlog::level::info;
+  spdlog::log_clock::time_point time;
+  std::size_t thread_id = 0;
+  bool json = false;  // payload is a launchfit JSON object
+  std::string payload;
+};
+
+struct route {
+  std::shared_ptr<spdlog::logger> target;       // set_logger()'s logger, or null
+  std::shared_ptr<spdlog::sinks::sink> output;  // launchfit's own output (stderr) when there is no target
+};
+
+// The bounded queue of the asynchronous mode. Its mutexes and condition variables are pointers so that a
+// forked child can replace ones a vanished thread might hold.
+struct async_queue {
+  std::mutex* mutex = new std::mutex;
+  std::condition_variable* wake = new std::condition_variable;     // worker: work arrived
+  std::condition_variable* drained = new std::condition_variable;  // flush(): queue empty
+  std::timed_mutex* write_mutex = new std::timed_mutex;            // serialises worker and exit writes
+  std::deque<output_record> items;
+  std::size_t bytes = 0;
+  bool worker_alive = false;
+  bool writing = false;  // the worker holds a batch
+  bool exiting = false;  // exit handler ran: write synchronously from now on
+  bool fork_write_locked = false;
+  std::uint64_t overflow = 0;  // lines dropped from a full queue, not yet reported
+};
+
+thread_local int sink_depth = 0;  // > 0 while this thread is inside launchfit's sink (or is the worker)
+
+class launchfit_sink;
+
+struct log_state {
+  std::mutex mutex;        // configuration
+  std::mutex route_mutex;  // target and output, read per line
+  route current;
+  std::shared_ptr<spdlog::logger> front;
+  std::shared_ptr<launchfit_sink> sink;
+  std::atomic<log_format> format{log_format::text};
+  std::atomic<bool> async{false};
+  std::atomic<std::uint64_t> dropped{0};
+  spdlog::level::level_enum default_level = spdlog::level::info;  // restored by set_logger(nullptr)
+  bool user_target = false;
+  std::set<std::string> spill_warned;
+  std::atomic<bool> warnings_pending{false};
+  std::vector<env_warning> warnings;
+  async_queue queue;
+  bool exit_handler_registered = false;
+};
+
+log_state& state_raw();
+
+route current_route(log_state& s) {
+  std::lock_guard<std::mutex> lock(s.route_mutex);
+  return s.current;
+}
+
+std::string render(const output_record& r, log_format f) {
+  if (f == log_format::json) return r.json ? r.payload : wrap_json(r.level, r.payload);
+  return escape_log_text(r.payload, line_cap);
+}
+
+// Writes one record where launchfit's lines go now. May throw (a user's sink or error handler).
+void write_record(log_state& s, const output_record& r) {
+  const route rt = current_route(s);
+  const std::string line = render(r, s.format.load(std::memory_order_relaxed));
+  if (rt.target) {
+    rt.target->log(r.time, spdlog::source_loc{}, r.level, spdlog::string_view_t(line.data(), line.size()));
+  } else if (rt.output && rt.output->should_log(r.level)) {
+    spdlog::details::log_msg m(r.time, spdlog::source_loc{}, logger_name, r.level,
+                               spdlog::string_view_t(line.data(), line.size()));
+    m.thread_id = r.thread_id;
+    rt.output->log(m);
+  }
+}
+
+void write_quietly(log_state& s, const output_record& r) {
+  try {
+    write_record(s, r);
+  } catch (...) {
+    s.dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+output_record drop_report(log_state& s, std::uint64_t n) {
+  const std::string count = std::to_string(n);
+  event_payload p = build_event(
+      spdlog::level::warn, "log_dropped",
+      "launchfit log queue full: " + count + " lines dropped (asynchronous logging never blocks a launch)",
+      {{"dropped", count}}, s.format.load());
+  return {spdlog::level::warn, spdlog::log_clock::now(), 0, p.json, std::move(p.text)};
+}
+
+void flush_route(log_state& s) {
+  const route rt = current_route(s);
+  if (rt.target) rt.target->flush();
+  if (rt.output) rt.output->flush();
+}
+
+void worker_loop(log_state& s) {
+  sink_depth = 1;  // a user sink that logs from here is dropped, not queued again forever
+  async_queue& q = s.queue;
+  std::unique_lock<std::mutex> lock(*q.mutex);
+  for (;;) {
+    q.wake->wait(lock, [&] { return !q.items.empty() || q.overflow != 0; });
+    std::deque<output_record> batch;
+    batch.swap(q.items);
+    q.bytes = 0;
+    const std::uint64_t overflow = std::exchange(q.overflow, 0);
+    q.writing = true;
+    lock.unlock();
+    {
+      std::lock_guard<std::timed_mutex> write(*q.write_mutex);
+      for (const output_record& r : batch) write_quietly(s, r);
+      if (overflow != 0) write_quietly(s, drop_report(s, overflow));
+      try {
+        flush_route(s);
+      } catch (...) {
+      }
+    }
+    lock.lock();
+    q.writing = false;
+    q.drained->notify_all();
+  }
+}
+
+// Waits (bounded) until the worker has written everything queued.
+void wait_drained(log_state& s) {
+  async_queue& q = s.queue;
+  std::unique_lock<std::mutex> lock(*q.mutex);
+  if (!q.worker_alive) return;
+  q.drained->wait_for(lock, flush_wait, [&] { return q.items.empty() && !q.writing; });
+}
+
+// At exit: write what is still queued (waiting at most exit_write_wait for a worker stuck on its output),
+// then write synchronously, so a line from a later static destructor is written too.
+void drain_at_exit() {
+  log_state& s = state_raw();
+  async_queue& q = s.queue;
+  std::deque<output_record> rest;
+  std::uint64_t overflow = 0;
+  {
+    std::lock_guard<std::mutex> lock(*q.mutex);
+    q.exiting = true;
+    rest.swap(q.items);
+    q.bytes = 0;
+    overflow = std::exchange(q.overflow, 0);
+  }
+  if (q.write_mutex->try_lock_for(exit_write_wait)) {
+    for (const output_record& r : rest) write_quietly(s, r);
+    if (overflow != 0) write_quietly(s, drop_report(s, overflow));
+    try {
+      flush_route(s);
+    } catch (...) {
+    }
+    q.write_mutex->unlock();
+  } else {
+    s.dropped.fetch_add(rest.size());
+  }
+}
+
+void before_fork() {
+  async_queue& q = state_raw().queue;
+  q.mutex->lock();
+  q.fork_write_locked = q.write_mutex->try_lock_for(exit_write_wait);
+}
+void after_fork_parent() {
+  async_queue& q = state_raw().queue;
+  if (q.fork_write_locked) q.write_mutex->unlock();
+  q.mutex->unlock();
+}
+// The child has no logging thread: it writes synchronously until set_log_async(true) starts one, with fresh
+// locks (a vanished thread may have held the old ones) and without the parent's queued lines.
+void after_fork_child() {
+  async_queue& q = state_raw().queue;
+  q.write_mutex = new std::timed_mutex;
+  q.wake = new std::condition_variable;
+  q.drained = new std::condition_variable;
+  q.items.clear();
+  q.bytes = 0;
+  q.overflow = 0;
+  q.writing = false;
+  q.worker_alive = false;
+  q.mutex->unlock();
+}
+
+// Starts the logging thread once per process (again in a forked child). Returns false if it cannot.
+bool ensure_worker(log_state& s) {
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.exit_handler_registered) {
+      s.exit_handler_registered = true;
+      std::atexit(drain_at_exit);
+      pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    }
+  }
+  async_queue& q = s.queue;
+  std::lock_guard<std::mutex> lock(*q.mutex);
+  if (q.worker_alive) return true;
+  if (q.exiting) return false;
+  try {
+    std::thread([&s] { worker_loop(s); }).detach();
+    q.worker_alive = true;
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+// Queues a record; false when it must be written synchronously (no logging thread, or exiting).
+bool submit(log_state& s, output_record& r) {
+  async_queue& q = s.queue;
+  {
+    std::lock_guard<std::mutex> lock(*q.mutex);
+    if (!q.worker_alive || q.exiting) return false;
+    if (q.items.size() >= queue_max_lines || q.bytes + r.payload.size() > queue_max_bytes) {
+      s.dropped.fetch_add(1, std::memory_order_relaxed);
+      ++q.overflow;  // reported by the worker once the output moves again
+      return true;
+    }
+    q.bytes += r.payload.size();
+    q.items.push_back(std::move(r));
+  }
+  q.wake->notify_one();
+  return true;
+}
+
+// The front logger's only sink: one safe line per message, to the current route.
+class launchfit_sink final : public spdlog::sinks::sink {
+ public:
+  explicit launchfit_sink(log_state& s) : s_(s) {}
+
+  void log(const spdlog::details::log_msg& msg) override {
+    log_state& s = s_;
+    if (sink_depth > 0) {  // a user sink logging to launchfit from inside launchfit's logging
+      s.dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    ++sink_depth;
+    try {
+      output_record r{msg.level, msg.time, msg.thread_id, msg.source.filename == json_marker,
+                      std::string(msg.payload.data(), msg.payload.size())};
+      if (!s.async.load(std::memory_order_relaxed) || !submit(s, r)) write_record(s, r);
+    } catch (...) {
+      s.dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+    --sink_depth;
+  }
+
+  void flush() override {
+    if (sink_depth > 0) return;
+    if (s_.async.load()) wait_drained(s_);
+    flush_route(s_);
+  }
+
+  // logger()->set_pattern() / set_formatter() shape launchfit's own output.
+  void set_pattern(const std::string& pattern) override {
+    set_formatter(std::make_unique<spdlog::pattern_formatter>(pattern));
+  }
+  void set_formatter(std::unique_ptr<spdlog::formatter> f) override {
+    std::lock_guard<std::mutex> lock(s_.route_mutex);
+    if (s_.current.output) s_.current.output->set_formatter(std::move(f));
+  }
+
+ private:
+  log_state& s_;
+};
+
+void apply_pattern(log_state& s) {
+  std::lock_guard<std::mutex> lock(s.route_mutex);
+  if (s.current.output)
+    s.current.output->set_pattern(s.format == log_format::json ? json_pattern : text_pattern);
+}
+
+// Applies the environment (first use, or a test's reset). Caller holds s.mutex.
+void configure_locked(log_state& s, std::shared_ptr<spdlog::sinks::sink> output) {
+  env_config env = read_env();
+  s.format = env.format;
+  s.default_level = env.level;
+  s.front->set_level(env.level);
+  s.spill_warned.clear();
+  s.user_target = false;
+  {
+    std::lock_guard<std::mutex> lock(s.route_mutex);
+    s.current.target = nullptr;
+    s.current.output = output ? std::move(output) : std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  }
+  apply_pattern(s);
+  s.async = env.async;
+  s.warnings = std::move(env.warnings);
+  s.warnings_pending = !s.warnings.empty();
+}
 
 std::atomic<spdlog::logger*> fast_logger{nullptr};
 
-void publish_locked(log_state& s) {
-  s.every_logger.push_back(s.logger);
-  fast_logger.store(s.logger.get(), std::memory_order_release);
+log_state& make_state() {
+  log_state& s = *new log_state();  // never destroyed: a line logged from a static destructor still works
+  s.sink = std::make_shared<launchfit_sink>(s);
+  s.front = std::make_shared<spdlog::logger>(logger_name, s.sink);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  configure_locked(s, nullptr);
+  // A logger named "launchfit" registered before first use receives launchfit's lines.
+  std::shared_ptr<spdlog::logger> existing = spdlog::get(logger_name);
+  if (!existing) {
+    try {
+      spdlog::register_logger(s.front);
+    } catch (const spdlog::spdlog_ex&) {
+      existing = spdlog::get(logger_name);  // registered concurrently
+    }
+  }
+  if (existing && existing != s.front) {
+    std::lock_guard<std::mutex> route_lock(s.route_mutex);
+    s.current.target = existing;
+    s.user_target = true;
+    s.front->set_level(existing->level());
+  }
+  fast_logger.store(s.front.get(), std::memory_order_release);
+  return s;
 }
 
-void format_env_locked(log_state& s) {
-  if (s.format_from_env_done) return;
-  s.format_from_env_done = true;
-  if (const char* v = std::getenv("LAUNCHFIT_LOG_FORMAT"); v && std::string(v) == "json") s.format = log_format::json;
+void emit_env_warnings(log_state& s) {
+  if (!s.warnings_pending.exchange(false)) return;
+  std::vector<env_warning> warnings;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    warnings = s.warnings;
+  }
+  for (const env_warning& w : warnings)
+    log_event(spdlog::level::warn, "bad_environment", w.message,
+              {{"variable", w.variable}, {"value", w.value}});
 }
 
-// JSON lines must be nothing but the object: drop the text prefix on the logger we own.
-void apply_pattern_locked(log_state& s) {
-  if (!s.owns_logger || !s.logger) return;
-  s.logger->set_pattern(s.format == log_format::json ? "%v" : "[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v");
+// The state without side effects (fork and exit handlers).
+log_state& state_raw() {
+  static log_state& s = make_state();
+  return s;
 }
 
 log_state& state() {
-  static log_state* s = new log_state();
-  return *s;
+  log_state& s = state_raw();
+  if (s.warnings_pending.load(std::memory_order_relaxed)) emit_env_warnings(s);
+  return s;
 }
 
-std::shared_ptr<spdlog::logger> make_default_logger(bool& owns) {
-  owns = false;
-  if (auto existing = spdlog::get(logger_name)) return existing;
-  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-  auto l = std::make_shared<spdlog::logger>(logger_name, sink);
-  l->set_level(level_from_env().value_or(spdlog::level::info));
-  try {
-    spdlog::register_logger(l);
-  } catch (const spdlog::spdlog_ex&) {
-    if (auto existing = spdlog::get(logger_name)) return existing;  // registered concurrently
-  }
-  owns = true;
-  return l;
+log_state& started_state() {
+  log_state& s = state();
+  static const bool started = [&] {
+    if (s.async) ensure_worker(s);
+    return true;
+  }();
+  (void)started;
+  return s;
 }
 
 std::string pct(double v) {
@@ -105,57 +672,31 @@ std::string pct(double v) {
 
 std::string work_to_string(const work& w) {
   if (w.kind == work::shape::none) return "resident";
-  const std::string per = w.per_thread > 1 ? "(per_thread=" + std::to_string(w.per_thread) + ")" : std::string();
+  const std::string per =
+      w.per_thread > 1 ? "(per_thread=" + std::to_string(w.per_thread) + ")" : std::string();
   return (w.kind == work::shape::items ? "items" : "grid_stride") + per;
 }
 
 std::string grid_rule(const plan& p, const work& w) {
   if (p.grid.x != 0) return "fixed(" + p.grid.to_string() + ")";
-  if (p.cooperative && w.kind == work::shape::none) return "co-resident(" + std::to_string(p.resident_blocks()) + ")";
-  return work_to_string(w) + (w.kind == work::shape::items ? std::string() : "(cap " + std::to_string(p.resident_blocks()) + ")");
+  if (p.cooperative && w.kind == work::shape::none)
+    return "co-resident(" + std::to_string(p.resident_blocks()) + ")";
+  return work_to_string(w) +
+         (w.kind == work::shape::items ? std::string() : "(cap " + std::to_string(p.resident_blocks()) + ")");
+}
+
+// Logs a payload built by build_event (or format_plan) as is.
+void log_payload(spdlog::level::level_enum level, const event_payload& p) {
+  spdlog::logger& l = *started_state().front;
+  const spdlog::string_view_t text(p.text.data(), p.text.size());
+  if (p.json) {
+    l.log(spdlog::source_loc{json_marker, 0, ""}, level, text);
+  } else {
+    l.log(spdlog::source_loc{}, level, text);
+  }
 }
 
 }  // namespace
-
-std::shared_ptr<spdlog::logger> logger() {
-  log_state& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.logger) {
-    s.logger = make_default_logger(s.owns_logger);
-    format_env_locked(s);
-    apply_pattern_locked(s);
-    publish_locked(s);
-  }
-  return s.logger;
-}
-
-void set_logger(std::shared_ptr<spdlog::logger> l) {
-  log_state& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (l) {
-    s.logger = std::move(l);
-    s.owns_logger = false;
-  } else {
-    s.logger = make_default_logger(s.owns_logger);
-    apply_pattern_locked(s);
-  }
-  publish_locked(s);
-}
-
-void set_log_format(log_format f) {
-  log_state& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.format = f;
-  s.format_from_env_done = true;
-  apply_pattern_locked(s);
-}
-
-log_format current_log_format() {
-  log_state& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  format_env_locked(s);
-  return s.format;
-}
 
 std::string format_plan(const plan_report& r, log_format f) {
   const plan& p = r.plan;
@@ -165,8 +706,8 @@ std::string format_plan(const plan_report& r, log_format f) {
         {"level", "info"},
         {"logger", logger_name},
         {"event", "new_plan"},
-        {"kernel", r.kernel.demangled},
-        {"device", r.device},
+        {"kernel", valid_utf8(r.kernel.demangled)},
+        {"device", valid_utf8(r.device)},
         {"device_ordinal", r.device_ordinal},
         {"cc", cc},
         {"block", p.block.to_string()},
@@ -183,79 +724,165 @@ std::string format_plan(const plan_report& r, log_format f) {
         {"registers", r.kernel.regs_per_thread},
         {"spill_bytes", r.kernel.local_bytes_per_thread},
         {"static_smem_bytes", r.kernel.static_smem_bytes},
-        {"policy", p.policy},
-        {"match", p.match},
-        {"reason", p.reason},
+        {"policy", valid_utf8(p.policy)},
+        {"match", valid_utf8(p.match)},
+        {"reason", valid_utf8(p.reason)},
     };
-    if (!p.warning.empty()) j["warning"] = p.warning;
-    if (!r.override_glob.empty()) j["override"] = r.override_glob;
+    if (!p.warning.empty()) j["warning"] = valid_utf8(p.warning);
+    if (!r.override_glob.empty()) j["override"] = valid_utf8(r.override_glob);
     if (p.trials > 0) {
       j["trials"] = p.trials;
       j["tuning_ms"] = p.tuning_ms;
     }
-    return j.dump();
+    return dump_json(j);
   }
-  std::string s = "new plan: kernel=" + r.kernel.demangled + " device=\"" + r.device + "\" #" +
-                  std::to_string(r.device_ordinal) + " cc=" + cc + " block=" + p.block.to_string() +
-                  " grid=" + grid_rule(p, r.first_work) + " smem=" + std::to_string(p.dynamic_smem_bytes) +
-                  "B occupancy=" + pct(p.occupancy.occupancy) + " (" +
-                  std::to_string(p.occupancy.active_blocks_per_sm) + " blocks, " +
-                  std::to_string(p.occupancy.active_warps_per_sm) + " warps/SM; runs " +
-                  std::to_string(p.blocks_per_sm) + " blocks/SM) limiter=" + limiter_names(p.occupancy.limiters) +
-                  " regs=" + std::to_string(r.kernel.regs_per_thread) +
-                  " spill=" + std::to_string(r.kernel.local_bytes_per_thread) + "B policy=" + p.policy;
+  const auto quoted = [](const std::string& v) {
+    return "\"" + escape_log_text(v, log_field_cap, true) + "\"";
+  };
+  std::string s =
+      "new plan: kernel=" + escape_log_text(r.kernel.demangled) + " device=" + quoted(r.device) + " #" +
+      std::to_string(r.device_ordinal) + " cc=" + cc + " block=" + p.block.to_string() +
+      " grid=" + grid_rule(p, r.first_work) + " smem=" + std::to_string(p.dynamic_smem_bytes) +
+      "B occupancy=" + pct(p.occupancy.occupancy) + " (" + std::to_string(p.occupancy.active_blocks_per_sm) +
+      " blocks, " + std::to_string(p.occupancy.active_warps_per_sm) + " warps/SM; runs " +
+      std::to_string(p.blocks_per_sm) + " blocks/SM) limiter=" + limiter_names(p.occupancy.limiters) +
+      " regs=" + std::to_string(r.kernel.regs_per_thread) +
+      " spill=" + std::to_string(r.kernel.local_bytes_per_thread) + "B policy=" + escape_log_text(p.policy);
   if (p.cooperative) s += " cooperative";
-  if (!r.override_glob.empty()) s += " override=\"" + r.override_glob + "\"";
-  s += " match=" + p.match;
+  if (!r.override_glob.empty()) s += " override=" + quoted(r.override_glob);
+  s += " match=" + escape_log_text(p.match);
   if (p.trials > 0) {
     char t[64];
     std::snprintf(t, sizeof t, " trials=%d tuning=%.1fms", p.trials, p.tuning_ms);
     s += t;
   }
-  s += " reason=\"" + p.reason + "\"";
+  s += " reason=" + quoted(p.reason);
   return s;
 }
 
-void log_new_plan(const plan_report& r) {
-  auto l = logger();
-  const log_format f = current_log_format();
-  if (l->should_log(spdlog::level::info)) l->info(format_plan(r, f));
-  if (!r.plan.warning.empty()) {
-    if (f == log_format::json) {
-      l->warn(nlohmann::json{{"event", "policy_shortfall"}, {"kernel", r.kernel.demangled},
-                             {"policy", r.plan.policy}, {"warning", r.plan.warning}}
-                  .dump());
-    } else {
-      l->warn("kernel {}: {}", r.kernel.demangled, r.plan.warning);
-    }
-  }
-  if (r.kernel.local_bytes_per_thread > 0) {
-    bool first = false;
-    {
-      log_state& s = state();
-      std::lock_guard<std::mutex> lock(s.mutex);
-      first = s.spill_warned.insert(r.kernel.name).second;
-    }
-    if (first) {
+void log_new_plan(const plan_report& r) noexcept {
+  try {
+    log_state& s = started_state();
+    spdlog::logger& l = *s.front;
+    const log_format f = s.format.load();
+    if (l.should_log(spdlog::level::info))
+      log_payload(spdlog::level::info, {format_plan(r, f), f == log_format::json});
+    if (!r.plan.warning.empty() && l.should_log(spdlog::level::warn)) {
       if (f == log_format::json) {
-        l->warn(nlohmann::json{{"event", "spill"}, {"kernel", r.kernel.demangled},
-                               {"spill_bytes", r.kernel.local_bytes_per_thread},
-                               {"registers", r.kernel.regs_per_thread}}
-                    .dump());
+        log_event(spdlog::level::warn, "policy_shortfall", r.plan.warning,
+                  {{"kernel", r.kernel.demangled}, {"policy", r.plan.policy}, {"warning", r.plan.warning}});
       } else {
-        l->warn("kernel {} spills {} B per thread to local memory ({} registers): expect extra memory traffic",
-                r.kernel.demangled, r.kernel.local_bytes_per_thread, r.kernel.regs_per_thread);
+        log_payload(spdlog::level::warn, {"kernel " + escape_log_text(r.kernel.demangled) + ": " +
+                                          escape_log_text(r.plan.warning)});
       }
+    }
+    if (r.kernel.local_bytes_per_thread > 0) {
+      bool first = false;
+      {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        first = s.spill_warned.insert(r.kernel.name.substr(0, log_field_cap)).second;
+      }
+      if (first && l.should_log(spdlog::level::warn)) {
+        const std::string spill = std::to_string(r.kernel.local_bytes_per_thread);
+        const std::string regs = std::to_string(r.kernel.regs_per_thread);
+        if (f == log_format::json) {
+          // Numbers stay numbers in the spill object.
+          nlohmann::json j = {{"level", "warning"},
+                              {"logger", logger_name},
+                              {"event", "spill"},
+                              {"kernel", valid_utf8(r.kernel.demangled)},
+                              {"spill_bytes", r.kernel.local_bytes_per_thread},
+                              {"registers", r.kernel.regs_per_thread}};
+          log_payload(spdlog::level::warn, {dump_json(j), true});
+        } else {
+          log_payload(spdlog::level::warn, {"kernel " + escape_log_text(r.kernel.demangled) + " spills " +
+                                            spill + " B per thread to local memory (" + regs +
+                                            " registers): expect extra memory traffic"});
+        }
+      }
+    }
+  } catch (...) {
+    try {
+      state().dropped.fetch_add(1, std::memory_order_relaxed);
+    } catch (...) {
     }
   }
 }
 
-namespace detail {
-std::shared_ptr<spdlog::logger> logger() { return launchfit::logger(); }
+void log_event(spdlog::level::level_enum level, std::string_view event, std::string_view message,
+               std::initializer_list<log_field> fields) noexcept {
+  try {
+    log_state& s = started_state();
+    if (!s.front->should_log(level)) return;
+    log_payload(level, build_event(level, event, message, fields, s.format.load()));
+  } catch (...) {
+    try {
+      state().dropped.fetch_add(1, std::memory_order_relaxed);
+    } catch (...) {
+    }
+  }
+}
+
+void reset_logging_for_tests(std::shared_ptr<spdlog::sinks::sink> output) {
+  log_state& s = state();
+  if (s.async) wait_drained(s);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    configure_locked(s, std::move(output));
+  }
+  if (s.async) ensure_worker(s);
+  emit_env_warnings(s);
+}
+
+std::shared_ptr<spdlog::logger> logger() { return started_state().front; }
+
 spdlog::logger& logger_fast() {
   if (spdlog::logger* l = fast_logger.load(std::memory_order_acquire)) return *l;
-  return *launchfit::logger();
+  return *started_state().front;
 }
+
 }  // namespace detail
+
+std::shared_ptr<spdlog::logger> logger() { return detail::logger(); }
+
+void set_logger(std::shared_ptr<spdlog::logger> l) {
+  detail::log_state& s = detail::started_state();
+  if (l == s.front) l = nullptr;         // set_logger(logger()) must not route the logger into itself
+  if (s.async) detail::wait_drained(s);  // lines queued so far go where they were logged for
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (l) {
+    if (!s.user_target) s.default_level = s.front->level();
+    s.front->set_level(l->level());
+    s.user_target = true;
+  } else if (s.user_target) {
+    s.front->set_level(s.default_level);
+    s.user_target = false;
+  }
+  std::lock_guard<std::mutex> route_lock(s.route_mutex);
+  s.current.target = std::move(l);
+}
+
+void set_log_format(log_format f) {
+  detail::log_state& s = detail::started_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.format = f;
+  detail::apply_pattern(s);
+}
+
+log_format current_log_format() { return detail::started_state().format.load(); }
+
+void set_log_async(bool on) {
+  detail::log_state& s = detail::started_state();
+  if (on) {
+    s.async = detail::ensure_worker(s);
+  } else if (s.async) {
+    detail::wait_drained(s);
+    s.async = false;
+  }
+}
+
+bool log_async() { return detail::started_state().async.load(); }
+
+std::uint64_t log_lines_dropped() { return detail::state().dropped.load(); }
 
 }  // namespace launchfit

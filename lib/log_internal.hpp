@@ -1,12 +1,65 @@
 #pragma once
+// Logging internals: structured events, the new-plan line and the escaping they share.
 #include <spdlog/logger.h>
 
+#include <cstddef>
+#include <initializer_list>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "launchfit/kernel.hpp"
+#include "launchfit/log.hpp"
+#include "launchfit/plan.hpp"
+
+namespace spdlog::sinks {
+class sink;
+}  // namespace spdlog::sinks
 
 namespace launchfit::detail {
+
 // The launchfit logger, for library internals.
 std::shared_ptr<spdlog::logger> logger();
-// The current launchfit logger without locking (for the per-launch trace check); stays valid for the
-// process lifetime even after set_logger() replaces it.
+// The launchfit logger without locking (for the per-launch trace check); valid for the process lifetime.
 spdlog::logger& logger_fast();
+
+// Everything one new-plan line says.
+struct plan_report {
+  kernel_resources kernel;
+  std::string device;  // "NVIDIA H200"
+  int device_ordinal = -1;
+  int cc = 0;  // 90
+  launchfit::plan plan;
+  work first_work;            // the work shape of the launch that made the plan
+  std::string override_glob;  // LAUNCHFIT_POLICY entry that chose the policy, if any
+};
+
+// The line logged for a new plan (text: key=value pairs; json: one object). Untrusted fields are escaped
+// and capped; never throws for any field content.
+std::string format_plan(const plan_report& r, log_format f);
+// Logs a new plan at info, plus one warning per spilling kernel and one for a plan with a warning.
+// Never throws.
+void log_new_plan(const plan_report& r) noexcept;
+
+// One event: text "message key=value ..." or one JSON object
+// {"level":..,"logger":"launchfit","event":..,"msg":..,key:value,...}. Values are untrusted: escaped,
+// capped at log_field_cap bytes. Never throws.
+using log_field = std::pair<std::string_view, std::string_view>;
+void log_event(spdlog::level::level_enum level, std::string_view event, std::string_view message,
+               std::initializer_list<log_field> fields = {}) noexcept;
+
+// Longest piece of untrusted text logged as is; longer text ends in "...(N bytes)" (N: its full length).
+constexpr std::size_t log_field_cap = 4096;
+// Text safe for one log line: \n \r \t, other control characters (< 0x20, 0x7f: \xNN), C1 controls and
+// bidirectional/line-separator code points (\uNNNN) and invalid UTF-8 bytes (\xNN) escaped; with
+// `quoted`, '"' and '\' are backslash-escaped too.
+std::string escape_log_text(std::string_view s, std::size_t cap = log_field_cap, bool quoted = false);
+// Valid UTF-8 (invalid bytes become U+FFFD), capped as above: for JSON strings.
+std::string valid_utf8(std::string_view s, std::size_t cap = log_field_cap);
+
+// Tests: re-reads the environment as at first use (level, format, async; warnings again), forgets the
+// spill warnings already given and set_logger(), and writes to `output` (nullptr: stderr).
+void reset_logging_for_tests(std::shared_ptr<spdlog::sinks::sink> output = nullptr);
+
 }  // namespace launchfit::detail

@@ -1,24 +1,34 @@
 // New-plan log lines: content, JSON validity, once-only warnings, user sinks.
 
+#include "launchfit/log.hpp"
+
 #include <gtest/gtest.h>
+#include <spdlog/details/null_mutex.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
-#include "launchfit/log.hpp"
 #include "launchfit/policy.hpp"
+#include "log_internal.hpp"
 
 namespace lf = launchfit;
 
 namespace {
 
-lf::plan_report sample_report(int spill_bytes = 0, const char* part = "H200") {
+lf::detail::plan_report sample_report(int spill_bytes = 0, const char* part = "H200") {
   lf::query q;
   q.device = lf::device_limits::for_arch(part);
   q.kernel = lf::kernel_resources::manual(40, 0, 1024, "_Z6reducePKfPfi");
   q.kernel.local_bytes_per_thread = static_cast<std::size_t>(spill_bytes);
-  lf::plan_report r;
+  lf::detail::plan_report r;
   r.kernel = q.kernel;
   r.device = "NVIDIA H200";
   r.device_ordinal = 0;
@@ -29,7 +39,8 @@ lf::plan_report sample_report(int spill_bytes = 0, const char* part = "H200") {
 }
 
 struct captured {
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
   captured() {
     auto l = std::make_shared<spdlog::logger>("launchfit-test", sink);
     l->set_pattern("%l %v");
@@ -46,18 +57,19 @@ struct captured {
 }  // namespace
 
 TEST(Log, TextLineSaysWhatTheKernelRanWithAndWhy) {
-  const std::string line = lf::format_plan(sample_report(), lf::log_format::text);
-  for (const char* field : {"kernel=reduce(float const*, float*, int)", "device=\"NVIDIA H200\" #0", "cc=9.0",
-                            "block=256", "grid=grid_stride(cap 528)", "smem=0B",
-                            "occupancy=75.0% (6 blocks, 48 warps/SM; runs 4 blocks/SM)", "limiter=registers",
-                            "regs=40", "spill=0B", "policy=bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)",
-                            "match=computed", "reason=\""}) {
+  const std::string line = lf::detail::format_plan(sample_report(), lf::log_format::text);
+  for (const char* field :
+       {"kernel=reduce(float const*, float*, int)", "device=\"NVIDIA H200\" #0", "cc=9.0", "block=256",
+        "grid=grid_stride(cap 528)", "smem=0B", "occupancy=75.0% (6 blocks, 48 warps/SM; runs 4 blocks/SM)",
+        "limiter=registers", "regs=40", "spill=0B",
+        "policy=bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)", "match=computed",
+        "reason=\""}) {
     EXPECT_NE(line.find(field), std::string::npos) << "missing " << field << " in: " << line;
   }
 }
 
 TEST(Log, JsonLineIsOneValidObjectWithTheSameFacts) {
-  const std::string line = lf::format_plan(sample_report(), lf::log_format::json);
+  const std::string line = lf::detail::format_plan(sample_report(), lf::log_format::json);
   EXPECT_EQ(line.find('\n'), std::string::npos);
   const auto j = nlohmann::json::parse(line);
   EXPECT_EQ(j["event"], "new_plan");
@@ -73,11 +85,11 @@ TEST(Log, JsonLineIsOneValidObjectWithTheSameFacts) {
 
 TEST(Log, NewPlanIsOneInfoLineAndASpillWarnsOncePerKernel) {
   captured c;
-  lf::plan_report r = sample_report(64);
+  lf::detail::plan_report r = sample_report(64);
   r.kernel.name = "_Z13spilly_kernelv";
   r.kernel.demangled = "spilly_kernel()";
-  lf::log_new_plan(r);
-  lf::log_new_plan(r);  // a second plan of the same kernel: no second spill warning
+  lf::detail::log_new_plan(r);
+  lf::detail::log_new_plan(r);  // a second plan of the same kernel: no second spill warning
   const auto lines = c.lines();
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].rfind("info new plan:", 0), 0u) << lines[0];
@@ -90,11 +102,11 @@ TEST(Log, ShortfallWarningCarriesBytesTargetAndAdvice) {
   lf::query q;
   q.device = lf::device_limits::for_arch("H200");
   q.kernel = lf::kernel_resources::manual(16, 0, 1024, "copy");
-  lf::plan_report r;
+  lf::detail::plan_report r;
   r.kernel = q.kernel;
   r.cc = 90;
   r.plan = lf::bytes_in_flight_policy{{4, 0}}.choose(q);
-  lf::log_new_plan(r);
+  lf::detail::log_new_plan(r);
   const auto lines = c.lines();
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_NE(lines[1].find("8 KB/SM"), std::string::npos) << lines[1];
@@ -105,9 +117,9 @@ TEST(Log, ShortfallWarningCarriesBytesTargetAndAdvice) {
 TEST(Log, JsonFormatWarningsAreJsonToo) {
   captured c;
   lf::set_log_format(lf::log_format::json);
-  lf::plan_report r = sample_report(16);
+  lf::detail::plan_report r = sample_report(16);
   r.kernel.name = "_Z5otherv";
-  lf::log_new_plan(r);
+  lf::detail::log_new_plan(r);
   for (const std::string& line : c.lines()) {
     const std::string body = line.substr(line.find(' ') + 1);
     EXPECT_TRUE(nlohmann::json::accept(body)) << body;
@@ -119,4 +131,362 @@ TEST(Log, TheLoggerIsNamedLaunchfitAndDefaultsToInfo) {
   EXPECT_EQ(l->name(), "launchfit");
   EXPECT_EQ(spdlog::get("launchfit"), l);
   EXPECT_NE(spdlog::default_logger()->name(), "launchfit");
+}
+
+// ---- environment, escaping, one format per mode, asynchronous output ----
+
+namespace {
+
+// Sets logging variables for one test (the others unset), re-reads them as at first use with launchfit's
+// output captured; restores the environment and stderr output afterwards.
+class logging_env {
+ public:
+  explicit logging_env(std::initializer_list<std::pair<const char*, const char*>> vars = {}) {
+    for (const char* name :
+         {"LAUNCHFIT_LOG_LEVEL", "SPDLOG_LEVEL", "LAUNCHFIT_LOG_FORMAT", "LAUNCHFIT_LOG_ASYNC"}) {
+      const char* v = std::getenv(name);
+      saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+      unsetenv(name);
+    }
+    for (const auto& [k, v] : vars) setenv(k, v, 1);
+    lf::detail::reset_logging_for_tests(sink_);
+  }
+  ~logging_env() {
+    lf::set_log_async(false);
+    for (const auto& [k, v] : saved_) {
+      if (v) {
+        setenv(k.c_str(), v->c_str(), 1);
+      } else {
+        unsetenv(k.c_str());
+      }
+    }
+    lf::detail::reset_logging_for_tests();
+  }
+  logging_env(const logging_env&) = delete;
+  logging_env& operator=(const logging_env&) = delete;
+
+  // Every line written so far, without its end of line.
+  std::vector<std::string> lines() {
+    lf::logger()->flush();
+    std::vector<std::string> out = sink_->last_formatted();
+    for (std::string& l : out)
+      if (!l.empty() && l.back() == '\n') l.pop_back();
+    return out;
+  }
+  std::vector<std::string> lines_with(const std::string& part) {
+    std::vector<std::string> out;
+    for (const std::string& l : lines())
+      if (l.find(part) != std::string::npos) out.push_back(l);
+    return out;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_ =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+// One line a terminal or a line-based collector shows as one line, nothing it would act on.
+::testing::AssertionResult is_one_safe_line(const std::string& line) {
+  for (const char c : line) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      return ::testing::AssertionFailure() << "control byte " << int(u) << " in: " << line;
+    }
+  }
+  try {
+    (void)nlohmann::json(line).dump();  // throws on invalid UTF-8
+  } catch (const nlohmann::json::exception& e) {
+    return ::testing::AssertionFailure() << e.what() << " in: " << line;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const char* const hostile =
+    "ok\n[2026-01-01 00:00:00.000] [launchfit] [error] forged\r\t\x1b[31mred\x7f \xff\xfe\xc3";
+
+}  // namespace
+
+TEST(LogEnv, SpdlogLevelWithAGarbageLaunchfitEntryWarnsAndKeepsInfo) {
+  for (const char* value : {"launchfit=garbage", "launchfit=", "info,launchfit=verbose"}) {
+    logging_env env({{"SPDLOG_LEVEL", value}});
+    EXPECT_EQ(lf::logger()->level(), spdlog::level::info) << value;
+    const auto warnings = env.lines_with("SPDLOG_LEVEL");
+    ASSERT_EQ(warnings.size(), 1u) << value;
+    EXPECT_TRUE(has(warnings[0], "[warning]")) << warnings[0];
+    EXPECT_TRUE(has(warnings[0], "is not a level (valid: trace, debug, info, warn, error, critical, off)"))
+        << warnings[0];
+    EXPECT_TRUE(has(warnings[0], "launchfit logs at info")) << warnings[0];
+  }
+}
+
+TEST(LogEnv, EveryUnknownValueIsReportedOnceAndTheDefaultKept) {
+  struct bad {
+    const char* var;
+    const char* value;
+    const char* says;
+  };
+  for (const bad& b : {bad{"LAUNCHFIT_LOG_LEVEL", "verbose", "is not a level (valid: trace, debug, info"},
+                       bad{"SPDLOG_LEVEL", "garbage", "is not a level"},
+                       bad{"LAUNCHFIT_LOG_FORMAT", "yaml", "is not a format (valid: text, json)"},
+                       bad{"LAUNCHFIT_LOG_ASYNC", "maybe", "is not a switch (valid: 1, 0, true, false"}}) {
+    logging_env env({{b.var, b.value}});
+    lf::detail::log_event(spdlog::level::info, "test", "after");
+    lf::logger()->info("and again");
+    const auto warnings = env.lines_with(b.var);
+    ASSERT_EQ(warnings.size(), 1u) << b.var;
+    EXPECT_TRUE(has(warnings[0], std::string("\"") + b.value + "\"")) << warnings[0];
+    EXPECT_TRUE(has(warnings[0], b.says)) << warnings[0];
+    EXPECT_EQ(lf::logger()->level(), spdlog::level::info);
+    EXPECT_EQ(lf::current_log_format(), lf::log_format::text);
+    EXPECT_FALSE(lf::log_async());
+  }
+}
+
+TEST(LogEnv, ValidValuesAreTakenQuietlyWhateverTheirCase) {
+  {
+    logging_env env({{"SPDLOG_LEVEL", "info, launchfit = DEBUG"}, {"LAUNCHFIT_LOG_FORMAT", "JSON"}});
+    EXPECT_EQ(lf::logger()->level(), spdlog::level::debug);
+    EXPECT_EQ(lf::current_log_format(), lf::log_format::json);
+    EXPECT_TRUE(env.lines().empty());
+  }
+  {
+    logging_env env({{"LAUNCHFIT_LOG_LEVEL", "warning"}, {"SPDLOG_LEVEL", "launchfit=trace"}});
+    EXPECT_EQ(lf::logger()->level(), spdlog::level::warn);
+    EXPECT_TRUE(env.lines().empty());
+  }
+}
+
+TEST(LogEnv, AHostileValueIsEscapedInItsWarning) {
+  logging_env env({{"LAUNCHFIT_LOG_LEVEL", hostile}});
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(is_one_safe_line(lines[0]));
+  EXPECT_TRUE(has(lines[0], "ok\\n[2026-01-01")) << lines[0];
+  EXPECT_TRUE(has(lines[0], "\\x1b[31mred\\x7f \\xff\\xfe\\xc3")) << lines[0];
+}
+
+TEST(LogText, UntrustedFieldsCannotForgeALine) {
+  lf::detail::plan_report r = sample_report();
+  r.plan.reason = hostile;
+  r.plan.policy = std::string("evil\n") + hostile;
+  r.kernel.demangled = "k\x1b]0;title\x07\xe2\x80\xae";  // OSC title, U+202E
+  r.device = "dev\"ice\\";
+  r.override_glob = "*\t*";
+  r.plan.match = "m\xc0\xaf";  // overlong '/'
+  const std::string line = lf::detail::format_plan(r, lf::log_format::text);
+  EXPECT_TRUE(is_one_safe_line(line));
+  EXPECT_TRUE(has(line, "kernel=k\\x1b]0;title\\x07\\u202e ")) << line;
+  EXPECT_TRUE(has(line, "device=\"dev\\\"ice\\\\\"")) << line;
+  EXPECT_TRUE(has(line, "override=\"*\\t*\"")) << line;
+  EXPECT_TRUE(has(line, "match=m\\xc0\\xaf")) << line;
+  EXPECT_TRUE(
+      has(line, "reason=\"ok\\n[2026-01-01 00:00:00.000] [launchfit] [error] forged\\r\\t\\x1b[31mred"))
+      << line;
+}
+
+TEST(LogText, EveryMessageIsOneLineWhoeverLogsIt) {
+  logging_env env;
+  lf::detail::logger()->warn("plugin said {}", hostile);  // as other parts of launchfit log
+  lf::logger()->error(hostile);
+  lf::detail::log_event(spdlog::level::warn, "test", hostile, {{"path", hostile}, {"n", "1"}});
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 3u);
+  for (const std::string& l : lines) EXPECT_TRUE(is_one_safe_line(l));
+  EXPECT_TRUE(has(lines[0], "[launchfit] [warning] plugin said ok\\n[2026")) << lines[0];
+  EXPECT_TRUE(has(lines[2], " path=\"ok\\n[2026")) << lines[2];
+  EXPECT_TRUE(has(lines[2], " n=1")) << lines[2];
+}
+
+TEST(LogText, AUserLoggerGetsEscapedMessagesToo) {
+  captured c;
+  lf::detail::logger()->warn("x\ny");
+  const auto lines = c.lines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "warning x\\ny\n");
+}
+
+TEST(LogText, AMegabyteReasonIsCappedAndSaysItsLength) {
+  lf::detail::plan_report r = sample_report();
+  r.plan.reason = std::string(1 << 20, 'r');
+  for (const lf::log_format f : {lf::log_format::text, lf::log_format::json}) {
+    const std::string line = lf::detail::format_plan(r, f);
+    EXPECT_LT(line.size(), 2 * lf::detail::log_field_cap);
+    EXPECT_TRUE(has(line, "r...(1048576 bytes)")) << line.substr(line.size() - 100);
+  }
+  logging_env env;
+  lf::detail::logger()->warn(std::string(1 << 20, 'w'));
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_LT(lines[0].size(), 70u * 1024);
+  EXPECT_TRUE(has(lines[0], "w...(1048576 bytes)"));
+}
+
+TEST(LogJson, InvalidUtf8NeverThrowsAndComesOutReplaced) {
+  lf::detail::plan_report r = sample_report(8);
+  r.kernel.name = "_Z4utf8v";
+  r.plan.reason = "bad \xff\xfe";
+  r.kernel.demangled = "k\xc3";
+  r.plan.warning = "w\xed\xa0\x80";  // a UTF-16 surrogate
+  std::string line;
+  ASSERT_NO_THROW(line = lf::detail::format_plan(r, lf::log_format::json));
+  const auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["reason"], "bad \xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(j["kernel"], "k\xef\xbf\xbd");
+  EXPECT_TRUE(is_one_safe_line(line));
+  logging_env env({{"LAUNCHFIT_LOG_FORMAT", "json"}});
+  EXPECT_NO_THROW(lf::detail::log_new_plan(r));
+  EXPECT_EQ(env.lines().size(), 3u);  // plan, shortfall/warning, spill
+}
+
+TEST(LogJson, EveryLineIsOneJsonObjectWhoeverLogsIt) {
+  logging_env env({{"LAUNCHFIT_LOG_FORMAT", "json"}});
+  lf::detail::plan_report r = sample_report(16);
+  r.kernel.name = "_Z5jsonsv";
+  r.plan.warning = "falls short";
+  lf::detail::log_new_plan(r);
+  lf::detail::logger()->warn("x\ny");  // as the plugin loader and the cache file log
+  lf::detail::logger()->error("plugin said {}", hostile);
+  lf::logger()->info("{\"level\":\"info\",\"forged\":true}");  // JSON from outside is wrapped, not trusted
+  lf::detail::log_event(spdlog::level::err, "test", hostile, {{"path", hostile}});
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 7u);
+  for (const std::string& l : lines) {
+    EXPECT_TRUE(is_one_safe_line(l));
+    ASSERT_TRUE(nlohmann::json::accept(l)) << l;
+    const auto j = nlohmann::json::parse(l);
+    ASSERT_TRUE(j.is_object()) << l;
+    EXPECT_EQ(j["logger"], "launchfit") << l;
+    EXPECT_TRUE(j.contains("level")) << l;
+  }
+  EXPECT_EQ(nlohmann::json::parse(lines[3])["msg"], "x\ny");
+  EXPECT_EQ(nlohmann::json::parse(lines[3])["level"], "warning");
+  EXPECT_EQ(nlohmann::json::parse(lines[5])["msg"], "{\"level\":\"info\",\"forged\":true}");
+  EXPECT_FALSE(nlohmann::json::parse(lines[5]).contains("forged"));
+  EXPECT_EQ(nlohmann::json::parse(lines[6])["event"], "test");
+}
+
+TEST(LogJson, TheEnvironmentWarningIsJsonInJsonMode) {
+  logging_env env({{"LAUNCHFIT_LOG_FORMAT", "json"}, {"LAUNCHFIT_LOG_LEVEL", "loud"}});
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 1u);
+  const auto j = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(j["event"], "bad_environment");
+  EXPECT_EQ(j["variable"], "LAUNCHFIT_LOG_LEVEL");
+  EXPECT_EQ(j["value"], "loud");
+}
+
+TEST(LogHostile, SetLoggerWithLaunchfitsOwnLoggerDoesNotLoop) {
+  logging_env env;
+  lf::set_logger(lf::logger());
+  lf::logger()->warn("still written");
+  lf::set_logger(nullptr);
+  EXPECT_EQ(env.lines_with("still written").size(), 1u);
+}
+
+namespace {
+// A sink that throws, under a logger whose error handler throws too.
+class throwing_sink final : public spdlog::sinks::sink {
+ public:
+  void log(const spdlog::details::log_msg&) override { throw std::runtime_error("disk full"); }
+  void flush() override { throw std::runtime_error("disk full"); }
+  void set_pattern(const std::string&) override {}
+  void set_formatter(std::unique_ptr<spdlog::formatter>) override {}
+};
+// A sink that logs to launchfit from inside launchfit's logging.
+class reentrant_sink final : public spdlog::sinks::sink {
+ public:
+  int calls = 0;
+  void log(const spdlog::details::log_msg&) override {
+    ++calls;
+    lf::logger()->warn("again");
+  }
+  void flush() override {}
+  void set_pattern(const std::string&) override {}
+  void set_formatter(std::unique_ptr<spdlog::formatter>) override {}
+};
+}  // namespace
+
+TEST(LogHostile, AThrowingUserSinkNeverThrowsOutOfLaunchfit) {
+  auto l = std::make_shared<spdlog::logger>("mine", std::make_shared<throwing_sink>());
+  l->set_error_handler([](const std::string& m) { throw std::runtime_error(m); });
+  lf::set_logger(l);
+  lf::detail::plan_report r = sample_report(8);
+  r.kernel.name = "_Z5throwv";
+  EXPECT_NO_THROW(lf::detail::log_new_plan(r));
+  EXPECT_NO_THROW(lf::detail::log_event(spdlog::level::warn, "test", "x"));
+  const auto before = lf::log_lines_dropped();
+  EXPECT_NO_THROW(lf::detail::logger()->warn("direct {}", 1));
+  EXPECT_GT(lf::log_lines_dropped(), before);
+  lf::set_logger(nullptr);
+}
+
+TEST(LogHostile, ASinkThatLogsBackIsNotFollowedForever) {
+  auto sink = std::make_shared<reentrant_sink>();
+  lf::set_logger(std::make_shared<spdlog::logger>("mine", sink));
+  const auto before = lf::log_lines_dropped();
+  lf::logger()->warn("first");
+  lf::set_logger(nullptr);
+  EXPECT_EQ(sink->calls, 1);
+  EXPECT_EQ(lf::log_lines_dropped(), before + 1);
+}
+
+TEST(LogAsync, LinesArriveInOrderAfterAFlush) {
+  logging_env env({{"LAUNCHFIT_LOG_ASYNC", "1"}});
+  EXPECT_TRUE(lf::log_async());
+  for (int i = 0; i < 500; ++i)
+    lf::detail::log_event(spdlog::level::info, "test", "line " + std::to_string(i));
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 500u);
+  for (int i = 0; i < 500; ++i) EXPECT_TRUE(has(lines[i], "line " + std::to_string(i) + "")) << lines[i];
+  lf::set_log_async(false);
+  EXPECT_FALSE(lf::log_async());
+}
+
+TEST(LogAsync, JsonAndEscapingHoldOnTheLoggingThread) {
+  logging_env env({{"LAUNCHFIT_LOG_ASYNC", "on"}, {"LAUNCHFIT_LOG_FORMAT", "json"}});
+  lf::detail::logger()->warn("x\ny");
+  lf::detail::log_new_plan(sample_report());
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  for (const std::string& l : lines) EXPECT_TRUE(nlohmann::json::accept(l)) << l;
+}
+
+// Not a test: the CPU cost of one new-plan line, synchronous and asynchronous, into a sink that formats
+// the line and discards it. Run with --gtest_also_run_disabled_tests --gtest_filter=*PlanLineCost*.
+TEST(LogBench, DISABLED_PlanLineCost) {
+  class discard_sink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+   protected:
+    void sink_it_(const spdlog::details::log_msg& m) override {
+      spdlog::memory_buf_t buf;
+      formatter_->format(m, buf);
+      bytes += buf.size();
+    }
+    void flush_() override {}
+
+   public:
+    std::size_t bytes = 0;
+  };
+  const lf::detail::plan_report r = sample_report();
+  for (const bool async : {false, true}) {
+    logging_env env;
+    lf::detail::reset_logging_for_tests(std::make_shared<discard_sink>());
+    lf::set_log_async(async);
+    constexpr int batches = 10, batch = 4000;                    // below the queue bound: nothing dropped
+    for (int i = 0; i < 1000; ++i) lf::detail::log_new_plan(r);  // warm up
+    lf::logger()->flush();
+    std::chrono::steady_clock::duration spent{};
+    for (int b = 0; b < batches; ++b) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < batch; ++i) lf::detail::log_new_plan(r);
+      spent += std::chrono::steady_clock::now() - t0;
+      lf::logger()->flush();  // the logging thread's work, not the caller's
+    }
+    const int n = batches * batch;
+    std::printf("%s: %.2f us per new-plan line (caller's time, %d lines, dropped %llu)\n",
+                async ? "async" : "sync", std::chrono::duration<double, std::micro>(spent).count() / n, n,
+                static_cast<unsigned long long>(lf::log_lines_dropped()));
+  }
 }

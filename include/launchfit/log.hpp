@@ -1,43 +1,43 @@
 #pragma once
 // launchfit's production logging: one line per new plan through the spdlog logger named "launchfit".
+// Cheap to include: neither spdlog nor fmt comes with it (include <spdlog/spdlog.h> to call the logger's
+// methods).
 
-#include <spdlog/logger.h>
-
+#include <cstdint>
 #include <memory>
-#include <string>
 
-#include "launchfit/kernel.hpp"
-#include "launchfit/plan.hpp"
+namespace spdlog {
+class logger;
+}  // namespace spdlog
 
 namespace launchfit {
 
 enum class log_format { text, json };
 
-// The "launchfit" logger. Created on first use with a stderr sink unless a logger of that name is already
-// registered with spdlog (then that one, with the user's sinks, is used). Level: LAUNCHFIT_LOG_LEVEL, else
-// SPDLOG_LEVEL ("launchfit=debug" or a bare level), else info. Never touches spdlog's default logger.
+// The "launchfit" logger, created on first use and never destroyed (a line logged from a static destructor
+// is written). Its lines go to stderr, or to the logger given to set_logger(), or to a logger named
+// "launchfit" that was registered with spdlog before first use. Level: LAUNCHFIT_LOG_LEVEL, else
+// SPDLOG_LEVEL ("launchfit=debug" or a bare level), else info; a value that is not a level is reported in
+// one warning and ignored. Every line it writes is one line: control characters and invalid UTF-8 in
+// any message are escaped. Never touches spdlog's default logger.
 std::shared_ptr<spdlog::logger> logger();
-// Replaces the logger (e.g. to add sinks); nullptr restores the default one.
+// Sends launchfit's lines to `l` (its sinks, pattern and level; launchfit adopts l's level now, later
+// changes go through logger()->set_level()). nullptr sends them to stderr again.
 void set_logger(std::shared_ptr<spdlog::logger> l);
 
-// text (default) or json: one JSON object per line. LAUNCHFIT_LOG_FORMAT=json sets it at first use.
+// text (default) or json: then every line launchfit writes to stderr is one JSON object (with your own
+// logger: every message). LAUNCHFIT_LOG_FORMAT=json sets it at first use.
 void set_log_format(log_format f);
 log_format current_log_format();
 
-// Everything one new-plan line says.
-struct plan_report {
-  kernel_resources kernel;
-  std::string device;        // "NVIDIA H200"
-  int device_ordinal = -1;
-  int cc = 0;                // 90
-  launchfit::plan plan;
-  work first_work;           // the work shape of the launch that made the plan
-  std::string override_glob; // LAUNCHFIT_POLICY entry that chose the policy, if any
-};
-
-// The line logged for a new plan (text: key=value pairs; json: one object).
-std::string format_plan(const plan_report& r, log_format f);
-// Logs a new plan at info, plus one warning per spilling kernel and one for a plan with a warning.
-void log_new_plan(const plan_report& r);
+// Asynchronous output (LAUNCHFIT_LOG_ASYNC=1 sets it at first use): a logging thread formats and writes
+// lines; the launching thread only queues them. The queue is bounded: when full, new lines are dropped
+// and counted (a launch never waits for the log), and the drop is reported in a warning. Lines still
+// queued are written at exit (waiting at most about half a second for a stuck output).
+void set_log_async(bool on);
+bool log_async();
+// Lines launchfit could not write: dropped from a full asynchronous queue, at exit from a stuck output,
+// or logged by a sink from inside launchfit's own logging.
+std::uint64_t log_lines_dropped();
 
 }  // namespace launchfit

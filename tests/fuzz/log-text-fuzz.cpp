@@ -1,0 +1,84 @@
+// Untrusted text in log lines: whatever bytes a kernel name, device name, policy string, plugin reason or
+// override glob holds, a text line stays one line of valid UTF-8 with no control character, a quoted
+// value cannot be closed early, and a JSON line parses as one object that gives the text back.
+
+#include <spdlog/common.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "launchfit/policy.hpp"
+#include "log_internal.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+void check(bool ok) {
+  if (!ok) std::abort();
+}
+
+bool valid_utf8_strict(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();  // throws on invalid UTF-8
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+void check_one_safe_line(const std::string& s) {
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    check(u >= 0x20 && u != 0x7f);
+  }
+  check(valid_utf8_strict(s));
+}
+
+// Inside a value quoted by escape_log_text(..., true), every '"' is escaped: preceded by an odd run of '\'.
+void check_quotes_escaped(const std::string& s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '"') continue;
+    std::size_t backslashes = 0;
+    for (std::size_t k = i; k > 0 && s[k - 1] == '\\'; --k) ++backslashes;
+    check(backslashes % 2 == 1);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::size_t cap = 1 + size % 64;
+
+  const std::string plain = lf::detail::escape_log_text(text, cap);
+  check_one_safe_line(plain);
+  check(plain.size() <= 6 * cap + 32);
+  const std::string quoted = lf::detail::escape_log_text(text, cap, true);
+  check_one_safe_line(quoted);
+  check_quotes_escaped(quoted);
+  const std::string utf8 = lf::detail::valid_utf8(text, cap);
+  check(valid_utf8_strict(utf8));
+  if (size <= cap && valid_utf8_strict(text)) check(utf8 == text);
+
+  lf::detail::plan_report r;
+  r.kernel = lf::kernel_resources::manual(32, 0, 1024, text);
+  r.kernel.demangled = text;
+  r.device = text;
+  r.override_glob = text;
+  r.plan.policy = text;
+  r.plan.reason = text;
+  r.plan.warning = text;
+  r.plan.match = text;
+  check_one_safe_line(lf::detail::format_plan(r, lf::log_format::text));
+  const std::string line = lf::detail::format_plan(r, lf::log_format::json);
+  check_one_safe_line(line);
+  const auto j = nlohmann::json::parse(line);
+  check(j.is_object() && j["event"] == "new_plan");
+  if (size <= lf::detail::log_field_cap && valid_utf8_strict(text)) check(j["reason"] == text);
+  return 0;
+}
