@@ -1,29 +1,44 @@
 // The persistent plan cache: a versioned JSON file shared by processes (LAUNCHFIT_CACHE).
 //
-// Writers take an advisory lock on "<file>.lock", merge what is on disk with what they hold, write a temp
-// file in the same directory, fsync it and rename it over the file, so concurrent writers lose nothing
-// and readers never see a partial file.
+// Launches never wait for the file: lookups read an in-memory table under a mutex that is never held
+// across I/O, and store_plan() only queues. One background writer per process takes the queue in
+// batches, locks "<real file>.lock" (non-blocking attempts up to a deadline, then a later retry), merges
+// with what is on disk (the disk wins for every key this process did not itself store since its last
+// write), writes a temp file next to the real file, fsyncs it and renames it over the file, so
+// concurrent writers lose nothing and readers never see a partial file.
 
 #include "cache_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
 #include <tuple>
 #include <type_traits>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "log_internal.hpp"
 #include "plan_json.hpp"
@@ -87,6 +102,12 @@ stored_entry parse_entry(const json& e) {
   const auto p = e.find("plan");
   if (p == e.end() || !p->is_object()) throw bad_entry("'plan' is not an object");
   out.plan = plan_from_json(*p);
+  if (const auto t = e.find("stored_at"); t != e.end()) {
+    if (!t->is_number_unsigned() || t->get<std::uint64_t>() > (std::uint64_t(1) << 53)) {
+      throw bad_entry("'stored_at' is not a time in milliseconds");
+    }
+    out.stored_at_ms = t->get<std::uint64_t>();
+  }
   return out;
 }
 
@@ -103,7 +124,8 @@ json entry_json(const stored_entry& e) {
             {"policy", k.policy},
             {"smem_rule", k.smem_rule},
             {"bucket", k.bucket}}},
-          {"plan", std::move(plan)}};
+          {"plan", std::move(plan)},
+          {"stored_at", e.stored_at_ms}};
 }
 
 }  // namespace
@@ -221,6 +243,20 @@ namespace {
 
 using detail::cache_file_status;
 using detail::stored_entry;
+using steady = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Limits (README, "Plan cache file"). A file above max_bytes is not read at all; a write keeps at most
+// max_entries entries and max_bytes bytes, dropping the oldest entries first.
+constexpr std::size_t default_max_bytes = std::size_t(16) << 20;
+constexpr std::size_t default_max_entries = 8192;
+constexpr milliseconds batch_delay{20};         // stores this close together share one write
+constexpr milliseconds lock_wait{1000};         // per attempt at the file's lock
+constexpr milliseconds lock_retry_after{1000};  // after a failed attempt, unless a flush is waiting
+constexpr milliseconds close_wait{2000};        // set_cache_file / close_cache_file flush this long at most
+constexpr milliseconds exit_wait{2000};         // the flush at exit
+constexpr std::chrono::minutes stale_temp_age{10};
+constexpr std::chrono::seconds temp_sweep_every{60};
 
 using key_tuple =
     std::tuple<std::string, int, int, int, std::string, std::string, std::string, std::uint64_t>;
@@ -235,10 +271,34 @@ bool same_but_bucket(const stored_key& a, const stored_key& b) {
          a.smem_rule == b.smem_rule;
 }
 
-enum class read_result { ok, missing, unreadable };
+std::string errno_text(int e) { return std::system_category().message(e); }
+
+std::uint64_t now_ms() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+void warn(const std::string& path, const std::string& what) {
+  detail::logger()->warn("plan cache file {}: {}", detail::escaped_text(path), what);
+}
+
+// A limit from the environment: a positive integer, else the default (with a note for the warning).
+std::size_t env_limit(const char* name, std::size_t fallback, std::vector<std::string>& notes) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (errno != 0 || *end != '\0' || n == 0 || *v == '-' || *v == '+' || *v == ' ') {
+    notes.push_back(std::string(name) + "='" + detail::safe_text(v, 64) +
+                    "' is not a positive integer; using " + std::to_string(fallback));
+    return fallback;
+  }
+  return static_cast<std::size_t>(n);
+}
 
 // Which version of the file we last read or wrote: every write renames a new inode into place, so an
-// unchanged identity means nobody else wrote since, and the merge can skip parsing the file again.
+// unchanged identity means nobody else wrote since, and the merge can skip reading the file again.
 struct file_identity {
   dev_t dev = 0;
   ino_t ino = 0;
@@ -253,219 +313,719 @@ file_identity identity_of(const struct stat& st) {
   return {st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec};
 }
 
-read_result read_file(const std::string& path, std::string& text, std::string& why, file_identity& id) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return read_result::missing;
-    why = std::strerror(errno);
-    return read_result::unreadable;
+struct fd_closer {
+  int fd;
+  ~fd_closer() {
+    if (fd >= 0) ::close(fd);  // also releases a flock
   }
+};
+
+const char* kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a file";
+}
+
+std::string too_large(unsigned long long size, std::size_t max_bytes) {
+  return std::to_string(size) + " bytes is above LAUNCHFIT_CACHE_MAX_BYTES=" + std::to_string(max_bytes);
+}
+
+enum class read_result { ok, missing, refused };
+
+// Reads a regular file of at most max_bytes. Never blocks on a FIFO or device (O_NONBLOCK, then the file
+// type is checked on the opened descriptor) and never follows a symbolic link (paths are resolved first).
+read_result read_bounded(const std::string& path, std::size_t max_bytes, std::string& text, std::string& why,
+                         file_identity& id) {
   text.clear();
-  char buf[1 << 16];
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT || e == ENOTDIR) return read_result::missing;  // ENOTDIR: the write says why
+    struct stat st {};
+    if ((e == ENXIO || e == ELOOP) && ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      why = std::string("not a regular file (") + kind_of(st.st_mode) + ")";
+    } else {
+      why = "cannot read it (" + errno_text(e) + ")";
+    }
+    return read_result::refused;
+  }
+  fd_closer closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    why = "cannot read it (" + errno_text(errno) + ")";
+    return read_result::refused;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    why = std::string("not a regular file (") + kind_of(st.st_mode) + ")";
+    return read_result::refused;
+  }
+  if (static_cast<unsigned long long>(st.st_size) > max_bytes) {
+    why = too_large(static_cast<unsigned long long>(st.st_size), max_bytes);
+    return read_result::refused;
+  }
+  text.resize(static_cast<std::size_t>(st.st_size) + 1);
+  std::size_t done = 0;
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (done == text.size()) {  // it grew since fstat
+      if (text.size() > max_bytes) {
+        why = too_large(text.size(), max_bytes);
+        return read_result::refused;
+      }
+      text.resize(std::min(max_bytes + 1, text.size() * 2 + 4096));
+    }
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      why = std::strerror(errno);
-      ::close(fd);
-      return read_result::unreadable;
+      why = "cannot read it (" + errno_text(errno) + ")";
+      return read_result::refused;
     }
     if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
+    done += static_cast<std::size_t>(n);
   }
-  struct stat st {};
-  id = ::fstat(fd, &st) == 0 ? identity_of(st) : file_identity{};
-  ::close(fd);
+  text.resize(done);
+  id = identity_of(st);
   return read_result::ok;
 }
 
-struct cache_file {
-  std::mutex mutex;
-  bool env_checked = false;  // LAUNCHFIT_CACHE is consulted once, unless set_cache_file/close came first
-  bool open = false;
+struct resolved_path {
+  std::string real;     // the file to read, lock and replace
+  std::string problem;  // set when it cannot be used
+};
+
+// A symbolic link is resolved once: its target is the file written (a rename onto the link's name would
+// replace the link). A relative path becomes absolute, so a later chdir() changes nothing.
+resolved_path resolve(const std::string& path) {
+  struct stat st {};
+  char buf[PATH_MAX];
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return {path, ""};  // e.g. ENOTDIR: the write says why
+    // Created on first write: resolve its directory.
+    const std::size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (!::realpath(dir.c_str(), buf)) return {path, ""};
+    const std::string d = buf;
+    return {d == "/" ? "/" + base : d + "/" + base, ""};
+  }
+  if (!::realpath(path.c_str(), buf)) {
+    const int e = errno;
+    if (S_ISLNK(st.st_mode) && e == ENOENT)
+      return {path, "a dangling symbolic link (its target does not exist)"};
+    return {path, "cannot resolve it (" + errno_text(e) + ")"};
+  }
+  return {buf, ""};
+}
+
+struct held {
+  stored_entry entry;
+  std::string line;  // as in the file
+};
+using entry_lines = std::map<key_tuple, held>;
+
+// The file as this process last read or wrote it (the writer thread's own).
+struct disk_view {
+  entry_lines entries;
+  file_identity id;
+  bool valid = false;
+};
+
+enum class write_status { written, lock_busy, failed };
+
+struct write_outcome {
+  write_status status = write_status::failed;
+  std::string why;
+  std::vector<stored_entry> others;  // entries other processes wrote or changed since our last look
+};
+
+struct write_job {
   std::string path;
+  std::size_t max_bytes = default_max_bytes;
+  std::size_t max_entries = default_max_entries;
+  bool sweep_temps = false;
+};
+
+// Takes the lock on "<path>.lock" with non-blocking attempts until the deadline.
+write_status take_lock(const std::string& path, int& lock_fd, std::string& why) {
+  const std::string lock_path = path + ".lock";
+  lock_fd =
+      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
+  if (lock_fd < 0) {
+    why = detail::escaped_text(lock_path) + ": " + errno_text(errno);
+    return write_status::failed;
+  }
+  struct stat st {};
+  if (::fstat(lock_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = detail::escaped_text(lock_path) + ": not a regular file";
+    return write_status::failed;
+  }
+  const auto deadline = steady::now() + lock_wait;
+  auto pause = milliseconds(2);
+  for (;;) {
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) == 0) return write_status::written;
+    const int e = errno;
+    if (e == EINTR) continue;
+    if (e != EWOULDBLOCK) {
+      why = detail::escaped_text(lock_path) + ": flock: " + errno_text(e);
+      return write_status::failed;
+    }
+    if (steady::now() >= deadline) {
+      why = "its lock " + detail::escaped_text(lock_path) + " is held by another process (waited " +
+            std::to_string(lock_wait.count()) + " ms); the write is retried later and plans stay in memory";
+      return write_status::lock_busy;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, milliseconds(50));
+  }
+}
+
+// Under the lock, every temp file of this cache is a leftover (writers only write one while they hold the
+// lock): removed when its owner is dead, is this process's pid (an earlier process with the same pid), or
+// is older than stale_temp_age (a live pid may be a reused one). A process in another pid namespace looks
+// dead; it does not hold the lock either.
+void sweep_temp_files(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  const int dfd = ::dirfd(d);
+  const auto now = std::chrono::system_clock::now();
+  while (const dirent* ent = ::readdir(d)) {
+    const std::string_view name = ent->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    long long pid = 0;
+    std::size_t i = prefix.size();
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && pid <= INT_MAX)
+      pid = pid * 10 + (name[i++] - '0');
+    struct stat st {};
+    if (::fstatat(dfd, ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    const bool dead = pid > INT_MAX || (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
+    const bool ours = pid == ::getpid();
+    const auto mtime = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
+    if (dead || ours || now - mtime > stale_temp_age) ::unlinkat(dfd, ent->d_name, 0);
+  }
+  ::closedir(d);
+}
+
+std::uint64_t random_u64() {
+  thread_local std::mt19937_64 gen = [] {
+    std::random_device rd;
+    return std::mt19937_64((std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(::getpid()));
+  }();
+  return gen();
+}
+
+// Writes text to a new temp file next to path and renames it over path. The directory is not fsynced:
+// after a crash the file is the old or the new version, never a mix, and may lose its newest plans.
+write_status replace_file(const std::string& path, const std::string& text, file_identity& id,
+                          std::string& why) {
+  std::string temp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    char suffix[48];
+    std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%016llx", static_cast<long>(::getpid()),
+                  static_cast<unsigned long long>(random_u64()));
+    temp = path + suffix;
+    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    why = detail::escaped_text(temp) + ": " + errno_text(errno);
+    return write_status::failed;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::fchmod(fd, st.st_mode & 07777);
+  std::size_t done = 0;
+  bool ok = true;
+  while (ok && done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  ok = ok && ::fsync(fd) == 0 && ::fstat(fd, &st) == 0;
+  int saved = errno;
+  ok = (::close(fd) == 0) && ok;
+  if (ok && ::rename(temp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    saved = errno;
+  }
+  if (!ok) {
+    ::unlink(temp.c_str());
+    why = errno_text(saved);
+    return write_status::failed;
+  }
+  id = identity_of(st);
+  return write_status::written;
+}
+
+// Merges `mine` (what this process stored since its last write) into the file under its lock.
+write_outcome write_file(const write_job& job, const std::vector<stored_entry>& mine, disk_view& view) {
+  write_outcome out;
+  int lock_fd = -1;
+  out.status = take_lock(job.path, lock_fd, out.why);
+  fd_closer unlock{lock_fd};
+  if (out.status != write_status::written) return out;
+  out.status = write_status::failed;
+  if (job.sweep_temps) sweep_temp_files(job.path);
+
+  // The file now. Lines we saw before need no parsing (the common case when several processes write).
+  std::string text;
+  file_identity id;
+  const read_result r = read_bounded(job.path, job.max_bytes, text, out.why, id);
+  if (r == read_result::refused) return out;
+  entry_lines disk;
+  if (r == read_result::missing) {
+    view.valid = false;
+  } else if (view.valid && id == view.id) {
+    disk = std::move(view.entries);
+  } else {
+    std::unordered_map<std::string_view, const held*> known;
+    if (view.valid) {
+      for (const auto& [k, h] : view.entries) known.emplace(h.line, &h);
+    }
+    std::vector<stored_entry> parsed;
+    std::vector<std::string_view> raw;  // the line of each parsed entry
+    const bool lines_ok = detail::parse_cache_file_lines(
+        text,
+        [&](std::string_view line) {
+          const auto it = known.find(line);
+          if (it == known.end()) {
+            raw.push_back(line);
+            return false;
+          }
+          disk.insert_or_assign(tie_key(it->second->entry.key), *it->second);
+          return true;
+        },
+        parsed);
+    if (!lines_ok) {
+      disk.clear();
+      raw.clear();
+      auto contents = detail::parse_cache_file(text);
+      if (contents.status == cache_file_status::foreign ||
+          contents.status == cache_file_status::wrong_version) {
+        out.why = "it was replaced by something else: " + contents.problem;
+        return out;
+      }
+      parsed = std::move(contents.entries);  // empty for a corrupt file: replaced
+    }
+    for (std::size_t i = 0; i < parsed.size(); ++i) {
+      stored_entry& e = parsed[i];
+      std::string line = i < raw.size() ? std::string(raw[i]) : detail::cache_file_line(e);
+      auto k = tie_key(e.key);
+      const auto seen = view.valid ? view.entries.find(k) : view.entries.end();
+      if (seen == view.entries.end() || seen->second.line != line) out.others.push_back(e);
+      disk.insert_or_assign(std::move(k), held{std::move(e), std::move(line)});
+    }
+  }
+  view.valid = false;
+
+  // What this process stored wins over the disk; everything else on disk stays as it is.
+  for (const auto& e : mine) disk.insert_or_assign(tie_key(e.key), held{e, detail::cache_file_line(e)});
+
+  // Caps: the oldest entries go first.
+  const std::size_t frame = std::strlen(detail::cache_file_format) + 64;
+  std::size_t bytes = frame;
+  for (const auto& [k, h] : disk) bytes += h.line.size() + 2;
+  if (disk.size() > job.max_entries || bytes > job.max_bytes) {
+    std::vector<std::pair<std::uint64_t, const key_tuple*>> by_age;
+    by_age.reserve(disk.size());
+    for (const auto& [k, h] : disk) by_age.emplace_back(h.entry.stored_at_ms, &k);
+    std::sort(by_age.begin(), by_age.end());
+    std::vector<key_tuple> drop;
+    std::size_t left = disk.size();
+    for (const auto& [t, k] : by_age) {
+      if (left <= job.max_entries && bytes <= job.max_bytes) break;
+      bytes -= disk.at(*k).line.size() + 2;
+      drop.push_back(*k);
+      --left;
+    }
+    for (const auto& k : drop) disk.erase(k);
+  }
+
+  std::vector<std::string_view> lines;
+  lines.reserve(disk.size());
+  for (const auto& [k, h] : disk) lines.push_back(h.line);
+  const std::string doc = detail::serialize_cache_file({});  // the frame: head + tail
+  const std::size_t head = doc.find('[') + 2;
+  std::string body = doc.substr(0, head);
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    body.append(lines[i]).append(i + 1 < lines.size() ? ",\n" : "\n");
+  body.append(doc, head, std::string::npos);
+
+  out.status = replace_file(job.path, body, view.id, out.why);
+  if (out.status == write_status::written) {
+    view.entries = std::move(disk);
+    view.valid = true;
+  }
+  return out;
+}
+
+struct cache_file;
+cache_file& state();
+void writer_loop();
+void flush_at_exit();
+
+// One per process, never destroyed (a launch from a static destructor still finds its plans).
+struct cache_file {
+  std::mutex config;  // set/close and the first look at LAUNCHFIT_CACHE; never the writer's
+  std::atomic<bool> env_checked{false};
+
+  std::mutex memory;             // all below; never held across I/O or logging
+  std::condition_variable work;  // to the writer: something to write, or a flush waits
+  std::condition_variable done;  // from the writer: a batch ended
+  bool open = false;
+  bool writable = false;
   cache_file_mode mode = cache_file_mode::read_write;
-  bool writable = true;  // false after a failed write or for a file that is not ours to replace
-  struct held {
-    stored_entry entry;
-    std::string line;  // as written to the file
+  std::string path;  // as given (for messages)
+  std::string real;  // symbolic links resolved: what is read, locked and replaced
+  std::size_t max_bytes = default_max_bytes;
+  std::size_t max_entries = default_max_entries;
+  unsigned generation = 0;  // a new file (or none) since a batch was taken: its result is dropped
+  std::map<key_tuple, stored_entry> entries;    // what lookups see
+  std::map<key_tuple, stored_entry> pending;    // stored since the last write, not yet taken by the writer
+  std::map<key_tuple, stored_entry> in_flight;  // taken by the writer
+  disk_view seed;                         // the file as set_cache_file read it, for the writer's first batch
+  std::uint64_t stored = 0, written = 0;  // store sequence numbers: the last stored, the last written
+  steady::time_point not_before{};        // the writer waits until then (a batch gathering, a busy lock)
+  int flushing = 0;                       // flush calls waiting: retry a busy lock at once
+  bool lock_warned = false;
+  std::string failure;   // why this file is not written (empty while it is)
+  pid_t writer_pid = 0;  // the process whose writer thread runs (none after a fork)
+  bool exit_registered = false;
+  bool exiting = false;
+
+  cache_file() {
+    // A child of fork() has no writer thread and must not inherit a locked mutex.
+    ::pthread_atfork(
+        [] {
+          state().config.lock();
+          state().memory.lock();
+        },
+        [] {
+          state().memory.unlock();
+          state().config.unlock();
+        },
+        [] {
+          cache_file& f = state();
+          new (&f.work) std::condition_variable;
+          new (&f.done) std::condition_variable;
+          for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));
+          f.in_flight.clear();
+          f.writer_pid = 0;
+          f.flushing = 0;
+          f.memory.unlock();
+          f.config.unlock();
+        });
+  }
+
+  // Under memory. Starts this process's writer thread if it has none.
+  void ensure_writer() {
+    if (writer_pid == ::getpid()) return;
+    try {
+      std::thread(writer_loop).detach();
+      writer_pid = ::getpid();
+    } catch (const std::system_error&) {
+      return;  // no thread: plans stay queued; flush_cache_file() says so
+    }
+    if (!exit_registered) exit_registered = std::atexit(flush_at_exit) == 0;
+  }
+
+  // Under memory.
+  bool all_written() const { return written >= stored; }
+};
+
+cache_file& state() {
+  static cache_file& f = *new cache_file;
+  return f;
+}
+
+void writer_loop() {
+  cache_file& f = state();
+  disk_view view;
+  unsigned view_generation = ~0u;
+  steady::time_point last_sweep{};
+  std::unique_lock lk(f.memory);
+  const pid_t me = ::getpid();
+  for (;;) {
+    if (f.writer_pid != me) return;
+    if (!f.open || !f.writable || f.pending.empty()) {
+      if (f.exiting) {
+        f.writer_pid = 0;
+        return;
+      }
+      f.work.wait(lk);
+      continue;
+    }
+    if (f.flushing == 0 && !f.exiting && steady::now() < f.not_before) {
+      f.work.wait_until(lk, f.not_before);
+      continue;
+    }
+    f.in_flight = std::move(f.pending);
+    f.pending.clear();
+    std::vector<stored_entry> batch;
+    batch.reserve(f.in_flight.size());
+    for (const auto& [k, e] : f.in_flight) batch.push_back(e);
+    const std::uint64_t seq = f.stored;
+    const unsigned generation = f.generation;
+    write_job job{f.real, f.max_bytes, f.max_entries, false};
+    if (generation != view_generation) {
+      view = std::move(f.seed);
+      f.seed = disk_view{};
+      view_generation = generation;
+      job.sweep_temps = true;
+    }
+    if (steady::now() - last_sweep > temp_sweep_every) job.sweep_temps = true;
+    if (job.sweep_temps) last_sweep = steady::now();
+    lk.unlock();
+    write_outcome out = write_file(job, batch, view);
+    lk.lock();
+    std::string warning;
+    if (generation == f.generation) {
+      switch (out.status) {
+        case write_status::written:
+          f.written = seq;
+          for (auto& e : out.others) {
+            auto k = tie_key(e.key);
+            if (!f.pending.count(k)) f.entries.insert_or_assign(std::move(k), std::move(e));
+          }
+          break;
+        case write_status::lock_busy:
+          for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));  // a newer store wins
+          f.not_before = steady::now() + lock_retry_after;
+          if (!f.lock_warned) warning = out.why;
+          f.lock_warned = true;
+          break;
+        case write_status::failed:
+          f.writable = false;
+          f.failure = out.why;
+          f.pending.clear();
+          warning = "cannot write it (" + out.why + "); plans are kept in memory only";
+          break;
+      }
+      f.in_flight.clear();
+    }
+    if (!warning.empty() && !f.exiting) {  // before a waiting flush returns: its caller may look
+      const std::string path = f.path;
+      lk.unlock();
+      warn(path, warning);
+      lk.lock();
+    }
+    f.done.notify_all();
+  }
+}
+
+// Under memory (lk). Waits for everything stored so far to be written; false when it was not.
+bool flush_locked(cache_file& f, std::unique_lock<std::mutex>& lk, milliseconds max_wait) {
+  if (!f.open || f.mode == cache_file_mode::frozen || f.all_written()) return true;
+  if (!f.writable) return false;  // plans stored, kept in memory only
+  const std::uint64_t target = f.stored;
+  const unsigned generation = f.generation;
+  f.ensure_writer();
+  ++f.flushing;
+  f.work.notify_all();
+  f.done.wait_for(lk, max_wait,
+                  [&] { return f.written >= target || !f.writable || f.generation != generation; });
+  --f.flushing;
+  return f.generation == generation && f.writable && f.written >= target;
+}
+
+void flush_at_exit() {
+  cache_file& f = state();
+  std::unique_lock lk(f.memory);
+  if (!flush_locked(f, lk, exit_wait) && f.writable && !f.pending.empty()) {
+    const std::string path = f.path;
+    const std::size_t left = f.pending.size() + f.in_flight.size();
+    f.exiting = true;
+    lk.unlock();
+    warn(path,
+         std::to_string(left) + " plan(s) not written at exit: the file stayed locked by another process");
+    lk.lock();
+  }
+  f.exiting = true;
+  f.work.notify_all();
+}
+
+// What set_cache_file found, before it is installed.
+struct loaded_file {
+  disk_view view;  // for the writer: the file as read here, so its first write need not read it again
+  std::string real;
+  bool writable = true;
+  std::size_t max_bytes = default_max_bytes;
+  std::size_t max_entries = default_max_entries;
+  std::map<key_tuple, stored_entry> entries;
+  std::vector<std::string> warnings;
+};
+
+loaded_file load(const std::string& path, cache_file_mode mode) {
+  loaded_file out;
+  out.max_bytes = env_limit("LAUNCHFIT_CACHE_MAX_BYTES", default_max_bytes, out.warnings);
+  out.max_entries = env_limit("LAUNCHFIT_CACHE_MAX_ENTRIES", default_max_entries, out.warnings);
+  const resolved_path where = resolve(path);
+  out.real = where.real;
+  if (!where.problem.empty()) {
+    out.warnings.push_back(where.problem + "; plans are kept in memory only");
+    out.writable = false;
+    return out;
+  }
+  std::string text, why;
+  file_identity id;
+  const read_result r = read_bounded(out.real, out.max_bytes, text, why, id);
+  if (r == read_result::missing) return out;  // created on first write
+  if (r == read_result::refused) {
+    out.warnings.push_back((why.rfind("cannot", 0) == 0 ? why : "ignored and left untouched: " + why) +
+                           "; plans are kept in memory only");
+    out.writable = false;
+    return out;
+  }
+  std::vector<stored_entry> lines;
+  std::vector<std::string_view> raw;
+  detail::cache_file_contents contents;
+  const auto each_line = [&](std::string_view line) {
+    raw.push_back(line);
+    return false;
   };
-  std::map<key_tuple, held> entries;
-  unsigned temp_counter = 0;
-  file_identity known;  // the file as we last read or wrote it
-
-  void warn(const std::string& what) { detail::logger()->warn("plan cache file {}: {}", path, what); }
-
-  void add(stored_entry&& e, bool overwrite) {
-    auto key = tie_key(e.key);
-    if (!overwrite && entries.count(key)) return;
-    std::string line = detail::cache_file_line(e);
-    entries.insert_or_assign(std::move(key), held{std::move(e), std::move(line)});
-  }
-  void merge(std::vector<stored_entry>&& loaded, bool overwrite) {
-    for (auto& e : loaded) add(std::move(e), overwrite);
-  }
-
-  void open_file(const std::string& file, cache_file_mode m) {
-    path = file;
-    mode = m;
-    open = true;
-    writable = true;
-    entries.clear();
-    known = {};
-    std::string text, why;
-    const read_result r = read_file(path, text, why, known);
-    if (r == read_result::missing) return;  // created on first write
-    if (r == read_result::unreadable) {
-      warn("cannot read it (" + why + "); plans are kept in memory only");
-      writable = false;
-      return;
+  if (detail::parse_cache_file_lines(text, each_line, lines)) {  // one entry at a time: less memory
+    contents.status = cache_file_status::ok;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      out.view.entries.insert_or_assign(tie_key(lines[i].key), held{lines[i], std::string(raw[i])});
     }
-    auto contents = detail::parse_cache_file(text);
-    switch (contents.status) {
-      case cache_file_status::ok:
-      case cache_file_status::empty:
-        if (contents.skipped) {
-          warn("skipped " + std::to_string(contents.skipped) + " bad entr" +
-               (contents.skipped == 1 ? "y" : "ies") + " (" + contents.problem + ")");
-        }
-        merge(std::move(contents.entries), true);
-        return;
-      case cache_file_status::corrupt:
-        warn("ignored: " + contents.problem +
-             (mode == cache_file_mode::frozen ? "" : "; it will be replaced"));
-        return;
-      case cache_file_status::foreign:
-      case cache_file_status::wrong_version:
-        warn("ignored and left untouched: " + contents.problem + "; plans are kept in memory only");
-        writable = false;
-        return;
-    }
+    out.view.id = id;
+    out.view.valid = true;
+    contents.entries = std::move(lines);
+  } else {
+    contents = detail::parse_cache_file(text);
   }
+  switch (contents.status) {
+    case cache_file_status::ok:
+    case cache_file_status::empty:
+      if (contents.skipped) {
+        out.warnings.push_back("skipped " + std::to_string(contents.skipped) + " bad entr" +
+                               (contents.skipped == 1 ? "y" : "ies") + " (" + contents.problem + ")");
+      }
+      for (auto& e : contents.entries) {
+        auto k = tie_key(e.key);
+        out.entries.insert_or_assign(std::move(k), std::move(e));
+      }
+      break;
+    case cache_file_status::corrupt:
+      out.warnings.push_back("ignored: " + contents.problem +
+                             (mode == cache_file_mode::frozen ? "" : "; it will be replaced"));
+      break;
+    case cache_file_status::foreign:
+    case cache_file_status::wrong_version:
+      out.warnings.push_back("ignored and left untouched: " + contents.problem +
+                             "; plans are kept in memory only");
+      out.writable = false;
+      break;
+  }
+  return out;
+}
 
-  void ensure_env() {
-    if (env_checked) return;
-    env_checked = true;
-    const char* file = std::getenv("LAUNCHFIT_CACHE");
-    if (!file || !*file) return;
+// Under config. Flushes the file in use (bounded), then installs `next` (or no file). Returns warnings.
+std::vector<std::string> switch_file(cache_file& f, const std::string& path, cache_file_mode mode,
+                                     loaded_file* next) {
+  std::vector<std::string> notes;
+  std::unique_lock lk(f.memory);
+  if (f.open && !flush_locked(f, lk, close_wait) && f.writable) {
+    notes.push_back(std::to_string(f.pending.size() + f.in_flight.size()) +
+                    " plan(s) not written before the file was closed: its lock stayed held");
+  }
+  const std::string old_path = f.path;
+  ++f.generation;
+  f.pending.clear();
+  f.in_flight.clear();
+  f.stored = f.written = 0;
+  f.not_before = {};
+  f.lock_warned = false;
+  f.failure.clear();
+  f.open = next != nullptr;
+  if (next) {
+    f.path = path;
+    f.real = std::move(next->real);
+    f.mode = mode;
+    f.writable = next->writable && mode == cache_file_mode::read_write;
+    f.max_bytes = next->max_bytes;
+    f.max_entries = next->max_entries;
+    f.entries = std::move(next->entries);
+    f.seed = f.writable ? std::move(next->view) : disk_view{};
+  } else {
+    f.seed = disk_view{};
+    f.path.clear();
+    f.real.clear();
+    f.entries.clear();
+    f.writable = false;
+  }
+  f.done.notify_all();
+  f.work.notify_all();
+  lk.unlock();
+  if (!notes.empty()) warn(old_path, notes.front());
+  return next ? std::move(next->warnings) : std::vector<std::string>{};
+}
+
+void open_locked(cache_file& f, const std::string& path, cache_file_mode mode,
+                 std::vector<std::string> extra = {}) {
+  loaded_file next = load(path, mode);
+  for (auto& w : extra) next.warnings.push_back(std::move(w));
+  for (const auto& w : switch_file(f, path, mode, &next)) warn(path, w);
+}
+
+void ensure_env(cache_file& f) {
+  if (f.env_checked.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(f.config);
+  if (f.env_checked.load(std::memory_order_relaxed)) return;
+  const char* file = std::getenv("LAUNCHFIT_CACHE");
+  if (file && *file) {
     cache_file_mode m = cache_file_mode::read_write;
     const char* mode_env = std::getenv("LAUNCHFIT_CACHE_MODE");
     const std::string mode_name = mode_env ? mode_env : "";
+    std::vector<std::string> extra;
     if (mode_name == "frozen") {
       m = cache_file_mode::frozen;
     } else if (!mode_name.empty() && mode_name != "read_write") {
       m = cache_file_mode::frozen;  // a typo must not start writing to a file meant to be read only
-      open_file(file, m);
-      warn("LAUNCHFIT_CACHE_MODE='" + mode_name + "' is neither read_write nor frozen; using frozen");
-      return;
+      extra.push_back("LAUNCHFIT_CACHE_MODE='" + detail::safe_text(mode_name, 64) +
+                      "' is neither read_write nor frozen; using frozen");
     }
-    open_file(file, m);
+    open_locked(f, file, m, std::move(extra));
   }
-
-  // Merges with the file under its lock and replaces it atomically. On failure: one warning, and plans
-  // stay in memory from then on.
-  void write() {
-    auto give_up = [&](const std::string& why) {
-      warn("cannot write it (" + why + "); plans are kept in memory only");
-      writable = false;
-    };
-    const std::string lock_path = path + ".lock";
-    const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (lock_fd < 0) return give_up(lock_path + ": " + std::strerror(errno));
-    struct unlocker {
-      int fd;
-      ~unlocker() { ::close(fd); }  // also releases the flock
-    } unlock{lock_fd};
-    while (::flock(lock_fd, LOCK_EX) != 0) {
-      if (errno != EINTR) return give_up(std::string("flock: ") + std::strerror(errno));
-    }
-
-    struct stat st {};
-    const bool unchanged = ::stat(path.c_str(), &st) == 0 && identity_of(st) == known;
-    std::string text, why;
-    const read_result r = unchanged ? read_result::missing : read_file(path, text, why, known);
-    if (r == read_result::unreadable) return give_up(why);
-    if (r == read_result::ok) {
-      // What we hold wins for the same key. Lines we hold already need no parsing (the common case
-      // when several processes write the same file).
-      std::unordered_set<std::string_view> lines;
-      for (const auto& [key, h] : entries) lines.insert(h.line);
-      std::vector<stored_entry> added;
-      if (detail::parse_cache_file_lines(
-              text, [&](std::string_view line) { return lines.count(line) > 0; }, added)) {
-        merge(std::move(added), false);
-      } else {
-        auto contents = detail::parse_cache_file(text);
-        if (contents.status == cache_file_status::foreign ||
-            contents.status == cache_file_status::wrong_version) {
-          return give_up("it was replaced by something else: " + contents.problem);
-        }
-        merge(std::move(contents.entries), false);
-      }
-    }
-
-    // serialize_cache_file(), from the lines we keep.
-    std::string out = detail::file_head();
-    std::size_t i = 0;
-    for (const auto& [key, h] : entries) out.append(h.line).append(++i < entries.size() ? ",\n" : "\n");
-    out += detail::file_tail;
-
-    const std::string temp =
-        path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(temp_counter++);
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) return give_up(temp + ": " + std::strerror(errno));
-    std::size_t done = 0;
-    bool ok = true;
-    while (ok && done < out.size()) {
-      const ssize_t n = ::write(fd, out.data() + done, out.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      ok = n > 0;
-      if (ok) done += static_cast<std::size_t>(n);
-    }
-    ok = ok && ::fsync(fd) == 0 && ::fstat(fd, &st) == 0;
-    const int saved = errno;
-    ok = (::close(fd) == 0) && ok;
-    if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-      const std::string reason = std::strerror(ok ? errno : saved);
-      ::unlink(temp.c_str());
-      return give_up(reason);
-    }
-    // The directory is not fsynced: after a crash the file is the old or the new version, never a
-    // mix, and a cache may lose its newest plans.
-    known = identity_of(st);
-  }
-};
-
-cache_file& state() {
-  static cache_file f;
-  return f;
+  f.env_checked.store(true, std::memory_order_release);
 }
 
 }  // namespace
 
 void set_cache_file(const std::string& path, cache_file_mode mode) {
   auto& f = state();
-  std::lock_guard lock(f.mutex);
-  f.env_checked = true;
-  f.open_file(path, mode);
+  std::lock_guard lock(f.config);
+  f.env_checked.store(true, std::memory_order_release);
+  open_locked(f, path, mode);
 }
 
 void close_cache_file() {
   auto& f = state();
-  std::lock_guard lock(f.mutex);
-  f.env_checked = true;
-  f.open = false;
-  f.entries.clear();
-  f.path.clear();
+  std::lock_guard lock(f.config);
+  f.env_checked.store(true, std::memory_order_release);
+  switch_file(f, "", cache_file_mode::read_write, nullptr);
+}
+
+bool flush_cache_file(unsigned max_wait_ms) {
+  auto& f = state();
+  ensure_env(f);
+  std::unique_lock lk(f.memory);
+  return flush_locked(f, lk, milliseconds(max_wait_ms));
 }
 
 std::optional<plan> find_stored_plan(const stored_key& key, bool exact) {
   auto& f = state();
-  std::lock_guard lock(f.mutex);
-  f.ensure_env();
+  ensure_env(f);
+  std::lock_guard lock(f.memory);
   if (!f.open) return std::nullopt;
   if (const auto it = f.entries.find(tie_key(key)); it != f.entries.end()) {
-    plan p = it->second.entry.plan;
+    plan p = it->second.plan;
     p.match = "cache-file";
     return p;
   }
@@ -473,10 +1033,9 @@ std::optional<plan> find_stored_plan(const stored_key& key, bool exact) {
   // Another size bucket of the same kernel and policy: the nearest bucket is the best guess.
   const stored_entry* best = nullptr;
   auto distance = [&](std::uint64_t b) { return b > key.bucket ? b - key.bucket : key.bucket - b; };
-  for (const auto& [k, h] : f.entries) {
-    const stored_key& other = h.entry.key;
-    if (same_but_bucket(other, key) && (!best || distance(other.bucket) < distance(best->key.bucket))) {
-      best = &h.entry;
+  for (const auto& [k, e] : f.entries) {
+    if (same_but_bucket(e.key, key) && (!best || distance(e.key.bucket) < distance(best->key.bucket))) {
+      best = &e;
     }
   }
   if (!best) return std::nullopt;
@@ -487,28 +1046,37 @@ std::optional<plan> find_stored_plan(const stored_key& key, bool exact) {
 
 void store_plan(const stored_key& key, const plan& p) {
   auto& f = state();
-  std::lock_guard lock(f.mutex);
-  f.ensure_env();
+  ensure_env(f);
   // A fallback plan (a plugin declined or failed) is not the policy's decision: stored, it would stop the
   // policy from being asked again in later runs (autotune declines launches it may not re-run).
-  if (!f.open || f.mode == cache_file_mode::frozen || p.match == "fallback") return;
-  stored_entry e{key, p};
+  if (p.match == "fallback") return;
+  stored_entry e{key, p, now_ms()};
   e.plan.match = "computed";
-  f.add(std::move(e), true);
-  if (f.writable) f.write();
+  auto k = tie_key(key);
+  std::lock_guard lock(f.memory);
+  if (!f.open || f.mode == cache_file_mode::frozen) return;
+  f.entries.insert_or_assign(k, e);
+  ++f.stored;
+  if (!f.writable) return;
+  const bool first = f.pending.empty();
+  f.pending.insert_or_assign(std::move(k), std::move(e));
+  const auto soon = steady::now() + batch_delay;
+  if (first && f.not_before < soon) f.not_before = soon;
+  f.ensure_writer();
+  f.work.notify_one();
 }
 
 bool cache_file_open() {
   auto& f = state();
-  std::lock_guard lock(f.mutex);
-  f.ensure_env();
+  ensure_env(f);
+  std::lock_guard lock(f.memory);
   return f.open;
 }
 
 std::size_t stored_plan_count() {
   auto& f = state();
-  std::lock_guard lock(f.mutex);
-  f.ensure_env();
+  ensure_env(f);
+  std::lock_guard lock(f.memory);
   return f.open ? f.entries.size() : 0;
 }
 

@@ -1,18 +1,53 @@
 #pragma once
-// Internal: the plan-cache file format, parsed and written without touching the file system (fuzzed).
+// Internal: the plan-cache file. The launch path's side of it (stored_key, find_stored_plan, store_plan)
+// and the file format, parsed and written without touching the file system (fuzzed).
 //
-//   {"format": "launchfit-plan-cache", "version": 1,
-//    "entries": [{"key": {stored_key fields}, "plan": {plan fields, occupancy as an object}}, ...]}
+//   {"format": "launchfit-plan-cache", "version": 1, "entries": [
+//   {"key": {stored_key fields}, "plan": {plan_to_json() but match}, "stored_at": <ms since the epoch>},
+//   ...
+//   ]}
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "launchfit/cache.hpp"
+#include "launchfit/kernel.hpp"
+#include "launchfit/plan.hpp"
 
-namespace launchfit::detail {
+namespace launchfit {
+
+// Identity of a plan across processes: a rebuilt kernel or a new driver never reuses a stale plan.
+struct stored_key {
+  std::string device_uuid;  // includes MIG instance where present
+  int cc = 0;
+  int sm_count = 0;
+  int driver_version = 0;
+  std::string kernel;     // kernel_fingerprint()
+  std::string policy;     // policy::to_string()
+  std::string smem_rule;  // "bytes=4096" or "fn=<type>"
+  std::uint64_t bucket = 0;
+};
+
+// name|regs|static smem|local bytes|max threads|ptx|binary version
+std::string kernel_fingerprint(const kernel_resources& k);
+
+// Looks up a stored plan; an entry for another size bucket is returned with match "cache-file-other-bucket"
+// only when exact is false. Never waits for file I/O, except that the first call of a process reads the
+// LAUNCHFIT_CACHE file (bounded in size, never a special file).
+std::optional<plan> find_stored_plan(const stored_key& key, bool exact = true);
+// Records a plan: lookups see it at once; a background writer merges it into the file within about
+// 20 ms (flush_cache_file(), set_cache_file(), close_cache_file() and a normal exit wait for it). Never
+// waits for file I/O or another process's lock. Does nothing in frozen mode or for a "fallback" plan.
+void store_plan(const stored_key& key, const plan& p);
+// Entries currently loaded from / stored to the file.
+std::size_t stored_plan_count();
+
+namespace detail {
 
 inline constexpr const char* cache_file_format = "launchfit-plan-cache";
 inline constexpr int cache_file_version = 1;
@@ -20,6 +55,7 @@ inline constexpr int cache_file_version = 1;
 struct stored_entry {
   stored_key key;
   launchfit::plan plan;
+  std::uint64_t stored_at_ms = 0;  // when it was stored (ms since the epoch; 0: unknown): the oldest go first
 };
 
 enum class cache_file_status {
@@ -49,4 +85,5 @@ std::string cache_file_line(const stored_entry& e);
 bool parse_cache_file_lines(std::string_view text, const std::function<bool(std::string_view)>& known,
                             std::vector<stored_entry>& out);
 
-}  // namespace launchfit::detail
+}  // namespace detail
+}  // namespace launchfit

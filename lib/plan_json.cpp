@@ -132,6 +132,29 @@ std::string safe_text(std::string_view s, std::size_t max_bytes) {
   return out;
 }
 
+std::string escaped_text(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    char32_t cp = static_cast<unsigned char>(s[i]);
+    std::size_t len = cp < 0x80 ? 1 : utf8_sequence(s, i, cp);
+    if (len > 0 && !unsafe_code_point(cp)) {
+      out.append(s.substr(i, len));
+    } else {
+      if (len == 0) len = 1;
+      for (std::size_t k = 0; k < len; ++k) {
+        static constexpr char hex[] = "0123456789ABCDEF";
+        const auto b = static_cast<unsigned char>(s[i + k]);
+        out += "\\x";
+        out += hex[b >> 4];
+        out += hex[b & 15];
+      }
+    }
+    i += len;
+  }
+  return out;
+}
+
 json occupancy_to_json(const occupancy_result& o) {
   return {{"block_threads", o.block_threads},
           {"dynamic_smem_bytes", o.dynamic_smem_bytes},

@@ -45,4 +45,8 @@ occupancy_result occupancy_from_json(const nlohmann::json& j);
 // character boundary. Idempotent.
 std::string safe_text(std::string_view s, std::size_t max_bytes = max_plan_text_bytes);
 
+// Untrusted text (a path, say) for a log line, nothing dropped: the bytes safe_text would replace are
+// written as \xNN.
+std::string escaped_text(std::string_view s);
+
 }  // namespace launchfit::detail

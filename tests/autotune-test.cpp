@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache_file.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/plugin.h"

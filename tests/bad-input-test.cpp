@@ -19,6 +19,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "cache_file.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/launch.hpp"

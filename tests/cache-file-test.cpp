@@ -1,6 +1,7 @@
 // The persistent plan cache file (cache.hpp, "persistent cache file" section).
 
 #include <gtest/gtest.h>
+#include <spdlog/logger.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -222,6 +223,7 @@ TEST_F(CacheFile, TruncatedFileIsIgnoredOnceAndReplaced) {
   EXPECT_NE(log_.str().find("not valid JSON (truncated?); it will be replaced"), std::string::npos)
       << log_.str();
   lf::store_plan(key(1), sample_plan(256));
+  EXPECT_TRUE(lf::flush_cache_file());
   EXPECT_EQ(warnings(), 1) << log_.str();
   EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 1u);
 }
@@ -242,6 +244,7 @@ TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
     EXPECT_EQ(warnings(), 1) << log_.str();
     lf::store_plan(key(0), sample_plan(128));
     ASSERT_TRUE(lf::find_stored_plan(key(0)));  // kept in memory
+    lf::flush_cache_file();
     const bool ours = content.find("launchfit-plan-cache") != std::string::npos &&
                       content.find("\"version\":2") == std::string::npos;
     if (ours) {
@@ -259,6 +262,7 @@ TEST_F(CacheFile, UnwritableDirectoryWarnsOnceAndKeepsPlansInMemory) {
   write_text(dir_ / "not-a-dir", "x");
   lf::set_cache_file((dir_ / "not-a-dir" / "plans.json").string());
   for (int i = 0; i < 3; ++i) EXPECT_NO_THROW(lf::store_plan(key(i), sample_plan(128)));
+  EXPECT_FALSE(lf::flush_cache_file());
   EXPECT_EQ(lf::stored_plan_count(), 3u);
   EXPECT_TRUE(lf::find_stored_plan(key(2)));
   EXPECT_EQ(warnings(), 1) << log_.str();
@@ -274,11 +278,13 @@ TEST_F(CacheFile, FrozenModeNeverWrites) {
 
   lf::set_cache_file(file_.string());
   lf::store_plan(key(0), sample_plan(128));
+  EXPECT_TRUE(lf::flush_cache_file());
   const std::string before = slurp(file_);
   lf::set_cache_file(file_.string(), lf::cache_file_mode::frozen);
   EXPECT_EQ(lf::find_stored_plan(key(0))->block_threads, 128);  // reads still work
   lf::store_plan(key(1), sample_plan(256));
   EXPECT_FALSE(lf::find_stored_plan(key(1)));
+  EXPECT_TRUE(lf::flush_cache_file());
   EXPECT_EQ(slurp(file_), before);
 }
 
@@ -288,17 +294,20 @@ TEST_F(CacheFile, FallbackPlansAreNotStored) {
   p.match = "fallback";  // a plugin declined; the next run should ask it again
   lf::store_plan(key(0), p);
   EXPECT_FALSE(lf::find_stored_plan(key(0)));
+  EXPECT_TRUE(lf::flush_cache_file());
   EXPECT_FALSE(fs::exists(file_));
 }
 
 TEST_F(CacheFile, WritersMergeWhatOthersWrote) {
   lf::set_cache_file(file_.string());
   lf::store_plan(key(0), sample_plan(128));
+  EXPECT_TRUE(lf::flush_cache_file());
   // Another process adds an entry behind our back.
   auto contents = lf::detail::parse_cache_file(slurp(file_));
   contents.entries.push_back({key(1), sample_plan(256)});
   write_text(file_, lf::detail::serialize_cache_file(contents.entries));
   lf::store_plan(key(2), sample_plan(512));
+  EXPECT_TRUE(lf::flush_cache_file());
   EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 3u);
   EXPECT_EQ(lf::find_stored_plan(key(1))->block_threads, 256);  // and we see it now
 
@@ -307,6 +316,7 @@ TEST_F(CacheFile, WritersMergeWhatOthersWrote) {
   doc["entries"].push_back(nlohmann::json::parse(lf::detail::cache_file_line({key(3), sample_plan(64)})));
   write_text(file_, doc.dump(2));
   lf::store_plan(key(4), sample_plan(32));
+  EXPECT_TRUE(lf::flush_cache_file());
   EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 5u);
   EXPECT_EQ(lf::find_stored_plan(key(3))->block_threads, 64);
   EXPECT_EQ(warnings(), 0) << log_.str();
@@ -369,7 +379,7 @@ TEST_F(CacheFile, ConcurrentWritersFromTwoProcessesLoseNothing) {
     if (children[c] == 0) {
       lf::set_cache_file(file_.string());
       for (int i = 0; i < per_child; ++i) lf::store_plan(key(c * per_child + i), sample_plan(32 << (i % 5)));
-      ::_exit(lf::stored_plan_count() >= per_child ? 0 : 1);
+      ::_exit(lf::flush_cache_file() && lf::stored_plan_count() >= per_child ? 0 : 1);
     }
   }
   for (pid_t child : children) {
@@ -399,6 +409,7 @@ TEST_F(CacheFileEnv, ReadWriteFromTheEnvironment) {
         setenv("LAUNCHFIT_CACHE", file_.c_str(), 1);
         const bool found = lf::find_stored_plan(key(0)).has_value();
         lf::store_plan(key(1), sample_plan(256));
+        lf::flush_cache_file();
         std::exit(found && lf::detail::parse_cache_file(slurp(file_)).entries.size() == 2 ? 0 : 1);
       },
       testing::ExitedWithCode(0), "");

@@ -49,40 +49,24 @@ plan_cache& cache();
 
 // ---- persistent cache file ----------------------------------------------------------------------------
 
-// Identity of a plan across processes: a rebuilt kernel or a new driver never reuses a stale plan.
-struct stored_key {
-  std::string device_uuid;   // includes MIG instance where present
-  int cc = 0;
-  int sm_count = 0;
-  int driver_version = 0;
-  std::string kernel;        // kernel_fingerprint()
-  std::string policy;        // policy::to_string()
-  std::string smem_rule;     // "bytes=4096" or "fn=<type>"
-  std::uint64_t bucket = 0;
-};
-
-// name|regs|static smem|local bytes|max threads|ptx|binary version
-std::string kernel_fingerprint(const kernel_resources& k);
-
 enum class cache_file_mode {
   read_write,  // load at start, merge and write new plans atomically
   frozen,      // read only: production jobs where every rank must use the same plans
 };
 
 // Opens (or creates on first write) the cache file; LAUNCHFIT_CACHE=<path> and LAUNCHFIT_CACHE_MODE=frozen
-// do the same at first launch. A corrupt, truncated or foreign file is ignored with one warning.
+// do the same at first launch. A corrupt, truncated or foreign file, a special file (FIFO, device,
+// directory, socket), a dangling symbolic link or a file above LAUNCHFIT_CACHE_MAX_BYTES (default 16 MiB)
+// is not used, with one warning; plans are then kept in memory. A symbolic link is followed once: its
+// target is the file written. Plans of a previously open file are flushed first (bounded wait).
 void set_cache_file(const std::string& path, cache_file_mode mode = cache_file_mode::read_write);
-// Stops using a cache file (tests).
+// Flushes (bounded wait) and stops using the cache file.
 void close_cache_file();
-// Looks up a stored plan; an entry for another size bucket is returned with match "cache-file-other-bucket"
-// only when exact is false.
-std::optional<plan> find_stored_plan(const stored_key& key, bool exact = true);
-// Records a plan and writes the file atomically (temp + rename, merged with what other processes wrote).
-// Does nothing in frozen mode.
-void store_plan(const stored_key& key, const plan& p);
-// Entries currently loaded from / written to the file.
-std::size_t stored_plan_count();
 // Whether a cache file is in use (set_cache_file or LAUNCHFIT_CACHE).
 bool cache_file_open();
+// Writes the plans stored so far, waiting at most max_wait_ms (another process may hold the file's lock);
+// true when every one of them is in the file (or there is nothing to write). New plans are written in the
+// background within about 20 ms and at a normal exit; plans stored just before _exit or SIGKILL are lost.
+bool flush_cache_file(unsigned max_wait_ms = 5000);
 
 }  // namespace launchfit
