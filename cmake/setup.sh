@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ libspdlog-dev libboost1.81-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev)
+packages=(cmake ninja-build g++ libspdlog-dev libboost1.81-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev libcli11-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -104,4 +104,78 @@ TEST(Calc, ImpossibleInputsExitWithTwoAndSayWhy) {
   }
 }
 
+TEST(Calc, HelpListsEveryOption) {
+  if (!built()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
+  for (const char* flag : {"--help", "-h"}) {
+    const outcome r = run_calc(flag);
+    EXPECT_EQ(r.exit_code, 0) << flag << ": " << r.err;
+    for (const char* option :
+         {"--arch", "--device", "--threads", "--regs", "--smem", "--static-smem", "--svg", "--json"})
+      EXPECT_NE(r.out.find(option), std::string::npos) << option << " missing from:\n" << r.out;
+  }
+}
+
+TEST(Calc, AnSvgThatCannotBeWrittenSaysWhy) {
+  if (!built()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
+  const outcome missing = run_calc("--svg /nonexistent-launchfit-dir/x.svg");
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  EXPECT_NE(missing.err.find(
+                "cannot write --svg file '/nonexistent-launchfit-dir/x.svg': No such file or directory"),
+            std::string::npos)
+      << missing.err;
+  const outcome directory = run_calc("--svg '" + binary_dir + "'");
+  EXPECT_EQ(directory.exit_code, 1) << directory.err;
+  EXPECT_NE(directory.err.find("': Is a directory"), std::string::npos) << directory.err;
+  // The path is shown escaped: a control byte or invalid UTF-8 in it cannot reach the terminal raw.
+  const outcome odd = run_calc("--svg \"$(printf '/nonexistent-launchfit-dir/\\033[2J\\377.svg')\"");
+  EXPECT_EQ(odd.exit_code, 1) << odd.err;
+  EXPECT_NE(odd.err.find("'/nonexistent-launchfit-dir/\\x1b[2J\\xff.svg': No such file or directory"),
+            std::string::npos)
+      << odd.err;
+}
+
+TEST(Calc, EmptySvgNameIsRefused) {
+  if (!built()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
+  const outcome r = run_calc("--svg ''");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("launchfit-calc: error: --svg needs a file name"), std::string::npos) << r.err;
+}
+
+TEST(Calc, HostileNumbers) {
+  if (!built()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
+  const struct {
+    const char* args;
+    const char* says;
+  } cases[] = {
+      {"--threads 99999999999", "--threads is out of range: '99999999999'"},
+      {"--regs 99999999999999999999999", "--regs is out of range: '99999999999999999999999'"},
+      {"--smem 99999999999999999999K", "--smem is out of range: '99999999999999999999K'"},
+      {"--static-smem 18014398509481984M", "--static-smem is out of range"},
+      {"--device 4294967296", "--device is out of range"},
+      {"--smem 99999999999K", "102399999998976 B dynamic shared memory exceeds the 232448 B opt-in maximum"},
+      {"--threads 0x10", "--threads expects a whole number, got '0x10'"},
+      {"--threads 1e3", "--threads expects a whole number, got '1e3'"},
+      {"--threads ''", "--threads expects a whole number, got ''"},
+      {"--threads -0", "a block needs at least 1 thread"},
+      {"--regs -1", "-1 registers per thread is outside 0..255"},
+      {"--smem -1K", "--smem expects bytes"},
+      {"--threads", "--threads"},
+      {"\"$(printf -- '--x\\033[2J')\"", "unknown option --x\\x1b[2J"},
+  };
+  for (const auto& c : cases) {
+    const outcome r = run_calc(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args;
+    EXPECT_TRUE(r.out.empty()) << c.args << ": " << r.out;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(r.err.find("invalid"), std::string::npos) << c.args << ": " << r.err;
+    for (char ch : r.err)
+      EXPECT_TRUE(ch == '\n' || static_cast<unsigned char>(ch) >= 0x20) << c.args << ": " << r.err;
+  }
+  // As before: the last of a repeated option wins, and a leading '+' is a number's sign.
+  const outcome last = run_calc("--threads 128 --threads=+64 --json --json");
+  ASSERT_EQ(last.exit_code, 0) << last.err;
+  EXPECT_NE(last.out.find("\"threads_per_block\": 64"), std::string::npos) << last.out;
+}
+
 }  // namespace

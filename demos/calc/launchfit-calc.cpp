@@ -5,12 +5,16 @@
 //
 // Exit codes: 0 done, 1 the device could not be queried or the SVG not written, 2 bad or impossible input.
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <charconv>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -18,6 +22,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -27,18 +33,6 @@
 #include "launchfit/occupancy.hpp"
 
 namespace {
-
-constexpr const char* usage_text =
-    "usage: launchfit-calc [--arch sm_90|9.0|H200 | --device N] [--threads N] [--regs N]\n"
-    "                      [--smem BYTES] [--static-smem BYTES] [--svg FILE] [--json]\n"
-    "  --arch         architecture or part from the built-in table (default sm_90)\n"
-    "  --device       query CUDA device N instead (needs a driver)\n"
-    "  --threads      threads per block (default 256)\n"
-    "  --regs         registers per thread (default 32)\n"
-    "  --smem         dynamic shared memory per block; 16K, 16KB and 16KiB mean 16384 bytes (default 0)\n"
-    "  --static-smem  static shared memory per block (default 0)\n"
-    "  --svg          write occupancy vs block size, registers and shared memory to FILE\n"
-    "  --json         print the result as JSON instead of a table\n";
 
 // Bad command line or impossible configuration: exit code 2.
 struct usage_error {
@@ -56,23 +50,55 @@ struct options {
   bool json = false;
 };
 
-long long parse_integer(const std::string& flag, const std::string& text) {
-  std::size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
+// Text from the command line as a message shows it: printable ASCII and valid UTF-8 as they are, quotes,
+// backslashes, control characters and invalid bytes escaped, at most 200 bytes; in quotes unless `bare`.
+std::string shown(std::string_view text, bool bare = false) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = bare ? "" : "'";
+  for (std::size_t i = 0; i < text.size() && i < 200;) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                            : c >= 0xe0 && c <= 0xef ? 3
+                            : c >= 0xf0 && c <= 0xf4 ? 4
+                                                     : 1;
+    bool valid = len > 1 && i + len <= text.size();
+    for (std::size_t k = 1; valid && k < len; ++k)
+      valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+    if (valid) {
+      out.append(text.substr(i, len));
+      i += len;
+      continue;
+    }
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+    ++i;
   }
-  if (used == 0 || used != text.size())
-    throw usage_error{flag + " expects a whole number, got '" + text + "'"};
+  if (!bare) out += '\'';
+  if (text.size() > 200) out += " (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
+// A whole decimal number in [lo, hi]: "out of range" when it is one but too large, never a wrapped value.
+long long parse_integer(const std::string& flag, const std::string& text, long long lo, long long hi) {
+  long long value = 0;
+  const char* first = text.data() + (text.size() > 1 && text[0] == '+' && text[1] != '-');
+  const char* last = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(first, last, value);
+  if (ec == std::errc::result_out_of_range && ptr == last)
+    throw usage_error{flag + " is out of range: " + shown(text)};
+  if (ec != std::errc() || ptr != last || first == last)
+    throw usage_error{flag + " expects a whole number, got " + shown(text)};
+  if (value < lo || value > hi) throw usage_error{flag + " is out of range: " + shown(text)};
   return value;
 }
 
 int parse_int(const std::string& flag, const std::string& text) {
-  const long long value = parse_integer(flag, text);
-  if (value < INT_MIN || value > INT_MAX) throw usage_error{flag + " is out of range: " + text};
-  return static_cast<int>(value);
+  return static_cast<int>(parse_integer(flag, text, INT_MIN, INT_MAX));
 }
 
 // "49152", "48K", "48KB", "48KiB", "1M" (binary units: shared memory is sized in KiB).
@@ -88,44 +114,68 @@ std::size_t parse_bytes(const std::string& flag, const std::string& text) {
     scale = 1024;
   else if (unit == "M" || unit == "MB" || unit == "MIB")
     scale = std::size_t{1024} * 1024;
-  if (digits == 0 || digits > 12 || scale == 0)
-    throw usage_error{flag + " expects bytes such as 4096, 16K or 16KB, got '" + text + "'"};
-  return std::stoull(text.substr(0, digits)) * scale;
+  if (digits == 0 || scale == 0)
+    throw usage_error{flag + " expects bytes such as 4096, 16K or 16KB, got " + shown(text)};
+  std::size_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + digits, value);
+  if (ec == std::errc::result_out_of_range || value > SIZE_MAX / scale)
+    throw usage_error{flag + " is out of range: " + shown(text)};
+  (void)ptr;
+  return value * scale;
+}
+
+[[noreturn]] void help(const CLI::App& app) {
+  std::cout << app.help();
+  std::exit(0);
 }
 
 options parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << usage_text;
-      std::exit(0);
-    }
-    if (flag == "--json") {
-      o.json = true;
-      continue;
-    }
-    static const std::string takes_value[] = {"--arch",        "--device", "--threads", "--regs",
-                                              "--static-smem", "--smem",   "--svg"};
-    if (std::find(std::begin(takes_value), std::end(takes_value), flag) == std::end(takes_value))
-      throw usage_error{"unknown option " + flag};
-    if (i + 1 >= argc) throw usage_error{flag + " needs a value"};
-    const std::string value = argv[++i];
-    if (flag == "--arch")
-      o.arch = value;
-    else if (flag == "--device")
-      o.device = parse_int(flag, value);
-    else if (flag == "--threads")
-      o.threads = parse_int(flag, value);
-    else if (flag == "--regs")
-      o.regs = parse_int(flag, value);
-    else if (flag == "--smem")
-      o.dynamic_smem = parse_bytes(flag, value);
-    else if (flag == "--static-smem")
-      o.static_smem = parse_bytes(flag, value);
-    else
-      o.svg = value;
+  CLI::App app{
+      "Occupancy of one kernel configuration without a GPU, the resource that binds, what to cut for one "
+      "more block, and the three calculator graphs as an SVG.\n"
+      "  e.g. launchfit-calc --arch H200 --threads 256 --regs 40 --smem 16K --svg occupancy.svg",
+      "launchfit-calc"};
+  app.allow_extras();  // reported below as "unknown option", with the option's name
+  std::string arch = "sm_90", device, threads, regs, smem, static_smem, svg;
+  bool json = false;
+  const auto last_wins = [](CLI::Option* o) {
+    return o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  last_wins(app.add_option("--arch", arch, "architecture or part from the built-in table (default sm_90)"))
+      ->type_name("sm_90|9.0|H200");
+  last_wins(app.add_option("--device", device, "query CUDA device N instead (needs a driver)"))
+      ->type_name("N");
+  last_wins(app.add_option("--threads", threads, "threads per block (default 256)"))->type_name("N");
+  last_wins(app.add_option("--regs", regs, "registers per thread (default 32)"))->type_name("N");
+  last_wins(
+      app.add_option("--smem", smem,
+                     "dynamic shared memory per block; 16K, 16KB and 16KiB mean 16384 bytes (default 0)"))
+      ->type_name("BYTES");
+  last_wins(app.add_option("--static-smem", static_smem, "static shared memory per block (default 0)"))
+      ->type_name("BYTES");
+  last_wins(
+      app.add_option("--svg", svg, "write occupancy vs block size, registers and shared memory to FILE"))
+      ->type_name("FILE");
+  app.add_flag("--json", json, "print the result as JSON instead of a table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    help(app);
+  } catch (const CLI::ParseError& e) {
+    throw usage_error{e.what()};
   }
+  if (!app.remaining().empty()) throw usage_error{"unknown option " + shown(app.remaining().front(), true)};
+
+  options o;
+  o.json = json;
+  o.arch = arch;
+  if (app.count("--device") > 0) o.device = parse_int("--device", device);
+  if (app.count("--threads") > 0) o.threads = parse_int("--threads", threads);
+  if (app.count("--regs") > 0) o.regs = parse_int("--regs", regs);
+  if (app.count("--smem") > 0) o.dynamic_smem = parse_bytes("--smem", smem);
+  if (app.count("--static-smem") > 0) o.static_smem = parse_bytes("--static-smem", static_smem);
+  if (app.count("--svg") > 0 && svg.empty()) throw usage_error{"--svg needs a file name, got ''"};
+  o.svg = svg;
   return o;
 }
 
@@ -298,6 +348,18 @@ void draw_panel(std::ostream& svg, const series& s, double ox, double oy) {
   svg << "</g>\n";
 }
 
+// Writes the whole file or says why not: the path as given (escaped) and the system's reason.
+void write_file(const std::string& path, const std::string& text) {
+  const auto refuse = [&path](int err) {
+    throw std::runtime_error("cannot write --svg file " + shown(path) + ": " + std::strerror(err));
+  };
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) refuse(errno);
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int write_errno = errno;
+  if (std::fclose(f) != 0 || !written) refuse(written ? errno : write_errno);
+}
+
 void write_svg(const std::string& path, const launchfit::device_limits& d,
                const launchfit::kernel_resources& k, const options& o,
                const launchfit::occupancy_result& now) {
@@ -344,8 +406,7 @@ void write_svg(const std::string& path, const launchfit::device_limits& d,
   by_smem.current_y = now.occupancy;
   by_smem.current_label = num(by_smem.current_x / 1024) + " KiB: " + current;
 
-  std::ofstream svg(path);
-  if (!svg) throw std::runtime_error("cannot write " + path);
+  std::ostringstream svg;
   const double width = 3 * panel_w + 20, height = panel_h + 64;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\"" << num(height)
       << "\" viewBox=\"0 0 " << num(width) << ' ' << num(height)
@@ -361,7 +422,7 @@ void write_svg(const std::string& path, const launchfit::device_limits& d,
   draw_panel(svg, by_regs, 10 + panel_w, 56);
   draw_panel(svg, by_smem, 10 + 2 * panel_w, 56);
   svg << "</svg>\n";
-  if (!svg.flush()) throw std::runtime_error("cannot write " + path);
+  write_file(path, svg.str());
 }
 
 int run(const options& o) {
