@@ -1,5 +1,6 @@
 // The plan-cache file reader: never crashes or throws on any bytes; what it accepts serialises and reads
-// back to the same entries; the line-layout fast path agrees with the full parser.
+// back to the same entries; the line-layout fast path agrees with the full parser; no text it accepts
+// can forge a log line (no control characters, bounded); safe_text and escaped_text hold on any bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "cache_file.hpp"
+#include "plan_json.hpp"
 
 namespace detail = launchfit::detail;
 
@@ -18,11 +20,36 @@ void check(bool ok) {
   if (!ok) std::abort();
 }
 
+bool clean(const std::string& s, std::size_t max) {
+  if (s.size() > max) return false;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return detail::safe_text(s, max) == s;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+
+  // Text helpers on any bytes: bounded, idempotent, nothing unsafe left.
+  const std::string safe = detail::safe_text(text, 256);
+  check(safe.size() <= 256 && detail::safe_text(safe, 256) == safe && clean(safe, 256));
+  const std::string escaped = detail::escaped_text(text.substr(0, 4096));
+  check(clean(escaped, 4 * 4096) && detail::escaped_text(escaped) == escaped);
+
   const auto contents = detail::parse_cache_file(text);
+  for (const auto& e : contents.entries) {
+    check(clean(e.plan.policy, detail::max_plan_text_bytes) &&
+          clean(e.plan.reason, detail::max_plan_text_bytes) &&
+          clean(e.plan.warning, detail::max_plan_text_bytes));
+    check(e.plan.match == "computed");
+    check(e.plan.block_threads >= 1 && e.plan.block_threads <= 1024 && e.plan.blocks_per_sm >= 0);
+    // The plan's own JSON reads back to the same plan.
+    check(detail::plan_to_json(detail::plan_from_json(detail::plan_to_json(e.plan))) ==
+          detail::plan_to_json(e.plan));
+  }
 
   std::vector<detail::stored_entry> fast;
   if (detail::parse_cache_file_lines(text, {}, fast)) {
