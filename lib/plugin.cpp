@@ -23,6 +23,9 @@
 #include <vector>
 
 #include "launchfit/error.hpp"
+#if __has_include("launchfit/param_policy.hpp")
+#include "launchfit/param_policy.hpp"  // param_policy, parameter_error (before: in policy.hpp)
+#endif
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
@@ -483,14 +486,19 @@ policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {
     std::shared_ptr<const policy> fallback;
     if (auto it = params.find("fallback"); it != params.end()) {
       // Plugins cannot be fallbacks: two plugins declining to each other would never end.
+      // parameter_error carries the key, so a policy string points at the fallback's value.
+      const auto bad_fallback = [&](const std::string& why) {
+        return detail::parameter_error(plugin->info.name,
+                                       detail::bad_parameter("fallback", detail::bad_parameter::part::value,
+                                                             "parameter 'fallback': " + why));
+      };
       if (is_plugin_name(it->second)) {
-        throw std::invalid_argument("parameter 'fallback': '" + it->second +
-                                    "' is a plugin; the fallback must be a built-in or C++ policy");
+        throw bad_fallback("'" + it->second + "' is a plugin; the fallback must be a built-in or C++ policy");
       }
       try {
         fallback = make_policy(it->second);
       } catch (const error& e) {
-        throw std::invalid_argument("parameter 'fallback': " + e.message());
+        throw bad_fallback(e.message());
       }
     }
     return std::make_shared<const plugin_policy>(plugin, params, std::move(fallback));

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "launchfit/error.hpp"
+#if __has_include("launchfit/param_policy.hpp")
+#include "launchfit/param_policy.hpp"  // param_policy, parameter_error (before: in policy.hpp)
+#endif
 #include "launchfit/policy.hpp"
 #include "plugin_loader.hpp"
 
@@ -134,6 +137,8 @@ std::shared_ptr<const policy> make_policy(const std::string& name,
       throw error("make_policy", "LAUNCHFIT_INVALID_POLICY",
                   "the factory of '" + name + "' returned no policy");
     return made;
+  } catch (const detail::bad_parameter& e) {
+    throw detail::parameter_error(name, e);  // keeps the key, so a policy string points at it
   } catch (const std::invalid_argument& e) {
     throw error("make_policy", "LAUNCHFIT_BAD_POLICY_PARAMETER", "policy '" + name + "': " + e.what());
   }
