@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <launchfit/args.hpp>
 #include <launchfit/device.hpp>
 #include <launchfit/kernel.hpp>
 #include <launchfit/launch.hpp>
@@ -28,7 +29,8 @@
 using launchfit_demo::device_buffer;
 using launchfit_demo::random_floats;
 
-// The kernel's parameters, in order: launch(k, spec, saxpy_args{...}) passes each field as one argument.
+// The kernel's parameters, in order: launch(k, spec, args(saxpy_args{...})) passes each field as one
+// argument.
 struct saxpy_args {
   float a;
   const float* x;
@@ -109,10 +111,11 @@ int run_driver_api(int argc, char** argv) {
     std::printf("    plan: %s\n", launchfit::plan_for(saxpy, spec).to_string().c_str());
     verify_y("launch(k, max_occupancy().items(n), a, x, y, n)");
 
-    // One aggregate: its fields are the arguments, in order.
+    // One aggregate: args() passes its fields as the arguments, in order.
     reset_y();
-    launchfit::launch(saxpy, launchfit::fixed(256).items(n), saxpy_args{a, dx.get(), dy.get(), n});
-    verify_y("launch(k, fixed(256).items(n), saxpy_args{...})");
+    launchfit::launch(saxpy, launchfit::fixed(256).items(n),
+                      launchfit::args(saxpy_args{a, dx.get(), dy.get(), n}));
+    verify_y("launch(k, fixed(256).items(n), args(saxpy_args{...}))");
   }
 
   // ---- what launchfit refuses ----------------------------------------------------------------------------

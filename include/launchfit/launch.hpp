@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <boost/pfr.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -18,11 +17,11 @@
 #include <typeinfo>
 #include <utility>
 
+#include "launchfit/detail/launch_request.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
-#include "launchfit/detail/launch_request.hpp"
 
 namespace launchfit {
 
@@ -206,9 +205,6 @@ launch_request make_request(const spec<Policy>& s) {
   return r;
 }
 
-template <class T>
-constexpr bool is_aggregate_args_v = std::is_class_v<T> && std::is_aggregate_v<T>;
-
 }  // namespace detail
 
 // Runtime-API kernel: argument count and convertibility checked at compile time; every argument is
@@ -235,39 +231,21 @@ void launch(void (*k)(Params...), const spec<Policy>& s, Args&&... args) {
       converted);
 }
 
-// Driver-API kernel with variadic arguments, or one aggregate whose fields are the arguments (Boost.PFR).
-// Argument count and sizes are checked against cuFuncGetParamInfo where the driver reports them.
+// Driver-API kernel: each argument is passed as one kernel parameter (a struct too: a kernel may take one by
+// value; lf::args(aggregate) from launchfit/args.hpp passes an aggregate's fields instead). Argument count
+// and sizes are checked against cuFuncGetParamInfo where the driver reports them.
 template <class Policy, class... Args>
 void launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
-  if constexpr (sizeof...(Args) == 1 && (detail::is_aggregate_args_v<std::decay_t<Args>> && ...)) {
-    auto& packed = std::get<0>(std::forward_as_tuple(args...));
-    constexpr std::size_t n = boost::pfr::tuple_size_v<std::decay_t<Args>...>;
-    std::array<void*, n> ptrs{};
-    std::array<std::size_t, n> sizes{};
-    boost::pfr::for_each_field(packed, [&](auto& field, std::size_t i) {
-      ptrs[i] = const_cast<void*>(static_cast<const void*>(&field));
-      sizes[i] = sizeof(field);
-    });
-    detail::launch_request r = detail::make_request(s);
-    r.kernel_id = k.id();
-    r.driver_kernel = &k;
-    r.args = ptrs.data();
-    r.arg_sizes = sizes.data();
-    r.arg_count = n;
-    r.has_arguments = true;
-    detail::launch(r);
-  } else {
-    std::array<void*, sizeof...(Args)> ptrs{const_cast<void*>(static_cast<const void*>(&args))...};
-    std::array<std::size_t, sizeof...(Args)> sizes{sizeof(std::decay_t<Args>)...};
-    detail::launch_request r = detail::make_request(s);
-    r.kernel_id = k.id();
-    r.driver_kernel = &k;
-    r.args = ptrs.data();
-    r.arg_sizes = sizes.data();
-    r.arg_count = sizeof...(Args);
-    r.has_arguments = true;
-    detail::launch(r);
-  }
+  std::array<void*, sizeof...(Args)> ptrs{const_cast<void*>(static_cast<const void*>(&args))...};
+  std::array<std::size_t, sizeof...(Args)> sizes{sizeof(std::decay_t<Args>)...};
+  detail::launch_request r = detail::make_request(s);
+  r.kernel_id = k.id();
+  r.driver_kernel = &k;
+  r.args = ptrs.data();
+  r.arg_sizes = sizes.data();
+  r.arg_count = sizeof...(Args);
+  r.has_arguments = true;
+  detail::launch(r);
 }
 
 // The plan a launch would use, without launching (computed and cached on first use).

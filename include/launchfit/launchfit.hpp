@@ -1,5 +1,7 @@
 #pragma once
-// launchfit — launches sized right on every GPU. One include for everything.
+// launchfit — launches sized right on every GPU. One include for launching, policies, plans, the cache and
+// logging. Two headers bring Boost.PFR and are included on their own: launchfit/args.hpp (lf::args, an
+// aggregate's fields as the kernel's arguments) and launchfit/param_policy.hpp (writing a policy).
 
 #include "launchfit/cache.hpp"
 #include "launchfit/device.hpp"

@@ -1,20 +1,16 @@
 #pragma once
 // launchfit::policy — the extension point that turns a query into a plan, the built-in policies, and the
-// registry that makes policies selectable by name at run time.
+// registry that makes policies selectable by name at run time. Light to include: the machinery that hashes,
+// prints and parses policy parameters (Boost.PFR) is in launchfit/param_policy.hpp, for policy authors.
 
 #include <array>
-#include <boost/pfr.hpp>
-#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include "launchfit/device.hpp"
@@ -88,66 +84,16 @@ void validate_plan(const query& q, plan& p);
 namespace detail {
 std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
 std::uint64_t hash_string(std::string_view s) noexcept;
-
-template <class T>
-std::string field_to_string(const T& v) {
-  // Integers take the fast path: a policy string is built on every new plan (a stream costs ~0.2 us each).
-  if constexpr (std::is_same_v<T, bool>) {
-    return v ? "true" : "false";
-  } else if constexpr (std::is_integral_v<T>) {
-    return std::to_string(v);
-  } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
-    return std::string(std::string_view(v));
-  } else {
-    std::ostringstream os;
-    if constexpr (std::is_floating_point_v<T>) {
-      os.precision(std::numeric_limits<T>::max_digits10);  // round-trips through policy strings exactly
-    }
-    os << v;
-    return os.str();
-  }
-}
+// Defined in launchfit/param_policy.hpp (Boost.PFR): a policy deriving from param_policy needs that header.
+template <class Derived, class Params>
+struct param_policy_members;
 }  // namespace detail
 
-// Policy parameters are plain aggregates with a `static constexpr std::array<const char*, N> names`:
-// Boost.PFR hashes, compares and prints them, so a new policy gets cache keys, log lines and
-// policy-string parsing for free.
-template <class Params>
-std::string params_to_string(const Params& p) {
-  static_assert(std::is_aggregate_v<Params>, "policy parameters must be an aggregate");
-  static_assert(Params::names.size() == boost::pfr::tuple_size_v<Params>,
-                "Params::names must name every field");
-  std::string out;
-  out.reserve(48);  // one allocation for the usual few integer parameters
-  boost::pfr::for_each_field(p, [&](const auto& field, std::size_t i) {
-    if (i) out += ',';
-    out += Params::names[i];
-    out += '=';
-    using T = std::decay_t<decltype(field)>;
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      char digits[24];  // every 64-bit integer, sign included
-      out.append(digits, std::to_chars(digits, digits + sizeof digits, field).ptr);
-    } else {
-      out += detail::field_to_string(field);
-    }
-  });
-  return out;
-}
-
-template <class Params>
-std::uint64_t params_hash(std::uint64_t name_hash, const Params& p) {
-  std::uint64_t h = name_hash;
-  boost::pfr::for_each_field(p, [&](const auto& field) {
-    h = detail::hash_combine(h, static_cast<std::uint64_t>(std::hash<std::decay_t<decltype(field)>>{}(field)));
-  });
-  return h;
-}
-
-// Sets fields by name from "k=v" pairs; throws std::invalid_argument naming the bad key or value.
-template <class Params>
-void params_assign(Params& p, const std::map<std::string, std::string>& kv);
-
-// A policy whose parameters are a PFR aggregate. Derived classes define choose_impl().
+// A policy whose parameters are a plain aggregate (a `static constexpr std::array<const char*, N> names`
+// names its fields): name, parameters and hash come from the aggregate, so a new policy gets cache keys,
+// log lines and policy-string parsing for free. Derived classes define choose_impl(). To derive from it,
+// include launchfit/param_policy.hpp, which has what name(), params() and hash() need (the built-in
+// policies' are compiled into the library).
 template <class Derived, class Params>
 class param_policy : public policy_base {
  public:
@@ -155,19 +101,37 @@ class param_policy : public policy_base {
   param_policy() = default;
   explicit param_policy(Params p) : params_(p) {}
 
-  std::string name() const override { return Derived::policy_name; }
-  std::string params() const override { return params_to_string(params_); }
-  std::uint64_t hash() const override {
-    static const std::uint64_t name_hash = detail::hash_string(Derived::policy_name);
-    return params_hash(name_hash, params_);
-  }
+  std::string name() const override;
+  std::string params() const override;
+  std::uint64_t hash() const override;
   const Params& parameters() const noexcept { return params_; }
 
  protected:
   Params params_{};
 };
 
+// Not inline: for the built-ins (extern templates below) these are compiled into the library only.
+template <class Derived, class Params>
+std::string param_policy<Derived, Params>::name() const {
+  // An "incomplete type" error on these three lines: include param_policy.hpp where the policy is defined.
+  return detail::param_policy_members<Derived, Params>::name();  // include param_policy.hpp
+}
+template <class Derived, class Params>
+std::string param_policy<Derived, Params>::params() const {
+  return detail::param_policy_members<Derived, Params>::params(params_);  // include param_policy.hpp
+}
+template <class Derived, class Params>
+std::uint64_t param_policy<Derived, Params>::hash() const {
+  return detail::param_policy_members<Derived, Params>::hash(params_);  // include param_policy.hpp
+}
+
 // ---- built-in policies -------------------------------------------------------------------------------
+
+class max_occupancy_policy;
+class bytes_in_flight_policy;
+class cooperative_policy;
+class fixed_policy;
+class constant_block_policy;  // the ten-line reference policy for authors, in launchfit/param_policy.hpp
 
 struct no_params {
   static constexpr std::array<const char*, 0> names{};
@@ -244,21 +208,12 @@ class fixed_policy final : public param_policy<fixed_policy, fixed_params> {
   plan choose_impl(const query& q) const override;
 };
 
-// The reference policy for authors: ten lines, always 128 threads.
-class constant_block_policy final : public param_policy<constant_block_policy, no_params> {
- public:
-  static constexpr const char* policy_name = "constant_block";
-  using param_policy::param_policy;
-
- protected:
-  plan choose_impl(const query& q) const override {
-    plan p;
-    p.block = dims{128, 1, 1};
-    p.blocks_per_sm = q.active_blocks_for(128);
-    p.reason = "always 128 threads (reference policy)";
-    return p;
-  }
-};
+// Built-ins whose param_policy members are compiled into the library (lib/param_policy.cpp).
+extern template class param_policy<max_occupancy_policy, max_occupancy_params>;
+extern template class param_policy<bytes_in_flight_policy, bytes_in_flight_params>;
+extern template class param_policy<cooperative_policy, cooperative_params>;
+extern template class param_policy<fixed_policy, fixed_params>;
+extern template class param_policy<constant_block_policy, no_params>;
 
 // Default bytes-in-flight target per SM for a device (per-arch table; calibrate() may override).
 std::size_t default_bytes_in_flight_per_sm(const device_limits& device);
@@ -295,5 +250,3 @@ std::shared_ptr<const policy> policy_override_for(std::string_view demangled_ker
                                                   std::string* matched = nullptr);
 
 }  // namespace launchfit
-
-#include "launchfit/detail/policy_params.hpp"

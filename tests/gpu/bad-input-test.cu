@@ -26,6 +26,7 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"
+#include "launchfit/param_policy.hpp"
 #include "launchfit/plugin.hpp"
 #include "../captured_log.hpp"
 #include "../error_of.hpp"

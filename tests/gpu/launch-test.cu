@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "launchfit/args.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"
 
@@ -428,7 +429,7 @@ TEST_F(DriverLaunch, PtxCubinAndInMemoryModulesWithVariadicAndAggregateArguments
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     expect_saxpy(a, x, y0, dy.download());
     dy.upload(y0);
-    lf::launch(k, lf::bytes_in_flight(8).items(n), saxpy_args{a, dx.ptr, dy.ptr, n});
+    lf::launch(k, lf::bytes_in_flight(8).items(n), lf::args(saxpy_args{a, dx.ptr, dy.ptr, n}));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     expect_saxpy(a, x, y0, dy.download());
   }

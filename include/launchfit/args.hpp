@@ -1,0 +1,57 @@
+#pragma once
+// launchfit::args — an aggregate's fields as a kernel's arguments:
+//   struct saxpy_args { float a; const float* x; float* y; int n; };
+//   lf::launch(k, lf::max_occupancy().items(n), lf::args(saxpy_args{a, x, y, n}));
+// Explicit, so that a struct given on its own is passed as one argument (to a kernel that takes it by value).
+
+#include <array>
+#include <boost/pfr.hpp>
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+
+#include "launchfit/launch.hpp"
+
+namespace launchfit {
+
+// A reference to an aggregate whose fields are the arguments; make it with args() inside the launch call.
+template <class Aggregate>
+struct packed_args {
+  const Aggregate& fields;
+};
+
+template <class Aggregate>
+packed_args<Aggregate> args(const Aggregate& a) noexcept {
+  static_assert(
+      std::is_class_v<Aggregate> && std::is_aggregate_v<Aggregate>,
+      "launchfit::args: the kernel's arguments must be the fields of an aggregate (a plain struct)");
+  return packed_args<Aggregate>{a};
+}
+
+// Runtime-API kernel: the fields, in order, checked and converted as separate arguments would be.
+template <class... Params, class Policy, class Aggregate>
+void launch(void (*k)(Params...), const spec<Policy>& s, packed_args<Aggregate> a) {
+  std::apply([&](const auto&... field) { launch(k, s, field...); }, boost::pfr::structure_tie(a.fields));
+}
+
+// Driver-API kernel: one kernel parameter per field, sizes checked against cuFuncGetParamInfo.
+template <class Policy, class Aggregate>
+void launch(const kernel& k, const spec<Policy>& s, packed_args<Aggregate> a) {
+  constexpr std::size_t n = boost::pfr::tuple_size_v<Aggregate>;
+  std::array<void*, n> ptrs{};
+  std::array<std::size_t, n> sizes{};
+  boost::pfr::for_each_field(a.fields, [&](const auto& field, std::size_t i) {
+    ptrs[i] = const_cast<void*>(static_cast<const void*>(&field));
+    sizes[i] = sizeof(field);
+  });
+  detail::launch_request r = detail::make_request(s);
+  r.kernel_id = k.id();
+  r.driver_kernel = &k;
+  r.args = ptrs.data();
+  r.arg_sizes = sizes.data();
+  r.arg_count = n;
+  r.has_arguments = true;
+  detail::launch(r);
+}
+
+}  // namespace launchfit
