@@ -637,9 +637,16 @@ void emit_env_warnings(log_state& s) {
     std::lock_guard<std::mutex> lock(s.mutex);
     warnings = s.warnings;
   }
-  for (const env_warning& w : warnings)
-    log_event(spdlog::level::warn, "bad_environment", w.message,
-              {{"variable", w.variable}, {"value", w.value}});
+  // The text line already names the variable and the value; JSON gets them as fields too.
+  const bool json = s.format.load() == log_format::json;
+  for (const env_warning& w : warnings) {
+    if (json) {
+      log_event(spdlog::level::warn, "bad_environment", w.message,
+                {{"variable", w.variable}, {"value", w.value}});
+    } else {
+      log_event(spdlog::level::warn, "bad_environment", w.message);
+    }
+  }
 }
 
 // The state without side effects (fork and exit handlers).
@@ -769,7 +776,8 @@ void log_new_plan(const plan_report& r) noexcept {
       log_payload(spdlog::level::info, {format_plan(r, f), f == log_format::json});
     if (!r.plan.warning.empty() && l.should_log(spdlog::level::warn)) {
       if (f == log_format::json) {
-        log_event(spdlog::level::warn, "policy_shortfall", r.plan.warning,
+        log_event(spdlog::level::warn, "policy_shortfall",
+                  "kernel " + r.kernel.demangled + ": " + r.plan.warning,
                   {{"kernel", r.kernel.demangled}, {"policy", r.plan.policy}, {"warning", r.plan.warning}});
       } else {
         log_payload(spdlog::level::warn, {"kernel " + escape_log_text(r.kernel.demangled) + ": " +
