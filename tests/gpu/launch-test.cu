@@ -496,6 +496,30 @@ TEST_F(DriverLaunch, GetIsThreadSafe) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// Without lf::args a struct is one argument: saxpy takes four, so it is refused before launching.
+TEST_F(DriverLaunch, AStructWithoutArgsIsOneArgument) {
+  LF_CUDA_CHECK(cudaFree(nullptr));
+  lf::module m = lf::module::from_file(LAUNCHFIT_TEST_CUBIN);
+  const lf::kernel k = m.get("saxpy");
+  if (!k.param_sizes()) GTEST_SKIP() << "driver does not report parameter info";
+  try {
+    lf::launch(k, lf::fixed(64).items(64), saxpy_args{1.0f, nullptr, nullptr, 64});
+    FAIL() << "a struct was unpacked without lf::args";
+  } catch (const lf::error& e) {
+    EXPECT_NE(e.message().find("kernel takes 4 parameters, 1 arguments given"), std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.code(), lf::errc::invalid_argument);
+  }
+  lf::module moved = std::move(m);
+  try {
+    (void)m.get("saxpy");  // NOLINT(bugprone-use-after-move): a moved-from module refuses
+    FAIL() << "a moved-from module handed out a kernel";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.code(), lf::errc::invalid_argument) << e.what();
+  }
+  EXPECT_EQ(moved.get("saxpy").id(), k.id());
+}
+
 TEST_F(Launch, ClusterDimsReachTheLaunchAndABadGridIsRefused) {
   device_buffer<unsigned> out(8);
   out.poison();
