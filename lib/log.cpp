@@ -396,10 +396,12 @@ void write_quietly(log_state& s, const output_record& r) {
 
 output_record drop_report(log_state& s, std::uint64_t n) {
   const std::string count = std::to_string(n);
-  event_payload p = build_event(
-      spdlog::level::warn, "log_dropped",
-      "launchfit log queue full: " + count + " lines dropped (asynchronous logging never blocks a launch)",
-      {{"dropped", count}}, s.format.load());
+  const std::string message =
+      "launchfit log queue full: " + count + " lines dropped (asynchronous logging never blocks a launch)";
+  const log_format f = s.format.load();
+  event_payload p = f == log_format::json
+                        ? build_event(spdlog::level::warn, "log_dropped", message, {{"dropped", count}}, f)
+                        : build_event(spdlog::level::warn, "log_dropped", message, {}, f);
   return {spdlog::level::warn, spdlog::log_clock::now(), 0, p.json, std::move(p.text)};
 }
 

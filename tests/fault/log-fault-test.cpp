@@ -125,7 +125,7 @@ TEST(LogFault, AStuckOutputNeverBlocksTheLoggerNorTheExit) {
   });
 }
 
-TEST(LogFault, QueueOverflowIsReportedOnceTheOutputMovesAgain) {
+TEST(LogFault, QueueOverflowIsReportedWhenTheOutputMovesAgain) {
   const std::string path = scratch_file("overflow");
   LAUNCHFIT_EXPECT_BOUNDED(8000, [&] {
     log_to_file(path);
