@@ -273,7 +273,7 @@ echo echo_around(std::string_view source, std::size_t pos) {
   echo out{begin > 0 ? "..." : "", begin > 0 ? 3u : 0u, begin == 0 && end == source.size()};
   for (std::size_t i = begin; i < end;) {
     const shown_char c = show_char(source.substr(0, end), i);
-    if (i < pos) out.caret += c.width;
+    if (i + c.bytes <= pos) out.caret += c.width;  // a sequence holding pos gets the caret at its start
     out.line += c.text;
     i += c.bytes;
   }
@@ -285,12 +285,13 @@ echo echo_around(std::string_view source, std::size_t pos) {
 // it long.
 std::string shown_what(std::string_view what) {
   std::string out;
-  for (std::size_t i = 0; i < what.size() && out.size() < what_bytes;) {
+  std::size_t i = 0;
+  while (i < what.size() && out.size() < what_bytes) {
     const shown_char c = show_char(what, i, false);
     out += c.text;
     i += c.bytes;
   }
-  if (out.size() >= what_bytes) out += "... (" + std::to_string(what.size()) + " bytes)";
+  if (i < what.size()) out += "... (" + std::to_string(what.size()) + " bytes)";
   return out;
 }
 

@@ -76,9 +76,11 @@ struct policy_override {
   std::shared_ptr<const policy> chosen;
 };
 
-// Why a glob can never match any match_names() result, at an offset in `glob`, or nothing: a control
-// character, a space outside <...> and (...) before the first wildcard (a return type), or a final ')' (a
-// parameter list). '(', ',' and spaces elsewhere can match: "(anonymous namespace)::k", "reduce<float, 4>".
+// Why a glob can never match the match_names() of a kernel name, at an offset in `glob`, or nothing: a
+// control character, a space outside <...> and (...) before the first wildcard (a return type), or a final
+// ')' (a parameter list). Kernel names are C identifiers or demangled C++ names of functions returning void:
+// no control characters, brackets balanced. '(', ',' and spaces elsewhere do match:
+// "(anonymous namespace)::k", "reduce<float, 4>".
 std::optional<syntax_error> glob_refusal(std::string_view glob);
 
 // Parses a whole LAUNCHFIT_POLICY-style spec; throws syntax_error with positions in `spec`.

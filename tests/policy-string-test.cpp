@@ -534,6 +534,19 @@ TEST(PolicyString, ParameterErrorsCarryTheirKeyNotJustAMessage) {
   lf::unregister_policy("test_keyed");
 }
 
+TEST(PolicyString, AFactorysLongOrControlCharacterMessageIsEscapedAndCut) {
+  lf::register_policy("test_noisy",
+                      [](const std::map<std::string, std::string>&) -> std::shared_ptr<const lf::policy> {
+                        throw std::invalid_argument("line one\n\x1b[2J" + std::string(5000, 'z'));
+                      });
+  const std::string m = parse_error("test_noisy");
+  EXPECT_LT(m.size(), 1300u) << m.size();
+  EXPECT_NE(m.find("col 1: policy 'test_noisy': line one\\n\\x1b[2Jzzz"), std::string::npos) << m;
+  EXPECT_NE(m.find("zzz... (5034 bytes)\n  test_noisy\n  ^"), std::string::npos) << m;
+  for (char c : m) EXPECT_TRUE(c == '\n' || static_cast<unsigned char>(c) >= 0x20) << m;
+  lf::unregister_policy("test_noisy");
+}
+
 TEST(PolicyString, NegativeParametersParseAndAreRefusedWhenThePlanIsMade) {
   // As prefer_block=-1: the policy string parses, choose() refuses it (policy-test.cpp checks the messages).
   for (const char* text : {"cooperative(block=-1)", "cooperative(blocks_per_sm=-1)",
