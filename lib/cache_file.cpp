@@ -837,7 +837,7 @@ bool flush_locked(cache_file& f, std::unique_lock<std::mutex>& lk, milliseconds 
 void flush_at_exit() {
   cache_file& f = state();
   std::unique_lock lk(f.memory);
-  if (!flush_locked(f, lk, exit_wait) && f.writable && !f.pending.empty()) {
+  if (!flush_locked(f, lk, exit_wait) && f.writable && (!f.pending.empty() || !f.in_flight.empty())) {
     const std::string path = f.path;
     const std::size_t left = f.pending.size() + f.in_flight.size();
     f.exiting = true;
@@ -926,16 +926,21 @@ loaded_file load(const std::string& path, cache_file_mode mode) {
   return out;
 }
 
-// Under config. Flushes the file in use (bounded), then installs `next` (or no file). Returns warnings.
+// Under config. Writes what the file in use still has pending (bounded wait), before another file (or
+// the same one again) is read.
+void flush_before_switch(cache_file& f) {
+  std::unique_lock lk(f.memory);
+  if (!f.open || flush_locked(f, lk, close_wait) || !f.writable) return;
+  const std::string path = f.path;
+  const std::size_t left = f.pending.size() + f.in_flight.size();
+  lk.unlock();
+  warn(path, std::to_string(left) + " plan(s) not written before the file was closed: its lock stayed held");
+}
+
+// Under config. Installs `next` (or no file). Returns the warnings of the load.
 std::vector<std::string> switch_file(cache_file& f, const std::string& path, cache_file_mode mode,
                                      loaded_file* next) {
-  std::vector<std::string> notes;
   std::unique_lock lk(f.memory);
-  if (f.open && !flush_locked(f, lk, close_wait) && f.writable) {
-    notes.push_back(std::to_string(f.pending.size() + f.in_flight.size()) +
-                    " plan(s) not written before the file was closed: its lock stayed held");
-  }
-  const std::string old_path = f.path;
   ++f.generation;
   f.pending.clear();
   f.in_flight.clear();
@@ -963,12 +968,12 @@ std::vector<std::string> switch_file(cache_file& f, const std::string& path, cac
   f.done.notify_all();
   f.work.notify_all();
   lk.unlock();
-  if (!notes.empty()) warn(old_path, notes.front());
   return next ? std::move(next->warnings) : std::vector<std::string>{};
 }
 
 void open_locked(cache_file& f, const std::string& path, cache_file_mode mode,
                  std::vector<std::string> extra = {}) {
+  flush_before_switch(f);
   loaded_file next = load(path, mode);
   for (auto& w : extra) next.warnings.push_back(std::move(w));
   for (const auto& w : switch_file(f, path, mode, &next)) warn(path, w);
@@ -1009,6 +1014,7 @@ void close_cache_file() {
   auto& f = state();
   std::lock_guard lock(f.config);
   f.env_checked.store(true, std::memory_order_release);
+  flush_before_switch(f);
   switch_file(f, "", cache_file_mode::read_write, nullptr);
 }
 
