@@ -328,7 +328,7 @@ struct async_queue {
   std::mutex* mutex = new std::mutex;
   std::condition_variable* wake = new std::condition_variable;     // worker: work arrived
   std::condition_variable* drained = new std::condition_variable;  // flush(): queue empty
-  std::timed_mutex* write_mutex = new std::timed_mutex;            // serialises worker and exit writes
+  std::mutex* write_mutex = new std::mutex;                        // serialises worker and exit writes
   std::deque<output_record> items;
   std::size_t bytes = 0;
   bool worker_alive = false;
@@ -411,6 +411,17 @@ void flush_route(log_state& s) {
   if (rt.output) rt.output->flush();
 }
 
+// Takes `m` if it comes free within `wait` (polling: std::timed_mutex's timed lock is invisible to
+// ThreadSanitizer on glibc, which then reports the unlock).
+bool lock_within(std::mutex& m, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (!m.try_lock()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 void worker_loop(log_state& s) {
   sink_depth = 1;  // a user sink that logs from here is dropped, not queued again forever
   async_queue& q = s.queue;
@@ -424,7 +435,7 @@ void worker_loop(log_state& s) {
     q.writing = true;
     lock.unlock();
     {
-      std::lock_guard<std::timed_mutex> write(*q.write_mutex);
+      std::lock_guard<std::mutex> write(*q.write_mutex);
       for (const output_record& r : batch) write_quietly(s, r);
       if (overflow != 0) write_quietly(s, drop_report(s, overflow));
       try {
@@ -460,7 +471,7 @@ void drain_at_exit() {
     q.bytes = 0;
     overflow = std::exchange(q.overflow, 0);
   }
-  if (q.write_mutex->try_lock_for(exit_write_wait)) {
+  if (lock_within(*q.write_mutex, exit_write_wait)) {
     for (const output_record& r : rest) write_quietly(s, r);
     if (overflow != 0) write_quietly(s, drop_report(s, overflow));
     try {
@@ -476,7 +487,7 @@ void drain_at_exit() {
 void before_fork() {
   async_queue& q = state_raw().queue;
   q.mutex->lock();
-  q.fork_write_locked = q.write_mutex->try_lock_for(exit_write_wait);
+  q.fork_write_locked = lock_within(*q.write_mutex, exit_write_wait);
 }
 void after_fork_parent() {
   async_queue& q = state_raw().queue;
@@ -487,7 +498,7 @@ void after_fork_parent() {
 // locks (a vanished thread may have held the old ones) and without the parent's queued lines.
 void after_fork_child() {
   async_queue& q = state_raw().queue;
-  q.write_mutex = new std::timed_mutex;
+  q.write_mutex = new std::mutex;
   q.wake = new std::condition_variable;
   q.drained = new std::condition_variable;
   q.items.clear();

@@ -19,7 +19,8 @@ enum class log_format { text, json };
 // "launchfit" that was registered with spdlog before first use. Level: LAUNCHFIT_LOG_LEVEL, else
 // SPDLOG_LEVEL ("launchfit=debug" or a bare level), else info; a value that is not a level is reported in
 // one warning and ignored. Every line it writes is one line: control characters and invalid UTF-8 in
-// any message are escaped. Never touches spdlog's default logger.
+// any message are escaped. set_pattern()/set_formatter() on it shape the stderr output. Never touches
+// spdlog's default logger.
 std::shared_ptr<spdlog::logger> logger();
 // Sends launchfit's lines to `l` (its sinks, pattern and level; launchfit adopts l's level now, later
 // changes go through logger()->set_level()). nullptr sends them to stderr again.
