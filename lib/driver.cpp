@@ -120,7 +120,7 @@ std::string error_string(CUresult r) {
 
 void check(CUresult r, const char* call, const std::string& kernel, const std::string& config) {
   if (r == CUDA_SUCCESS) return;
-  throw error(call, error_name(r), error_string(r), kernel, config);
+  throw error(r, call, error_string(r), kernel, config);
 }
 
 }  // namespace launchfit::detail

@@ -32,7 +32,7 @@ error with_fault_note(const error& e) {
 void throw_launch_error(CUresult r, const plan_entry& e, dims grid) {
   std::string message = error_string(r);
   if (is_sticky(r)) message += sticky_note();
-  throw error("cuLaunchKernelEx", error_name(r), message, display_name(e.kernel),
+  throw error(r, "cuLaunchKernelEx", message, display_name(e.kernel),
               "launch grid " + grid.to_string() + ", " + e.plan.to_string());
 }
 

@@ -245,9 +245,13 @@ std::string kb(std::size_t bytes) {
   return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " KB";
 }
 
-std::mutex bif_mutex;
+// Calibrated targets by compute capability; never destroyed, as every launchfit singleton.
+std::mutex& bif_mutex() {
+  static std::mutex& m = *new std::mutex();
+  return m;
+}
 std::map<int, std::size_t>& bif_overrides() {
-  static std::map<int, std::size_t> m;
+  static std::map<int, std::size_t>& m = *new std::map<int, std::size_t>();
   return m;
 }
 
@@ -372,7 +376,7 @@ bool detail::is_builtin_policy(const policy& p) noexcept {
 
 std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {
   {
-    std::lock_guard<std::mutex> lock(bif_mutex);
+    std::lock_guard<std::mutex> lock(bif_mutex());
     auto it = bif_overrides().find(device.cc());
     if (it != bif_overrides().end()) return it->second;
   }
@@ -386,7 +390,7 @@ std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {
 }
 
 void set_bytes_in_flight_per_sm(int cc, std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(bif_mutex);
+  std::lock_guard<std::mutex> lock(bif_mutex());
   bif_overrides()[cc] = bytes;
 }
 

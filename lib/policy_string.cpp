@@ -485,7 +485,7 @@ void set_policy_overrides(std::string_view spec) {
   auto entries = parse_overrides(spec, "policy overrides", "a policy override spec");
   auto& table = overrides();
   std::unique_lock lock(table.mutex);
-  table.entries = std::move(entries);
+  std::swap(table.entries, entries);  // the old policies are destroyed below, after the lock (plugin code)
   table.env_error.reset();
   table.loaded = true;
   generation.fetch_add(1, std::memory_order_acq_rel);

@@ -24,6 +24,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"
+#include "launchfit/param_policy.hpp"
 #include "launchfit/policy.hpp"
 #include "captured_log.hpp"
 #include "error_of.hpp"

@@ -33,7 +33,7 @@ TEST(PlanCache, ConcurrentFirstLaunchesBuildOnePlanPerKey) {
       for (int r = 0; r < rounds; ++r) {
         for (int i = 0; i < kernels * policies; ++i) {
           const int k = (i + t) % kernels, p = (i / kernels + t) % policies;
-          const lf::detail::plan_entry& e = lf::detail::find_or_build(key_of(k, p), [&] {
+          const lf::detail::plan_entry& e = *lf::detail::find_or_build(key_of(k, p), [&] {
             {
               std::lock_guard<std::mutex> lock(m);
               ++builds[{k, p}];
@@ -62,7 +62,7 @@ TEST(PlanCache, AFailedBuildIsRetriedByTheNextCaller) {
   EXPECT_THROW(lf::detail::find_or_build(key_of(1, 1), []() -> lf::detail::plan_entry { throw std::runtime_error("x"); }),
                std::runtime_error);
   EXPECT_EQ(lf::detail::find(key_of(1, 1)), nullptr);
-  const auto& e = lf::detail::find_or_build(key_of(1, 1), [] {
+  const auto& e = *lf::detail::find_or_build(key_of(1, 1), [] {
     lf::detail::plan_entry out;
     out.plan.block_threads = 64;
     return out;
@@ -80,7 +80,7 @@ TEST(PlanCache, KeysDifferByContextKernelPolicySmemAndBucket) {
   int n = 0;
   for (const auto& k : keys) {
     const int id = ++n;
-    const auto& e = lf::detail::find_or_build(k, [id] {
+    const auto& e = *lf::detail::find_or_build(k, [id] {
       lf::detail::plan_entry out;
       out.plan.block_threads = id;
       return out;

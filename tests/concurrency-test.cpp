@@ -16,6 +16,7 @@
 
 #include "launchfit/error.hpp"
 #include "launchfit/plugin.hpp"
+#include "launchfit/param_policy.hpp"
 #include "launchfit/policy.hpp"
 
 namespace lf = launchfit;

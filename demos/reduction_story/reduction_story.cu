@@ -26,6 +26,7 @@
 #include <launchfit/device.hpp>
 #include <launchfit/launch.hpp>
 #include <launchfit/log.hpp>
+#include <spdlog/spdlog.h>
 #include <random>
 #include <sstream>
 #include <stdexcept>

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_file.hpp"
 #include "gpu_test.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"

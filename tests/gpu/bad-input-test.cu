@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_file.hpp"
 #include "gpu_test.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"
