@@ -742,7 +742,7 @@ std::string format_plan(const plan_report& r, log_format f) {
         {"active_blocks_per_sm", p.occupancy.active_blocks_per_sm},
         {"limiter", limiter_names(p.occupancy.limiters)},
         {"registers", r.kernel.regs_per_thread},
-        {"spill_bytes", r.kernel.local_bytes_per_thread},
+        {"local_bytes_per_thread", r.kernel.local_bytes_per_thread},
         {"static_smem_bytes", r.kernel.static_smem_bytes},
         {"policy", valid_utf8(p.policy)},
         {"match", valid_utf8(p.match)},
@@ -767,7 +767,7 @@ std::string format_plan(const plan_report& r, log_format f) {
       " blocks, " + std::to_string(p.occupancy.active_warps_per_sm) + " warps/SM; runs " +
       std::to_string(p.blocks_per_sm) + " blocks/SM) limiter=" + limiter_names(p.occupancy.limiters) +
       " regs=" + std::to_string(r.kernel.regs_per_thread) +
-      " spill=" + std::to_string(r.kernel.local_bytes_per_thread) + "B policy=" + escape_log_text(p.policy);
+      " local=" + std::to_string(r.kernel.local_bytes_per_thread) + "B policy=" + escape_log_text(p.policy);
   if (p.cooperative) s += " cooperative";
   if (!r.override_glob.empty()) s += " override=" + quoted(r.override_glob);
   s += " match=" + escape_log_text(p.match);
@@ -810,15 +810,16 @@ void log_new_plan(const plan_report& r) noexcept {
           // Numbers stay numbers in the spill object.
           nlohmann::json j = {{"level", "warning"},
                               {"logger", logger_name},
-                              {"event", "spill"},
+                              {"event", "local_memory"},
                               {"kernel", valid_utf8(r.kernel.demangled)},
-                              {"spill_bytes", r.kernel.local_bytes_per_thread},
+                              {"local_bytes_per_thread", r.kernel.local_bytes_per_thread},
                               {"registers", r.kernel.regs_per_thread}};
           log_payload(spdlog::level::warn, {dump_json(j), true});
         } else {
-          log_payload(spdlog::level::warn, {"kernel " + escape_log_text(r.kernel.demangled) + " spills " +
-                                            spill + " B per thread to local memory (" + regs +
-                                            " registers): expect extra memory traffic"});
+          log_payload(spdlog::level::warn, {"kernel " + escape_log_text(r.kernel.demangled) + " uses " +
+                                            spill + " B of local memory per thread (" + regs +
+                                            " registers; a stack frame or register spills, -Xptxas -v says "
+                                            "which): expect extra memory traffic"});
         }
       }
     }
