@@ -97,7 +97,11 @@ TEST(Log, NewPlanIsOneInfoLineAndASpillWarnsOncePerKernel) {
   EXPECT_EQ(lines[1].rfind("warning kernel spilly_kernel() uses 64 B of local memory per thread", 0), 0u) << lines[1];
   EXPECT_EQ(lines[2].rfind("info new plan:", 0), 0u) << lines[2];
   // Local memory is a stack frame or spills: launchfit cannot tell which, so it never says "spills".
-  for (const auto& l : lines) EXPECT_EQ(l.find(" spill"), std::string::npos) << l;
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.find(" spills 64"), std::string::npos) << l;
+    EXPECT_EQ(l.find("spill="), std::string::npos) << l;
+    EXPECT_NE(l.find("local"), std::string::npos) << l;
+  }
 }
 
 TEST(Log, ShortfallWarningCarriesBytesTargetAndAdvice) {
