@@ -6,7 +6,7 @@ set -euo pipefail
 seconds=${1:-60}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${LAUNCHFIT_FUZZ_BUILD_DIR:-$root/build-fuzz}
-targets=(policy-string-fuzz policy-overrides-fuzz cache-file-fuzz)
+targets=(policy-string-fuzz policy-overrides-fuzz cache-file-fuzz log-text-fuzz)
 
 cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS=-fno-sanitize-recover=all \
