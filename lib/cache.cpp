@@ -48,17 +48,23 @@ struct front_line {
   std::uint64_t generation = 0;
   const plan_entry* entry = nullptr;
 };
-constexpr std::size_t front_size = 64;
-thread_local std::array<front_line, front_size> front{};
+// A thread's front: 16 sets of 4 lines, so a few hot plans that share a set still hit without a lock (a
+// direct-mapped front sent a pair of colliding plans to the shared map on every other launch).
+constexpr std::size_t front_sets = 16, front_ways = 4;
+struct front_set {
+  std::array<front_line, front_ways> lines{};
+  unsigned char next = 0;  // the line a new entry replaces (round robin)
+};
+thread_local std::array<front_set, front_sets> front{};
 
-// The front's line for a key: one multiply (the policy hash is already mixed). The shared map uses hash_key.
-inline std::size_t front_index(const plan_key& k) noexcept {
+// The front's set for a key: one multiply (the policy hash is already mixed). The shared map uses hash_key.
+inline front_set& front_set_of(const plan_key& k) noexcept {
   const std::uint64_t x =
       (k.kernel ^ (k.context << 40) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2) ^ (k.launch << 3)) *
       0x9e3779b97f4a7c15ULL;
-  return static_cast<std::size_t>(x >> 58);  // top 6 bits: 64 lines
+  return front[static_cast<std::size_t>(x >> 60)];  // top 4 bits: 16 sets
 }
-static_assert(front_size == 64, "front_index yields 6 bits");
+static_assert(front_sets == 16, "front_set_of yields 4 bits");
 
 }  // namespace
 
@@ -73,8 +79,9 @@ std::uint64_t hash_key(const plan_key& k) noexcept {
 const plan_entry* find(const plan_key& key) noexcept {
   store& s = the_store();
   const std::uint64_t gen = s.generation.load(std::memory_order_acquire);
-  front_line& line = front[front_index(key)];
-  if (line.generation == gen && line.entry && line.key == key) return line.entry;
+  front_set& set = front_set_of(key);
+  for (const front_line& line : set.lines)
+    if (line.generation == gen && line.entry && line.key == key) return line.entry;
   std::shared_ptr<slot> sl;
   {
     std::shared_lock<std::shared_mutex> lock(s.mutex);
@@ -84,7 +91,8 @@ const plan_entry* find(const plan_key& key) noexcept {
   }
   if (!sl->ready.load(std::memory_order_acquire)) return nullptr;
   s.map_hits.fetch_add(1, std::memory_order_relaxed);
-  line = front_line{key, gen, sl->entry.get()};
+  set.lines[set.next] = front_line{key, gen, sl->entry.get()};
+  set.next = static_cast<unsigned char>((set.next + 1) % front_ways);
   return sl->entry.get();
 }
 

@@ -2,7 +2,10 @@
 // grid arithmetic and one cuLaunchKernelEx. Everything else (planning, tuning, reporting) is the miss path
 // in planner.cpp.
 
+#include <map>
+#include <mutex>
 #include <optional>
+#include <string>
 
 #include "device_query.hpp"
 #include "driver.hpp"
@@ -23,6 +26,10 @@ const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& 
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
     throw error("launchfit::launch", "CUDA_ERROR_INVALID_HANDLE", "null or empty kernel");
   }
+  if ((r.cluster.x | r.cluster.y | r.cluster.z) > 0xffffu) {
+    throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+                "cluster " + r.cluster.to_string() + " has a dimension above 65535");
+  }
   const context_ref ctx = current_context(r);
   const plan_key key = base_key(r, ctx);
   const plan_entry* e = find(key);
@@ -32,6 +39,16 @@ const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& 
   if (r.smem_fn && (*r.smem_fn)(e->plan.block_threads) != e->plan.dynamic_smem_bytes)
     e = &replan_for_smem_rule(r, ctx, *e, local);
   return *e;
+}
+
+const plan& keep_for_caller(const plan& p) {
+  static std::mutex& m = *new std::mutex();  // never destroyed, as every launchfit singleton
+  static auto& kept = *new std::map<std::string, const plan*>();
+  std::string id = p.to_string() + '|' + p.reason;
+  std::lock_guard<std::mutex> lock(m);
+  auto [it, added] = kept.emplace(std::move(id), nullptr);
+  if (added) it->second = new plan(p);
+  return *it->second;
 }
 
 void check_arguments(const launch_request& r, const plan_entry& e) {
@@ -56,14 +73,12 @@ void check_arguments(const launch_request& r, const plan_entry& e) {
 }  // namespace
 
 const plan& plan_for(const launch_request& r) {
-  // A plan made for one call only must outlive it here: the caller holds a reference. Kept per thread until
-  // the next such plan on the same thread.
-  thread_local std::optional<plan_entry> kept;
   std::optional<plan_entry> local;
   const plan_entry& e = entry_for(r, local);
   if (!local || &e != &*local) return e.plan;
-  kept = std::move(local);
-  return kept->plan;
+  // A plan made for this call only: the caller holds a reference, so it is kept for the process lifetime,
+  // once per distinct plan (only re-entrant planning and smem rules that never settle make such plans).
+  return keep_for_caller(e.plan);
 }
 
 void launch(const launch_request& r) {
@@ -91,7 +106,7 @@ void launch(const launch_request& r) {
   }
   const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
-  if (!local) note_launched(e);  // a plan for this call only is gone after it
+  if (!local || &e != &*local) note_launched(e);  // a plan for this call only is gone after it
 }
 
 }  // namespace launchfit::detail

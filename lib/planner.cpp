@@ -90,6 +90,21 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   return q;
 }
 
+// The function's dynamic-smem limit raised to `needed` (a launched plan or a tuning trial), never lowered (a
+// user's higher setting stays). Returns the limit now in force.
+std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const kernel_resources& k, const plan& p) {
+  static std::mutex& m = *new std::mutex();  // never destroyed, as every launchfit singleton
+  const driver_api& d = driver();
+  std::lock_guard<std::mutex> lock(m);
+  int current = 0;
+  check(d.cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
+        "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(k), p.to_string());
+  if (static_cast<std::size_t>(current) >= needed) return static_cast<std::size_t>(current);
+  check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(needed)),
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(k), p.to_string());
+  return needed;
+}
+
 // ---- step 4: tuning trials -------------------------------------------------------------------------------
 
 // Trials re-run the kernel: only when the spec allows it, with real arguments, outside a stream capture.
@@ -97,8 +112,9 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
 void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need) {
   if (!r.rerunnable || !r.has_arguments) return;
   const driver_api& d = driver();
+  // Any doubt (no entry point, an error such as the legacy stream while another stream captures) is a no.
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d.cuStreamIsCapturing) d.cuStreamIsCapturing(r.stream, &capturing);
+  if (!d.cuStreamIsCapturing || d.cuStreamIsCapturing(r.stream, &capturing) != CUDA_SUCCESS) return;
   if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return;
   // One stream gate per tuning (a pinned word and a watchdog thread), made by the first trial. The trials
   // share the launch's stream: a plugin that times from several threads is served one trial at a time.
@@ -110,6 +126,7 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
                  t = std::make_shared<tuning>()](const plan& candidate) {
     plan p = candidate;
     apply_requirements(q_for_checks, p, need);  // throws: this candidate cannot run as required
+    raise_function_smem_limit(f, p.dynamic_smem_bytes, q_for_checks.kernel, p);  // as its real launch would
     std::lock_guard<std::mutex> lock(t->m);
     if (!t->gate) t->gate.emplace();
     return time_candidate(f, r, p, max_grid_x, *t->gate);
@@ -183,23 +200,8 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
 // Raised to what the launched plan needs, never lowered (a user's higher setting stays), and checked with the
 // driver afterwards: the plan's residency came from the calculator above the old limit.
 void raise_smem_limit(const query& q, plan_entry& e) {
-  static std::mutex& m = *new std::mutex();  // never destroyed, as every launchfit singleton
-  const std::size_t needed = e.plan.dynamic_smem_bytes;
-  if (needed <= e.kernel.max_dynamic_smem_bytes) return;
-  const driver_api& d = driver();
-  {
-    std::lock_guard<std::mutex> lock(m);
-    int current = 0;
-    check(d.cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.function),
-          "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(e.kernel), e.plan.to_string());
-    if (static_cast<std::size_t>(current) < needed) {
-      check(d.cuFuncSetAttribute(e.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 static_cast<int>(needed)),
-            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(e.kernel), e.plan.to_string());
-      current = static_cast<int>(needed);
-    }
-    e.kernel.max_dynamic_smem_bytes = static_cast<std::size_t>(current);
-  }
+  if (e.plan.dynamic_smem_bytes <= e.kernel.max_dynamic_smem_bytes) return;
+  e.kernel.max_dynamic_smem_bytes = raise_function_smem_limit(e.function, e.plan.dynamic_smem_bytes, e.kernel, e.plan);
   query checked = q;
   checked.kernel.max_dynamic_smem_bytes = e.kernel.max_dynamic_smem_bytes;
   checked.active_blocks = driver_oracle(e.function, q.device, checked.kernel);
@@ -227,6 +229,17 @@ void report(plan_entry& e, const device_limits& dev, const launch_request& r) {
 // spec's policy, or an override found now (then the entry only routes).
 plan_entry build_entry(const launch_request& r, const context_ref& ctx, const plan_key& key,
                        std::shared_ptr<const policy> decided_by, const std::string& glob, bool may_tune) {
+  // A policy, plugin or reset callback that launches its own kernel plans again inside this build: bounded.
+  thread_local int depth = 0;
+  struct nested {
+    int& d;
+    ~nested() { --d; }
+  } nesting{++depth};
+  if (depth > 4) {
+    throw error("launchfit::launch", "LAUNCHFIT_INVALID_POLICY",
+                "planning recursed more than 4 levels deep (a policy, plugin or reset callback that launches while "
+                "it is planning)");
+  }
   plan_entry e;
   e.key = key;
   resolve_kernel(r, e);
@@ -304,11 +317,10 @@ const plan_entry& replan_for_smem_rule(const launch_request& r, const context_re
   for (int step = 0; step < max_steps; ++step) {
     key.smem_rule = hash_combine(key.smem_rule, (*r.smem_fn)(block) + 1);
     const plan_entry* e = find(key);
-    if (!e) {
-      e = &plan_once(r, ctx, key, decided_by, glob, local);
-      if (e == &*local) break;
-    }
+    if (!e) e = &plan_once(r, ctx, key, decided_by, glob, local);
+    if (e->route) e = &follow_route(r, ctx, *e, local);  // overrides changed meanwhile
     if ((*r.smem_fn)(e->plan.block_threads) == e->plan.dynamic_smem_bytes) return *e;
+    if (local && e == &*local) break;  // planned for this call only, and the rule moved again
     block = e->plan.block_threads;
   }
   try {
@@ -367,6 +379,11 @@ std::string check_stored_plan(const query& q, plan& stored, const launch_require
   if (stored.cluster != need.cluster && !(stored.cluster.count() <= 1 && need.cluster.count() <= 1)) {
     return "the stored plan has cluster " + stored.cluster.to_string() + ", the launch " +
            (need.cluster.count() > 1 ? "requires " + need.cluster.to_string() : std::string("has none"));
+  }
+  if (!computed && (stored.grid.x != 0 || stored.block.y != 1 || stored.block.z != 1)) {
+    // Tuning policies and plugins size 1-D blocks and grids from the work; a fixed grid or a 2-D block from a
+    // file could leave most of the work undone.
+    return "the stored plan has a fixed grid or a multi-dimensional block (" + stored.to_string() + ")";
   }
   stored.cluster = need.cluster;
   const std::size_t stored_smem = stored.dynamic_smem_bytes;

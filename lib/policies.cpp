@@ -65,6 +65,7 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
   // items(0) / grid_stride(0): nothing to do, whatever the plan (a fixed grid too). A documented no-op.
   if (w.kind != work::shape::none && w.n == 0) return dims{0, 1, 0};
   if (p.grid.x != 0) return p.grid;
+  if (p.block_threads <= 0) throw error("grid_for", "LAUNCHFIT_INVALID_PLAN", "plan without a block", {}, p.to_string());
   const long long resident = p.resident_blocks();
   if (w.kind == work::shape::none) return dims{static_cast<unsigned>(resident), 1, 1};
   const std::uint64_t per_block =

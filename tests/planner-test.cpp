@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <future>
 #include <thread>
+#include <vector>
+
+#include "launchfit/launch.hpp"
 
 #include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
@@ -270,6 +273,63 @@ TEST(PlanStore, SettingPolicyOverridesDropsEveryPlan) {
   lf::set_policy_overrides("some_kernel=fixed(block=96)");
   EXPECT_EQ(ld::find(k), nullptr) << "a plan chosen under the old overrides survived";
   lf::set_policy_overrides("");
+}
+
+TEST(Requirements, AUsedCooperativePolicyMakesTheLaunchCooperativeInItsKey) {
+  // use("cooperative") and a plain launch of the same kernel must never share an override's plan.
+  const auto coop = lf::use(std::make_shared<const lf::cooperative_policy>());
+  const auto plain = lf::use(std::make_shared<const lf::max_occupancy_policy>());
+  const ld::launch_request rc = ld::make_request(coop), rp = ld::make_request(plain);
+  EXPECT_TRUE(rc.cooperative);
+  EXPECT_FALSE(rp.cooperative);
+  const ld::context_ref ctx{nullptr, 1};
+  EXPECT_NE(ld::base_key(rc, ctx).launch, ld::base_key(rp, ctx).launch);
+}
+
+TEST(Requirements, ClusterDimsTooLargeForTheKeyAreRefusedBeforeAnyCudaCall) {
+  const lf::kernel k(reinterpret_cast<CUfunction>(0x1234));
+  try {
+    lf::launch(k, lf::fixed(64).cluster(lf::dims{65538, 1, 1}).items(64));
+    FAIL() << "cluster 65538 was accepted";
+  } catch (const lf::error& e) {
+    EXPECT_NE(e.message().find("65535"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StoredPlans, ATuningPolicysEntryWithAFixedGridOrA2DBlockIsRejected) {
+  const lf::query q = h200_query();
+  const lf::plan computed = lf::max_occupancy_policy{}.choose(q);
+  lf::plan one_block = stored_from(computed);
+  one_block.grid = lf::dims{1, 1, 1};  // items(1 << 20) would launch one block
+  EXPECT_NE(ld::check_stored_plan(q, one_block, {}, nullptr), "");
+  lf::plan flat = stored_from(computed);
+  flat.block = lf::dims{32, 8, 1};
+  flat.blocks_per_sm = 0;
+  EXPECT_NE(ld::check_stored_plan(q, flat, {}, nullptr), "");
+}
+
+TEST(GridFor, APlanWithoutABlockIsAnErrorNotADivisionByZero) {
+  lf::plan p;  // block_threads 0
+  lf::work w;
+  w.kind = lf::work::shape::items;
+  w.n = 100;
+  EXPECT_THROW(lf::grid_for(p, w), lf::error);
+}
+
+TEST(PlanStore, HotPlansThatShareAFrontSetStillHitWithoutTheSharedMap) {
+  std::vector<lf::plan_key> keys;
+  for (int i = 0; i < 12; ++i) {
+    lf::plan_key k = key_of(100 + i);
+    k.context = 77;
+    ld::find_or_build(k, [] { return entry_with_block(32); });
+    keys.push_back(k);
+  }
+  for (const auto& k : keys) ASSERT_NE(ld::find(k), nullptr);  // warm this thread's front
+  const auto before = ld::stats().map_hits;
+  for (int round = 0; round < 3; ++round)
+    for (const auto& k : keys) ASSERT_NE(ld::find(k), nullptr);
+  // 12 keys over 16 sets of 4: at most a set overflows by chance; never a third of the lookups.
+  EXPECT_LT(ld::stats().map_hits - before, 12u);
 }
 
 }  // namespace

@@ -199,6 +199,10 @@ launch_request make_request(const spec<Policy>& s) {
   r.stream = s.stream();
   r.cluster = s.cluster_dims();
   r.cooperative = s.requires_cooperative();
+  if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
+    // use("cooperative") / use(ptr): the policy object decides at run time whether the launch is cooperative.
+    r.cooperative = r.cooperative || dynamic_cast<const cooperative_policy*>(&p) != nullptr;
+  }
   r.rerunnable = s.is_rerunnable();
   r.back_to_back = s.runs_back_to_back();
   r.reset = s.reset_fn();
