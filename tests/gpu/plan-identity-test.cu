@@ -178,7 +178,7 @@ TEST_F(PlanIdentity, SmemRulesOfOneTypeWithOtherCapturesGiveTheKernelItsOwnBytes
 // ---- 3/4. overrides ---------------------------------------------------------------------------------------------
 
 TEST_F(PlanIdentity, AnOverrideOnACooperativeLaunchKeepsItCooperative) {
-  lf::set_policy_overrides("exchange_after_sync=max_occupancy()");
+  lf::set_policy_overrides("*exchange_after_sync=max_occupancy()");  // an anonymous-namespace kernel
   const lf::plan& p = lf::plan_for(exchange_after_sync, lf::cooperative());
   EXPECT_TRUE(p.cooperative) << p.to_string();
   EXPECT_EQ(p.policy.rfind("max_occupancy", 0), 0u) << p.policy;
@@ -192,9 +192,9 @@ TEST_F(PlanIdentity, AnOverrideOnACooperativeLaunchKeepsItCooperative) {
 
 TEST_F(PlanIdentity, ChangingOverridesReplans) {
   const int before = lf::plan_for(add_one, lf::max_occupancy()).block_threads;
-  lf::set_policy_overrides("add_one=fixed(block=96)");
+  lf::set_policy_overrides("*add_one=fixed(block=96)");
   EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, 96);
-  lf::set_policy_overrides("add_one=fixed(block=160)");
+  lf::set_policy_overrides("*add_one=fixed(block=160)");
   EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, 160);
   lf::set_policy_overrides("");
   EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, before);
@@ -224,7 +224,7 @@ TEST_F(PlanIdentity, AnOverridesSizeBucketComesFromTheOverride) {
     return true;
   }();
   (void)registered;
-  lf::set_policy_overrides("add_one=bucketed_for_test()");
+  lf::set_policy_overrides("*add_one=bucketed_for_test()");
   EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1000)).block_threads, 64);
   EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1 << 20)).block_threads, 256);  // was 64
   EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1000)).block_threads, 64);
@@ -274,7 +274,16 @@ TEST_F(PlanIdentity, AForgedCooperativeOrClusteredCacheFileEntryIsNotLaunched) {
 
 // ---- 8. probing never raises the user's smem limit ---------------------------------------------------------
 
+// The limit of the function launched in this context (what launchfit sets), and the runtime's view.
 int max_dynamic_smem(const void* k) {
+  cudaFunction_t f = nullptr;
+  if (cudaGetFuncBySymbol(&f, k) != cudaSuccess) return -1;
+  auto get = LF_DRIVER(cuFuncGetAttribute);
+  int v = -1;
+  get(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, reinterpret_cast<CUfunction>(f));
+  return v;
+}
+int runtime_max_dynamic_smem(const void* k) {
   cudaFuncAttributes a{};
   cudaFuncGetAttributes(&a, k);
   return a.maxDynamicSharedSizeBytes;
@@ -288,10 +297,13 @@ TEST_F(PlanIdentity, PlanningSetsOnlyTheSmemTheLaunchedPlanNeeds) {
   EXPECT_EQ(after, std::max<int>(initial, static_cast<int>(p.dynamic_smem_bytes)))
       << "plan " << p.to_string() << ", initial limit " << initial;
 
-  // Monotonic: a user's higher limit is never lowered.
+  // Monotonic: a user's higher limit is never lowered (the plan needs 109,824 B, the user set 150,000 B).
   ASSERT_EQ(cudaFuncSetAttribute(smem_probe_b, cudaFuncAttributeMaxDynamicSharedMemorySize, 150000), cudaSuccess);
-  lf::plan_for(smem_probe_b, lf::max_occupancy().smem_per_block(rule_with(40)));
-  EXPECT_EQ(max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_b)), 150000);
+  const int user_driver_view = max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_b));
+  const lf::plan& pb = lf::plan_for(smem_probe_b, lf::max_occupancy().smem_per_block(rule_with(200)));
+  EXPECT_EQ(runtime_max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_b)), 150000);
+  EXPECT_EQ(max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_b)),
+            std::max<int>(user_driver_view, static_cast<int>(pb.dynamic_smem_bytes)));
   unsigned* out = nullptr;
   ASSERT_EQ(cudaMalloc(&out, sizeof(unsigned)), cudaSuccess);
   lf::launch(smem_probe_a, lf::max_occupancy().smem_per_block(rule_with(200)).items(1), out);

@@ -14,6 +14,8 @@ mkdir -p .device
 cp -a $build/. .device/
 find .device \( -name '*.o' -o -name '*.a' -o -name '.ninja_*' -o -name '*.d' \) -type f -delete
 rm -rf .device/CMakeFiles/[0-9]*  # the compiler-identification builds: nothing on the GPU machine runs them
+# Symbols stay here: the staged copy must fit what a device run carries (64 MiB).
+find .device -type f -perm -u+x -exec sh -c 'head -c4 "$1" | grep -q ELF && strip --strip-unneeded "$1"' _ {} \;
 mkdir -p .device/_runtime
 for bin in $(find .device -type f -perm -u+x) $(find .device -name '*.so'); do
   ldd "$bin" 2>/dev/null | awk '/=> \//{print $3}' | grep -E 'libspdlog|libfmt|libbenchmark|libgtest|libgmock|libboost' || true

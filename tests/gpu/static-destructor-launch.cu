@@ -19,14 +19,15 @@ struct at_exit_launch {
   CUcontext ctx = nullptr;
   CUdeviceptr out = 0;
   bool armed = false;
+  // Resolved in main: the runtime that resolves them is gone by the time this destructor runs.
+  decltype(&::cuCtxSetCurrent) set_current = nullptr;
+  decltype(&::cuCtxSynchronize) sync = nullptr;
+  decltype(&::cuMemcpyDtoH) copy = nullptr;
 
   ~at_exit_launch() {
     if (!armed) return;
     int rc = 1;
     try {
-      auto set_current = LF_DRIVER(cuCtxSetCurrent);
-      auto sync = LF_DRIVER(cuCtxSynchronize);
-      auto copy = LF_DRIVER(cuMemcpyDtoH);
       set_current(ctx);
       const lf::kernel k = m->get("fill_sized");
       lf::launch(k, lf::max_occupancy().items(512), reinterpret_cast<float*>(out), 512ULL, 3.0f);
@@ -62,7 +63,10 @@ int main() {
   }
   auto ctx_create = LF_DRIVER(cuCtxCreate);
   auto mem_alloc = LF_DRIVER(cuMemAlloc);
-  if (cudaFree(nullptr) != cudaSuccess || !ctx_create || !mem_alloc) return 1;
+  l.set_current = LF_DRIVER(cuCtxSetCurrent);
+  l.sync = LF_DRIVER(cuCtxSynchronize);
+  l.copy = LF_DRIVER(cuMemcpyDtoH);
+  if (cudaFree(nullptr) != cudaSuccess || !ctx_create || !mem_alloc || !l.set_current || !l.sync || !l.copy) return 1;
   if (ctx_create(&l.ctx, nullptr, 0, 0) != CUDA_SUCCESS) return 1;
   if (mem_alloc(&l.out, 512 * sizeof(float)) != CUDA_SUCCESS) return 1;
   l.m = new lf::module(lf::module::from_file(LAUNCHFIT_TEST_CUBIN));  // outlives every destructor
