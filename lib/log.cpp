@@ -40,8 +40,12 @@ constexpr const char json_marker[] = "launchfit:json";
 constexpr std::size_t line_cap = 64 * 1024;        // any one message, escaped or wrapped
 constexpr std::size_t queue_max_lines = 8192;      // asynchronous queue bounds
 constexpr std::size_t queue_max_bytes = 8u << 20;  //
+// A wait for the logging thread (at exit and fork, or in flush()) gives up only on a stuck output, never on
+// a slow one or a thread short of CPU: when the thread has written no line for this long, or after wait_cap
+// in all.
 constexpr auto exit_write_wait = std::chrono::milliseconds(500);
 constexpr auto flush_wait = std::chrono::seconds(1);
+constexpr auto wait_cap = std::chrono::seconds(10);
 constexpr const char* valid_levels = "trace, debug, info, warn, error, critical, off";
 
 // ---- escaping ----
@@ -336,6 +340,8 @@ struct async_queue {
   bool exiting = false;  // exit handler ran: write synchronously from now on
   bool fork_write_locked = false;
   std::uint64_t overflow = 0;  // lines dropped from a full queue, not yet reported
+  // Lines the worker has handled: tells an output that is slow (or a worker short of CPU) from a stuck one.
+  std::atomic<std::uint64_t> written{0};
 };
 
 thread_local int sink_depth = 0;  // > 0 while this thread is inside launchfit's sink (or is the worker)
@@ -411,12 +417,20 @@ void flush_route(log_state& s) {
   if (rt.output) rt.output->flush();
 }
 
-// Takes `m` if it comes free within `wait` (polling: std::timed_mutex's timed lock is invisible to
-// ThreadSanitizer on glibc, which then reports the unlock).
-bool lock_within(std::mutex& m, std::chrono::milliseconds wait) {
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  while (!m.try_lock()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+// Takes the write lock once the worker's batch is written, waiting while the worker still writes lines:
+// false when it wrote none for `still` (a stuck output) or after wait_cap. Polls: std::timed_mutex's timed
+// lock is invisible to ThreadSanitizer on glibc, which then reports the unlock.
+bool lock_write_while_moving(async_queue& q, std::chrono::milliseconds still) {
+  const auto start = std::chrono::steady_clock::now();
+  auto moved = start;
+  std::uint64_t seen = q.written.load(std::memory_order_relaxed);
+  while (!q.write_mutex->try_lock()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (const std::uint64_t w = q.written.load(std::memory_order_relaxed); w != seen) {
+      seen = w;
+      moved = now;
+    }
+    if (now - moved >= still || now - start >= wait_cap) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
@@ -436,7 +450,10 @@ void worker_loop(log_state& s) {
     lock.unlock();
     {
       std::lock_guard<std::mutex> write(*q.write_mutex);
-      for (const output_record& r : batch) write_quietly(s, r);
+      for (const output_record& r : batch) {
+        write_quietly(s, r);
+        q.written.fetch_add(1, std::memory_order_relaxed);
+      }
       if (overflow != 0) write_quietly(s, drop_report(s, overflow));
       try {
         flush_route(s);
@@ -449,16 +466,22 @@ void worker_loop(log_state& s) {
   }
 }
 
-// Waits (bounded) until the worker has written everything queued.
+// Waits until the worker has written everything queued, or until its output looks stuck (see flush_wait).
 void wait_drained(log_state& s) {
   async_queue& q = s.queue;
   std::unique_lock<std::mutex> lock(*q.mutex);
   if (!q.worker_alive) return;
-  q.drained->wait_for(lock, flush_wait, [&] { return q.items.empty() && !q.writing; });
+  const auto start = std::chrono::steady_clock::now();
+  std::uint64_t seen = q.written.load(std::memory_order_relaxed);
+  while (!q.drained->wait_for(lock, flush_wait, [&] { return q.items.empty() && !q.writing; })) {
+    const std::uint64_t w = q.written.load(std::memory_order_relaxed);
+    if (w == seen || std::chrono::steady_clock::now() - start >= wait_cap) return;
+    seen = w;
+  }
 }
 
-// At exit: write what is still queued (waiting at most exit_write_wait for a worker stuck on its output),
-// then write synchronously, so a line from a later static destructor is written too.
+// At exit: write what is still queued (after the worker's batch, unless its output is stuck), then write
+// synchronously, so a line from a later static destructor is written too.
 void drain_at_exit() {
   log_state& s = state_raw();
   async_queue& q = s.queue;
@@ -471,7 +494,7 @@ void drain_at_exit() {
     q.bytes = 0;
     overflow = std::exchange(q.overflow, 0);
   }
-  if (lock_within(*q.write_mutex, exit_write_wait)) {
+  if (lock_write_while_moving(q, exit_write_wait)) {
     for (const output_record& r : rest) write_quietly(s, r);
     if (overflow != 0) write_quietly(s, drop_report(s, overflow));
     try {
@@ -487,7 +510,7 @@ void drain_at_exit() {
 void before_fork() {
   async_queue& q = state_raw().queue;
   q.mutex->lock();
-  q.fork_write_locked = lock_within(*q.write_mutex, exit_write_wait);
+  q.fork_write_locked = lock_write_while_moving(q, exit_write_wait);
 }
 void after_fork_parent() {
   async_queue& q = state_raw().queue;
