@@ -436,6 +436,12 @@ bool lock_write_while_moving(async_queue& q, std::chrono::milliseconds still) {
   return true;
 }
 
+}  // namespace
+
+std::atomic<void (*)()> log_batch_taken_for_tests{nullptr};
+
+namespace {
+
 void worker_loop(log_state& s) {
   sink_depth = 1;  // a user sink that logs from here is dropped, not queued again forever
   async_queue& q = s.queue;
@@ -447,19 +453,22 @@ void worker_loop(log_state& s) {
     q.bytes = 0;
     const std::uint64_t overflow = std::exchange(q.overflow, 0);
     q.writing = true;
+    // The write lock is taken before the queue lock is let go, so the exit drain (queue lock, then write
+    // lock) finds the lines either still queued or being written, never in between. No wait here: the exit
+    // drain takes the write lock only once the queue is closed and empty, and fork holds the queue lock too.
+    std::unique_lock<std::mutex> write(*q.write_mutex);
     lock.unlock();
-    {
-      std::lock_guard<std::mutex> write(*q.write_mutex);
-      for (const output_record& r : batch) {
-        write_quietly(s, r);
-        q.written.fetch_add(1, std::memory_order_relaxed);
-      }
-      if (overflow != 0) write_quietly(s, drop_report(s, overflow));
-      try {
-        flush_route(s);
-      } catch (...) {
-      }
+    if (void (*hook)() = log_batch_taken_for_tests.load()) hook();
+    for (const output_record& r : batch) {
+      write_quietly(s, r);
+      q.written.fetch_add(1, std::memory_order_relaxed);
     }
+    if (overflow != 0) write_quietly(s, drop_report(s, overflow));
+    try {
+      flush_route(s);
+    } catch (...) {
+    }
+    write.unlock();
     lock.lock();
     q.writing = false;
     q.drained->notify_all();

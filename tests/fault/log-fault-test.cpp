@@ -113,6 +113,31 @@ TEST(LogFault, AnAsyncProcessThatLogsAndExitsWritesEveryLineAndEnds) {
   std::remove(path.c_str());
 }
 
+// The process exits while the logging thread has just taken lines off the queue and not yet written them.
+namespace {
+std::atomic<bool> lines_taken{false}, exit_started{false};
+}  // namespace
+TEST(LogFault, AnExitRightAfterTheLoggingThreadTookLinesWaitsForThem) {
+  const std::string path = scratch_file("taken");
+  LAUNCHFIT_EXPECT_BOUNDED(5000, [&] {
+    log_to_file(path);
+    lf::set_log_async(true);
+    std::atexit([] { exit_started = true; });  // runs just before launchfit's exit drain
+    lf::detail::log_batch_taken_for_tests = [] {
+      lf::detail::log_batch_taken_for_tests = nullptr;
+      lines_taken = true;
+      while (!exit_started) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(50ms);  // the exit drain runs meanwhile
+    };
+    lf::detail::log_event(spdlog::level::info, "test", "taken line");
+    while (!lines_taken) std::this_thread::sleep_for(1ms);
+    std::exit(0);
+    return 1;
+  });
+  EXPECT_EQ(count(read_all(path), "taken line"), 1);
+  std::remove(path.c_str());
+}
+
 TEST(LogFault, ALineFromAStaticDestructorIsWrittenWithAsyncLogging) {
   for (const bool destroyed_after_the_exit_drain : {true, false}) {
     const std::string path = scratch_file("static");
