@@ -332,12 +332,13 @@ struct async_queue {
   std::mutex* mutex = new std::mutex;
   std::condition_variable* wake = new std::condition_variable;     // worker: work arrived
   std::condition_variable* drained = new std::condition_variable;  // flush(): queue empty
-  std::mutex* write_mutex = new std::mutex;                        // serialises worker and exit writes
+  std::mutex* write_mutex = new std::mutex;                        // held by the worker while it writes
   std::deque<output_record> items;
   std::size_t bytes = 0;
   bool worker_alive = false;
-  bool writing = false;  // the worker holds a batch
-  bool exiting = false;  // exit handler ran: write synchronously from now on
+  bool writing = false;       // the worker holds a batch
+  bool exiting = false;       // exit handler ran: write synchronously from now on
+  bool output_stuck = false;  // ... or not at all: the exit found the output stuck
   bool fork_write_locked = false;
   std::uint64_t overflow = 0;  // lines dropped from a full queue, not yet reported
   // Lines the worker has handled: tells an output that is slow (or a worker short of CPU) from a stuck one.
@@ -417,9 +418,9 @@ void flush_route(log_state& s) {
   if (rt.output) rt.output->flush();
 }
 
-// Takes the write lock once the worker's batch is written, waiting while the worker still writes lines:
-// false when it wrote none for `still` (a stuck output) or after wait_cap. Polls: std::timed_mutex's timed
-// lock is invisible to ThreadSanitizer on glibc, which then reports the unlock.
+// Takes the write lock once the worker's batch is written (fork), waiting while the worker still writes
+// lines: false when it wrote none for `still` (a stuck output) or after wait_cap. Polls: std::timed_mutex's
+// timed lock is invisible to ThreadSanitizer on glibc, which then reports the unlock.
 bool lock_write_while_moving(async_queue& q, std::chrono::milliseconds still) {
   const auto start = std::chrono::steady_clock::now();
   auto moved = start;
@@ -453,67 +454,59 @@ void worker_loop(log_state& s) {
     q.bytes = 0;
     const std::uint64_t overflow = std::exchange(q.overflow, 0);
     q.writing = true;
-    // The write lock is taken before the queue lock is let go, so the exit drain (queue lock, then write
-    // lock) finds the lines either still queued or being written, never in between. No wait here: the exit
-    // drain takes the write lock only once the queue is closed and empty, and fork holds the queue lock too.
-    std::unique_lock<std::mutex> write(*q.write_mutex);
     lock.unlock();
     if (void (*hook)() = log_batch_taken_for_tests.load()) hook();
-    for (const output_record& r : batch) {
-      write_quietly(s, r);
-      q.written.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> write(*q.write_mutex);
+      for (const output_record& r : batch) {
+        write_quietly(s, r);
+        q.written.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (overflow != 0) write_quietly(s, drop_report(s, overflow));
+      try {
+        flush_route(s);
+      } catch (...) {
+      }
     }
-    if (overflow != 0) write_quietly(s, drop_report(s, overflow));
-    try {
-      flush_route(s);
-    } catch (...) {
-    }
-    write.unlock();
     lock.lock();
     q.writing = false;
     q.drained->notify_all();
   }
 }
 
-// Waits until the worker has written everything queued, or until its output looks stuck (see flush_wait).
-void wait_drained(log_state& s) {
+// Waits until the worker has written everything queued; false when it wrote no line for `still` (a stuck
+// output) or after wait_cap.
+bool wait_drained(log_state& s, std::chrono::milliseconds still = flush_wait) {
   async_queue& q = s.queue;
   std::unique_lock<std::mutex> lock(*q.mutex);
-  if (!q.worker_alive) return;
+  if (!q.worker_alive) return true;
   const auto start = std::chrono::steady_clock::now();
   std::uint64_t seen = q.written.load(std::memory_order_relaxed);
-  while (!q.drained->wait_for(lock, flush_wait, [&] { return q.items.empty() && !q.writing; })) {
+  while (!q.drained->wait_for(lock, still, [&] { return q.items.empty() && !q.writing; })) {
     const std::uint64_t w = q.written.load(std::memory_order_relaxed);
-    if (w == seen || std::chrono::steady_clock::now() - start >= wait_cap) return;
+    if (w == seen || std::chrono::steady_clock::now() - start >= wait_cap) return false;
     seen = w;
   }
+  return true;
 }
 
-// At exit: write what is still queued (after the worker's batch, unless its output is stuck), then write
-// synchronously, so a line from a later static destructor is written too.
+// At exit: new lines are written synchronously (a line from a later static destructor too) and the worker
+// writes what is still queued while the exit waits. The exiting thread never writes into the output itself
+// while lines are queued: if the worker stops moving, the output is stuck, and the lines queued or logged
+// from then on are dropped (counted) rather than block the exit.
 void drain_at_exit() {
   log_state& s = state_raw();
   async_queue& q = s.queue;
-  std::deque<output_record> rest;
-  std::uint64_t overflow = 0;
   {
     std::lock_guard<std::mutex> lock(*q.mutex);
     q.exiting = true;
-    rest.swap(q.items);
-    q.bytes = 0;
-    overflow = std::exchange(q.overflow, 0);
   }
-  if (lock_write_while_moving(q, exit_write_wait)) {
-    for (const output_record& r : rest) write_quietly(s, r);
-    if (overflow != 0) write_quietly(s, drop_report(s, overflow));
-    try {
-      flush_route(s);
-    } catch (...) {
-    }
-    q.write_mutex->unlock();
-  } else {
-    s.dropped.fetch_add(rest.size());
-  }
+  if (wait_drained(s, exit_write_wait)) return;
+  std::lock_guard<std::mutex> lock(*q.mutex);
+  q.output_stuck = true;
+  s.dropped.fetch_add(q.items.size(), std::memory_order_relaxed);
+  q.items.clear();
+  q.bytes = 0;
 }
 
 void before_fork() {
@@ -564,11 +557,16 @@ bool ensure_worker(log_state& s) {
   return true;
 }
 
-// Queues a record; false when it must be written synchronously (no logging thread, or exiting).
+// Queues a record (or drops it, counted); false when it must be written synchronously (no logging thread,
+// or exiting).
 bool submit(log_state& s, output_record& r) {
   async_queue& q = s.queue;
   {
     std::lock_guard<std::mutex> lock(*q.mutex);
+    if (q.exiting && q.output_stuck) {
+      s.dropped.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
     if (!q.worker_alive || q.exiting) return false;
     if (q.items.size() >= queue_max_lines || q.bytes + r.payload.size() > queue_max_bytes) {
       s.dropped.fetch_add(1, std::memory_order_relaxed);

@@ -94,6 +94,8 @@ long long reported_drops(const std::string& text) {
   return n;
 }
 
+std::atomic<bool> lines_taken{false}, exit_started{false};  // set by a test's hook and atexit handler
+
 struct logs_when_destroyed {
   ~logs_when_destroyed() { lf::detail::log_event(spdlog::level::warn, "test", "from a static destructor"); }
 };
@@ -114,9 +116,6 @@ TEST(LogFault, AnAsyncProcessThatLogsAndExitsWritesEveryLineAndEnds) {
 }
 
 // The process exits while the logging thread has just taken lines off the queue and not yet written them.
-namespace {
-std::atomic<bool> lines_taken{false}, exit_started{false};
-}  // namespace
 TEST(LogFault, AnExitRightAfterTheLoggingThreadTookLinesWaitsForThem) {
   const std::string path = scratch_file("taken");
   LAUNCHFIT_EXPECT_BOUNDED(5000, [&] {
@@ -179,6 +178,36 @@ TEST(LogFault, AStuckOutputNeverBlocksTheLoggerNorTheExit) {
     for (int i = 0; i < 20000; ++i) lf::detail::log_event(spdlog::level::info, "test", "into a stuck output");
     if (lf::log_lines_dropped() == 0) return 3;  // the queue bound held, and the drops were counted
     std::exit(0);                                // the exit drain gives up on the stuck output
+    return 1;
+  });
+}
+
+TEST(LogFault, AnOutputThatGetsStuckAsTheProcessExitsNeverBlocksTheExit) {
+  // The output takes the first line only once the exit has begun, then takes no more: the lines still
+  // queued at exit must not be written into it by the exiting thread.
+  class sticks_at_exit final : public spdlog::sinks::sink {
+   public:
+    void log(const spdlog::details::log_msg&) override {
+      if (lines_++ == 0) {
+        while (!exit_started) std::this_thread::sleep_for(1ms);
+        std::this_thread::sleep_for(50ms);  // the exit drain runs meanwhile
+        return;
+      }
+      for (;;) std::this_thread::sleep_for(1h);
+    }
+    void flush() override {}
+    void set_pattern(const std::string&) override {}
+    void set_formatter(std::unique_ptr<spdlog::formatter>) override {}
+
+   private:
+    std::atomic<int> lines_{0};
+  };
+  LAUNCHFIT_EXPECT_BOUNDED(5000, [] {
+    lf::detail::reset_logging_for_tests(std::make_shared<sticks_at_exit>());
+    lf::set_log_async(true);
+    std::atexit([] { exit_started = true; });  // runs just before launchfit's exit drain
+    for (int i = 0; i < 100; ++i) lf::detail::log_event(spdlog::level::info, "test", "line");
+    std::exit(0);
     return 1;
   });
 }
