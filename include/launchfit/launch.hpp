@@ -63,7 +63,7 @@ class spec {
   spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
   spec& smem(std::size_t bytes) & {
     smem_bytes_ = bytes;
-    smem_fn_ = nullptr;
+    smem_fn_ = nullptr;  // std::function: no allocation for a small lambda, on every launch that builds a spec
     smem_rule_ = bytes;
     return *this;
   }
@@ -76,7 +76,7 @@ class spec {
   template <class F>
   spec& smem_per_block(F f, std::uint64_t key = 0) & {
     static_assert(std::is_invocable_r_v<std::size_t, F&, int>, "smem_per_block(f): f(int block) -> bytes");
-    smem_fn_ = std::make_shared<smem_per_block_fn>(std::move(f));
+    smem_fn_ = smem_per_block_fn(std::move(f));
     smem_rule_ = detail::hash_combine(typeid(F).hash_code() | 1ULL << 63, key);
     return *this;
   }
@@ -120,7 +120,7 @@ class spec {
   const work& work_shape() const noexcept { return work_; }
   CUstream stream() const noexcept { return stream_; }
   std::size_t smem_bytes() const noexcept { return smem_bytes_; }
-  const smem_per_block_fn* smem_fn() const noexcept { return smem_fn_.get(); }
+  const smem_per_block_fn* smem_fn() const noexcept { return smem_fn_ ? &smem_fn_ : nullptr; }
   std::uint64_t smem_rule() const noexcept { return smem_rule_; }
   dims cluster_dims() const noexcept { return cluster_; }
   bool requires_cooperative() const noexcept { return cooperative_; }
@@ -133,7 +133,7 @@ class spec {
   work work_{};
   CUstream stream_ = nullptr;
   std::size_t smem_bytes_ = 0;
-  std::shared_ptr<smem_per_block_fn> smem_fn_;
+  smem_per_block_fn smem_fn_;
   std::uint64_t smem_rule_ = 0;
   dims cluster_{};
   bool cooperative_ = std::is_same_v<Policy, cooperative_policy>;

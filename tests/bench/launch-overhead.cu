@@ -331,6 +331,16 @@ int run(int argc, char** argv) {
             [&] { lf::launch(&empty_kernel, lf::bytes_in_flight(16).items(n).on(stream), 0); });
   time_miss("fixed(256, 1)", [&] { lf::launch(&empty_kernel, lf::fixed(256, 1).on(stream), 0); });
   time_miss("driver kernel fixed(256, 1)", [&] { lf::launch(empty_driver, lf::fixed(256, 1).on(stream), 0); });
+  // The same miss at the default level (info): the plan's line is written (stderr, here a file), synchronously
+  // and through the asynchronous sink (LAUNCHFIT_LOG_ASYNC=1).
+  logger->set_level(spdlog::level::info);
+  time_miss("max_occupancy().items(n), plan logged at info",
+            [&] { lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0); });
+  lf::set_log_async(true);
+  time_miss("max_occupancy().items(n), plan logged at info, asynchronous",
+            [&] { lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0); });
+  lf::set_log_async(false);
+  logger->set_level(spdlog::level::warn);
 
   // Where a miss goes: the plan alone (plan_for after clear(), no launch) and its parts, per call.
   struct part_row {
@@ -364,6 +374,16 @@ int run(int argc, char** argv) {
   time_part("cuOccupancyMaxActiveBlocksPerMultiprocessor (one block size)", miss_reps, [&] {
     int blocks = 0;
     check_cu(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, empty_fn, 256, 0), "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  });
+  time_part("cuCtxGetCurrent (the hit path's context)", miss_reps, [&] {
+    CUcontext c = nullptr;
+    check_cu(cuCtxGetCurrent(&c), "cuCtxGetCurrent");
+  });
+  time_part("cuCtxGetCurrent + cuCtxGetId (the hit path's context identity)", miss_reps, [&] {
+    CUcontext c = nullptr;
+    unsigned long long id = 0;
+    check_cu(cuCtxGetCurrent(&c), "cuCtxGetCurrent");
+    check_cu(cuCtxGetId(c, &id), "cuCtxGetId");
   });
   time_part("cuLaunchKernel <<<1, 256>>> (the launch a miss also does)", miss_reps, [&] {
     int arg = 0;

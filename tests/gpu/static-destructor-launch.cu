@@ -55,12 +55,15 @@ at_exit_launch& the_launch() {
 }  // namespace
 
 int main() {
-  at_exit_launch& l = the_launch();
   const std::string absent = launchfit_test::gpu_absent_reason();
   if (!absent.empty()) {
     std::printf("skipped: %s\n", absent.c_str());
     return launchfit_test::gpu_required() ? 1 : 0;
   }
+  if (cudaFree(nullptr) != cudaSuccess) return 1;
+  // Made after the driver and the runtime started: destroyed before their own exit handlers run (static
+  // objects and exit handlers end in the reverse order of their making).
+  at_exit_launch& l = the_launch();
   auto ctx_create = LF_DRIVER(cuCtxCreate);
   auto mem_alloc = LF_DRIVER(cuMemAlloc);
   l.set_current = LF_DRIVER(cuCtxSetCurrent);
