@@ -343,6 +343,8 @@ struct async_queue {
   std::uint64_t overflow = 0;  // lines dropped from a full queue, not yet reported
   // Lines the worker has handled: tells an output that is slow (or a worker short of CPU) from a stuck one.
   std::atomic<std::uint64_t> written{0};
+  // Locks a forked child replaced: never freed (a vanished thread may hold them), kept reachable.
+  std::vector<void*> abandoned;
 };
 
 thread_local int sink_depth = 0;  // > 0 while this thread is inside launchfit's sink (or is the worker)
@@ -523,6 +525,8 @@ void after_fork_parent() {
 // locks (a vanished thread may have held the old ones) and without the parent's queued lines.
 void after_fork_child() {
   async_queue& q = state_raw().queue;
+  q.abandoned.insert(q.abandoned.end(), {static_cast<void*>(q.write_mutex), static_cast<void*>(q.wake),
+                                         static_cast<void*>(q.drained)});
   q.write_mutex = new std::mutex;
   q.wake = new std::condition_variable;
   q.drained = new std::condition_variable;
