@@ -16,6 +16,11 @@ find .device \( -name '*.o' -o -name '*.a' -o -name '.ninja_*' -o -name '*.d' \)
 rm -rf .device/CMakeFiles/[0-9]*  # the compiler-identification builds: nothing on the GPU machine runs them
 # Symbols stay here: the staged copy must fit what a device run carries (64 MiB).
 find .device -type f -perm -u+x -exec sh -c 'head -c4 "$1" | grep -q ELF && strip --strip-unneeded "$1"' _ {} \;
+# LAUNCHFIT_STAGE_GPU_ONLY=1 leaves the CPU tests out (they run on every machine; this keeps the copy small).
+if [[ ${LAUNCHFIT_STAGE_GPU_ONLY:-0} == 1 ]]; then
+  rm -rf .device/tests/fault
+  find .device/tests -maxdepth 1 -type f -name '*-test' -delete
+fi
 mkdir -p .device/_runtime
 for bin in $(find .device -type f -perm -u+x) $(find .device -name '*.so'); do
   ldd "$bin" 2>/dev/null | awk '/=> \//{print $3}' | grep -E 'libspdlog|libfmt|libbenchmark|libgtest|libgmock|libboost' || true
