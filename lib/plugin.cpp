@@ -34,6 +34,15 @@
 namespace launchfit {
 namespace {
 
+// dlopen/dlclose one at a time, as the dynamic loader itself does (its own lock is recursive too, so a
+// plugin's constructor may load another plugin): makes the ordering visible to ThreadSanitizer. Only the
+// loader calls run under it; never a plugin's entry points.
+std::recursive_mutex& loader_mutex() {
+  static std::recursive_mutex& m = *new std::recursive_mutex();  // never destroyed
+  return m;
+}
+
+
 constexpr std::size_t errbuf_size = 512;
 constexpr std::size_t text_cap_bytes = 1024;  // escaped plugin text kept (a reason, a message)
 constexpr std::size_t name_scan_bytes = 256;  // longest descriptor name read (policy names are shorter)
@@ -48,7 +57,10 @@ struct library {
   library(const library&) = delete;
   library& operator=(const library&) = delete;
   ~library() {
-    if (handle) ::dlclose(handle);
+    if (handle) {
+      std::lock_guard<std::recursive_mutex> lock(loader_mutex());
+      ::dlclose(handle);
+    }
   }
 };
 
@@ -621,7 +633,11 @@ plugin_info load(const std::string& given) {
   }
   const loading_mark mark(f);
 
-  void* handle = ::dlopen(f.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = nullptr;
+  {
+    std::lock_guard<std::recursive_mutex> lock(loader_mutex());
+    handle = ::dlopen(f.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
   if (!handle) {
     const char* why = ::dlerror();
     refuse(given, "dlopen failed: " + detail::escape_untrusted(why ? why : "unknown error", text_cap_bytes));

@@ -15,6 +15,7 @@ run() {
   echo "sanitize.sh: $sanitizers: build $((built - start)) s, tests $((SECONDS - built)) s ($dir)"
 }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+# die_after_fork=0: the cache file's writer thread starts again in forked children (the fork tests).
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:die_after_fork=0
 run "${LAUNCHFIT_ASAN_DIR:-build-asan}" address,undefined
 run "${LAUNCHFIT_TSAN_DIR:-build-tsan}" thread
