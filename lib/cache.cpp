@@ -60,7 +60,7 @@ thread_local std::array<front_set, front_sets> front{};
 // The front's set for a key: one multiply (the policy hash is already mixed). The shared map uses hash_key.
 inline front_set& front_set_of(const plan_key& k) noexcept {
   const std::uint64_t x =
-      (k.kernel ^ (k.context << 40) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2) ^ (k.launch << 3)) *
+      (k.kernel ^ (k.context << 40) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2) ^ (k.launch << 3) ^ (k.shape << 5)) *
       0x9e3779b97f4a7c15ULL;
   return front[static_cast<std::size_t>(x >> 60)];  // top 4 bits: 16 sets
 }
@@ -73,6 +73,7 @@ std::uint64_t hash_key(const plan_key& k) noexcept {
   h = hash_combine(h, k.policy);
   h = hash_combine(h, k.smem_rule);
   h = hash_combine(h, k.launch);
+  h = hash_combine(h, k.shape);
   return hash_combine(h, k.bucket);
 }
 

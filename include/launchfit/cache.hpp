@@ -20,10 +20,11 @@ struct plan_key {
   std::uint64_t policy = 0;     // policy::hash() of the spec's policy (an override is resolved under it)
   std::uint64_t smem_rule = 0;  // fixed bytes, or the rule's identity (checked against rule(block) per launch)
   std::uint64_t bucket = 0;     // policy::work_bucket()
-  std::uint64_t launch = 0;     // what the launch requires: cooperative, cluster dims (detail::launch_bits)
+  std::uint64_t launch = 0;     // what the launch requires: cooperative, cluster dims, PDL (detail::launch_bits)
+  std::uint64_t shape = 0;      // block constraint, work rank and SM budget (detail::shape_bits); 0: none
   friend bool operator==(const plan_key& a, const plan_key& b) noexcept {
     return a.context == b.context && a.kernel == b.kernel && a.policy == b.policy &&
-           a.smem_rule == b.smem_rule && a.bucket == b.bucket && a.launch == b.launch;
+           a.smem_rule == b.smem_rule && a.bucket == b.bucket && a.launch == b.launch && a.shape == b.shape;
   }
 };
 
