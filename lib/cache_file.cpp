@@ -99,6 +99,9 @@ stored_entry parse_entry(const json& e) {
   out.key.policy = key_text(*k, "policy");
   out.key.smem_rule = key_text(*k, "smem_rule");
   out.key.bucket = key_int<std::uint64_t>(*k, "bucket");
+  // The device model: absent in entries of older writers (then used for their own GPU only).
+  if (k->contains("device_name")) out.key.device_name = key_text(*k, "device_name");
+  if (k->contains("l2_bytes")) out.key.l2_bytes = key_int<std::uint64_t>(*k, "l2_bytes");
   const auto p = e.find("plan");
   if (p == e.end() || !p->is_object()) throw bad_entry("'plan' is not an object");
   out.plan = plan_from_json(*p);
@@ -123,7 +126,9 @@ json entry_json(const stored_entry& e) {
             {"kernel", k.kernel},
             {"policy", k.policy},
             {"smem_rule", k.smem_rule},
-            {"bucket", k.bucket}}},
+            {"bucket", k.bucket},
+            {"device_name", k.device_name},
+            {"l2_bytes", k.l2_bytes}}},
           {"plan", std::move(plan)},
           {"stored_at", e.stored_at_ms}};
 }
@@ -239,6 +244,41 @@ std::string kernel_fingerprint(const kernel_resources& k) {
   return os.str();
 }
 
+stored_key stored_key_for(const device_limits& dev, int driver_version, const kernel_resources& kernel,
+                          std::string policy, std::string smem_rule, std::uint64_t bucket) {
+  stored_key k;
+  k.device_uuid = dev.uuid;
+  k.cc = dev.cc();
+  k.sm_count = dev.sm_count;
+  k.driver_version = driver_version;
+  k.kernel = kernel_fingerprint(kernel);
+  k.policy = std::move(policy);
+  k.smem_rule = std::move(smem_rule);
+  k.bucket = bucket;
+  // Cleaned so the entry reads back (the reader refuses control characters in key text).
+  k.device_name = detail::safe_text(dev.name, 256);
+  k.l2_bytes = dev.l2_bytes;
+  return k;
+}
+
+bool compatible_driver(int stored_version, int wanted_version) noexcept {
+  return stored_version > 0 && wanted_version > 0 && stored_version / 1000 == wanted_version / 1000;
+}
+
+namespace {
+
+bool is_mig(const stored_key& k) {
+  return k.device_uuid.rfind("MIG-", 0) == 0 || k.device_name.find(" MIG ") != std::string::npos;
+}
+
+}  // namespace
+
+bool same_device_model(const stored_key& stored, const stored_key& wanted) noexcept {
+  return !stored.device_name.empty() && stored.device_name == wanted.device_name && stored.cc == wanted.cc &&
+         stored.sm_count == wanted.sm_count && stored.l2_bytes == wanted.l2_bytes &&
+         is_mig(stored) == is_mig(wanted) && compatible_driver(stored.driver_version, wanted.driver_version);
+}
+
 namespace {
 
 using detail::cache_file_status;
@@ -269,6 +309,48 @@ bool same_but_bucket(const stored_key& a, const stored_key& b) {
   return a.device_uuid == b.device_uuid && a.cc == b.cc && a.sm_count == b.sm_count &&
          a.driver_version == b.driver_version && a.kernel == b.kernel && a.policy == b.policy &&
          a.smem_rule == b.smem_rule;
+}
+
+bool same_launch_key(const stored_key& a, const stored_key& b) {
+  return a.kernel == b.kernel && a.policy == b.policy && a.smem_rule == b.smem_rule;
+}
+
+// The match level, read from LAUNCHFIT_CACHE_MATCH at first use unless set_cache_match() came first.
+struct match_setting {
+  std::mutex m;
+  std::atomic<int> value{-1};  // a cache_match, or -1 before the first use
+};
+
+match_setting& match_state() {
+  static match_setting& s = *new match_setting;
+  return s;
+}
+
+cache_match current_match() {
+  match_setting& s = match_state();
+  int v = s.value.load(std::memory_order_acquire);
+  if (v >= 0) return static_cast<cache_match>(v);
+  std::string warning;
+  {
+    std::lock_guard lock(s.m);
+    v = s.value.load(std::memory_order_relaxed);
+    if (v < 0) {
+      const char* env = std::getenv("LAUNCHFIT_CACHE_MATCH");
+      const std::string name = env ? env : "";
+      cache_match m = cache_match::model;
+      if (name == "exact") {
+        m = cache_match::exact;
+      } else if (!name.empty() && name != "model") {
+        m = cache_match::exact;  // a typo must not widen what a production job accepts
+        warning = "LAUNCHFIT_CACHE_MATCH='" + detail::escaped_text(name.substr(0, 64)) +
+                  "' is neither exact nor model; using exact";
+      }
+      v = static_cast<int>(m);
+      s.value.store(v, std::memory_order_release);
+    }
+  }
+  if (!warning.empty()) detail::logger()->warn("{}", warning);
+  return static_cast<cache_match>(v);
 }
 
 std::string errno_text(int e) { return std::system_category().message(e); }
@@ -1025,29 +1107,73 @@ bool flush_cache_file(unsigned max_wait_ms) {
   return flush_locked(f, lk, milliseconds(max_wait_ms));
 }
 
-std::optional<plan> find_stored_plan(const stored_key& key, bool exact) {
-  auto& f = state();
-  ensure_env(f);
-  std::lock_guard lock(f.memory);
-  if (!f.open) return std::nullopt;
-  if (const auto it = f.entries.find(tie_key(key)); it != f.entries.end()) {
-    plan p = it->second.plan;
-    p.match = "cache-file";
-    return p;
-  }
-  if (exact) return std::nullopt;
-  // Another size bucket of the same kernel and policy: the nearest bucket is the best guess.
+void set_cache_match(cache_match m) {
+  match_setting& s = match_state();
+  std::lock_guard lock(s.m);
+  s.value.store(static_cast<int>(m), std::memory_order_release);
+}
+
+cache_match cache_file_match() { return current_match(); }
+
+namespace {
+
+// The best entry `accept` allows: the nearest bucket, then the nearest driver (an older one on a tie),
+// then the newest entry, then the smallest UUID, so every process picks the same plan from the same file.
+template <class Accept>
+const stored_entry* best_entry(const std::map<key_tuple, stored_entry>& entries, const stored_key& key,
+                               Accept accept) {
+  using rank = std::tuple<std::uint64_t, long long, bool, std::uint64_t, std::string_view>;
+  auto rank_of = [&](const stored_entry& e) {
+    const std::uint64_t b = e.key.bucket > key.bucket ? e.key.bucket - key.bucket : key.bucket - e.key.bucket;
+    const long long d = static_cast<long long>(e.key.driver_version) - key.driver_version;
+    return rank{b, d < 0 ? -d : d, d > 0, ~e.stored_at_ms, e.key.device_uuid};
+  };
   const stored_entry* best = nullptr;
-  auto distance = [&](std::uint64_t b) { return b > key.bucket ? b - key.bucket : key.bucket - b; };
-  for (const auto& [k, e] : f.entries) {
-    if (same_but_bucket(e.key, key) && (!best || distance(e.key.bucket) < distance(best->key.bucket))) {
+  rank best_rank{};
+  for (const auto& [k, e] : entries) {
+    if (!accept(e.key)) continue;
+    const rank r = rank_of(e);
+    if (!best || r < best_rank) {
       best = &e;
+      best_rank = r;
     }
   }
-  if (!best) return std::nullopt;
-  plan p = best->plan;
-  p.match = "cache-file-other-bucket";
-  return p;
+  return best;
+}
+
+}  // namespace
+
+std::optional<plan> find_stored_plan(const stored_key& key, bool exact_bucket) {
+  auto& f = state();
+  ensure_env(f);
+  const bool model = current_match() == cache_match::model;
+  std::lock_guard lock(f.memory);
+  if (!f.open) return std::nullopt;
+  auto found = [](const stored_entry* e, const char* match) -> std::optional<plan> {
+    if (!e) return std::nullopt;
+    plan p = e->plan;
+    p.match = match;
+    return p;
+  };
+  if (const auto it = f.entries.find(tie_key(key)); it != f.entries.end())
+    return found(&it->second, "cache-file");
+  if (model) {
+    const stored_entry* e = best_entry(f.entries, key, [&](const stored_key& k) {
+      return k.bucket == key.bucket && same_launch_key(k, key) && same_device_model(k, key);
+    });
+    if (e) return found(e, "cache-file-same-model");
+  }
+  if (exact_bucket) return std::nullopt;
+  // Another size bucket of the same kernel and policy: the nearest bucket is the best guess.
+  if (const stored_entry* e =
+          best_entry(f.entries, key, [&](const stored_key& k) { return same_but_bucket(k, key); })) {
+    return found(e, "cache-file-other-bucket");
+  }
+  if (!model) return std::nullopt;
+  return found(
+      best_entry(f.entries, key,
+                 [&](const stored_key& k) { return same_launch_key(k, key) && same_device_model(k, key); }),
+      "cache-file-same-model-other-bucket");
 }
 
 void store_plan(const stored_key& key, const plan& p) {

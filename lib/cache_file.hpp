@@ -6,6 +6,9 @@
 //   {"key": {stored_key fields}, "plan": {plan_to_json() but match}, "stored_at": <ms since the epoch>},
 //   ...
 //   ]}
+//
+// "device_name" and "l2_bytes" in a key (the device model) were added within version 1: a reader that does
+// not know them ignores them, and an entry without them (an older writer) is used for its own GPU only.
 
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "launchfit/cache.hpp"
+#include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/plan.hpp"
 
@@ -31,15 +35,39 @@ struct stored_key {
   std::string policy;     // policy::to_string()
   std::string smem_rule;  // "bytes=4096" or "fn=<type>"
   std::uint64_t bucket = 0;
+  // The device model, so that a plan serves every GPU of the model. Not part of the key's identity (one
+  // GPU has one model); empty / 0 in entries of older writers, which then serve their own GPU only.
+  std::string device_name;     // "NVIDIA H200"; a MIG device's name holds its profile ("... MIG 1g.18gb")
+  std::uint64_t l2_bytes = 0;  // the L2 the device (or MIG slice) reports
 };
 
 // name|regs|static smem|local bytes|max threads|ptx|binary version
 std::string kernel_fingerprint(const kernel_resources& k);
 
-// Looks up a stored plan; an entry for another size bucket is returned with match "cache-file-other-bucket"
-// only when exact is false. Never waits for file I/O, except that the first call of a process reads the
-// LAUNCHFIT_CACHE file (bounded in size, never a special file).
-std::optional<plan> find_stored_plan(const stored_key& key, bool exact = true);
+// The key of a plan for this device (as queried: its SM count is the context's, so a green context or a
+// MIG slice is its own model), driver, kernel, policy text, smem rule text and size bucket.
+stored_key stored_key_for(const device_limits& dev, int driver_version, const kernel_resources& kernel,
+                          std::string policy, std::string smem_rule, std::uint64_t bucket);
+
+// Whether two drivers (cuDriverGetVersion: 1000 x major + 10 x minor) may share plans across GPUs of one
+// model: the same major version. (The exact key still holds the exact driver version.)
+bool compatible_driver(int stored_version, int wanted_version) noexcept;
+// Whether a plan stored under `stored` may serve `wanted` as another GPU of the same model: the same
+// non-empty device name, compute capability, SM count and L2 size, both MIG slices or neither (a UUID
+// "MIG-..." or " MIG " in the name), and a compatible driver. Kernel, policy, smem rule and bucket are
+// not compared here.
+bool same_device_model(const stored_key& stored, const stored_key& wanted) noexcept;
+
+// Looks up a stored plan, best first:
+//   "cache-file"                          this GPU (UUID), driver and size bucket;
+//   "cache-file-same-model"               another GPU of the same model (unless cache_match::exact): the
+//                                         same driver first, then the nearest compatible one;
+//   "cache-file-other-bucket"             this GPU, another size bucket (only when exact_bucket is false);
+//   "cache-file-same-model-other-bucket"  both (only when exact_bucket is false, unless cache_match::exact).
+// Ties go to the nearest bucket, then the newest entry, then the smallest UUID. Never waits for file I/O,
+// except that the first call of a process reads the LAUNCHFIT_CACHE file (bounded in size, never a special
+// file). A stored plan is untrusted input: the caller validates it for the launch.
+std::optional<plan> find_stored_plan(const stored_key& key, bool exact_bucket = true);
 // Records a plan: lookups see it at once; a background writer merges it into the file within about
 // 20 ms (flush_cache_file(), set_cache_file(), close_cache_file() and a normal exit wait for it). Never
 // waits for file I/O or another process's lock. Does nothing in frozen mode or for a "fallback" plan.

@@ -70,4 +70,17 @@ bool cache_file_open();
 // background within about 20 ms and at a normal exit; plans stored just before _exit or SIGKILL are lost.
 bool flush_cache_file(unsigned max_wait_ms = 5000);
 
+// Which stored plans a launch may use when its own GPU has none.
+enum class cache_match {
+  model,  // default: also a plan stored on another GPU of the same model (same name, compute capability,
+          // SM count of the context, L2 size, MIG slice or not, same major driver version), logged with
+          // match "cache-file-same-model"
+  exact,  // only plans stored on this GPU (UUID) with this driver version
+};
+
+// Sets the match level for every later lookup; LAUNCHFIT_CACHE_MATCH=exact|model does the same at first
+// use (another value: exact, with one warning). Plans already cached in memory are kept.
+void set_cache_match(cache_match m);
+cache_match cache_file_match();
+
 }  // namespace launchfit
