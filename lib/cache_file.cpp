@@ -173,7 +173,9 @@ cache_file_contents parse_cache_file(std::string_view text) {
     try {
       out.entries.push_back(parse_entry((*entries)[i]));
     } catch (const std::exception& e) {  // bad_entry, or a nlohmann type error we did not foresee
-      if (out.skipped++ == 0) out.problem = "entry " + std::to_string(i) + ": " + e.what();
+      std::string why = "entry " + std::to_string(i) + ": " + e.what();
+      if (out.problems.size() < cache_file_max_problems) out.problems.push_back(why);
+      if (out.skipped++ == 0) out.problem = std::move(why);
     }
   }
   return out;
@@ -288,7 +290,7 @@ using std::chrono::milliseconds;
 
 // Limits (README, "Plan cache file"). A file above max_bytes is not read at all; a write keeps at most
 // max_entries entries and max_bytes bytes, dropping the oldest entries first.
-constexpr std::size_t default_max_bytes = std::size_t(16) << 20;
+constexpr std::size_t default_max_bytes = detail::cache_file_default_max_bytes;
 constexpr std::size_t default_max_entries = 8192;
 constexpr milliseconds batch_delay{20};         // stores this close together share one write
 constexpr milliseconds lock_wait{1000};         // per attempt at the file's lock
@@ -531,7 +533,7 @@ struct write_job {
 };
 
 // Takes the lock on "<path>.lock" with non-blocking attempts until the deadline.
-write_status take_lock(const std::string& path, int& lock_fd, std::string& why) {
+write_status take_lock(const std::string& path, int& lock_fd, std::string& why, milliseconds wait) {
   const std::string lock_path = path + ".lock";
   lock_fd =
       ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
@@ -544,7 +546,7 @@ write_status take_lock(const std::string& path, int& lock_fd, std::string& why) 
     why = detail::escaped_text(lock_path) + ": not a regular file";
     return write_status::failed;
   }
-  const auto deadline = steady::now() + lock_wait;
+  const auto deadline = steady::now() + wait;
   auto pause = milliseconds(2);
   for (;;) {
     if (::flock(lock_fd, LOCK_EX | LOCK_NB) == 0) return write_status::written;
@@ -556,12 +558,16 @@ write_status take_lock(const std::string& path, int& lock_fd, std::string& why) 
     }
     if (steady::now() >= deadline) {
       why = "its lock " + detail::escaped_text(lock_path) + " is held by another process (waited " +
-            std::to_string(lock_wait.count()) + " ms); the write is retried later and plans stay in memory";
+            std::to_string(wait.count()) + " ms); the write is retried later and plans stay in memory";
       return write_status::lock_busy;
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, milliseconds(50));
   }
+}
+
+write_status take_lock(const std::string& path, int& lock_fd, std::string& why) {
+  return take_lock(path, lock_fd, why, lock_wait);
 }
 
 // Under the lock, every temp file of this cache is a leftover (writers only write one while they hold the
@@ -746,6 +752,56 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
   }
   return out;
 }
+
+}  // namespace
+
+detail::cache_file_read detail::read_cache_file(const std::string& path, std::size_t max_bytes,
+                                                std::string& text, std::string& why) {
+  file_identity id;
+  switch (read_bounded(path, max_bytes, text, why, id)) {
+    case read_result::ok:
+      return cache_file_read::ok;
+    case read_result::missing:
+      return cache_file_read::missing;
+    case read_result::refused:
+      break;
+  }
+  return cache_file_read::refused;
+}
+
+std::string detail::update_cache_file(
+    const std::string& path, std::size_t max_bytes, unsigned lock_wait_ms,
+    const std::function<std::optional<std::vector<stored_entry>>(const cache_file_contents&)>& update) {
+  const resolved_path where = resolve(path);
+  if (!where.problem.empty()) return where.problem;
+  int lock_fd = -1;
+  std::string why;
+  const write_status locked = take_lock(where.real, lock_fd, why, milliseconds(lock_wait_ms));
+  fd_closer unlock{lock_fd};
+  if (locked == write_status::lock_busy) {
+    return "its lock " + detail::escaped_text(where.real + ".lock") + " is held by another process (waited " +
+           std::to_string(lock_wait_ms) + " ms)";
+  }
+  if (locked != write_status::written) return why;
+  std::string text;
+  file_identity id;
+  const read_result r = read_bounded(where.real, max_bytes, text, why, id);
+  if (r == read_result::refused) return why;
+  const cache_file_contents contents = parse_cache_file(text);  // missing: empty
+  if (contents.status == cache_file_status::foreign || contents.status == cache_file_status::wrong_version) {
+    return "not replaced: " + contents.problem;
+  }
+  const std::optional<std::vector<stored_entry>> next = update(contents);
+  if (!next) return "";
+  const std::string out = serialize_cache_file(*next);
+  if (out.size() > max_bytes) {
+    return std::to_string(out.size()) + " bytes would be above the limit of " + std::to_string(max_bytes);
+  }
+  if (replace_file(where.real, out, id, why) != write_status::written) return why;
+  return "";
+}
+
+namespace {
 
 struct cache_file;
 cache_file& state();

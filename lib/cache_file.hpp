@@ -79,6 +79,10 @@ namespace detail {
 
 inline constexpr const char* cache_file_format = "launchfit-plan-cache";
 inline constexpr int cache_file_version = 1;
+// A file above this size is not read (LAUNCHFIT_CACHE_MAX_BYTES overrides it for the library).
+inline constexpr std::size_t cache_file_default_max_bytes = std::size_t(16) << 20;
+// At most this many problems are kept in cache_file_contents::problems (skipped counts them all).
+inline constexpr std::size_t cache_file_max_problems = 100;
 
 struct stored_entry {
   stored_key key;
@@ -99,6 +103,7 @@ struct cache_file_contents {
   std::vector<stored_entry> entries;  // later entries for the same key win
   std::size_t skipped = 0;            // bad entries left out
   std::string problem;                // why status is not ok, or why the first entry was skipped
+  std::vector<std::string> problems;  // "entry <i>: <why>" for the first cache_file_max_problems skipped
 };
 
 // Never throws for any input.
@@ -112,6 +117,22 @@ std::string cache_file_line(const stored_entry& e);
 // bad entry line; parse_cache_file() then decides.
 bool parse_cache_file_lines(std::string_view text, const std::function<bool(std::string_view)>& known,
                             std::vector<stored_entry>& out);
+
+enum class cache_file_read { ok, missing, refused };
+
+// Reads a cache file the way the library does: a regular file (never a FIFO, device or directory; a symbolic
+// link is not followed) of at most max_bytes. `why` says why it was refused.
+cache_file_read read_cache_file(const std::string& path, std::size_t max_bytes, std::string& text,
+                                std::string& why);
+
+// Replaces the cache file at `path` (a symbolic link: its target) with what `update` returns for its current
+// contents, under the lock the library's writers take ("<file>.lock"; waits at most lock_wait_ms), written to
+// a temp file and renamed over it, so a process writing the file at the same time loses nothing and readers
+// never see a partial file. A missing file is given as empty; `update` returning nullopt leaves the file as
+// it is. A foreign file or another format version is never replaced. Returns an empty string, or why not.
+std::string update_cache_file(
+    const std::string& path, std::size_t max_bytes, unsigned lock_wait_ms,
+    const std::function<std::optional<std::vector<stored_entry>>(const cache_file_contents&)>& update);
 
 }  // namespace detail
 }  // namespace launchfit

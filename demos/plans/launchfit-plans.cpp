@@ -1,0 +1,811 @@
+// launchfit-plans: list, show, diff, merge, prune and check launchfit plan-cache files (LAUNCHFIT_CACHE).
+//
+//   launchfit-plans list plans.json
+//   launchfit-plans diff h100.json h200.json
+//   launchfit-plans merge fleet.json staging-a.json staging-b.json
+//   launchfit-plans prune fleet.json --driver-below 12.4 --keep-kernels kernels.txt
+//   launchfit-plans check fleet.json
+//
+// Files are read and written with the library's own reader and writer: bounded in size, never a special
+// file, merged and pruned under the lock the library's writers take. Text from a file is shown escaped.
+// Exit codes: 0 done; 1 a bad entry (check), differences (diff) or conflicts with --fail-on-conflict
+// (merge); 2 a bad command line, or a file that cannot be read or written.
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "cache_file.hpp"
+#include "launchfit/device.hpp"
+#include "launchfit/error.hpp"
+#include "launchfit/kernel.hpp"
+#include "launchfit/occupancy.hpp"
+#include "launchfit/plan.hpp"
+#include "launchfit/policy.hpp"
+#include "plan_json.hpp"
+
+namespace {
+
+namespace ld = launchfit::detail;
+using launchfit::stored_key;
+using ld::stored_entry;
+using nlohmann::json;
+
+// A bad command line or a file that cannot be used: exit code 2.
+struct usage_error {
+  std::string message;
+};
+
+// Text from a file as this tool prints it: control characters and invalid UTF-8 as \xNN, at most max_bytes
+// (cut at a character boundary, "..." added).
+std::string shown(std::string_view s, std::size_t max_bytes = 4096) {
+  std::string e = ld::escaped_text(s);
+  if (e.size() <= max_bytes) return e;
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(e[cut]) & 0xc0) == 0x80) --cut;
+  return e.substr(0, cut) + "...";
+}
+
+// ---- reading ----------------------------------------------------------------------------------------------
+
+struct loaded {
+  std::string path;
+  std::vector<stored_entry> entries;  // one per key, in file order (a later duplicate replaces)
+  std::size_t skipped = 0;
+  std::vector<std::string> problems;
+};
+
+using key_tuple =
+    std::tuple<std::string, int, int, int, std::string, std::string, std::string, std::uint64_t>;
+key_tuple tie_key(const stored_key& k) {
+  return {k.device_uuid, k.cc, k.sm_count, k.driver_version, k.kernel, k.policy, k.smem_rule, k.bucket};
+}
+
+std::vector<stored_entry> unique_entries(std::vector<stored_entry> in) {
+  std::map<key_tuple, std::size_t> at;
+  std::vector<stored_entry> out;
+  for (auto& e : in) {
+    auto k = tie_key(e.key);
+    if (const auto it = at.find(k); it != at.end()) {
+      out[it->second] = std::move(e);
+    } else {
+      at.emplace(std::move(k), out.size());
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+// Reads a file as the library would; an unusable file is a usage_error (exit 2). Bad entries are counted.
+loaded load(const std::string& path, std::size_t max_bytes) {
+  std::string text, why;
+  switch (ld::read_cache_file(path, max_bytes, text, why)) {
+    case ld::cache_file_read::ok:
+      break;
+    case ld::cache_file_read::missing:
+      throw usage_error{shown(path, 512) + ": no such file"};
+    case ld::cache_file_read::refused:
+      throw usage_error{shown(path, 512) + ": " + why};
+  }
+  ld::cache_file_contents c = ld::parse_cache_file(text);
+  switch (c.status) {
+    case ld::cache_file_status::ok:
+    case ld::cache_file_status::empty:
+      break;
+    case ld::cache_file_status::corrupt:
+    case ld::cache_file_status::foreign:
+    case ld::cache_file_status::wrong_version:
+      throw usage_error{shown(path, 512) + ": " + c.problem};
+  }
+  return {path, unique_entries(std::move(c.entries)), c.skipped, std::move(c.problems)};
+}
+
+void warn_skipped(const loaded& f) {
+  if (f.skipped == 0) return;
+  std::cerr << "launchfit-plans: warning: " << shown(f.path, 512) << ": skipped " << f.skipped << " bad entr"
+            << (f.skipped == 1 ? "y" : "ies") << " (" << (f.problems.empty() ? "" : f.problems.front())
+            << "); see launchfit-plans check\n";
+}
+
+// ---- what an entry says -----------------------------------------------------------------------------------
+
+// kernel_fingerprint(): name|regs|static smem|local bytes|max threads|ptx|binary version. The name may hold
+// '|' in a hostile file: the six numbers are taken from the right.
+struct fingerprint {
+  std::string name;
+  long long regs = -1, static_smem = -1, local_bytes = -1, max_threads = -1, ptx = -1, binary = -1;
+  bool ok = false;
+};
+
+fingerprint parse_fingerprint(const std::string& text) {
+  fingerprint f;
+  long long* fields[] = {&f.binary, &f.ptx, &f.max_threads, &f.local_bytes, &f.static_smem, &f.regs};
+  std::size_t end = text.size();
+  for (long long* field : fields) {
+    const std::size_t bar = end == 0 ? std::string::npos : text.rfind('|', end - 1);
+    if (bar == std::string::npos) {
+      f.name = text;
+      return f;
+    }
+    const std::string digits = text.substr(bar + 1, end - bar - 1);
+    if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      f.name = text;
+      return f;
+    }
+    *field = std::stoll(digits);
+    end = bar;
+  }
+  f.name = text.substr(0, end);
+  f.ok = !f.name.empty();
+  return f;
+}
+
+std::string driver_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+std::string cc_text(int cc) { return std::to_string(cc / 10) + "." + std::to_string(cc % 10); }
+
+std::string time_text(std::uint64_t ms) {
+  if (ms == 0) return "unknown";
+  const std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  if (!::gmtime_r(&t, &tm)) return std::to_string(ms) + " ms";
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string grid_rule(const launchfit::plan& p) {
+  return p.grid.x == 0 ? "from the work" : "fixed " + p.grid.to_string();
+}
+
+std::string percent(double occupancy) {
+  return std::to_string(static_cast<int>(occupancy * 100 + 0.5)) + "%";
+}
+
+std::string device_text(const stored_key& k) {
+  return (k.device_name.empty() ? std::string("(model not recorded)") : shown(k.device_name, 64)) + " " +
+         shown(k.device_uuid, 64);
+}
+
+json entry_as_json(const stored_entry& e) {
+  json j = json::parse(ld::cache_file_line(e), nullptr, false);
+  if (j.is_discarded()) j = json::object();
+  const fingerprint f = parse_fingerprint(e.key.kernel);
+  j["kernel_name"] = f.name;
+  j["limiter"] = launchfit::limiter_names(e.plan.occupancy.limiters);
+  j["grid_rule"] = grid_rule(e.plan);
+  j["resident_blocks"] = e.plan.resident_blocks();
+  return j;
+}
+
+void print_json(const json& j) { std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n'; }
+
+// ---- list / show ------------------------------------------------------------------------------------------
+
+struct selection {
+  std::string kernel;  // substring of the kernel name
+  std::string device;  // substring of the device name or UUID
+  bool selects(const stored_entry& e) const {
+    return (kernel.empty() || parse_fingerprint(e.key.kernel).name.find(kernel) != std::string::npos) &&
+           (device.empty() || e.key.device_name.find(device) != std::string::npos ||
+            e.key.device_uuid.find(device) != std::string::npos);
+  }
+};
+
+std::string pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+int run_list(const std::vector<std::string>& files, const selection& sel, bool as_json,
+             std::size_t max_bytes) {
+  json all = json::array();
+  for (const auto& path : files) {
+    const loaded f = load(path, max_bytes);
+    warn_skipped(f);
+    if (!as_json) {
+      std::cout << shown(path, 512) << ": " << f.entries.size() << " entr"
+                << (f.entries.size() == 1 ? "y" : "ies") << "\n";
+      std::cout << "  " << pad("device", 30) << pad("cc", 5) << pad("SMs", 5) << pad("driver", 8)
+                << pad("kernel", 34) << pad("policy", 34) << pad("block", 7) << pad("blk/SM", 7)
+                << pad("occ", 6) << "limiter\n";
+    }
+    for (const auto& e : f.entries) {
+      if (!sel.selects(e)) continue;
+      if (as_json) {
+        json j = entry_as_json(e);
+        j["file"] = path;
+        all.push_back(std::move(j));
+        continue;
+      }
+      const auto& k = e.key;
+      const auto& p = e.plan;
+      std::cout << "  "
+                << pad(k.device_name.empty() ? shown(k.device_uuid, 28) : shown(k.device_name, 28), 30)
+                << pad(cc_text(k.cc), 5) << pad(std::to_string(k.sm_count), 5)
+                << pad(driver_text(k.driver_version), 8)
+                << pad(shown(parse_fingerprint(k.kernel).name, 32), 34) << pad(shown(k.policy, 32), 34)
+                << pad(p.block.to_string(), 7) << pad(std::to_string(p.blocks_per_sm), 7)
+                << pad(percent(p.occupancy.occupancy), 6) << launchfit::limiter_names(p.occupancy.limiters)
+                << "\n";
+    }
+  }
+  if (as_json) print_json(all);
+  return 0;
+}
+
+int run_show(const std::vector<std::string>& files, const selection& sel, bool as_json,
+             std::size_t max_bytes) {
+  json all = json::array();
+  for (const auto& path : files) {
+    const loaded f = load(path, max_bytes);
+    warn_skipped(f);
+    std::size_t i = 0;
+    for (const auto& e : f.entries) {
+      ++i;
+      if (!sel.selects(e)) continue;
+      if (as_json) {
+        json j = entry_as_json(e);
+        j["file"] = path;
+        all.push_back(std::move(j));
+        continue;
+      }
+      const auto& k = e.key;
+      const auto& p = e.plan;
+      const fingerprint fp = parse_fingerprint(k.kernel);
+      std::cout << shown(path, 512) << " #" << i << "\n"
+                << "  kernel       " << shown(fp.name) << "\n"
+                << "  resources    "
+                << (fp.ok ? std::to_string(fp.regs) + " regs/thread, " + std::to_string(fp.static_smem) +
+                                " B static smem, " + std::to_string(fp.local_bytes) + " B local, max " +
+                                std::to_string(fp.max_threads) + " threads, ptx " + std::to_string(fp.ptx) +
+                                ", binary " + std::to_string(fp.binary)
+                          : "(fingerprint not understood: " + shown(k.kernel, 256) + ")")
+                << "\n"
+                << "  device       " << device_text(k) << ", cc " << cc_text(k.cc) << ", " << k.sm_count
+                << " SMs, L2 " << k.l2_bytes << " B, driver " << driver_text(k.driver_version) << "\n"
+                << "  policy       " << shown(k.policy) << "\n"
+                << "  smem rule    " << shown(k.smem_rule) << ", bucket " << k.bucket << "\n"
+                << "  block        " << p.block.to_string() << " (" << p.block_threads << " threads), "
+                << p.blocks_per_sm << " blocks/SM on " << p.sm_count << " SMs = " << p.resident_blocks()
+                << " resident\n"
+                << "  grid         " << grid_rule(p) << (p.cooperative ? ", cooperative" : "")
+                << (p.cluster.count() > 1 ? ", cluster " + p.cluster.to_string() : "") << "\n"
+                << "  dynamic smem " << p.dynamic_smem_bytes << " B\n"
+                << "  occupancy    " << percent(p.occupancy.occupancy) << ", limited by "
+                << launchfit::limiter_names(p.occupancy.limiters) << "\n"
+                << "  reason       " << shown(p.reason, 512) << "\n"
+                << (p.warning.empty() ? "" : "  warning      " + shown(p.warning, 512) + "\n")
+                << (p.trials > 0 ? "  tuning       " + std::to_string(p.trials) + " trials, " +
+                                       std::to_string(p.tuning_ms) + " ms\n"
+                                 : "")
+                << "  stored       " << time_text(e.stored_at_ms) << "\n";
+    }
+  }
+  if (as_json) print_json(all);
+  return 0;
+}
+
+// ---- diff -------------------------------------------------------------------------------------------------
+
+// What a plan is for, across GPUs and compilers: the kernel's name (not its resources, which a new compiler
+// changes), the policy, the smem rule and the size bucket.
+using launch_id = std::tuple<std::string, std::string, std::string, std::uint64_t>;
+
+struct side {
+  const stored_entry* e = nullptr;
+  std::size_t others = 0;  // more entries for the same launch (other GPUs or drivers)
+};
+
+// Per launch, the newest entry (then the smallest UUID): one plan per side, chosen the same way every time.
+std::map<launch_id, side> by_launch(const loaded& f) {
+  std::map<launch_id, side> out;
+  for (const auto& e : f.entries) {
+    side& s =
+        out[launch_id{parse_fingerprint(e.key.kernel).name, e.key.policy, e.key.smem_rule, e.key.bucket}];
+    if (!s.e) {
+      s.e = &e;
+      continue;
+    }
+    ++s.others;
+    if (std::make_tuple(~e.stored_at_ms, e.key.device_uuid) <
+        std::make_tuple(~s.e->stored_at_ms, s.e->key.device_uuid))
+      s.e = &e;
+  }
+  return out;
+}
+
+struct change {
+  std::string what, a, b;
+};
+
+std::vector<change> changes(const stored_entry& a, const stored_entry& b) {
+  std::vector<change> out;
+  auto note = [&](const char* what, const std::string& x, const std::string& y) {
+    if (x != y) out.push_back({what, x, y});
+  };
+  const auto &pa = a.plan, &pb = b.plan;
+  note("block", pa.block.to_string(), pb.block.to_string());
+  note("grid rule", grid_rule(pa), grid_rule(pb));
+  note("cooperative", pa.cooperative ? "yes" : "no", pb.cooperative ? "yes" : "no");
+  note("cluster", pa.cluster.to_string(), pb.cluster.to_string());
+  note("dynamic smem", std::to_string(pa.dynamic_smem_bytes) + " B",
+       std::to_string(pb.dynamic_smem_bytes) + " B");
+  note("occupancy", percent(pa.occupancy.occupancy), percent(pb.occupancy.occupancy));
+  note("limiter", launchfit::limiter_names(pa.occupancy.limiters),
+       launchfit::limiter_names(pb.occupancy.limiters));
+  note("residency", std::to_string(pa.blocks_per_sm) + " blocks/SM x " + std::to_string(pa.sm_count) + " SMs",
+       std::to_string(pb.blocks_per_sm) + " blocks/SM x " + std::to_string(pb.sm_count) + " SMs");
+  const fingerprint fa = parse_fingerprint(a.key.kernel), fb = parse_fingerprint(b.key.kernel);
+  if (fa.ok && fb.ok) {
+    note("registers", std::to_string(fa.regs), std::to_string(fb.regs));
+    note("static smem", std::to_string(fa.static_smem) + " B", std::to_string(fb.static_smem) + " B");
+    note("local memory", std::to_string(fa.local_bytes) + " B", std::to_string(fb.local_bytes) + " B");
+  }
+  return out;
+}
+
+std::string launch_text(const launch_id& id) {
+  const auto& [kernel, policy, smem, bucket] = id;
+  return shown(kernel, 200) + " " + shown(policy, 200) + " [" + shown(smem, 64) +
+         (bucket ? ", bucket " + std::to_string(bucket) : "") + "]";
+}
+
+int run_diff(const std::string& path_a, const std::string& path_b, bool all, bool as_json,
+             std::size_t max_bytes) {
+  const loaded fa = load(path_a, max_bytes), fb = load(path_b, max_bytes);
+  warn_skipped(fa);
+  warn_skipped(fb);
+  const auto a = by_launch(fa), b = by_launch(fb);
+  std::set<launch_id> ids;
+  for (const auto& [id, s] : a) ids.insert(id);
+  for (const auto& [id, s] : b) ids.insert(id);
+  std::size_t same = 0, changed = 0, only_a = 0, only_b = 0;
+  json out = json::array();
+  for (const auto& id : ids) {
+    const auto ia = a.find(id), ib = b.find(id);
+    json row = {{"kernel", std::get<0>(id)},
+                {"policy", std::get<1>(id)},
+                {"smem_rule", std::get<2>(id)},
+                {"bucket", std::get<3>(id)}};
+    if (ib == b.end() || ia == a.end()) {
+      const bool in_a = ib == b.end();
+      ++(in_a ? only_a : only_b);
+      row["status"] = in_a ? "only in A" : "only in B";
+      if (!as_json)
+        std::cout << (in_a ? "- " : "+ ") << launch_text(id) << ": only in " << (in_a ? "A" : "B") << " ("
+                  << device_text((in_a ? ia : ib)->second.e->key) << ")\n";
+      out.push_back(std::move(row));
+      continue;
+    }
+    const stored_entry &ea = *ia->second.e, &eb = *ib->second.e;
+    const auto diffs = changes(ea, eb);
+    row["a"] = entry_as_json(ea);
+    row["b"] = entry_as_json(eb);
+    if (diffs.empty()) {
+      ++same;
+      row["status"] = "same";
+      if (all && !as_json)
+        std::cout << "= " << launch_text(id) << ": block " << ea.plan.block.to_string() << ", "
+                  << ea.plan.blocks_per_sm << " blocks/SM, " << percent(ea.plan.occupancy.occupancy) << "\n";
+      if (all) out.push_back(std::move(row));
+      continue;
+    }
+    ++changed;
+    row["status"] = "changed";
+    json list = json::array();
+    std::string text;
+    for (const auto& c : diffs) {
+      list.push_back({{"what", c.what}, {"a", c.a}, {"b", c.b}});
+      text += (text.empty() ? "" : "; ") + c.what + " " + c.a + " -> " + c.b;
+    }
+    row["changes"] = std::move(list);
+    if (!as_json) {
+      std::cout << "~ " << launch_text(id) << ": " << text << "\n"
+                << "    A: " << device_text(ea.key) << ", driver " << driver_text(ea.key.driver_version)
+                << (ia->second.others ? " (+" + std::to_string(ia->second.others) + " more)" : "") << "\n"
+                << "    B: " << device_text(eb.key) << ", driver " << driver_text(eb.key.driver_version)
+                << (ib->second.others ? " (+" + std::to_string(ib->second.others) + " more)" : "") << "\n";
+    }
+    out.push_back(std::move(row));
+  }
+  if (as_json) {
+    print_json({{"a", path_a},
+                {"b", path_b},
+                {"same", same},
+                {"changed", changed},
+                {"only_in_a", only_a},
+                {"only_in_b", only_b},
+                {"launches", out}});
+  } else {
+    std::cout << same << " same, " << changed << " changed, " << only_a << " only in A ("
+              << shown(path_a, 256) << "), " << only_b << " only in B (" << shown(path_b, 256) << ")\n";
+  }
+  return changed + only_a + only_b == 0 ? 0 : 1;
+}
+
+// ---- merge ------------------------------------------------------------------------------------------------
+
+std::string entry_name(const stored_entry& e) {
+  return shown(parse_fingerprint(e.key.kernel).name, 200) + " " + shown(e.key.policy, 200) + " on " +
+         shown(e.key.device_uuid, 64) + " (driver " + driver_text(e.key.driver_version) + ", bucket " +
+         std::to_string(e.key.bucket) + ")";
+}
+
+// The entry line without its time: two entries that differ only in when they were stored agree.
+std::string content_of(stored_entry e) {
+  e.stored_at_ms = 0;
+  return ld::cache_file_line(e);
+}
+
+int run_merge(const std::string& out_path, const std::vector<std::string>& inputs, bool fail_on_conflict,
+              unsigned lock_wait_ms, std::size_t max_bytes) {
+  std::vector<loaded> in;
+  for (const auto& p : inputs) {
+    in.push_back(load(p, max_bytes));
+    warn_skipped(in.back());
+  }
+  std::size_t conflicts = 0, total = 0;
+  std::string problem;
+  const std::string why = ld::update_cache_file(
+      out_path, max_bytes, lock_wait_ms,
+      [&](const ld::cache_file_contents& current) -> std::optional<std::vector<stored_entry>> {
+        if (current.status == ld::cache_file_status::corrupt) {
+          problem = "not replaced: " + current.problem;
+          return std::nullopt;
+        }
+        struct held {
+          stored_entry e;
+          std::string from;
+        };
+        std::map<key_tuple, held> merged;
+        std::vector<key_tuple> order;
+        conflicts = 0;
+        auto add = [&](const stored_entry& e, const std::string& from) {
+          auto k = tie_key(e.key);
+          const auto it = merged.find(k);
+          if (it == merged.end()) {
+            order.push_back(k);
+            merged.emplace(std::move(k), held{e, from});
+            return;
+          }
+          held& h = it->second;
+          if (content_of(h.e) == content_of(e)) {
+            if (e.stored_at_ms > h.e.stored_at_ms) h = held{e, from};
+            return;
+          }
+          // Conflict: the newest wins; on a tie, the later file on the command line.
+          const bool replace = e.stored_at_ms >= h.e.stored_at_ms;
+          const held& kept = replace ? held{e, from} : h;
+          const held& dropped = replace ? h : held{e, from};
+          std::string what;
+          for (const auto& c : changes(kept.e, dropped.e))
+            what += (what.empty() ? "" : "; ") + c.what + " " + c.a + " vs " + c.b;
+          std::cout << "conflict: " << entry_name(e) << ": kept " << shown(kept.from, 256) << " (stored "
+                    << time_text(kept.e.stored_at_ms) << "), dropped " << shown(dropped.from, 256)
+                    << " (stored " << time_text(dropped.e.stored_at_ms) << ")"
+                    << (what.empty() ? "" : ": " + what) << "\n";
+          ++conflicts;
+          if (replace) h = held{e, from};
+        };
+        for (const auto& e : unique_entries(current.entries)) add(e, out_path);
+        for (const auto& f : in)
+          for (const auto& e : f.entries) add(e, f.path);
+        if (fail_on_conflict && conflicts > 0) return std::nullopt;
+        std::vector<stored_entry> out;
+        out.reserve(order.size());
+        for (const auto& k : order) out.push_back(merged.at(k).e);
+        total = out.size();
+        return out;
+      });
+  if (!why.empty()) throw usage_error{shown(out_path, 512) + ": " + why};
+  if (!problem.empty()) throw usage_error{shown(out_path, 512) + ": " + problem};
+  if (fail_on_conflict && conflicts > 0) {
+    std::cerr << "launchfit-plans: " << conflicts << " conflict(s); " << shown(out_path, 512)
+              << " left as it was (--fail-on-conflict)\n";
+    return 1;
+  }
+  std::cout << "merged " << inputs.size() << " file(s) into " << shown(out_path, 512) << ": " << total
+            << " entries, " << conflicts << " conflict(s) resolved\n";
+  return 0;
+}
+
+// ---- prune ------------------------------------------------------------------------------------------------
+
+// "12.4", "12.40" or "12040" (cuDriverGetVersion).
+int parse_driver(const std::string& text) {
+  const std::size_t dot = text.find('.');
+  auto number = [&](const std::string& s) {
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos)
+      throw usage_error{"--driver-below: '" + shown(text, 64) + "' is not a driver version (12.4 or 12040)"};
+    return std::stoi(s);
+  };
+  if (dot == std::string::npos) return number(text);
+  const int major = number(text.substr(0, dot));
+  const int m = number(text.substr(dot + 1));
+  if (m > 99 || major > 999) throw usage_error{"--driver-below: '" + shown(text, 64) + "' is out of range"};
+  return major * 1000 + m * 10;
+}
+
+// Kernel names, one per line; blank lines and lines starting with '#' are ignored.
+std::set<std::string> read_kernel_list(const std::string& path, std::size_t max_bytes) {
+  std::string text, why;
+  switch (ld::read_cache_file(path, max_bytes, text, why)) {
+    case ld::cache_file_read::ok:
+      break;
+    case ld::cache_file_read::missing:
+      throw usage_error{"--keep-kernels " + shown(path, 512) + ": no such file"};
+    case ld::cache_file_read::refused:
+      throw usage_error{"--keep-kernels " + shown(path, 512) + ": " + why};
+  }
+  std::set<std::string> names;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.pop_back();
+    const std::size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    names.insert(line.substr(start));
+  }
+  return names;
+}
+
+int run_prune(const std::string& path, const std::optional<std::string>& driver_below,
+              const std::optional<std::string>& keep_kernels, bool dry_run, unsigned lock_wait_ms,
+              std::size_t max_bytes) {
+  if (!driver_below && !keep_kernels) throw usage_error{"prune needs --driver-below and/or --keep-kernels"};
+  const int below = driver_below ? parse_driver(*driver_below) : 0;
+  const std::optional<std::set<std::string>> keep =
+      keep_kernels ? std::optional(read_kernel_list(*keep_kernels, max_bytes)) : std::nullopt;
+  std::size_t removed = 0, kept = 0;
+  std::string problem;
+  std::size_t skipped = 0;
+  const std::string why = ld::update_cache_file(
+      path, max_bytes, lock_wait_ms,
+      [&](const ld::cache_file_contents& current) -> std::optional<std::vector<stored_entry>> {
+        if (current.status == ld::cache_file_status::corrupt) {
+          problem = current.problem;
+          return std::nullopt;
+        }
+        skipped = current.skipped;
+        std::vector<stored_entry> out;
+        removed = kept = 0;
+        for (const auto& e : unique_entries(current.entries)) {
+          std::string reason;
+          if (below && e.key.driver_version < below) {
+            reason = "driver " + driver_text(e.key.driver_version) + " < " + driver_text(below);
+          } else if (keep && !keep->count(parse_fingerprint(e.key.kernel).name)) {
+            reason = "kernel not in " + shown(*keep_kernels, 256);
+          }
+          if (reason.empty()) {
+            out.push_back(e);
+            ++kept;
+          } else {
+            std::cout << (dry_run ? "would remove " : "removed ") << entry_name(e) << ": " << reason << "\n";
+            ++removed;
+          }
+        }
+        if (dry_run || (removed == 0 && skipped == 0)) return std::nullopt;
+        return out;
+      });
+  if (!why.empty()) throw usage_error{shown(path, 512) + ": " + why};
+  if (!problem.empty()) throw usage_error{shown(path, 512) + ": " + problem};
+  std::cout << shown(path, 512) << ": " << (dry_run ? "would remove " : "removed ") << removed << ", kept "
+            << kept
+            << (skipped ? ", " + std::to_string(skipped) + " bad entries " + (dry_run ? "would be " : "") +
+                              "dropped"
+                        : "")
+            << "\n";
+  return 0;
+}
+
+// ---- check ------------------------------------------------------------------------------------------------
+
+// The entry checked offline as the library checks a stored plan before using it (launchfit::validate_plan):
+// against the built-in limits of its compute capability with its SM count, and the kernel its fingerprint
+// describes. Empty when it passes; "" with `unchecked` set when there is no table entry for its cc.
+std::string check_entry(const stored_entry& e, bool& unchecked) {
+  const fingerprint f = parse_fingerprint(e.key.kernel);
+  if (!f.ok) return "the kernel fingerprint is not name|regs|smem|local|threads|ptx|binary";
+  if (f.regs > 255 || f.max_threads > 1024 || f.max_threads < 1 || f.static_smem > (1 << 30) ||
+      f.local_bytes > (1 << 30))
+    return "the kernel fingerprint's numbers are out of range";
+  launchfit::query q;
+  try {
+    q.device = launchfit::device_limits::for_arch(std::to_string(e.key.cc));
+  } catch (const launchfit::error&) {
+    unchecked = true;
+    return "";
+  }
+  if (e.key.sm_count <= 0) return "sm_count is 0";
+  q.device.sm_count = e.key.sm_count;
+  q.kernel =
+      launchfit::kernel_resources::manual(static_cast<int>(f.regs), static_cast<std::size_t>(f.static_smem),
+                                          static_cast<int>(f.max_threads), f.name);
+  q.kernel.local_bytes_per_thread = static_cast<std::size_t>(f.local_bytes);
+  q.kernel.ptx_version = static_cast<int>(f.ptx);
+  q.kernel.binary_version = static_cast<int>(f.binary);
+  q.kernel.max_dynamic_smem_bytes = q.device.smem_per_block_optin_bytes;
+  q.dynamic_smem_bytes = e.plan.dynamic_smem_bytes;
+  const std::string& rule = e.key.smem_rule;
+  if (rule.rfind("bytes=", 0) == 0) {
+    const std::string n = rule.substr(6);
+    if (n.empty() || n.size() > 12 || n.find_first_not_of("0123456789") != std::string::npos)
+      return "the smem rule is not bytes=<n>";
+    if (std::stoull(n) != e.plan.dynamic_smem_bytes)
+      return "the plan has " + std::to_string(e.plan.dynamic_smem_bytes) +
+             " B of dynamic smem where its rule says " + n;
+  } else if (rule.rfind("fn=", 0) != 0) {
+    return "the smem rule is neither bytes=<n> nor fn=<id>";
+  }
+  q.cluster = e.plan.cluster;
+  launchfit::plan p = e.plan;
+  try {
+    launchfit::validate_plan(q, p);
+  } catch (const launchfit::error& bad) {
+    return bad.message().empty() ? bad.what() : bad.message();
+  }
+  return "";
+}
+
+int run_check(const std::vector<std::string>& files, bool as_json, std::size_t max_bytes) {
+  std::size_t bad = 0;
+  json report = json::array();
+  for (const auto& path : files) {
+    json file = {{"file", path}, {"problems", json::array()}};
+    auto problem = [&](const std::string& text) {
+      ++bad;
+      file["problems"].push_back(text);
+      if (!as_json) std::cout << shown(path, 512) << ": " << text << "\n";
+    };
+    std::string text, why;
+    const auto r = ld::read_cache_file(path, max_bytes, text, why);
+    if (r != ld::cache_file_read::ok) {
+      problem(r == ld::cache_file_read::missing ? "no such file" : why);
+      report.push_back(std::move(file));
+      continue;
+    }
+    const ld::cache_file_contents c = ld::parse_cache_file(text);
+    if (c.status != ld::cache_file_status::ok && c.status != ld::cache_file_status::empty) {
+      problem(c.problem);
+      report.push_back(std::move(file));
+      continue;
+    }
+    for (const auto& p : c.problems) problem(shown(p, 1024));
+    if (c.skipped > c.problems.size())
+      problem("and " + std::to_string(c.skipped - c.problems.size()) + " more bad entries");
+    std::size_t unchecked = 0;
+    for (std::size_t i = 0; i < c.entries.size(); ++i) {
+      bool no_table = false;
+      const std::string why_bad = check_entry(c.entries[i], no_table);
+      unchecked += no_table;
+      if (!why_bad.empty())
+        problem("entry " + std::to_string(i) + " (" + entry_name(c.entries[i]) +
+                "): " + shown(why_bad, 1024));
+    }
+    file["entries"] = c.entries.size();
+    file["not_checked_offline"] = unchecked;
+    if (!as_json && file["problems"].empty())
+      std::cout << shown(path, 512) << ": " << c.entries.size()
+                << (c.entries.size() == 1 ? " entry" : " entries") << ", all valid"
+                << (unchecked ? " (" + std::to_string(unchecked) +
+                                    " of a compute capability without a table entry: parsed only)"
+                              : "")
+                << "\n";
+    report.push_back(std::move(file));
+  }
+  if (as_json) print_json(report);
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "launchfit-plans: list, show, diff, merge, prune and check launchfit plan-cache files "
+      "(LAUNCHFIT_CACHE). Exit codes: 0 done; 1 a bad entry (check), differences (diff) or conflicts "
+      "with --fail-on-conflict (merge); 2 a bad command line or an unusable file.",
+      "launchfit-plans"};
+  app.require_subcommand(1);
+  std::size_t max_bytes = ld::cache_file_default_max_bytes;
+  unsigned lock_wait_ms = 5000;
+  app.add_option("--max-bytes", max_bytes, "largest file read, in bytes (default 16 MiB, as the library)")
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 32));
+
+  std::vector<std::string> files;
+  selection sel;
+  bool as_json = false, all = false, fail_on_conflict = false, dry_run = false;
+  std::string a, b, out;
+  std::optional<std::string> driver_below, keep_kernels;
+
+  auto* list =
+      app.add_subcommand("list", "one line per plan: device, kernel, policy, block, occupancy, limiter");
+  list->add_option("files", files, "plan-cache files")->required();
+  list->add_option("--kernel", sel.kernel, "only kernels whose name contains this");
+  list->add_option("--device", sel.device, "only devices whose name or UUID contains this");
+  list->add_flag("--json", as_json, "print a JSON array of entries");
+
+  auto* show = app.add_subcommand("show", "every field of every plan");
+  show->add_option("files", files, "plan-cache files")->required();
+  show->add_option("--kernel", sel.kernel, "only kernels whose name contains this");
+  show->add_option("--device", sel.device, "only devices whose name or UUID contains this");
+  show->add_flag("--json", as_json, "print a JSON array of entries");
+
+  auto* diff = app.add_subcommand(
+      "diff",
+      "per kernel, policy, smem rule and bucket: block, grid rule, occupancy, limiter, residency and the "
+      "kernel's registers and smem of A and B (two GPU models, or before and after a compiler upgrade); "
+      "exit code 1 when they differ");
+  diff->add_option("A", a, "plan-cache file")->required();
+  diff->add_option("B", b, "plan-cache file")->required();
+  diff->add_flag("--all", all, "also list the launches whose plans are the same");
+  diff->add_flag("--json", as_json, "print the comparison as JSON");
+
+  auto* merge = app.add_subcommand(
+      "merge",
+      "merges the entries of IN... into OUT (created when missing; its own entries count as the first "
+      "input) under the library's file lock; of two different plans for one key the newer wins, then "
+      "the later file; every conflict is reported");
+  merge->add_option("OUT", out, "plan-cache file written")->required();
+  merge->add_option("IN", files, "plan-cache files read")->required();
+  merge->add_flag("--fail-on-conflict", fail_on_conflict,
+                  "leave OUT as it was and exit 1 when plans conflict");
+  merge->add_option("--lock-wait-ms", lock_wait_ms, "how long to wait for the file's lock (default 5000)");
+
+  auto* prune = app.add_subcommand(
+      "prune",
+      "removes entries from FILE under the library's file lock: stored with an older driver, or for "
+      "kernels not listed; bad entries are dropped too");
+  prune->add_option("FILE", out, "plan-cache file")->required();
+  prune->add_option("--driver-below", driver_below,
+                    "remove entries stored with a driver older than this (12.4 or 12040)");
+  prune->add_option("--keep-kernels", keep_kernels,
+                    "keep only kernels named in this file (one mangled name per line, as in the fingerprint; "
+                    "e.g. nm --defined-only app | awk '{print $3}')");
+  prune->add_flag("--dry-run", dry_run, "say what would be removed, change nothing");
+  prune->add_option("--lock-wait-ms", lock_wait_ms, "how long to wait for the file's lock (default 5000)");
+
+  auto* check = app.add_subcommand(
+      "check",
+      "validates every entry as the library would (the file format, then each plan against the built-in "
+      "limits of its compute capability and SM count and the kernel its fingerprint describes); exit code 1 "
+      "naming each bad entry");
+  check->add_option("files", files, "plan-cache files")->required();
+  check->add_flag("--json", as_json, "print the report as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (list->parsed()) return run_list(files, sel, as_json, max_bytes);
+    if (show->parsed()) return run_show(files, sel, as_json, max_bytes);
+    if (diff->parsed()) return run_diff(a, b, all, as_json, max_bytes);
+    if (merge->parsed()) return run_merge(out, files, fail_on_conflict, lock_wait_ms, max_bytes);
+    if (prune->parsed()) return run_prune(out, driver_below, keep_kernels, dry_run, lock_wait_ms, max_bytes);
+    if (check->parsed()) return run_check(files, as_json, max_bytes);
+  } catch (const usage_error& e) {
+    std::cerr << "launchfit-plans: error: " << e.message << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "launchfit-plans: error: " << shown(e.what(), 1024) << "\n";
+    return 2;
+  }
+  return 2;
+}

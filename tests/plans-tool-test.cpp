@@ -1,0 +1,290 @@
+// launchfit-plans, the command line over plan-cache files: list, show, diff, merge, prune and check on
+// crafted files, as an operator runs them.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cache_file.hpp"
+#include "launchfit/device.hpp"
+
+namespace lf = launchfit;
+namespace ld = launchfit::detail;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string binary_dir = LAUNCHFIT_TEST_BINARY_DIR;
+const std::string tool = binary_dir + "/../demos/launchfit-plans";
+
+struct outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool built() { return std::ifstream(tool).good(); }
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class PlansTool : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!built()) GTEST_SKIP() << tool << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
+    dir_ = fs::temp_directory_path() / ("launchfit-plans-tool-" + std::to_string(::getpid()) + "-" +
+                                        testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  outcome run(const std::string& args) {
+    const std::string out = (dir_ / "out").string(), err = (dir_ / "err").string();
+    const int status = std::system(
+        ("cd '" + dir_.string() + "' && '" + tool + "' " + args + " >'" + out + "' 2>'" + err + "'").c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  }
+  void write(const std::string& name, const std::vector<ld::stored_entry>& entries) {
+    std::ofstream(dir_ / name, std::ios::binary) << ld::serialize_cache_file(entries);
+  }
+  void write_text(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+  }
+
+  fs::path dir_;
+};
+
+lf::device_limits gpu(const std::string& uuid, const std::string& name = "NVIDIA H200") {
+  lf::device_limits d = lf::device_limits::for_arch("H200");
+  d.uuid = uuid;
+  d.name = name;
+  return d;
+}
+
+ld::stored_entry entry(const lf::device_limits& d, const std::string& kernel, int regs, unsigned block,
+                       int blocks_per_sm, std::uint64_t stored_at = 1000, int driver = 12080) {
+  ld::stored_entry e;
+  e.key = lf::stored_key_for(d, driver, lf::kernel_resources::manual(regs, 0, 1024, kernel),
+                             "max_occupancy()", "bytes=0", 0);
+  e.plan.block = lf::dims{block, 1, 1};
+  e.plan.block_threads = static_cast<int>(block);
+  e.plan.blocks_per_sm = blocks_per_sm;
+  e.plan.sm_count = d.sm_count;
+  e.plan.occupancy.block_threads = static_cast<int>(block);
+  e.plan.occupancy.active_blocks_per_sm = blocks_per_sm;
+  e.plan.occupancy.occupancy = blocks_per_sm * static_cast<double>(block) / 2048.0;
+  e.plan.occupancy.limiters = regs > 32 ? lf::limit_registers : lf::limit_warps;
+  e.plan.policy = "max_occupancy()";
+  e.plan.reason = "computed in staging";
+  e.stored_at_ms = stored_at;
+  return e;
+}
+
+}  // namespace
+
+TEST_F(PlansTool, EverySubcommandHasHelp) {
+  for (const char* sub : {"", "list ", "show ", "diff ", "merge ", "prune ", "check "}) {
+    const outcome r = run(std::string(sub) + "--help");
+    EXPECT_EQ(r.exit_code, 0) << sub << r.err;
+    EXPECT_TRUE(has(r.out, "Usage: launchfit-plans")) << sub << r.out;
+  }
+  EXPECT_EQ(run("").exit_code, 2);
+  EXPECT_EQ(run("frobnicate x").exit_code, 2);
+}
+
+TEST_F(PlansTool, ListAndShowAsTableAndJson) {
+  write("a.json",
+        {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), entry(gpu("GPU-a"), "_Z3fooPf", 40, 128, 12)});
+  outcome r = run("list a.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "a.json: 2 entries")) << r.out;
+  EXPECT_TRUE(has(r.out, "_Z5saxpyfPKfPfi")) << r.out;
+  EXPECT_TRUE(has(r.out, "NVIDIA H200")) << r.out;
+  EXPECT_TRUE(has(r.out, "registers")) << r.out;
+
+  r = run("list a.json --json --kernel foo");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["kernel_name"], "_Z3fooPf");
+  EXPECT_EQ(j[0]["plan"]["block"], nlohmann::json({128, 1, 1}));
+  EXPECT_EQ(j[0]["key"]["device_name"], "NVIDIA H200");
+
+  r = run("show a.json --kernel saxpy");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "32 regs/thread")) << r.out;
+  EXPECT_TRUE(has(r.out, "8 blocks/SM on 132 SMs = 1056 resident")) << r.out;
+  EXPECT_TRUE(has(r.out, "driver 12.8")) << r.out;
+  EXPECT_FALSE(has(r.out, "_Z3fooPf")) << r.out;
+}
+
+TEST_F(PlansTool, DiffNamesWhatChangedPerKernelAndPolicy) {
+  // Before and after a compiler upgrade: saxpy got 8 more registers and a smaller block; foo is gone.
+  write("before.json",
+        {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), entry(gpu("GPU-a"), "_Z3fooPf", 32, 128, 16),
+         entry(gpu("GPU-a"), "_Z3barPf", 32, 512, 4)});
+  write("after.json",
+        {entry(gpu("GPU-b"), "_Z5saxpyfPKfPfi", 40, 128, 12), entry(gpu("GPU-b"), "_Z3barPf", 32, 512, 4),
+         entry(gpu("GPU-b"), "_Z3newPf", 32, 64, 32)});
+  outcome r = run("diff before.json after.json");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(has(r.out,
+                  "~ _Z5saxpyfPKfPfi max_occupancy() [bytes=0]: block 256 -> 128; occupancy 100% -> 75%; "
+                  "limiter warps -> registers; residency 8 blocks/SM x 132 SMs -> 12 blocks/SM x 132 SMs; "
+                  "registers 32 -> 40"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "- _Z3fooPf max_occupancy() [bytes=0]: only in A")) << r.out;
+  EXPECT_TRUE(has(r.out, "+ _Z3newPf max_occupancy() [bytes=0]: only in B")) << r.out;
+  EXPECT_FALSE(has(r.out, "_Z3barPf")) << r.out;
+  EXPECT_TRUE(has(r.out, "1 same, 1 changed, 1 only in A (before.json), 1 only in B (after.json)")) << r.out;
+
+  r = run("diff before.json after.json --json --all");
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["same"], 1);
+  EXPECT_EQ(j["changed"], 1);
+  EXPECT_EQ(j["launches"].size(), 4u);
+
+  r = run("diff before.json before.json");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "3 same, 0 changed")) << r.out;
+}
+
+TEST_F(PlansTool, MergeResolvesConflictsByAgeThenOrderAndReportsThem) {
+  write("out.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8, 1000)});
+  write("one.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 128, 16, 2000),
+                     entry(gpu("GPU-b"), "_Z3fooPf", 32, 64, 32)});
+  write("two.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 512, 4, 2000)});
+  outcome r = run("merge out.json one.json two.json --fail-on-conflict");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(ld::parse_cache_file(slurp(dir_ / "out.json")).entries.size(), 1u);  // left as it was
+
+  r = run("merge out.json one.json two.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // out (1000) loses to one (2000); one and two tie at 2000: the later file wins.
+  EXPECT_TRUE(
+      has(r.out,
+          "conflict: _Z5saxpyfPKfPfi max_occupancy() on GPU-a (driver 12.8, bucket 0): kept one.json "
+          "(stored 1970-01-01T00:00:02Z), dropped out.json (stored 1970-01-01T00:00:01Z): block 128 vs 256"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "kept two.json (stored 1970-01-01T00:00:02Z), dropped one.json")) << r.out;
+  EXPECT_TRUE(has(r.out, "2 entries, 2 conflict(s) resolved")) << r.out;
+  const auto merged = ld::parse_cache_file(slurp(dir_ / "out.json"));
+  ASSERT_EQ(merged.entries.size(), 2u);
+  for (const auto& e : merged.entries)
+    if (e.key.device_uuid == "GPU-a") EXPECT_EQ(e.plan.block_threads, 512);
+
+  // Into a new file; and the same merge again changes nothing.
+  r = run("merge new.json one.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string once = slurp(dir_ / "new.json");
+  EXPECT_EQ(run("merge new.json one.json").exit_code, 0);
+  EXPECT_EQ(slurp(dir_ / "new.json"), once);
+}
+
+TEST_F(PlansTool, MergeWaitsForTheLibrarysLockAndGivesUp) {
+  write("one.json", {entry(gpu("GPU-a"), "_Z3fooPf", 32, 64, 32)});
+  const std::string lock = (dir_ / "out.json.lock").string();
+  const std::string args =
+      "flock '" + lock + "' sleep 3 & sleep 0.5; '" + tool + "' merge out.json one.json --lock-wait-ms 200";
+  const int status =
+      std::system(("cd '" + dir_.string() + "' && (" + args + ") >out 2>err; echo $? >rc; wait").c_str());
+  (void)status;
+  if (slurp(dir_ / "err").find("flock") != std::string::npos && !fs::exists(lock))
+    GTEST_SKIP() << "no flock(1)";
+  EXPECT_EQ(slurp(dir_ / "rc"), "2\n") << slurp(dir_ / "out") << slurp(dir_ / "err");
+  EXPECT_TRUE(has(slurp(dir_ / "err"), "is held by another process (waited 200 ms)")) << slurp(dir_ / "err");
+  EXPECT_FALSE(fs::exists(dir_ / "out.json"));
+}
+
+TEST_F(PlansTool, PruneOldDriversAndKernelsNoLongerPresent) {
+  write("p.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8, 1000, 12020),
+                   entry(gpu("GPU-a"), "_Z3fooPf", 32, 128, 16, 1000, 12080),
+                   entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16, 1000, 12080)});
+  write_text("kernels.txt", "# kernels of the shipped binary\n_Z5saxpyfPKfPfi\n_Z3fooPf\r\n\n");
+  const std::string before = slurp(dir_ / "p.json");
+  outcome r = run("prune p.json --driver-below 12.4 --keep-kernels kernels.txt --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(
+      r.out,
+      "would remove _Z5saxpyfPKfPfi max_occupancy() on GPU-a (driver 12.2, bucket 0): driver 12.2 < 12.4"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "would remove _Z3oldPf")) << r.out;
+  EXPECT_EQ(slurp(dir_ / "p.json"), before);
+
+  r = run("prune p.json --driver-below 12040 --keep-kernels kernels.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "p.json: removed 2, kept 1")) << r.out;
+  const auto left = ld::parse_cache_file(slurp(dir_ / "p.json"));
+  ASSERT_EQ(left.entries.size(), 1u);
+  EXPECT_EQ(left.entries[0].key.kernel.rfind("_Z3fooPf|", 0), 0u);
+
+  EXPECT_EQ(run("prune p.json").exit_code, 2);
+  r = run("prune p.json --driver-below twelve");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.err, "--driver-below: 'twelve' is not a driver version (12.4 or 12040)")) << r.err;
+}
+
+TEST_F(PlansTool, CheckNamesEveryBadEntryAndExitsNonZero) {
+  write("good.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8)});
+  outcome r = run("check good.json");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "good.json: 1 entry, all valid")) << r.out;
+
+  // A block above the kernel's limit, a shape error, and a plan whose smem disagrees with its rule.
+  auto too_big = entry(gpu("GPU-a"), "_Z3bigPf", 32, 1024, 2);
+  too_big.key.kernel = lf::kernel_fingerprint(lf::kernel_resources::manual(32, 0, 256, "_Z3bigPf"));
+  auto smem = entry(gpu("GPU-a"), "_Z4smemPf", 32, 256, 8);
+  smem.plan.dynamic_smem_bytes = 4096;
+  write("bad.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), too_big, smem});
+  auto doc = nlohmann::json::parse(slurp(dir_ / "bad.json"));
+  doc["entries"].push_back({{"key", {{"cc", 90}}}, {"plan", {{"block", {1, 1, 1}}}}});
+  write_text("bad.json", doc.dump());
+  r = run("check good.json bad.json");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "bad.json: entry 3: missing 'device_uuid'")) << r.out;
+  EXPECT_TRUE(has(r.out, "bad.json: entry 1 (_Z3bigPf max_occupancy() on GPU-a (driver 12.8, bucket 0)): "))
+      << r.out;
+  EXPECT_TRUE(
+      has(r.out,
+          "bad.json: entry 2 (_Z4smemPf max_occupancy() on GPU-a (driver 12.8, bucket 0)): the plan has "
+          "4096 B of dynamic smem where its rule says 0"))
+      << r.out;
+  EXPECT_FALSE(has(r.out, "entry 0")) << r.out;
+
+  r = run("check bad.json --json");
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j[0]["problems"].size(), 3u);
+  EXPECT_EQ(run("check missing.json").exit_code, 1);
+}
+
+TEST_F(PlansTool, HostileNamesAreShownEscaped) {
+  auto e = entry(gpu("GPU-a", "NVIDIA H200"), "_Z5saxpyfPKfPfi", 32, 256, 8);
+  write("a.json", {e});
+  auto doc = nlohmann::json::parse(slurp(dir_ / "a.json"));
+  // Control characters in key text make an entry bad (the library refuses them): check names it escaped.
+  doc["entries"][0]["key"]["kernel"] = "_Z3evilv\x1b[2J\n[info] forged|32|0|0|1024|90|90";
+  write_text("a.json", doc.dump());
+  const outcome r = run("check a.json");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.out, "entry 0: 'kernel' is too long or holds control characters")) << r.out;
+  EXPECT_FALSE(has(r.out, "\x1b")) << r.out;
+  const outcome l = run("list a.json");
+  EXPECT_EQ(l.exit_code, 0);
+  EXPECT_TRUE(has(l.err, "skipped 1 bad entry")) << l.err;
+  EXPECT_FALSE(has(l.out + l.err, "\x1b"));
+}
