@@ -19,7 +19,8 @@ namespace launchfit::detail {
   X(cuLibraryLoadFromFile) X(cuLibraryGetKernel) X(cuLibraryUnload) X(cuEventCreate)                 \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)                      \
   X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuCtxGetDevResource) X(cuStreamIsCapturing)           \
-  X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuCtxGetId)
+  X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuCtxGetId)           \
+  X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxPotentialClusterSize)
 
 struct driver_api {
 #define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

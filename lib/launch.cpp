@@ -81,22 +81,20 @@ const plan& plan_for(const launch_request& r) {
   return keep_for_caller(e.plan);
 }
 
-void launch(const launch_request& r) {
+launched launch(const launch_request& r) {
   std::optional<plan_entry> local;
   const plan_entry& e = entry_for(r, local);
   check_arguments(r, e);
+  const plan& p = !local || &e != &*local ? e.plan : keep_for_caller(e.plan);
   dims grid;
   try {
     grid = grid_for(e.plan, r.shape, e.max_grid_x);
   } catch (const error& err) {
     throw error(err.call(), err.cuda_error(), err.message(), display_name(e.kernel), e.plan.to_string());
   }
-  if (grid.count() == 0) return;  // items(0) / grid_stride(0): nothing to do
-  if (e.plan.cluster.count() > 1 && grid.x % e.plan.cluster.x != 0) {
-    throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
-                "grid " + grid.to_string() + " is not a multiple of cluster " + e.plan.cluster.to_string(),
-                display_name(e.kernel), e.plan.to_string());
-  }
+  launched done{grid, e.plan.block, e.plan.dynamic_smem_bytes, &p};
+  if (grid.count() == 0) return done;  // items(0) / grid_stride(0): nothing to do
+  if (r.bind) r.bind(r.bind_self, e.plan);  // from_plan() arguments, for the plan launched
   CUlaunchConfig cfg;
   launch_attributes attrs;
   fill_launch_config(cfg, attrs, e.plan, grid, r.stream);
@@ -107,6 +105,7 @@ void launch(const launch_request& r) {
   const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
   if (!local || &e != &*local) note_launched(e);  // a plan for this call only is gone after it
+  return done;
 }
 
 }  // namespace launchfit::detail

@@ -20,12 +20,18 @@ void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const pla
     attrs[n].value.cooperative = 1;
     ++n;
   }
-  if (cluster.count() > 1) {
+  if (cluster.count() > 1 && !p.cluster_from_kernel) {  // __cluster_dims__ kernels carry their own
     attrs[n] = CUlaunchAttribute{};
     attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     attrs[n].value.clusterDim.x = cluster.x;
     attrs[n].value.clusterDim.y = cluster.y;
     attrs[n].value.clusterDim.z = cluster.z;
+    ++n;
+  }
+  if (p.programmatic) {
+    attrs[n] = CUlaunchAttribute{};
+    attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[n].value.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
   cfg.attrs = n ? attrs.data() : nullptr;

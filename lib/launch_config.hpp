@@ -9,7 +9,7 @@
 
 namespace launchfit::detail {
 
-using launch_attributes = std::array<CUlaunchAttribute, 2>;
+using launch_attributes = std::array<CUlaunchAttribute, 3>;
 
 // Every launch attribute goes through here (cooperative, cluster): what the plan says, nothing else.
 // `attrs` must outlive the launch that uses `cfg`.

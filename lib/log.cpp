@@ -726,17 +726,40 @@ std::string pct(double v) {
 
 std::string work_to_string(const work& w) {
   if (w.kind == work::shape::none) return "resident";
-  const std::string per =
-      w.per_thread > 1 ? "(per_thread=" + std::to_string(w.per_thread) + ")" : std::string();
-  return (w.kind == work::shape::items ? "items" : "grid_stride") + per;
+  if (w.kind == work::shape::grid) return "caller(" + w.grid.to_string() + ")";
+  std::string per = w.per_thread > 1 ? "per_thread=" + std::to_string(w.per_thread) : std::string();
+  if (w.kind == work::shape::grid_stride && w.waves > 1)
+    per += (per.empty() ? "" : ",") + std::string("waves=") + std::to_string(w.waves);
+  if (w.kind == work::shape::items && w.rank > 1) per += std::string(per.empty() ? "" : ",") + std::to_string(w.rank) + "d";
+  return (w.kind == work::shape::items ? "items" : "grid_stride") + (per.empty() ? per : "(" + per + ")");
 }
 
 std::string grid_rule(const plan& p, const work& w) {
-  if (p.grid.x != 0) return "fixed(" + p.grid.to_string() + ")";
+  if (p.grid.x != 0 && w.kind != work::shape::grid) return "fixed(" + p.grid.to_string() + ")";
   if (p.cooperative && w.kind == work::shape::none)
     return "co-resident(" + std::to_string(p.resident_blocks()) + ")";
-  return work_to_string(w) +
-         (w.kind == work::shape::items ? std::string() : "(cap " + std::to_string(p.resident_blocks()) + ")");
+  return work_to_string(w) + (w.kind == work::shape::grid_stride || w.kind == work::shape::none
+                                  ? "(cap " + std::to_string(p.resident_blocks()) + ")"
+                                  : std::string());
+}
+
+// Waves per SM of the grid the first launch ran (Nsight Compute's launch__waves_per_multiprocessor); -1 when
+// that grid is not computable here.
+double first_waves(const plan& p, const work& w) {
+  try {
+    return p.waves(grid_for(p, w));
+  } catch (...) {
+    return -1;
+  }
+}
+
+// The cluster figures: clusters of the launch co-resident on the device, and the share of the SMs' thread
+// slots their blocks fill ("cluster occupancy").
+double cluster_occupancy(const plan& p, const occupancy_result& o) {
+  if (p.resident_clusters <= 0 || p.sm_count <= 0 || o.active_warps_per_sm <= 0 || o.occupancy <= 0)
+    return 0;
+  const double max_threads_per_sm = 32.0 * o.active_warps_per_sm / o.occupancy;
+  return static_cast<double>(p.resident_blocks()) * p.block_threads / (max_threads_per_sm * p.sm_count);
 }
 
 // Logs a payload built by build_event (or format_plan) as is.
@@ -784,6 +807,17 @@ std::string format_plan(const plan_report& r, log_format f) {
     };
     if (!p.warning.empty()) j["warning"] = valid_utf8(p.warning);
     if (!r.override_glob.empty()) j["override"] = valid_utf8(r.override_glob);
+    if (const double w = first_waves(p, r.first_work); w >= 0) j["waves_per_sm"] = w;
+    if (!p.blocks.empty()) j["block_rule"] = p.blocks;
+    if (p.programmatic) j["pdl"] = true;
+    if (r.family_size > 0) j["family_members"] = r.family_size;
+    if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count) j["sm_budget"] = p.sm_count;
+    if (p.cluster.count() > 1) {
+      j["cluster"] = p.cluster.to_string();
+      j["clusters_per_wave"] = p.resident_clusters;
+      j["cluster_occupancy"] = cluster_occupancy(p, p.occupancy);
+      if (p.cluster_from_kernel) j["cluster_from_kernel"] = true;
+    }
     if (p.trials > 0) {
       j["trials"] = p.trials;
       j["tuning_ms"] = p.tuning_ms;
@@ -803,6 +837,21 @@ std::string format_plan(const plan_report& r, log_format f) {
       " regs=" + std::to_string(r.kernel.regs_per_thread) +
       " local=" + std::to_string(r.kernel.local_bytes_per_thread) + "B policy=" + escape_log_text(p.policy);
   if (p.cooperative) s += " cooperative";
+  if (p.cluster.count() > 1) {
+    s += " cluster=" + p.cluster.to_string() + (p.cluster_from_kernel ? "(kernel)" : "") +
+         " clusters/wave=" + std::to_string(p.resident_clusters) +
+         " cluster_occupancy=" + pct(cluster_occupancy(p, p.occupancy));
+  }
+  if (p.programmatic) s += " pdl";
+  if (!p.blocks.empty()) s += " blocks=" + quoted(p.blocks);
+  if (r.family_size > 0) s += " family=" + std::to_string(r.family_size);
+  if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count)
+    s += " sms=" + std::to_string(p.sm_count) + "/" + std::to_string(r.device_sm_count);
+  if (const double w = first_waves(p, r.first_work); w >= 0) {
+    char t[32];
+    std::snprintf(t, sizeof t, " waves=%.2f", w);
+    s += t;
+  }
   if (!r.override_glob.empty()) s += " override=" + quoted(r.override_glob);
   s += " match=" + escape_log_text(p.match);
   if (p.trials > 0) {

@@ -34,6 +34,8 @@ struct plan_report {
   launchfit::plan plan;
   work first_work;            // the work shape of the launch that made the plan
   std::string override_glob;  // LAUNCHFIT_POLICY entry that chose the policy, if any
+  int device_sm_count = 0;    // the context's SMs (the plan's sm_count is smaller under an SM budget)
+  int family_size = 0;        // a kernel family: its members (the kernel is the member chosen)
 };
 
 // The line logged for a new plan (text: key=value pairs; json: one object). Untrusted fields are escaped

@@ -179,7 +179,11 @@ json plan_to_json(const plan& p) {
           {"dynamic_smem_bytes", p.dynamic_smem_bytes},
           {"grid", dims_json(p.grid)},
           {"cluster", dims_json(p.cluster)},
+          {"resident_clusters", p.resident_clusters},
+          {"cluster_from_kernel", p.cluster_from_kernel},
           {"cooperative", p.cooperative},
+          {"programmatic", p.programmatic},
+          {"blocks", p.blocks},
           {"occupancy", occupancy_to_json(p.occupancy)},
           {"policy", p.policy},
           {"reason", p.reason},
@@ -234,6 +238,17 @@ plan plan_from_json(const json& j) {
     if (!v.is_boolean()) bad("cooperative", "not a boolean");
     p.cooperative = v.get<bool>();
   });
+  // Shown by tools; a launch recomputes residency and the block rule, and checks both flags against itself.
+  int_field(j, "resident_clusters", p.resident_clusters, 0, int_max);
+  field(j, "cluster_from_kernel", [&](const json& v) {
+    if (!v.is_boolean()) bad("cluster_from_kernel", "not a boolean");
+    p.cluster_from_kernel = v.get<bool>();
+  });
+  field(j, "programmatic", [&](const json& v) {
+    if (!v.is_boolean()) bad("programmatic", "not a boolean");
+    p.programmatic = v.get<bool>();
+  });
+  text_field(j, "blocks", p.blocks);
   field(j, "occupancy", [&](const json& v) { p.occupancy = occupancy_from_json(v); });
   text_field(j, "policy", p.policy);
   text_field(j, "reason", p.reason);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cache_file.hpp"
 #include "driver.hpp"
@@ -25,7 +26,33 @@ namespace {
 
 // ---- step 1: the kernel ----------------------------------------------------------------------------------
 
-void resolve_kernel(const launch_request& r, plan_entry& e) {
+// A kernel family's members, resolved in this context: the policy chooses among their blocks.
+struct family_members {
+  std::vector<int> blocks;
+  std::vector<CUfunction> functions;
+  std::vector<kernel_resources> kernels;
+  int index_of(int block) const noexcept {
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      if (blocks[i] == block) return static_cast<int>(i);
+    return -1;
+  }
+};
+
+void resolve_kernel(const launch_request& r, plan_entry& e, family_members& fam) {
+  if (r.family) {
+    // Planned with the member of the largest block (the query's launch bounds cover every member); the
+    // chosen member replaces it in choose_member().
+    std::size_t widest = 0;
+    for (std::size_t i = 0; i < r.family_size; ++i) {
+      fam.blocks.push_back(r.family[i].block);
+      fam.functions.push_back(r.resolve(r.family[i].stub));
+      fam.kernels.push_back(query_resources(fam.functions.back(), false));
+      if (r.family[i].block > r.family[widest].block) widest = i;
+    }
+    e.function = fam.functions[widest];
+    e.kernel = fam.kernels[widest];
+    return;
+  }
   e.function = r.resolve ? r.resolve(r.stub) : r.driver_kernel->function();
   e.kernel = query_resources(e.function, false);  // the readable name only where it is shown
   if (r.driver_kernel) e.param_sizes = query_param_sizes(e.function);
@@ -78,16 +105,168 @@ std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_li
   };
 }
 
-query make_query(const launch_request& r, const plan_entry& e, const device_limits& dev) {
+// Clusters co-resident on the device (cuOccupancyMaxActiveClusters), scaled to an SM budget. Above the
+// function's current dynamic-smem limit the driver counts nothing: the query then estimates.
+std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_requirements& need,
+                                                    std::size_t smem_limit, int device_sms, int budget_sms) {
+  if (!driver().cuOccupancyMaxActiveClusters) return {};
+  return [f, c = need.cluster, from_kernel = need.cluster_from_kernel, smem_limit, device_sms,
+          budget_sms](int block, std::size_t smem) {
+    if (smem > smem_limit) return -1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = c.x;
+    cfg.gridDimY = c.y;
+    cfg.gridDimZ = c.z;
+    cfg.blockDimX = static_cast<unsigned>(block);
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(smem);
+    CUlaunchAttribute a{};
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = c.x;
+    a.value.clusterDim.y = c.y;
+    a.value.clusterDim.z = c.z;
+    if (!from_kernel) {
+      cfg.attrs = &a;
+      cfg.numAttrs = 1;
+    }
+    int n = 0;
+    if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) return 0;
+    if (budget_sms < device_sms && device_sms > 0) n = static_cast<int>(static_cast<long long>(n) * budget_sms / device_sms);
+    return n;
+  };
+}
+
+query make_query(const launch_request& r, const plan_entry& e, const device_limits& dev, const launch_requirements& need,
+                 const family_members& fam) {
   query q;
   q.device = dev;
+  if (r.sm_budget > 0 && r.sm_budget < dev.sm_count) q.device.sm_count = r.sm_budget;
   q.kernel = e.kernel;
   q.dynamic_smem_bytes = r.smem_bytes;
   if (r.smem_fn) q.smem_per_block = *r.smem_fn;
   q.work_hint = r.shape;
+  q.blocks = r.blocks;
+  q.cluster = need.cluster;
   q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
-  q.active_blocks = driver_oracle(e.function, dev, e.kernel);  // dev lives as long as the process
+  if (fam.blocks.empty()) {
+    q.active_blocks = driver_oracle(e.function, dev, e.kernel);  // dev lives as long as the process
+    if (need.cluster.count() > 1) {
+      auto clusters = cluster_oracle(e.function, need, e.kernel.max_dynamic_smem_bytes, dev.sm_count, q.device.sm_count);
+      if (clusters) {
+        // Estimated (from the blocks per SM) where the driver cannot answer yet: above the smem limit.
+        q.active_clusters = [clusters, est = q](int block, std::size_t smem) mutable {
+          const int n = clusters(block, smem);
+          if (n >= 0) return n;
+          est.active_clusters = nullptr;
+          return est.active_clusters_for(block);
+        };
+      }
+    }
+    return q;
+  }
+  // A family: each block is its member's, asked of that member; other blocks are not allowed.
+  block_rule members = block_rule::one_of({});
+  members.invalid = false;
+  for (int b : fam.blocks)
+    if (r.blocks.allows(b) && members.count < 16) members.values[members.count++] = static_cast<std::uint16_t>(b);
+  if (members.count == 0) {
+    throw error("launchfit::family", "LAUNCHFIT_INVALID_POLICY",
+                "no member of the family has a block the launch's block rule (" + r.blocks.to_string() + ") allows",
+                display_name(e.kernel));
+  }
+  q.blocks = members;
+  std::vector<std::function<int(int, std::size_t)>> oracles;
+  std::vector<std::function<int(int, std::size_t)>> cluster_oracles;
+  for (std::size_t i = 0; i < fam.blocks.size(); ++i) {
+    oracles.push_back(driver_oracle(fam.functions[i], dev, fam.kernels[i]));
+    if (need.cluster.count() > 1)
+      cluster_oracles.push_back(cluster_oracle(fam.functions[i], need, fam.kernels[i].max_dynamic_smem_bytes,
+                                               dev.sm_count, q.device.sm_count));
+  }
+  q.active_blocks = [oracles, blocks = fam.blocks](int block, std::size_t smem) {
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      if (blocks[i] == block) return oracles[i](block, smem);
+    return 0;
+  };
+  if (need.cluster.count() > 1) {
+    q.active_clusters = [cluster_oracles, blocks = fam.blocks](int block, std::size_t smem) {
+      for (std::size_t i = 0; i < blocks.size(); ++i)
+        if (blocks[i] == block && cluster_oracles[i]) return std::max(cluster_oracles[i](block, smem), 0);
+      return 0;
+    };
+  }
   return q;
+}
+
+// The member the policy chose: its function and resources replace the planning stand-in, and the plan is
+// validated against that member's own limits.
+void choose_member(query& q, plan_entry& e, const family_members& fam) {
+  if (fam.blocks.empty()) return;
+  const int i = fam.index_of(e.plan.block_threads);
+  if (i < 0) {
+    throw error("launchfit::family", "LAUNCHFIT_INVALID_PLAN",
+                "the plan's block " + std::to_string(e.plan.block_threads) + " is no member's", display_name(e.kernel),
+                e.plan.to_string());
+  }
+  e.function = fam.functions[static_cast<std::size_t>(i)];
+  e.kernel = fam.kernels[static_cast<std::size_t>(i)];
+  q.kernel = e.kernel;
+  const std::string reason = e.plan.reason;
+  try {
+    validate_plan(q, e.plan);
+  } catch (const error& bad) {
+    throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel), bad.config());
+  }
+  std::string list;
+  for (int b : fam.blocks) list += (list.empty() ? "" : ",") + std::to_string(b);
+  e.plan.reason = reason + "; the family's member for block " + std::to_string(e.plan.block_threads) + " (of " + list + ")";
+}
+
+// Cluster sizes: above 8 blocks only when the launch allows non-portable sizes (which sets the kernel's
+// attribute, before any residency is asked), and never above what cuOccupancyMaxPotentialClusterSize says
+// co-schedules for the chosen block.
+void allow_cluster_size(const launch_requirements& need, const plan_entry& e, const family_members& fam) {
+  const unsigned long long size = need.cluster.count();
+  if (size <= 8) return;
+  if (!need.non_portable_cluster) {
+    throw error("plan(cluster)", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+                "cluster " + need.cluster.to_string() + " (" + std::to_string(size) +
+                    " blocks) is above the portable maximum of 8: allow it with cluster(dims, true)",
+                display_name(e.kernel));
+  }
+  const driver_api& d = driver();
+  auto allow = [&](CUfunction f) {
+    check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+          "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)", display_name(e.kernel));
+  };
+  if (fam.functions.empty()) {
+    allow(e.function);
+  } else {
+    for (CUfunction f : fam.functions) allow(f);
+  }
+}
+
+void check_cluster_size(const launch_requirements& need, const plan_entry& e) {
+  const unsigned long long size = need.cluster.count();
+  if (size <= 1 || !driver().cuOccupancyMaxPotentialClusterSize) return;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = need.cluster.x;
+  cfg.gridDimY = need.cluster.y;
+  cfg.gridDimZ = need.cluster.z;
+  cfg.blockDimX = e.plan.block.x;
+  cfg.blockDimY = e.plan.block.y;
+  cfg.blockDimZ = e.plan.block.z;
+  cfg.sharedMemBytes = static_cast<unsigned>(e.plan.dynamic_smem_bytes);
+  int most = 0;
+  if (driver().cuOccupancyMaxPotentialClusterSize(&most, e.function, &cfg) != CUDA_SUCCESS) return;
+  if (most > 0 && size > static_cast<unsigned long long>(most)) {
+    throw error("plan(cluster)", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+                "cluster " + need.cluster.to_string() + " (" + std::to_string(size) + " blocks of " +
+                    std::to_string(e.plan.block_threads) + " threads, " + std::to_string(e.plan.dynamic_smem_bytes) +
+                    " B dynamic smem): at most " + std::to_string(most) +
+                    " co-schedule (cuOccupancyMaxPotentialClusterSize)",
+                display_name(e.kernel), e.plan.to_string());
+  }
 }
 
 // The function's dynamic-smem limit raised to `needed` (a launched plan or a tuning trial), never lowered (a
@@ -109,7 +288,8 @@ std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const ke
 
 // Trials re-run the kernel: only when the spec allows it, with real arguments, outside a stream capture.
 // Every trial launches as the launch requires (a grid.sync() kernel is never timed non-cooperatively).
-void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need) {
+void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need,
+                  const family_members& fam) {
   if (!r.rerunnable || !r.has_arguments) return;
   const driver_api& d = driver();
   // Any doubt (no entry point, an error such as the legacy stream while another stream captures) is a no.
@@ -122,14 +302,23 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     std::mutex m;
     std::optional<stream_gate> gate;
   };
-  q.time_plan = [f = e.function, &r, max_grid_x = e.max_grid_x, need, q_for_checks = q,
+  q.time_plan = [f = e.function, &r, max_grid_x = e.max_grid_x, need, q_for_checks = q, fam,
                  t = std::make_shared<tuning>()](const plan& candidate) {
     plan p = candidate;
     apply_requirements(q_for_checks, p, need);  // throws: this candidate cannot run as required
-    raise_function_smem_limit(f, p.dynamic_smem_bytes, q_for_checks.kernel, p);  // as its real launch would
+    CUfunction run = f;
+    kernel_resources k = q_for_checks.kernel;
+    if (!fam.blocks.empty()) {  // a family: the member written for this block
+      const int i = fam.index_of(p.block_threads);
+      if (i < 0) throw error("time_plan", "LAUNCHFIT_INVALID_PLAN", "no family member for this block", {}, p.to_string());
+      run = fam.functions[static_cast<std::size_t>(i)];
+      k = fam.kernels[static_cast<std::size_t>(i)];
+    }
+    raise_function_smem_limit(run, p.dynamic_smem_bytes, k, p);  // as its real launch would
     std::lock_guard<std::mutex> lock(t->m);
     if (!t->gate) t->gate.emplace();
-    return time_candidate(f, r, p, max_grid_x, *t->gate);
+    if (r.bind) r.bind(r.bind_self, p);  // from_plan() arguments for this candidate
+    return time_candidate(run, r, p, max_grid_x, *t->gate);
   };
 }
 
@@ -149,8 +338,27 @@ plan choose(const policy& chosen, const query& q, plan_entry& e) {
   }
 }
 
+// What, besides the policy, decides the plan: part of the cache file's key.
+std::string decided_by_text(const std::string& policy_text, const launch_request& r, const query& q,
+                            const launch_requirements& need, const family_members& fam) {
+  std::string s = policy_text;
+  if (need.cooperative) s += " cooperative";
+  if (need.cluster.count() > 1) s += " cluster=" + need.cluster.to_string();
+  if (need.programmatic) s += " pdl";
+  if (!r.blocks.is_any()) s += " blocks=" + r.blocks.to_string();
+  if (r.shape.rank >= 2) s += " rows=32";
+  if (q.device.sm_count > 0 && r.sm_budget > 0 && r.sm_budget <= q.device.sm_count) s += " sms=" + std::to_string(q.device.sm_count);
+  if (!fam.blocks.empty()) {
+    s += " family=";
+    for (std::size_t i = 0; i < fam.blocks.size(); ++i)
+      s += (i ? "," : "") + std::to_string(fam.blocks[i]) + ":" + kernel_fingerprint(fam.kernels[i]);
+  }
+  return s;
+}
+
 plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy& chosen, const query& q,
-                      const launch_requirements& need, plan_entry& e, const device_limits& dev) {
+                      const launch_requirements& need, plan_entry& e, const device_limits& dev,
+                      const family_members& fam) {
   if (!cache_file_open()) {
     plan p = choose(chosen, q, e);
     apply_requirements(q, p, need);
@@ -158,10 +366,14 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
   }
   // The cache file's key strings are built only when one is in use (a miss stays cheap without).
   const std::string policy_text = chosen.to_string();
-  const stored_key sk{dev.uuid,           dev.cc(),           dev.sm_count, driver().version, kernel_fingerprint(e.kernel),
-                      policy_text + (need.cooperative ? " cooperative" : "") +
-                          (need.cluster.count() > 1 ? " cluster=" + need.cluster.to_string() : ""),
-                      smem_rule_text(r, key), key.bucket};
+  const stored_key sk{dev.uuid,
+                      dev.cc(),
+                      dev.sm_count,
+                      driver().version,
+                      kernel_fingerprint(e.kernel),
+                      decided_by_text(policy_text, r, q, need, fam),
+                      smem_rule_text(r, key),
+                      key.bucket};
   std::optional<plan> stored = find_stored_plan(sk, true);
   // A plan for another size bucket beats a guess when this launch may not be tuned (not rerunnable).
   if (!stored && key.bucket != 0 && !q.time_plan) stored = find_stored_plan(sk, false);
@@ -217,12 +429,13 @@ void raise_smem_limit(const query& q, plan_entry& e) {
 // ---- step 7: report --------------------------------------------------------------------------------------
 
 // The report copies the plan and kernel: only when something will be logged (info, or a warning).
-void report(plan_entry& e, const device_limits& dev, const launch_request& r) {
+void report(plan_entry& e, const device_limits& dev, const launch_request& r, const family_members& fam) {
   const spdlog::logger& l = logger_fast();
   const bool warns = !e.plan.warning.empty() || e.kernel.local_bytes_per_thread > 0;
   if (!l.should_log(spdlog::level::info) && !(warns && l.should_log(spdlog::level::warn))) return;
   name_kernel(e.kernel);
-  log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, e.override_glob});
+  log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, e.override_glob, dev.sm_count,
+                           static_cast<int>(fam.blocks.size())});
 }
 
 // The steps, top to bottom. `decided_by` is an override's policy when building under its route; null: the
@@ -242,7 +455,8 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   }
   plan_entry e;
   e.key = key;
-  resolve_kernel(r, e);
+  family_members fam;
+  resolve_kernel(r, e, fam);
   const device_limits& dev = limits_for(ctx);
   describe_device(dev, e);
 
@@ -259,12 +473,26 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   const policy& chosen = decided_by ? *decided_by : *r.policy;
   if (!e.override_glob.empty() || !is_builtin_policy(chosen)) name_kernel(e.kernel);
 
-  query q = make_query(r, e, dev);
-  const launch_requirements need = requirements_of(r);
-  if (may_tune) offer_tuning(q, r, e, need);
-  e.plan = stored_or_chosen(r, key, chosen, q, need, e, dev);
+  launch_requirements need = requirements_of(r);
+  try {
+    require_kernel_cluster(need, e.kernel);
+  } catch (const error& bad) {
+    throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel));
+  }
+  allow_cluster_size(need, e, fam);
+  query q = make_query(r, e, dev, need, fam);
+  if (may_tune) offer_tuning(q, r, e, need, fam);
+  e.plan = stored_or_chosen(r, key, chosen, q, need, e, dev, fam);
+  choose_member(q, e, fam);
+  check_cluster_size(need, e);
+  if (q.device.sm_count < dev.sm_count)
+    e.plan.reason += "; sized for an SM budget of " + std::to_string(q.device.sm_count) + " of " +
+                     std::to_string(dev.sm_count) + " SMs";
+  if (e.plan.resident_clusters > 0)
+    e.plan.reason += "; " + std::to_string(e.plan.resident_clusters) + " clusters of " +
+                     std::to_string(e.plan.cluster.count()) + " co-reside";
   raise_smem_limit(q, e);
-  report(e, dev, r);
+  report(e, dev, r, fam);
   return e;
 }
 
@@ -345,10 +573,27 @@ launch_requirements requirements_of(const launch_request& r) {
   launch_requirements need;
   need.cooperative = r.cooperative || dynamic_cast<const cooperative_policy*>(r.policy) != nullptr;
   need.cluster = r.cluster.count() > 1 ? r.cluster : dims{};
+  need.non_portable_cluster = r.non_portable_cluster;
+  need.programmatic = r.programmatic;
   return need;
 }
 
+void require_kernel_cluster(launch_requirements& need, const kernel_resources& k) {
+  if (k.required_cluster[0] == 0) return;
+  const dims compiled{k.required_cluster[0], std::max(k.required_cluster[1], 1u), std::max(k.required_cluster[2], 1u)};
+  if (compiled.count() <= 1) return;
+  if (need.cluster.count() > 1 && need.cluster != compiled) {
+    throw error("plan(cluster)", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+                "the kernel's __cluster_dims__ are " + compiled.to_string() + ", the launch asks for cluster " +
+                    need.cluster.to_string(),
+                display_name(k));
+  }
+  need.cluster = compiled;
+  need.cluster_from_kernel = true;
+}
+
 void apply_requirements(const query& q, plan& p, const launch_requirements& need) {
+  bool changed = false;
   if (need.cluster.count() > 1 || p.cluster.count() > 1) {
     if (p.cluster.count() > 1 && p.cluster != need.cluster) {
       throw error("plan(cluster)", "LAUNCHFIT_INVALID_PLAN",
@@ -357,18 +602,27 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
                                                 : std::string("asked for no cluster")),
                   q.kernel.demangled, p.to_string());
     }
+    changed = changed || p.cluster != need.cluster || p.resident_clusters == 0;
     p.cluster = need.cluster;
   }
-  if (need.cooperative && !p.cooperative) {
-    p.cooperative = true;
-    validate_plan(q, p);  // co-residency, now as a cooperative grid
-    p.reason += "; launched cooperatively, as the launch requires";
+  p.cluster_from_kernel = need.cluster_from_kernel;
+  if (p.programmatic != need.programmatic) {
+    p.programmatic = need.programmatic;
+    changed = true;
   }
+  const dims before = p.block;
+  shape_block(q, p);
+  changed = changed || p.block != before;
+  const bool made_cooperative = need.cooperative && !p.cooperative;
+  if (made_cooperative) p.cooperative = true;
+  if (changed || made_cooperative) validate_plan(q, p);  // co-residency, resident clusters, the device's limits
+  if (made_cooperative) p.reason += "; launched cooperatively, as the launch requires";
 }
 
 bool same_launch(const plan& a, const plan& b) noexcept {
   return a.block == b.block && a.grid == b.grid && a.blocks_per_sm == b.blocks_per_sm &&
-         a.dynamic_smem_bytes == b.dynamic_smem_bytes && a.cooperative == b.cooperative && a.cluster == b.cluster;
+         a.dynamic_smem_bytes == b.dynamic_smem_bytes && a.cooperative == b.cooperative && a.cluster == b.cluster &&
+         a.programmatic == b.programmatic && a.sm_count == b.sm_count;
 }
 
 std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need, const plan* computed) {
@@ -380,12 +634,23 @@ std::string check_stored_plan(const query& q, plan& stored, const launch_require
     return "the stored plan has cluster " + stored.cluster.to_string() + ", the launch " +
            (need.cluster.count() > 1 ? "requires " + need.cluster.to_string() : std::string("has none"));
   }
-  if (!computed && (stored.grid.x != 0 || stored.block.y != 1 || stored.block.z != 1)) {
-    // Tuning policies and plugins size 1-D blocks and grids from the work; a fixed grid or a 2-D block from a
-    // file could leave most of the work undone.
-    return "the stored plan has a fixed grid or a multi-dimensional block (" + stored.to_string() + ")";
+  if (stored.programmatic != need.programmatic) {
+    return std::string("the stored plan is ") + (stored.programmatic ? "" : "not ") +
+           "a programmatic dependent launch, the launch " + (need.programmatic ? "is" : "is not");
+  }
+  if (!computed) {
+    // Tuning policies and plugins size 1-D blocks (shaped in rows of 32 for multi-dimensional work) and grids
+    // from the work; a fixed grid or another block shape from a file could leave most of the work undone.
+    plan shaped;
+    shaped.block = dims{static_cast<unsigned>(std::max<unsigned long long>(stored.block.count(), 1)), 1, 1};
+    shape_block(q, shaped);
+    if (stored.grid.x != 0 || stored.block != shaped.block) {
+      return "the stored plan has a fixed grid or a block shape this launch does not make (" + stored.to_string() +
+             ")";
+    }
   }
   stored.cluster = need.cluster;
+  stored.cluster_from_kernel = need.cluster_from_kernel;
   const std::size_t stored_smem = stored.dynamic_smem_bytes;
   validate_plan(q, stored);  // throws: block, smem, grid or co-residency out of bounds
   if (stored.dynamic_smem_bytes != stored_smem) {

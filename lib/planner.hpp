@@ -18,21 +18,36 @@ namespace launchfit::detail {
 // What the launch itself requires, whatever policy decides.
 struct launch_requirements {
   bool cooperative = false;
-  dims cluster{};  // 1x1x1: none
+  dims cluster{};                    // 1x1x1: none
+  bool cluster_from_kernel = false;  // the kernel's __cluster_dims__
+  bool non_portable_cluster = false;
+  bool programmatic = false;
 };
 
-// The requirements in a plan key: bit 0 cooperative, cluster x/y/z in bits 1-16, 17-32, 33-48.
+// The requirements in a plan key: bit 0 cooperative, cluster x/y/z in bits 1-16, 17-32, 33-48, bit 49
+// programmatic, bit 50 non-portable cluster sizes allowed.
 inline std::uint64_t launch_bits(const launch_request& r) noexcept {
   const dims& c = r.cluster;
-  if (c.count() <= 1) return r.cooperative ? 1u : 0u;
-  return (r.cooperative ? 1u : 0u) | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |
+  std::uint64_t bits = (r.cooperative ? 1u : 0u) | (std::uint64_t{r.programmatic} << 49) |
+                       (std::uint64_t{r.non_portable_cluster} << 50);
+  if (c.count() <= 1) return bits;
+  return bits | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |
          (std::uint64_t{c.z & 0xffffu} << 33);
 }
 // Set in the key of a plan made by an override (under its own policy hash and bucket).
 inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
 
+// What shapes the block and the resident grid beyond the policy: the block rule, multi-dimensional work (its
+// blocks are shaped in rows of 32) and the SM budget. 0 when none is given.
+inline std::uint64_t shape_bits(const launch_request& r) noexcept {
+  const std::uint64_t rule = r.blocks.k == block_rule::kind::any ? 0 : r.blocks.hash();
+  const std::uint64_t extra = (r.shape.rank >= 2 ? 2u : 0u) | (static_cast<std::uint64_t>(r.sm_budget) << 8);
+  if ((rule | extra) == 0) return 0;
+  return hash_combine(rule, extra) | 1;
+}
+
 inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexcept {
-  return plan_key{ctx.id, r.kernel_id, r.policy_hash, r.smem_rule, r.bucket, launch_bits(r)};
+  return plan_key{ctx.id, r.kernel_id, r.policy_hash, r.smem_rule, r.bucket, launch_bits(r), shape_bits(r)};
 }
 
 // The key of a request missed: plans it (or waits for the thread that does). A request asked again from
@@ -52,10 +67,14 @@ const plan_entry& replan_for_smem_rule(const launch_request& r, const context_re
 
 // What the launch requires: the request's flags, plus cooperative when the spec's own policy is cooperative().
 launch_requirements requirements_of(const launch_request& r);
+// Adds the kernel's compile-time __cluster_dims__ to what the launch requires; throws when the launch asks
+// for other cluster dims.
+void require_kernel_cluster(launch_requirements& need, const kernel_resources& k);
 
-// Makes p launch as the launch requires: cooperative when required (then re-validated for co-residency) and
-// with exactly the required cluster dims. Throws launchfit::error when p cannot (a policy that chose other
-// cluster dims, blocks that do not co-reside).
+// Makes p launch as the launch requires: cooperative when required, with exactly the required cluster dims
+// (then re-validated: co-residency, resident clusters), programmatic when asked, and its block shaped for
+// multi-dimensional work. Throws launchfit::error when p cannot (a policy that chose other cluster dims,
+// blocks that do not co-reside).
 void apply_requirements(const query& q, plan& p, const launch_requirements& need);
 
 // Whether two plans launch the same way (block, grid rule, residency, smem, cooperative, cluster).

@@ -4,6 +4,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -61,45 +62,131 @@ error plan_error(const query& q, const plan& p, const std::string& check, const 
 
 }  // namespace
 
+namespace {
+
+std::uint64_t ceil_div(std::uint64_t n, std::uint64_t d) noexcept {
+  // 32-bit when both fit (a 64-bit divide costs several times more on common x86 cores).
+  if (((n | d) >> 32) == 0) {
+    const auto n32 = static_cast<std::uint32_t>(n), d32 = static_cast<std::uint32_t>(d);
+    return n32 / d32 + (n32 % d32 != 0);
+  }
+  return n / d + (n % d != 0);
+}
+
+std::uint64_t round_up(std::uint64_t v, unsigned multiple) noexcept {
+  return multiple > 1 ? ceil_div(v, multiple) * multiple : v;
+}
+
+constexpr std::uint64_t max_grid_yz = 65535;  // every CUDA device
+
+[[noreturn]] void grid_error(const plan& p, const char* code, const std::string& what) {
+  throw error("grid_for", code, what, {}, p.to_string());
+}
+
+std::string items_text(const work& w) {
+  if (w.rank <= 1) return "items(" + std::to_string(w.n) + ")";
+  std::string s = "items({" + std::to_string(w.n) + ", " + std::to_string(w.ny);
+  if (w.rank == 3) s += ", " + std::to_string(w.nz);
+  return s + "})";
+}
+
+// A caller's grid: every dimension within the device's limits and made of whole clusters.
+dims caller_grid(const plan& p, const work& w, long long max_grid_x) {
+  const dims g = w.grid;
+  if (g.x == 0 || g.y == 0 || g.z == 0) return dims{0, 1, 0};
+  if (g.x > static_cast<unsigned long long>(max_grid_x) || g.y > max_grid_yz || g.z > max_grid_yz) {
+    grid_error(p, "CUDA_ERROR_INVALID_VALUE",
+               "grid " + g.to_string() + " exceeds the device's grid limits (" + std::to_string(max_grid_x) +
+                   " x 65535 x 65535)");
+  }
+  if (p.cluster.count() > 1 && (g.x % p.cluster.x || g.y % p.cluster.y || g.z % p.cluster.z)) {
+    grid_error(p, "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+               "grid " + g.to_string() + " is not made of whole clusters of " + p.cluster.to_string());
+  }
+  return g;
+}
+
+}  // namespace
+
 dims grid_for(const plan& p, const work& w, long long max_grid_x) {
   // items(0) / grid_stride(0): nothing to do, whatever the plan (a fixed grid too). A documented no-op.
-  if (w.kind != work::shape::none && w.n == 0) return dims{0, 1, 0};
-  if (p.grid.x != 0) return p.grid;
-  if (p.block_threads <= 0) throw error("grid_for", "LAUNCHFIT_INVALID_PLAN", "plan without a block", {}, p.to_string());
+  if (w.kind == work::shape::items || w.kind == work::shape::grid_stride) {
+    if (w.n == 0 || w.ny == 0 || w.nz == 0) return dims{0, 1, 0};
+  }
   const long long resident = p.resident_blocks();
-  if (w.kind == work::shape::none) return dims{static_cast<unsigned>(resident), 1, 1};
-  const std::uint64_t per_block =
-      static_cast<std::uint64_t>(p.block_threads) * std::max<std::uint32_t>(w.per_thread, 1);
-  // Ceiling division; 32-bit when both fit (a 64-bit divide costs several times more on common x86 cores).
-  std::uint64_t needed;
-  if (((w.n | per_block) >> 32) == 0) {
-    const auto n32 = static_cast<std::uint32_t>(w.n), b32 = static_cast<std::uint32_t>(per_block);
-    needed = n32 / b32 + (n32 % b32 != 0);
+  dims g;
+  if (w.kind == work::shape::grid) {
+    g = caller_grid(p, w, max_grid_x);
+  } else if (p.grid.x != 0) {
+    return p.grid;  // a policy's fixed grid, validated when the plan was made
+  } else if (p.block_threads <= 0) {
+    grid_error(p, "LAUNCHFIT_INVALID_PLAN", "plan without a block");
+  } else if (w.kind == work::shape::none) {
+    g = dims{static_cast<unsigned>(resident), 1, 1};  // whole clusters: resident is a multiple of the cluster
   } else {
-    needed = w.n / per_block + (w.n % per_block != 0);
+    const unsigned bx = w.rank <= 1 ? static_cast<unsigned>(p.block_threads) : p.block.x;
+    const std::uint64_t per_block = static_cast<std::uint64_t>(bx) * std::max<std::uint32_t>(w.per_thread, 1);
+    std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.cluster.x);
+    std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, p.block.y), p.cluster.y) : 1;
+    std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.cluster.z) : 1;
+    if (w.kind == work::shape::grid_stride) {
+      const std::uint64_t cap = static_cast<std::uint64_t>(resident) * std::max<std::uint32_t>(w.waves, 1);
+      gx = std::max<std::uint64_t>(std::min<std::uint64_t>(gx, cap), 1);
+    }
+    if ((gy % p.cluster.y) != 0 || (gz % p.cluster.z) != 0) {
+      grid_error(p, "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+                 "cluster " + p.cluster.to_string() + " needs a grid of " + std::to_string(p.cluster.y) + " x " +
+                     std::to_string(p.cluster.z) + " blocks in y and z: give the work in " +
+                     (p.cluster.z > 1 ? "3" : "2") + " dimensions, items({nx, ny" + (p.cluster.z > 1 ? ", nz" : "") +
+                     "})");
+    }
+    if (gx > static_cast<std::uint64_t>(max_grid_x)) {
+      grid_error(p, "CUDA_ERROR_INVALID_VALUE",
+                 items_text(w) + " with " + std::to_string(per_block) + " items per block needs " +
+                     std::to_string(gx) + " blocks, above the grid limit " + std::to_string(max_grid_x) +
+                     "; use grid_stride() or per_thread()");
+    }
+    if (gy > max_grid_yz || gz > max_grid_yz) {
+      grid_error(p, "CUDA_ERROR_INVALID_VALUE",
+                 items_text(w) + " with block " + p.block.to_string() + " needs " + std::to_string(gy) + " x " +
+                     std::to_string(gz) + " blocks in y and z, above the grid limit 65535");
+    }
+    g = dims{static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)};
   }
-  if (w.kind == work::shape::grid_stride) {
-    const std::uint64_t g = std::min<std::uint64_t>(needed, static_cast<std::uint64_t>(resident));
-    return dims{static_cast<unsigned>(std::max<std::uint64_t>(g, 1)), 1, 1};
+  if (p.cooperative && static_cast<long long>(g.count()) > resident) {
+    grid_error(p, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
+               (w.kind == work::shape::grid ? "grid " + g.to_string() : items_text(w)) + " needs " +
+                   std::to_string(g.count()) + " blocks but only " + std::to_string(resident) +
+                   " co-reside" + (w.kind == work::shape::grid ? std::string() : "; use grid_stride() or more items per thread"));
   }
-  if (p.cooperative && needed > static_cast<std::uint64_t>(resident)) {
-    throw error("grid_for", "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
-                "items(" + std::to_string(w.n) + ") needs " + std::to_string(needed) +
-                    " blocks but only " + std::to_string(resident) +
-                    " co-reside; use grid_stride() or more items per thread",
-                {}, p.to_string());
+  return g;
+}
+
+std::uint64_t block_rule::hash() const noexcept {
+  if (is_any()) return 0;
+  std::uint64_t h = detail::hash_combine(0x6c66626c6f636bULL, static_cast<std::uint64_t>(k));
+  h = detail::hash_combine(h, multiple + (invalid ? 0x10000u : 0u));
+  for (int i = 0; i < count; ++i) h = detail::hash_combine(h, values[i]);
+  return h | 1;
+}
+
+std::string block_rule::to_string() const {
+  switch (k) {
+    case kind::any: return "any";
+    case kind::multiple_of: return multiple <= 1 ? "any" : "multiple of " + std::to_string(multiple);
+    case kind::power_of_two: return "power of two";
+    case kind::one_of: {
+      if (invalid) return "one of (a size outside 1..1024, or more than 16 sizes)";
+      std::string s = "one of ";
+      for (int i = 0; i < count; ++i) s += (i ? "," : "") + std::to_string(values[i]);
+      return s;
+    }
   }
-  if (needed > static_cast<std::uint64_t>(max_grid_x)) {
-    throw error("grid_for", "CUDA_ERROR_INVALID_VALUE",
-                "items(" + std::to_string(w.n) + ") with " + std::to_string(per_block) +
-                    " items per block needs " + std::to_string(needed) + " blocks, above the grid limit " +
-                    std::to_string(max_grid_x) + "; use grid_stride() or per_thread()",
-                {}, p.to_string());
-  }
-  return dims{static_cast<unsigned>(needed), 1, 1};
+  return "any";
 }
 
 int query::active_blocks_for(int block_threads) const {
+  if (!allows(block_threads)) return 0;
   const std::size_t smem = smem_for(block_threads);
   if (active_blocks) return active_blocks(block_threads, smem);
   try {
@@ -107,6 +194,16 @@ int query::active_blocks_for(int block_threads) const {
   } catch (const error&) {
     return 0;  // impossible configuration: nothing fits
   }
+}
+
+int query::active_clusters_for(int block_threads, dims c) const {
+  const unsigned long long size = c.count();
+  if (size <= 1 || !allows(block_threads)) return 0;
+  if (active_clusters && c == cluster) return active_clusters(block_threads, smem_for(block_threads));
+  // No oracle (offline): every SM's resident blocks grouped into clusters, an upper bound (the hardware
+  // places a cluster within one GPC, so a GPU may fit fewer).
+  const long long blocks = static_cast<long long>(active_blocks_for(block_threads)) * device.sm_count;
+  return static_cast<int>(blocks / static_cast<long long>(size));
 }
 
 int query::max_block_threads() const noexcept {
@@ -139,6 +236,13 @@ void validate_plan(const query& q, plan& p) {
                                         std::to_string(q.kernel.max_threads_per_block) +
                                         " (its __launch_bounds__ or register use)");
   }
+  if (!q.allows(p.block_threads)) {
+    throw plan_error(q, p, "block", "block of " + std::to_string(p.block_threads) + " threads is not allowed: " +
+                                        (q.blocks.allows(p.block_threads)
+                                             ? std::string("multi-dimensional work needs rows of 32 threads")
+                                             : "the launch's block rule is " + q.blocks.to_string()));
+  }
+  p.blocks = q.blocks.is_any() ? std::string() : q.blocks.to_string();
   p.dynamic_smem_bytes = q.smem_for(p.block_threads);
   const std::size_t total_smem = p.dynamic_smem_bytes + q.kernel.static_smem_bytes;
   if (total_smem > q.device.smem_per_block_optin_bytes) {
@@ -154,6 +258,10 @@ void validate_plan(const query& q, plan& p) {
   if (p.cluster.count() > 1 && !q.device.cluster_launch) {
     throw plan_error(q, p, "cluster", "device " + q.device.name + " does not support thread-block clusters");
   }
+  if (p.programmatic && q.device.cc_major < 9) {
+    throw plan_error(q, p, "pdl", "programmatic dependent launch needs sm_90 or newer; device " + q.device.name +
+                                      " is " + q.device.arch());
+  }
   const int active = q.active_blocks_for(p.block_threads);
   if (active <= 0) {
     std::string why;
@@ -164,6 +272,16 @@ void validate_plan(const query& q, plan& p) {
     }
     throw plan_error(q, p, "occupancy", "no block of " + std::to_string(p.block_threads) + " threads with " +
                                             std::to_string(p.dynamic_smem_bytes) + " B dynamic smem fits on an SM" + why);
+  }
+  p.resident_clusters = 0;
+  if (p.cluster.count() > 1) {
+    p.resident_clusters = q.active_clusters_for(p.block_threads, p.cluster);
+    if (p.resident_clusters <= 0) {
+      throw plan_error(q, p, "cluster", "no cluster of " + std::to_string(p.cluster.count()) + " blocks of " +
+                                            std::to_string(p.block_threads) + " threads with " +
+                                            std::to_string(p.dynamic_smem_bytes) +
+                                            " B dynamic smem co-resides (cuOccupancyMaxActiveClusters: 0)");
+    }
   }
   if (p.blocks_per_sm <= 0) p.blocks_per_sm = active;
   if (p.blocks_per_sm > active) {
@@ -181,6 +299,11 @@ void validate_plan(const query& q, plan& p) {
         throw plan_error(q, p, "grid", "grid dimension " + std::string(1, "xyz"[i]) + "=" + std::to_string(v) +
                                            " outside 1.." + std::to_string(q.device.max_grid_dim[i]));
       }
+    }
+    if (p.cluster.count() > 1 &&
+        (p.grid.x % p.cluster.x != 0 || p.grid.y % p.cluster.y != 0 || p.grid.z % p.cluster.z != 0)) {
+      throw plan_error(q, p, "cluster", "grid " + p.grid.to_string() + " is not made of whole clusters of " +
+                                            p.cluster.to_string());
     }
     if (p.cooperative && static_cast<long long>(p.grid.count()) > p.resident_blocks()) {
       throw plan_error(q, p, "cooperative", "cooperative grid of " + std::to_string(p.grid.count()) +
@@ -205,28 +328,67 @@ void validate_plan(const query& q, plan& p) {
   }
 }
 
+void shape_block(const query& q, plan& p) {
+  if (q.work_hint.rank <= 1 || p.block.y != 1 || p.block.z != 1 || p.block.x <= 32 || p.block.x % 32 != 0) return;
+  p.block = dims{32, p.block.x / 32, 1};
+}
+
 plan policy_base::choose(const query& q) const {
   if (q.device.sm_count <= 0 || q.device.max_threads_per_block <= 0) {
     throw error("policy::choose", "LAUNCHFIT_INVALID_QUERY", "device limits are empty", q.kernel.demangled);
   }
   plan p = choose_impl(q);
   p.policy = to_string();
+  shape_block(q, p);
   validate_plan(q, p);
   return p;
 }
 
 namespace {
 
-// cuOccupancyMaxPotentialBlockSize's search with the query's oracle (the driver on a GPU).
+// The block with the most resident threads, ties to the block nearest prefer_block (0: the largest). Without
+// a block rule or a cluster, exactly cuOccupancyMaxPotentialBlockSize's search with the query's oracle (the
+// driver on a GPU); with a rule, over the sizes it allows; with a cluster, counting the threads of the
+// clusters that co-reside (cuOccupancyMaxActiveClusters), not of blocks per SM.
 detail::potential_block max_occupancy_block(const query& q, int prefer_block, int block_limit = 0) {
   const int limit = block_limit > 0 ? std::min(block_limit, q.max_block_threads()) : q.max_block_threads();
-  return detail::search_potential_block(
-      limit, q.device.warp_size, q.device.max_threads_per_sm,
-      [&q](int block) {
-        if (q.smem_for(block) + q.kernel.static_smem_bytes > q.device.smem_per_block_optin_bytes) return 0;
-        return q.active_blocks_for(block);
-      },
-      prefer_block);
+  auto fits = [&q](int block) {
+    return q.smem_for(block) + q.kernel.static_smem_bytes <= q.device.smem_per_block_optin_bytes;
+  };
+  if (q.blocks.is_any() && q.cluster.count() <= 1) {
+    return detail::search_potential_block(
+        limit, q.device.warp_size, q.device.max_threads_per_sm,
+        [&](int block) { return fits(block) ? q.active_blocks_for(block) : 0; }, prefer_block);
+  }
+  const int warp = q.device.warp_size > 0 ? q.device.warp_size : 32;
+  detail::potential_block best;
+  long long best_threads = 0;
+  for (int block = 1; block <= limit; ++block) {
+    // Any size the rule allows; without a rule (a cluster launch) the sizes cuOccupancyMaxPotentialBlockSize tries.
+    if (q.blocks.is_any() ? (block % warp != 0 && block != limit) : !q.allows(block)) continue;
+    if (!fits(block)) continue;
+    const int per_sm = q.active_blocks_for(block);
+    if (per_sm <= 0) continue;
+    const long long threads = q.cluster.count() > 1
+                                  ? static_cast<long long>(q.active_clusters_for(block)) *
+                                        static_cast<long long>(q.cluster.count()) * block
+                                  : static_cast<long long>(per_sm) * block;
+    if (threads <= 0) continue;
+    bool better = threads > best_threads;
+    if (threads == best_threads) {
+      if (prefer_block <= 0) {
+        better = block > best.block_threads;
+      } else {
+        const int d = std::abs(block - prefer_block), bd = std::abs(best.block_threads - prefer_block);
+        better = d < bd || (d == bd && block < best.block_threads);
+      }
+    }
+    if (better) {
+      best_threads = threads;
+      best = detail::potential_block{block, per_sm};
+    }
+  }
+  return best;
 }
 
 // Parameters where 0 means "the default" (prefer_block, block_limit, target_per_sm, blocks_per_sm, a
@@ -353,6 +515,23 @@ plan cooperative_policy::choose_impl(const query& q) const {
   return p;
 }
 
+plan fixed_dims_policy::choose_impl(const query& q) const {
+  const fixed_dims_params& f = params_;
+  for (int v : {f.bx, f.by, f.bz}) {
+    if (v <= 0) throw error("fixed", "LAUNCHFIT_INVALID_POLICY", "block dimensions must be > 0", q.kernel.demangled);
+  }
+  if (f.gx < 0 || f.gy <= 0 || f.gz <= 0) {
+    throw error("fixed", "LAUNCHFIT_INVALID_POLICY", "grid must be gx >= 0 (0: from the work), gy and gz >= 1",
+                q.kernel.demangled);
+  }
+  plan p;
+  p.block = dims{static_cast<unsigned>(f.bx), static_cast<unsigned>(f.by), static_cast<unsigned>(f.bz)};
+  p.grid = f.gx == 0 ? dims{0, 1, 1}
+                     : dims{static_cast<unsigned>(f.gx), static_cast<unsigned>(f.gy), static_cast<unsigned>(f.gz)};
+  p.reason = "fixed by the caller";
+  return p;
+}
+
 plan fixed_policy::choose_impl(const query& q) const {
   (void)q;
   plan p;
@@ -372,7 +551,8 @@ plan fixed_policy::choose_impl(const query& q) const {
 
 bool detail::is_builtin_policy(const policy& p) noexcept {
   return dynamic_cast<const max_occupancy_policy*>(&p) || dynamic_cast<const bytes_in_flight_policy*>(&p) ||
-         dynamic_cast<const fixed_policy*>(&p) || dynamic_cast<const cooperative_policy*>(&p);
+         dynamic_cast<const fixed_policy*>(&p) || dynamic_cast<const cooperative_policy*>(&p) ||
+         dynamic_cast<const fixed_dims_policy*>(&p);
 }
 
 std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {

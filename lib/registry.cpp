@@ -46,6 +46,7 @@ void ensure_builtins() {
     register_policy<bytes_in_flight_policy>();
     register_policy<cooperative_policy>();
     register_policy<fixed_policy>();
+    register_policy<fixed_dims_policy>();
     register_policy<constant_block_policy>();
   });
 }

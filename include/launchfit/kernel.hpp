@@ -27,6 +27,7 @@ struct kernel_resources {
   int ptx_version = 0;                     // e.g. 90
   int binary_version = 0;                  // e.g. 90
   std::size_t max_dynamic_smem_bytes = 0;  // current CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  unsigned required_cluster[3] = {0, 0, 0};  // compile-time __cluster_dims__ (0: none)
 
   // A kernel_resources for the offline calculator.
   static kernel_resources manual(int regs_per_thread, std::size_t static_smem_bytes = 0,

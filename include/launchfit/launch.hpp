@@ -41,6 +41,18 @@ class spec {
     work_.n = n;
     return *this;
   }
+  // 2-D or 3-D work, items({nx, ny}) or items({nx, ny, nz}): the policy's block is shaped {32, threads / 32}
+  // (rows of one warp) unless it chose a shape itself (fixed({32, 32})), and grid = ceil(n / block) per
+  // dimension, each checked against the device (y and z at most 65535).
+  spec items(extent e) && { return std::move(items(e)); }
+  spec& items(extent e) & {
+    work_.kind = work::shape::items;
+    work_.n = e.x;
+    work_.ny = e.y;
+    work_.nz = e.z;
+    work_.rank = static_cast<std::uint8_t>(e.z > 1 ? 3 : 2);
+    return *this;
+  }
   // k items per thread: grid = ceil(n / (block x k)).
   spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
   spec& per_thread(std::uint32_t k) & {
@@ -52,6 +64,41 @@ class spec {
   spec& grid_stride(std::uint64_t n) & {
     work_.kind = work::shape::grid_stride;
     work_.n = n;
+    return *this;
+  }
+  // grid_stride(n) only: cap the grid at k waves of resident blocks (default 1).
+  spec waves(std::uint32_t k) && { return std::move(waves(k)); }
+  spec& waves(std::uint32_t k) & {
+    work_.waves = k > 0 ? k : 1;
+    return *this;
+  }
+  // The caller's grid (e.g. a cooperative solver's), launched as given: checked against the device, for whole
+  // clusters and, cooperative, for co-residency, or refused. The policy still chooses the block.
+  spec grid(dims g) && { return std::move(grid(g)); }
+  spec& grid(dims g) & {
+    work_.kind = work::shape::grid;
+    work_.grid = g;
+    return *this;
+  }
+  // Block sizes the kernel can run with: block_rule::power_of_two(), multiple_of(64), one_of({128, 256}).
+  // Every policy (autotune too) chooses among them; a plan from elsewhere that does not fit is refused.
+  spec blocks(block_rule rule) && { return std::move(blocks(rule)); }
+  spec& blocks(block_rule rule) & {
+    blocks_ = rule;
+    return *this;
+  }
+  // Size resident grids (no work, grid_stride, cooperative) for k SMs, so the kernel can run beside others
+  // (e.g. communication kernels); k above the context's SMs is the context's SMs. 0: all.
+  spec sms(int k) && { return std::move(sms(k)); }
+  spec& sms(int k) & {
+    sm_budget_ = k > 0 ? k : 0;
+    return *this;
+  }
+  // Programmatic dependent launch (sm_90+): this kernel may start while the previous kernel in the stream is
+  // still running; it must call cudaGridDependencySynchronize() before reading that kernel's output. Opt-in.
+  spec pdl() && { return std::move(pdl()); }
+  spec& pdl() & {
+    programmatic_ = true;
     return *this;
   }
   spec on(CUstream s) && { return std::move(on(s)); }
@@ -80,10 +127,13 @@ class spec {
     smem_rule_ = detail::hash_combine(typeid(F).hash_code() | 1ULL << 63, key);
     return *this;
   }
-  // Thread-block cluster dimensions (sm_90+).
-  spec cluster(dims c) && { return std::move(cluster(c)); }
-  spec& cluster(dims c) & {
+  // Thread-block cluster dimensions (sm_90+). The grid is rounded up to whole clusters and sized by the
+  // clusters that co-reside (cuOccupancyMaxActiveClusters); sizes above 8 blocks need allow_non_portable,
+  // which sets the kernel's non-portable cluster attribute. A kernel with __cluster_dims__ needs no call.
+  spec cluster(dims c, bool allow_non_portable = false) && { return std::move(cluster(c, allow_non_portable)); }
+  spec& cluster(dims c, bool allow_non_portable = false) & {
     cluster_ = c;
+    non_portable_ = allow_non_portable;
     return *this;
   }
   // The kernel needs a cooperative launch (it calls grid.sync()): whatever policy decides, the launch stays
@@ -123,7 +173,11 @@ class spec {
   const smem_per_block_fn* smem_fn() const noexcept { return smem_fn_ ? &smem_fn_ : nullptr; }
   std::uint64_t smem_rule() const noexcept { return smem_rule_; }
   dims cluster_dims() const noexcept { return cluster_; }
+  bool allows_non_portable_cluster() const noexcept { return non_portable_; }
   bool requires_cooperative() const noexcept { return cooperative_; }
+  bool is_programmatic() const noexcept { return programmatic_; }
+  int sm_budget() const noexcept { return sm_budget_; }
+  const block_rule& block_sizes() const noexcept { return blocks_; }
   bool is_rerunnable() const noexcept { return rerunnable_ || reset_; }
   bool runs_back_to_back() const noexcept { return rerunnable_; }
   const std::function<void()>* reset_fn() const noexcept { return reset_.get(); }
@@ -136,6 +190,10 @@ class spec {
   smem_per_block_fn smem_fn_;
   std::uint64_t smem_rule_ = 0;
   dims cluster_{};
+  block_rule blocks_{};
+  int sm_budget_ = 0;
+  bool non_portable_ = false;
+  bool programmatic_ = false;
   bool cooperative_ = std::is_same_v<Policy, cooperative_policy>;
   bool rerunnable_ = false;
   std::shared_ptr<std::function<void()>> reset_;
@@ -161,6 +219,12 @@ inline spec<cooperative_policy> cooperative(int blocks_per_sm = 0, int block = 0
 // Today's <<<grid, block>>>; grid 0 = from the work shape.
 inline spec<fixed_policy> fixed(int block, int grid = 0) {
   return spec<fixed_policy>(fixed_policy{fixed_params{block, grid}});
+}
+// A 2-D or 3-D block: fixed({32, 32}); grid {0}: from the work per dimension.
+inline spec<fixed_dims_policy> fixed(dims block, dims grid = dims{0, 1, 1}) {
+  return spec<fixed_dims_policy>(fixed_dims_policy{fixed_dims_params{
+      static_cast<int>(block.x), static_cast<int>(block.y), static_cast<int>(block.z), static_cast<int>(grid.x),
+      static_cast<int>(grid.y), static_cast<int>(grid.z)}});
 }
 // Any policy object (registered, from a plugin, or from a string).
 inline spec<std::shared_ptr<const policy>> use(std::shared_ptr<const policy> p) {
@@ -198,7 +262,11 @@ launch_request make_request(const spec<Policy>& s) {
   r.shape = s.work_shape();
   r.stream = s.stream();
   r.cluster = s.cluster_dims();
+  r.non_portable_cluster = s.allows_non_portable_cluster();
   r.cooperative = s.requires_cooperative();
+  r.programmatic = s.is_programmatic();
+  r.sm_budget = s.sm_budget();
+  r.blocks = s.block_sizes();
   if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
     // use("cooperative") / use(ptr): the policy object decides at run time whether the launch is cooperative.
     r.cooperative = r.cooperative || dynamic_cast<const cooperative_policy*>(&p) != nullptr;
@@ -211,35 +279,105 @@ launch_request make_request(const spec<Policy>& s) {
 
 }  // namespace detail
 
-// Runtime-API kernel: argument count and convertibility checked at compile time; every argument is
-// converted to the kernel's parameter type before its address is passed.
-template <class... Params, class Policy, class... Args>
-void launch(void (*k)(Params...), const spec<Policy>& s, Args&&... args) {
+// An argument computed from the plan at launch time, for arguments that depend on the chosen block (an
+// n-body kernel's tile count, a padded size): launch(k, spec, from_plan([n](const plan& p) { return n /
+// p.block_threads; }), ...). Called once per launch, and for each candidate a tuning policy times.
+template <class F>
+struct plan_argument {
+  F f;
+};
+template <class F>
+plan_argument<std::decay_t<F>> from_plan(F&& f) {
+  return plan_argument<std::decay_t<F>>{std::forward<F>(f)};
+}
+
+namespace detail {
+
+template <class T>
+struct is_plan_argument : std::false_type {};
+template <class F>
+struct is_plan_argument<plan_argument<F>> : std::true_type {};
+
+template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::value>
+struct argument_converts : std::is_convertible<Arg, Param> {};
+template <class Param, class Arg>
+struct argument_converts<Param, Arg, true>
+    : std::is_convertible<decltype(std::declval<std::decay_t<Arg>&>().f(std::declval<const plan&>())), Param> {};
+
+// One kernel argument: a value converted once, or a plan_argument evaluated for each plan.
+template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::value>
+struct argument_slot {
+  Param value;
+  explicit argument_slot(Arg&& a) : value(static_cast<Param>(std::forward<Arg>(a))) {}
+  void bind(const plan&) noexcept {}
+};
+template <class Param, class Arg>
+struct argument_slot<Param, Arg, true> {
+  std::decay_t<Arg> from;
+  Param value{};
+  explicit argument_slot(Arg&& a) : from(std::forward<Arg>(a)) {}
+  void bind(const plan& p) { value = static_cast<Param>(from.f(p)); }
+};
+
+template <class... Slots>
+void bind_arguments(void* self, const plan& p) {
+  std::apply([&p](auto&... slot) { (slot.bind(p), ...); }, *static_cast<std::tuple<Slots...>*>(self));
+}
+
+// Launches a runtime-API kernel (or a family member chosen by the planner) with converted arguments.
+template <class... Params, class... Args>
+launched launch_runtime(launch_request& r, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "launchfit::launch: wrong number of kernel arguments");
-  static_assert((std::is_convertible_v<Args&&, Params> && ...),
+  static_assert((argument_converts<Params, Args&&>::value && ...),
                 "launchfit::launch: an argument does not convert to the kernel's parameter type");
+  r.resolve = &resolve_runtime_kernel;
+  r.has_arguments = true;
+  if constexpr ((is_plan_argument<std::decay_t<Args>>::value || ...)) {
+    using slots_type = std::tuple<argument_slot<std::decay_t<Params>, Args&&>...>;
+    slots_type slots(std::forward<Args>(args)...);
+    return std::apply(
+        [&](auto&... slot) {
+          std::array<void*, sizeof...(Params)> ptrs{static_cast<void*>(&slot.value)...};
+          r.args = ptrs.data();
+          r.arg_count = ptrs.size();
+          r.bind = &bind_arguments<argument_slot<std::decay_t<Params>, Args&&>...>;
+          r.bind_self = &slots;
+          return launch(r);
+        },
+        slots);
+  } else {
+    std::tuple<std::decay_t<Params>...> converted(static_cast<Params>(std::forward<Args>(args))...);
+    return std::apply(
+        [&](auto&... a) {
+          std::array<void*, sizeof...(Params)> ptrs{static_cast<void*>(&a)...};
+          r.args = ptrs.data();
+          r.arg_count = ptrs.size();
+          return launch(r);
+        },
+        converted);
+  }
+}
+
+}  // namespace detail
+
+// Runtime-API kernel: argument count and convertibility checked at compile time; every argument is
+// converted to the kernel's parameter type before its address is passed. Returns what was launched.
+template <class... Params, class Policy, class... Args>
+launched launch(void (*k)(Params...), const spec<Policy>& s, Args&&... args) {
   if (!k) throw error("launchfit::launch", "CUDA_ERROR_INVALID_HANDLE", "null kernel function pointer");
-  std::tuple<std::decay_t<Params>...> converted(static_cast<Params>(std::forward<Args>(args))...);
-  std::apply(
-      [&](auto&... a) {
-        std::array<void*, sizeof...(Params)> ptrs{static_cast<void*>(&a)...};
-        detail::launch_request r = detail::make_request(s);
-        r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
-        r.stub = reinterpret_cast<const void*>(k);
-        r.resolve = &detail::resolve_runtime_kernel;
-        r.args = ptrs.data();
-        r.arg_count = ptrs.size();
-        r.has_arguments = true;
-        detail::launch(r);
-      },
-      converted);
+  detail::launch_request r = detail::make_request(s);
+  r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
+  r.stub = reinterpret_cast<const void*>(k);
+  return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
 }
 
 // Driver-API kernel: each argument is passed as one kernel parameter (a struct too: a kernel may take one by
 // value; lf::args(aggregate) from launchfit/args.hpp passes an aggregate's fields instead). Argument count
 // and sizes are checked against cuFuncGetParamInfo where the driver reports them.
 template <class Policy, class... Args>
-void launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
+launched launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
+  static_assert(!(detail::is_plan_argument<std::decay_t<Args>>::value || ...),
+                "launchfit::launch: from_plan() arguments need a runtime-API kernel (its parameter types are known)");
   std::array<void*, sizeof...(Args)> ptrs{const_cast<void*>(static_cast<const void*>(&args))...};
   std::array<std::size_t, sizeof...(Args)> sizes{sizeof(std::decay_t<Args>)...};
   detail::launch_request r = detail::make_request(s);
@@ -249,7 +387,7 @@ void launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
   r.arg_sizes = sizes.data();
   r.arg_count = sizeof...(Args);
   r.has_arguments = true;
-  detail::launch(r);
+  return detail::launch(r);
 }
 
 // The plan a launch would use, without launching (computed and cached on first use).

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "launchfit/occupancy.hpp"
@@ -20,27 +21,98 @@ struct dims {
   std::string to_string() const;  // "256" or "16x16" or "8x8x4"
 };
 
+// Items per dimension of a multi-dimensional launch: items({nx, ny}) or items({nx, ny, nz}).
+struct extent {
+  std::uint64_t x = 1, y = 1, z = 1;
+};
+
 // The work a launch covers. The plan never depends on n; the grid is computed from it per launch.
 struct work {
   enum class shape : std::uint8_t {
     none,         // no work given: one full wave of resident blocks (blocks_per_sm x SMs)
-    items,        // one thread per `per_thread` items: grid = ceil(n / (block x per_thread))
-    grid_stride,  // the kernel loops: grid = min(ceil(n / (block x per_thread)), resident blocks)
+    items,        // one thread per `per_thread` items: grid = ceil(n / (block x per_thread)), per dimension
+    grid_stride,  // the kernel loops: grid = min(ceil(n / (block x per_thread)), waves x resident blocks)
+    grid,         // the caller's grid (`grid`), checked against the device and, cooperative, for co-residency
   };
   shape kind = shape::none;
-  std::uint64_t n = 0;
-  std::uint32_t per_thread = 1;
+  std::uint64_t n = 0;           // items along x (the only dimension when rank is 1)
+  std::uint32_t per_thread = 1;  // along x
+  std::uint8_t rank = 1;         // 1, 2 or 3: items({nx, ny[, nz]}) plans a 2-D block and a grid per dimension
+  std::uint32_t waves = 1;       // grid_stride: the grid is capped at this many waves of resident blocks
+  std::uint64_t ny = 1, nz = 1;  // items along y and z (rank 2 and 3)
+  dims grid{0, 1, 1};           // shape::grid only
+};
+
+// Which block sizes a kernel can run with (block threads). A tree reduction that assumes a power of two, a
+// kernel tiled by 64 threads, or an explicit set: every policy (and autotune, and a plan read from a file)
+// chooses among these only, or the launch is refused.
+struct block_rule {
+  enum class kind : std::uint8_t { any, multiple_of, power_of_two, one_of };
+  kind k = kind::any;
+  std::uint8_t count = 0;              // one_of: values used in `values`
+  std::uint16_t multiple = 1;          // multiple_of
+  std::uint16_t values[16] = {};       // one_of: block sizes, at most 16
+  bool invalid = false;                // one_of was given a size outside 1..1024, or more than 16
+
+  bool allows(int block_threads) const noexcept {
+    if (block_threads <= 0) return false;
+    switch (k) {
+      case kind::any: return true;
+      case kind::multiple_of: return block_threads % multiple == 0;
+      case kind::power_of_two: return (block_threads & (block_threads - 1)) == 0;
+      case kind::one_of:
+        if (invalid) return false;
+        for (int i = 0; i < count; ++i)
+          if (values[i] == block_threads) return true;
+        return false;
+    }
+    return false;
+  }
+  static block_rule power_of_two() noexcept {
+    block_rule r;
+    r.k = kind::power_of_two;
+    return r;
+  }
+  static block_rule multiple_of(unsigned m) noexcept {
+    block_rule r;
+    r.k = kind::multiple_of;
+    r.multiple = static_cast<std::uint16_t>(m == 0 || m > 1024 ? 1024 : m);  // no block has more than 1024 threads
+    return r;
+  }
+  // At most 16 sizes, each 1..1024: a rule with any other allows no block (validation names it).
+  static block_rule one_of(std::initializer_list<int> sizes) noexcept {
+    block_rule r;
+    r.k = kind::one_of;
+    for (int v : sizes) {
+      if (v <= 0 || v > 1024 || r.count >= 16) {
+        r.count = 0;
+        r.invalid = true;
+        break;
+      }
+      r.values[r.count++] = static_cast<std::uint16_t>(v);
+    }
+    return r;
+  }
+  bool is_any() const noexcept { return k == kind::any || (k == kind::multiple_of && multiple <= 1); }
+  // Stable identity for plan keys (0: any).
+  std::uint64_t hash() const noexcept;
+  // "any", "power of two", "multiple of 64", "one of 64,128,256"
+  std::string to_string() const;
 };
 
 struct plan {
   dims block;
   int block_threads = 0;         // block.count()
   int blocks_per_sm = 0;         // resident blocks per SM this plan runs with (caps grid_stride grids)
-  int sm_count = 0;              // SMs of the context the plan was made for
+  int sm_count = 0;              // SMs the plan is sized for: the context's, or the launch's SM budget (sms(k))
   std::size_t dynamic_smem_bytes = 0;
   dims grid{0, 1, 1};            // fixed grids only (grid.x == 0: computed from the work)
   dims cluster;                  // thread-block cluster dims (1x1x1: none)
+  int resident_clusters = 0;     // clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster
+  bool cluster_from_kernel = false;  // the kernel's compile-time __cluster_dims__ (no launch attribute is set)
   bool cooperative = false;
+  bool programmatic = false;     // programmatic dependent launch (sm_90+): may start before its predecessor ends
+  std::string blocks;            // the launch's block rule when it has one: "power of two", "multiple of 64"
   occupancy_result occupancy;    // at block_threads and dynamic_smem_bytes
   std::string policy;            // "bytes_in_flight(per_thread=32,target_per_sm=32768)"
   std::string reason;            // why the policy chose this, one sentence
@@ -49,14 +121,36 @@ struct plan {
   int trials = 0;                // candidate plans timed (autotune)
   double tuning_ms = 0;
 
-  // Resident-block cap: blocks_per_sm x sm_count.
-  long long resident_blocks() const noexcept { return static_cast<long long>(blocks_per_sm) * sm_count; }
+  // Resident-block cap: the co-resident clusters' blocks for a cluster launch, else blocks_per_sm x sm_count.
+  long long resident_blocks() const noexcept {
+    if (resident_clusters > 0) return static_cast<long long>(resident_clusters) * static_cast<long long>(cluster.count());
+    return static_cast<long long>(blocks_per_sm) * sm_count;
+  }
+  // Waves of resident blocks a grid takes (Nsight Compute's launch__waves_per_multiprocessor): 1.0 is one
+  // full wave, 1.05 a full wave and a tail of 5%.
+  double waves(dims grid_dims) const noexcept {
+    const long long r = resident_blocks();
+    return r > 0 ? static_cast<double>(grid_dims.count()) / static_cast<double>(r) : 0.0;
+  }
   // "block=256 grid=items blocks/SM=8 smem=0 coop=no"
   std::string to_string() const;
 };
 
-// Grid for this plan and work, integer arithmetic only. Throws launchfit::error when the grid would exceed
-// max_grid_x (e.g. a size_t n too large for the chosen block) or a cooperative grid would not co-reside.
+// What a launch ran with: returned by launch(), so a host sizing buffers or the next pass need not plan again.
+struct launched {
+  dims grid{0, 1, 1};  // 0 blocks: the work was empty and nothing was launched
+  dims block;
+  std::size_t dynamic_smem_bytes = 0;
+  const struct plan* plan_ptr = nullptr;  // valid as long as plan_for()'s reference (until the plans are dropped)
+
+  const struct plan& plan() const noexcept { return *plan_ptr; }
+  double waves() const noexcept { return plan_ptr ? plan_ptr->waves(grid) : 0.0; }
+};
+
+// Grid for this plan and work, integer arithmetic only: ceil per dimension, rounded up to whole clusters.
+// Throws launchfit::error when the grid would exceed max_grid_x (e.g. a size_t n too large for the chosen
+// block) or 65535 in y or z, a caller's grid is not made of whole clusters, or a cooperative grid would not
+// co-reside.
 dims grid_for(const plan& p, const work& w, long long max_grid_x = 2147483647LL);
 
 }  // namespace launchfit

@@ -28,6 +28,11 @@ struct query {
   std::size_t dynamic_smem_bytes = 0;  // used when smem_per_block is empty
   smem_per_block_fn smem_per_block;    // block threads -> dynamic smem bytes
   work work_hint;                      // the work of the launch that missed the cache
+  block_rule blocks;                   // block sizes the kernel can run with: active_blocks_for() is 0 for others
+  dims cluster;                        // cluster dims of the launch (1x1x1: none)
+  // Clusters co-resident on the device for (block threads, dynamic smem) (cuOccupancyMaxActiveClusters); set
+  // for cluster launches only. Empty: estimated from active_blocks.
+  std::function<int(int, std::size_t)> active_clusters;
   std::size_t bytes_in_flight_per_sm = 0;  // device default target (per-arch table or calibration)
   // Active blocks per SM for (block threads, dynamic smem). Empty: the offline calculator is used.
   std::function<int(int, std::size_t)> active_blocks;
@@ -37,7 +42,17 @@ struct query {
   std::size_t smem_for(int block_threads) const {
     return smem_per_block ? smem_per_block(block_threads) : dynamic_smem_bytes;
   }
-  int active_blocks_for(int block_threads) const;  // oracle, or calculator when no oracle
+  // Resident blocks per SM: the oracle, or the calculator when there is none; 0 for a block the launch's
+  // block rule (or a multi-dimensional work's 32-thread rows) does not allow.
+  int active_blocks_for(int block_threads) const;
+  // Whether the launch can run blocks of this many threads (block rule; rows of 32 for 2-D and 3-D work).
+  bool allows(int block_threads) const noexcept {
+    return blocks.allows(block_threads) && (work_hint.rank <= 1 || block_threads % 32 == 0);
+  }
+  // Co-resident clusters of the launch's cluster dims (the oracle, or an estimate); 0 without a cluster.
+  int active_clusters_for(int block_threads) const { return active_clusters_for(block_threads, cluster); }
+  // The same for cluster dims `c` (the oracle answers for the launch's own dims only; others are estimated).
+  int active_clusters_for(int block_threads, dims c) const;
   // Largest legal block for this kernel on this device (min of launch bounds and device max).
   int max_block_threads() const noexcept;
 };
@@ -78,8 +93,13 @@ class policy_base : public policy {
 };
 
 // Throws launchfit::error naming the kernel, the plan and the violated limit, or completes the plan
-// (block_threads, sm_count, occupancy, dynamic smem). Every plan from any source passes through here.
+// (block_threads, sm_count, occupancy, dynamic smem, resident clusters). Every plan from any source passes
+// through here.
 void validate_plan(const query& q, plan& p);
+
+// Gives a 1-D block the shape multi-dimensional work needs: {32, threads / 32, 1} (rows of one warp, so a
+// row of the work is read coalesced). Plans with a 2-D or 3-D block, and 1-D work, are left alone.
+void shape_block(const query& q, plan& p);
 
 namespace detail {
 std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
@@ -131,6 +151,7 @@ class max_occupancy_policy;
 class bytes_in_flight_policy;
 class cooperative_policy;
 class fixed_policy;
+class fixed_dims_policy;
 class constant_block_policy;  // the ten-line reference policy for authors, in launchfit/param_policy.hpp
 
 struct no_params {
@@ -208,11 +229,28 @@ class fixed_policy final : public param_policy<fixed_policy, fixed_params> {
   plan choose_impl(const query& q) const override;
 };
 
+struct fixed_dims_params {
+  int bx = 32, by = 8, bz = 1;  // block
+  int gx = 0, gy = 1, gz = 1;   // grid; gx 0: computed from the work per dimension
+  static constexpr std::array<const char*, 6> names{"bx", "by", "bz", "gx", "gy", "gz"};
+};
+
+// A 2-D or 3-D <<<grid, block>>>, validated: fixed({32, 32}) for a 32x32-tile kernel.
+class fixed_dims_policy final : public param_policy<fixed_dims_policy, fixed_dims_params> {
+ public:
+  static constexpr const char* policy_name = "fixed_dims";
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
 // Built-ins whose param_policy members are compiled into the library (lib/param_policy.cpp).
 extern template class param_policy<max_occupancy_policy, max_occupancy_params>;
 extern template class param_policy<bytes_in_flight_policy, bytes_in_flight_params>;
 extern template class param_policy<cooperative_policy, cooperative_params>;
 extern template class param_policy<fixed_policy, fixed_params>;
+extern template class param_policy<fixed_dims_policy, fixed_dims_params>;
 extern template class param_policy<constant_block_policy, no_params>;
 
 // Default bytes-in-flight target per SM for a device (per-arch table; calibrate() may override).

@@ -20,6 +20,12 @@ namespace launchfit::detail {
 
 using resolve_fn = CUfunction (*)(const void* stub);
 
+// One instantiation of a kernel family: the block it is written for and its host stub.
+struct family_member {
+  int block = 0;
+  const void* stub = nullptr;
+};
+
 struct launch_request {
   std::uintptr_t kernel_id = 0;
   const void* stub = nullptr;       // runtime kernels
@@ -34,7 +40,16 @@ struct launch_request {
   work shape{};
   CUstream stream = nullptr;
   dims cluster{};             // required by the launch (1x1x1: none); a policy never changes it
+  bool non_portable_cluster = false;  // cluster sizes above 8 allowed (sets the kernel's non-portable attribute)
   bool cooperative = false;   // required by the launch: cooperative() or .cooperative(); never dropped
+  bool programmatic = false;  // programmatic dependent launch (sm_90+)
+  int sm_budget = 0;          // size resident grids for this many SMs (0: all of the context's)
+  block_rule blocks{};        // block sizes the kernel can run with
+  const family_member* family = nullptr;  // a kernel family: the policy chooses the member by its block
+  std::size_t family_size = 0;
+  // Arguments computed from the plan (lf::from_plan): fills them in for `p` before a launch or a trial.
+  void (*bind)(void* self, const plan& p) = nullptr;
+  void* bind_self = nullptr;
   void** args = nullptr;
   const std::size_t* arg_sizes = nullptr;
   std::size_t arg_count = 0;
@@ -46,7 +61,7 @@ struct launch_request {
 
 // The cached plan for this request (computing, validating and logging it on a miss).
 const plan& plan_for(const launch_request& r);
-// Plan lookup + grid arithmetic + cuLaunchKernelEx.
-void launch(const launch_request& r);
+// Plan lookup + grid arithmetic + cuLaunchKernelEx; what was launched.
+launched launch(const launch_request& r);
 
 }  // namespace launchfit::detail
