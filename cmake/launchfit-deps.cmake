@@ -1,8 +1,11 @@
 # Every dependency comes from a distribution package; nothing is vendored.
 find_package(CUDAToolkit REQUIRED)   # headers only for the library: cuda.h, cuda_occupancy.h
-find_package(spdlog CONFIG REQUIRED)
+find_package(spdlog CONFIG REQUIRED) # brings fmt (Debian's spdlog uses the system fmt)
 find_package(nlohmann_json CONFIG REQUIRED)
-find_package(Boost 1.81 REQUIRED)    # header-only Boost.PFR
+# Boost.PFR (header-only) first shipped in Boost 1.75: Debian 12's libboost1.81-dev, Ubuntu 24.04's
+# libboost-dev (1.83).
+set(LAUNCHFIT_BOOST_MIN_VERSION 1.75)
+find_package(Boost ${LAUNCHFIT_BOOST_MIN_VERSION} REQUIRED)
 find_package(Threads REQUIRED)
 # launchfit-calc's command line (Debian libcli11-dev, header-only, with a CMake config): the demos only.
 if(LAUNCHFIT_BUILD_DEMOS)

@@ -7,9 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "launchfit/export.hpp"
+
 namespace launchfit {
 
-struct device_limits {
+struct LAUNCHFIT_API device_limits {
   std::string name;             // "NVIDIA H200", or "sm_90 (table)" for a built-in entry
   std::string uuid;             // "GPU-xxxxxxxx-...", empty for a table entry
   int ordinal = -1;             // CUdevice ordinal, -1 for a table entry

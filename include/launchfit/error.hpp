@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "launchfit/export.hpp"
+
 namespace launchfit {
 
 // What went wrong, in launchfit's terms: branch on this, never on an error's name or message. A CUDA
@@ -28,16 +30,16 @@ enum class errc : int {
 };
 
 // The name launchfit gives a code, e.g. "invalid_plan".
-const char* to_string(errc code) noexcept;
+LAUNCHFIT_API const char* to_string(errc code) noexcept;
 
 // True for the CUresults after which the CUDA context is unusable (every later call returns them):
 // ILLEGAL_ADDRESS, LAUNCH_FAILED, MISALIGNED_ADDRESS, ILLEGAL_INSTRUCTION, INVALID_PC, HARDWARE_STACK_ERROR,
 // INVALID_ADDRESS_SPACE, ASSERT, LAUNCH_TIMEOUT.
-bool is_sticky_cuda_result(int cuda_result) noexcept;
+LAUNCHFIT_API bool is_sticky_cuda_result(int cuda_result) noexcept;
 
 // Thrown for every refused launch and every failed CUDA call. what() reads
 // "<call>: <error name> (<message>) [kernel <name>] [plan <config>]" so a log line alone says what to fix.
-class error : public std::runtime_error {
+class LAUNCHFIT_API error : public std::runtime_error {
  public:
   // By name: a CUDA error name ("CUDA_ERROR_INVALID_VALUE") or a launchfit code ("LAUNCHFIT_INVALID_PLAN");
   // code() and cuda_result() follow from the name.

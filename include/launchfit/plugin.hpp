@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "launchfit/export.hpp"
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
 
@@ -28,15 +29,15 @@ struct plugin_info {
 // ABI major mismatch, descriptor too small, missing function, invalid or duplicate name). May be called
 // from plugin code (its entry, functions and static constructors): launchfit holds no lock while plugin
 // code runs; a plugin loading itself from its own entry or constructor is refused.
-plugin_info load_plugin(const std::string& path);
+LAUNCHFIT_API plugin_info load_plugin(const std::string& path);
 
 // Every plugin loaded and registered now, including those from LAUNCHFIT_PLUGINS=path1:path2 (read once,
 // on first use of the registry; a plugin that fails to load there is logged as an error and reported when
 // its policy name is asked for). unregister_policy(<plugin name>) removes a plugin from this list and lets
 // its file be loaded again; policies made from it keep its library loaded until they are destroyed.
-std::vector<plugin_info> loaded_plugins();
+LAUNCHFIT_API std::vector<plugin_info> loaded_plugins();
 
 // Passes a measured time of a plan back to the plugin that chose it; does nothing for other policies.
-void plugin_feedback(const policy& chooser, const plan& chosen, double ms);
+LAUNCHFIT_API void plugin_feedback(const policy& chooser, const plan& chosen, double ms);
 
 }  // namespace launchfit
