@@ -721,6 +721,7 @@ int main(int argc, char** argv) {
       "with --fail-on-conflict (merge); 2 a bad command line or an unusable file.",
       "launchfit-plans"};
   app.require_subcommand(1);
+  app.fallthrough();  // --max-bytes before or after the subcommand
   std::size_t max_bytes = ld::cache_file_default_max_bytes;
   unsigned lock_wait_ms = 5000;
   app.add_option("--max-bytes", max_bytes, "largest file read, in bytes (default 16 MiB, as the library)")
