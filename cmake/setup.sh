@@ -4,16 +4,41 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ libspdlog-dev libboost1.81-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev libcli11-dev)
+packages=(cmake ninja-build g++ pkgconf libspdlog-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev libcli11-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]})); then
-  echo "launchfit setup: installing ${missing[*]}"
+
+# Boost >= 1.75 (Boost.PFR) under a different package name per release: Ubuntu 24.04's libboost-dev is
+# 1.83, Debian 12's is 1.74 (there: libboost1.81-dev). Headers already installed decide first.
+boost_headers_ok() {
+  local v
+  v=$(sed -n 's/^#define BOOST_VERSION \([0-9]*\).*/\1/p' /usr/include/boost/version.hpp 2>/dev/null)
+  [[ -n $v ]] && ((v >= 107500))
+}
+boost_package() {  # the first package whose candidate version is at least 1.75
+  local p v
+  for p in libboost-dev libboost1.83-dev libboost1.81-dev; do
+    v=$(apt-cache policy "$p" 2>/dev/null | awk '$1 == "Candidate:" { print $2 }')
+    if [[ -n $v && $v != "(none)" ]] && dpkg --compare-versions "$v" ge 1.75; then
+      echo "$p"
+      return
+    fi
+  done
+  echo "launchfit setup: no package provides Boost >= 1.75 (Boost.PFR)" >&2
+  return 1
+}
+
+if ((${#missing[@]})) || ! boost_headers_ok; then
   sudo_cmd=()
   [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
+  if ! boost_headers_ok; then
+    boost=$(boost_package) || exit 1
+    missing+=("$boost")
+  fi
+  echo "launchfit setup: installing ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
