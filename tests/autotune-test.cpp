@@ -607,3 +607,25 @@ TEST_F(Autotune, FeedbackIsAcceptedFromAnyThread) {
   for (auto& t : threads) t.join();
   SUCCEED();
 }
+
+// A tree reduction that assumes a power-of-two block: autotune never times, nor chooses, any other block, even
+// where the cost model's optimum (384 x 3) is not one; multi-dimensional work is timed in rows of 32.
+TEST_F(Autotune, TimesAndChoosesOnlyBlocksTheRuleAllows) {
+  lf::query q = h200_query(grid_stride_64m);
+  q.blocks = lf::block_rule::power_of_two();
+  fake_timer timer(bowl(384, 3));
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=40)")->choose(q);
+  EXPECT_EQ(p.block_threads & (p.block_threads - 1), 0) << p.to_string();
+  EXPECT_EQ(p.blocks, "power of two");
+  ASSERT_GT(timer.calls(), 0);
+  for (const auto& [block, bps] : timer.timed()) EXPECT_EQ(block & (block - 1), 0) << block << "x" << bps;
+
+  lf::query one = h200_query(grid_stride_64m);
+  one.blocks = lf::block_rule::one_of({160, 352});
+  fake_timer t2(bowl(384, 3));
+  one.time_plan = t2.callback();
+  const lf::plan p2 = lf::policy_from_string("autotune(max_trials=40)")->choose(one);
+  EXPECT_TRUE(p2.block_threads == 160 || p2.block_threads == 352) << p2.to_string();
+  for (const auto& [block, bps] : t2.timed()) EXPECT_TRUE(block == 160 || block == 352) << block;
+}

@@ -1,0 +1,403 @@
+// Multi-dimensional work, block rules, clusters, programmatic launches and SM budgets on the CPU: the grid
+// arithmetic, the policies' choices under a rule or a cluster, validation and the plan keys. The offline
+// calculator (or a fake oracle) answers; tests/gpu/{shapes,cluster,pdl}-test.cu launch on a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "launchfit/error.hpp"
+#include "launchfit/launch.hpp"
+#include "launchfit/plan.hpp"
+#include "launchfit/policy.hpp"
+#include "planner.hpp"
+
+namespace lf = launchfit;
+namespace ld = launchfit::detail;
+
+namespace {
+
+lf::query h200_query(int regs = 32, std::size_t smem = 0) {
+  lf::query q;
+  q.device = lf::device_limits::for_arch("H200");
+  q.kernel = lf::kernel_resources::manual(regs, 0, 1024, "tree_reduce");
+  q.kernel.demangled = "void tree_reduce(float const*, float*, unsigned)";
+  q.dynamic_smem_bytes = smem;
+  return q;  // no oracle: the offline calculator answers
+}
+
+lf::plan plan_of(lf::dims block, int blocks_per_sm, int sms, lf::dims cluster = {}) {
+  lf::plan p;
+  p.block = block;
+  p.block_threads = static_cast<int>(block.count());
+  p.blocks_per_sm = blocks_per_sm;
+  p.sm_count = sms;
+  p.cluster = cluster;
+  return p;
+}
+
+lf::work items2(std::uint64_t nx, std::uint64_t ny) {
+  lf::work w{lf::work::shape::items, nx, 1};
+  w.rank = 2;
+  w.ny = ny;
+  return w;
+}
+
+bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const lf::error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+// ---- grids for multi-dimensional work ---------------------------------------------------------------------
+
+TEST(Grid, TwoDimensionalWorkIsCeilPerDimension) {
+  const lf::plan p = plan_of({32, 8, 1}, 8, 132);
+  EXPECT_EQ(lf::grid_for(p, items2(1000, 777)), (lf::dims{32, 98, 1}));  // ceil(1000/32), ceil(777/8)
+  lf::work w3 = items2(64, 8);
+  w3.rank = 3;
+  w3.nz = 5;
+  EXPECT_EQ(lf::grid_for(plan_of({32, 4, 2}, 8, 132), w3), (lf::dims{2, 2, 3}));
+  lf::work per = items2(1000, 16);
+  per.per_thread = 4;  // along x only
+  EXPECT_EQ(lf::grid_for(p, per), (lf::dims{8, 2, 1}));
+}
+
+TEST(Grid, YAndZAbove65535AreRefusedWithTheNumbers) {
+  const lf::plan p = plan_of({32, 1, 1}, 8, 132);
+  const std::string m = message_of([&] { lf::grid_for(p, items2(32, 70000)); });
+  EXPECT_TRUE(has(m, "70000 x 1 blocks in y and z, above the grid limit 65535")) << m;
+  EXPECT_TRUE(has(m, "items({32, 70000})")) << m;
+  EXPECT_EQ(lf::grid_for(p, items2(32, 65535)).y, 65535u);
+}
+
+TEST(Grid, EmptyWorkInAnyDimensionLaunchesNothing) {
+  const lf::plan p = plan_of({32, 8, 1}, 8, 132);
+  EXPECT_EQ(lf::grid_for(p, items2(1000, 0)).count(), 0u);
+  EXPECT_EQ(lf::grid_for(p, items2(0, 10)).count(), 0u);
+}
+
+TEST(Grid, CallerGridIsLaunchedAsGivenAndCheckedForCoResidency) {
+  lf::plan p = plan_of({256, 1, 1}, 8, 132);
+  lf::work w;
+  w.kind = lf::work::shape::grid;
+  w.grid = lf::dims{40, 3, 1};
+  EXPECT_EQ(lf::grid_for(p, w), (lf::dims{40, 3, 1}));
+  p.cooperative = true;
+  w.grid = lf::dims{1056, 1, 1};  // exactly 8 x 132
+  EXPECT_EQ(lf::grid_for(p, w).x, 1056u);
+  w.grid = lf::dims{1057, 1, 1};
+  const std::string m = message_of([&] { lf::grid_for(p, w); });
+  EXPECT_TRUE(has(m, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE")) << m;
+  EXPECT_TRUE(has(m, "grid 1057 needs 1057 blocks but only 1056 co-reside")) << m;
+  w.grid = lf::dims{1, 70000, 1};
+  EXPECT_TRUE(has(message_of([&] { lf::grid_for(p, w); }), "exceeds the device's grid limits"));
+}
+
+TEST(Grid, GridStrideWavesCapAtWholeWaves) {
+  const lf::plan p = plan_of({256, 1, 1}, 8, 132);  // 1056 resident
+  lf::work w{lf::work::shape::grid_stride, 1ull << 30, 1};
+  EXPECT_EQ(lf::grid_for(p, w).x, 1056u);
+  w.waves = 3;
+  EXPECT_EQ(lf::grid_for(p, w).x, 3168u);
+  EXPECT_DOUBLE_EQ(p.waves(lf::grid_for(p, w)), 3.0);
+  EXPECT_DOUBLE_EQ(p.waves(lf::dims{1109, 1, 1}), 1109.0 / 1056.0);
+}
+
+// ---- clusters ----------------------------------------------------------------------------------------------
+
+TEST(Cluster, ItemsGridsAreRoundedUpToWholeClusters) {
+  // The grid from items(n) used to be refused by launchfit itself: "grid 5 is not a multiple of cluster 2".
+  lf::plan p = plan_of({256, 1, 1}, 8, 132, {2, 1, 1});
+  p.resident_clusters = 496;
+  EXPECT_EQ(lf::grid_for(p, lf::work{lf::work::shape::items, 5 * 256, 1}).x, 6u);
+  EXPECT_EQ(lf::grid_for(p, lf::work{lf::work::shape::items, 4 * 256, 1}).x, 4u);
+  lf::plan q2 = plan_of({32, 8, 1}, 8, 132, {2, 2, 1});
+  q2.resident_clusters = 100;
+  EXPECT_EQ(lf::grid_for(q2, items2(100, 20)), (lf::dims{4, 4, 1}));  // ceil(100/32)=4, ceil(20/8)=3 -> 4
+}
+
+TEST(Cluster, ResidencyIsClustersTimesSizeNotBlocksPerSm) {
+  // Clusters of 4 on an H200: 992 blocks co-reside where 8 blocks/SM x 132 SMs would plan 1056.
+  lf::plan p = plan_of({256, 1, 1}, 8, 132, {4, 1, 1});
+  p.resident_clusters = 248;
+  EXPECT_EQ(p.resident_blocks(), 992);
+  EXPECT_EQ(lf::grid_for(p, lf::work{}).x, 992u);  // one wave: whole clusters
+  EXPECT_EQ(lf::grid_for(p, lf::work{lf::work::shape::grid_stride, 1ull << 30, 1}).x, 992u);
+  p.cooperative = true;
+  EXPECT_THROW(lf::grid_for(p, lf::work{lf::work::shape::items, 993ull * 256, 1}), lf::error);
+}
+
+TEST(Cluster, OneDimensionalWorkCannotFillClustersInY) {
+  lf::plan p = plan_of({256, 1, 1}, 8, 132, {2, 2, 1});
+  p.resident_clusters = 200;
+  const std::string m = message_of([&] { lf::grid_for(p, lf::work{lf::work::shape::items, 4096, 1}); });
+  EXPECT_TRUE(has(m, "CUDA_ERROR_INVALID_CLUSTER_SIZE")) << m;
+  EXPECT_TRUE(has(m, "items({nx, ny})")) << m;
+}
+
+TEST(Cluster, CallerGridsMustBeWholeClusters) {
+  lf::plan p = plan_of({256, 1, 1}, 8, 132, {2, 1, 1});
+  p.resident_clusters = 400;
+  lf::work w;
+  w.kind = lf::work::shape::grid;
+  w.grid = lf::dims{5, 1, 1};
+  EXPECT_TRUE(has(message_of([&] { lf::grid_for(p, w); }), "grid 5 is not made of whole clusters of 2"));
+}
+
+TEST(Cluster, ValidationSetsResidentClustersFromTheOracle) {
+  lf::query q = h200_query();
+  q.cluster = lf::dims{4, 1, 1};
+  q.active_clusters = [](int, std::size_t) { return 248; };
+  lf::plan p = lf::max_occupancy_policy{}.choose(q);
+  ld::launch_requirements need;
+  need.cluster = q.cluster;
+  ld::apply_requirements(q, p, need);
+  EXPECT_EQ(p.resident_clusters, 248);
+  EXPECT_EQ(p.resident_blocks(), 992);
+  q.active_clusters = [](int, std::size_t) { return 0; };
+  lf::plan none = lf::max_occupancy_policy{}.choose(q);
+  const std::string m = message_of([&] { ld::apply_requirements(q, none, need); });
+  EXPECT_TRUE(has(m, "validate(cluster)")) << m;
+  EXPECT_TRUE(has(m, "cuOccupancyMaxActiveClusters: 0")) << m;
+}
+
+TEST(Cluster, CooperativeClusterGridsAreValidatedByClusterResidency) {
+  // cooperative().cluster({8,1,1}): 264 blocks planned from blocks per SM where 240 co-reside in clusters.
+  lf::query q = h200_query();
+  q.cluster = lf::dims{8, 1, 1};
+  q.active_clusters = [](int, std::size_t) { return 30; };
+  lf::plan p = lf::cooperative_policy{lf::cooperative_params{2, 1024}}.choose(q);
+  ld::launch_requirements need;
+  need.cooperative = true;
+  need.cluster = q.cluster;
+  ld::apply_requirements(q, p, need);
+  EXPECT_EQ(p.resident_blocks(), 240);
+  EXPECT_EQ(lf::grid_for(p, lf::work{}).x, 240u);
+  lf::work too_many{lf::work::shape::items, 241ull * 1024, 1};
+  EXPECT_THROW(lf::grid_for(p, too_many), lf::error);
+}
+
+TEST(Cluster, MaxOccupancyChoosesTheBlockByClusterOccupancy) {
+  // A fake device where large blocks lose whole clusters: 1024-thread blocks fit 2 per SM, but only 20
+  // clusters of 4 co-reside; 256-thread blocks give 200 clusters. Per-SM occupancy ties them (2048 threads);
+  // cluster occupancy does not.
+  lf::query q = h200_query();
+  q.cluster = lf::dims{4, 1, 1};
+  q.active_clusters = [](int block, std::size_t) { return block >= 512 ? 20 : 200; };
+  const lf::plan p = lf::max_occupancy_policy{lf::max_occupancy_params{0, 0}}.choose(q);
+  EXPECT_LT(p.block_threads, 512) << p.reason;
+}
+
+TEST(Cluster, KernelClusterDimsAreRequiredAndAConflictingSpecIsRefused) {
+  lf::kernel_resources k = lf::kernel_resources::manual(32);
+  k.demangled = "void clustered(int*)";
+  k.required_cluster[0] = 2;
+  k.required_cluster[1] = 1;
+  k.required_cluster[2] = 1;
+  ld::launch_requirements need;
+  ld::require_kernel_cluster(need, k);
+  EXPECT_EQ(need.cluster, (lf::dims{2, 1, 1}));
+  EXPECT_TRUE(need.cluster_from_kernel);
+  ld::launch_requirements asks4;
+  asks4.cluster = lf::dims{4, 1, 1};
+  const std::string m = message_of([&] { ld::require_kernel_cluster(asks4, k); });
+  EXPECT_TRUE(has(m, "__cluster_dims__ are 2")) << m;
+  EXPECT_TRUE(has(m, "asks for cluster 4")) << m;
+}
+
+// ---- block rules -------------------------------------------------------------------------------------------
+
+TEST(BlockRule, AllowsWhatItSays) {
+  const auto pow2 = lf::block_rule::power_of_two();
+  for (int b : {1, 2, 64, 128, 256, 512, 1024}) EXPECT_TRUE(pow2.allows(b)) << b;
+  for (int b : {0, -4, 96, 224, 288, 320, 544, 768}) EXPECT_FALSE(pow2.allows(b)) << b;
+  const auto m64 = lf::block_rule::multiple_of(64);
+  EXPECT_TRUE(m64.allows(192));
+  EXPECT_FALSE(m64.allows(224));
+  const auto set = lf::block_rule::one_of({96, 160});
+  EXPECT_TRUE(set.allows(160));
+  EXPECT_FALSE(set.allows(128));
+  EXPECT_EQ(set.to_string(), "one of 96,160");
+  const auto bad = lf::block_rule::one_of({64, 4096});
+  EXPECT_FALSE(bad.allows(64));
+  EXPECT_TRUE(has(bad.to_string(), "outside 1..1024"));
+  EXPECT_TRUE(lf::block_rule{}.is_any());
+  EXPECT_EQ(lf::block_rule{}.hash(), 0u);
+  std::set<std::uint64_t> hashes{pow2.hash(), m64.hash(), set.hash(), lf::block_rule::multiple_of(32).hash(),
+                                 lf::block_rule::one_of({160, 96}).hash(), bad.hash()};
+  EXPECT_EQ(hashes.size(), 6u);
+}
+
+TEST(BlockRule, EveryBuiltInPolicyChoosesAnAllowedBlock) {
+  // Kernels tuned at 224/288/320 threads summed wrongly when the reduction assumed a power of two.
+  for (int regs : {16, 32, 40, 56, 72, 96, 128, 168, 255}) {
+    lf::query q = h200_query(regs);
+    q.blocks = lf::block_rule::power_of_two();
+    const lf::plan mo = lf::max_occupancy_policy{}.choose(q);
+    const lf::plan mo0 = lf::max_occupancy_policy{lf::max_occupancy_params{0, 0}}.choose(q);
+    const lf::plan bif = lf::bytes_in_flight_policy{lf::bytes_in_flight_params{16, 0, 256}}.choose(q);
+    const lf::plan coop = lf::cooperative_policy{}.choose(q);
+    for (const lf::plan* p : {&mo, &mo0, &bif, &coop}) {
+      EXPECT_TRUE(is_power_of_two(p->block_threads)) << regs << " regs: " << p->to_string();
+      EXPECT_EQ(p->blocks, "power of two");
+    }
+  }
+  lf::query q = h200_query(40);
+  q.blocks = lf::block_rule::one_of({96, 160});
+  const int b = lf::max_occupancy_policy{}.choose(q).block_threads;
+  EXPECT_TRUE(b == 96 || b == 160) << b;
+}
+
+TEST(BlockRule, AFixedBlockOutsideTheRuleIsRefusedNamingTheRule) {
+  lf::query q = h200_query();
+  q.blocks = lf::block_rule::power_of_two();
+  const std::string m = message_of([&] { lf::fixed_policy{lf::fixed_params{224, 0}}.choose(q); });
+  EXPECT_TRUE(has(m, "validate(block)")) << m;
+  EXPECT_TRUE(has(m, "block of 224 threads is not allowed: the launch's block rule is power of two")) << m;
+  EXPECT_TRUE(has(m, "tree_reduce")) << m;
+  EXPECT_EQ(q.active_blocks_for(224), 0);  // plugins see it through the oracle
+  EXPECT_GT(q.active_blocks_for(256), 0);
+}
+
+TEST(BlockRule, AStoredPlanOutsideTheRuleIsNotUsed) {
+  lf::query q = h200_query();
+  q.blocks = lf::block_rule::power_of_two();
+  lf::plan stored = plan_of({288, 1, 1}, 7, 132);
+  EXPECT_THROW(ld::check_stored_plan(q, stored, {}, nullptr), lf::error);
+}
+
+// ---- multi-dimensional blocks ------------------------------------------------------------------------------
+
+TEST(Shape, PoliciesShapeTwoDimensionalBlocksInRowsOf32) {
+  lf::query q = h200_query();
+  q.work_hint = items2(1000, 777);
+  const lf::plan p = lf::max_occupancy_policy{}.choose(q);
+  EXPECT_EQ(p.block.x, 32u) << p.to_string();
+  EXPECT_EQ(p.block.count(), 256u);
+  EXPECT_EQ(p.block, (lf::dims{32, 8, 1}));
+  const lf::plan f = lf::fixed_dims_policy{lf::fixed_dims_params{32, 32, 1, 0, 1, 1}}.choose(q);
+  EXPECT_EQ(f.block, (lf::dims{32, 32, 1}));
+  EXPECT_EQ(lf::grid_for(f, items2(1000, 777)), (lf::dims{32, 25, 1}));
+  // Rows of 32: a block that is not a multiple of 32 cannot be shaped for 2-D work.
+  EXPECT_EQ(q.active_blocks_for(48), 0);
+  EXPECT_THROW((lf::fixed_policy{lf::fixed_params{48, 0}}.choose(q)), lf::error);
+}
+
+TEST(Shape, FixedDimsAreValidatedPerDimension) {
+  lf::query q = h200_query();
+  EXPECT_THROW((lf::fixed_dims_policy{lf::fixed_dims_params{32, 64, 1, 0, 1, 1}}.choose(q)), lf::error);  // 2048
+  EXPECT_THROW((lf::fixed_dims_policy{lf::fixed_dims_params{1, 1, 128, 0, 1, 1}}.choose(q)), lf::error);  // z > 64
+  EXPECT_THROW((lf::fixed_dims_policy{lf::fixed_dims_params{0, 1, 1, 0, 1, 1}}.choose(q)), lf::error);
+  EXPECT_EQ(lf::fixed({32, 32}).policy_value().to_string(), "fixed_dims(bx=32,by=32,bz=1,gx=0,gy=1,gz=1)");
+}
+
+TEST(Shape, AStoredTuningPlanMustHaveTheShapeThisLaunchMakes) {
+  lf::query q = h200_query();
+  q.work_hint = items2(4096, 4096);
+  lf::plan shaped = plan_of({32, 8, 1}, 8, 132);
+  EXPECT_EQ(ld::check_stored_plan(q, shaped, {}, nullptr), "");
+  lf::plan other = plan_of({16, 16, 1}, 8, 132);
+  EXPECT_TRUE(has(ld::check_stored_plan(q, other, {}, nullptr), "block shape this launch does not make"));
+  lf::plan flat = plan_of({256, 1, 1}, 8, 132);
+  EXPECT_NE(ld::check_stored_plan(q, flat, {}, nullptr), "");  // a 1-D block for 2-D work
+}
+
+// ---- programmatic dependent launch ----------------------------------------------------------------------
+
+TEST(Pdl, IsPartOfThePlanAndRefusedBelowSm90) {
+  lf::query q = h200_query();
+  ld::launch_requirements need;
+  need.programmatic = true;
+  lf::plan p = lf::max_occupancy_policy{}.choose(q);
+  ld::apply_requirements(q, p, need);
+  EXPECT_TRUE(p.programmatic);
+  lf::query a100 = h200_query();
+  a100.device = lf::device_limits::for_arch("A100");
+  lf::plan old = lf::max_occupancy_policy{}.choose(a100);
+  const std::string m = message_of([&] { ld::apply_requirements(a100, old, need); });
+  EXPECT_TRUE(has(m, "validate(pdl)")) << m;
+  EXPECT_TRUE(has(m, "needs sm_90 or newer")) << m;
+  lf::plan stored = plan_of({256, 1, 1}, 8, 132);
+  EXPECT_TRUE(has(ld::check_stored_plan(q, stored, need, nullptr), "programmatic"));
+}
+
+// ---- SM budget -------------------------------------------------------------------------------------------
+
+TEST(SmBudget, ResidentGridsAreSizedForTheBudget) {
+  lf::query q = h200_query();
+  q.device.sm_count = 100;  // sms(100) on a 132-SM H200
+  const lf::plan coop = lf::cooperative_policy{}.choose(q);
+  EXPECT_EQ(coop.sm_count, 100);
+  EXPECT_EQ(lf::grid_for(coop, lf::work{}).x, static_cast<unsigned>(coop.blocks_per_sm * 100));
+  const lf::plan mo = lf::max_occupancy_policy{}.choose(q);
+  EXPECT_EQ(lf::grid_for(mo, lf::work{lf::work::shape::grid_stride, 1ull << 30, 1}).x,
+            static_cast<unsigned>(mo.blocks_per_sm * 100));
+}
+
+// ---- plan keys -------------------------------------------------------------------------------------------
+
+TEST(Keys, RulesShapesBudgetsAndPdlEachGetTheirOwnPlan) {
+  ld::launch_request base;
+  std::set<std::uint64_t> shapes, launches;
+  auto add = [&](const ld::launch_request& r) {
+    shapes.insert(ld::shape_bits(r));
+    launches.insert(ld::launch_bits(r));
+  };
+  add(base);
+  EXPECT_EQ(ld::shape_bits(base), 0u);
+  ld::launch_request pow2 = base;
+  pow2.blocks = lf::block_rule::power_of_two();
+  ld::launch_request m64 = base;
+  m64.blocks = lf::block_rule::multiple_of(64);
+  ld::launch_request two_d = base;
+  two_d.shape.rank = 2;
+  ld::launch_request budget = base;
+  budget.sm_budget = 100;
+  ld::launch_request budget2 = base;
+  budget2.sm_budget = 66;
+  for (const auto* r : {&pow2, &m64, &two_d, &budget, &budget2}) add(*r);
+  EXPECT_EQ(shapes.size(), 6u);
+  ld::launch_request pdl = base;
+  pdl.programmatic = true;
+  ld::launch_request np = base;
+  np.cluster = lf::dims{16, 1, 1};
+  np.non_portable_cluster = true;
+  ld::launch_request c16 = base;
+  c16.cluster = lf::dims{16, 1, 1};
+  for (const auto* r : {&pdl, &np, &c16}) add(*r);
+  EXPECT_EQ(launches.size(), 4u);
+}
+
+TEST(Spec, SettersReachTheRequest) {
+  const auto s = lf::max_occupancy()
+                     .items({1000, 777})
+                     .blocks(lf::block_rule::power_of_two())
+                     .cluster({2, 1, 1}, true)
+                     .pdl()
+                     .sms(64);
+  const ld::launch_request r = ld::make_request(s);
+  EXPECT_EQ(r.shape.rank, 2);
+  EXPECT_EQ(r.shape.n, 1000u);
+  EXPECT_EQ(r.shape.ny, 777u);
+  EXPECT_TRUE(r.programmatic);
+  EXPECT_TRUE(r.non_portable_cluster);
+  EXPECT_EQ(r.sm_budget, 64);
+  EXPECT_EQ(r.cluster, (lf::dims{2, 1, 1}));
+  EXPECT_TRUE(r.blocks.allows(256));
+  EXPECT_FALSE(r.blocks.allows(224));
+  const auto g = lf::cooperative().grid({264, 1, 1});
+  EXPECT_EQ(g.work_shape().kind, lf::work::shape::grid);
+  EXPECT_EQ(g.work_shape().grid.x, 264u);
+  EXPECT_EQ(lf::max_occupancy().grid_stride(10).waves(0).work_shape().waves, 1u);
+}
