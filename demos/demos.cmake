@@ -54,3 +54,12 @@ target_compile_definitions(driver_api PRIVATE
 
 # 5. Production logging: text and JSON plan lines, the spill and shortfall warnings, custom spdlog sinks.
 launchfit_add_demo(logging logging/logging.cu)
+
+# 6. A 32x32-tiled SGEMM over 2-D work: items({n, m}) with fixed({32, 32}) and with max_occupancy() + a block rule.
+launchfit_add_demo(matmul_2d matmul_2d/matmul_2d.cu)
+
+# 7. A cluster-wide histogram in distributed shared memory, .cluster({4, 1, 1}) sized by cluster occupancy.
+launchfit_add_demo(cluster_dsmem cluster_dsmem/cluster_dsmem.cu)
+
+# 8. A chain of small dependent kernels with and without programmatic dependent launch (.pdl()), timed.
+launchfit_add_demo(pdl_chain pdl_chain/pdl_chain.cu)
