@@ -3,7 +3,11 @@
 //
 //   launchfit-calc --arch H200 --threads 256 --regs 40 --smem 16K --svg occupancy.svg
 //
-// Exit codes: 0 done, 1 the device could not be queried or the SVG not written, 2 bad or impossible input.
+//   launchfit-calc --cubin build/kernels.fatbin --block 256 --fail-on-spill --min-occupancy 50
+//
+// Exit codes: 0 done, 1 the device could not be queried or the SVG not written, 2 bad or impossible input
+// (an unreadable or malformed --cubin file included), 3 a --cubin gate failed (--fail-on-spill,
+// --min-occupancy, --max-regs): every kernel that crossed one is named on stderr.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -27,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "cubin_report.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
@@ -48,7 +53,15 @@ struct options {
   std::size_t static_smem = 0;
   std::string svg;
   bool json = false;
+  // --cubin mode
+  std::string cubin;
+  bool arch_given = false;
+  int block = 256;
+  launchfit::calc::gates gates;
 };
+
+// A --cubin gate failed: exit code 3.
+constexpr int exit_gate_failed = 3;
 
 // Text from the command line as a message shows it: printable ASCII and valid UTF-8 as they are, quotes,
 // backslashes, control characters and invalid bytes escaped, at most 200 bytes; in quotes unless `bare`.
@@ -136,8 +149,9 @@ options parse(int argc, char** argv) {
       "  e.g. launchfit-calc --arch H200 --threads 256 --regs 40 --smem 16K --svg occupancy.svg",
       "launchfit-calc"};
   app.allow_extras();  // reported below as "unknown option", with the option's name
-  std::string arch = "sm_90", device, threads, regs, smem, static_smem, svg;
-  bool json = false;
+  std::string arch = "sm_90", device, threads, regs, smem, static_smem, svg, cubin, block, min_occupancy,
+              max_regs;
+  bool json = false, fail_on_spill = false;
   const auto last_wins = [](CLI::Option* o) {
     return o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   };
@@ -157,6 +171,22 @@ options parse(int argc, char** argv) {
       app.add_option("--svg", svg, "write occupancy vs block size, registers and shared memory to FILE"))
       ->type_name("FILE");
   app.add_flag("--json", json, "print the result as JSON instead of a table");
+  last_wins(
+      app.add_option("--cubin", cubin,
+                     "report every kernel of a cubin, fatbin, object, executable or library: registers, "
+                     "static smem, local memory, max threads, occupancy (on the cubin's own architecture, "
+                     "or on --arch; --arch all: every table architecture the code runs on)"))
+      ->type_name("FILE");
+  last_wins(app.add_option("--block", block, "with --cubin: threads per block for occupancy (default 256)"))
+      ->type_name("N");
+  app.add_flag("--fail-on-spill", fail_on_spill,
+               "with --cubin: exit 3 if a kernel uses local memory (stack frame or spills)");
+  last_wins(app.add_option("--min-occupancy", min_occupancy,
+                           "with --cubin: exit 3 if a kernel's occupancy is below PCT percent"))
+      ->type_name("PCT");
+  last_wins(app.add_option("--max-regs", max_regs,
+                           "with --cubin: exit 3 if a kernel uses more than N registers per thread"))
+      ->type_name("N");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -176,6 +206,34 @@ options parse(int argc, char** argv) {
   if (app.count("--static-smem") > 0) o.static_smem = parse_bytes("--static-smem", static_smem);
   if (app.count("--svg") > 0 && svg.empty()) throw usage_error{"--svg needs a file name, got ''"};
   o.svg = svg;
+  o.arch_given = app.count("--arch") > 0;
+  const bool cubin_mode = app.count("--cubin") > 0;
+  if (!cubin_mode) {
+    for (const char* flag : {"--block", "--fail-on-spill", "--min-occupancy", "--max-regs"})
+      if (app.count(flag) > 0) throw usage_error{std::string(flag) + " applies to --cubin FILE"};
+    return o;
+  }
+  if (cubin.empty()) throw usage_error{"--cubin needs a file name, got ''"};
+  for (const char* flag : {"--threads", "--regs", "--static-smem", "--svg", "--device"})
+    if (app.count(flag) > 0)
+      throw usage_error{std::string(flag) +
+                        " does not apply to --cubin, which reads each kernel's figures from "
+                        "the file (use --block for the block size)"};
+  o.cubin = cubin;
+  if (app.count("--block") > 0) o.block = static_cast<int>(parse_integer("--block", block, 1, 1024));
+  o.gates.fail_on_spill = fail_on_spill;
+  if (app.count("--min-occupancy") > 0) {
+    std::string pct = min_occupancy;
+    if (!pct.empty() && pct.back() == '%') pct.pop_back();
+    char* end = nullptr;
+    errno = 0;
+    const double value = pct.empty() ? -1 : std::strtod(pct.c_str(), &end);
+    if (pct.empty() || end != pct.c_str() + pct.size() || errno != 0 || !(value >= 0 && value <= 100))
+      throw usage_error{"--min-occupancy expects a percentage from 0 to 100, got " + shown(min_occupancy)};
+    o.gates.min_occupancy_pct = value;
+  }
+  if (app.count("--max-regs") > 0)
+    o.gates.max_regs = static_cast<int>(parse_integer("--max-regs", max_regs, 0, 255));
   return o;
 }
 
@@ -425,7 +483,158 @@ void write_svg(const std::string& path, const launchfit::device_limits& d,
   write_file(path, svg.str());
 }
 
+// ---- --cubin: a kernel report for CI ----
+
+std::string bytes_text(std::size_t bytes) { return std::to_string(bytes) + " B"; }
+
+std::string plural(std::size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string sm_list(const launchfit::calc::cubin_contents& contents) {
+  std::string text;
+  for (const auto& image : contents.images) {
+    const std::string sm = "sm_" + std::to_string(image.sm);
+    if (text.find(sm) == std::string::npos) text += (text.empty() ? "" : ", ") + sm;
+  }
+  return text;
+}
+
+void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& contents,
+                       const std::vector<launchfit::calc::kernel_row>& rows) {
+  using launchfit::calc::printable;
+  std::printf("%s: %s, %s (%s); block %d threads, %zu B dynamic shared memory\n", shown(o.cubin).c_str(),
+              contents.format.c_str(), plural(contents.images.size(), "cubin", "cubins").c_str(),
+              sm_list(contents).c_str(), o.block, o.dynamic_smem);
+  for (const std::string& skipped : contents.skipped)
+    std::printf("skipped: %s\n", printable(skipped, 400).c_str());
+  std::string group;
+  for (const auto& row : rows) {
+    std::string on = "no table entry for sm_" + std::to_string(row.cubin_sm);
+    if (row.device) {
+      on = row.device->arch();
+      if (row.device->name.rfind("sm_", 0) != 0) on += " " + row.device->name;
+      on += ", " + std::to_string(row.device->sm_count) + " SMs";
+    }
+    const std::string this_group =
+        "sm_" + std::to_string(row.cubin_sm) + " cubin (" + row.image_where + "), on " + on;
+    if (this_group != group) {
+      group = this_group;
+      std::printf("\n%s:\n  %4s %12s %13s %12s %6s %10s  %-22s %s\n", printable(group, 400).c_str(), "regs",
+                  "static smem", "local/thread", "max threads", "block", "occupancy", "limited by", "kernel");
+    }
+    const auto& k = *row.kernel;
+    const std::string max_threads =
+        std::to_string(k.max_threads_per_block) +
+        (std::string_view(k.max_threads_from) == "default" ? "" : " " + std::string(k.max_threads_from));
+    const std::string block = std::to_string(row.block_threads) + (row.block_clamped ? "*" : "");
+    // Local memory: the kernel's own frame, and the stack its callees add (when they do).
+    const std::string local = bytes_text(k.local_bytes_per_thread) +
+                              (k.stack_bytes_per_thread > k.local_bytes_per_thread
+                                   ? "+" + std::to_string(k.stack_bytes_per_thread - k.local_bytes_per_thread)
+                                   : "");
+    const std::string occ = row.occupancy ? launchfit::detail::percent_text(row.occupancy->occupancy) : "-";
+    const std::string limited =
+        row.occupancy ? launchfit::limiter_names(row.occupancy->limiters) : "refused: " + row.refusal;
+    std::printf("  %4d %12s %13s %12s %6s %10s  %-22s %s\n", k.regs_per_thread,
+                bytes_text(k.static_smem_bytes).c_str(), local.c_str(), max_threads.c_str(), block.c_str(),
+                occ.c_str(), printable(limited, 200).c_str(), printable(k.demangled).c_str());
+  }
+  if (std::any_of(rows.begin(), rows.end(), [](const auto& r) {
+        return r.kernel->stack_bytes_per_thread > r.kernel->local_bytes_per_thread;
+      }))
+    std::printf("\n+N: bytes of stack per thread that the functions the kernel calls add to its frame\n");
+  if (std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.block_clamped; }))
+    std::printf("\n* the kernel's maximum block, smaller than --block %d\n", o.block);
+}
+
+nlohmann::ordered_json cubin_json(const options& o, const launchfit::calc::cubin_contents& contents,
+                                  const std::vector<launchfit::calc::kernel_row>& rows,
+                                  const std::vector<std::string>& failures) {
+  using json = nlohmann::ordered_json;
+  json cubins = json::array();
+  for (const auto& image : contents.images)
+    cubins.push_back({{"sm", image.sm}, {"where", image.where}, {"kernels", image.kernels.size()}});
+  json kernels = json::array();
+  for (const auto& row : rows) {
+    const auto& k = *row.kernel;
+    json limiters = json::array();
+    if (row.occupancy) {
+      std::stringstream names(launchfit::limiter_names(row.occupancy->limiters));
+      for (std::string name; std::getline(names, name, '|');) limiters.push_back(name);
+    }
+    kernels.push_back({
+        {"name", k.name},
+        {"demangled", k.demangled},
+        {"cubin_sm", row.cubin_sm},
+        {"cubin", row.image_where},
+        {"arch", row.device ? json(row.device->arch()) : json(nullptr)},
+        {"device", row.device ? json(row.device->name) : json(nullptr)},
+        {"regs_per_thread", k.regs_per_thread},
+        {"static_smem_bytes", k.static_smem_bytes},
+        {"local_bytes_per_thread", k.local_bytes_per_thread},
+        {"stack_bytes_per_thread", k.stack_bytes_per_thread},
+        {"max_threads_per_block", k.max_threads_per_block},
+        {"max_threads_from", k.max_threads_from},
+        {"max_reg_count", k.max_reg_count > 0 ? json(k.max_reg_count) : json(nullptr)},
+        {"block_threads", row.block_threads},
+        {"block_clamped", row.block_clamped},
+        {"occupancy", row.occupancy ? json(row.occupancy->occupancy) : json(nullptr)},
+        {"active_blocks_per_sm", row.occupancy ? json(row.occupancy->active_blocks_per_sm) : json(nullptr)},
+        {"active_warps_per_sm", row.occupancy ? json(row.occupancy->active_warps_per_sm) : json(nullptr)},
+        {"limiters", limiters},
+        {"refusal", row.refusal.empty() ? json(nullptr) : json(row.refusal)},
+    });
+  }
+  return {
+      {"file", o.cubin},
+      {"format", contents.format},
+      {"block_threads", o.block},
+      {"dynamic_smem_bytes", o.dynamic_smem},
+      {"cubins", cubins},
+      {"skipped", contents.skipped},
+      {"kernels", kernels},
+      {"gates",
+       {{"fail_on_spill", o.gates.fail_on_spill},
+        {"min_occupancy_pct", o.gates.min_occupancy_pct ? json(*o.gates.min_occupancy_pct) : json(nullptr)},
+        {"max_regs", o.gates.max_regs ? json(*o.gates.max_regs) : json(nullptr)},
+        {"failures", failures}}},
+  };
+}
+
+int run_cubin(const options& o) {
+  launchfit::calc::cubin_contents contents;
+  try {
+    contents = launchfit::calc::read_cubin_file(o.cubin);
+  } catch (const launchfit::calc::cubin_error& e) {
+    throw usage_error{e.what()};
+  }
+  launchfit::calc::row_options ro;
+  ro.arch = o.arch_given ? o.arch : "";
+  ro.block_threads = o.block;
+  ro.dynamic_smem_bytes = o.dynamic_smem;
+  std::vector<launchfit::calc::kernel_row> rows;
+  try {
+    rows = launchfit::calc::occupancy_rows(contents, ro);
+  } catch (const launchfit::calc::cubin_error& e) {
+    throw usage_error{shown(o.cubin) + ": " + e.what()};
+  }
+  const auto failures = launchfit::calc::gate_failures(rows, o.gates);
+  if (o.json)
+    std::cout << cubin_json(o, contents, rows, failures)
+                     .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+              << '\n';
+  else
+    print_cubin_table(o, contents, rows);
+  std::cout.flush();
+  std::fflush(stdout);
+  for (const std::string& failure : failures)
+    std::cerr << "launchfit-calc: gate failed: " << launchfit::calc::printable(failure, 1000) << '\n';
+  return failures.empty() ? 0 : exit_gate_failed;
+}
+
 int run(const options& o) {
+  if (!o.cubin.empty()) return run_cubin(o);
   launchfit::device_limits device;
   if (o.device) {
     try {
