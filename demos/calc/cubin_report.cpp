@@ -180,6 +180,10 @@ class elf_file {
     const bytes_view& v = v_;
     v.need(0, 64, "the ELF header");
     const auto ident = v.data();
+    if (ident.substr(0, 4) != std::string_view("\x7f"
+                                               "ELF",
+                                               4))
+      throw cubin_error(v.where() + ": not an ELF file (no \\x7fELF magic)");
     if (static_cast<std::uint8_t>(ident[4]) != 2)
       throw cubin_error(v.where() + ": a 32-bit ELF file; only 64-bit ELF files hold CUDA code read here");
     if (static_cast<std::uint8_t>(ident[5]) != 1)

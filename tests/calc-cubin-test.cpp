@@ -1,0 +1,288 @@
+// launchfit-calc --cubin: the figures read from real nvcc output equal what ptxas said while compiling it,
+// for a cubin, a two-architecture fatbin, an object file and a relocatable-device-code object; the gates
+// and the command line's exit codes.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+// The reader is pure and lives with launchfit-calc (demos/calc); compiled in here so this test builds
+// whether or not the demos are.
+#include "../demos/calc/cubin_report.cpp"
+
+namespace calc = launchfit::calc;
+
+namespace {
+
+const std::string binary_dir = LAUNCHFIT_TEST_BINARY_DIR;
+const std::string samples = binary_dir + "/../demos/calc/cubin-samples/";
+const std::string calc_binary = binary_dir + "/../demos/launchfit-calc";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool have(const std::string& path) { return std::ifstream(path).good(); }
+
+#define SKIP_WITHOUT_SAMPLES()               \
+  if (!have(samples + "samples_sm90.cubin")) \
+  GTEST_SKIP()                               \
+      << "no sample cubins in " << samples   \
+      << " (built by demos/calc/CMakeLists.txt with nvcc: LAUNCHFIT_BUILD_DEMOS and LAUNCHFIT_BUILD_CUDA)"
+
+struct ptxas_kernel {
+  int regs = -1;
+  std::size_t smem = 0, frame = 0;
+};
+using ptxas_key = std::pair<std::string, int>;  // mangled name, sm
+
+// What ptxas -v printed for every entry function: "Compiling entry function 'K' for 'sm_90'", then
+// "Function properties for K" + "N bytes stack frame, ...", then "Used R registers, ..., M bytes smem".
+std::map<ptxas_key, ptxas_kernel> parse_ptxas(const std::string& log) {
+  std::map<ptxas_key, ptxas_kernel> out;
+  const std::regex entry(R"(Compiling entry function '([^']+)' for 'sm_(\d+)a?')");
+  const std::regex props(R"(Function properties for (\S+))");
+  const std::regex frame(R"((\d+) bytes stack frame)");
+  const std::regex used(R"(Used (\d+) registers)");
+  const std::regex smem(R"((\d+) bytes smem)");
+  std::istringstream lines(log);
+  ptxas_key current;
+  std::string properties_of;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, entry)) {
+      current = {m[1], std::stoi(m[2])};
+      out[current];
+    } else if (std::regex_search(line, m, props)) {
+      properties_of = m[1];
+    } else if (std::regex_search(line, m, frame)) {
+      if (properties_of == current.first) out[current].frame = std::stoul(m[1]);
+    } else if (std::regex_search(line, m, used)) {
+      out[current].regs = std::stoi(m[1]);
+      if (std::regex_search(line, m, smem)) out[current].smem = std::stoul(m[1]);
+    }
+  }
+  return out;
+}
+
+// Every kernel of every cubin in the file, against ptxas; returns how many were compared.
+int compare_with_ptxas(const std::string& file, std::set<int> expected_sms) {
+  const auto expected = parse_ptxas(slurp(samples + file + ".ptxas.txt"));
+  EXPECT_FALSE(expected.empty()) << file << ".ptxas.txt has no entry functions";
+  const calc::cubin_contents contents = calc::read_cubin_file(samples + file);
+  std::set<int> sms;
+  int compared = 0;
+  for (const auto& image : contents.images) {
+    sms.insert(image.sm);
+    std::size_t ptxas_kernels = 0;
+    for (const auto& [key, k] : expected) ptxas_kernels += key.second == image.sm;
+    EXPECT_EQ(image.kernels.size(), ptxas_kernels) << file << " sm_" << image.sm;
+    for (const auto& k : image.kernels) {
+      const auto it = expected.find({k.name, image.sm});
+      EXPECT_NE(it, expected.end()) << file << ": " << k.name << " sm_" << image.sm << " not in ptxas output";
+      if (it == expected.end()) continue;
+      EXPECT_EQ(k.regs_per_thread, it->second.regs) << file << ": " << k.name << " sm_" << image.sm;
+      EXPECT_EQ(k.static_smem_bytes, it->second.smem) << file << ": " << k.name << " sm_" << image.sm;
+      EXPECT_EQ(k.local_bytes_per_thread, it->second.frame) << file << ": " << k.name << " sm_" << image.sm;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(sms, expected_sms) << file;
+  return compared;
+}
+
+const calc::cubin_kernel& kernel_named(const calc::cubin_image& image, const std::string& mangled) {
+  for (const auto& k : image.kernels)
+    if (k.name == mangled) return k;
+  throw std::runtime_error("no kernel " + mangled);
+}
+
+struct outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+outcome run_calc(const std::string& args) {
+  const std::string out = binary_dir + "/calc-cubin-test.out", err = binary_dir + "/calc-cubin-test.err";
+  const int status =
+      std::system(("'" + calc_binary + "' " + args + " >'" + out + "' 2>'" + err + "'").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+#define SKIP_WITHOUT_CALC() \
+  SKIP_WITHOUT_SAMPLES();   \
+  if (!have(calc_binary)) GTEST_SKIP() << calc_binary << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)"
+
+}  // namespace
+
+TEST(CubinReport, EveryKernelOfACubinMatchesPtxas) {
+  SKIP_WITHOUT_SAMPLES();
+  EXPECT_EQ(compare_with_ptxas("samples_sm90.cubin", {90}), 6);
+}
+
+TEST(CubinReport, EveryKernelOfATwoArchFatbinMatchesPtxasAndThePtxIsSkippedBySaying) {
+  SKIP_WITHOUT_SAMPLES();
+  EXPECT_EQ(compare_with_ptxas("samples.fatbin", {80, 90}), 12);
+  const auto contents = calc::read_cubin_file(samples + "samples.fatbin");
+  EXPECT_EQ(contents.format, "fatbin");
+  ASSERT_EQ(contents.skipped.size(), 1u);
+  EXPECT_NE(contents.skipped[0].find("PTX for compute_90, not read"), std::string::npos)
+      << contents.skipped[0];
+}
+
+TEST(CubinReport, HostObjectsAndRelocatableObjectsAreReadFromTheirFatbinSections) {
+  SKIP_WITHOUT_SAMPLES();
+  EXPECT_EQ(compare_with_ptxas("samples.o", {80, 90}), 12);
+  EXPECT_EQ(compare_with_ptxas("samples_rdc.o", {90}), 6);
+  EXPECT_EQ(calc::read_cubin_file(samples + "samples.o").format, "host ELF");
+  const auto rdc = calc::read_cubin_file(samples + "samples_rdc.o");
+  ASSERT_EQ(rdc.images.size(), 1u);
+  EXPECT_EQ(rdc.images[0].where.rfind("__nv_relfatbin at ", 0), 0u) << rdc.images[0].where;
+}
+
+TEST(CubinReport, LaunchBoundsStackFramesSpillsAndStaticSmemAreTheKernels) {
+  SKIP_WITHOUT_SAMPLES();
+  const auto contents = calc::read_cubin_file(samples + "samples_sm90.cubin");
+  ASSERT_EQ(contents.images.size(), 1u);
+  const auto& image = contents.images[0];
+  const auto& bounded = kernel_named(image, "_Z14bounded_kernelPf");
+  EXPECT_EQ(bounded.max_threads_per_block, 128);
+  EXPECT_STREQ(bounded.max_threads_from, "maxntid");
+  EXPECT_EQ(bounded.max_reg_count, 128);  // __launch_bounds__(128, 4): 65536 / (4 x 128)
+  const auto& stack = kernel_named(image, "_Z18stack_frame_kernelPfPKii");
+  EXPECT_EQ(stack.local_bytes_per_thread, 1024u);
+  EXPECT_EQ(stack.max_threads_per_block, 1024);
+  EXPECT_STREQ(stack.max_threads_from, "default");
+  EXPECT_EQ(stack.demangled, "stack_frame_kernel(float*, int const*, int)");
+  EXPECT_GT(kernel_named(image, "_Z12spill_kernelPfi").local_bytes_per_thread, 0u);
+  // 1000 floats + 3 doubles, without the 1 KiB reserve nvcc 13 puts at the start of the section on sm_90.
+  EXPECT_EQ(kernel_named(image, "_Z18static_smem_kernelPf").static_smem_bytes, 4024u);
+  EXPECT_EQ(kernel_named(image, "_Z17call_stack_kernelPfi").stack_bytes_per_thread, 256u);
+  EXPECT_EQ(kernel_named(image, "_ZN7samples16templated_kernelIdLi3EEEvPT_").demangled,
+            "void samples::templated_kernel<double, 3>(double*)");
+}
+
+TEST(CubinReport, ACompressedCubinIsReportedAsSuchNotMisread) {
+  SKIP_WITHOUT_SAMPLES();
+  try {
+    calc::read_cubin_file(samples + "samples_compressed.fatbin");
+    FAIL() << "a fatbin with only a compressed cubin was read";
+  } catch (const calc::cubin_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("samples_compressed.fatbin"), std::string::npos) << what;
+    EXPECT_NE(what.find("cubin for sm_90 is compressed (zstd)"), std::string::npos) << what;
+    EXPECT_NE(what.find("--no-compress"), std::string::npos) << what;
+  }
+}
+
+TEST(CubinReport, RowsOnTheCubinsOwnArchOnAnotherAndOnAll) {
+  SKIP_WITHOUT_SAMPLES();
+  const auto contents = calc::read_cubin_file(samples + "samples.fatbin");
+  calc::row_options o;
+  const auto own = calc::occupancy_rows(contents, o);
+  ASSERT_EQ(own.size(), 12u);
+  for (const auto& row : own) {
+    ASSERT_TRUE(row.device && row.occupancy) << row.refusal;
+    EXPECT_EQ(row.device->cc(), row.cubin_sm);
+    // The row's occupancy is the calculator's for the kernel's own figures.
+    auto k = launchfit::kernel_resources::manual(row.kernel->regs_per_thread, row.kernel->static_smem_bytes,
+                                                 row.kernel->max_threads_per_block);
+    EXPECT_EQ(row.occupancy->active_blocks_per_sm,
+              launchfit::occupancy(*row.device, k, row.block_threads, 0).active_blocks_per_sm);
+    // __launch_bounds__(128): the block is the kernel's maximum, said so.
+    EXPECT_EQ(row.block_clamped, row.kernel->name == "_Z14bounded_kernelPf");
+  }
+  o.arch = "RTX 4090";  // sm_89: the sm_80 cubin runs there
+  const auto ada = calc::occupancy_rows(contents, o);
+  ASSERT_EQ(ada.size(), 6u);
+  EXPECT_EQ(ada[0].cubin_sm, 80);
+  o.arch = "all";
+  std::set<int> archs;
+  for (const auto& row : calc::occupancy_rows(contents, o)) archs.insert(row.device->cc());
+  EXPECT_EQ(archs, (std::set<int>{80, 86, 87, 89, 90}));
+  o.arch = "sm_75";
+  EXPECT_THROW(calc::occupancy_rows(contents, o), calc::cubin_error);
+}
+
+TEST(CubinReport, GatesNameTheKernelAndTheFigure) {
+  SKIP_WITHOUT_SAMPLES();
+  const auto contents = calc::read_cubin_file(samples + "samples_sm90.cubin");
+  const auto rows = calc::occupancy_rows(contents, {});
+  calc::gates g;
+  EXPECT_TRUE(calc::gate_failures(rows, g).empty());
+  g.fail_on_spill = true;
+  const auto spills = calc::gate_failures(rows, g);
+  ASSERT_EQ(spills.size(), 3u);  // stack_frame_kernel, spill_kernel, call_stack_kernel
+  const std::string all = spills[0] + spills[1] + spills[2];
+  EXPECT_NE(
+      all.find("kernel stack_frame_kernel(float*, int const*, int) (sm_90 cubin, on sm_90): 1024 bytes of "
+               "local memory per thread"),
+      std::string::npos)
+      << all;
+  g = {};
+  g.max_regs = 31;
+  EXPECT_EQ(calc::gate_failures(rows, g).size(), 2u);  // the two 32-register kernels
+  g = {};
+  g.min_occupancy_pct = 100;
+  EXPECT_TRUE(calc::gate_failures(rows, g).empty());
+}
+
+TEST(CubinCalc, TheCommandLineReportsAndGatesWithItsOwnExitCode) {
+  SKIP_WITHOUT_CALC();
+  const outcome table = run_calc("--cubin '" + samples + "samples.fatbin'");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("fatbin, 2 cubins (sm_80, sm_90)"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("128 maxntid"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("stack_frame_kernel(float*, int const*, int)"), std::string::npos) << table.out;
+
+  const outcome gated = run_calc("--cubin '" + samples + "samples.fatbin' --fail-on-spill --max-regs 64");
+  EXPECT_EQ(gated.exit_code, 3) << gated.err;
+  EXPECT_NE(
+      gated.err.find("gate failed: kernel spill_kernel(float*, int) (sm_90 cubin, on sm_90): 408 bytes"),
+      std::string::npos)
+      << gated.err;
+
+  const outcome occupancy = run_calc("--cubin '" + samples + "samples.fatbin' --min-occupancy 80%");
+  EXPECT_EQ(occupancy.exit_code, 3);
+  EXPECT_NE(
+      occupancy.err.find("stack_frame_kernel(float*, int const*, int) (sm_80 cubin, on sm_80): occupancy "
+                         "75% at 256 threads per block, limited by registers; --min-occupancy 80%"),
+      std::string::npos)
+      << occupancy.err;
+
+  const outcome json = run_calc("--cubin '" + samples + "samples.o' --json --arch all --block 128");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["format"], "host ELF");
+  EXPECT_EQ(j["block_threads"], 128);
+  ASSERT_EQ(j["kernels"].size(), 6u * 5);  // sm_80 cubin on 8.0/8.6/8.7/8.9, sm_90 on 9.0
+  EXPECT_TRUE(j["kernels"][0].contains("local_bytes_per_thread"));
+  EXPECT_EQ(j["gates"]["failures"].size(), 0u);
+}
+
+TEST(CubinCalc, ABadFileIsABadInputNamingTheFile) {
+  SKIP_WITHOUT_CALC();
+  const outcome text = run_calc("--cubin '" + samples + "samples.fatbin.ptxas.txt'");
+  EXPECT_EQ(text.exit_code, 2);
+  EXPECT_NE(text.err.find("samples.fatbin.ptxas.txt': not a cubin, a fatbin or an ELF file"),
+            std::string::npos)
+      << text.err;
+  const outcome missing = run_calc("--cubin '" + samples + "no-such.cubin'");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("no-such.cubin': cannot open: No such file or directory"), std::string::npos)
+      << missing.err;
+  EXPECT_EQ(run_calc("--cubin '" + samples + "samples.o' --regs 32").exit_code, 2);
+  EXPECT_EQ(run_calc("--fail-on-spill").exit_code, 2);
+}
