@@ -13,6 +13,7 @@
 #include "launch_config.hpp"
 #include "launchfit/launch.hpp"
 #include "log_internal.hpp"
+#include "observe_internal.hpp"
 #include "plan_cache.hpp"
 #include "planner.hpp"
 
@@ -102,7 +103,10 @@ launched launch(const launch_request& r) {
   if (lf_logger.should_log(spdlog::level::trace)) {
     lf_logger.trace("launch {} grid={} {}", display_name(e.kernel), grid.to_string(), e.plan.to_string());
   }
+  const void* mark = e.nvtx && nvtx_on() ? e.nvtx : nullptr;  // null: NVTX was off when this plan was made
+  if (mark) nvtx_push(mark, grid.count());
   const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
+  if (mark) nvtx_pop();
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
   if (!local || &e != &*local) note_launched(e);  // a plan for this call only is gone after it
   return done;

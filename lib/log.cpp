@@ -775,6 +775,8 @@ void log_payload(spdlog::level::level_enum level, const event_payload& p) {
 
 }  // namespace
 
+std::string grid_rule_text(const plan& p, const work& w) { return grid_rule(p, w); }
+
 std::string format_plan(const plan_report& r, log_format f) {
   const plan& p = r.plan;
   const std::string cc = std::to_string(r.cc / 10) + "." + std::to_string(r.cc % 10);

@@ -38,6 +38,9 @@ struct plan_report {
   int family_size = 0;        // a kernel family: its members (the kernel is the member chosen)
 };
 
+// How the plan's grid is made for this work: "items", "grid_stride(cap 1056)", "co-resident(1056)", ...
+std::string grid_rule_text(const plan& p, const work& w);
+
 // The line logged for a new plan (text: key=value pairs; json: one object). Untrusted fields are escaped
 // and capped; never throws for any field content.
 std::string format_plan(const plan_report& r, log_format f);

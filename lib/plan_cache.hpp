@@ -42,6 +42,7 @@ struct plan_entry {
   int device_ordinal = -1;
   int max_grid_x = 2147483647;
   std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
+  const void* nvtx = nullptr;  // registered NVTX name of this plan's launches (null: NVTX off when planned)
 };
 
 std::uint64_t hash_key(const plan_key& k) noexcept;

@@ -18,6 +18,7 @@
 #include "launch_config.hpp"
 #include "launchfit/log.hpp"
 #include "log_internal.hpp"
+#include "observe_internal.hpp"
 #include "policy_string.hpp"
 #include "tuning.hpp"
 
@@ -366,14 +367,8 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
   }
   // The cache file's key strings are built only when one is in use (a miss stays cheap without).
   const std::string policy_text = chosen.to_string();
-  const stored_key sk{dev.uuid,
-                      dev.cc(),
-                      dev.sm_count,
-                      driver().version,
-                      kernel_fingerprint(e.kernel),
-                      decided_by_text(policy_text, r, q, need, fam),
-                      smem_rule_text(r, key),
-                      key.bucket};
+  const stored_key sk = stored_key_for(dev, driver().version, e.kernel, decided_by_text(policy_text, r, q, need, fam),
+                                        smem_rule_text(r, key), key.bucket);
   std::optional<plan> stored = find_stored_plan(sk, true);
   // A plan for another size bucket beats a guess when this launch may not be tuned (not rerunnable).
   if (!stored && key.bucket != 0 && !q.time_plan) stored = find_stored_plan(sk, false);
@@ -384,7 +379,8 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
     apply_requirements(q, *computed, need);
   }
   if (stored) {
-    const std::string match = stored->match == "cache-file-other-bucket" ? stored->match : "cache-file";
+    // The match level the reader found (never text from the file): this GPU or its model, this bucket or not.
+    const std::string match = stored->match;
     std::string problem;
     try {
       problem = check_stored_plan(q, *stored, need, computed ? &*computed : nullptr);
@@ -436,6 +432,23 @@ void report(plan_entry& e, const device_limits& dev, const launch_request& r, co
   name_kernel(e.kernel);
   log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, e.override_glob, dev.sm_count,
                            static_cast<int>(fam.blocks.size())});
+}
+
+// ---- step 8: listeners and NVTX ---------------------------------------------------------------------------
+
+void observe(plan_entry& e, const device_limits& dev, const launch_request& r) {
+  if (nvtx_on()) e.nvtx = nvtx_name_for(name_kernel(e.kernel), e.plan, grid_rule_text(e.plan, r.shape));
+  if (!listeners_active()) return;
+  plan_event ev;
+  ev.what = e.plan.trials > 0 ? plan_event::kind::tuned : plan_event::kind::new_plan;
+  ev.kernel = name_kernel(e.kernel);
+  ev.device = dev.name;
+  ev.device_uuid = dev.uuid;
+  ev.device_ordinal = dev.ordinal;
+  ev.plan = &e.plan;
+  ev.first_work = r.shape;
+  ev.override_glob = e.override_glob;
+  notify_plan(ev);
 }
 
 // The steps, top to bottom. `decided_by` is an override's policy when building under its route; null: the
@@ -493,6 +506,7 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
                      std::to_string(e.plan.cluster.count()) + " co-reside";
   raise_smem_limit(q, e);
   report(e, dev, r, fam);
+  observe(e, dev, r);
   return e;
 }
 

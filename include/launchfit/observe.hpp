@@ -1,0 +1,45 @@
+#pragma once
+// launchfit::observe — what launchfit decided, for tools beside the log: a listener called on every new
+// plan and tuning result (metrics, export), and NVTX ranges that show in Nsight Systems what each launch ran
+// with and why.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "launchfit/plan.hpp"
+
+namespace launchfit {
+
+struct plan_event {
+  enum class kind : std::uint8_t {
+    new_plan,  // a plan was made (computed, or read from the cache file) for a kernel, policy and device
+    tuned,     // the same, by a tuning policy that timed candidates (plan.trials > 0, plan.tuning_ms)
+  };
+  kind what = kind::new_plan;
+  std::string kernel;       // demangled
+  std::string device;       // "NVIDIA H200"
+  std::string device_uuid;  // "GPU-..."
+  int device_ordinal = -1;
+  const launchfit::plan* plan = nullptr;  // valid during the call only: copy what you keep
+  work first_work;                        // the work of the launch that made it
+  std::string override_glob;              // the LAUNCHFIT_POLICY entry that chose the policy, if any
+};
+
+using plan_listener = std::function<void(const plan_event&)>;
+
+// Calls `f` for every new plan from now on, on the thread that made it, with none of launchfit's locks held
+// (f may launch; a launch of the same kernel from f is planned for that call only). An exception from f is
+// caught and reported in one warning; the launch goes on. Returns an id for remove_plan_listener().
+std::uint64_t add_plan_listener(plan_listener f);
+// Stops calling the listener; a call in progress on another thread may still finish. False for an unknown id.
+bool remove_plan_listener(std::uint64_t id);
+
+// NVTX: every launch is a range in the "launchfit" domain, named by the kernel and carrying its plan (policy,
+// block, grid rule, occupancy, limiter; the payload is the launch's grid size in blocks). Costs one
+// predictable branch per launch when no tool is attached. On unless LAUNCHFIT_NVTX=0 at first use, or
+// set_nvtx(false); compiled out with the CMake option LAUNCHFIT_NVTX=OFF (then nvtx_enabled() is false).
+void set_nvtx(bool on);
+bool nvtx_enabled() noexcept;
+
+}  // namespace launchfit
