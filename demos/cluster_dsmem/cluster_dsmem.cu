@@ -74,8 +74,8 @@ int driver_active_clusters(CUfunction f, unsigned block, std::size_t smem) {
   static fn_type fn = [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    LAUNCHFIT_DEMO_CHECK(
-        cudaGetDriverEntryPointByVersion("cuOccupancyMaxActiveClusters", &p, 11070, cudaEnableDefault, &found));
+    LAUNCHFIT_DEMO_CHECK(cudaGetDriverEntryPointByVersion("cuOccupancyMaxActiveClusters", &p, 11070,
+                                                          cudaEnableDefault, &found));
     if (found != cudaDriverEntryPointSuccess || !p) {
       throw launchfit::error("cudaGetDriverEntryPointByVersion", "CUDA_ERROR_NOT_FOUND",
                              "the driver has no cuOccupancyMaxActiveClusters");
@@ -105,16 +105,19 @@ int run_cluster() {
   LAUNCHFIT_DEMO_CHECK(cudaSetDevice(0));
   std::printf("cluster_dsmem: %s (%s, %d SMs)\n\n", dev.name.c_str(), dev.arch().c_str(), dev.sm_count);
   if (dev.cc_major < 9) {
-    std::printf("cluster_dsmem: thread-block clusters need compute capability 9.0 or newer; this GPU is %d.%d. "
-                "Nothing was launched (exit 0).\n",
-                dev.cc_major, dev.cc_minor);
+    std::printf(
+        "cluster_dsmem: thread-block clusters need compute capability 9.0 or newer; this GPU is %d.%d. "
+        "Nothing was launched (exit 0).\n",
+        dev.cc_major, dev.cc_minor);
     return 0;
   }
   cudaFuncAttributes fa{};
   LAUNCHFIT_DEMO_CHECK(cudaFuncGetAttributes(&fa, cluster_histogram));
-  if (fa.binaryVersion < 90) {
-    std::printf("cluster_dsmem: FAILED: the kernel was built for sm_%d; build with CMAKE_CUDA_ARCHITECTURES=90\n",
-                fa.binaryVersion);
+  if (fa.ptxVersion < 90) {  // the kernel body is compiled for sm_90+ only
+    std::printf(
+        "cluster_dsmem: FAILED: the kernel was compiled for compute_%d; build with "
+        "CMAKE_CUDA_ARCHITECTURES=90\n",
+        fa.ptxVersion);
     return 1;
   }
 
@@ -134,14 +137,16 @@ int run_cluster() {
   LAUNCHFIT_DEMO_CHECK(cudaMemset(dhist.get(), 0, dhist.bytes()));
   LAUNCHFIT_DEMO_CHECK(cudaMemset(dbad.get(), 0, dbad.bytes()));
 
-  // ---- the plan: block size by cluster occupancy, one wave of co-resident clusters -----------------------------
+  // ---- the plan: block size by cluster occupancy, one wave of co-resident clusters
+  // -----------------------------
   const std::size_t smem = bins_per_block * sizeof(unsigned);
   auto spec = launchfit::max_occupancy().cluster({cluster_blocks, 1, 1}).smem(smem).grid_stride(n);
-  std::printf("histogram of %llu values into %u bins, %u bins (%zu KB) per block, clusters of %u blocks\n", n, bins,
-              bins_per_block, smem / 1024, cluster_blocks);
-  std::printf("    call:      launchfit::launch(cluster_histogram, launchfit::max_occupancy().cluster({4, 1, 1})"
-              ".smem(16 KB).grid_stride(n), values, n, hist, %u, bad);\n",
-              bins_per_block);
+  std::printf("histogram of %llu values into %u bins, %u bins (%zu KB) per block, clusters of %u blocks\n", n,
+              bins, bins_per_block, smem / 1024, cluster_blocks);
+  std::printf(
+      "    call:      launchfit::launch(cluster_histogram, launchfit::max_occupancy().cluster({4, 1, 1})"
+      ".smem(16 KB).grid_stride(n), values, n, hist, %u, bad);\n",
+      bins_per_block);
 
   cudaEvent_t start = nullptr, stop = nullptr;
   LAUNCHFIT_DEMO_CHECK(cudaEventCreate(&start));
@@ -159,23 +164,27 @@ int run_cluster() {
 
   const launchfit::plan& p = ran.plan();
   launchfit_demo::print_plan(p, spec.work_shape());
-  std::printf("    launched:  grid %s x block %s = %llu clusters, %.2f waves; %d clusters (%lld blocks) per wave\n",
-              ran.grid.to_string().c_str(), ran.block.to_string().c_str(), ran.grid.count() / cluster_blocks,
-              ran.waves(), p.resident_clusters, p.resident_blocks());
+  std::printf(
+      "    launched:  grid %s x block %s = %llu clusters, %.2f waves; %d clusters (%lld blocks) per wave\n",
+      ran.grid.to_string().c_str(), ran.block.to_string().c_str(), ran.grid.count() / cluster_blocks,
+      ran.waves(), p.resident_clusters, p.resident_blocks());
   bool ok = true;
 
-  // ---- the driver, asked directly --------------------------------------------------------------------------
+  // ---- the driver, asked directly
+  // --------------------------------------------------------------------------
   cudaFunction_t rf = nullptr;
   LAUNCHFIT_DEMO_CHECK(cudaGetFuncBySymbol(&rf, reinterpret_cast<const void*>(&cluster_histogram)));
   const CUfunction f = reinterpret_cast<CUfunction>(rf);
   const int direct = driver_active_clusters(f, p.block.x, p.dynamic_smem_bytes);
-  const bool clusters_ok = p.resident_clusters == direct && p.cluster == launchfit::dims{cluster_blocks, 1, 1};
-  std::printf("    check:     clusters per wave %d == cuOccupancyMaxActiveClusters(block %u, smem %zu, cluster 4) "
-              "%d  %s\n",
-              p.resident_clusters, p.block.x, p.dynamic_smem_bytes, direct, clusters_ok ? "OK" : "MISMATCH");
+  const bool clusters_ok =
+      p.resident_clusters == direct && p.cluster == launchfit::dims{cluster_blocks, 1, 1};
+  std::printf(
+      "    check:     clusters per wave %d == cuOccupancyMaxActiveClusters(block %u, smem %zu, cluster 4) "
+      "%d  %s\n",
+      p.resident_clusters, p.block.x, p.dynamic_smem_bytes, direct, clusters_ok ? "OK" : "MISMATCH");
   ok &= clusters_ok;
-  const bool wave_ok = ran.grid.x % cluster_blocks == 0 && ran.grid.count() == static_cast<unsigned long long>(
-                                                                                   p.resident_blocks());
+  const bool wave_ok = ran.grid.x % cluster_blocks == 0 &&
+                       ran.grid.count() == static_cast<unsigned long long>(p.resident_blocks());
   std::printf("    check:     grid %s is whole clusters and exactly one wave (%lld blocks)  %s\n",
               ran.grid.to_string().c_str(), p.resident_blocks(), wave_ok ? "OK" : "MISMATCH");
   ok &= wave_ok;
@@ -185,8 +194,9 @@ int run_cluster() {
   long long best_threads = 0;
   const int limit = std::min(fa.maxThreadsPerBlock, 1024);
   for (int block = 32; block <= limit; block += 32) {
-    const long long threads = static_cast<long long>(driver_active_clusters(f, static_cast<unsigned>(block), smem)) *
-                              cluster_blocks * block;
+    const long long threads =
+        static_cast<long long>(driver_active_clusters(f, static_cast<unsigned>(block), smem)) *
+        cluster_blocks * block;
     if (threads >= best_threads) {  // ties to the larger block (launchfit's tie rule may pick another)
       best_threads = threads;
       best_block = static_cast<unsigned>(block);
@@ -194,12 +204,14 @@ int run_cluster() {
   }
   const long long chosen_threads = static_cast<long long>(direct) * cluster_blocks * p.block_threads;
   const bool block_ok = chosen_threads == best_threads;
-  std::printf("    check:     block %d: %lld threads in co-resident clusters; best of a sweep of 32..%d: %lld (block "
-              "%u)  %s\n",
-              p.block_threads, chosen_threads, limit, best_threads, best_block, block_ok ? "OK" : "MISMATCH");
+  std::printf(
+      "    check:     block %d: %lld threads in co-resident clusters; best of a sweep of 32..%d: %lld (block "
+      "%u)  %s\n",
+      p.block_threads, chosen_threads, limit, best_threads, best_block, block_ok ? "OK" : "MISMATCH");
   ok &= block_ok;
 
-  // ---- the histogram -----------------------------------------------------------------------------------------
+  // ---- the histogram
+  // -----------------------------------------------------------------------------------------
   std::vector<unsigned> got(bins), bad(1);
   LAUNCHFIT_DEMO_CHECK(cudaMemcpy(got.data(), dhist.get(), dhist.bytes(), cudaMemcpyDeviceToHost));
   LAUNCHFIT_DEMO_CHECK(cudaMemcpy(bad.data(), dbad.get(), dbad.bytes(), cudaMemcpyDeviceToHost));
@@ -213,19 +225,21 @@ int run_cluster() {
     }
   }
   const bool hist_ok = wrong == 0 && bad[0] == 0;
-  std::printf("    ran:       %.3f ms (first launch: includes planning), %.1f G values/s\n", ms, n / (ms * 1e6));
+  std::printf("    ran:       %.3f ms (first launch: includes planning), %.1f G values/s\n", ms,
+              n / (ms * 1e6));
   if (bad[0]) std::printf("    kernel:    reported a wrong launch (code %u)\n", bad[0]);
   if (wrong) {
-    std::printf("    verified:  %u of %u bins differ; first: bin %u got %u, expected %u  MISMATCH\n", wrong, bins,
-                first_wrong, got[first_wrong], want[first_wrong]);
+    std::printf("    verified:  %u of %u bins differ; first: bin %u got %u, expected %u  MISMATCH\n", wrong,
+                bins, first_wrong, got[first_wrong], want[first_wrong]);
   } else {
     std::printf("    verified:  all %u bins equal the CPU's exactly (%llu values counted)  %s\n", bins, total,
                 hist_ok ? "OK" : "MISMATCH");
   }
   ok &= hist_ok;
   LAUNCHFIT_DEMO_CHECK(cudaDeviceSynchronize());
-  std::printf("\ncluster_dsmem: %s\n",
-              ok ? "block chosen by cluster occupancy, one wave of clusters, histogram matches the CPU" : "FAILED");
+  std::printf(
+      "\ncluster_dsmem: %s\n",
+      ok ? "block chosen by cluster occupancy, one wave of clusters, histogram matches the CPU" : "FAILED");
   return ok ? 0 : 1;
 }
 

@@ -3,7 +3,8 @@
 // C (m x n) = A (m x k) * B (k x n), row-major, at sizes that are multiples of nothing (1000 x 777 x 513).
 // items({n, m}) gives one thread per element of C: x along the columns, y along the rows. Two launches of the
 // same kernel:
-//   1. fixed({32, 32}): today's dim3(32, 32) block, the grid computed per dimension (ceil(n/32) x ceil(m/32));
+//   1. fixed({32, 32}): today's dim3(32, 32) block, the grid computed per dimension (ceil(n/32) x
+//   ceil(m/32));
 //   2. max_occupancy().blocks(multiple_of(128)): launchfit picks the block size by occupancy, shapes it as
 //      rows of one warp, {32, threads / 32}, and computes the grid for that shape.
 // The kernel handles any block of 32 x rows (rows 1..32): the 32-wide B tile is loaded in 32 / rows passes.
@@ -30,9 +31,10 @@ constexpr int tile = 32;  // the k-tile and the block's width: blockDim.x must b
 }
 
 // One thread per C element. Block {32, rows}: it covers columns [32 bx, 32 bx + 32) and rows
-// [rows by, rows by + rows). A is staged as rows x 32, B as 32 x 32 per k-tile; padding avoids bank conflicts.
-__global__ void sgemm_tiled(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int m,
-                            int n, int k) {
+// [rows by, rows by + rows). A is staged as rows x 32, B as 32 x 32 per k-tile; padding avoids bank
+// conflicts.
+__global__ void sgemm_tiled(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+                            int m, int n, int k) {
   __shared__ float as[tile][tile + 1];
   __shared__ float bs[tile][tile + 1];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -106,13 +108,14 @@ check_result check(const std::vector<float>& c, const reference& ref, int k) {
 }
 
 template <class Spec>
-bool run_one(const char* title, const char* call, const Spec& spec, const float* da, const float* db, float* dc,
-             int m, int n, int k, const reference& ref) {
+bool run_one(const char* title, const char* call, const Spec& spec, const float* da, const float* db,
+             float* dc, int m, int n, int k, const reference& ref) {
   std::printf("%s\n    call:      %s\n", title, call);
   // The kernel's tiles need a block 32 wide with at most 32 rows: checked on the plan before launching.
   const launchfit::plan& p = launchfit::plan_for(sgemm_tiled, spec);
   if (p.block.x != tile || p.block.y > tile || p.block.z != 1) {
-    std::printf("    plan:      %s  MISMATCH: sgemm_tiled needs a block of 32 x (1..32)\n", p.to_string().c_str());
+    std::printf("    plan:      %s  MISMATCH: sgemm_tiled needs a block of 32 x (1..32)\n",
+                p.to_string().c_str());
     return false;
   }
   LAUNCHFIT_DEMO_CHECK(cudaMemset(dc, 0xff, static_cast<std::size_t>(m) * n * sizeof(float)));  // NaN poison
@@ -130,22 +133,26 @@ bool run_one(const char* title, const char* call, const Spec& spec, const float*
   LAUNCHFIT_DEMO_CHECK(cudaEventDestroy(stop));
 
   launchfit_demo::print_plan(ran.plan(), spec.work_shape());
-  std::printf("    launched:  grid %s x block %s, %.2f waves of %lld resident blocks\n", ran.grid.to_string().c_str(),
-              ran.block.to_string().c_str(), ran.waves(), ran.plan().resident_blocks());
+  std::printf("    launched:  grid %s x block %s, %.2f waves of %lld resident blocks\n",
+              ran.grid.to_string().c_str(), ran.block.to_string().c_str(), ran.waves(),
+              ran.plan().resident_blocks());
   const unsigned want_gx = static_cast<unsigned>((n + tile - 1) / tile);
-  const unsigned want_gy = static_cast<unsigned>((m + static_cast<int>(ran.block.y) - 1) / static_cast<int>(ran.block.y));
-  const bool grid_ok = ran.grid.x == want_gx && ran.grid.y == want_gy && ran.grid.z == 1 && ran.block == p.block;
-  std::printf("    check:     grid == ceil(%d / 32) x ceil(%d / %u) = %u x %u  %s\n", n, m, ran.block.y, want_gx,
-              want_gy, grid_ok ? "OK" : "MISMATCH");
+  const unsigned want_gy =
+      static_cast<unsigned>((m + static_cast<int>(ran.block.y) - 1) / static_cast<int>(ran.block.y));
+  const bool grid_ok =
+      ran.grid.x == want_gx && ran.grid.y == want_gy && ran.grid.z == 1 && ran.block == p.block;
+  std::printf("    check:     grid == ceil(%d / 32) x ceil(%d / %u) = %u x %u  %s\n", n, m, ran.block.y,
+              want_gx, want_gy, grid_ok ? "OK" : "MISMATCH");
 
   std::vector<float> c(static_cast<std::size_t>(m) * n);
   LAUNCHFIT_DEMO_CHECK(cudaMemcpy(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
   const check_result r = check(c, ref, k);
   const double gflops = 2.0 * m * n * k / (ms * 1e6);
   std::printf("    ran:       %.3f ms (%.0f GFLOP/s, first launch: includes planning)\n", ms, gflops);
-  std::printf("    verified:  max |C - ref| / (2 k 2^-24 sum|a||b|) = %.3g (limit 1), ||C - ref||_F / ||ref||_F = "
-              "%.3g  %s\n\n",
-              r.worst_ratio, r.frobenius_rel, r.ok ? "OK" : "MISMATCH");
+  std::printf(
+      "    verified:  max |C - ref| / (2 k 2^-24 sum|a||b|) = %.3g (limit 1), ||C - ref||_F / ||ref||_F = "
+      "%.3g  %s\n\n",
+      r.worst_ratio, r.frobenius_rel, r.ok ? "OK" : "MISMATCH");
   return grid_ok && r.ok;
 }
 
@@ -163,9 +170,10 @@ int run_matmul(int argc, char** argv) {
   const launchfit::device_limits dev = launchfit::device_limits::query(0);
   LAUNCHFIT_DEMO_CHECK(cudaSetDevice(0));
   std::printf("matmul_2d: %s (%s, %d SMs)\n", dev.name.c_str(), dev.arch().c_str(), dev.sm_count);
-  std::printf("C (%d x %d) = A (%d x %d) * B (%d x %d), one thread per element of C: items({n, m}) = items({%d, "
-              "%d})\n\n",
-              m, n, m, k, k, n, n, m);
+  std::printf(
+      "C (%d x %d) = A (%d x %d) * B (%d x %d), one thread per element of C: items({n, m}) = items({%d, "
+      "%d})\n\n",
+      m, n, m, k, k, n, n, m);
 
   const std::vector<float> a = launchfit_demo::random_floats(static_cast<std::size_t>(m) * k, 1);
   const std::vector<float> b = launchfit_demo::random_floats(static_cast<std::size_t>(k) * n, 2);
@@ -176,17 +184,18 @@ int run_matmul(int argc, char** argv) {
   const launchfit::extent work{static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(m)};
 
   bool ok = true;
-  // before: dim3 block(32, 32), grid((n + 31) / 32, (m + 31) / 32); sgemm_tiled<<<grid, block>>>(a, b, c, m, n, k);
+  // before: dim3 block(32, 32), grid((n + 31) / 32, (m + 31) / 32); sgemm_tiled<<<grid, block>>>(a, b, c, m,
+  // n, k);
   ok &= run_one("1. fixed 32 x 32 block",
                 "launchfit::launch(sgemm_tiled, launchfit::fixed({32, 32}).items({n, m}), a, b, c, m, n, k);",
-                launchfit::fixed(launchfit::dims{32, 32, 1}).items(work), da.get(), db.get(), dc.get(), m, n, k,
-                ref);
+                launchfit::fixed(launchfit::dims{32, 32, 1}).items(work), da.get(), db.get(), dc.get(), m, n,
+                k, ref);
   // The B tile (32 rows) is loaded in 32 / rows passes: multiple_of(128) keeps rows a multiple of 4.
   ok &= run_one("2. block chosen by occupancy, a multiple of 128 threads (rows a multiple of 4)",
                 "launchfit::launch(sgemm_tiled, launchfit::max_occupancy().blocks(launchfit::block_rule::"
                 "multiple_of(128)).items({n, m}), a, b, c, m, n, k);",
-                launchfit::max_occupancy().blocks(launchfit::block_rule::multiple_of(128)).items(work), da.get(),
-                db.get(), dc.get(), m, n, k, ref);
+                launchfit::max_occupancy().blocks(launchfit::block_rule::multiple_of(128)).items(work),
+                da.get(), db.get(), dc.get(), m, n, k, ref);
   LAUNCHFIT_DEMO_CHECK(cudaDeviceSynchronize());
   std::printf("matmul_2d: %s\n", ok ? "both launches match the CPU" : "FAILED");
   return ok ? 0 : 1;

@@ -43,7 +43,8 @@ __host__ __device__ inline unsigned mix(unsigned x) {
 // element another block of the predecessor wrote, so a read before the predecessor finished would show.
 __global__ void chain_step(const unsigned* in, unsigned* out, unsigned n, unsigned step) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cudaTriggerProgrammaticLaunchCompletion();  // the next step may be launched now; it still waits for us to end
+  cudaTriggerProgrammaticLaunchCompletion();  // the next step may be launched now; it still waits for us to
+                                              // end
 #endif
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   const unsigned salt = mix(step * 0x9e3779b9u + mix(i));  // independent of the predecessor
@@ -96,16 +97,18 @@ int run_chain(int argc, char** argv) {
   LAUNCHFIT_DEMO_CHECK(cudaSetDevice(0));
   std::printf("pdl_chain: %s (%s, %d SMs)\n\n", dev.name.c_str(), dev.arch().c_str(), dev.sm_count);
   if (dev.cc_major < 9) {
-    std::printf("pdl_chain: programmatic dependent launch needs compute capability 9.0 or newer; this GPU is %d.%d. "
-                "Nothing was launched (exit 0).\n",
-                dev.cc_major, dev.cc_minor);
+    std::printf(
+        "pdl_chain: programmatic dependent launch needs compute capability 9.0 or newer; this GPU is %d.%d. "
+        "Nothing was launched (exit 0).\n",
+        dev.cc_major, dev.cc_minor);
     return 0;
   }
   cudaFuncAttributes fa{};
   LAUNCHFIT_DEMO_CHECK(cudaFuncGetAttributes(&fa, chain_step));
   if (fa.ptxVersion < 90) {  // without sm_90 code the kernel has no wait: a PDL launch would race
-    std::printf("pdl_chain: FAILED: chain_step was compiled for compute_%d; build with CMAKE_CUDA_ARCHITECTURES=90\n",
-                fa.ptxVersion);
+    std::printf(
+        "pdl_chain: FAILED: chain_step was compiled for compute_%d; build with CMAKE_CUDA_ARCHITECTURES=90\n",
+        fa.ptxVersion);
     return 1;
   }
 
@@ -138,8 +141,8 @@ int run_chain(int argc, char** argv) {
       for (unsigned i = 0; i < n; ++i) {
         const unsigned g = got[static_cast<std::size_t>(s) * n + i];
         if (g != want[static_cast<std::size_t>(s)][i]) {
-          std::printf("    verified:  %s: step %d element %u is %u, expected %u  MISMATCH\n", what, s - 1, i, g,
-                      want[static_cast<std::size_t>(s)][i]);
+          std::printf("    verified:  %s: step %d element %u is %u, expected %u  MISMATCH\n", what, s - 1, i,
+                      g, want[static_cast<std::size_t>(s)][i]);
           return false;
         }
       }
@@ -152,14 +155,15 @@ int run_chain(int argc, char** argv) {
   std::printf("a chain of %d dependent kernels, %u elements each\n", steps, n);
   for (int mode = 0; mode < 2; ++mode) {
     const bool with_pdl = mode == 1;
-    std::printf("%s\n    call:      launchfit::launch(chain_step, launchfit::max_occupancy().items(n).on(stream)%s, "
-                "in, out, n, step);\n",
-                with_pdl ? "with .pdl()" : "without PDL", with_pdl ? ".pdl()" : "");
+    std::printf(
+        "%s\n    call:      launchfit::launch(chain_step, launchfit::max_occupancy().items(n).on(stream)%s, "
+        "in, out, n, step);\n",
+        with_pdl ? "with .pdl()" : "without PDL", with_pdl ? ".pdl()" : "");
     // Poison every output, run once, check.
-    LAUNCHFIT_DEMO_CHECK(cudaMemsetAsync(buf(1), 0xff, static_cast<std::size_t>(steps) * n * sizeof(unsigned), stream));
-    const launchfit::launched ran =
-        with_pdl ? launchfit::launch(chain_step, pdl, buf(0), buf(1), n, 0u)
-                 : launchfit::launch(chain_step, plain, buf(0), buf(1), n, 0u);
+    LAUNCHFIT_DEMO_CHECK(
+        cudaMemsetAsync(buf(1), 0xff, static_cast<std::size_t>(steps) * n * sizeof(unsigned), stream));
+    const launchfit::launched ran = with_pdl ? launchfit::launch(chain_step, pdl, buf(0), buf(1), n, 0u)
+                                             : launchfit::launch(chain_step, plain, buf(0), buf(1), n, 0u);
     for (int s = 1; s < steps; ++s) {
       if (with_pdl) {
         launchfit::launch(chain_step, pdl, buf(s), buf(s + 1), n, static_cast<unsigned>(s));
@@ -170,15 +174,17 @@ int run_chain(int argc, char** argv) {
     LAUNCHFIT_DEMO_CHECK(cudaStreamSynchronize(stream));
     LAUNCHFIT_DEMO_CHECK(cudaGetLastError());
     launchfit_demo::print_plan(ran.plan(), (with_pdl ? pdl : plain).work_shape());
-    std::printf("    launched:  grid %s x block %s per step, %.3f waves, programmatic=%s\n", ran.grid.to_string().c_str(),
-                ran.block.to_string().c_str(), ran.waves(), ran.plan().programmatic ? "yes" : "no");
+    std::printf("    launched:  grid %s x block %s per step, %.3f waves, programmatic=%s\n",
+                ran.grid.to_string().c_str(), ran.block.to_string().c_str(), ran.waves(),
+                ran.plan().programmatic ? "yes" : "no");
     const bool flag_ok = ran.plan().programmatic == with_pdl;
     if (!flag_ok) std::printf("    check:     the plan's programmatic flag is wrong  MISMATCH\n");
     ok &= flag_ok;
     ok &= verify(with_pdl ? "with PDL" : "without PDL");
   }
 
-  // ---- wall time of the chain, both ways, interleaved -------------------------------------------------------
+  // ---- wall time of the chain, both ways, interleaved
+  // -------------------------------------------------------
   for (int w = 0; w < 5; ++w) {  // warm-up
     chain(false);
     chain(true);
@@ -201,12 +207,14 @@ int run_chain(int argc, char** argv) {
   LAUNCHFIT_DEMO_CHECK(cudaGetLastError());
   ok &= verify("after the timed chains");
   const double mp = median(plain_us), mq = median(pdl_us), ms = median(saved_us);
-  std::printf("\nwall time of the chain of %d (launches + synchronize), median of %d interleaved repetitions:\n",
-              steps, reps);
+  std::printf(
+      "\nwall time of the chain of %d (launches + synchronize), median of %d interleaved repetitions:\n",
+      steps, reps);
   std::printf("    without PDL: %9.1f us  (%.2f us per kernel)\n", mp, mp / steps);
   std::printf("    with .pdl(): %9.1f us  (%.2f us per kernel)\n", mq, mq / steps);
-  std::printf("    saving:      %.2f us per kernel (median of the per-repetition differences; %.1f%% of the chain)\n",
-              ms, mp > 0 ? 100.0 * (mp - mq) / mp : 0.0);
+  std::printf(
+      "    saving:      %.2f us per kernel (median of the per-repetition differences; %.1f%% of the chain)\n",
+      ms, mp > 0 ? 100.0 * (mp - mq) / mp : 0.0);
   if (ms <= 0) std::printf("    note:        PDL saved nothing here (reported, not a failure)\n");
   LAUNCHFIT_DEMO_CHECK(cudaStreamDestroy(stream));
   std::printf("\npdl_chain: %s\n", ok ? "both chains match the CPU" : "FAILED");

@@ -4,9 +4,9 @@
 // (max_occupancy().items(n)), items({nx, ny}), .blocks(power_of_two()), a family of four members, a
 // from_plan() argument, .cluster({2, 1, 1}) and .pdl().
 //
-// Two batch shapes, as launch-overhead: 10,000 back-to-back async launches (once the driver's queue fills this
-// measures the queue, so paths converge) and 100-launch batches with the stream drained in between (the host
-// cost while the queue has room). Interleaved rounds; medians over batches. Every path is checked to run
+// Two batch shapes, as launch-overhead: 10,000 back-to-back async launches (once the driver's queue fills
+// this measures the queue, so paths converge) and 100-launch batches with the stream drained in between (the
+// host cost while the queue has room). Interleaved rounds; medians over batches. Every path is checked to run
 // every launch (and the from_plan() argument to be the plan's block).
 //
 //   launch-options [--quick] [--json PATH] [--batches N] [--device N]
@@ -33,31 +33,40 @@ namespace {
 // The timed kernel does nothing (counter == nullptr); the check passes a counter and block (0, 0, 0) adds
 // `add` once per launch.
 __global__ void probe(unsigned long long* counter, int add) {
-  if (counter && threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
+  if (counter && threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.x == 0 && blockIdx.y == 0 &&
+      blockIdx.z == 0)
     atomicAdd(counter, static_cast<unsigned long long>(add));
 }
 
 // A family: the same body written for four block sizes.
 template <int Block>
 __global__ void __launch_bounds__(Block) probe_member(unsigned long long* counter, int add) {
-  if (counter && threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(counter, static_cast<unsigned long long>(add));
+  if (counter && threadIdx.x == 0 && blockIdx.x == 0)
+    atomicAdd(counter, static_cast<unsigned long long>(add));
 }
 
 using probe_fn = void (*)(unsigned long long*, int);
 
 const lf::family<void(unsigned long long*, int)>& probe_family() {
-  static const auto& f = *new lf::family<void(unsigned long long*, int)>{
-      {128, probe_member<128>}, {256, probe_member<256>}, {512, probe_member<512>}, {1024, probe_member<1024>}};
+  static const auto& f = *new lf::family<void(unsigned long long*, int)>{{128, probe_member<128>},
+                                                                         {256, probe_member<256>},
+                                                                         {512, probe_member<512>},
+                                                                         {1024, probe_member<1024>}};
   return f;
 }
 
 probe_fn member_for(int block) {
   switch (block) {
-    case 128: return probe_member<128>;
-    case 256: return probe_member<256>;
-    case 512: return probe_member<512>;
-    case 1024: return probe_member<1024>;
-    default: throw bench::cuda_failure("the family launched a block it has no member for: " + std::to_string(block));
+    case 128:
+      return probe_member<128>;
+    case 256:
+      return probe_member<256>;
+    case 512:
+      return probe_member<512>;
+    case 1024:
+      return probe_member<1024>;
+    default:
+      throw bench::cuda_failure("the family launched a block it has no member for: " + std::to_string(block));
   }
 }
 
@@ -110,16 +119,16 @@ std::string dims_text(dim3 g, dim3 b) {
 dim3 to_dim3(lf::dims d) { return dim3(d.x, d.y, d.z); }
 
 enum class path {
-  chevron,      // <<<grid, block>>> of `kernel`
-  ex_cluster,   // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION {2, 1, 1}
-  ex_pdl,       // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-  lf_items,     // launchfit max_occupancy().items(n)
-  lf_items_2d,  // launchfit max_occupancy().items({nx, ny})
-  lf_pow2,      // launchfit max_occupancy().blocks(power_of_two()).items(n)
-  lf_family,    // launchfit family, max_occupancy().items(n)
-  lf_from_plan, // launchfit max_occupancy().items(n), one argument from_plan()
-  lf_cluster,   // launchfit max_occupancy().cluster({2, 1, 1}).items(n)
-  lf_pdl,       // launchfit max_occupancy().items(n).pdl()
+  chevron,       // <<<grid, block>>> of `kernel`
+  ex_cluster,    // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION {2, 1, 1}
+  ex_pdl,        // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+  lf_items,      // launchfit max_occupancy().items(n)
+  lf_items_2d,   // launchfit max_occupancy().items({nx, ny})
+  lf_pow2,       // launchfit max_occupancy().blocks(power_of_two()).items(n)
+  lf_family,     // launchfit family, max_occupancy().items(n)
+  lf_from_plan,  // launchfit max_occupancy().items(n), one argument from_plan()
+  lf_cluster,    // launchfit max_occupancy().cluster({2, 1, 1}).items(n)
+  lf_pdl,        // launchfit max_occupancy().items(n).pdl()
 };
 
 struct variant {
@@ -127,8 +136,8 @@ struct variant {
   path how;
   probe_fn kernel = probe;  // chevron rows
   dim3 grid, block;
-  int baseline = -1;        // the raw launch with the same kernel, grid, block and attributes (-1: raw)
-  int chevron = -1;         // <<<>>> with the same kernel, grid and block, when that is not the baseline
+  int baseline = -1;  // the raw launch with the same kernel, grid, block and attributes (-1: raw)
+  int chevron = -1;   // <<<>>> with the same kernel, grid and block, when that is not the baseline
   double us_long = 0, us_short = 0;
 };
 
@@ -152,7 +161,8 @@ int run(int argc, char** argv) {
 
   std::printf("# launchfit launch options: host cost per launch\n\ndevice: %s\n", dev.describe().c_str());
   if (dev.prop.major < 9) {
-    throw bench::cuda_failure("clusters and programmatic dependent launch need compute capability 9.0 or newer");
+    throw bench::cuda_failure(
+        "clusters and programmatic dependent launch need compute capability 9.0 or newer");
   }
   if (std::getenv("LAUNCHFIT_POLICY")) std::printf("note: LAUNCHFIT_POLICY is set; overrides apply\n");
 
@@ -259,16 +269,36 @@ int run(int argc, char** argv) {
     int one = 1;
     void* params[] = {&counter, &one};
     switch (v.how) {
-      case path::chevron: v.kernel<<<v.grid, v.block, 0, stream>>>(counter, 1); break;
-      case path::ex_cluster: check_cu(cuLaunchKernelEx(&cluster_config, probe_cu, params, nullptr), "cuLaunchKernelEx"); break;
-      case path::ex_pdl: check_cu(cuLaunchKernelEx(&pdl_config, probe_cu, params, nullptr), "cuLaunchKernelEx"); break;
-      case path::lf_items: lf::launch(probe, s_items, counter, 1); break;
-      case path::lf_items_2d: lf::launch(probe, s_2d, counter, 1); break;
-      case path::lf_pow2: lf::launch(probe, s_pow2, counter, 1); break;
-      case path::lf_family: lf::launch(fam, s_items, counter, 1); break;
-      case path::lf_from_plan: lf::launch(probe, s_items, counter, lf::from_plan(from_block)); break;
-      case path::lf_cluster: lf::launch(probe, s_cluster, counter, 1); break;
-      case path::lf_pdl: lf::launch(probe, s_pdl, counter, 1); break;
+      case path::chevron:
+        v.kernel<<<v.grid, v.block, 0, stream>>>(counter, 1);
+        break;
+      case path::ex_cluster:
+        check_cu(cuLaunchKernelEx(&cluster_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+        break;
+      case path::ex_pdl:
+        check_cu(cuLaunchKernelEx(&pdl_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+        break;
+      case path::lf_items:
+        lf::launch(probe, s_items, counter, 1);
+        break;
+      case path::lf_items_2d:
+        lf::launch(probe, s_2d, counter, 1);
+        break;
+      case path::lf_pow2:
+        lf::launch(probe, s_pow2, counter, 1);
+        break;
+      case path::lf_family:
+        lf::launch(fam, s_items, counter, 1);
+        break;
+      case path::lf_from_plan:
+        lf::launch(probe, s_items, counter, lf::from_plan(from_block));
+        break;
+      case path::lf_cluster:
+        lf::launch(probe, s_cluster, counter, 1);
+        break;
+      case path::lf_pdl:
+        lf::launch(probe, s_pdl, counter, 1);
+        break;
     }
   };
   // Each variant is timed in its own loop (no type-erased call in the timed loop).
@@ -284,39 +314,43 @@ int run(int argc, char** argv) {
       }
       case path::ex_cluster:
         return host_us_per_launch(
-            [&] { check_cu(cuLaunchKernelEx(&cluster_config, probe_cu, params, nullptr), "cuLaunchKernelEx"); },
+            [&] {
+              check_cu(cuLaunchKernelEx(&cluster_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+            },
             batch, nb, stream);
       case path::ex_pdl:
         return host_us_per_launch(
-            [&] { check_cu(cuLaunchKernelEx(&pdl_config, probe_cu, params, nullptr), "cuLaunchKernelEx"); }, batch,
-            nb, stream);
+            [&] { check_cu(cuLaunchKernelEx(&pdl_config, probe_cu, params, nullptr), "cuLaunchKernelEx"); },
+            batch, nb, stream);
       case path::lf_items:
-        return host_us_per_launch([&] { lf::launch(probe, lf::max_occupancy().items(n).on(stream), c, 1); }, batch,
-                                  nb, stream);
+        return host_us_per_launch([&] { lf::launch(probe, lf::max_occupancy().items(n).on(stream), c, 1); },
+                                  batch, nb, stream);
       case path::lf_items_2d:
         return host_us_per_launch([&] { lf::launch(probe, lf::max_occupancy().items(e2).on(stream), c, 1); },
                                   batch, nb, stream);
       case path::lf_pow2:
         return host_us_per_launch(
             [&] {
-              lf::launch(probe, lf::max_occupancy().blocks(lf::block_rule::power_of_two()).items(n).on(stream), c,
+              lf::launch(probe,
+                         lf::max_occupancy().blocks(lf::block_rule::power_of_two()).items(n).on(stream), c,
                          1);
             },
             batch, nb, stream);
       case path::lf_family:
-        return host_us_per_launch([&] { lf::launch(fam, lf::max_occupancy().items(n).on(stream), c, 1); }, batch,
-                                  nb, stream);
+        return host_us_per_launch([&] { lf::launch(fam, lf::max_occupancy().items(n).on(stream), c, 1); },
+                                  batch, nb, stream);
       case path::lf_from_plan:
         return host_us_per_launch(
             [&] { lf::launch(probe, lf::max_occupancy().items(n).on(stream), c, lf::from_plan(from_block)); },
             batch, nb, stream);
       case path::lf_cluster:
         return host_us_per_launch(
-            [&] { lf::launch(probe, lf::max_occupancy().cluster(cluster2).items(n).on(stream), c, 1); }, batch, nb,
-            stream);
+            [&] { lf::launch(probe, lf::max_occupancy().cluster(cluster2).items(n).on(stream), c, 1); },
+            batch, nb, stream);
       case path::lf_pdl:
-        return host_us_per_launch([&] { lf::launch(probe, lf::max_occupancy().items(n).on(stream).pdl(), c, 1); },
-                                  batch, nb, stream);
+        return host_us_per_launch(
+            [&] { lf::launch(probe, lf::max_occupancy().items(n).on(stream).pdl(), c, 1); }, batch, nb,
+            stream);
     }
     return {};
   };
@@ -365,8 +399,8 @@ int run(int argc, char** argv) {
   };
   if (!json_path.empty()) {
     std::ostringstream js;
-    js << "{\n\"benchmark\":\"launch-options\",\n\"device\":" << dev.json() << ",\n\"long_batch\":" << long_batch
-       << ",\n\"short_batch\":" << short_batch << ",\n\"variants\":[";
+    js << "{\n\"benchmark\":\"launch-options\",\n\"device\":" << dev.json()
+       << ",\n\"long_batch\":" << long_batch << ",\n\"short_batch\":" << short_batch << ",\n\"variants\":[";
     for (std::size_t i = 0; i < variants.size(); ++i) {
       const variant& v = variants[i];
       js << (i ? ",\n" : "\n") << "{\"name\":" << bench::json_string(v.name)
@@ -389,26 +423,30 @@ int run(int argc, char** argv) {
     std::printf("\nwrote %s\n", json_path.c_str());
   }
 
-  std::printf("\n## Summary: host time per launch, near-empty kernel (median; lower is better)\n\n"
-              "| launch | grid, block | us/launch (%d-launch batches) | vs raw | us/launch (%d-launch batches) | "
-              "vs raw |\n|---|---|---:|---:|---:|---:|\n",
-              long_batch, short_batch);
+  std::printf(
+      "\n## Summary: host time per launch, near-empty kernel (median; lower is better)\n\n"
+      "| launch | grid, block | us/launch (%d-launch batches) | vs raw | us/launch (%d-launch batches) | "
+      "vs raw |\n|---|---|---:|---:|---:|---:|\n",
+      long_batch, short_batch);
   for (const variant& v : variants) {
     const bool raw = v.baseline < 0;
     std::printf("| %s | %s | %.3f | %s | %.3f | %s |\n", v.name.c_str(), dims_text(v.grid, v.block).c_str(),
                 v.us_long, raw ? "-" : ratio_text(ratio(v, v.baseline, true)).c_str(), v.us_short,
                 raw ? "-" : ratio_text(ratio(v, v.baseline, false)).c_str());
   }
-  std::printf("\nratios (launchfit / the raw launch of the same kernel, grid, block and attributes; %d-launch / "
-              "%d-launch batches):\n",
-              long_batch, short_batch);
+  std::printf(
+      "\nratios (launchfit / the raw launch of the same kernel, grid, block and attributes; %d-launch / "
+      "%d-launch batches):\n",
+      long_batch, short_batch);
   for (const variant& v : variants) {
     if (v.baseline < 0) continue;
     const variant& b = variants[static_cast<std::size_t>(v.baseline)];
     std::printf("ratio %-42s vs %-44s %s / %s", v.name.c_str(), b.name.c_str(),
-                ratio_text(ratio(v, v.baseline, true)).c_str(), ratio_text(ratio(v, v.baseline, false)).c_str());
+                ratio_text(ratio(v, v.baseline, true)).c_str(),
+                ratio_text(ratio(v, v.baseline, false)).c_str());
     if (v.chevron >= 0) {
-      std::printf("  (vs <<<>>> without the attribute: %s / %s)", ratio_text(ratio(v, v.chevron, true)).c_str(),
+      std::printf("  (vs <<<>>> without the attribute: %s / %s)",
+                  ratio_text(ratio(v, v.chevron, true)).c_str(),
                   ratio_text(ratio(v, v.chevron, false)).c_str());
     }
     std::printf("\n");
