@@ -95,7 +95,7 @@ struct param_policy_members {
 
 // The reference policy for authors: ten lines, always 128 threads. Register yours with
 // register_policy<your_policy>() to make it selectable by name ("your_policy(k=v)").
-class constant_block_policy final : public param_policy<constant_block_policy, no_params> {
+class LAUNCHFIT_API constant_block_policy final : public param_policy<constant_block_policy, no_params> {
  public:
   static constexpr const char* policy_name = "constant_block";
   using param_policy::param_policy;

@@ -146,7 +146,8 @@ elseif(MODE STREQUAL "shared")
   # Hidden visibility: what the library defines for others is launchfit's API, not the inline code of
   # the libraries it uses.
   execute_process(COMMAND ${READELF} --dyn-syms --wide -C ${lib} OUTPUT_VARIABLE syms)
-  string(REGEX MATCHALL "[^\n]* DEFAULT +[0-9]+ [^\n]*(nlohmann|boost::)[^\n]*" leaked "${syms}")
+  string(REGEX MATCHALL "[^\n]* DEFAULT +[0-9]+ ((spdlog|fmt|nlohmann|boost)::|[^\n]*nlohmann)[^\n]*" leaked
+         "${syms}")
   if(leaked)
     message(FATAL_ERROR "${MODE}: ${lib} exports symbols of its dependencies:\n${leaked}")
   endif()
