@@ -183,6 +183,7 @@ json plan_to_json(const plan& p) {
           {"cluster_from_kernel", p.cluster_from_kernel},
           {"cooperative", p.cooperative},
           {"programmatic", p.programmatic},
+          {"full_grid", p.full_grid},
           {"blocks", p.blocks},
           {"occupancy", occupancy_to_json(p.occupancy)},
           {"policy", p.policy},
@@ -243,6 +244,10 @@ plan plan_from_json(const json& j) {
   field(j, "cluster_from_kernel", [&](const json& v) {
     if (!v.is_boolean()) bad("cluster_from_kernel", "not a boolean");
     p.cluster_from_kernel = v.get<bool>();
+  });
+  field(j, "full_grid", [&](const json& v) {
+    if (!v.is_boolean()) bad("full_grid", "not a boolean");
+    p.full_grid = v.get<bool>();
   });
   field(j, "programmatic", [&](const json& v) {
     if (!v.is_boolean()) bad("programmatic", "not a boolean");

@@ -636,7 +636,7 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
 bool same_launch(const plan& a, const plan& b) noexcept {
   return a.block == b.block && a.grid == b.grid && a.blocks_per_sm == b.blocks_per_sm &&
          a.dynamic_smem_bytes == b.dynamic_smem_bytes && a.cooperative == b.cooperative && a.cluster == b.cluster &&
-         a.programmatic == b.programmatic && a.sm_count == b.sm_count;
+         a.programmatic == b.programmatic && a.sm_count == b.sm_count && a.full_grid == b.full_grid;
 }
 
 std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need, const plan* computed) {

@@ -49,6 +49,8 @@ std::string plan::to_string() const {
   s += " blocks/SM=" + std::to_string(blocks_per_sm) + " SMs=" + std::to_string(sm_count);
   s += " smem=" + std::to_string(dynamic_smem_bytes);
   if (cooperative) s += " cooperative";
+  if (full_grid) s += " full-grid";
+  if (programmatic) s += " pdl";
   if (cluster.count() > 1) s += " cluster=" + cluster.to_string();
   if (!policy.empty()) s += " policy=" + policy;
   return s;
@@ -129,9 +131,11 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
     std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.cluster.x);
     std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, p.block.y), p.cluster.y) : 1;
     std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.cluster.z) : 1;
-    if (w.kind == work::shape::grid_stride) {
+    if (w.kind == work::shape::grid_stride && !p.full_grid) {
       const std::uint64_t cap = static_cast<std::uint64_t>(resident) * std::max<std::uint32_t>(w.waves, 1);
       gx = std::max<std::uint64_t>(std::min<std::uint64_t>(gx, cap), 1);
+    } else if (w.kind == work::shape::grid_stride) {
+      gx = std::min<std::uint64_t>(gx, static_cast<std::uint64_t>(max_grid_x));  // full grid: the loop covers the rest
     }
     if ((gy % p.cluster.y) != 0 || (gz % p.cluster.z) != 0) {
       grid_error(p, "CUDA_ERROR_INVALID_CLUSTER_SIZE",
@@ -418,7 +422,48 @@ std::map<int, std::size_t>& bif_overrides() {
   return m;
 }
 
+// Small work: per power of two of the threads it needs, below 2^18 (a few waves of any block on any GPU).
+std::uint64_t small_work_bucket(const work& w) {
+  if (w.kind != work::shape::items && w.kind != work::shape::grid_stride) return 0;
+  if (w.rank > 1) return 0;
+  const std::uint64_t threads = w.n / std::max<std::uint32_t>(w.per_thread, 1) + (w.n % std::max<std::uint32_t>(w.per_thread, 1) != 0);
+  if (threads == 0 || threads >= (1u << 18)) return 0;
+  std::uint64_t bucket = 1;
+  for (std::uint64_t t = threads; t > 1; t >>= 1) ++bucket;
+  return bucket;  // floor(log2(threads)) + 1
+}
+
+// Fills the SMs before maximising occupancy: when the work's blocks (counted from the smallest size of its
+// bucket, so every size in it gets the same plan) leave more than 5% of the SMs idle, the largest allowed
+// block that does not. Returns false when the plan is left alone.
+bool fill_the_sms(const query& q, plan& p, std::uint64_t bucket) {
+  if (bucket == 0 || p.block.count() <= 32) return false;
+  const std::uint64_t threads = std::uint64_t{1} << (bucket - 1);
+  const int sms = q.device.sm_count;
+  const std::uint64_t wanted = (static_cast<std::uint64_t>(sms) * 95 + 99) / 100;
+  const unsigned chosen = static_cast<unsigned>(p.block.count());
+  if ((threads + chosen - 1) / chosen >= wanted) return false;
+  const int warp = q.device.warp_size > 0 ? q.device.warp_size : 32;
+  int best = 0;
+  for (int block = static_cast<int>(chosen) - 1; block >= 1; --block) {
+    if (block % warp != 0 && !(q.blocks.k == block_rule::kind::one_of)) continue;
+    if (q.active_blocks_for(block) <= 0) continue;
+    best = block;  // the smallest so far; stop at the first that fills the SMs
+    if ((threads + static_cast<unsigned>(block) - 1) / static_cast<unsigned>(block) >= wanted) break;
+  }
+  if (best == 0) return false;
+  p.reason = fmt::format("small work ({}+ threads): {}-thread blocks give {} blocks for {} SMs ({} would give {}); ",
+                         threads, best, (threads + best - 1) / best, sms, chosen, (threads + chosen - 1) / chosen) +
+             p.reason;
+  p.block = dims{static_cast<unsigned>(best), 1, 1};
+  p.blocks_per_sm = 0;  // as many as fit: fewer blocks than SMs, residency does not bind
+  return true;
+}
+
 }  // namespace
+
+std::uint64_t max_occupancy_policy::work_bucket(const work& w) const { return small_work_bucket(w); }
+std::uint64_t bytes_in_flight_policy::work_bucket(const work& w) const { return small_work_bucket(w); }
 
 plan max_occupancy_policy::choose_impl(const query& q) const {
   require_non_negative(q, "prefer_block", params_.prefer_block, "the largest block");
@@ -437,6 +482,7 @@ plan max_occupancy_policy::choose_impl(const query& q) const {
                                params_.prefer_block, b.blocks_per_sm, b.block_threads)
                  : fmt::format("the largest block with the most resident threads: {} x {} threads per SM",
                                b.blocks_per_sm, b.block_threads);
+  fill_the_sms(q, p, small_work_bucket(q.work_hint));
   return p;
 }
 
@@ -473,12 +519,16 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
     if (warps == warps_needed) break;  // exactly the target: nothing can use fewer warps
   }
   plan p;
+  // Wide elements: one per thread beats a grid capped at the resident blocks for grid_stride work.
+  p.full_grid = params_.per_thread >= 12;
+  const char* width_note = p.full_grid ? "; grid_stride launches the full grid (one wide element per thread)" : "";
   if (best_threads != 0) {
     p.block = dims{static_cast<unsigned>(best_threads), 1, 1};
     p.blocks_per_sm = best_bps;
     p.reason =
-        fmt::format("{} warps/SM x {} x {} B = {} in flight per SM reaches the {} target", best_warps, warp,
-                    params_.per_thread, kb(static_cast<std::size_t>(best_warps) * per_warp), kb(target));
+        fmt::format("{} warps/SM x {} x {} B = {} in flight per SM reaches the {} target{}", best_warps, warp,
+                    params_.per_thread, kb(static_cast<std::size_t>(best_warps) * per_warp), kb(target), width_note);
+    fill_the_sms(q, p, small_work_bucket(q.work_hint));
     return p;
   }
   // Unreachable even at full occupancy: run at max occupancy and say what to change.
@@ -487,12 +537,19 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   p.blocks_per_sm = b.blocks_per_sm;
   const int warps = b.blocks_per_sm * (b.block_threads / warp);
   const std::size_t reached = static_cast<std::size_t>(warps) * per_warp;
-  p.reason = "target " + kb(target) + "/SM unreachable; max occupancy (" + std::to_string(warps) + " warps/SM)";
-  p.warning = "bytes in flight " + kb(reached) + "/SM at max occupancy is below the " + kb(target) +
-              " target; keep more independent loads in flight per thread (need " +
-              std::to_string((target + static_cast<std::size_t>(std::max(warps, 1)) * warp - 1) /
-                             (static_cast<std::size_t>(std::max(warps, 1)) * warp)) +
-              " B/thread, have " + std::to_string(params_.per_thread) + ")";
+  p.reason = "target " + kb(target) + "/SM unreachable; max occupancy (" + std::to_string(warps) + " warps/SM, " +
+             kb(reached) + " in flight)" + width_note;
+  const std::string advice = "keep more independent loads in flight per thread (need " +
+                             std::to_string((target + static_cast<std::size_t>(std::max(warps, 1)) * warp - 1) /
+                                            (static_cast<std::size_t>(std::max(warps, 1)) * warp)) +
+                             " B/thread, have " + std::to_string(params_.per_thread) + ")";
+  if (params_.per_thread > 4) {
+    p.warning = "bytes in flight " + kb(reached) + "/SM at max occupancy is below the " + kb(target) + " target; " + advice;
+  } else {
+    // One narrow load per thread: max occupancy is the most any launch can hold; advice, not a warning.
+    p.reason += "; to reach it, " + advice;
+  }
+  fill_the_sms(q, p, small_work_bucket(q.work_hint));
   return p;
 }
 

@@ -61,7 +61,7 @@ TEST(Log, TextLineSaysWhatTheKernelRanWithAndWhy) {
   const std::string line = lf::detail::format_plan(sample_report(), lf::log_format::text);
   for (const char* field :
        {"kernel=reduce(float const*, float*, int)", "device=\"NVIDIA H200\" #0", "cc=9.0", "block=256",
-        "grid=grid_stride(cap 528)", "smem=0B", "occupancy=75.0% (6 blocks, 48 warps/SM; runs 4 blocks/SM)",
+        "grid=grid_stride(full grid)", "smem=0B", "occupancy=75.0% (6 blocks, 48 warps/SM; runs 4 blocks/SM)",
         "limiter=registers", "regs=40", "local=0B",
         "policy=bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)", "match=computed",
         "reason=\""}) {
@@ -112,12 +112,12 @@ TEST(Log, ShortfallWarningCarriesBytesTargetAndAdvice) {
   lf::detail::plan_report r;
   r.kernel = q.kernel;
   r.cc = 90;
-  r.plan = lf::bytes_in_flight_policy{{4, 0}}.choose(q);
+  r.plan = lf::bytes_in_flight_policy{{8, 64 * 1024}}.choose(q);
   lf::detail::log_new_plan(r);
   const auto lines = c.lines();
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_NE(lines[1].find("8 KB/SM"), std::string::npos) << lines[1];
-  EXPECT_NE(lines[1].find("32 KB"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("16 KB/SM"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("64 KB"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find("independent loads"), std::string::npos) << lines[1];
 }
 

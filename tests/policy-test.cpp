@@ -147,12 +147,57 @@ TEST(BytesInFlight, FewestWarpsThatReachAnExplicitTarget) {
 }
 
 TEST(BytesInFlight, UnreachableTargetFallsBackToMaxOccupancyWithAWarning) {
-  const lf::plan p = lf::bytes_in_flight_policy{{4, 0}}.choose(make_query("H200", 32));
+  const lf::plan p = lf::bytes_in_flight_policy{{8, 64 * 1024}}.choose(make_query("H200", 32));
   EXPECT_EQ(p.blocks_per_sm * p.block_threads, 2048);  // full occupancy
   EXPECT_EQ(p.block_threads, 256);
-  EXPECT_NE(p.warning.find("8 KB"), std::string::npos) << p.warning;   // 64 warps x 32 x 4 B
-  EXPECT_NE(p.warning.find("32 KB"), std::string::npos) << p.warning;  // the target
+  EXPECT_NE(p.warning.find("16 KB"), std::string::npos) << p.warning;  // 64 warps x 32 x 8 B
+  EXPECT_NE(p.warning.find("64 KB"), std::string::npos) << p.warning;  // the target
   EXPECT_NE(p.warning.find("independent loads"), std::string::npos) << p.warning;
+}
+
+TEST(BytesInFlight, ANarrowKernelAtMaxOccupancyIsAdvisedNotWarned) {
+  // One 4 B load per thread: max occupancy is the most any launch holds; the advice goes to the reason.
+  const lf::plan p = lf::bytes_in_flight_policy{{4, 0}}.choose(make_query("H200", 32));
+  EXPECT_EQ(p.blocks_per_sm * p.block_threads, 2048);
+  EXPECT_TRUE(p.warning.empty()) << p.warning;
+  EXPECT_NE(p.reason.find("8 KB in flight"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("independent loads"), std::string::npos) << p.reason;
+}
+
+TEST(BytesInFlight, WideGridStrideElementsLaunchTheFullGrid) {
+  lf::query q = make_query("H200", 32);
+  const lf::work stride{lf::work::shape::grid_stride, 1ull << 26, 1};
+  q.work_hint = stride;
+  const lf::plan wide = lf::bytes_in_flight_policy{{16, 0}}.choose(q);
+  EXPECT_TRUE(wide.full_grid);
+  EXPECT_EQ(lf::grid_for(wide, stride).x, (1u << 26) / static_cast<unsigned>(wide.block_threads));
+  const lf::plan narrow = lf::bytes_in_flight_policy{{4, 0}}.choose(q);
+  EXPECT_FALSE(narrow.full_grid);
+  EXPECT_EQ(lf::grid_for(narrow, stride).x, static_cast<unsigned>(narrow.resident_blocks()));
+  // Beyond the grid limit the loop covers the rest: never an error for grid_stride.
+  EXPECT_EQ(lf::grid_for(wide, lf::work{lf::work::shape::grid_stride, ~0ull, 1}, 1u << 20).x, 1u << 20);
+}
+
+TEST(MaxOccupancy, SmallWorkFillsTheSmsBeforeMaximisingOccupancy) {
+  // An n-body step of 16,384 bodies: 256-thread blocks give 64 blocks for 132 SMs; 128 threads give 128.
+  lf::query q = make_query("H200", 32);
+  q.work_hint = lf::work{lf::work::shape::items, 16384, 1};
+  const lf::plan p = lf::max_occupancy_policy{}.choose(q);
+  EXPECT_EQ(p.block_threads, 128) << p.reason;
+  EXPECT_NE(p.reason.find("128 blocks for 132 SMs"), std::string::npos) << p.reason;
+  // Every size of the bucket gets the same plan; large work is untouched (bucket 0).
+  const lf::max_occupancy_policy mo;
+  EXPECT_EQ(mo.work_bucket(lf::work{lf::work::shape::items, 16384, 1}),
+            mo.work_bucket(lf::work{lf::work::shape::items, 32767, 1}));
+  EXPECT_NE(mo.work_bucket(lf::work{lf::work::shape::items, 16384, 1}),
+            mo.work_bucket(lf::work{lf::work::shape::items, 32768, 1}));
+  EXPECT_EQ(mo.work_bucket(lf::work{lf::work::shape::items, 1u << 20, 1}), 0u);
+  q.work_hint = lf::work{lf::work::shape::items, 1u << 20, 1};
+  EXPECT_EQ(lf::max_occupancy_policy{}.choose(q).block_threads, 256);
+  // Under a block rule, the largest allowed block that fills the SMs.
+  q.work_hint = lf::work{lf::work::shape::items, 16384, 1};
+  q.blocks = lf::block_rule::multiple_of(96);
+  EXPECT_EQ(lf::max_occupancy_policy{}.choose(q).block_threads, 96);
 }
 
 TEST(BytesInFlight, DefaultTargetsPerArchitecture) {

@@ -111,13 +111,16 @@ struct plan {
   int resident_clusters = 0;     // clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster
   bool cluster_from_kernel = false;  // the kernel's compile-time __cluster_dims__ (no launch attribute is set)
   bool cooperative = false;
+  bool full_grid = false;        // grid_stride work launches one thread per item (no cap at the resident blocks)
   bool programmatic = false;     // programmatic dependent launch (sm_90+): may start before its predecessor ends
   std::string blocks;            // the launch's block rule when it has one: "power of two", "multiple of 64"
   occupancy_result occupancy;    // at block_threads and dynamic_smem_bytes
   std::string policy;            // "bytes_in_flight(per_thread=32,target_per_sm=32768)"
   std::string reason;            // why the policy chose this, one sentence
   std::string warning;           // set when the policy could not meet its goal (logged once as a warning)
-  std::string match = "computed";  // computed | cache-file | cache-file-other-bucket | fallback
+  // computed | cache-file | cache-file-same-model | cache-file-other-bucket | cache-file-same-model-other-bucket
+  // | fallback
+  std::string match = "computed";
   int trials = 0;                // candidate plans timed (autotune)
   double tuning_ms = 0;
 

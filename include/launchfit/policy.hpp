@@ -168,11 +168,15 @@ struct max_occupancy_params {
 };
 
 // The most resident threads per SM, as cuOccupancyMaxPotentialBlockSize maximises them (honouring a
-// block -> smem rule); see max_occupancy_params for the tie-break.
+// block -> smem rule); see max_occupancy_params for the tie-break. Small work first fills the SMs: when its
+// blocks would leave SMs idle (16,384 threads in 256-thread blocks: 64 blocks on 132 SMs), the largest block
+// that gives at least 95% of the SMs a block (128 threads: 128 blocks). Small sizes are planned per power of
+// two (work_bucket), from the smallest size of each.
 class max_occupancy_policy final : public param_policy<max_occupancy_policy, max_occupancy_params> {
  public:
   static constexpr const char* policy_name = "max_occupancy";
   using param_policy::param_policy;
+  std::uint64_t work_bucket(const work& w) const override;
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -187,11 +191,15 @@ struct bytes_in_flight_params {
 
 // Little's law: the fewest resident warps with warps x 32 x per_thread >= target_per_sm. On an H200
 // ~32 KB/SM in flight reached ~97% of peak read bandwidth. If even max occupancy falls short, it uses
-// max occupancy and the plan's reason carries the shortfall.
+// max occupancy and the plan's reason carries the shortfall (a warning when per_thread is above 4 B: more
+// loads per thread would help). Width-aware: a grid_stride kernel with 12 B or more per thread launches the
+// full grid (one element per thread), where capping it at the resident blocks cost 9-48% on an H200; small
+// work fills the SMs first, as max_occupancy does.
 class bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
  public:
   static constexpr const char* policy_name = "bytes_in_flight";
   using param_policy::param_policy;
+  std::uint64_t work_bucket(const work& w) const override;
 
  protected:
   plan choose_impl(const query& q) const override;
