@@ -152,6 +152,14 @@ __global__ void stride_fill(unsigned* out, std::size_t n, unsigned* grid_x) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *grid_x = gridDim.x;
 }
 
+// Grid-stride fill (out[i] = 3i + 1) that counts runs whose block is not a multiple of `multiple`.
+__global__ void fill_checking_block(unsigned* out, std::size_t n, unsigned multiple, unsigned* outside_rule) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && blockDim.x % multiple != 0) atomicAdd(outside_rule, 1u);
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    out[i] = unsigned(3 * i + 1);
+}
+
 // ---- host helpers ----------------------------------------------------------------------------------------
 
 template <class T>
@@ -487,6 +495,33 @@ TEST_F(Shapes, PowerOfTwoRuleGivesRightSumsUnderAutotuneTrialsIncluded) {
   EXPECT_EQ(d.wrong_partials(l.grid.x, static_cast<unsigned>(p.block_threads), &sum), 0u);
   EXPECT_EQ(sum, d.total);
   EXPECT_EQ(d.flags.download()[0], 0u) << "a trial or the launch ran with a block that is not a power of two";
+}
+
+// A rule that none of autotune's usual sizes (the max-occupancy block, 64 ... 1024) meets: the plugin must be
+// offered only allowed sizes (the query's oracle answers 0 for the others), or it times nothing that can run.
+TEST_F(Shapes, AutotuneChoosesAmongMultiplesOf96Only) {
+  std::string why;
+  if (!load_autotune(why)) GTEST_SKIP() << why;
+  const std::size_t n = 3'000'017;
+  device_buffer<unsigned> out(n + 1), outside_rule(1);
+  out.poison();
+  outside_rule.zero();
+  const lf::launched l = lf::launch(
+      fill_checking_block,
+      lf::use("autotune(max_trials=24)").items(n).blocks(lf::block_rule::multiple_of(96)).rerunnable(),
+      out.ptr, n, 96u, outside_rule.ptr);
+  const lf::plan& p = l.plan();
+  std::printf("autotune with multiple_of(96): %s trials=%d\n  reason: %s\n", p.to_string().c_str(), p.trials,
+              p.reason.c_str());
+  EXPECT_EQ(p.block_threads % 96, 0) << p.to_string();
+  EXPECT_EQ(p.blocks, "multiple of 96");
+  EXPECT_GT(p.trials, 1);
+  EXPECT_EQ(outside_rule.download()[0], 0u) << "a trial ran with a block outside the rule";
+  const auto o = out.download();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += o[i] != unsigned(3 * i + 1);
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(o[n], poison_u32);
 }
 
 TEST_F(Shapes, FixedBlockOutsideTheRuleIsRefusedAndTheOutputUntouched) {
