@@ -203,21 +203,19 @@ class Clusters : public ::testing::Test {
 }  // namespace
 
 TEST_F(Clusters, ItemsWithAnOddBlockCountAreRoundedToWholeClustersThatAllRun) {
-  const lf::plan& mp = lf::plan_for(cluster_items, lf::max_occupancy().items(1).cluster({2, 1, 1}));
-  ASSERT_GT(mp.block_threads, 0);
-  const unsigned mb = static_cast<unsigned>(mp.block_threads);
+  // max_occupancy's block for large work (small work is planned per size bucket, maybe with smaller blocks).
+  const unsigned mb = static_cast<unsigned>(
+      lf::plan_for(cluster_items, lf::max_occupancy().items(1u << 22).cluster({2, 1, 1})).block_threads);
+  ASSERT_GT(mb, 0u);
   struct scenario {
     unsigned block;  // 0: max_occupancy's
     unsigned n;
   };
-  for (const scenario s :
-       {scenario{128, 128 * 8 + 5}, scenario{128, 1}, scenario{0, mb * 8 + 5}, scenario{0, mb * 4000 + 1}}) {
-    const unsigned block = s.block ? s.block : mb;
-    SCOPED_TRACE("block " + std::to_string(block) + " n " + std::to_string(s.n));
-    const unsigned blocks_for_n = (s.n + block - 1) / block;
-    ASSERT_EQ(blocks_for_n % 2, 1u) << "the scenario must need an odd number of blocks";
-    device_buffer<unsigned> out(std::size_t(blocks_for_n + 1) * block),
-        info(4 * std::size_t(blocks_for_n + 1));
+  for (const scenario s : {scenario{128, 128 * 8 + 5}, scenario{128, 1}, scenario{0, 1}, scenario{0, 7},
+                           scenario{0, mb * 20000 + 1}}) {
+    SCOPED_TRACE("block " + std::to_string(s.block) + " n " + std::to_string(s.n));
+    // Sized for any block of 32 threads or more, so the buffers hold whatever the policy chooses.
+    device_buffer<unsigned> out(std::size_t(s.n) + 2048), info(4 * (std::size_t(s.n) / 32 + 2));
     out.poison();
     info.poison();
     const lf::launched l =
@@ -226,7 +224,11 @@ TEST_F(Clusters, ItemsWithAnOddBlockCountAreRoundedToWholeClustersThatAllRun) {
                          out.ptr, s.n, info.ptr)
             : lf::launch(cluster_items, lf::max_occupancy().items(s.n).cluster({2, 1, 1}), out.ptr, s.n,
                          info.ptr);
-    EXPECT_EQ(l.block.x, block);
+    const unsigned block = l.block.x;
+    if (s.block) EXPECT_EQ(block, s.block);
+    if (s.n >= (1u << 18)) EXPECT_EQ(block, mb);
+    const unsigned blocks_for_n = (s.n + block - 1) / block;
+    EXPECT_EQ(blocks_for_n % 2, 1u) << "the scenario must need an odd number of blocks";
     EXPECT_EQ(l.grid, (lf::dims{round_up(blocks_for_n, 2), 1, 1}));
     EXPECT_EQ(l.plan().cluster, (lf::dims{2, 1, 1}));
     EXPECT_FALSE(l.plan().cluster_from_kernel);
@@ -236,6 +238,7 @@ TEST_F(Clusters, ItemsWithAnOddBlockCountAreRoundedToWholeClustersThatAllRun) {
     for (unsigned i = 0; i < s.n; ++i) wrong += o[i] != i + 1;
     EXPECT_EQ(wrong, 0u);
     for (std::size_t i = s.n; i < o.size(); ++i) ASSERT_EQ(o[i], poison_u32) << "written past n at " << i;
+    ASSERT_LE(4 * std::size_t(l.grid.x), info.n);
     EXPECT_EQ(incomplete_clusters(info.download(), l.grid.x, 2), 0u);
   }
 }
@@ -392,7 +395,7 @@ TEST_F(Clusters, SixteenBlocksNeedTheNonPortableOptIn) {
 }
 
 TEST_F(Clusters, CompiledClusterDimsAreHonouredWithoutACallAndAConflictIsRefused) {
-  const unsigned n = 256 * 7 + 3;
+  const unsigned n = 1u << 20;
   const auto spec = lf::max_occupancy().items(n);
   const lf::plan& p = lf::plan_for(compiled_cluster_items, spec);
   EXPECT_EQ(p.cluster, (lf::dims{2, 1, 1}));
@@ -401,21 +404,24 @@ TEST_F(Clusters, CompiledClusterDimsAreHonouredWithoutACallAndAConflictIsRefused
   EXPECT_EQ(p.resident_clusters, driver_active_clusters(compiled_cluster_items, p, 2, false));
 
   const unsigned block = static_cast<unsigned>(p.block_threads);
-  for (unsigned items : {n, block * 5 + 1, 1u}) {  // 1 and 5 + 1 blocks are odd counts before rounding
+  // 20001 blocks and 1 block (small work: planned in its own size bucket) are odd counts before rounding.
+  for (unsigned items : {n, block * 20000 + 1, 1u}) {
     SCOPED_TRACE("n " + std::to_string(items));
-    const unsigned blocks_for_n = (items + block - 1) / block;
-    device_buffer<unsigned> out(std::size_t(blocks_for_n + 1) * block),
-        info(4 * std::size_t(blocks_for_n + 1));
+    device_buffer<unsigned> out(std::size_t(items) + 2048), info(4 * (std::size_t(items) / 32 + 2));
     out.poison();
     info.poison();
     const lf::launched l =
         lf::launch(compiled_cluster_items, lf::max_occupancy().items(items), out.ptr, items, info.ptr);
-    EXPECT_EQ(&l.plan(), &p);
+    if (items >= (1u << 18)) EXPECT_EQ(&l.plan(), &p);
+    EXPECT_EQ(l.plan().cluster, (lf::dims{2, 1, 1}));
+    EXPECT_TRUE(l.plan().cluster_from_kernel);
+    const unsigned blocks_for_n = (items + l.block.x - 1) / l.block.x;
     EXPECT_EQ(l.grid, (lf::dims{round_up(blocks_for_n, 2), 1, 1}));
     const auto o = out.download();
     std::size_t wrong = 0;
     for (unsigned i = 0; i < items; ++i) wrong += o[i] != i + 1;
     EXPECT_EQ(wrong, 0u);
+    ASSERT_LE(4 * std::size_t(l.grid.x), info.n);
     EXPECT_EQ(incomplete_clusters(info.download(), l.grid.x, 2), 0u);
   }
   // The same dims asked explicitly: fine. Other dims: refused, nothing launched.
