@@ -31,16 +31,16 @@ constexpr int max_json_depth = 16;
 void check_point(const point& p, std::size_t index) {
   const std::string where = "curve point " + std::to_string(index) + ": ";
   if (p.warps_per_sm < 1 || p.warps_per_sm > max_warps_per_sm) {
-    throw calibration_error(where + "warps_per_sm must be in 1.." + std::to_string(max_warps_per_sm) + ", got " +
-                            std::to_string(p.warps_per_sm));
+    throw calibration_error(where + "warps_per_sm must be in 1.." + std::to_string(max_warps_per_sm) +
+                            ", got " + std::to_string(p.warps_per_sm));
   }
   if (p.loads_in_flight < 1 || p.loads_in_flight > max_loads_in_flight) {
     throw calibration_error(where + "loads_in_flight must be in 1.." + std::to_string(max_loads_in_flight) +
                             ", got " + std::to_string(p.loads_in_flight));
   }
   if (p.width_bytes < 1 || p.width_bytes > max_width_bytes) {
-    throw calibration_error(where + "width_bytes must be in 1.." + std::to_string(max_width_bytes) + ", got " +
-                            std::to_string(p.width_bytes));
+    throw calibration_error(where + "width_bytes must be in 1.." + std::to_string(max_width_bytes) +
+                            ", got " + std::to_string(p.width_bytes));
   }
   const std::size_t expected = bytes_in_flight_of(p.warps_per_sm, p.loads_in_flight, p.width_bytes);
   if (p.bytes_in_flight_per_sm != expected) {
@@ -55,8 +55,8 @@ void check_point(const point& p, std::size_t index) {
 void check_curve(const std::vector<point>& curve) {
   if (curve.empty()) throw calibration_error("the calibration curve is empty");
   if (curve.size() > max_curve_points) {
-    throw calibration_error("the calibration curve has " + std::to_string(curve.size()) + " points, more than " +
-                            std::to_string(max_curve_points));
+    throw calibration_error("the calibration curve has " + std::to_string(curve.size()) +
+                            " points, more than " + std::to_string(max_curve_points));
   }
   for (std::size_t i = 0; i < curve.size(); ++i) check_point(curve[i], i);
 }
@@ -98,7 +98,8 @@ std::size_t smallest_target(const std::vector<point>& curve, double fraction) {
     if (first_reaching == 0) first_reaching = levels[k].first;
     // Confirmed when nothing larger was measured, or one of the next two larger levels reaches it too.
     bool confirmed = k + 1 == levels.size();
-    for (std::size_t m = k + 1; m < std::min(levels.size(), k + 3); ++m) confirmed |= levels[m].second >= threshold;
+    for (std::size_t m = k + 1; m < std::min(levels.size(), k + 3); ++m)
+      confirmed |= levels[m].second >= threshold;
     if (confirmed) return levels[k].first;
   }
   // No confirmed level (the curve falls right after its peak): the smallest that reaches the threshold,
@@ -112,8 +113,10 @@ std::string to_json(const calibration& c) {
   nlohmann::ordered_json j;
   j["format"] = calibration_format;
   j["version"] = calibration_version;
-  j["device"] = {{"name", c.device_name},     {"uuid", c.uuid},
-                 {"cc", c.cc},                {"sm_count", c.sm_count},
+  j["device"] = {{"name", c.device_name},
+                 {"uuid", c.uuid},
+                 {"cc", c.cc},
+                 {"sm_count", c.sm_count},
                  {"driver_version", c.driver_version}};
   j["array_bytes"] = c.array_bytes;
   j["repeats"] = c.repeats;
@@ -167,7 +170,8 @@ const json& member(const json& obj, const char* name, const std::string& where) 
   return *it;
 }
 
-long long integer_field(const json& obj, const char* name, long long lo, long long hi, const std::string& where) {
+long long integer_field(const json& obj, const char* name, long long lo, long long hi,
+                        const std::string& where) {
   const json& v = member(obj, name, where);
   bool ok = false;
   long long x = 0;
@@ -199,10 +203,12 @@ std::string string_field(const json& obj, const char* name, const std::string& w
   if (!v.is_string()) throw calibration_error(where + "\"" + name + "\" must be a string");
   const std::string& s = v.get_ref<const std::string&>();
   if (s.size() > max_name_bytes) {
-    throw calibration_error(where + "\"" + name + "\" is longer than " + std::to_string(max_name_bytes) + " bytes");
+    throw calibration_error(where + "\"" + name + "\" is longer than " + std::to_string(max_name_bytes) +
+                            " bytes");
   }
   for (unsigned char ch : s) {
-    if (ch < 0x20 || ch == 0x7f) throw calibration_error(where + "\"" + name + "\" holds a control character");
+    if (ch < 0x20 || ch == 0x7f)
+      throw calibration_error(where + "\"" + name + "\" holds a control character");
   }
   return s;
 }
@@ -218,20 +224,23 @@ calibration calibration_from_json(std::string_view text) {
                             std::to_string(max_calibration_file_bytes));
   }
   if (nesting_depth(text, max_json_depth) > max_json_depth) {
-    throw calibration_error("calibration JSON is nested deeper than " + std::to_string(max_json_depth) + " levels");
+    throw calibration_error("calibration JSON is nested deeper than " + std::to_string(max_json_depth) +
+                            " levels");
   }
   const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw calibration_error("calibration is not valid JSON");
   if (!j.is_object()) throw calibration_error("calibration JSON must be an object");
   const std::string top;
   const auto format = j.find("format");
-  if (format == j.end() || !format->is_string() || format->get_ref<const std::string&>() != calibration_format) {
-    throw calibration_error(std::string("not a calibration file: \"format\" must be \"") + calibration_format + "\"");
+  if (format == j.end() || !format->is_string() ||
+      format->get_ref<const std::string&>() != calibration_format) {
+    throw calibration_error(std::string("not a calibration file: \"format\" must be \"") +
+                            calibration_format + "\"");
   }
   const long long version = integer_field(j, "version", 1, max_int, top);
   if (version != calibration_version) {
-    throw calibration_error("calibration file version " + std::to_string(version) + " is not supported (this reads " +
-                            std::to_string(calibration_version) + ")");
+    throw calibration_error("calibration file version " + std::to_string(version) +
+                            " is not supported (this reads " + std::to_string(calibration_version) + ")");
   }
   calibration c;
   const json& dev = member(j, "device", top);
@@ -247,8 +256,10 @@ calibration calibration_from_json(std::string_view text) {
   c.fraction = number_field(j, "fraction", top);
   if (!(c.fraction > 0 && c.fraction <= 1)) throw calibration_error("\"fraction\" must be in (0, 1]");
   c.best_gbps = number_field(j, "best_gbps", top);
-  if (!(c.best_gbps > 0 && c.best_gbps <= max_gbps)) throw calibration_error("\"best_gbps\" must be in (0, 1e6]");
-  c.target_bytes_per_sm = static_cast<std::size_t>(integer_field(j, "target_bytes_per_sm", 1, max_bytes_value, top));
+  if (!(c.best_gbps > 0 && c.best_gbps <= max_gbps))
+    throw calibration_error("\"best_gbps\" must be in (0, 1e6]");
+  c.target_bytes_per_sm =
+      static_cast<std::size_t>(integer_field(j, "target_bytes_per_sm", 1, max_bytes_value, top));
 
   const json& curve = member(j, "curve", top);
   if (!curve.is_array()) throw calibration_error("\"curve\" must be an array");

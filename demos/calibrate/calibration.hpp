@@ -46,11 +46,11 @@ struct calibration {
   std::string uuid;         // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
   int cc = 0;               // compute capability, e.g. 90
   int sm_count = 0;
-  int driver_version = 0;   // cudaDriverGetVersion, e.g. 13000
+  int driver_version = 0;       // cudaDriverGetVersion, e.g. 13000
   std::size_t array_bytes = 0;  // bytes read per measurement
   int repeats = 0;              // timed repetitions per point (median)
   double fraction = 0.97;
-  double best_gbps = 0;                // robust_best_gbps(curve)
+  double best_gbps = 0;                 // robust_best_gbps(curve)
   std::size_t target_bytes_per_sm = 0;  // smallest_target(curve, fraction)
   std::vector<point> curve;
 };
@@ -69,7 +69,8 @@ std::string to_json(const calibration& c);
 calibration calibration_from_json(std::string_view text);
 // Reads a calibration file (a regular file of at most max_calibration_file_bytes); throws calibration_error.
 calibration read_calibration(const std::string& path);
-// Writes atomically (a temporary file in the same folder, then renamed over `path`); throws calibration_error.
+// Writes atomically (a temporary file in the same folder, then renamed over `path`); throws
+// calibration_error.
 void write_calibration(const std::string& path, const calibration& c);
 
 }  // namespace launchfit_calibrate
