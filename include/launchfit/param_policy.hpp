@@ -15,6 +15,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "launchfit/export.hpp"
 #include "launchfit/policy.hpp"
 
 namespace launchfit {
