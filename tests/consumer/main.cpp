@@ -1,8 +1,7 @@
 // What a program built against launchfit relies on, across a static or shared library: functions, a
 // struct's members, and launchfit::error caught by type with its code.
-#include <launchfit/launchfit.hpp>
-
 #include <cstdio>
+#include <launchfit/launchfit.hpp>
 #ifdef LAUNCHFIT_CONSUMER_LOGGER
 #include <spdlog/spdlog.h>
 #endif
