@@ -40,6 +40,8 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "driver.hpp"
+#include "launchfit/error.hpp"
 #include "log_internal.hpp"
 #include "plan_json.hpp"
 
@@ -105,6 +107,15 @@ stored_entry parse_entry(const json& e) {
   const auto p = e.find("plan");
   if (p == e.end() || !p->is_object()) throw bad_entry("'plan' is not an object");
   out.plan = plan_from_json(*p);
+  if (const auto c = e.find("calibration"); c != e.end()) {
+    if (out.key.kernel != calibration_kernel || !c->is_object()) throw bad_entry("'calibration' out of place");
+    const auto b = key_int<std::uint64_t>(*c, "bytes_in_flight_per_sm");
+    // A target above what any SM holds (every byte of its registers and shared memory) is not a measurement.
+    if (b == 0 || b > (std::uint64_t(1) << 22)) throw bad_entry("'bytes_in_flight_per_sm' is not in 1..4 MiB");
+    out.bytes_in_flight_per_sm = b;
+  } else if (out.key.kernel == calibration_kernel) {
+    throw bad_entry("a calibration entry without 'calibration'");
+  }
   if (const auto t = e.find("stored_at"); t != e.end()) {
     if (!t->is_number_unsigned() || t->get<std::uint64_t>() > (std::uint64_t(1) << 53)) {
       throw bad_entry("'stored_at' is not a time in milliseconds");
@@ -118,7 +129,7 @@ json entry_json(const stored_entry& e) {
   const stored_key& k = e.key;
   json plan = plan_to_json(e.plan);
   plan.erase("match");  // never read back: the reader says where a plan came from
-  return {{"key",
+  json out = {{"key",
            {{"device_uuid", k.device_uuid},
             {"cc", k.cc},
             {"sm_count", k.sm_count},
@@ -131,6 +142,8 @@ json entry_json(const stored_entry& e) {
             {"l2_bytes", k.l2_bytes}}},
           {"plan", std::move(plan)},
           {"stored_at", e.stored_at_ms}};
+  if (e.bytes_in_flight_per_sm > 0) out["calibration"] = {{"bytes_in_flight_per_sm", e.bytes_in_flight_per_sm}};
+  return out;
 }
 
 }  // namespace
@@ -1230,6 +1243,67 @@ std::optional<plan> find_stored_plan(const stored_key& key, bool exact_bucket) {
       best_entry(f.entries, key,
                  [&](const stored_key& k) { return same_launch_key(k, key) && same_device_model(k, key); }),
       "cache-file-same-model-other-bucket");
+}
+
+namespace {
+
+stored_key calibration_key(const device_limits& dev, int driver_version) {
+  stored_key k = stored_key_for(dev, driver_version, kernel_resources{}, detail::calibration_policy, "", 0);
+  k.kernel = detail::calibration_kernel;
+  return k;
+}
+
+}  // namespace
+
+std::optional<std::size_t> find_calibration(const device_limits& dev, int driver_version) {
+  auto& f = state();
+  ensure_env(f);
+  const stored_key key = calibration_key(dev, driver_version);
+  const bool model = current_match() == cache_match::model;
+  std::lock_guard lock(f.memory);
+  if (!f.open) return std::nullopt;
+  if (const auto it = f.entries.find(tie_key(key)); it != f.entries.end() && it->second.bytes_in_flight_per_sm)
+    return static_cast<std::size_t>(it->second.bytes_in_flight_per_sm);
+  const stored_entry* e = best_entry(f.entries, key, [&](const stored_key& k) {
+    return k.kernel == detail::calibration_kernel && k.policy == detail::calibration_policy &&
+           (k.device_uuid == key.device_uuid || (model && same_device_model(k, key)));
+  });
+  if (!e || e->bytes_in_flight_per_sm == 0) return std::nullopt;
+  return static_cast<std::size_t>(e->bytes_in_flight_per_sm);
+}
+
+void store_calibration(const device_limits& dev, int driver_version, std::size_t bytes_in_flight_per_sm) {
+  if (bytes_in_flight_per_sm == 0 || bytes_in_flight_per_sm > (std::size_t(1) << 22)) {
+    throw error("store_calibration", "LAUNCHFIT_INVALID_ARGUMENT",
+                "bytes in flight per SM " + std::to_string(bytes_in_flight_per_sm) + " is not in 1..4 MiB");
+  }
+  auto& f = state();
+  ensure_env(f);
+  const stored_key key = calibration_key(dev, driver_version);
+  detail::stored_entry e{key, plan{}, now_ms(), bytes_in_flight_per_sm};
+  e.plan.block = dims{1, 1, 1};
+  e.plan.block_threads = 1;
+  e.plan.reason = "measured by launchfit-calibrate: " + std::to_string(bytes_in_flight_per_sm) + " B in flight per SM";
+  auto k = tie_key(key);
+  std::lock_guard lock(f.memory);
+  if (!f.open || f.mode == cache_file_mode::frozen) return;
+  f.entries.insert_or_assign(k, e);
+  ++f.stored;
+  if (!f.writable) return;
+  const bool first = f.pending.empty();
+  f.pending.insert_or_assign(std::move(k), std::move(e));
+  const auto soon = steady::now() + batch_delay;
+  if (first && f.not_before < soon) f.not_before = soon;
+  f.ensure_writer();
+  f.work.notify_one();
+}
+
+void store_bytes_in_flight_calibration(std::size_t bytes_per_sm) {
+  store_calibration(device_limits::query_current(), detail::driver().version, bytes_per_sm);
+}
+
+std::optional<std::size_t> bytes_in_flight_calibration() {
+  return find_calibration(device_limits::query_current(), detail::driver().version);
 }
 
 void store_plan(const stored_key& key, const plan& p) {

@@ -75,6 +75,13 @@ void store_plan(const stored_key& key, const plan& p);
 // Entries currently loaded from / stored to the file.
 std::size_t stored_plan_count();
 
+// A measured bytes-in-flight target (launchfit-calibrate) for this device's model, stored beside the plans
+// under a reserved kernel key: this GPU's own first, then the newest of another GPU of the same model
+// (unless cache_match::exact). nullopt without a cache file or a calibration.
+std::optional<std::size_t> find_calibration(const device_limits& dev, int driver_version);
+// Records one (nothing in frozen mode); written with the plans.
+void store_calibration(const device_limits& dev, int driver_version, std::size_t bytes_in_flight_per_sm);
+
 namespace detail {
 
 inline constexpr const char* cache_file_format = "launchfit-plan-cache";
@@ -88,7 +95,13 @@ struct stored_entry {
   stored_key key;
   launchfit::plan plan;
   std::uint64_t stored_at_ms = 0;  // when it was stored (ms since the epoch; 0: unknown): the oldest go first
+  // A calibration entry (key.kernel == calibration_kernel): the measured target, "calibration" in the file.
+  std::uint64_t bytes_in_flight_per_sm = 0;
 };
+
+// The reserved kernel key of calibration entries (no kernel fingerprint has this form: they hold '|').
+inline constexpr const char* calibration_kernel = "launchfit:calibration";
+inline constexpr const char* calibration_policy = "bytes_in_flight_target";
 
 enum class cache_file_status {
   ok,             // a launchfit cache (possibly with bad entries skipped)

@@ -149,6 +149,9 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   q.blocks = r.blocks;
   q.cluster = need.cluster;
   q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
+  if (cache_file_open() && !bytes_in_flight_overridden(dev.cc())) {
+    if (const auto measured = find_calibration(dev, driver().version)) q.bytes_in_flight_per_sm = *measured;
+  }
   if (fam.blocks.empty()) {
     q.active_blocks = driver_oracle(e.function, dev, e.kernel);  // dev lives as long as the process
     if (need.cluster.count() > 1) {

@@ -627,6 +627,11 @@ std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {
   return 64 * 1024;
 }
 
+bool detail::bytes_in_flight_overridden(int cc) {
+  std::lock_guard<std::mutex> lock(bif_mutex());
+  return bif_overrides().count(cc) != 0;
+}
+
 void set_bytes_in_flight_per_sm(int cc, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(bif_mutex());
   bif_overrides()[cc] = bytes;

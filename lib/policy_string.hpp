@@ -97,4 +97,7 @@ std::uint64_t policy_overrides_generation() noexcept;
 // report an error, so a miss may skip demangling it for them.
 bool is_builtin_policy(const policy& p) noexcept;
 
+// Whether set_bytes_in_flight_per_sm() set a target for this architecture (it wins over a calibration).
+bool bytes_in_flight_overridden(int cc);
+
 }  // namespace launchfit::detail

@@ -373,3 +373,51 @@ TEST(CacheMatchEnv, ExactFromTheEnvironmentAndATypoMeansExactWithAWarning) {
       },
       testing::ExitedWithCode(0), "");
 }
+
+// ---- calibrations: a measured bytes-in-flight target per device model ------------------------------------
+
+TEST_F(CacheModel, ACalibrationServesEveryGpuOfTheModelAndSurvivesTheFile) {
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::read_write);
+  EXPECT_FALSE(lf::find_calibration(h200(uuid_a), 12080));
+  lf::store_calibration(h200(uuid_a), 12080, 40 * 1024);
+  EXPECT_EQ(lf::find_calibration(h200(uuid_a), 12080), std::optional<std::size_t>(40 * 1024));
+  EXPECT_EQ(lf::find_calibration(h200(uuid_b), 12090), std::optional<std::size_t>(40 * 1024));  // same model
+  lf::device_limits h100 = h200(uuid_c, "NVIDIA H100 80GB HBM3");
+  EXPECT_FALSE(lf::find_calibration(h100, 12080));  // another model
+  lf::device_limits green = h200(uuid_b);
+  green.sm_count = 66;
+  EXPECT_FALSE(lf::find_calibration(green, 12080));  // a green context of half the SMs is its own model
+  ASSERT_TRUE(lf::flush_cache_file());
+  // No plan lookup ever sees the calibration entry, and a new process finds it in the file.
+  EXPECT_FALSE(lf::find_stored_plan(key_on(h200(uuid_a))));
+  lf::close_cache_file();
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::frozen);
+  EXPECT_EQ(lf::find_calibration(h200(uuid_b), 12080), std::optional<std::size_t>(40 * 1024));
+  lf::set_cache_match(lf::cache_match::exact);
+  EXPECT_FALSE(lf::find_calibration(h200(uuid_b), 12080));  // exact only: this GPU's own calibration
+  EXPECT_EQ(lf::find_calibration(h200(uuid_a), 12080), std::optional<std::size_t>(40 * 1024));
+  EXPECT_THROW(lf::store_calibration(h200(uuid_a), 12080, 0), lf::error);
+  EXPECT_THROW(lf::store_calibration(h200(uuid_a), 12080, std::size_t(1) << 30), lf::error);
+}
+
+TEST_F(CacheModel, ForgedCalibrationsAreSkippedNotTrusted) {
+  const std::string good_key = ld::cache_file_line(ld::stored_entry{key_on(h200(uuid_a)), plan_of(256), 1});
+  nlohmann::json huge = nlohmann::json::parse(good_key);
+  huge["key"]["kernel"] = ld::calibration_kernel;
+  huge["key"]["policy"] = ld::calibration_policy;
+  huge["calibration"] = {{"bytes_in_flight_per_sm", std::uint64_t(1) << 40}};
+  nlohmann::json misplaced = nlohmann::json::parse(good_key);  // a calibration on a kernel's plan
+  misplaced["calibration"] = {{"bytes_in_flight_per_sm", 4096}};
+  nlohmann::json missing = nlohmann::json::parse(good_key);
+  missing["key"]["kernel"] = ld::calibration_kernel;
+  const std::string text = std::string("{\"format\": \"launchfit-plan-cache\", \"version\": 1, \"entries\": [") +
+                           huge.dump() + "," + misplaced.dump() + "," + missing.dump() + "]}";
+  const ld::cache_file_contents c = ld::parse_cache_file(text);
+  EXPECT_EQ(c.status, ld::cache_file_status::ok);
+  EXPECT_EQ(c.entries.size(), 0u);
+  EXPECT_EQ(c.skipped, 3u);
+  ASSERT_EQ(c.problems.size(), 3u);
+  EXPECT_NE(c.problems[0].find("not in 1..4 MiB"), std::string::npos) << c.problems[0];
+  EXPECT_NE(c.problems[1].find("'calibration' out of place"), std::string::npos) << c.problems[1];
+  EXPECT_NE(c.problems[2].find("without 'calibration'"), std::string::npos) << c.problems[2];
+}

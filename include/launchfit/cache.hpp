@@ -83,4 +83,14 @@ enum class cache_match {
 void set_cache_match(cache_match m);
 cache_match cache_file_match();
 
+// ---- calibration ---------------------------------------------------------------------------------------
+
+// A bytes-in-flight target measured on the current device (launchfit-calibrate): stored in the cache file
+// for the device's model, so bytes_in_flight() uses it by default on every GPU of that model (unless
+// set_bytes_in_flight_per_sm() set one for the architecture). Nothing without a cache file or in frozen
+// mode. Throws launchfit::error for 0 or above 4 MiB, or without a driver.
+void store_bytes_in_flight_calibration(std::size_t bytes_per_sm);
+// The stored target for the current device (its own, else its model's), if any.
+std::optional<std::size_t> bytes_in_flight_calibration();
+
 }  // namespace launchfit
