@@ -2,7 +2,8 @@
 // option, against the raw launch of the same kernel, grid and block: `<<<>>>` for the plain options, and
 // cuLaunchKernelEx with the same launch attribute for .cluster({2, 1, 1}) and .pdl(). Options: none
 // (max_occupancy().items(n)), items({nx, ny}), .blocks(power_of_two()), a family of four members, a
-// from_plan() argument, .cluster({2, 1, 1}) and .pdl().
+// from_plan() argument, .cluster({2, 1, 1}) and .pdl() (these two also with the spec built once, outside the
+// loop). cuLaunchKernelEx without attributes is shown beside the plain launch: <<<>>> goes through the runtime.
 //
 // Two batch shapes, as launch-overhead: 10,000 back-to-back async launches (once the driver's queue fills
 // this measures the queue, so paths converge) and 100-launch batches with the stream drained in between (the
@@ -119,16 +120,19 @@ std::string dims_text(dim3 g, dim3 b) {
 dim3 to_dim3(lf::dims d) { return dim3(d.x, d.y, d.z); }
 
 enum class path {
-  chevron,       // <<<grid, block>>> of `kernel`
-  ex_cluster,    // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION {2, 1, 1}
-  ex_pdl,        // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-  lf_items,      // launchfit max_occupancy().items(n)
-  lf_items_2d,   // launchfit max_occupancy().items({nx, ny})
-  lf_pow2,       // launchfit max_occupancy().blocks(power_of_two()).items(n)
-  lf_family,     // launchfit family, max_occupancy().items(n)
-  lf_from_plan,  // launchfit max_occupancy().items(n), one argument from_plan()
-  lf_cluster,    // launchfit max_occupancy().cluster({2, 1, 1}).items(n)
-  lf_pdl,        // launchfit max_occupancy().items(n).pdl()
+  chevron,          // <<<grid, block>>> of `kernel`
+  ex_plain,         // cuLaunchKernelEx without attributes
+  ex_cluster,       // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION {2, 1, 1}
+  ex_pdl,           // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+  lf_items,         // launchfit max_occupancy().items(n)
+  lf_items_2d,      // launchfit max_occupancy().items({nx, ny})
+  lf_pow2,          // launchfit max_occupancy().blocks(power_of_two()).items(n)
+  lf_family,        // launchfit family, max_occupancy().items(n)
+  lf_from_plan,     // launchfit max_occupancy().items(n), one argument from_plan()
+  lf_cluster,       // launchfit max_occupancy().cluster({2, 1, 1}).items(n)
+  lf_pdl,           // launchfit max_occupancy().items(n).pdl()
+  lf_cluster_once,  // launchfit .cluster({2, 1, 1}), the spec built once outside the loop
+  lf_pdl_once,      // launchfit .pdl(), the spec built once outside the loop
 };
 
 struct variant {
@@ -137,7 +141,7 @@ struct variant {
   probe_fn kernel = probe;  // chevron rows
   dim3 grid, block;
   int baseline = -1;  // the raw launch with the same kernel, grid, block and attributes (-1: raw)
-  int chevron = -1;   // <<<>>> with the same kernel, grid and block, when that is not the baseline
+  int also = -1;      // a second raw launch to compare with (<<<>>>, or cuLaunchKernelEx without attributes)
   double us_long = 0, us_short = 0;
 };
 
@@ -216,12 +220,15 @@ int run(int argc, char** argv) {
     variants.push_back(v);
     return static_cast<int>(variants.size() - 1);
   };
-  auto add = [&](const std::string& name, path how, launch_dims d, int baseline, int chevron) {
-    variant v{name, how, probe, d.grid, d.block, baseline, chevron};
+  auto add = [&](const std::string& name, path how, launch_dims d, int baseline, int also) {
+    variant v{name, how, probe, d.grid, d.block, baseline, also};
     variants.push_back(v);
   };
   int base = chevron_row(probe, d_items);
-  add("launchfit max_occupancy().items(n)", path::lf_items, d_items, base, -1);
+  variants.push_back(
+      variant{"cuLaunchKernelEx (no attributes)", path::ex_plain, probe, d_items.grid, d_items.block});
+  const int ex_plain_row = static_cast<int>(variants.size() - 1);
+  add("launchfit max_occupancy().items(n)", path::lf_items, d_items, base, ex_plain_row);
   base = chevron_row(probe, d_2d);
   add("launchfit max_occupancy().items({nx, ny})", path::lf_items_2d, d_2d, base, -1);
   base = chevron_row(probe, d_pow2);
@@ -234,10 +241,12 @@ int run(int argc, char** argv) {
                              d_cluster.grid, d_cluster.block});
   base = static_cast<int>(variants.size() - 1);
   add("launchfit .cluster({2, 1, 1})", path::lf_cluster, d_cluster, base, chevron_row(probe, d_cluster));
+  add("launchfit .cluster({2, 1, 1}), spec built once", path::lf_cluster_once, d_cluster, base, -1);
   variants.push_back(
       variant{"cuLaunchKernelEx + PDL attribute", path::ex_pdl, probe, d_pdl.grid, d_pdl.block});
   base = static_cast<int>(variants.size() - 1);
   add("launchfit .pdl()", path::lf_pdl, d_pdl, base, chevron_row(probe, d_pdl));
+  add("launchfit .pdl(), spec built once", path::lf_pdl_once, d_pdl, base, -1);
 
   // Raw cuLaunchKernelEx configurations, built once (as a caller would).
   CUlaunchAttribute cluster_attr{};
@@ -261,6 +270,8 @@ int run(int argc, char** argv) {
     c.numAttrs = 1;
     return c;
   };
+  CUlaunchConfig plain_config = ex_config(d_items, nullptr);
+  plain_config.numAttrs = 0;
   CUlaunchConfig cluster_config = ex_config(d_cluster, &cluster_attr);
   CUlaunchConfig pdl_config = ex_config(d_pdl, &pdl_attr);
 
@@ -271,6 +282,9 @@ int run(int argc, char** argv) {
     switch (v.how) {
       case path::chevron:
         v.kernel<<<v.grid, v.block, 0, stream>>>(counter, 1);
+        break;
+      case path::ex_plain:
+        check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
       case path::ex_cluster:
         check_cu(cuLaunchKernelEx(&cluster_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
@@ -297,7 +311,11 @@ int run(int argc, char** argv) {
         lf::launch(probe, s_cluster, counter, 1);
         break;
       case path::lf_pdl:
+      case path::lf_pdl_once:
         lf::launch(probe, s_pdl, counter, 1);
+        break;
+      case path::lf_cluster_once:
+        lf::launch(probe, s_cluster, counter, 1);
         break;
     }
   };
@@ -312,6 +330,10 @@ int run(int argc, char** argv) {
         const dim3 g = v.grid, b = v.block;
         return host_us_per_launch([&] { k<<<g, b, 0, stream>>>(c, 1); }, batch, nb, stream);
       }
+      case path::ex_plain:
+        return host_us_per_launch(
+            [&] { check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx"); },
+            batch, nb, stream);
       case path::ex_cluster:
         return host_us_per_launch(
             [&] {
@@ -351,6 +373,10 @@ int run(int argc, char** argv) {
         return host_us_per_launch(
             [&] { lf::launch(probe, lf::max_occupancy().items(n).on(stream).pdl(), c, 1); }, batch, nb,
             stream);
+      case path::lf_cluster_once:
+        return host_us_per_launch([&] { lf::launch(probe, s_cluster, c, 1); }, batch, nb, stream);
+      case path::lf_pdl_once:
+        return host_us_per_launch([&] { lf::launch(probe, s_pdl, c, 1); }, batch, nb, stream);
     }
     return {};
   };
@@ -412,9 +438,10 @@ int run(int argc, char** argv) {
                              : std::string("null"))
          << ",\"ratio_long\":" << bench::json_number(ratio(v, v.baseline, true))
          << ",\"ratio_short\":" << bench::json_number(ratio(v, v.baseline, false));
-      if (v.chevron >= 0) {
-        js << ",\"vs_chevron_long\":" << bench::json_number(ratio(v, v.chevron, true))
-           << ",\"vs_chevron_short\":" << bench::json_number(ratio(v, v.chevron, false));
+      if (v.also >= 0) {
+        js << ",\"also\":" << bench::json_string(variants[static_cast<std::size_t>(v.also)].name)
+           << ",\"ratio_also_long\":" << bench::json_number(ratio(v, v.also, true))
+           << ",\"ratio_also_short\":" << bench::json_number(ratio(v, v.also, false));
       }
       js << "}";
     }
@@ -444,10 +471,9 @@ int run(int argc, char** argv) {
     std::printf("ratio %-42s vs %-44s %s / %s", v.name.c_str(), b.name.c_str(),
                 ratio_text(ratio(v, v.baseline, true)).c_str(),
                 ratio_text(ratio(v, v.baseline, false)).c_str());
-    if (v.chevron >= 0) {
-      std::printf("  (vs <<<>>> without the attribute: %s / %s)",
-                  ratio_text(ratio(v, v.chevron, true)).c_str(),
-                  ratio_text(ratio(v, v.chevron, false)).c_str());
+    if (v.also >= 0) {
+      std::printf("  (vs %s: %s / %s)", variants[static_cast<std::size_t>(v.also)].name.c_str(),
+                  ratio_text(ratio(v, v.also, true)).c_str(), ratio_text(ratio(v, v.also, false)).c_str());
     }
     std::printf("\n");
   }
