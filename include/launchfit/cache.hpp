@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "launchfit/export.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/plan.hpp"
 
@@ -36,7 +37,7 @@ struct cached_plan {
   launchfit::plan plan;
 };
 
-class plan_cache {
+class LAUNCHFIT_API plan_cache {
  public:
   // A snapshot of every plan, for reports.
   std::vector<cached_plan> plans() const;
@@ -46,7 +47,7 @@ class plan_cache {
 };
 
 // The process-wide plan cache.
-plan_cache& cache();
+LAUNCHFIT_API plan_cache& cache();
 
 // ---- persistent cache file ----------------------------------------------------------------------------
 
@@ -60,15 +61,15 @@ enum class cache_file_mode {
 // directory, socket), a dangling symbolic link or a file above LAUNCHFIT_CACHE_MAX_BYTES (default 16 MiB)
 // is not used, with one warning; plans are then kept in memory. A symbolic link is followed once: its
 // target is the file written. Plans of a previously open file are flushed first (bounded wait).
-void set_cache_file(const std::string& path, cache_file_mode mode = cache_file_mode::read_write);
+LAUNCHFIT_API void set_cache_file(const std::string& path, cache_file_mode mode = cache_file_mode::read_write);
 // Flushes (bounded wait) and stops using the cache file.
-void close_cache_file();
+LAUNCHFIT_API void close_cache_file();
 // Whether a cache file is in use (set_cache_file or LAUNCHFIT_CACHE).
-bool cache_file_open();
+LAUNCHFIT_API bool cache_file_open();
 // Writes the plans stored so far, waiting at most max_wait_ms (another process may hold the file's lock);
 // true when every one of them is in the file (or there is nothing to write). New plans are written in the
 // background within about 20 ms and at a normal exit; plans stored just before _exit or SIGKILL are lost.
-bool flush_cache_file(unsigned max_wait_ms = 5000);
+LAUNCHFIT_API bool flush_cache_file(unsigned max_wait_ms = 5000);
 
 // Which stored plans a launch may use when its own GPU has none.
 enum class cache_match {
@@ -80,8 +81,8 @@ enum class cache_match {
 
 // Sets the match level for every later lookup; LAUNCHFIT_CACHE_MATCH=exact|model does the same at first
 // use (another value: exact, with one warning). Plans already cached in memory are kept.
-void set_cache_match(cache_match m);
-cache_match cache_file_match();
+LAUNCHFIT_API void set_cache_match(cache_match m);
+LAUNCHFIT_API cache_match cache_file_match();
 
 // ---- calibration ---------------------------------------------------------------------------------------
 
@@ -89,8 +90,8 @@ cache_match cache_file_match();
 // for the device's model, so bytes_in_flight() uses it by default on every GPU of that model (unless
 // set_bytes_in_flight_per_sm() set one for the architecture). Nothing without a cache file or in frozen
 // mode. Throws launchfit::error for 0 or above 4 MiB, or without a driver.
-void store_bytes_in_flight_calibration(std::size_t bytes_per_sm);
+LAUNCHFIT_API void store_bytes_in_flight_calibration(std::size_t bytes_per_sm);
 // The stored target for the current device (its own, else its model's), if any.
-std::optional<std::size_t> bytes_in_flight_calibration();
+LAUNCHFIT_API std::optional<std::size_t> bytes_in_flight_calibration();
 
 }  // namespace launchfit

@@ -11,12 +11,14 @@
 #include <string_view>
 #include <vector>
 
+#include "launchfit/export.hpp"
+
 namespace launchfit {
 namespace detail {
 class kernel_id_set;
 }
 
-struct kernel_resources {
+struct LAUNCHFIT_API kernel_resources {
   std::string name;              // mangled, as the driver reports it
   std::string demangled;         // readable name; equals name when it is not mangled
   int regs_per_thread = 0;
@@ -36,7 +38,7 @@ struct kernel_resources {
 
 // A driver-API kernel: a CUfunction (bound to one context) or a CUkernel (context-independent, from a
 // library). Cheap to copy; does not own the module.
-class kernel {
+class LAUNCHFIT_API kernel {
  public:
   kernel() = default;
   explicit kernel(CUfunction f) noexcept : function_(f) {}
@@ -60,12 +62,12 @@ class kernel {
 };
 
 // Resources of any CUfunction (also used for runtime-API kernels resolved with cudaGetFuncBySymbol).
-kernel_resources query_resources(CUfunction f);
-std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f);
+LAUNCHFIT_API kernel_resources query_resources(CUfunction f);
+LAUNCHFIT_API std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f);
 
 // A loaded CUDA library (cuLibraryLoad*): cubin, fatbin or PTX (JIT-compiled by the driver), from a file
 // or from memory. Owns the library; unloading forgets every cached plan of its kernels.
-class module {
+class LAUNCHFIT_API module {
  public:
   // Throws launchfit::error naming the file (missing, unreadable, wrong format, no driver).
   static module from_file(const std::string& path);
@@ -92,6 +94,6 @@ class module {
 };
 
 // Demangles an Itanium C++ name; returns it unchanged when it is not mangled.
-std::string demangle(std::string_view mangled);
+LAUNCHFIT_API std::string demangle(std::string_view mangled);
 
 }  // namespace launchfit

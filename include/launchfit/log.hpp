@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "launchfit/export.hpp"
+
 namespace spdlog {
 class logger;
 }  // namespace spdlog
@@ -21,24 +23,24 @@ enum class log_format { text, json };
 // one warning and ignored. Every line it writes is one line: control characters and invalid UTF-8 in
 // any message are escaped. set_pattern()/set_formatter() on it shape the stderr output. Never touches
 // spdlog's default logger.
-std::shared_ptr<spdlog::logger> logger();
+LAUNCHFIT_API std::shared_ptr<spdlog::logger> logger();
 // Sends launchfit's lines to `l` (its sinks, pattern and level; launchfit adopts l's level now, later
 // changes go through logger()->set_level()). nullptr sends them to stderr again.
-void set_logger(std::shared_ptr<spdlog::logger> l);
+LAUNCHFIT_API void set_logger(std::shared_ptr<spdlog::logger> l);
 
 // text (default) or json: then every line launchfit writes to stderr is one JSON object (with your own
 // logger: every message). LAUNCHFIT_LOG_FORMAT=json sets it at first use.
-void set_log_format(log_format f);
-log_format current_log_format();
+LAUNCHFIT_API void set_log_format(log_format f);
+LAUNCHFIT_API log_format current_log_format();
 
 // Asynchronous output (LAUNCHFIT_LOG_ASYNC=1 sets it at first use): a logging thread formats and writes
 // lines; the launching thread only queues them. The queue is bounded: when full, new lines are dropped
 // and counted (a launch never waits for the log), and the drop is reported in a warning. Lines still
 // queued are written at exit (waiting at most about half a second for a stuck output).
-void set_log_async(bool on);
-bool log_async();
+LAUNCHFIT_API void set_log_async(bool on);
+LAUNCHFIT_API bool log_async();
 // Lines launchfit could not write: dropped from a full asynchronous queue, at exit from a stuck output,
 // or logged by a sink from inside launchfit's own logging.
-std::uint64_t log_lines_dropped();
+LAUNCHFIT_API std::uint64_t log_lines_dropped();
 
 }  // namespace launchfit

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "launchfit/export.hpp"
 #include "launchfit/plan.hpp"
 
 namespace launchfit {
@@ -31,15 +32,15 @@ using plan_listener = std::function<void(const plan_event&)>;
 // Calls `f` for every new plan from now on, on the thread that made it, with none of launchfit's locks held
 // (f may launch; a launch of the same kernel from f is planned for that call only). An exception from f is
 // caught and reported in one warning; the launch goes on. Returns an id for remove_plan_listener().
-std::uint64_t add_plan_listener(plan_listener f);
+LAUNCHFIT_API std::uint64_t add_plan_listener(plan_listener f);
 // Stops calling the listener; a call in progress on another thread may still finish. False for an unknown id.
-bool remove_plan_listener(std::uint64_t id);
+LAUNCHFIT_API bool remove_plan_listener(std::uint64_t id);
 
 // NVTX: every launch is a range in the "launchfit" domain, named by the kernel and carrying its plan (policy,
 // block, grid rule, occupancy, limiter; the payload is the launch's grid size in blocks). Costs one
 // predictable branch per launch when no tool is attached. On unless LAUNCHFIT_NVTX=0 at first use, or
 // set_nvtx(false); compiled out with the CMake option LAUNCHFIT_NVTX=OFF (then nvtx_enabled() is false).
-void set_nvtx(bool on);
-bool nvtx_enabled() noexcept;
+LAUNCHFIT_API void set_nvtx(bool on);
+LAUNCHFIT_API bool nvtx_enabled() noexcept;
 
 }  // namespace launchfit

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "launchfit/export.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
 
@@ -22,9 +23,9 @@ enum limiter : unsigned {
   limit_barriers = 1u << 5,
 };
 // "registers|shared_memory"
-std::string limiter_names(unsigned limiters);
+LAUNCHFIT_API std::string limiter_names(unsigned limiters);
 
-struct occupancy_result {
+struct LAUNCHFIT_API occupancy_result {
   int block_threads = 0;
   std::size_t dynamic_smem_bytes = 0;
   int active_blocks_per_sm = 0;
@@ -47,7 +48,7 @@ struct occupancy_result {
 
 // Occupancy of one configuration. Throws launchfit::error for impossible inputs (block_threads outside
 // 1..max, regs above the architecture maximum, smem above the opt-in maximum).
-occupancy_result occupancy(const device_limits& device, const kernel_resources& kernel, int block_threads,
+LAUNCHFIT_API occupancy_result occupancy(const device_limits& device, const kernel_resources& kernel, int block_threads,
                            std::size_t dynamic_smem_bytes);
 
 // Dynamic shared memory as a function of block size (capturing lambdas welcome).
@@ -68,14 +69,14 @@ struct potential_block {
   int block_threads = 0;  // 0: no block size fits
   int blocks_per_sm = 0;
 };
-potential_block search_potential_block(int block_limit, int warp_size, int max_threads_per_sm,
+LAUNCHFIT_API potential_block search_potential_block(int block_limit, int warp_size, int max_threads_per_sm,
                                        const std::function<int(int block_threads)>& active_blocks,
                                        int prefer_block = 0);
 // The candidate block sizes of that search (warp multiples up to block_limit, the limit itself when it is
 // not one) in the order they are tried: nearest prefer_block first, or from the largest down. One at a time,
 // so a search that stops at the first full SM builds no list:
 //   for (candidate_block_order order(limit, 32, 256); int block = order.next();) ...
-class candidate_block_order {
+class LAUNCHFIT_API candidate_block_order {
  public:
   candidate_block_order(int block_limit, int warp_size, int prefer_block) noexcept;
   int next() noexcept;  // the next block size; 0 once every size was given
@@ -85,14 +86,14 @@ class candidate_block_order {
   int limit_ = 0, granularity_ = 32, top_multiple_ = 0, count_ = 0, prefer_ = 0;
   int lo_ = 0, hi_ = 0;  // next index below (walking down) and above (walking up) prefer_block
 };
-std::vector<int> candidate_blocks(int block_limit, int warp_size, int prefer_block);
+LAUNCHFIT_API std::vector<int> candidate_blocks(int block_limit, int warp_size, int prefer_block);
 // "75%" or "12.5%": one decimal, dropped when it is zero.
-std::string percent_text(double fraction);
+LAUNCHFIT_API std::string percent_text(double fraction);
 }  // namespace detail
 
 // Same search as cuOccupancyMaxPotentialBlockSize (largest block among those with the most resident
 // threads), done offline; block_size_limit 0 means no limit beyond the kernel and device.
-block_size_choice max_potential_block_size(const device_limits& device, const kernel_resources& kernel,
+LAUNCHFIT_API block_size_choice max_potential_block_size(const device_limits& device, const kernel_resources& kernel,
                                            const smem_per_block_fn& smem = {}, int block_size_limit = 0);
 
 // "How much to cut to gain one more block": the registers per thread and the shared memory per block
@@ -102,7 +103,7 @@ struct one_more_block {
   int max_regs_per_thread = -1;
   long long max_dynamic_smem_bytes = -1;
 };
-one_more_block what_to_cut(const device_limits& device, const kernel_resources& kernel, int block_threads,
+LAUNCHFIT_API one_more_block what_to_cut(const device_limits& device, const kernel_resources& kernel, int block_threads,
                            std::size_t dynamic_smem_bytes);
 
 }  // namespace launchfit

@@ -7,11 +7,12 @@
 #include <initializer_list>
 #include <string>
 
+#include "launchfit/export.hpp"
 #include "launchfit/occupancy.hpp"
 
 namespace launchfit {
 
-struct dims {
+struct LAUNCHFIT_API dims {
   unsigned x = 1, y = 1, z = 1;
   constexpr unsigned long long count() const noexcept {
     return static_cast<unsigned long long>(x) * y * z;
@@ -46,7 +47,7 @@ struct work {
 // Which block sizes a kernel can run with (block threads). A tree reduction that assumes a power of two, a
 // kernel tiled by 64 threads, or an explicit set: every policy (and autotune, and a plan read from a file)
 // chooses among these only, or the launch is refused.
-struct block_rule {
+struct LAUNCHFIT_API block_rule {
   enum class kind : std::uint8_t { any, multiple_of, power_of_two, one_of };
   kind k = kind::any;
   std::uint8_t count = 0;              // one_of: values used in `values`
@@ -100,7 +101,7 @@ struct block_rule {
   std::string to_string() const;
 };
 
-struct plan {
+struct LAUNCHFIT_API plan {
   dims block;
   int block_threads = 0;         // block.count()
   int blocks_per_sm = 0;         // resident blocks per SM this plan runs with (caps grid_stride grids)
@@ -126,8 +127,13 @@ struct plan {
 
   // Resident-block cap: the co-resident clusters' blocks for a cluster launch, else blocks_per_sm x sm_count.
   long long resident_blocks() const noexcept {
-    if (resident_clusters > 0) return static_cast<long long>(resident_clusters) * static_cast<long long>(cluster.count());
-    return static_cast<long long>(blocks_per_sm) * sm_count;
+    const long long per_sm = static_cast<long long>(blocks_per_sm) * sm_count;
+    if (resident_clusters <= 0) return per_sm;
+    // Whole clusters, and no more than the residency the policy chose (cooperative(k), bytes_in_flight).
+    const auto size = static_cast<long long>(cluster.count());
+    const long long clusters = static_cast<long long>(resident_clusters) * size;
+    const long long chosen = per_sm / size * size;
+    return clusters < chosen ? clusters : chosen;
   }
   // Waves of resident blocks a grid takes (Nsight Compute's launch__waves_per_multiprocessor): 1.0 is one
   // full wave, 1.05 a full wave and a tail of 5%.
@@ -154,6 +160,6 @@ struct launched {
 // Throws launchfit::error when the grid would exceed max_grid_x (e.g. a size_t n too large for the chosen
 // block) or 65535 in y or z, a caller's grid is not made of whole clusters, or a cooperative grid would not
 // co-reside.
-dims grid_for(const plan& p, const work& w, long long max_grid_x = 2147483647LL);
+LAUNCHFIT_API dims grid_for(const plan& p, const work& w, long long max_grid_x = 2147483647LL);
 
 }  // namespace launchfit

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "launchfit/export.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/occupancy.hpp"
@@ -22,7 +23,7 @@ namespace launchfit {
 
 // Everything a policy may look at. The occupancy oracle is the driver on a GPU and the offline calculator
 // in tests, so policies are pure logic.
-struct query {
+struct LAUNCHFIT_API query {
   device_limits device;
   kernel_resources kernel;
   std::size_t dynamic_smem_bytes = 0;  // used when smem_per_block is empty
@@ -57,7 +58,7 @@ struct query {
   int max_block_threads() const noexcept;
 };
 
-class policy {
+class LAUNCHFIT_API policy {
  public:
   virtual ~policy() = default;
   // Name as written in policy strings, e.g. "bytes_in_flight".
@@ -83,7 +84,7 @@ class policy {
 // Base for every policy (spdlog's base_sink pattern): choose() checks the query, calls choose_impl(),
 // then validates the plan against the kernel and device and fills in occupancy; authors write only
 // the decision.
-class policy_base : public policy {
+class LAUNCHFIT_API policy_base : public policy {
  public:
   plan choose(const query& q) const final;
 
@@ -95,15 +96,15 @@ class policy_base : public policy {
 // Throws launchfit::error naming the kernel, the plan and the violated limit, or completes the plan
 // (block_threads, sm_count, occupancy, dynamic smem, resident clusters). Every plan from any source passes
 // through here.
-void validate_plan(const query& q, plan& p);
+LAUNCHFIT_API void validate_plan(const query& q, plan& p);
 
 // Gives a 1-D block the shape multi-dimensional work needs: {32, threads / 32, 1} (rows of one warp, so a
 // row of the work is read coalesced). Plans with a 2-D or 3-D block, and 1-D work, are left alone.
-void shape_block(const query& q, plan& p);
+LAUNCHFIT_API void shape_block(const query& q, plan& p);
 
 namespace detail {
-std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
-std::uint64_t hash_string(std::string_view s) noexcept;
+LAUNCHFIT_API std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
+LAUNCHFIT_API std::uint64_t hash_string(std::string_view s) noexcept;
 // Defined in launchfit/param_policy.hpp (Boost.PFR): a policy deriving from param_policy needs that header.
 template <class Derived, class Params>
 struct param_policy_members;
@@ -115,7 +116,7 @@ struct param_policy_members;
 // include launchfit/param_policy.hpp, which has what name(), params() and hash() need (the built-in
 // policies' are compiled into the library).
 template <class Derived, class Params>
-class param_policy : public policy_base {
+class LAUNCHFIT_API param_policy : public policy_base {
  public:
   using params_type = Params;
   param_policy() = default;
@@ -147,18 +148,18 @@ std::uint64_t param_policy<Derived, Params>::hash() const {
 
 // ---- built-in policies -------------------------------------------------------------------------------
 
-class max_occupancy_policy;
-class bytes_in_flight_policy;
-class cooperative_policy;
-class fixed_policy;
-class fixed_dims_policy;
-class constant_block_policy;  // the ten-line reference policy for authors, in launchfit/param_policy.hpp
+class LAUNCHFIT_API max_occupancy_policy;
+class LAUNCHFIT_API bytes_in_flight_policy;
+class LAUNCHFIT_API cooperative_policy;
+class LAUNCHFIT_API fixed_policy;
+class LAUNCHFIT_API fixed_dims_policy;
+class LAUNCHFIT_API constant_block_policy;  // the ten-line reference policy for authors, in launchfit/param_policy.hpp
 
-struct no_params {
+struct LAUNCHFIT_API no_params {
   static constexpr std::array<const char*, 0> names{};
 };
 
-struct max_occupancy_params {
+struct LAUNCHFIT_API max_occupancy_params {
   // Among the block sizes with the most resident threads, the one nearest prefer_block. 0: the largest, which is
   // exactly cuOccupancyMaxPotentialBlockSize's choice. On an H200, 1024-thread blocks ran one-item-per-thread
   // streaming kernels 16-18% slower than 192-512-thread blocks at the same occupancy, hence 256.
@@ -172,7 +173,7 @@ struct max_occupancy_params {
 // blocks would leave SMs idle (16,384 threads in 256-thread blocks: 64 blocks on 132 SMs), the largest block
 // that gives at least 95% of the SMs a block (128 threads: 128 blocks). Small sizes are planned per power of
 // two (work_bucket), from the smallest size of each.
-class max_occupancy_policy final : public param_policy<max_occupancy_policy, max_occupancy_params> {
+class LAUNCHFIT_API max_occupancy_policy final : public param_policy<max_occupancy_policy, max_occupancy_params> {
  public:
   static constexpr const char* policy_name = "max_occupancy";
   using param_policy::param_policy;
@@ -182,7 +183,7 @@ class max_occupancy_policy final : public param_policy<max_occupancy_policy, max
   plan choose_impl(const query& q) const override;
 };
 
-struct bytes_in_flight_params {
+struct LAUNCHFIT_API bytes_in_flight_params {
   int per_thread = 16;     // bytes each thread keeps in flight (independent loads x width)
   int target_per_sm = 0;   // bytes per SM to keep in flight; 0: the device default
   int prefer_block = 256;  // among the plans with the fewest warps, the block nearest this; 0: the largest
@@ -195,7 +196,7 @@ struct bytes_in_flight_params {
 // loads per thread would help). Width-aware: a grid_stride kernel with 12 B or more per thread launches the
 // full grid (one element per thread), where capping it at the resident blocks cost 9-48% on an H200; small
 // work fills the SMs first, as max_occupancy does.
-class bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
+class LAUNCHFIT_API bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
  public:
   static constexpr const char* policy_name = "bytes_in_flight";
   using param_policy::param_policy;
@@ -205,14 +206,14 @@ class bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy,
   plan choose_impl(const query& q) const override;
 };
 
-struct cooperative_params {
+struct LAUNCHFIT_API cooperative_params {
   int blocks_per_sm = 0;  // 0: as many as co-reside
   int block = 0;          // 0: the max-occupancy block
   static constexpr std::array<const char*, 2> names{"blocks_per_sm", "block"};
 };
 
 // Grid = co-resident blocks per SM x SMs of the current context, launched cooperatively.
-class cooperative_policy final : public param_policy<cooperative_policy, cooperative_params> {
+class LAUNCHFIT_API cooperative_policy final : public param_policy<cooperative_policy, cooperative_params> {
  public:
   static constexpr const char* policy_name = "cooperative";
   using param_policy::param_policy;
@@ -221,14 +222,14 @@ class cooperative_policy final : public param_policy<cooperative_policy, coopera
   plan choose_impl(const query& q) const override;
 };
 
-struct fixed_params {
+struct LAUNCHFIT_API fixed_params {
   int block = 256;
   int grid = 0;  // 0: computed from the work shape
   static constexpr std::array<const char*, 2> names{"block", "grid"};
 };
 
 // Today's <<<grid, block>>> numbers, validated.
-class fixed_policy final : public param_policy<fixed_policy, fixed_params> {
+class LAUNCHFIT_API fixed_policy final : public param_policy<fixed_policy, fixed_params> {
  public:
   static constexpr const char* policy_name = "fixed";
   using param_policy::param_policy;
@@ -237,14 +238,14 @@ class fixed_policy final : public param_policy<fixed_policy, fixed_params> {
   plan choose_impl(const query& q) const override;
 };
 
-struct fixed_dims_params {
+struct LAUNCHFIT_API fixed_dims_params {
   int bx = 32, by = 8, bz = 1;  // block
   int gx = 0, gy = 1, gz = 1;   // grid; gx 0: computed from the work per dimension
   static constexpr std::array<const char*, 6> names{"bx", "by", "bz", "gx", "gy", "gz"};
 };
 
 // A 2-D or 3-D <<<grid, block>>>, validated: fixed({32, 32}) for a 32x32-tile kernel.
-class fixed_dims_policy final : public param_policy<fixed_dims_policy, fixed_dims_params> {
+class LAUNCHFIT_API fixed_dims_policy final : public param_policy<fixed_dims_policy, fixed_dims_params> {
  public:
   static constexpr const char* policy_name = "fixed_dims";
   using param_policy::param_policy;
@@ -262,9 +263,9 @@ extern template class param_policy<fixed_dims_policy, fixed_dims_params>;
 extern template class param_policy<constant_block_policy, no_params>;
 
 // Default bytes-in-flight target per SM for a device (per-arch table; calibrate() may override).
-std::size_t default_bytes_in_flight_per_sm(const device_limits& device);
+LAUNCHFIT_API std::size_t default_bytes_in_flight_per_sm(const device_limits& device);
 // Override the default for one architecture (cc, e.g. 90) with a measured value.
-void set_bytes_in_flight_per_sm(int cc, std::size_t bytes);
+LAUNCHFIT_API void set_bytes_in_flight_per_sm(int cc, std::size_t bytes);
 
 // ---- registry: policies by name ----------------------------------------------------------------------
 
@@ -272,11 +273,11 @@ using policy_factory =
     std::function<std::shared_ptr<const policy>(const std::map<std::string, std::string>& params)>;
 
 // Thread-safe; throws launchfit::error on a duplicate name. Built-ins and loaded plugins are registered.
-void register_policy(const std::string& name, policy_factory factory);
-bool unregister_policy(const std::string& name);
-std::vector<std::string> registered_policies();
+LAUNCHFIT_API void register_policy(const std::string& name, policy_factory factory);
+LAUNCHFIT_API bool unregister_policy(const std::string& name);
+LAUNCHFIT_API std::vector<std::string> registered_policies();
 // Creates a registered policy; throws launchfit::error for an unknown name or a bad parameter.
-std::shared_ptr<const policy> make_policy(const std::string& name,
+LAUNCHFIT_API std::shared_ptr<const policy> make_policy(const std::string& name,
                                           const std::map<std::string, std::string>& params = {});
 
 // Registers a param_policy subclass under its policy_name; parameters are parsed by field name via PFR.
@@ -285,14 +286,14 @@ void register_policy();
 
 // Parses "bytes_in_flight(per_thread=32)" (also "fixed(block=256,grid=80)", "max_occupancy", "max_occupancy()").
 // Errors name the offending character: "policy string 'x(' col 3: expected ')'".
-std::shared_ptr<const policy> policy_from_string(std::string_view text);
+LAUNCHFIT_API std::shared_ptr<const policy> policy_from_string(std::string_view text);
 
 // Per-kernel overrides, "reduce*=bytes_in_flight(per_thread=32);saxpy=fixed(block=256)", read from
 // LAUNCHFIT_POLICY on first use (or set here). Globs match the demangled kernel name without its
 // parameter list; the first matching entry wins. Bad entries throw launchfit::error pointing at the column.
-void set_policy_overrides(std::string_view spec);
+LAUNCHFIT_API void set_policy_overrides(std::string_view spec);
 // The override for a kernel, or nullptr. `matched` receives the glob that matched.
-std::shared_ptr<const policy> policy_override_for(std::string_view demangled_kernel,
+LAUNCHFIT_API std::shared_ptr<const policy> policy_override_for(std::string_view demangled_kernel,
                                                   std::string* matched = nullptr);
 
 }  // namespace launchfit

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "launchfit/export.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/occupancy.hpp"
 #include "launchfit/plan.hpp"
@@ -60,8 +61,8 @@ struct launch_request {
 };
 
 // The cached plan for this request (computing, validating and logging it on a miss).
-const plan& plan_for(const launch_request& r);
+LAUNCHFIT_API const plan& plan_for(const launch_request& r);
 // Plan lookup + grid arithmetic + cuLaunchKernelEx; what was launched.
-launched launch(const launch_request& r);
+LAUNCHFIT_API launched launch(const launch_request& r);
 
 }  // namespace launchfit::detail

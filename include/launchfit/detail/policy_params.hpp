@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "launchfit/export.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 
@@ -22,7 +23,7 @@ namespace launchfit {
 namespace detail {
 
 // A refused parameter, by name: what params_assign() throws (still a std::invalid_argument).
-struct bad_parameter : std::invalid_argument {
+struct LAUNCHFIT_API bad_parameter : std::invalid_argument {
   enum class part { key, value };  // an unknown key, or a bad value for a known one
   bad_parameter(std::string k, part p, const std::string& what)
       : std::invalid_argument(what), key(std::move(k)), at(p) {}
@@ -32,7 +33,7 @@ struct bad_parameter : std::invalid_argument {
 
 // make_policy()'s LAUNCHFIT_BAD_POLICY_PARAMETER error, carrying the parameter at fault so that a policy
 // string can point at it. A factory may throw it directly; make_policy() lets a launchfit::error through.
-class parameter_error : public error {
+class LAUNCHFIT_API parameter_error : public error {
  public:
   parameter_error(const std::string& policy_name, const bad_parameter& e)
       : error("make_policy", "LAUNCHFIT_BAD_POLICY_PARAMETER", "policy '" + policy_name + "': " + e.what()),
