@@ -111,8 +111,8 @@ std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_li
 std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_requirements& need,
                                                     std::size_t smem_limit, int device_sms, int budget_sms) {
   if (!driver().cuOccupancyMaxActiveClusters) return {};
-  return [f, c = need.cluster, from_kernel = need.cluster_from_kernel, smem_limit, device_sms,
-          budget_sms](int block, std::size_t smem) {
+  return [f, c = need.cluster, from_kernel = need.cluster_from_kernel, cooperative = need.cooperative, smem_limit,
+          device_sms, budget_sms](int block, std::size_t smem) {
     if (smem > smem_limit) return -1;
     CUlaunchConfig cfg{};
     cfg.gridDimX = c.x;
@@ -131,7 +131,21 @@ std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_r
       cfg.numAttrs = 1;
     }
     int n = 0;
-    if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) return 0;
+    if (cooperative) {
+      // Asked as it will launch: a cooperative cluster launch may co-reside fewer clusters. A driver that does
+      // not take the attribute here is asked without it.
+      CUlaunchAttribute both[2] = {a, CUlaunchAttribute{}};
+      both[1].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      both[1].value.cooperative = 1;
+      CUlaunchConfig coop = cfg;
+      coop.attrs = from_kernel ? &both[1] : both;
+      coop.numAttrs = from_kernel ? 1 : 2;
+      if (driver().cuOccupancyMaxActiveClusters(&n, f, &coop) != CUDA_SUCCESS &&
+          driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS)
+        return 0;
+    } else if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) {
+      return 0;
+    }
     if (budget_sms < device_sms && device_sms > 0) n = static_cast<int>(static_cast<long long>(n) * budget_sms / device_sms);
     return n;
   };
@@ -519,6 +533,13 @@ const plan_entry& plan_once(const launch_request& r, const context_ref& ctx, con
                             const std::shared_ptr<const policy>& decided_by, const std::string& glob,
                             std::optional<plan_entry>& local) {
   try {
+    // plan_for() on a launch a tuning policy may time: no arguments to time with, so an untuned plan for this
+    // call only; the first launch tunes and caches.
+    const policy& deciding = decided_by ? *decided_by : *r.policy;
+    if (!r.has_arguments && r.rerunnable && !is_builtin_policy(deciding)) {
+      local.emplace(build_entry(r, ctx, key, decided_by, glob, false));
+      return *local;
+    }
     if (const plan_entry* e = find_or_build(key, [&] { return build_entry(r, ctx, key, decided_by, glob, true); }))
       return *e;
     local.emplace(build_entry(r, ctx, key, decided_by, glob, false));

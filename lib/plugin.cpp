@@ -261,11 +261,21 @@ plan from_c(const launchfit_plan& c, const query& q) {
   return p;
 }
 
+// Items of the work in every dimension (saturating): what a plugin sizes and buckets by.
+std::uint64_t total_items(const work& w) noexcept {
+  if (w.rank <= 1) return w.n;
+  std::uint64_t t = 0;
+  const std::uint64_t z = w.rank >= 3 ? w.nz : 1;
+  if (__builtin_mul_overflow(w.n, w.ny, &t) || __builtin_mul_overflow(t, z, &t)) return ~std::uint64_t{0};
+  return t;
+}
+
 // Callbacks: `ctx` is the C++ query; nothing may throw across the C boundary.
 int active_blocks_cb(void* ctx, int block_threads, size_t dynamic_smem_bytes) {
   const auto& q = *static_cast<const query*>(ctx);
   try {
     if (block_threads <= 0 || block_threads > q.max_block_threads()) return 0;
+    if (!q.allows(block_threads)) return 0;  // the launch's block rule: never a candidate, never a trial
     if (q.active_blocks) return q.active_blocks(block_threads, dynamic_smem_bytes);
     return occupancy(q.device, q.kernel, block_threads, dynamic_smem_bytes).active_blocks_per_sm;
   } catch (...) {
@@ -353,7 +363,7 @@ class plugin_policy final : public policy_base {
     const auto& d = desc();
     if (!LAUNCHFIT_HAS_FIELD(&d, launchfit_plugin_descriptor, work_bucket) || !d.work_bucket) return 0;
     try {
-      return d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), w.n, w.per_thread);
+      return d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), total_items(w), w.per_thread);
     } catch (const std::exception& e) {
       log_call_failure("work_bucket() threw: " + detail::escape_untrusted(e.what(), text_cap_bytes) +
                        "; using bucket 0");
@@ -383,7 +393,7 @@ class plugin_policy final : public policy_base {
     cq.max_block_threads = q.max_block_threads();
     cq.work_kind = static_cast<std::uint32_t>(q.work_hint.kind);
     cq.work_per_thread = q.work_hint.per_thread;
-    cq.work_n = q.work_hint.n;
+    cq.work_n = total_items(q.work_hint);  // every dimension of 2-D and 3-D work
     cq.bytes_in_flight_per_sm =
         q.bytes_in_flight_per_sm ? q.bytes_in_flight_per_sm : default_bytes_in_flight_per_sm(q.device);
     cq.ctx = const_cast<query*>(&q);  // the callbacks only call into it (its oracle is thread-safe)

@@ -629,3 +629,15 @@ TEST_F(Autotune, TimesAndChoosesOnlyBlocksTheRuleAllows) {
   EXPECT_TRUE(p2.block_threads == 160 || p2.block_threads == 352) << p2.to_string();
   for (const auto& [block, bps] : t2.timed()) EXPECT_TRUE(block == 160 || block == 352) << block;
 }
+
+// 2-D and 3-D work is sized and bucketed by all of its items, not its rows.
+TEST_F(Autotune, BucketsMultiDimensionalWorkByAllItems) {
+  const auto policy = lf::policy_from_string("autotune");
+  lf::work rows{lf::work::shape::items, 1024, 1};
+  rows.rank = 2;
+  rows.ny = 1024;
+  EXPECT_EQ(policy->work_bucket(rows), policy->work_bucket(lf::work{lf::work::shape::items, 1u << 20, 1}));
+  rows.rank = 3;
+  rows.nz = ~0ull;  // saturates, never wraps
+  EXPECT_EQ(policy->work_bucket(rows), policy->work_bucket(lf::work{lf::work::shape::items, ~0ull, 1}));
+}

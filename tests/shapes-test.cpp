@@ -158,13 +158,17 @@ TEST(Cluster, CallerGridsMustBeWholeClusters) {
 TEST(Cluster, ValidationSetsResidentClustersFromTheOracle) {
   lf::query q = h200_query();
   q.cluster = lf::dims{4, 1, 1};
-  q.active_clusters = [](int, std::size_t) { return 248; };
+  q.active_clusters = [](int, std::size_t) { return 60; };  // fewer than the blocks per SM allow
   lf::plan p = lf::max_occupancy_policy{}.choose(q);
   ld::launch_requirements need;
   need.cluster = q.cluster;
   ld::apply_requirements(q, p, need);
-  EXPECT_EQ(p.resident_clusters, 248);
-  EXPECT_EQ(p.resident_blocks(), 992);
+  EXPECT_EQ(p.resident_clusters, 60);
+  EXPECT_EQ(p.resident_blocks(), 240);
+  // Never more than the residency the policy chose, in whole clusters.
+  lf::plan capped = p;
+  capped.blocks_per_sm = 1;  // 132 blocks: 33 clusters of 4
+  EXPECT_EQ(capped.resident_blocks(), 132);
   q.active_clusters = [](int, std::size_t) { return 0; };
   lf::plan none = lf::max_occupancy_policy{}.choose(q);
   const std::string m = message_of([&] { ld::apply_requirements(q, none, need); });

@@ -17,6 +17,7 @@
 #include "gpu_test.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"
+#include "launchfit/plugin.hpp"
 
 namespace lf = launchfit;
 namespace cg = cooperative_groups;
@@ -371,3 +372,28 @@ TEST_F(PlanIdentity, AResetCallbackThatLaunchesTheSameKernelDoesNotDeadlock) {
 }
 
 }  // namespace
+
+// plan_for() on a launch a tuning policy may time has no arguments to time with: it answers with an untuned
+// plan for that call only, so the first real launch still tunes (it used to cache the fallback for good).
+TEST(PlanIdentity, PlanForBeforeTheFirstLaunchDoesNotStopTuning) {
+  LAUNCHFIT_REQUIRE_GPU_OR_SKIP();
+  const std::string plugin = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../../plugins/liblaunchfit-autotune.so";
+  try {
+    lf::load_plugin(plugin);
+  } catch (const lf::error& e) {
+    if (std::string(e.what()).find("already") == std::string::npos) GTEST_SKIP() << e.what();
+  }
+  lf::cache().clear();
+  const int n = 1 << 20;
+  int* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, n * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d, 0, n * sizeof(int)), cudaSuccess);
+  const auto spec = lf::use("autotune(max_trials=8)").items(n).rerunnable();
+  const lf::plan& before = lf::plan_for(add_one, spec);
+  EXPECT_EQ(before.trials, 0);
+  const lf::launched ran = lf::launch(add_one, spec, d, 0);  // n = 0: touches nothing, re-running is harmless
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_GT(ran.plan().trials, 0) << ran.plan().to_string() << " " << ran.plan().reason;
+  EXPECT_GT(lf::plan_for(add_one, spec).trials, 0);  // and plan_for() now answers with the tuned plan
+  cudaFree(d);
+}
