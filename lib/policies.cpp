@@ -139,8 +139,8 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
     }
     if ((gy % p.cluster.y) != 0 || (gz % p.cluster.z) != 0) {
       grid_error(p, "CUDA_ERROR_INVALID_CLUSTER_SIZE",
-                 "cluster " + p.cluster.to_string() + " needs a grid of " + std::to_string(p.cluster.y) + " x " +
-                     std::to_string(p.cluster.z) + " blocks in y and z: give the work in " +
+                 "cluster " + p.cluster.to_string() + " needs a grid whose y and z are multiples of " +
+                     std::to_string(p.cluster.y) + " and " + std::to_string(p.cluster.z) + ": give the work in " +
                      (p.cluster.z > 1 ? "3" : "2") + " dimensions, items({nx, ny" + (p.cluster.z > 1 ? ", nz" : "") +
                      "})");
     }
