@@ -55,7 +55,7 @@ fi
 
 pack
 if want demos; then
-  for demo in dropin cooperative driver_api logging; do
+  for demo in dropin cooperative driver_api logging matmul_2d cluster_dsmem pdl_chain; do
     [[ -x $b/demos/$demo ]] || { row "demo $demo" "missing" ""; continue; }
     "$b/demos/$demo" >"$logs/demo-$demo.log" 2>&1
     row "demo $demo" "$(status $?)" "$(tail -1 "$logs/demo-$demo.log" | cut -c1-100)"
@@ -91,9 +91,19 @@ if want bench; then
     "$bb/plan-lookup-bench" --benchmark_format=json >"$logs/bench-plan-lookup.json" 2>"$logs/bench-plan-lookup.err"
     row "bench plan-lookup" "$(status $?)" ""
   fi
+  if [[ -x $bb/launch-options ]]; then
+    "$bb/launch-options" --json "$logs/launch-options.json" >"$logs/bench-launch-options.log" 2>&1
+    row "bench launch-options" "$(status $?)" "$(tail -1 "$logs/bench-launch-options.log" | cut -c1-110)"
+  fi
+  if [[ -x $b/demos/launchfit-calibrate ]]; then
+    "$b/demos/launchfit-calibrate" ${CALIBRATE_ARGS-} --out "$logs/calibration.json" --svg "$out/calibration.svg" \
+      >"$logs/calibrate.log" 2>&1
+    row "launchfit-calibrate" "$(status $?)" "$(grep -i 'target' "$logs/calibrate.log" | tail -1 | cut -c1-110)"
+  fi
   if [[ -x $bb/policy-quality ]]; then
     plugin=$b/plugins/liblaunchfit-autotune.so
-    args=(--json "$logs/policy-quality.json")
+    args=(--json "$logs/policy-quality.json" ${POLICY_QUALITY_ARGS-})
+    [[ -f $logs/calibration.json ]] && args+=(--calibration "$logs/calibration.json")
     [[ -f $plugin ]] && args+=(--autotune-plugin "$plugin")
     "$bb/policy-quality" "${args[@]}" >"$logs/bench-policy-quality.log" 2>&1
     row "bench policy-quality" "$(status $?)" "$(tail -1 "$logs/bench-policy-quality.log" | cut -c1-110)"
