@@ -48,6 +48,17 @@ std::atomic<bool>& nvtx_flag() {
   return on;
 }
 
+// NVTX reaches a tool only through an injection library named by NVTX_INJECTION64_PATH (Nsight Systems and
+// Nsight Compute set it when they start the program): without one, no range can be seen, so none is made and
+// a plan's name is not even built (a miss stays as cheap as without NVTX).
+bool nvtx_tool_present() {
+  static const bool present = [] {
+    const char* v = std::getenv("NVTX_INJECTION64_PATH");
+    return v && *v;
+  }();
+  return present;
+}
+
 nvtxDomainHandle_t nvtx_domain() {
   static const nvtxDomainHandle_t d = nvtxDomainCreateA("launchfit");
   return d;
@@ -124,7 +135,7 @@ void nvtx_pop() noexcept {
 
 bool nvtx_on() noexcept {
 #ifndef LAUNCHFIT_NO_NVTX
-  return nvtx_flag().load(std::memory_order_relaxed);
+  return nvtx_flag().load(std::memory_order_relaxed) && nvtx_tool_present();
 #else
   return false;
 #endif
@@ -173,6 +184,12 @@ void set_nvtx(bool on) {
 #endif
 }
 
-bool nvtx_enabled() noexcept { return detail::nvtx_on(); }
+bool nvtx_enabled() noexcept {
+#ifndef LAUNCHFIT_NO_NVTX
+  return detail::nvtx_flag().load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
 
 }  // namespace launchfit

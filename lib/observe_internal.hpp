@@ -16,6 +16,7 @@ void notify_plan(const plan_event& ev) noexcept;
 const void* nvtx_name_for(const std::string& kernel, const plan& p, const std::string& grid_rule_text) noexcept;
 void nvtx_push(const void* name, unsigned long long blocks) noexcept;
 void nvtx_pop() noexcept;
+// NVTX switched on and a tool attached (NVTX_INJECTION64_PATH set at start): ranges are made.
 bool nvtx_on() noexcept;
 
 }  // namespace launchfit::detail

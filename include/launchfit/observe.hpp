@@ -37,8 +37,9 @@ LAUNCHFIT_API std::uint64_t add_plan_listener(plan_listener f);
 LAUNCHFIT_API bool remove_plan_listener(std::uint64_t id);
 
 // NVTX: every launch is a range in the "launchfit" domain, named by the kernel and carrying its plan (policy,
-// block, grid rule, occupancy, limiter; the payload is the launch's grid size in blocks). Costs one
-// predictable branch per launch when no tool is attached. On unless LAUNCHFIT_NVTX=0 at first use, or
+// block, grid rule, occupancy, limiter; the payload is the launch's grid size in blocks). Made only when a
+// tool is attached (Nsight Systems or Nsight Compute set NVTX_INJECTION64_PATH when they start the program);
+// without one a launch pays one predictable branch. On unless LAUNCHFIT_NVTX=0 at first use, or
 // set_nvtx(false); compiled out with the CMake option LAUNCHFIT_NVTX=OFF (then nvtx_enabled() is false).
 LAUNCHFIT_API void set_nvtx(bool on);
 LAUNCHFIT_API bool nvtx_enabled() noexcept;

@@ -42,6 +42,11 @@ if want tests; then
   ctest --test-dir "$b" -L gpu --output-on-failure -V >"$logs/gpu-tests.log" 2>&1
   rc=$?
   row "GPU tests (ctest -L gpu)" "$(status $rc)" "$(grep -E 'tests passed|tests failed' "$logs/gpu-tests.log" | tail -1)"
+  # NVTX ranges are made only with a tool's injection library named: an absent one exercises the ranges.
+  if [[ -x $b/tests/gpu/gpu-observe-test ]]; then
+    NVTX_INJECTION64_PATH=/nonexistent/libinjection.so "$b/tests/gpu/gpu-observe-test" >"$logs/gpu-observe-nvtx.log" 2>&1
+    row "gpu-observe-test with NVTX ranges made" "$(status $?)" "$(grep -E 'PASSED|FAILED' "$logs/gpu-observe-nvtx.log" | tail -1)"
+  fi
   agree=$(grep -ho 'occupancy agreement: [0-9/]* points' "$logs/gpu-tests.log" | tail -1)
   [[ -n $agree ]] && row "calculator vs driver" "-" "$agree"
   if compgen -G "$b/tests/*-test" >/dev/null; then
