@@ -4,14 +4,24 @@
 //
 // For every kernel and size it times: the naive <<<ceil(n / (256 x items per thread)), 256>>>, launchfit's
 // max_occupancy and bytes_in_flight (with the kernel's real bytes in flight per thread), the autotune plugin
-// when it is loaded, and the oracle: the best of every block size {32, 64, ..., 1024} x resident blocks per SM
-// {1 .. as many as fit} (grid = blocks/SM x SMs, capped by the work, for grid-stride kernels; one-item-per-
-// thread kernels depend on the block size only), confirmed by re-timing its 3 fastest configurations together
-// with every policy row (interleaved rounds; each row is the median of its rounds). Every timed configuration
-// is verified against a CPU reference on fresh random inputs, with outputs poisoned first.
+// when it is loaded, and the oracle: the best of every block size {32, 64, ..., 1024} x resident blocks per
+// SM {1 .. as many as fit} (grid = blocks/SM x SMs, capped by the work, for grid-stride kernels;
+// one-item-per- thread kernels depend on the block size only), confirmed by re-timing its 3 fastest
+// configurations together with every policy row (interleaved rounds; each row is the median of its rounds).
+// Every timed configuration is verified against a CPU reference on fresh random inputs, with outputs poisoned
+// first. Grid-stride kernels are also swept at the full grid (one loop iteration per thread), which wins for
+// wide elements.
+//
+// Rows fall in groups (streaming, narrow and wide grid-stride elements, small n, other); the summary gives
+// each policy's geometric mean of time/oracle over all rows and per group. With --calibration FILE (written
+// by launchfit-calibrate --out) a "calibrated" column runs bytes_in_flight with the measured target per SM.
 //
 //   policy-quality [--quick] [--json PATH] [--autotune-plugin PATH] [--autotune-policy STRING]
-//                  [--repeats N] [--sizes 20,24,26] [--only reduce1,stencil] [--device N]
+//                  [--calibration FILE] [--repeats N] [--sizes 20,24,26] [--only reduce1,stencil] [--device
+//                  N]
+//
+// A full run takes about 2 minutes on an H200 (most of it the sweeps of the 2^26-element rows and preparing
+// their inputs); --quick (2^16 and 2^18 elements, n-body at 16,384 bodies, 2 repeats) well under a minute.
 
 #include <cuda_runtime.h>
 
@@ -20,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -27,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "../../demos/calibrate/calibration.cpp"  // the calibration file's reader (pure C++)
 #include "bench_common.cuh"
 #include "launchfit/launch.hpp"
 #include "launchfit/plugin.hpp"
@@ -46,8 +58,8 @@ __global__ void copy4(const float4* __restrict__ in, float4* __restrict__ out, s
   }
 }
 
-__global__ void saxpy(float a, const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ z,
-                      std::size_t n) {
+__global__ void saxpy(float a, const float* __restrict__ x, const float* __restrict__ y,
+                      float* __restrict__ z, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i < n) z[i] = fmaf(a, x[i], y[i]);
 }
@@ -153,9 +165,110 @@ __global__ void histogram256(const uint4* __restrict__ keys, std::size_t count,
   }
 }
 
-// ---- benchmark cases -----------------------------------------------------------------------------------------
+// All-pairs n-body step: every body's acceleration from all others (softened gravity), one body per thread,
+// the bodies streamed through shared-memory tiles of blockDim bodies. At 16,384 bodies a 256-thread block
+// gives 64 blocks, fewer than an H200's 132 SMs: the block size must shrink for every SM to get work.
+constexpr float nbody_soft2 = 0.05f * 0.05f;
 
-enum class policy_kind { max_occupancy, max_occupancy_largest, max_occupancy_512, bytes_in_flight, autotune };
+struct nbody_smem {
+  std::size_t operator()(int block) const { return static_cast<std::size_t>(block) * sizeof(float4); }
+};
+
+__global__ void nbody_accel(const float4* __restrict__ pos, float4* __restrict__ acc, int n) {
+  extern __shared__ float4 bodies[];
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const float4 me = i < n ? pos[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  float ax = 0.f, ay = 0.f, az = 0.f;
+  for (int base = 0; base < n; base += static_cast<int>(blockDim.x)) {
+    const int j = base + static_cast<int>(threadIdx.x);
+    bodies[threadIdx.x] = j < n ? pos[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    __syncthreads();
+    const int m = min(static_cast<int>(blockDim.x), n - base);
+#pragma unroll 8
+    for (int k = 0; k < m; ++k) {
+      const float4 o = bodies[k];
+      const float dx = o.x - me.x, dy = o.y - me.y, dz = o.z - me.z;
+      const float inv = rsqrtf(fmaf(dx, dx, fmaf(dy, dy, fmaf(dz, dz, nbody_soft2))));
+      const float s = o.w * inv * inv * inv;
+      ax = fmaf(dx, s, ax);
+      ay = fmaf(dy, s, ay);
+      az = fmaf(dz, s, az);
+    }
+    __syncthreads();
+  }
+  if (i < n) acc[i] = make_float4(ax, ay, az, 0.f);
+}
+
+// Elements of S bytes for the element-map kernels: 1 and 2 B integers, and S / 4 floats aligned as a compiler
+// aligns such structs (12 B: three 4-byte loads, 16 B: one 16-byte load, 24 B: three 8-byte loads, 32 B: two
+// 16-byte loads).
+template <int S>
+struct alignas(S % 16 == 0  ? 16
+               : S % 8 == 0 ? 8
+                            : 4) floats {
+  float v[S / 4];
+};
+template <int S>
+struct element {
+  using type = floats<S>;
+};
+template <>
+struct element<1> {
+  using type = unsigned char;
+};
+template <>
+struct element<2> {
+  using type = unsigned short;
+};
+
+// The map applied to every element, the same on the host (the reference) and the device. Integer results are
+// even, float results finite: a poisoned (0xFF) output byte never passes for a written one.
+__host__ __device__ inline unsigned char map_one(unsigned char x) {
+  return static_cast<unsigned char>(x * 2u + 2u);
+}
+__host__ __device__ inline unsigned short map_one(unsigned short x) {
+  return static_cast<unsigned short>(x * 2u + 2u);
+}
+template <int S>
+__host__ __device__ inline floats<S> map_one(floats<S> e) {
+#pragma unroll
+  for (int k = 0; k < S / 4; ++k) e.v[k] = fmaf(e.v[k], 1.5f, 0.25f);
+  return e;
+}
+
+// out[i] = map(in[i]) over a grid-stride loop: one element (one load of S bytes) per thread per iteration.
+template <class E>
+__global__ void map_elements(const E* __restrict__ in, E* __restrict__ out, std::size_t n) {
+#pragma unroll 1
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    out[i] = map_one(in[i]);
+  }
+}
+
+// Counts 32-bit words that differ between out and ref, and the first such index.
+__global__ void count_word_mismatches(const unsigned* __restrict__ out, const unsigned* __restrict__ ref,
+                                      std::size_t words, unsigned long long* bad, unsigned long long* first) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    if (out[i] != ref[i]) {
+      atomicAdd(bad, 1ULL);
+      atomicMin(first, static_cast<unsigned long long>(i));
+    }
+  }
+}
+
+// ---- benchmark cases
+// -----------------------------------------------------------------------------------------
+
+enum class policy_kind {
+  max_occupancy,
+  max_occupancy_largest,
+  max_occupancy_512,
+  bytes_in_flight,
+  calibrated,  // bytes_in_flight with the target per SM from a calibration file
+  autotune
+};
 
 // A launch through launchfit, with its spec kept alive by the closures.
 struct lf_runner {
@@ -166,16 +279,22 @@ struct lf_runner {
 
 struct case_base {
   std::string name;
+  std::string group = "other";  // rows are summarised per group too
   bool grid_stride = false;
-  int per_thread = 1;        // items per thread (per loop iteration for grid-stride kernels)
-  int bytes_in_flight = 4;   // the kernel's real independent load bytes per thread
-  double bytes_per_item = 0; // DRAM traffic per item (read + write) for GB/s
-  bool accumulates = false;  // the output is summed into; reset to zero before every sample
-  const void* fn = nullptr;  // the __global__ function, for occupancy queries and attributes
+  int per_thread = 1;         // items per thread (per loop iteration for grid-stride kernels)
+  int bytes_in_flight = 4;    // the kernel's real independent load bytes per thread
+  double bytes_per_item = 0;  // DRAM traffic per item (read + write) for GB/s
+  bool accumulates = false;   // the output is summed into; reset to zero before every sample
+  const void* fn = nullptr;   // the __global__ function, for occupancy queries and attributes
   cudaStream_t stream = nullptr;
   std::size_t n = 0;
+  int calibrated_target = 0;  // bytes in flight per SM for policy_kind::calibrated
 
   virtual ~case_base() = default;
+  // The sizes this case runs at, given the run's size list (a case with sizes of its own ignores it).
+  virtual std::vector<std::size_t> sizes(const std::vector<std::size_t>& run_sizes, bool /*quick*/) const {
+    return run_sizes;
+  }
   virtual std::size_t smem(int /*block*/) const { return 0; }
   // Fresh random inputs and the CPU reference for n items.
   virtual void prepare(std::size_t items, std::uint64_t seed) = 0;
@@ -205,7 +324,8 @@ struct case_impl : case_base {
     Derived* d = static_cast<Derived*>(this);
     d->add_smem_rule(s);
     auto sp = std::make_shared<lf::spec<P>>(std::move(s));
-    return lf_runner{[sp, d] { d->launch_with(*sp); }, [sp, d] { return d->plan_with(*sp); }, sp->work_shape()};
+    return lf_runner{[sp, d] { d->launch_with(*sp); }, [sp, d] { return d->plan_with(*sp); },
+                     sp->work_shape()};
   }
 
   lf_runner runner(policy_kind k, const std::string& autotune_policy) override {
@@ -218,6 +338,8 @@ struct case_impl : case_base {
         return make(lf::max_occupancy(512));
       case policy_kind::bytes_in_flight:
         return make(lf::bytes_in_flight(bytes_in_flight));
+      case policy_kind::calibrated:
+        return make(lf::bytes_in_flight(bytes_in_flight, calibrated_target));
       case policy_kind::autotune: {
         // Every kernel here may be re-run back to back (the accumulating ones only add to their output):
         // rerunnable(), plus a reset that restores the output where it accumulates.
@@ -268,6 +390,7 @@ struct reduce_case : case_impl<reduce_case<T, U>> {
 
   reduce_case(const char* label, cudaStream_t s) {
     this->name = label;
+    this->group = "streaming";
     this->grid_stride = true;
     this->per_thread = U * floats_per_T;
     this->bytes_in_flight = U * static_cast<int>(sizeof(T));
@@ -285,12 +408,10 @@ struct reduce_case : case_impl<reduce_case<T, U>> {
     in.upload(host);
   }
   void poison() override {}
-  void reset() override {
-    BENCH_CUDA(cudaMemsetAsync(slots.get(), 0, slots.bytes(), this->stream));
-  }
+  void reset() override { BENCH_CUDA(cudaMemsetAsync(slots.get(), 0, slots.bytes(), this->stream)); }
   void launch_raw(unsigned grid, unsigned block) override {
-    bench::read_reduce<T, U><<<grid, block, 0, this->stream>>>(reinterpret_cast<const T*>(in.get()), count(),
-                                                               slots.get());
+    bench::read_reduce<T, U>
+        <<<grid, block, 0, this->stream>>>(reinterpret_cast<const T*>(in.get()), count(), slots.get());
     BENCH_CUDA(cudaGetLastError());
   }
   template <class S>
@@ -318,6 +439,7 @@ struct copy_case : case_impl<copy_case> {
 
   copy_case(cudaStream_t s, bench::float_checker& c) : checker(c) {
     name = "copy";
+    group = "streaming";
     grid_stride = true;
     per_thread = 4;
     bytes_in_flight = 16;
@@ -360,6 +482,7 @@ struct saxpy_case : case_impl<saxpy_case> {
 
   saxpy_case(const char* label, cudaStream_t s, bench::float_checker& c) : checker(c) {
     name = label;
+    group = name == "saxpy-small" ? "small n" : "streaming";
     grid_stride = false;
     per_thread = 1;
     bytes_in_flight = 8;
@@ -437,7 +560,8 @@ struct stencil_case : float_map_case<stencil_case> {
         float s = 0.f;
         for (int t = 0; t <= 2 * stencil_radius; ++t) {
           const long long g = static_cast<long long>(i) - stencil_radius + t;
-          const float v = (g >= 0 && g < static_cast<long long>(items)) ? hin[static_cast<std::size_t>(g)] : 0.f;
+          const float v =
+              (g >= 0 && g < static_cast<long long>(items)) ? hin[static_cast<std::size_t>(g)] : 0.f;
           s = std::fma(taps[t], v, s);
         }
         hout[i] = s;
@@ -533,8 +657,9 @@ struct histogram_case : case_impl<histogram_case> {
   }
   void prepare(std::size_t items, std::uint64_t seed) override {
     n = items;
-    const auto hk = bench::random_vector<unsigned>(
-        items, seed, [](std::uint64_t& s) { return static_cast<unsigned>(bench::splitmix64(s) % hist_bins); });
+    const auto hk = bench::random_vector<unsigned>(items, seed, [](std::uint64_t& s) {
+      return static_cast<unsigned>(bench::splitmix64(s) % hist_bins);
+    });
     expected.assign(hist_bins, 0);
     for (unsigned k : hk) ++expected[k];
     keys = bench::device_buffer<unsigned>(items);
@@ -561,7 +686,8 @@ struct histogram_case : case_impl<histogram_case> {
     for (int b = 0; b < hist_bins; ++b) {
       const unsigned long long want = expected[b] * static_cast<unsigned long long>(launches);
       if (got[b] != want) {
-        return "bin " + std::to_string(b) + " = " + std::to_string(got[b]) + ", expected " + std::to_string(want);
+        return "bin " + std::to_string(b) + " = " + std::to_string(got[b]) + ", expected " +
+               std::to_string(want);
       }
     }
     return {};
@@ -569,10 +695,169 @@ struct histogram_case : case_impl<histogram_case> {
   void release() override { keys = {}; }
 };
 
-// ---- measurement -------------------------------------------------------------------------------------------
+// All-pairs n-body at its own sizes: 16,384 bodies (fewer 256-thread blocks than SMs) and 65,536.
+struct nbody_case : case_impl<nbody_case> {
+  bench::device_buffer<float> pos, acc, ref;
+  bench::float_checker& checker;
+
+  nbody_case(cudaStream_t s, bench::float_checker& c) : checker(c) {
+    name = "nbody";
+    group = "small n";
+    grid_stride = false;
+    per_thread = 1;
+    bytes_in_flight = sizeof(float4);
+    bytes_per_item = 2 * sizeof(float4);
+    fn = reinterpret_cast<const void*>(&nbody_accel);
+    stream = s;
+  }
+  std::vector<std::size_t> sizes(const std::vector<std::size_t>&, bool quick) const override {
+    if (quick) return {16384};
+    return {16384, 65536};
+  }
+  std::size_t smem(int block) const override { return nbody_smem{}(block); }
+  template <class S>
+  void add_smem_rule(S& s) const {
+    s.smem_per_block(nbody_smem{});
+  }
+  void prepare(std::size_t items, std::uint64_t seed) override {
+    n = items;
+    group = items <= 16384 ? "small n" : "other";  // 16,384 bodies: 64 blocks of 256 threads, under 132 SMs
+    // Bodies uniform in [-1, 1)^3, each of mass 1 / n: accelerations of order 1.
+    std::vector<float> hp = bench::random_vector<float>(4 * items, seed, bench::uniform_pm1);
+    for (std::size_t i = 0; i < items; ++i) hp[4 * i + 3] = 1.0f / static_cast<float>(items);
+    std::vector<float> ha(4 * items, 0.f);
+    bench::parallel_for(items, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) {
+        double ax = 0, ay = 0, az = 0;
+        for (std::size_t j = 0; j < items; ++j) {
+          const double dx = static_cast<double>(hp[4 * j]) - hp[4 * i];
+          const double dy = static_cast<double>(hp[4 * j + 1]) - hp[4 * i + 1];
+          const double dz = static_cast<double>(hp[4 * j + 2]) - hp[4 * i + 2];
+          const double inv = 1.0 / std::sqrt(dx * dx + dy * dy + dz * dz + static_cast<double>(nbody_soft2));
+          const double s = hp[4 * j + 3] * inv * inv * inv;
+          ax += dx * s;
+          ay += dy * s;
+          az += dz * s;
+        }
+        ha[4 * i] = static_cast<float>(ax);
+        ha[4 * i + 1] = static_cast<float>(ay);
+        ha[4 * i + 2] = static_cast<float>(az);
+      }
+    });
+    pos = bench::device_buffer<float>(4 * items);
+    acc = bench::device_buffer<float>(4 * items);
+    ref = bench::device_buffer<float>(4 * items);
+    pos.upload(hp);
+    ref.upload(ha);
+  }
+  void poison() override { BENCH_CUDA(cudaMemsetAsync(acc.get(), 0xFF, acc.bytes(), stream)); }
+  const float4* pos4() const { return reinterpret_cast<const float4*>(pos.get()); }
+  float4* acc4() const { return reinterpret_cast<float4*>(acc.get()); }
+  void launch_raw(unsigned grid, unsigned block) override {
+    nbody_accel<<<grid, block, smem(static_cast<int>(block)), stream>>>(pos4(), acc4(), static_cast<int>(n));
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&nbody_accel, s, pos4(), acc4(), static_cast<int>(n));
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&nbody_accel, s);
+  }
+  // Float sums of n terms in another order than the double reference: |a| is of order 1, a lost tile of 128
+  // bodies moves it by ~1e-2.
+  std::string verify(int) override {
+    return checker.compare(acc.get(), ref.get(), 4 * n, 1e-4f, 1e-4f, stream);
+  }
+  void release() override {
+    pos = {};
+    acc = {};
+    ref = {};
+  }
+};
+
+// out[i] = map(in[i]) over n elements of S bytes: grid-stride ("mapS") or one element per thread ("scale4").
+// Every output word is compared exactly with the CPU's.
+template <int S>
+struct map_case : case_impl<map_case<S>> {
+  using E = typename element<S>::type;
+  static_assert(sizeof(E) == S, "element size");
+  bench::device_buffer<E> in, out, ref;
+  bench::device_buffer<unsigned long long> counters{2};
+
+  map_case(const std::string& label, bool grid_stride, cudaStream_t s) {
+    this->name = label;
+    this->group = !grid_stride ? "streaming" : S >= 12 ? "wide grid-stride" : "narrow grid-stride";
+    this->grid_stride = grid_stride;
+    this->per_thread = 1;
+    this->bytes_in_flight = S;
+    this->bytes_per_item = 2.0 * S;
+    this->fn = reinterpret_cast<const void*>(&map_elements<E>);
+    this->stream = s;
+  }
+  void prepare(std::size_t items, std::uint64_t seed) override {
+    this->n = items;
+    const std::vector<E> hin = bench::random_vector<E>(items, seed, [](std::uint64_t& st) {
+      E e{};
+      if constexpr (S <= 2) {
+        e = static_cast<E>(bench::splitmix64(st));
+      } else {
+        for (float& f : e.v) f = bench::uniform_pm1(st);
+      }
+      return e;
+    });
+    std::vector<E> hout(items);
+    bench::parallel_for(items, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) hout[i] = map_one(hin[i]);
+    });
+    in = bench::device_buffer<E>(items);
+    out = bench::device_buffer<E>(items);
+    ref = bench::device_buffer<E>(items);
+    in.upload(hin);
+    ref.upload(hout);
+  }
+  void poison() override { BENCH_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), this->stream)); }
+  void launch_raw(unsigned grid, unsigned block) override {
+    map_elements<E><<<grid, block, 0, this->stream>>>(in.get(), out.get(), this->n);
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class Spec>
+  void launch_with(const Spec& s) {
+    lf::launch(&map_elements<E>, s, static_cast<const E*>(in.get()), out.get(), this->n);
+  }
+  template <class Spec>
+  lf::plan plan_with(const Spec& s) {
+    return lf::plan_for(&map_elements<E>, s);
+  }
+  std::string verify(int) override {
+    const unsigned long long init[2] = {0, ~0ULL};
+    BENCH_CUDA(cudaMemcpyAsync(counters.get(), init, sizeof init, cudaMemcpyHostToDevice, this->stream));
+    const std::size_t words = out.bytes() / sizeof(unsigned);  // n * S is a multiple of 4 (n >= 4096)
+    count_word_mismatches<<<1024, 256, 0, this->stream>>>(reinterpret_cast<const unsigned*>(out.get()),
+                                                          reinterpret_cast<const unsigned*>(ref.get()), words,
+                                                          counters.get(), counters.get() + 1);
+    BENCH_CUDA(cudaGetLastError());
+    unsigned long long got[2];
+    BENCH_CUDA(cudaMemcpyAsync(got, counters.get(), sizeof got, cudaMemcpyDeviceToHost, this->stream));
+    BENCH_CUDA(cudaStreamSynchronize(this->stream));
+    if (got[0] == 0) return {};
+    return std::to_string(got[0]) + " of " + std::to_string(words) + " output words differ; first at byte " +
+           std::to_string(got[1] * sizeof(unsigned));
+  }
+  void release() override {
+    in = {};
+    out = {};
+    ref = {};
+  }
+};
+
+// ---- measurement
+// -------------------------------------------------------------------------------------------
 
 struct row {
   std::string kernel;
+  std::string group;
   std::size_t n = 0;
   std::string policy;
   int block = 0;
@@ -591,9 +876,10 @@ struct settings {
   int repeats = 10;
   double sample_target_ms = 0.2;  // back-to-back launches per sample: enough to fill this much GPU time
   int max_per_sample = 200;
-  double prune_factor = 1.25;     // sweep: stop a configuration after 3 samples when this much slower than best
-  int confirm_rounds = 3;         // re-timings of the policy rows and the sweep's 3 fastest configurations
-  std::string autotune_policy;    // empty: no autotune column
+  double prune_factor = 1.25;   // sweep: stop a configuration after 3 samples when this much slower than best
+  int confirm_rounds = 3;       // re-timings of the policy rows and the sweep's 3 fastest configurations
+  std::string autotune_policy;  // empty: no autotune column
+  int calibrated_target = 0;    // bytes in flight per SM from --calibration; 0: no calibrated column
 };
 
 class runner_context {
@@ -640,9 +926,9 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
   const unsigned naive_grid = static_cast<unsigned>(div_up(n, 256 * per_block_items));
   c.poison();
   const double pilot = ctx.timer.time([&] { c.launch_raw(naive_grid, 256); }, reset, 1, 1).ms;
-  const int per_sample = static_cast<int>(
-      std::clamp(std::ceil(ctx.opts.sample_target_ms / std::max(pilot, 1e-4)), 1.0,
-                 static_cast<double>(ctx.opts.max_per_sample)));
+  const int per_sample =
+      static_cast<int>(std::clamp(std::ceil(ctx.opts.sample_target_ms / std::max(pilot, 1e-4)), 1.0,
+                                  static_cast<double>(ctx.opts.max_per_sample)));
 
   auto measure = [&](const std::string& what, const std::function<void()>& launch, int repeats,
                      double prune_ms) -> std::pair<bench::stream_timer::result, bool> {
@@ -661,6 +947,7 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
   auto base_row = [&](const std::string& policy) {
     row r;
     r.kernel = c.name;
+    r.group = c.group;
     r.n = n;
     r.policy = policy;
     return r;
@@ -671,8 +958,8 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     row r = base_row("naive");
     r.block = 256;
     r.grid = naive_grid;
-    const auto [t, ok] = measure("naive " + config_text(naive_grid, 256), [&] { c.launch_raw(naive_grid, 256); },
-                                 ctx.opts.repeats, 0);
+    const auto [t, ok] = measure(
+        "naive " + config_text(naive_grid, 256), [&] { c.launch_raw(naive_grid, 256); }, ctx.opts.repeats, 0);
     r.ms = t.ms;
     r.samples = t.samples;
     r.ok = ok;
@@ -686,7 +973,10 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
       {policy_kind::max_occupancy_largest, "max_occupancy(0)"},
       {policy_kind::max_occupancy_512, "max_occupancy(512)"},
       {policy_kind::bytes_in_flight, "bytes_in_flight(" + std::to_string(c.bytes_in_flight) + ")"}};
-  if (!ctx.opts.autotune_policy.empty()) policies.push_back({policy_kind::autotune, ctx.opts.autotune_policy});
+  c.calibrated_target = ctx.opts.calibrated_target;
+  if (ctx.opts.calibrated_target > 0) policies.push_back({policy_kind::calibrated, "calibrated"});
+  if (!ctx.opts.autotune_policy.empty())
+    policies.push_back({policy_kind::autotune, ctx.opts.autotune_policy});
   for (const auto& [kind, policy_name] : policies) {
     row r = base_row(policy_name);
     std::function<void()> launch;
@@ -701,7 +991,8 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
       r.ms = t.ms;
       r.samples = t.samples;
       r.ok = ok;
-      r.note = p.trials > 0 ? std::to_string(p.trials) + " trials, " + std::to_string(p.tuning_ms) + " ms" : "";
+      r.note =
+          p.trials > 0 ? std::to_string(p.trials) + " trials, " + std::to_string(p.tuning_ms) + " ms" : "";
     } catch (const lf::error& e) {
       ctx.fail(label + " " + policy_name + ": " + e.what());
       r.ok = false;
@@ -711,7 +1002,8 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     launches.push_back(launch);
   }
 
-  // Oracle: every block size x resident blocks per SM (grid-stride) or every block size (one item per thread).
+  // Oracle: every block size x resident blocks per SM (grid-stride) or every block size (one item per
+  // thread).
   cudaFuncAttributes attr{};
   BENCH_CUDA(cudaFuncGetAttributes(&attr, c.fn));
   struct config {
@@ -737,6 +1029,12 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
         configs.push_back({static_cast<unsigned>(block), static_cast<unsigned>(grid), bps});
       }
     }
+    // The full grid (one loop iteration per thread; blocks/SM 0 in the sweep): for wide elements it beats
+    // every resident grid, and bytes_in_flight launches it for per_thread >= 12 B.
+    if (needed <= ctx.dev.prop.maxGridSize[0] &&
+        seen.insert({static_cast<unsigned>(block), static_cast<unsigned>(needed)}).second) {
+      configs.push_back({static_cast<unsigned>(block), static_cast<unsigned>(needed), 0});
+    }
   }
   row best = base_row("oracle");
   best.ms = 0;
@@ -746,9 +1044,12 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const config& k = configs[i];
     const double prune = best.ms > 0 ? best.ms * ctx.opts.prune_factor : 0;
-    const auto [t, ok] = measure("sweep " + config_text(k.grid, k.block) + " blocks/SM=" + std::to_string(k.bps),
-                                 [&] { c.launch_raw(k.grid, k.block); }, ctx.opts.repeats, prune);
-    ctx.sweep_points.push_back({c.name, n, k.block, k.grid, k.bps, ok && t.samples == ctx.opts.repeats ? t.ms : -1});
+    const auto [t, ok] = measure(
+        "sweep " + config_text(k.grid, k.block) +
+            " blocks/SM=" + (k.bps > 0 ? std::to_string(k.bps) : std::string("full grid")),
+        [&] { c.launch_raw(k.grid, k.block); }, ctx.opts.repeats, prune);
+    ctx.sweep_points.push_back(
+        {c.name, n, k.block, k.grid, k.bps, ok && t.samples == ctx.opts.repeats ? t.ms : -1});
     if (ok && t.samples == ctx.opts.repeats) {
       swept.emplace_back(t.ms, i);
       if (best.ms == 0 || t.ms < best.ms) best.ms = t.ms;
@@ -758,9 +1059,9 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     ctx.fail(label + ": no swept configuration ran correctly");
     best.ok = false;
   }
-  // Confirmation round: the best of a sweep of ~200 noisy medians is biased low (the luckiest sample wins), so
-  // the 3 fastest swept configurations and every policy row are timed again, interleaved, `rounds` times; each
-  // row's time is the median of its round medians and the oracle is the fastest confirmed configuration.
+  // Confirmation round: the best of a sweep of ~200 noisy medians is biased low (the luckiest sample wins),
+  // so the 3 fastest swept configurations and every policy row are timed again, interleaved, `rounds` times;
+  // each row's time is the median of its round medians and the oracle is the fastest confirmed configuration.
   std::sort(swept.begin(), swept.end());
   const std::size_t finalists = std::min<std::size_t>(swept.size(), 3);
   std::vector<std::vector<double>> round_ms(out.size() + finalists);
@@ -772,8 +1073,9 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     }
     for (std::size_t f = 0; f < finalists; ++f) {
       const config& k = configs[swept[f].second];
-      const auto [t, ok] = measure("finalist " + config_text(k.grid, k.block), [&] { c.launch_raw(k.grid, k.block); },
-                                   ctx.opts.repeats, 0);
+      const auto [t, ok] = measure(
+          "finalist " + config_text(k.grid, k.block), [&] { c.launch_raw(k.grid, k.block); },
+          ctx.opts.repeats, 0);
       if (ok) round_ms[out.size() + f].push_back(t.ms);
     }
   }
@@ -783,7 +1085,8 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
   if (finalists > 0) {
     best.ms = 0;
     for (std::size_t f = 0; f < finalists; ++f) {
-      const double ms = round_ms[out.size() + f].empty() ? swept[f].first : bench::median(round_ms[out.size() + f]);
+      const double ms =
+          round_ms[out.size() + f].empty() ? swept[f].first : bench::median(round_ms[out.size() + f]);
       if (best.ms == 0 || ms < best.ms) {
         const config& k = configs[swept[f].second];
         best.ms = ms;
@@ -805,8 +1108,8 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     ctx.rows.push_back(r);
   }
   c.release();
-  std::printf("%-14s n=%-10zu %4zu configs, %3d launches/sample, %6.1f s  |", c.name.c_str(), n, configs.size(),
-              per_sample, bench::seconds_since(t0));
+  std::printf("%-14s n=%-10zu %4zu configs, %3d launches/sample, %6.1f s  |", c.name.c_str(), n,
+              configs.size(), per_sample, bench::seconds_since(t0));
   for (const row& r : out) {
     if (r.policy != "oracle") std::printf(" %s %.3f", r.policy.c_str(), r.ratio);
   }
@@ -872,6 +1175,26 @@ int run(int argc, char** argv) {
   }
   std::printf("%s\n", autotune_note.c_str());
 
+  // Calibrated column: bytes_in_flight with the target per SM that launchfit-calibrate measured.
+  const std::string calibration_path = a.value("--calibration");
+  if (!calibration_path.empty()) {
+    const launchfit_calibrate::calibration cal = launchfit_calibrate::read_calibration(calibration_path);
+    if (cal.target_bytes_per_sm > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+      throw std::invalid_argument(calibration_path + ": target_bytes_per_sm too large for bytes_in_flight");
+    }
+    opts.calibrated_target = static_cast<int>(cal.target_bytes_per_sm);
+    const int cc = dev.prop.major * 10 + dev.prop.minor;
+    std::printf(
+        "calibrated: bytes_in_flight(per_thread, target_per_sm=%d) from %s (%s, cc %d, %d SMs, %.0f GB/s "
+        "best)\n",
+        opts.calibrated_target, calibration_path.c_str(), cal.device_name.c_str(), cal.cc, cal.sm_count,
+        cal.best_gbps);
+    if (cal.cc != cc || cal.sm_count != dev.sm_count || cal.device_name != dev.prop.name) {
+      std::printf("warning: the calibration was measured on another device model (%s, cc %d, %d SMs)\n",
+                  cal.device_name.c_str(), cal.cc, cal.sm_count);
+    }
+  }
+
   std::vector<std::size_t> sizes;
   const std::string size_list = a.value("--sizes");
   if (!size_list.empty()) {
@@ -905,6 +1228,15 @@ int run(int argc, char** argv) {
   cases.push_back(std::make_unique<stencil_case>(stream, checker));
   cases.push_back(std::make_unique<heavy_case>(stream, checker));
   cases.push_back(std::make_unique<histogram_case>(stream));
+  cases.push_back(std::make_unique<map_case<4>>("scale4", false, stream));
+  cases.push_back(std::make_unique<map_case<1>>("map1", true, stream));
+  cases.push_back(std::make_unique<map_case<2>>("map2", true, stream));
+  cases.push_back(std::make_unique<map_case<4>>("map4", true, stream));
+  cases.push_back(std::make_unique<map_case<12>>("map12", true, stream));
+  cases.push_back(std::make_unique<map_case<16>>("map16", true, stream));
+  cases.push_back(std::make_unique<map_case<24>>("map24", true, stream));
+  cases.push_back(std::make_unique<map_case<32>>("map32", true, stream));
+  cases.push_back(std::make_unique<nbody_case>(stream, checker));
   saxpy_case small(("saxpy-small"), stream, checker);
 
   std::set<std::string> only;
@@ -921,60 +1253,76 @@ int run(int argc, char** argv) {
     cudaFuncAttributes attr{};
     BENCH_CUDA(cudaFuncGetAttributes(&attr, c->fn));
     std::printf("  %-12s %3d regs, %5zu B static smem, %4zu B local, max block %4d, %3d B in flight/thread\n",
-                c->name.c_str(), attr.numRegs, attr.sharedSizeBytes, attr.localSizeBytes, attr.maxThreadsPerBlock,
-                c->bytes_in_flight);
+                c->name.c_str(), attr.numRegs, attr.sharedSizeBytes, attr.localSizeBytes,
+                attr.maxThreadsPerBlock, c->bytes_in_flight);
   }
   std::printf("\nsizes:");
   for (std::size_t n : sizes) std::printf(" %s", pow2_text(n).c_str());
-  std::printf(" (+ saxpy-small n=%zu); %d repeats per configuration\n\n", small_n, opts.repeats);
+  std::printf(" (n-body: %s bodies; saxpy-small n=%zu); %d repeats per configuration\n\n",
+              quick ? "16384" : "16384 and 65536", small_n, opts.repeats);
   std::fflush(stdout);
 
   std::uint64_t seed = 1;
   for (const auto& c : cases) {
     if (!selected(c->name)) continue;
-    for (std::size_t n : sizes) run_case(ctx, *c, n, 1000003ULL * (seed++));
+    for (std::size_t n : c->sizes(sizes, quick)) run_case(ctx, *c, n, 1000003ULL * (seed++));
   }
   if (selected(small.name)) run_case(ctx, small, small_n, 1000003ULL * (seed++));
 
   if (ctx.timer.any_timed_out()) {
-    std::printf("note: some samples could not queue all their launches while the stream was held; those "
-                "include host launch time\n");
+    std::printf(
+        "note: some samples could not queue all their launches while the stream was held; those "
+        "include host launch time\n");
   }
 
   // ---- results ----
-  std::printf("\n## Results\n\n| kernel | n | policy | block | grid | blocks/SM | ms | GB/s | time/oracle | note |\n"
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+  std::printf(
+      "\n## Results\n\n| kernel | group | n | policy | block | grid | blocks/SM | ms | GB/s | time/oracle | "
+      "note |\n"
+      "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
   std::map<std::string, policy_summary> by_policy;
-  std::vector<std::string> policy_order;
+  std::map<std::pair<std::string, std::string>, policy_summary> by_group;  // (group, policy)
+  std::vector<std::string> policy_order, group_order;
   for (const row& r : ctx.rows) {
-    std::printf("| %s | %s | %s | %d | %lld | %d | %s | %s | %s | %s |\n", r.kernel.c_str(), pow2_text(r.n).c_str(),
-                r.policy.c_str(), r.block, r.grid, r.blocks_per_sm, r.ok ? fmt("%.4f", r.ms).c_str() : "FAILED",
-                fmt("%.1f", r.gbps).c_str(), fmt("%.3f", r.ratio).c_str(),
-                r.note.c_str());
+    // The oracle's blocks/SM 0 is the full grid (one loop iteration per thread).
+    const std::string bps = r.policy == "oracle" && r.blocks_per_sm == 0 && r.block > 0
+                                ? std::string("full")
+                                : std::to_string(r.blocks_per_sm);
+    std::printf("| %s | %s | %s | %s | %d | %lld | %s | %s | %s | %s | %s |\n", r.kernel.c_str(),
+                r.group.c_str(), pow2_text(r.n).c_str(), r.policy.c_str(), r.block, r.grid, bps.c_str(),
+                r.ok ? fmt("%.4f", r.ms).c_str() : "FAILED", fmt("%.1f", r.gbps).c_str(),
+                fmt("%.3f", r.ratio).c_str(), r.note.c_str());
     if (r.policy == "oracle" || !r.ok || r.ratio <= 0) continue;
     // Group the bytes_in_flight rows (parameter differs per kernel) under one name.
     const std::string key = r.policy.rfind("bytes_in_flight", 0) == 0 ? "bytes_in_flight" : r.policy;
     if (!by_policy.count(key)) policy_order.push_back(key);
-    policy_summary& s = by_policy[key];
-    s.ratios.push_back(r.ratio);
-    if (r.ratio > s.worst) {
-      s.worst = r.ratio;
-      s.worst_row = r.kernel + " n=" + pow2_text(r.n);
+    if (std::find(group_order.begin(), group_order.end(), r.group) == group_order.end()) {
+      group_order.push_back(r.group);
+    }
+    const std::string where = r.kernel + " n=" + pow2_text(r.n);
+    for (policy_summary* s : {&by_policy[key], &by_group[{r.group, key}]}) {
+      s->ratios.push_back(r.ratio);
+      if (r.ratio > s->worst) {
+        s->worst = r.ratio;
+        s->worst_row = where;
+      }
     }
   }
 
   const double total_s = bench::seconds_since(start);
   if (!json_path.empty()) {
     std::ostringstream js;
-    js << "{\n\"benchmark\":\"policy-quality\",\n\"device\":" << dev.json() << ",\n\"repeats\":" << opts.repeats
-       << ",\n\"quick\":" << (quick ? "true" : "false") << ",\n\"rows\":[\n";
+    js << "{\n\"benchmark\":\"policy-quality\",\n\"device\":" << dev.json()
+       << ",\n\"repeats\":" << opts.repeats << ",\n\"quick\":" << (quick ? "true" : "false")
+       << ",\n\"rows\":[\n";
     for (std::size_t i = 0; i < ctx.rows.size(); ++i) {
       const row& r = ctx.rows[i];
-      js << "{\"kernel\":" << bench::json_string(r.kernel) << ",\"n\":" << r.n
-         << ",\"policy\":" << bench::json_string(r.policy) << ",\"block\":" << r.block << ",\"grid\":" << r.grid
-         << ",\"blocks_per_sm\":" << r.blocks_per_sm << ",\"ms\":" << bench::json_number(r.ms)
-         << ",\"gbps\":" << bench::json_number(r.gbps) << ",\"time_over_oracle\":" << bench::json_number(r.ratio)
-         << ",\"samples\":" << r.samples << ",\"configs\":" << r.configs << ",\"ok\":" << (r.ok ? "true" : "false")
+      js << "{\"kernel\":" << bench::json_string(r.kernel) << ",\"group\":" << bench::json_string(r.group)
+         << ",\"n\":" << r.n << ",\"policy\":" << bench::json_string(r.policy) << ",\"block\":" << r.block
+         << ",\"grid\":" << r.grid << ",\"blocks_per_sm\":" << r.blocks_per_sm
+         << ",\"ms\":" << bench::json_number(r.ms) << ",\"gbps\":" << bench::json_number(r.gbps)
+         << ",\"time_over_oracle\":" << bench::json_number(r.ratio) << ",\"samples\":" << r.samples
+         << ",\"configs\":" << r.configs << ",\"ok\":" << (r.ok ? "true" : "false")
          << ",\"note\":" << bench::json_string(r.note) << "}" << (i + 1 < ctx.rows.size() ? ",\n" : "\n");
     }
     js << "],\n\"summary\":{";
@@ -982,14 +1330,30 @@ int run(int argc, char** argv) {
       const policy_summary& s = by_policy[policy_order[i]];
       js << (i ? "," : "") << bench::json_string(policy_order[i])
          << ":{\"geomean\":" << bench::json_number(bench::geomean(s.ratios))
-         << ",\"worst\":" << bench::json_number(s.worst) << ",\"worst_row\":" << bench::json_string(s.worst_row)
-         << ",\"rows\":" << s.ratios.size() << "}";
+         << ",\"worst\":" << bench::json_number(s.worst)
+         << ",\"worst_row\":" << bench::json_string(s.worst_row) << ",\"rows\":" << s.ratios.size() << "}";
     }
-    js << "},\n\"sweep\":[";
+    js << "},\n\"groups\":{";
+    for (std::size_t g = 0; g < group_order.size(); ++g) {
+      js << (g ? ",\n" : "\n") << bench::json_string(group_order[g]) << ":{";
+      bool first = true;
+      for (const std::string& p : policy_order) {
+        const auto it = by_group.find({group_order[g], p});
+        if (it == by_group.end()) continue;
+        js << (first ? "" : ",") << bench::json_string(p)
+           << ":{\"geomean\":" << bench::json_number(bench::geomean(it->second.ratios))
+           << ",\"worst\":" << bench::json_number(it->second.worst)
+           << ",\"worst_row\":" << bench::json_string(it->second.worst_row)
+           << ",\"rows\":" << it->second.ratios.size() << "}";
+        first = false;
+      }
+      js << "}";
+    }
+    js << "},\n\"calibrated_target_per_sm\":" << ctx.opts.calibrated_target << ",\n\"sweep\":[";
     for (std::size_t i = 0; i < ctx.sweep_points.size(); ++i) {
       const auto& sp = ctx.sweep_points[i];
-      js << (i ? ",\n" : "\n") << "[" << bench::json_string(sp.kernel) << "," << sp.n << "," << sp.block << ","
-         << sp.grid << "," << sp.bps << "," << bench::json_number(sp.ms) << "]";
+      js << (i ? ",\n" : "\n") << "[" << bench::json_string(sp.kernel) << "," << sp.n << "," << sp.block
+         << "," << sp.grid << "," << sp.bps << "," << bench::json_number(sp.ms) << "]";
     }
     js << "],\n\"verification_failures\":" << ctx.failures << ",\n\"total_s\":" << bench::json_number(total_s)
        << "\n}\n";
@@ -997,8 +1361,9 @@ int run(int argc, char** argv) {
     std::printf("\nwrote %s\n", json_path.c_str());
   }
 
-  std::printf("\n## Summary: time / oracle (lower is better; 1.000 = best swept configuration)\n\n"
-              "| policy | geomean | worst | worst row | rows | target |\n|---|---:|---:|---|---:|---|\n");
+  std::printf(
+      "\n## Summary: time / oracle (lower is better; 1.000 = best swept configuration)\n\n"
+      "| policy | geomean | worst | worst row | rows | target |\n|---|---:|---:|---|---:|---|\n");
   for (const std::string& p : policy_order) {
     const policy_summary& s = by_policy[p];
     std::string target = "-";
@@ -1006,6 +1371,24 @@ int run(int argc, char** argv) {
     if (p == ctx.opts.autotune_policy) target = "<= 1.02 every row";
     std::printf("| %s | %.3f | %.3f | %s | %zu | %s |\n", p.c_str(), bench::geomean(s.ratios), s.worst,
                 s.worst_row.c_str(), s.ratios.size(), target.c_str());
+  }
+  // Geometric means per group (columns) and policy (rows).
+  std::printf("\n## Geomean of time / oracle per group\n\n| policy | all |");
+  for (const std::string& g : group_order) std::printf(" %s |", g.c_str());
+  std::printf("\n|---|---:|");
+  for (std::size_t g = 0; g < group_order.size(); ++g) std::printf("---:|");
+  std::printf("\n");
+  for (const std::string& p : policy_order) {
+    std::printf("| %s | %.3f |", p.c_str(), bench::geomean(by_policy[p].ratios));
+    for (const std::string& g : group_order) {
+      const auto it = by_group.find({g, p});
+      if (it == by_group.end()) {
+        std::printf(" - |");
+      } else {
+        std::printf(" %.3f (%zu) |", bench::geomean(it->second.ratios), it->second.ratios.size());
+      }
+    }
+    std::printf("\n");
   }
   std::printf("\nverification: %s; total time %.1f s\n",
               bench::verification_summary(ctx.failures, "every timed configuration correct").c_str(),
