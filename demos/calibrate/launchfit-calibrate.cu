@@ -8,7 +8,8 @@
 // = warps x 32 x W x L. Each point: one warm-up launch, then the median of >= 5 launches timed with CUDA
 // events; every launch's sum is checked against the sum computed when the array was written.
 //
-//   launchfit-calibrate [--quick] [--json] [--out FILE.json] [--svg FILE.svg] [--apply] [--device N]
+//   launchfit-calibrate [--quick] [--json] [--out FILE.json] [--svg FILE.svg] [--cache PLANS.json] [--apply]
+//                       [--device N]
 //                       [--gib G] [--repeats N] [--warps 4,8,...] [--loads 1,2,4,8] [--widths 4,8,16]
 //                       [--fraction 0.97]
 
@@ -156,6 +157,7 @@ struct options {
   bool quick = false;
   bool json = false;
   bool apply = false;
+  std::string cache;  // store the target in this plan-cache file for the device's model
   std::string out;
   std::string svg = "launchfit-calibrate.svg";
 };
@@ -555,6 +557,18 @@ int calibrate(const options& opt) {
     std::fprintf(progress, "wrote %s\n", opt.out.c_str());
   }
 
+  if (!opt.cache.empty()) {
+    // Every GPU of this model then gets the target by default (bytes_in_flight without a target_per_sm).
+    lf::set_cache_file(opt.cache);
+    lf::store_bytes_in_flight_calibration(c.target_bytes_per_sm);
+    if (!lf::flush_cache_file()) {
+      std::fprintf(stderr, "launchfit-calibrate: the target could not be written to %s\n", opt.cache.c_str());
+      return 1;
+    }
+    std::fprintf(progress, "stored %zu B in flight per SM for this device's model in %s\n", c.target_bytes_per_sm,
+                 opt.cache.c_str());
+  }
+
   if (opt.apply) {
     // A sample kernel with 16 B in flight per thread (one uint4 load), over the calibration array.
     const auto spec = lf::bytes_in_flight(16).grid_stride(runner.array_bytes() / 16);
@@ -631,6 +645,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", opt.out, "store the calibration (device, curve, target) in this JSON file");
   app.add_option("--svg", opt.svg, "write the curve as an SVG picture here (\"\": none)")
       ->capture_default_str();
+  app.add_option("--cache", opt.cache,
+                 "store the target in this plan-cache file for this device's model: bytes_in_flight uses it by "
+                 "default on every GPU of the model (LAUNCHFIT_CACHE=FILE)");
   app.add_flag(
       "--apply", opt.apply,
       "set the target for this GPU's compute capability in this process "

@@ -101,3 +101,32 @@ TEST(CacheModelGpu, APlanStoredUnderAnotherUuidOfThisModelIsFoundUnlessExactIsRe
   lf::cache().clear();
   fs::remove_all(dir);
 }
+
+// A calibrated target stored for this device's model (as launchfit-calibrate --cache does) is what
+// bytes_in_flight uses by default, in this process and in one that only reads the file; an explicit
+// set_bytes_in_flight_per_sm still wins.
+TEST(CacheModelGpu, ACalibratedTargetIsBytesInFlightsDefaultOnThisModel) {
+  LAUNCHFIT_REQUIRE_GPU_OR_SKIP();
+  LF_CUDA_CHECK(cudaSetDevice(0));
+  LF_CUDA_CHECK(cudaFree(nullptr));
+  const fs::path dir = fs::temp_directory_path() / ("launchfit-calibration-gpu-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path file = dir / "plans.json";
+  lf::set_cache_match(lf::cache_match::model);
+  lf::cache().clear();
+  lf::set_cache_file(file.string());
+  const lf::plan table = lf::plan_for(add_two, lf::bytes_in_flight(16));
+  EXPECT_NE(table.reason.find("32 KB target"), std::string::npos) << table.reason;  // the sm_90 table
+  lf::store_bytes_in_flight_calibration(20 * 1024);
+  ASSERT_TRUE(lf::flush_cache_file());
+  lf::close_cache_file();
+  lf::cache().clear();
+  lf::set_cache_file(file.string(), lf::cache_file_mode::frozen);
+  ASSERT_EQ(lf::bytes_in_flight_calibration(), std::optional<std::size_t>(20 * 1024));
+  const lf::plan calibrated = lf::plan_for(add_two, lf::bytes_in_flight(16).items(1 << 22));
+  EXPECT_NE(calibrated.reason.find("20 KB target"), std::string::npos) << calibrated.reason;
+  EXPECT_LT(calibrated.blocks_per_sm * calibrated.block_threads, table.blocks_per_sm * table.block_threads);
+  lf::close_cache_file();
+  fs::remove_all(dir);
+}

@@ -102,6 +102,7 @@ if want bench; then
   fi
   if [[ -x $b/demos/launchfit-calibrate ]]; then
     "$b/demos/launchfit-calibrate" ${CALIBRATE_ARGS-} --out "$logs/calibration.json" --svg "$out/calibration.svg" \
+      --cache "$logs/calibrated-plans.json" --apply \
       >"$logs/calibrate.log" 2>&1
     row "launchfit-calibrate" "$(status $?)" "$(grep -i 'target' "$logs/calibrate.log" | tail -1 | cut -c1-110)"
   fi
