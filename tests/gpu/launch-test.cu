@@ -530,8 +530,10 @@ TEST_F(Launch, ClusterDimsReachTheLaunchAndABadGridIsRefused) {
     lf::launch(cluster_size, lf::fixed(64, 3).cluster({2, 1, 1}), out.ptr);
     FAIL() << "launched a grid of 3 in clusters of 2";
   } catch (const lf::error& e) {
-    EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_INVALID_CLUSTER_SIZE");
-    EXPECT_NE(e.message().find("grid 3 is not a multiple of cluster 2"), std::string::npos) << e.what();
+    // Refused when the plan is made: a fixed grid must be made of whole clusters.
+    EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_INVALID_PLAN");
+    EXPECT_EQ(e.call(), "validate(cluster)");
+    EXPECT_NE(e.message().find("grid 3 is not made of whole clusters of 2"), std::string::npos) << e.what();
   }
 }
 
