@@ -23,11 +23,13 @@ namespace {
 
 constexpr int deadline_ms = 5000;
 
+// Little-endian, n bytes; bytes past the 8 of a uint64 are zero.
+char byte_of(std::uint64_t v, int i) { return static_cast<char>(i < 8 ? (v >> (8 * i)) & 0xff : 0); }
 void put(std::string& b, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) b += static_cast<char>((v >> (8 * i)) & 0xff);
+  for (int i = 0; i < n; ++i) b += byte_of(v, i);
 }
 void set(std::string& b, std::size_t at, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  for (int i = 0; i < n; ++i) b[at + i] = byte_of(v, i);
 }
 
 struct forged_section {
