@@ -334,6 +334,9 @@ struct async_queue {
   std::condition_variable* drained = new std::condition_variable;  // flush(): queue empty
   std::mutex* write_mutex = new std::mutex;                        // held by the worker while it writes
   std::deque<output_record> items;
+  // The batch the worker is writing (only the worker touches it): a member, not a local, so what a forked
+  // child inherits of it stays reachable (LeakSanitizer reported the vanished worker's batch as a leak).
+  std::deque<output_record> batch;
   std::size_t bytes = 0;
   bool worker_alive = false;
   bool writing = false;       // the worker holds a batch
@@ -451,7 +454,7 @@ void worker_loop(log_state& s) {
   std::unique_lock<std::mutex> lock(*q.mutex);
   for (;;) {
     q.wake->wait(lock, [&] { return !q.items.empty() || q.overflow != 0; });
-    std::deque<output_record> batch;
+    std::deque<output_record>& batch = q.batch;
     batch.swap(q.items);
     q.bytes = 0;
     const std::uint64_t overflow = std::exchange(q.overflow, 0);
@@ -470,6 +473,7 @@ void worker_loop(log_state& s) {
       } catch (...) {
       }
     }
+    batch.clear();  // keeps the moved-in buffers of q.items for the next swap
     lock.lock();
     q.writing = false;
     q.drained->notify_all();
