@@ -742,7 +742,7 @@ std::string grid_rule(const plan& p, const work& w) {
   if (p.grid.x != 0 && w.kind != work::shape::grid) return "fixed(" + p.grid.to_string() + ")";
   if (p.cooperative && w.kind == work::shape::none)
     return "co-resident(" + std::to_string(p.resident_blocks()) + ")";
-  if (w.kind == work::shape::grid_stride && p.full_grid) return work_to_string(w) + "(full grid)";
+  if (w.kind == work::shape::grid_stride && p.full_grid && w.waves == 0) return work_to_string(w) + "(full grid)";
   return work_to_string(w) + (w.kind == work::shape::grid_stride || w.kind == work::shape::none
                                   ? "(cap " + std::to_string(p.resident_blocks()) + ")"
                                   : std::string());

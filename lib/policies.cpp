@@ -131,7 +131,7 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
     std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.cluster.x);
     std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, p.block.y), p.cluster.y) : 1;
     std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.cluster.z) : 1;
-    if (w.kind == work::shape::grid_stride && !p.full_grid) {
+    if (w.kind == work::shape::grid_stride && (!p.full_grid || w.waves != 0)) {
       const std::uint64_t cap = static_cast<std::uint64_t>(resident) * std::max<std::uint32_t>(w.waves, 1);
       gx = std::max<std::uint64_t>(std::min<std::uint64_t>(gx, cap), 1);
     } else if (w.kind == work::shape::grid_stride) {

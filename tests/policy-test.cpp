@@ -176,6 +176,12 @@ TEST(BytesInFlight, WideGridStrideElementsLaunchTheFullGrid) {
   EXPECT_EQ(lf::grid_for(narrow, stride).x, static_cast<unsigned>(narrow.resident_blocks()));
   // Beyond the grid limit the loop covers the rest: never an error for grid_stride.
   EXPECT_EQ(lf::grid_for(wide, lf::work{lf::work::shape::grid_stride, ~0ull, 1}, 1u << 20).x, 1u << 20);
+  // A kernel whose blocks end in costly work (a histogram's global atomics) keeps the cap with waves(k).
+  lf::work capped = stride;
+  capped.waves = 1;  // .grid_stride(n).waves(1)
+  EXPECT_EQ(lf::grid_for(wide, capped).x, static_cast<unsigned>(wide.resident_blocks()));
+  capped.waves = 2;
+  EXPECT_EQ(lf::grid_for(wide, capped).x, static_cast<unsigned>(2 * wide.resident_blocks()));
 }
 
 TEST(MaxOccupancy, SmallWorkFillsTheSmsBeforeMaximisingOccupancy) {

@@ -66,7 +66,9 @@ class spec {
     work_.n = n;
     return *this;
   }
-  // grid_stride(n) only: cap the grid at k waves of resident blocks (default 1).
+  // grid_stride(n) only: cap the grid at k waves of resident blocks. Without it the policy decides: one wave,
+  // or for bytes_in_flight with wide elements (12 B or more per thread) the full grid. Give waves(1) to a
+  // kernel whose blocks end in costly work (global atomics, a per-block reduction): more blocks cost more.
   spec waves(std::uint32_t k) && { return std::move(waves(k)); }
   spec& waves(std::uint32_t k) & {
     work_.waves = k > 0 ? k : 1;
