@@ -200,6 +200,9 @@ TEST(MaxOccupancy, SmallWorkFillsTheSmsBeforeMaximisingOccupancy) {
   EXPECT_EQ(mo.work_bucket(lf::work{lf::work::shape::items, 1u << 20, 1}), 0u);
   q.work_hint = lf::work{lf::work::shape::items, 1u << 20, 1};
   EXPECT_EQ(lf::max_occupancy_policy{}.choose(q).block_threads, 256);
+  // Fewer than two warps per SM (saxpy of 4,096 items): launch-bound, left alone.
+  q.work_hint = lf::work{lf::work::shape::items, 4096, 1};
+  EXPECT_EQ(lf::max_occupancy_policy{}.choose(q).block_threads, 256);
   // Under a block rule, the largest allowed block that fills the SMs.
   q.work_hint = lf::work{lf::work::shape::items, 16384, 1};
   q.blocks = lf::block_rule::multiple_of(96);
