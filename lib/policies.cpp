@@ -177,7 +177,9 @@ std::uint64_t block_rule::hash() const noexcept {
 std::string block_rule::to_string() const {
   switch (k) {
     case kind::any: return "any";
-    case kind::multiple_of: return multiple <= 1 ? "any" : "multiple of " + std::to_string(multiple);
+    case kind::multiple_of:
+      if (invalid) return "multiple of (a number outside 1..1024)";
+      return multiple <= 1 ? "any" : "multiple of " + std::to_string(multiple);
     case kind::power_of_two: return "power of two";
     case kind::one_of: {
       if (invalid) return "one of (a size outside 1..1024, or more than 16 sizes)";

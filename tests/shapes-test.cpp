@@ -236,6 +236,12 @@ TEST(BlockRule, AllowsWhatItSays) {
   const auto bad = lf::block_rule::one_of({64, 4096});
   EXPECT_FALSE(bad.allows(64));
   EXPECT_TRUE(has(bad.to_string(), "outside 1..1024"));
+  for (unsigned bad_multiple : {0u, 1025u, 4096u}) {
+    const auto none = lf::block_rule::multiple_of(bad_multiple);
+    EXPECT_FALSE(none.is_any());
+    for (int b : {32, 256, 1024}) EXPECT_FALSE(none.allows(b)) << bad_multiple << " " << b;
+    EXPECT_TRUE(has(none.to_string(), "outside 1..1024"));
+  }
   EXPECT_TRUE(lf::block_rule{}.is_any());
   EXPECT_EQ(lf::block_rule{}.hash(), 0u);
   std::set<std::uint64_t> hashes{pow2.hash(), m64.hash(), set.hash(), lf::block_rule::multiple_of(32).hash(),

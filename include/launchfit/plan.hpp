@@ -54,13 +54,13 @@ struct LAUNCHFIT_API block_rule {
   std::uint8_t count = 0;              // one_of: values used in `values`
   std::uint16_t multiple = 1;          // multiple_of
   std::uint16_t values[16] = {};       // one_of: block sizes, at most 16
-  bool invalid = false;                // one_of was given a size outside 1..1024, or more than 16
+  bool invalid = false;                // a multiple or a size outside 1..1024, or more than 16 sizes
 
   bool allows(int block_threads) const noexcept {
     if (block_threads <= 0) return false;
     switch (k) {
       case kind::any: return true;
-      case kind::multiple_of: return block_threads % multiple == 0;
+      case kind::multiple_of: return !invalid && block_threads % multiple == 0;
       case kind::power_of_two: return (block_threads & (block_threads - 1)) == 0;
       case kind::one_of:
         if (invalid) return false;
@@ -75,10 +75,12 @@ struct LAUNCHFIT_API block_rule {
     r.k = kind::power_of_two;
     return r;
   }
+  // m in 1..1024 (no block has more threads); any other m allows no block (validation names it).
   static block_rule multiple_of(unsigned m) noexcept {
     block_rule r;
     r.k = kind::multiple_of;
-    r.multiple = static_cast<std::uint16_t>(m == 0 || m > 1024 ? 1024 : m);  // no block has more than 1024 threads
+    r.invalid = m == 0 || m > 1024;
+    r.multiple = static_cast<std::uint16_t>(r.invalid ? 1024 : m);
     return r;
   }
   // At most 16 sizes, each 1..1024: a rule with any other allows no block (validation names it).
@@ -95,7 +97,7 @@ struct LAUNCHFIT_API block_rule {
     }
     return r;
   }
-  bool is_any() const noexcept { return k == kind::any || (k == kind::multiple_of && multiple <= 1); }
+  bool is_any() const noexcept { return k == kind::any || (k == kind::multiple_of && multiple <= 1 && !invalid); }
   // Stable identity for plan keys (0: any).
   std::uint64_t hash() const noexcept;
   // "any", "power of two", "multiple of 64", "one of 64,128,256"
