@@ -43,6 +43,7 @@
 #include "driver.hpp"
 #include "launchfit/error.hpp"
 #include "log_internal.hpp"
+#include "plan_cache.hpp"
 #include "plan_json.hpp"
 
 namespace launchfit {
@@ -1154,11 +1155,26 @@ void ensure_env(cache_file& f) {
 
 }  // namespace
 
+namespace {
+
+// Whether the open file holds a calibration: bytes_in_flight's default target, which no plan key holds.
+bool holds_calibration(cache_file& f) {
+  std::lock_guard lock(f.memory);
+  for (const auto& [k, e] : f.entries)
+    if (e.bytes_in_flight_per_sm != 0) return true;
+  return false;
+}
+
+}  // namespace
+
 void set_cache_file(const std::string& path, cache_file_mode mode) {
   auto& f = state();
   std::lock_guard lock(f.config);
   f.env_checked.store(true, std::memory_order_release);
+  const bool had = holds_calibration(f);
   open_locked(f, path, mode);
+  // Plans made under another bytes-in-flight default would be stale: planned again.
+  if (had || holds_calibration(f)) detail::forget_all_plans();
 }
 
 void close_cache_file() {
@@ -1166,7 +1182,9 @@ void close_cache_file() {
   std::lock_guard lock(f.config);
   f.env_checked.store(true, std::memory_order_release);
   flush_before_switch(f);
+  const bool had = holds_calibration(f);
   switch_file(f, "", cache_file_mode::read_write, nullptr);
+  if (had) detail::forget_all_plans();  // plans made with its calibrated target
 }
 
 bool flush_cache_file(unsigned max_wait_ms) {
@@ -1247,6 +1265,24 @@ std::optional<plan> find_stored_plan(const stored_key& key, bool exact_bucket) {
 
 namespace {
 
+// Makes an entry visible to lookups at once and queues it for the writer. False where nothing is stored
+// (no file, or a frozen one).
+bool enqueue(cache_file& f, detail::stored_entry e) {
+  auto k = tie_key(e.key);
+  std::lock_guard lock(f.memory);
+  if (!f.open || f.mode == cache_file_mode::frozen) return false;
+  f.entries.insert_or_assign(k, e);
+  ++f.stored;
+  if (!f.writable) return true;
+  const bool first = f.pending.empty();
+  f.pending.insert_or_assign(std::move(k), std::move(e));
+  const auto soon = steady::now() + batch_delay;
+  if (first && f.not_before < soon) f.not_before = soon;
+  f.ensure_writer();
+  f.work.notify_one();
+  return true;
+}
+
 stored_key calibration_key(const device_limits& dev, int driver_version) {
   stored_key k = stored_key_for(dev, driver_version, kernel_resources{}, detail::calibration_policy, "", 0);
   k.kernel = detail::calibration_kernel;
@@ -1284,18 +1320,7 @@ void store_calibration(const device_limits& dev, int driver_version, std::size_t
   e.plan.block = dims{1, 1, 1};
   e.plan.block_threads = 1;
   e.plan.reason = "measured by launchfit-calibrate: " + std::to_string(bytes_in_flight_per_sm) + " B in flight per SM";
-  auto k = tie_key(key);
-  std::lock_guard lock(f.memory);
-  if (!f.open || f.mode == cache_file_mode::frozen) return;
-  f.entries.insert_or_assign(k, e);
-  ++f.stored;
-  if (!f.writable) return;
-  const bool first = f.pending.empty();
-  f.pending.insert_or_assign(std::move(k), std::move(e));
-  const auto soon = steady::now() + batch_delay;
-  if (first && f.not_before < soon) f.not_before = soon;
-  f.ensure_writer();
-  f.work.notify_one();
+  if (enqueue(f, std::move(e))) detail::forget_all_plans();  // plans made under the previous default target
 }
 
 void store_bytes_in_flight_calibration(std::size_t bytes_per_sm) {
@@ -1314,18 +1339,7 @@ void store_plan(const stored_key& key, const plan& p) {
   if (p.match == "fallback") return;
   stored_entry e{key, p, now_ms()};
   e.plan.match = "computed";
-  auto k = tie_key(key);
-  std::lock_guard lock(f.memory);
-  if (!f.open || f.mode == cache_file_mode::frozen) return;
-  f.entries.insert_or_assign(k, e);
-  ++f.stored;
-  if (!f.writable) return;
-  const bool first = f.pending.empty();
-  f.pending.insert_or_assign(std::move(k), std::move(e));
-  const auto soon = steady::now() + batch_delay;
-  if (first && f.not_before < soon) f.not_before = soon;
-  f.ensure_writer();
-  f.work.notify_one();
+  enqueue(f, std::move(e));
 }
 
 bool cache_file_open() {

@@ -12,6 +12,7 @@
 
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
+#include "plan_cache.hpp"
 #include "policy_string.hpp"
 
 namespace launchfit {
@@ -639,8 +640,11 @@ bool detail::bytes_in_flight_overridden(int cc) {
 }
 
 void set_bytes_in_flight_per_sm(int cc, std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(bif_mutex());
-  bif_overrides()[cc] = bytes;
+  {
+    std::lock_guard<std::mutex> lock(bif_mutex());
+    bif_overrides()[cc] = bytes;
+  }
+  detail::forget_all_plans();  // no plan key holds the default target: plans made under the old one go
 }
 
 }  // namespace launchfit

@@ -22,6 +22,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/log.hpp"
 #include "launchfit/policy.hpp"
+#include "plan_cache.hpp"
 #include "plan_json.hpp"
 #include "planner.hpp"
 
@@ -420,4 +421,33 @@ TEST_F(CacheModel, ForgedCalibrationsAreSkippedNotTrusted) {
   EXPECT_NE(c.problems[0].find("not in 1..4 MiB"), std::string::npos) << c.problems[0];
   EXPECT_NE(c.problems[1].find("'calibration' out of place"), std::string::npos) << c.problems[1];
   EXPECT_NE(c.problems[2].find("without 'calibration'"), std::string::npos) << c.problems[2];
+}
+
+// No plan key holds bytes_in_flight's default target: storing a calibration, opening or closing a file that
+// holds one, and set_bytes_in_flight_per_sm drop the cached plans, so none made under the old target is hit.
+TEST_F(CacheModel, ChangingTheDefaultTargetDropsCachedPlans) {
+  const lf::plan_key key{77, 0x1234, 1, 0, 0, 0, 0};
+  auto cached = [&] {
+    ld::find_or_build(key, [&] {
+      ld::plan_entry e;
+      e.key = key;
+      return e;
+    });
+    return ld::find(key) != nullptr;
+  };
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::read_write);
+  ASSERT_TRUE(cached());
+  lf::store_calibration(h200(uuid_a), 12080, 24 * 1024);
+  EXPECT_EQ(ld::find(key), nullptr) << "a calibration stored";
+  ASSERT_TRUE(lf::flush_cache_file());
+  ASSERT_TRUE(cached());
+  lf::close_cache_file();
+  EXPECT_EQ(ld::find(key), nullptr) << "a file with a calibration closed";
+  ASSERT_TRUE(cached());
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::frozen);
+  EXPECT_EQ(ld::find(key), nullptr) << "a file with a calibration opened";
+  ASSERT_TRUE(cached());
+  lf::set_bytes_in_flight_per_sm(90, 40 * 1024);
+  EXPECT_EQ(ld::find(key), nullptr) << "set_bytes_in_flight_per_sm";
+  lf::set_bytes_in_flight_per_sm(90, 32 * 1024);
 }

@@ -264,7 +264,8 @@ extern template class param_policy<constant_block_policy, no_params>;
 
 // Default bytes-in-flight target per SM for a device (per-arch table; calibrate() may override).
 LAUNCHFIT_API std::size_t default_bytes_in_flight_per_sm(const device_limits& device);
-// Override the default for one architecture (cc, e.g. 90) with a measured value.
+// Override the default for one architecture (cc, e.g. 90) with a measured value; drops every cached plan
+// (no plan key holds the default target).
 LAUNCHFIT_API void set_bytes_in_flight_per_sm(int cc, std::size_t bytes);
 
 // ---- registry: policies by name ----------------------------------------------------------------------
