@@ -49,20 +49,15 @@ std::string format_plan(const plan_report& r, log_format f);
 void log_new_plan(const plan_report& r) noexcept;
 
 // One event: text "message key=value ..." or one JSON object
-// {"level":..,"logger":"launchfit","event":..,"msg":..,key:value,...}. Values are untrusted: escaped,
-// capped at log_field_cap bytes. Never throws.
+// {"level":..,"logger":"launchfit","event":..,"msg":..,key:value,...}. The message is launchfit's own
+// (untrusted text in it escaped already; what is left unsafe is escaped, its escapes kept); values are
+// untrusted: escaped, capped at log_field_cap bytes. Never throws.
 using log_field = std::pair<std::string_view, std::string_view>;
 void log_event(spdlog::level::level_enum level, std::string_view event, std::string_view message,
                std::initializer_list<log_field> fields = {}) noexcept;
 
 // Longest piece of untrusted text logged as is; longer text ends in "...(N bytes)" (N: its full length).
 constexpr std::size_t log_field_cap = 4096;
-// Text safe for one log line: \n \r \t, other control characters (< 0x20, 0x7f: \xNN), C1 controls and
-// bidirectional/line-separator code points (\uNNNN) and invalid UTF-8 bytes (\xNN) escaped; with
-// `quoted`, '"' and '\' are backslash-escaped too.
-std::string escape_log_text(std::string_view s, std::size_t cap = log_field_cap, bool quoted = false);
-// Valid UTF-8 (invalid bytes become U+FFFD), capped as above: for JSON strings.
-std::string valid_utf8(std::string_view s, std::size_t cap = log_field_cap);
 
 // Tests: re-reads the environment as at first use (level, format, async; warnings again), forgets the
 // spill warnings already given and set_logger(), and writes to `output` (nullptr: stderr).

@@ -13,6 +13,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/log.hpp"
 #include "log_internal.hpp"
+#include "text.hpp"
 
 #ifndef LAUNCHFIT_NO_NVTX
 #include <nvtx3/nvToolsExt.h>
@@ -84,7 +85,7 @@ void notify_plan(const plan_event& ev) noexcept {
       if (!l.warned.exchange(true)) {
         try {
           logger()->warn("a plan listener threw for kernel {}; the launch goes on (reported once)",
-                         escape_log_text(ev.kernel));
+                         escape_text(ev.kernel, log_field_cap));
         } catch (...) {
         }
       }

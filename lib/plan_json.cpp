@@ -8,6 +8,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "text.hpp"
+
 namespace launchfit::detail {
 namespace {
 
@@ -63,7 +65,7 @@ void int_field(const json& obj, const char* key, T& out, long long lo, unsigned 
 void text_field(const json& obj, const char* key, std::string& out) {
   field(obj, key, [&](const json& v) {
     if (!v.is_string()) bad(key, "not a string");
-    out = safe_text(v.get_ref<const std::string&>());
+    out = sanitize_text(v.get_ref<const std::string&>(), max_plan_text_bytes);
   });
 }
 
@@ -72,88 +74,7 @@ json dims_json(dims d) { return json::array({d.x, d.y, d.z}); }
 constexpr unsigned long long int_max = INT_MAX;
 constexpr unsigned long long smem_max = 1ull << 30;  // far above any device's shared memory
 
-// Length of the UTF-8 sequence starting at s[i], or 0 when it is not well formed (overlong, surrogate,
-// above U+10FFFF, truncated). cp receives the code point.
-std::size_t utf8_sequence(std::string_view s, std::size_t i, char32_t& cp) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = b(0);
-  std::size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-    cp = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    cp = c & 0x0F;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    cp = c & 0x07;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (std::size_t k = 1; k < len; ++k) {
-    const unsigned char t = b(k);
-    if (t < (k == 1 ? lo : 0x80) || t > (k == 1 ? hi : 0xBF)) return 0;
-    cp = (cp << 6) | (t & 0x3F);
-  }
-  return len;
-}
-
-bool unsafe_code_point(char32_t cp) {
-  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) ||           // C0, DEL, C1 (ESC, CSI, NEL...)
-         cp == 0x200E || cp == 0x200F || cp == 0x2028 || cp == 0x2029 ||    // marks, line/paragraph seps
-         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);  // bidirectional overrides
-}
-
 }  // namespace
-
-std::string safe_text(std::string_view s, std::size_t max_bytes) {
-  std::string out;
-  out.reserve(s.size() < max_bytes ? s.size() : max_bytes);
-  for (std::size_t i = 0; i < s.size();) {
-    char32_t cp = static_cast<unsigned char>(s[i]);
-    std::size_t len = cp < 0x80 ? 1 : utf8_sequence(s, i, cp);
-    const bool ok = len > 0 && !unsafe_code_point(cp);
-    if (len == 0) len = 1;
-    const std::size_t out_len = ok ? len : 1;
-    if (out.size() + out_len > max_bytes) break;
-    if (ok) {
-      out.append(s.substr(i, len));
-    } else {
-      out += '?';
-    }
-    i += len;
-  }
-  return out;
-}
-
-std::string escaped_text(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size();) {
-    char32_t cp = static_cast<unsigned char>(s[i]);
-    std::size_t len = cp < 0x80 ? 1 : utf8_sequence(s, i, cp);
-    if (len > 0 && !unsafe_code_point(cp)) {
-      out.append(s.substr(i, len));
-    } else {
-      if (len == 0) len = 1;
-      for (std::size_t k = 0; k < len; ++k) {
-        static constexpr char hex[] = "0123456789ABCDEF";
-        const auto b = static_cast<unsigned char>(s[i + k]);
-        out += "\\x";
-        out += hex[b >> 4];
-        out += hex[b & 15];
-      }
-    }
-    i += len;
-  }
-  return out;
-}
 
 json occupancy_to_json(const occupancy_result& o) {
   return {{"block_threads", o.block_threads},

@@ -16,6 +16,7 @@
 
 #include "launchfit/occupancy.hpp"
 #include "launchfit/plan.hpp"
+#include "text.hpp"
 
 namespace launchfit::detail {
 
@@ -35,18 +36,15 @@ nlohmann::json occupancy_to_json(const occupancy_result& o);
 // Reads what plan_to_json writes, as untrusted input: "block" is required, other fields keep their
 // defaults when absent, unknown fields are ignored. Throws bad_plan_json for a wrong type, a number out of
 // its range (block 1..1024 threads, grid and cluster dims, counts >= 0, occupancy in 0..1, finite times),
-// or a non-object. Text fields go through safe_text(). "match" is never read: where a plan came from is
+// or a non-object. Text fields go through sanitize_text(). "match" is never read: where a plan came from is
 // for the reader to say (the result has the default "computed"). block_threads is block.count().
 plan plan_from_json(const nlohmann::json& j);
 occupancy_result occupancy_from_json(const nlohmann::json& j);
 
-// Untrusted text made safe to store and log: invalid UTF-8 and control characters (C0, DEL, C1, line and
-// paragraph separators, bidirectional overrides) become '?', and the result is cut to max_bytes at a
-// character boundary. Idempotent.
-std::string safe_text(std::string_view s, std::size_t max_bytes = max_plan_text_bytes);
-
-// Untrusted text (a path, say) for a log line, nothing dropped: the bytes safe_text would replace are
-// written as \xNN.
-std::string escaped_text(std::string_view s);
+// Forwarding for callers being migrated to text.hpp.
+inline std::string safe_text(std::string_view s, std::size_t max_bytes = max_plan_text_bytes) {
+  return sanitize_text(s, max_bytes);
+}
+inline std::string escaped_text(std::string_view s) { return escape_text(s, max_plan_text_bytes); }
 
 }  // namespace launchfit::detail

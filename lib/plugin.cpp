@@ -30,6 +30,7 @@
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
 #include "plugin_loader.hpp"
+#include "text.hpp"
 
 namespace launchfit {
 namespace {
@@ -111,7 +112,7 @@ std::string version_string(std::uint32_t v) {
 std::string plugin_text(const char* buf, std::size_t size, const char* otherwise = "") {
   const std::size_t n = buf ? strnlen(buf, size) : 0;
   if (n == 0) return otherwise;
-  return detail::escape_untrusted(std::string_view(buf, n), text_cap_bytes);
+  return detail::escape_text(std::string_view(buf, n), text_cap_bytes);
 }
 
 // Runs plugin code: an exception becomes `failure` ("threw: ..."), and calls nested deeper than
@@ -132,7 +133,7 @@ bool call_plugin(F&& f, std::string& failure) {
     return true;
   } catch (const std::exception& e) {
     try {
-      failure = "threw: " + detail::escape_untrusted(e.what(), text_cap_bytes);
+      failure = "threw: " + detail::escape_text(e.what(), text_cap_bytes);
     } catch (...) {
       failure = "threw";
     }
@@ -333,9 +334,9 @@ class plugin_policy final : public policy_base {
     if (status != LAUNCHFIT_PLUGIN_OK) {
       state_ = nullptr;
       throw error("plugin " + name() + " create", "LAUNCHFIT_PLUGIN_ERROR",
-                  "plugin '" + name() + "' (" + path_text() + ") rejected parameters '" +
-                      detail::escape_untrusted(for_plugin, text_cap_bytes) +
-                      "': " + plugin_text(err, sizeof err, "no message"));
+                  "plugin '" + name() + "' (" + path_text() + ") rejected parameters " +
+                      detail::quote_text(for_plugin, text_cap_bytes, '\'') + ": " +
+                      plugin_text(err, sizeof err, "no message"));
     }
   }
   ~plugin_policy() override {
@@ -365,7 +366,7 @@ class plugin_policy final : public policy_base {
     try {
       return d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), total_items(w), w.per_thread);
     } catch (const std::exception& e) {
-      log_call_failure("work_bucket() threw: " + detail::escape_untrusted(e.what(), text_cap_bytes) +
+      log_call_failure("work_bucket() threw: " + detail::escape_text(e.what(), text_cap_bytes) +
                        "; using bucket 0");
     } catch (...) {
       log_call_failure("work_bucket() threw an exception of unknown type; using bucket 0");
@@ -440,9 +441,7 @@ class plugin_policy final : public policy_base {
 
  private:
   const launchfit_plugin_descriptor& desc() const { return *plugin_->descriptor; }
-  std::string path_text() const {
-    return detail::escape_untrusted(plugin_->info.resolved_path, text_cap_bytes);
-  }
+  std::string path_text() const { return detail::escape_text(plugin_->info.resolved_path, text_cap_bytes); }
   const policy& fallback_or_default() const { return fallback_ ? *fallback_ : default_fallback(); }
   static const policy& default_fallback() {
     static const policy& p = *new max_occupancy_policy;
@@ -529,7 +528,7 @@ policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
   throw error("load_plugin", "LAUNCHFIT_PLUGIN_REFUSED",
-              "plugin '" + detail::escape_untrusted(path, text_cap_bytes) + "': " + why);
+              "plugin " + detail::quote_text(path, text_cap_bytes, '\'') + ": " + why);
 }
 
 const char* file_kind(mode_t mode) {
@@ -564,8 +563,7 @@ plugin_file resolve(const std::string& given) {
   std::free(real);
   struct stat st {};
   if (::stat(f.path.c_str(), &st) != 0) {
-    refuse(given,
-           "cannot stat " + detail::escape_untrusted(f.path, text_cap_bytes) + ": " + std::strerror(errno));
+    refuse(given, "cannot stat " + detail::escape_text(f.path, text_cap_bytes) + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) refuse(given, std::string("not a regular file (") + file_kind(st.st_mode) + ")");
   f.device = st.st_dev;
@@ -599,10 +597,10 @@ std::string check_descriptor(const std::string& path, const launchfit_plugin_des
   }
   if (!valid_name(d->name, name_scan_bytes)) {
     const std::string shown =
-        d->name ? detail::escape_untrusted(std::string_view(d->name, strnlen(d->name, name_scan_bytes)),
-                                           text_cap_bytes)
-                : "(null)";
-    refuse(path, "invalid policy name '" + shown + "' (expected [A-Za-z_][A-Za-z0-9_]*, at most " +
+        d->name ? detail::quote_text(std::string_view(d->name, strnlen(d->name, name_scan_bytes)),
+                                     text_cap_bytes, '\'')
+                : "'(null)'";
+    refuse(path, "invalid policy name " + shown + " (expected [A-Za-z_][A-Za-z0-9_]*, at most " +
                      std::to_string(name_scan_bytes - 1) + " characters)");
   }
   const std::string name = d->name;
@@ -650,7 +648,7 @@ plugin_info load(const std::string& given) {
   }
   if (!handle) {
     const char* why = ::dlerror();
-    refuse(given, "dlopen failed: " + detail::escape_untrusted(why ? why : "unknown error", text_cap_bytes));
+    refuse(given, "dlopen failed: " + detail::escape_text(why ? why : "unknown error", text_cap_bytes));
   }
   auto lib = std::make_shared<library>(handle);
 
@@ -668,11 +666,10 @@ plugin_info load(const std::string& given) {
 
   auto plugin = std::make_shared<loaded_plugin>();
   const char* version = d->version ? d->version : "";
-  plugin->info =
-      plugin_info{name,
-                  detail::escape_untrusted(std::string_view(version, strnlen(version, version_scan_bytes)),
-                                           version_cap_bytes),
-                  given, d->abi_version, f.path};
+  plugin->info = plugin_info{
+      name,
+      detail::escape_text(std::string_view(version, strnlen(version, version_scan_bytes)), version_cap_bytes),
+      given, d->abi_version, f.path};
   plugin->lib = lib;
   plugin->descriptor = d;
   plugin->device = f.device;
@@ -689,7 +686,7 @@ plugin_info load(const std::string& given) {
     table.plugins.push_back(plugin);
   }
   detail::logger()->info("loaded plugin {} {} from {} (ABI {})", name, plugin->info.version,
-                         detail::escape_untrusted(f.path, text_cap_bytes), version_string(d->abi_version));
+                         detail::escape_text(f.path, text_cap_bytes), version_string(d->abi_version));
   return plugin->info;
 }
 
@@ -707,98 +704,7 @@ bool is_policy_name(std::string_view name) {
   return true;
 }
 
-namespace {
 
-void append_hex(std::string& out, unsigned value, int digits) {
-  static constexpr char hex[] = "0123456789abcdef";
-  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out += hex[(value >> shift) & 15u];
-}
-
-// Length of the valid UTF-8 sequence at text[i] and its code point, or 0 when it is not one (overlong,
-// surrogate, beyond U+10FFFF, truncated).
-std::size_t utf8_sequence(std::string_view text, std::size_t i, std::uint32_t& cp) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
-  const unsigned char c = b(0);
-  std::size_t len = 0;
-  std::uint32_t min = 0;
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2, cp = c & 0x1fu, min = 0x80;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3, cp = c & 0x0fu, min = 0x800;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4, cp = c & 0x07u, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + len > text.size()) return 0;
-  for (std::size_t k = 1; k < len; ++k) {
-    if ((b(k) & 0xc0u) != 0x80u) return 0;
-    cp = (cp << 6) | (b(k) & 0x3fu);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return len;
-}
-
-// Code points that change how a line reads without being visible: C1 controls, line/paragraph
-// separators, bidirectional overrides and isolates, and the byte-order mark.
-bool invisible_control(std::uint32_t cp) {
-  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x200e || cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) ||
-         (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
-}
-
-}  // namespace
-
-std::string escape_untrusted(std::string_view text, std::size_t max_bytes) {
-  std::string out;
-  out.reserve(std::min(text.size(), max_bytes) + 8);
-  std::size_t i = 0;
-  while (i < text.size()) {
-    if (out.size() >= max_bytes) {
-      out += "...";
-      break;
-    }
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      switch (c) {
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        default:
-          if (c < 0x20 || c == 0x7f) {
-            out += "\\x";
-            append_hex(out, c, 2);
-          } else {
-            out += static_cast<char>(c);
-          }
-      }
-      ++i;
-      continue;
-    }
-    std::uint32_t cp = 0;
-    const std::size_t len = utf8_sequence(text, i, cp);
-    if (len == 0) {
-      out += "\xef\xbf\xbd";  // U+FFFD for each byte that is not part of valid UTF-8
-      ++i;
-    } else if (invisible_control(cp)) {
-      out += "\\u";
-      append_hex(out, cp, 4);
-      i += len;
-    } else {
-      out.append(text.substr(i, len));
-      i += len;
-    }
-  }
-  return out;
-}
 
 void load_env_plugins() {
   auto& table = plugins();
@@ -829,8 +735,8 @@ void load_env_plugins() {
     } catch (const error& e) {
       failure = e.message();
     } catch (const std::exception& e) {
-      failure = "plugin '" + escape_untrusted(path, text_cap_bytes) +
-                "': " + escape_untrusted(e.what(), text_cap_bytes);
+      failure =
+          "plugin " + quote_text(path, text_cap_bytes, '\'') + ": " + escape_text(e.what(), text_cap_bytes);
     }
     if (failure.empty()) continue;
     bool first = false;

@@ -19,11 +19,6 @@ std::string env_plugin_failures();
 // Whether `name` matches the policy-string name grammar [A-Za-z_][A-Za-z0-9_]*.
 bool is_policy_name(std::string_view name);
 
-// `text` as one printable line of valid UTF-8: newline, CR and tab as \n \r \t, a backslash doubled, other
-// control bytes as \xHH, C1 controls, line separators and bidirectional overrides as \uHHHH, each byte of
-// invalid UTF-8 as U+FFFD; cut with "..." once the output reaches `max_bytes`.
-std::string escape_untrusted(std::string_view text, std::size_t max_bytes = 1024);
-
 // unregister_policy() holds this lock around removing a name, so a concurrent load_plugin() of the same
 // file sees both the registry and the loaded-plugin list before or after, never between. Lock order: the
 // plugin table, then the registry.

@@ -17,6 +17,8 @@
 #include "launchfit/detail/policy_params.hpp"
 #include "launchfit/error.hpp"
 #include "plan_cache.hpp"
+#include "plan_inputs.hpp"
+#include "text.hpp"
 
 namespace launchfit {
 namespace detail {
@@ -62,10 +64,11 @@ class parser {
         p.key_pos = pos_;
         p.key = name();
         if (!keys.insert(text_.substr(p.key_pos, p.key.size())).second) {
-          fail("parameter " + quoted_value(p.key) + " given twice", p.key_pos);
+          fail("parameter " + quote_text(p.key, 64, '\'') + " given twice", p.key_pos);
         }
         skip_space();
-        if (peek() != '=') fail("expected '=' after " + quoted_value(p.key) + ", got " + found(text_, pos_));
+        if (peek() != '=')
+          fail("expected '=' after " + quote_text(p.key, 64, '\'') + ", got " + found(text_, pos_));
         ++pos_;
         skip_space();
         p.value_pos = pos_;
@@ -197,57 +200,19 @@ std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& parsed) {
 
 namespace {
 
-// One byte or UTF-8 sequence of echoed text as shown in a message: printable ASCII and valid UTF-8 as
-// they are, everything a terminal or log reader could act on escaped. `width` counts columns.
+// One character of echoed text as shown in a message (escape_char()), with the columns it takes: an
+// escape is ASCII, one column a byte; a character kept as it is takes one.
 struct shown_char {
   std::string text;
   std::size_t bytes = 1;
   std::size_t width = 1;
 };
 
-shown_char show_char(std::string_view s, std::size_t i, bool escape_backslash = true) {
-  static constexpr char hex[] = "0123456789abcdef";
-  const auto c = static_cast<unsigned char>(s[i]);
-  auto escaped = [](std::string t) { return shown_char{t, 1, t.size()}; };
-  if (c >= 0x20 && c < 0x7f)
-    return c == '\\' && escape_backslash ? escaped("\\\\") : shown_char{std::string(1, static_cast<char>(c))};
-  switch (c) {
-    case '\0':
-      return escaped("\\0");
-    case '\t':
-      return escaped("\\t");
-    case '\n':
-      return escaped("\\n");
-    case '\r':
-      return escaped("\\r");
-    default:
-      break;
-  }
-  const std::string byte_escape = std::string("\\x") + hex[c >> 4] + hex[c & 15];
-  if (c < 0x80) return escaped(byte_escape);
-  // A valid UTF-8 sequence: shortest form, no surrogates, at most U+10FFFF.
-  const std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
-                          : c >= 0xe0 && c <= 0xef ? 3
-                          : c >= 0xf0 && c <= 0xf4 ? 4
-                                                   : 0;
-  if (len == 0 || i + len > s.size()) return escaped(byte_escape);
-  std::uint32_t cp = c & (len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07);
-  for (std::size_t k = 1; k < len; ++k) {
-    const auto cc = static_cast<unsigned char>(s[i + k]);
-    if ((cc & 0xc0) != 0x80) return escaped(byte_escape);
-    cp = (cp << 6) | (cc & 0x3f);
-  }
-  const std::uint32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-  if (cp < min_cp || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return escaped(byte_escape);
-  // C1 controls, bidirectional overrides and line separators reorder or break what a reader sees.
-  if ((cp >= 0x80 && cp <= 0x9f) || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
-      (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029 || cp == 0xfeff) {
-    std::string u = "\\u{";
-    for (int shift = cp > 0xffff ? 16 : 12; shift >= 0; shift -= 4) u += hex[(cp >> shift) & 15];
-    u += '}';
-    return shown_char{u, len, u.size()};
-  }
-  return shown_char{std::string(s.substr(i, len)), len, 1};
+shown_char show_char(std::string_view s, std::size_t i) {
+  shown_char c;
+  c.bytes = escape_char(s, i, c.text);
+  c.width = c.text == s.substr(i, c.bytes) ? 1 : c.text.size();
+  return c;
 }
 
 constexpr std::size_t window_bytes = 80;  // of the source echoed around the column
@@ -281,17 +246,26 @@ echo echo_around(std::string_view source, std::size_t pos) {
   return out;
 }
 
-// An explanation as shown: escaped like the source (its own escapes kept), and cut when a quoted name made
-// it long.
+// An explanation as shown: escaped like the source but for '\', which is kept so that the escapes it holds
+// already (a parameter quoted by quote_text()) read as they are; cut when a quoted name made it long.
 std::string shown_what(std::string_view what) {
   std::string out;
   std::size_t i = 0;
-  while (i < what.size() && out.size() < what_bytes) {
-    const shown_char c = show_char(what, i, false);
-    out += c.text;
-    i += c.bytes;
+  while (i < what.size()) {
+    const std::size_t mark = out.size();
+    std::size_t n = 1;
+    if (what[i] == '\\') {
+      out += '\\';
+    } else {
+      n = escape_char(what, i, out);
+    }
+    if (out.size() > what_bytes) {
+      out.resize(mark);
+      break;
+    }
+    i += n;
   }
-  if (i < what.size()) out += "... (" + std::to_string(what.size()) + " bytes)";
+  if (i < what.size()) out += "...(" + std::to_string(what.size()) + " bytes)";
   return out;
 }
 
@@ -490,7 +464,7 @@ void set_policy_overrides(std::string_view spec) {
   table.loaded = true;
   generation.fetch_add(1, std::memory_order_acq_rel);
   lock.unlock();
-  detail::forget_all_plans();  // every plan was chosen under the old overrides
+  detail::plan_inputs_changed("policy overrides");  // every plan was chosen under the old overrides
 }
 
 namespace {

@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "launchfit/detail/text.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
 
@@ -238,7 +239,7 @@ class elf_file {
     for (std::size_t i = 1; i < sections_.size(); ++i) {
       section& s = sections_[i];
       s.name_text = std::string(string_at(static_cast<std::uint32_t>(shstrndx), s.name, s.label));
-      s.label += " (" + printable(s.name_text, 80) + ")";
+      s.label += " (" + launchfit::detail::escape_text(s.name_text, 80) + ")";
     }
   }
 
@@ -408,7 +409,7 @@ void read_cubin_elf(const elf_file& elf, const std::string& where, int fatbin_sm
     if (attr == eiattr_regcount) {
       if (value > 255)
         throw cubin_error(file + ": " + s.label + ": " + attribute_name(attr) + " of kernel " +
-                          printable(k->k.name, 80) + " is " + std::to_string(value) +
+                          launchfit::detail::escape_text(k->k.name, 80) + " is " + std::to_string(value) +
                           " registers per thread; no GPU has more than 255");
       k->k.regs_per_thread = static_cast<int>(value);
       k->has_regcount = true;
@@ -470,7 +471,7 @@ void read_cubin_elf(const elf_file& elf, const std::string& where, int fatbin_sm
   image.kernels.reserve(kernels.size());
   for (kernel_facts& f : kernels) {
     if (!f.has_regcount)
-      throw cubin_error(file + ": kernel " + printable(f.k.name, 120) + " (" + f.label +
+      throw cubin_error(file + ": kernel " + launchfit::detail::escape_text(f.k.name, 120) + " (" + f.label +
                         ") has no EIATTR_REGCOUNT in .nv.info");
     std::optional<std::uint64_t> shared;
     if (auto it = shared_by_text.find(f.text_section); it != shared_by_text.end())
@@ -584,36 +585,6 @@ void read_fatbin(const bytes_view& v, const std::string& where, context& ctx) {
 
 }  // namespace
 
-std::string printable(std::string_view text, std::size_t max_bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < text.size() && i < max_bytes;) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
-                            : c >= 0xe0 && c <= 0xef ? 3
-                            : c >= 0xf0 && c <= 0xf4 ? 4
-                                                     : 1;
-    bool valid = len > 1 && i + len <= text.size();
-    for (std::size_t k = 1; valid && k < len; ++k)
-      valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-    if (valid) {
-      out.append(text.substr(i, len));
-      i += len;
-      continue;
-    }
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'' && c != '"') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += digits[c >> 4];
-      out += digits[c & 15];
-    }
-    ++i;
-  }
-  if (text.size() > max_bytes) out += "...(" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
-
 cubin_contents read_cubin(std::string_view bytes, const cubin_limits& limits, const std::string& name) {
   context ctx{limits, work_budget(bytes.size(), limits.work_per_byte), 0, {}};
   const bytes_view v(bytes, name);
@@ -653,7 +624,7 @@ cubin_contents read_cubin(std::string_view bytes, const cubin_limits& limits, co
 }
 
 cubin_contents read_cubin_file(const std::string& path, const cubin_limits& limits) {
-  const std::string name = "--cubin '" + printable(path) + "'";
+  const std::string name = "--cubin " + launchfit::detail::quote_text(path, 200, '\'');
   // O_NONBLOCK: opening a FIFO with no writer must not wait; only regular files are read.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw cubin_error(name + ": cannot open: " + std::strerror(errno));
@@ -773,7 +744,7 @@ std::vector<kernel_row> occupancy_rows(const cubin_contents& contents, const row
 std::vector<std::string> gate_failures(const std::vector<kernel_row>& rows, const gates& g) {
   std::vector<std::string> out;
   for (const kernel_row& row : rows) {
-    const std::string who = "kernel " + printable(row.kernel->demangled) + " (sm_" +
+    const std::string who = "kernel " + launchfit::detail::escape_text(row.kernel->demangled, 200) + " (sm_" +
                             std::to_string(row.cubin_sm) + " cubin" +
                             (row.device ? ", on " + row.device->arch() : std::string()) + ")";
     const cubin_kernel& k = *row.kernel;

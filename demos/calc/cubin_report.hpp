@@ -105,8 +105,4 @@ struct gates {
 // One line per crossed gate, naming the kernel, the architecture and the figure; empty when all pass.
 std::vector<std::string> gate_failures(const std::vector<kernel_row>& rows, const gates& g);
 
-// Printable text for a name from the file: control characters, quotes and invalid UTF-8 escaped, at most
-// max_bytes, with the full length said when cut.
-std::string printable(std::string_view text, std::size_t max_bytes = 200);
-
 }  // namespace launchfit::calc

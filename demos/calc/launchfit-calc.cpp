@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cubin_report.hpp"
+#include "launchfit/detail/text.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
@@ -63,37 +64,9 @@ struct options {
 // A --cubin gate failed: exit code 3.
 constexpr int exit_gate_failed = 3;
 
-// Text from the command line as a message shows it: printable ASCII and valid UTF-8 as they are, quotes,
-// backslashes, control characters and invalid bytes escaped, at most 200 bytes; in quotes unless `bare`.
+// Text from the command line as a message shows it: escaped, at most 200 bytes, in quotes unless `bare`.
 std::string shown(std::string_view text, bool bare = false) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = bare ? "" : "'";
-  for (std::size_t i = 0; i < text.size() && i < 200;) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
-                            : c >= 0xe0 && c <= 0xef ? 3
-                            : c >= 0xf0 && c <= 0xf4 ? 4
-                                                     : 1;
-    bool valid = len > 1 && i + len <= text.size();
-    for (std::size_t k = 1; valid && k < len; ++k)
-      valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-    if (valid) {
-      out.append(text.substr(i, len));
-      i += len;
-      continue;
-    }
-    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-    ++i;
-  }
-  if (!bare) out += '\'';
-  if (text.size() > 200) out += " (" + std::to_string(text.size()) + " bytes)";
-  return out;
+  return bare ? launchfit::detail::escape_text(text, 200) : launchfit::detail::quote_text(text, 200, '\'');
 }
 
 // A whole decimal number in [lo, hi]: "out of range" when it is one but too large, never a wrapped value.
@@ -502,12 +475,12 @@ std::string sm_list(const launchfit::calc::cubin_contents& contents) {
 
 void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& contents,
                        const std::vector<launchfit::calc::kernel_row>& rows) {
-  using launchfit::calc::printable;
+  using launchfit::detail::escape_text;
   std::printf("%s: %s, %s (%s); block %d threads, %zu B dynamic shared memory\n", shown(o.cubin).c_str(),
               contents.format.c_str(), plural(contents.images.size(), "cubin", "cubins").c_str(),
               sm_list(contents).c_str(), o.block, o.dynamic_smem);
   for (const std::string& skipped : contents.skipped)
-    std::printf("skipped: %s\n", printable(skipped, 400).c_str());
+    std::printf("skipped: %s\n", escape_text(skipped, 400).c_str());
   std::string group;
   for (const auto& row : rows) {
     std::string on = "no table entry for sm_" + std::to_string(row.cubin_sm);
@@ -520,7 +493,7 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
         "sm_" + std::to_string(row.cubin_sm) + " cubin (" + row.image_where + "), on " + on;
     if (this_group != group) {
       group = this_group;
-      std::printf("\n%s:\n  %4s %12s %13s %12s %6s %10s  %-22s %s\n", printable(group, 400).c_str(), "regs",
+      std::printf("\n%s:\n  %4s %12s %13s %12s %6s %10s  %-22s %s\n", escape_text(group, 400).c_str(), "regs",
                   "static smem", "local/thread", "max threads", "block", "occupancy", "limited by", "kernel");
     }
     const auto& k = *row.kernel;
@@ -538,7 +511,7 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
         row.occupancy ? launchfit::limiter_names(row.occupancy->limiters) : "refused: " + row.refusal;
     std::printf("  %4d %12s %13s %12s %6s %10s  %-22s %s\n", k.regs_per_thread,
                 bytes_text(k.static_smem_bytes).c_str(), local.c_str(), max_threads.c_str(), block.c_str(),
-                occ.c_str(), printable(limited, 200).c_str(), printable(k.demangled).c_str());
+                occ.c_str(), escape_text(limited, 200).c_str(), escape_text(k.demangled, 200).c_str());
   }
   if (std::any_of(rows.begin(), rows.end(), [](const auto& r) {
         return r.kernel->stack_bytes_per_thread > r.kernel->local_bytes_per_thread;
@@ -629,7 +602,7 @@ int run_cubin(const options& o) {
   std::cout.flush();
   std::fflush(stdout);
   for (const std::string& failure : failures)
-    std::cerr << "launchfit-calc: gate failed: " << launchfit::calc::printable(failure, 1000) << '\n';
+    std::cerr << "launchfit-calc: gate failed: " << launchfit::detail::escape_text(failure, 1000) << '\n';
   return failures.empty() ? 0 : exit_gate_failed;
 }
 

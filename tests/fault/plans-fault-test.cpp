@@ -168,5 +168,5 @@ TEST_F(PlansFault, ControlCharactersInNamesAndPathsAreEscaped) {
   ASSERT_TRUE(r.finished);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("bad\\x1B[31m.json: no such file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bad\\x1b[31m.json: no such file"), std::string::npos) << r.err;
 }

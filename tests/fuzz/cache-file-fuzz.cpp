@@ -1,6 +1,6 @@
 // The plan-cache file reader: never crashes or throws on any bytes; what it accepts serialises and reads
 // back to the same entries; the line-layout fast path agrees with the full parser; no text it accepts
-// can forge a log line (no control characters, bounded); safe_text and escaped_text hold on any bytes.
+// can forge a log line (no control characters, bounded); sanitize_text and escape_text hold on any bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +11,7 @@
 
 #include "cache_file.hpp"
 #include "plan_json.hpp"
+#include "text.hpp"
 
 namespace detail = launchfit::detail;
 
@@ -25,7 +26,7 @@ bool clean(const std::string& s, std::size_t max) {
   for (unsigned char c : s) {
     if (c < 0x20 || c == 0x7f) return false;
   }
-  return detail::safe_text(s, max) == s;
+  return detail::is_clean_text(s, max);
 }
 
 }  // namespace
@@ -34,10 +35,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
 
   // Text helpers on any bytes: bounded, idempotent, nothing unsafe left.
-  const std::string safe = detail::safe_text(text, 256);
-  check(safe.size() <= 256 && detail::safe_text(safe, 256) == safe && clean(safe, 256));
-  const std::string escaped = detail::escaped_text(text.substr(0, 4096));
-  check(clean(escaped, 4 * 4096) && detail::escaped_text(escaped) == escaped);
+  const std::string safe = detail::sanitize_text(text, 256);
+  check(safe.size() <= 256 && detail::sanitize_text(safe, 256) == safe && clean(safe, 256));
+  // Escaped text is one line of valid UTF-8 with nothing a terminal acts on (a '\' is escaped too, so
+  // escaping twice is not the identity).
+  const std::string escaped = detail::escape_text(text.substr(0, 4096), 4 * 4096);
+  for (unsigned char c : escaped) check(c >= 0x20 && c != 0x7f);
+  check(detail::sanitize_text(escaped, escaped.size()) == escaped);
 
   const auto contents = detail::parse_cache_file(text);
   for (const auto& e : contents.entries) {

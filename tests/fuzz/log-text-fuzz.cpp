@@ -13,6 +13,7 @@
 
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
+#include "text.hpp"
 
 namespace lf = launchfit;
 
@@ -39,7 +40,7 @@ void check_one_safe_line(const std::string& s) {
   check(valid_utf8_strict(s));
 }
 
-// Inside a value quoted by escape_log_text(..., true), every '"' is escaped: preceded by an odd run of '\'.
+// Inside a value quoted by quote_text(), every '"' is escaped: preceded by an odd run of '\'.
 void check_quotes_escaped(const std::string& s) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] != '"') continue;
@@ -55,12 +56,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text(reinterpret_cast<const char*>(data), size);
   const std::size_t cap = 1 + size % 64;
 
-  const std::string plain = lf::detail::escape_log_text(text, cap);
+  const std::string plain = lf::detail::escape_text(text, cap);
   check_one_safe_line(plain);
   check(plain.size() <= 6 * cap + 32);
-  const std::string quoted = lf::detail::escape_log_text(text, cap, true);
+  const std::string quoted = lf::detail::quote_text(text, cap);
   check_one_safe_line(quoted);
-  check_quotes_escaped(quoted);
+  check(quoted.size() >= 2 && quoted.front() == '"' && quoted.back() == '"');
+  check_quotes_escaped(quoted.substr(1, quoted.size() - 2));
   const std::string utf8 = lf::detail::valid_utf8(text, cap);
   check(valid_utf8_strict(utf8));
   if (size <= cap && valid_utf8_strict(text)) check(utf8 == text);

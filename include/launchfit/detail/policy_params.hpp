@@ -15,8 +15,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "launchfit/export.hpp"
+#include "launchfit/detail/text.hpp"
 #include "launchfit/error.hpp"
+#include "launchfit/export.hpp"
 #include "launchfit/policy.hpp"
 
 namespace launchfit {
@@ -46,25 +47,6 @@ class LAUNCHFIT_API parameter_error : public error {
   std::string key_;
   bad_parameter::part at_;
 };
-
-// A value as quoted in a message: at most 64 bytes, control and non-ASCII bytes as \xNN.
-inline std::string quoted_value(const std::string& value) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "'";
-  const std::size_t shown = value.size() > 64 ? 48 : value.size();
-  for (std::size_t i = 0; i < shown; ++i) {
-    const auto c = static_cast<unsigned char>(value[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  out += shown < value.size() ? "...' (" + std::to_string(value.size()) + " bytes)" : std::string("'");
-  return out;
-}
 
 // Where from_chars starts: after a '+' that policy strings allow and from_chars does not.
 inline std::size_t signed_number_start(const std::string& value) {
@@ -100,8 +82,9 @@ inline bool magnitude_above_one(const char* first, const char* last) {
 template <class T>
 void parse_field(T& field, const std::string& value, const std::string& key) {
   auto bad = [&](const char* what) {
-    return bad_parameter(key, bad_parameter::part::value,
-                         "parameter " + quoted_value(key) + ": " + what + " " + quoted_value(value));
+    return bad_parameter(
+        key, bad_parameter::part::value,
+        "parameter " + quote_text(key, 64, '\'') + ": " + what + " " + quote_text(value, 64, '\''));
   };
   if constexpr (std::is_same_v<T, bool>) {
     if (value == "true" || value == "1") {
@@ -157,7 +140,7 @@ void params_assign(Params& p, const std::map<std::string, std::string>& kv) {
       std::string known;
       for (const char* n : Params::names) known += std::string(known.empty() ? "" : ", ") + n;
       throw detail::bad_parameter(key, detail::bad_parameter::part::key,
-                                  "unknown parameter " + detail::quoted_value(key) +
+                                  "unknown parameter " + detail::quote_text(key, 64, '\'') +
                                       " (known: " + (known.empty() ? std::string("none") : known) + ")");
     }
   }

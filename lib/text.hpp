@@ -1,0 +1,38 @@
+#pragma once
+// Untrusted text (file contents, environment variables, plugin output, kernel names, policy strings) as
+// launchfit shows or stores it: one rule set for logs, plans, tools, plugins and the policy parser, so
+// that no reader of a log line or a message can be misled by the bytes of one field. escape_text() and
+// quote_text() are declared in launchfit/detail/text.hpp, for the public headers that quote a value.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "launchfit/detail/text.hpp"
+
+namespace launchfit::detail {
+
+// A line assembled from pieces escaped already (a log message, an explanation quoting a value), made safe
+// as a whole: as escape_text() but '\' is kept, so the escapes the pieces hold read as they are.
+std::string escape_line(std::string_view s, std::size_t max_bytes);
+
+// `s` as valid UTF-8 for a serializer that escapes everything else (a JSON string): each invalid byte
+// becomes U+FFFD; at most max_bytes, never cut inside a character, then "...(N bytes)" when cut.
+std::string valid_utf8(std::string_view s, std::size_t max_bytes = 256);
+
+// `s` for a value stored back (a device name in a key): each invalid byte and each code point that
+// escape_text() would escape (but '\') becomes '?'; at most max_bytes, cut at a character boundary, no
+// marker. sanitize_text(sanitize_text(s, n), n) == sanitize_text(s, n).
+std::string sanitize_text(std::string_view s, std::size_t max_bytes);
+
+// Whether `s` is at most max_bytes and sanitize_text() would leave it as it is: for validators that
+// refuse text rather than rewrite it.
+bool is_clean_text(std::string_view s, std::size_t max_bytes);
+
+// The character of `s` at byte `at` as escape_text() shows it (quote_text() when `quote` is not '\0',
+// escape_line() with `keep_backslash`), appended to `out`; returns the bytes of `s` it covers (at least 1).
+// For callers that lay out escaped text themselves, such as a caret under a column.
+std::size_t escape_char(std::string_view s, std::size_t at, std::string& out, char quote = '\0',
+                        bool keep_backslash = false);
+
+}  // namespace launchfit::detail
