@@ -8,6 +8,7 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
+#include "plan_inputs.hpp"
 
 namespace launchfit {
 namespace detail {
@@ -34,6 +35,9 @@ struct store {
   // fault report (last launched plan) may still point into them. Only clear() (tests) grows this.
   std::vector<std::shared_ptr<slot>> retired;
   std::atomic<std::uint64_t> generation{1};
+  // The plan-inputs generation the slots were last swept for: slots of older ones are never found again
+  // (their keys hold the old generation) and are retired on the next miss.
+  std::uint64_t swept_inputs = 0;
   std::atomic<std::uint64_t> builds{0};
   std::atomic<std::uint64_t> map_hits{0};
 };
@@ -60,7 +64,8 @@ thread_local std::array<front_set, front_sets> front{};
 // The front's set for a key: one multiply (the policy hash is already mixed). The shared map uses hash_key.
 inline front_set& front_set_of(const plan_key& k) noexcept {
   const std::uint64_t x =
-      (k.kernel ^ (k.context << 40) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2) ^ (k.launch << 3) ^ (k.shape << 5)) *
+      (k.kernel ^ (k.context << 40) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2) ^ (k.launch << 3) ^ (k.shape << 5) ^
+       (k.inputs << 7)) *
       0x9e3779b97f4a7c15ULL;
   return front[static_cast<std::size_t>(x >> 60)];  // top 4 bits: 16 sets
 }
@@ -74,6 +79,7 @@ std::uint64_t hash_key(const plan_key& k) noexcept {
   h = hash_combine(h, k.smem_rule);
   h = hash_combine(h, k.launch);
   h = hash_combine(h, k.shape);
+  h = hash_combine(h, k.inputs);
   return hash_combine(h, k.bucket);
 }
 
@@ -103,6 +109,19 @@ const plan_entry* find_or_build(const plan_key& key, const std::function<plan_en
   std::shared_ptr<slot> sl;
   {
     std::unique_lock<std::shared_mutex> lock(s.mutex);
+    if (key.inputs > s.swept_inputs) {
+      // The inputs changed since the last sweep: plans of older generations can never be found again. Retired,
+      // not destroyed (thread-local fronts and the fault report may still point into them).
+      for (auto it = s.slots.begin(); it != s.slots.end();) {
+        if (it->first.inputs < key.inputs && it->second->ready.load(std::memory_order_acquire)) {
+          s.retired.push_back(std::move(it->second));
+          it = s.slots.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      s.swept_inputs = key.inputs;
+    }
     auto& ref = s.slots[key];
     if (!ref) ref = std::make_shared<slot>();
     sl = ref;
@@ -178,8 +197,10 @@ std::vector<cached_plan> plan_cache::plans() const {
   detail::store& s = detail::the_store();
   std::vector<cached_plan> out;
   std::shared_lock<std::shared_mutex> lock(s.mutex);
+  const std::uint64_t inputs = detail::plan_inputs_generation();
   for (const auto& [key, sl] : s.slots) {
     if (!sl->ready.load(std::memory_order_acquire) || sl->entry->route) continue;  // a route has no plan
+    if (key.inputs != inputs) continue;  // made under other inputs: never launched again
     const detail::plan_entry& e = *sl->entry;
     out.push_back(cached_plan{key, detail::display_name(e.kernel),
                               e.device_name + " #" + std::to_string(e.device_ordinal), e.device_uuid,
@@ -191,9 +212,10 @@ std::vector<cached_plan> plan_cache::plans() const {
 std::size_t plan_cache::size() const {
   detail::store& s = detail::the_store();
   std::shared_lock<std::shared_mutex> lock(s.mutex);
+  const std::uint64_t inputs = detail::plan_inputs_generation();
   std::size_t n = 0;
   for (const auto& kv : s.slots)
-    n += kv.second->ready.load(std::memory_order_acquire) && !kv.second->entry->route ? 1 : 0;
+    n += kv.first.inputs == inputs && kv.second->ready.load(std::memory_order_acquire) && !kv.second->entry->route;
   return n;
 }
 

@@ -37,6 +37,8 @@ constexpr code_row code_table[] = {
     {"LAUNCHFIT_UNKNOWN_ARCH", errc::unknown_arch, 0},
     {"LAUNCHFIT_PLUGIN_ERROR", errc::plugin, 0},
     {"LAUNCHFIT_INTERNAL", errc::internal, 0},
+    {"LAUNCHFIT_MISSING_WORK", errc::missing_work, 0},
+    {"LAUNCHFIT_NOT_PLANNED_YET", errc::not_planned_yet, 0},
     // Further names launchfit throws.
     {"LAUNCHFIT_INVALID_QUERY", errc::invalid_policy, 0},  // a policy was asked with empty device limits
     {"LAUNCHFIT_INVALID_CONFIG", errc::invalid_plan, 0},   // the calculator refuses a block size or smem
@@ -252,6 +254,10 @@ const char* to_string(errc code) noexcept {
       return "plugin";
     case errc::internal:
       return "internal";
+    case errc::missing_work:
+      return "missing_work";
+    case errc::not_planned_yet:
+      return "not_planned_yet";
   }
   return "other";
 }

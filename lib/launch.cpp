@@ -2,6 +2,7 @@
 // grid arithmetic and one cuLaunchKernelEx. Everything else (planning, tuning, reporting) is the miss path
 // in planner.cpp.
 
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "observe_internal.hpp"
 #include "plan_cache.hpp"
 #include "planner.hpp"
+#include "text.hpp"
 
 namespace launchfit::detail {
 namespace {
@@ -27,9 +29,10 @@ const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& 
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
     throw error("launchfit::launch", "CUDA_ERROR_INVALID_HANDLE", "null or empty kernel");
   }
-  if ((r.cluster.x | r.cluster.y | r.cluster.z) > 0xffffu) {
+  const dims& cluster = r.options.cluster;
+  if ((cluster.x | cluster.y | cluster.z) > 0xffffu) {
     throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
-                "cluster " + r.cluster.to_string() + " has a dimension above 65535");
+                "cluster " + cluster.to_string() + " has a dimension above 65535");
   }
   const context_ref ctx = current_context(r);
   const plan_key key = base_key(r, ctx);
@@ -71,9 +74,33 @@ void check_arguments(const launch_request& r, const plan_entry& e) {
   }
 }
 
+// The kernel's readable name for a refusal made before planning; its address where the driver cannot say.
+std::string kernel_label(const launch_request& r) {
+  try {
+    const CUfunction f = r.resolve ? r.resolve(r.stub) : r.driver_kernel ? r.driver_kernel->function() : nullptr;
+    if (f) return display_name(query_resources(f, true));
+  } catch (const error&) {
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "kernel at %#llx", static_cast<unsigned long long>(r.kernel_id));
+  return buf;
+}
+
 }  // namespace
 
+void require_work_for_plan(const launch_request& r) {
+  if (r.shape.kind != work::shape::none || !r.policy || !r.policy->depends_on_work()) return;
+  if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) return;  // entry_for() refuses it
+  throw error(errc::missing_work, "launchfit::plan_for",
+              "policy " + escape_text(r.policy->to_string()) +
+                  " chooses the block by the work (small work fills the SMs with smaller blocks), and the spec "
+                  "gives none: give plan_for() the launch's work (items(n), grid_stride(n) or grid(g)), or "
+                  "launch the plan it returns verbatim with planned(p)",
+              kernel_label(r));
+}
+
 const plan& plan_for(const launch_request& r) {
+  require_work_for_plan(r);
   std::optional<plan_entry> local;
   const plan_entry& e = entry_for(r, local);
   if (!local || &e != &*local) return e.plan;
@@ -98,7 +125,7 @@ launched launch(const launch_request& r) {
   if (r.bind) r.bind(r.bind_self, e.plan);  // from_plan() arguments, for the plan launched
   CUlaunchConfig cfg;
   launch_attributes attrs;
-  fill_launch_config(cfg, attrs, e.plan, grid, r.stream);
+  fill_launch_config(cfg, attrs, e.plan, e.options, grid, r.stream);
   spdlog::logger& lf_logger = logger_fast();
   if (lf_logger.should_log(spdlog::level::trace)) {
     lf_logger.trace("launch {} grid={} {}", display_name(e.kernel), grid.to_string(), e.plan.to_string());

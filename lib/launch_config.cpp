@@ -2,8 +2,9 @@
 
 namespace launchfit::detail {
 
-void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, dims grid, CUstream stream) {
-  const dims cluster = p.cluster;
+void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, const launch_options& o,
+                        dims grid, CUstream stream) {
+  const dims cluster = o.cluster;
   cfg = CUlaunchConfig{};
   cfg.gridDimX = grid.x;
   cfg.gridDimY = grid.y;
@@ -14,13 +15,13 @@ void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const pla
   cfg.sharedMemBytes = static_cast<unsigned>(p.dynamic_smem_bytes);
   cfg.hStream = stream;
   unsigned n = 0;
-  if (p.cooperative) {
+  if (o.cooperative) {
     attrs[n] = CUlaunchAttribute{};
     attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
     attrs[n].value.cooperative = 1;
     ++n;
   }
-  if (cluster.count() > 1 && !p.cluster_from_kernel) {  // __cluster_dims__ kernels carry their own
+  if (cluster.count() > 1 && !o.cluster_from_kernel) {  // __cluster_dims__ kernels carry their own
     attrs[n] = CUlaunchAttribute{};
     attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     attrs[n].value.clusterDim.x = cluster.x;
@@ -28,7 +29,7 @@ void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const pla
     attrs[n].value.clusterDim.z = cluster.z;
     ++n;
   }
-  if (p.programmatic) {
+  if (o.programmatic) {
     attrs[n] = CUlaunchAttribute{};
     attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attrs[n].value.programmaticStreamSerializationAllowed = 1;

@@ -5,14 +5,17 @@
 
 #include <array>
 
+#include "launchfit/launch_options.hpp"
 #include "launchfit/plan.hpp"
 
 namespace launchfit::detail {
 
 using launch_attributes = std::array<CUlaunchAttribute, 3>;
 
-// Every launch attribute goes through here (cooperative, cluster): what the plan says, nothing else.
-// `attrs` must outlive the launch that uses `cfg`.
-void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, dims grid, CUstream stream);
+// The one marshal step into the driver's struct, for real launches and tuning trials alike: block and dynamic
+// smem from the plan, every launch attribute (cooperative, cluster, PDL) from the launch's options alone, so
+// no plan from any source can add or drop one. `attrs` must outlive the launch that uses `cfg`.
+void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, const launch_options& o,
+                        dims grid, CUstream stream);
 
 }  // namespace launchfit::detail

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "log_internal.hpp"
+#include "text.hpp"
 
 namespace launchfit {
 namespace detail {
@@ -48,115 +49,6 @@ constexpr auto flush_wait = std::chrono::seconds(1);
 constexpr auto wait_cap = std::chrono::seconds(10);
 constexpr const char* valid_levels = "trace, debug, info, warn, error, critical, off";
 
-// ---- escaping ----
-
-// Length of the valid UTF-8 sequence at s[i] (1-4) and its code point, or 0 when s[i] starts none.
-std::size_t utf8_sequence(std::string_view s, std::size_t i, char32_t& cp) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = b(0);
-  if (c < 0x80) {
-    cp = c;
-    return 1;
-  }
-  std::size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;  // no UTF-16 surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  if (b(1) < lo || b(1) > hi) return 0;
-  for (std::size_t k = 2; k < n; ++k)
-    if (b(k) < 0x80 || b(k) > 0xBF) return 0;
-  cp = n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-  for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (b(k) & 0x3F);
-  return n;
-}
-
-// Code points a terminal or log viewer would act on: C1 controls, bidirectional overrides, line separators.
-bool invisible_control(char32_t cp) {
-  return (cp >= 0x80 && cp <= 0x9F) || cp == 0x200E || cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) ||
-         (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029 || cp == 0x061C || cp == 0xFEFF;
-}
-
-void append_hex(std::string& out, const char* prefix, unsigned v, int digits) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%s%0*x", prefix, digits, v);
-  out += buf;
-}
-
-void append_truncation(std::string& out, std::size_t full) {
-  out += "...(" + std::to_string(full) + " bytes)";
-}
-
-}  // namespace
-
-std::string escape_log_text(std::string_view s, std::size_t cap, bool quoted) {
-  std::string out;
-  out.reserve(std::min(s.size(), cap) + 8);
-  std::size_t i = 0;
-  while (i < s.size()) {
-    char32_t cp = 0;
-    std::size_t n = utf8_sequence(s, i, cp);
-    if (i + (n ? n : 1) > cap) break;
-    if (n == 0) {
-      append_hex(out, "\\x", static_cast<unsigned char>(s[i]), 2);
-      i += 1;
-      continue;
-    }
-    if (cp == '\n') {
-      out += "\\n";
-    } else if (cp == '\r') {
-      out += "\\r";
-    } else if (cp == '\t') {
-      out += "\\t";
-    } else if (cp < 0x20 || cp == 0x7F) {
-      append_hex(out, "\\x", static_cast<unsigned>(cp), 2);
-    } else if (quoted && (cp == '"' || cp == '\\')) {
-      out += '\\';
-      out += static_cast<char>(cp);
-    } else if (invisible_control(cp)) {
-      append_hex(out, "\\u", static_cast<unsigned>(cp), 4);
-    } else {
-      out.append(s.data() + i, n);
-    }
-    i += n;
-  }
-  if (i < s.size()) append_truncation(out, s.size());
-  return out;
-}
-
-std::string valid_utf8(std::string_view s, std::size_t cap) {
-  std::string out;
-  out.reserve(std::min(s.size(), cap) + 8);
-  std::size_t i = 0;
-  while (i < s.size()) {
-    char32_t cp = 0;
-    const std::size_t n = utf8_sequence(s, i, cp);
-    if (i + (n ? n : 1) > cap) break;
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      i += 1;
-    } else {
-      out.append(s.data() + i, n);
-      i += n;
-    }
-  }
-  if (i < s.size()) append_truncation(out, s.size());
-  return out;
-}
-
-namespace {
-
 std::string dump_json(const nlohmann::json& j) {
   // ensure_ascii: no raw control, bidirectional or other non-ASCII character reaches a terminal.
   return j.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
@@ -175,8 +67,8 @@ std::string wrap_json(spdlog::level::level_enum level, std::string_view payload)
 
 // Text value of a key=value field: quoted when it holds a space, '"', '=' or nothing.
 std::string field_value(std::string_view v) {
-  std::string e = escape_log_text(v, log_field_cap, true);
-  if (e.empty() || e.find_first_of(" \"=") != std::string::npos) return "\"" + e + "\"";
+  std::string e = escape_text(v, log_field_cap);
+  if (e.empty() || e.find_first_of(" \"=") != std::string::npos) return quote_text(v, log_field_cap);
   return e;
 }
 
@@ -190,16 +82,16 @@ event_payload build_event(spdlog::level::level_enum level, std::string_view even
   if (f == log_format::json) {
     nlohmann::json j = {{"level", level_name(level)},
                         {"logger", logger_name},
-                        {"event", valid_utf8(event)},
-                        {"msg", valid_utf8(message)}};
+                        {"event", valid_utf8(event, log_field_cap)},
+                        {"msg", valid_utf8(message, log_field_cap)}};
     for (const auto& [k, v] : fields) {
       const std::string key = valid_utf8(k, 256);
-      if (!j.contains(key)) j[key] = valid_utf8(v);
+      if (!j.contains(key)) j[key] = valid_utf8(v, log_field_cap);
     }
     return {dump_json(j), true};
   }
-  std::string s = escape_log_text(message);
-  for (const auto& [k, v] : fields) s += " " + escape_log_text(k, 256) + "=" + field_value(v);
+  std::string s = escape_line(message, log_field_cap);  // launchfit wrote it, escaping what it quotes
+  for (const auto& [k, v] : fields) s += " " + escape_text(k, 256) + "=" + field_value(v);
   return {std::move(s), false};
 }
 
@@ -243,8 +135,6 @@ const char* env_value(const char* name) {
   return v && *v ? v : nullptr;  // empty means unset (VAR= command)
 }
 
-std::string quoted_value(std::string_view v) { return "\"" + escape_log_text(v, 256, true) + "\""; }
-
 env_config read_env() {
   env_config c;
   std::vector<std::pair<std::string, std::string>> bad_levels;  // variable, value as written
@@ -283,7 +173,7 @@ env_config read_env() {
   c.level = level.value_or(spdlog::level::info);
   for (const auto& [var, value] : bad_levels) {
     c.warnings.push_back({var, value,
-                          var + (var == "SPDLOG_LEVEL" ? " entry " : "=") + quoted_value(value) +
+                          var + (var == "SPDLOG_LEVEL" ? " entry " : "=") + quote_text(value) +
                               " is not a level (valid: " + valid_levels + "); ignored, launchfit logs at " +
                               level_name(c.level)});
   }
@@ -293,7 +183,7 @@ env_config read_env() {
       c.format = log_format::json;
     } else if (s != "text") {
       c.warnings.push_back({"LAUNCHFIT_LOG_FORMAT", v,
-                            "LAUNCHFIT_LOG_FORMAT=" + quoted_value(v) +
+                            "LAUNCHFIT_LOG_FORMAT=" + quote_text(v) +
                                 " is not a format (valid: text, json); ignored, launchfit logs text"});
     }
   }
@@ -303,7 +193,7 @@ env_config read_env() {
       c.async = true;
     } else if (s != "0" && s != "false" && s != "off" && s != "no") {
       c.warnings.push_back({"LAUNCHFIT_LOG_ASYNC", v,
-                            "LAUNCHFIT_LOG_ASYNC=" + quoted_value(v) +
+                            "LAUNCHFIT_LOG_ASYNC=" + quote_text(v) +
                                 " is not a switch (valid: 1, 0, true, false, on, off, yes, no); ignored, "
                                 "launchfit logs synchronously"});
     }
@@ -381,7 +271,7 @@ route current_route(log_state& s) {
 
 std::string render(const output_record& r, log_format f) {
   if (f == log_format::json) return r.json ? r.payload : wrap_json(r.level, r.payload);
-  return escape_log_text(r.payload, line_cap);
+  return escape_line(r.payload, line_cap);
 }
 
 // Writes one record where launchfit's lines go now. May throw (a user's sink or error handler).
@@ -748,6 +638,16 @@ std::string grid_rule(const plan& p, const work& w) {
                                   : std::string());
 }
 
+// The grid the first launch ran: grid_for() rounds it up to whole clusters, so the log shows what the driver
+// was given, not the work's ceil. Empty when that grid is not computable here.
+std::string first_grid(const plan& p, const work& w) {
+  try {
+    return grid_for(p, w).to_string();
+  } catch (...) {
+    return {};
+  }
+}
+
 // Waves per SM of the grid the first launch ran (Nsight Compute's launch__waves_per_multiprocessor); -1 when
 // that grid is not computable here.
 double first_waves(const plan& p, const work& w) {
@@ -790,8 +690,8 @@ std::string format_plan(const plan_report& r, log_format f) {
         {"level", "info"},
         {"logger", logger_name},
         {"event", "new_plan"},
-        {"kernel", valid_utf8(r.kernel.demangled)},
-        {"device", valid_utf8(r.device)},
+        {"kernel", valid_utf8(r.kernel.demangled, log_field_cap)},
+        {"device", valid_utf8(r.device, log_field_cap)},
         {"device_ordinal", r.device_ordinal},
         {"cc", cc},
         {"block", p.block.to_string()},
@@ -808,13 +708,14 @@ std::string format_plan(const plan_report& r, log_format f) {
         {"registers", r.kernel.regs_per_thread},
         {"local_bytes_per_thread", r.kernel.local_bytes_per_thread},
         {"static_smem_bytes", r.kernel.static_smem_bytes},
-        {"policy", valid_utf8(p.policy)},
-        {"match", valid_utf8(p.match)},
-        {"reason", valid_utf8(p.reason)},
+        {"policy", valid_utf8(p.policy, log_field_cap)},
+        {"match", valid_utf8(p.match, log_field_cap)},
+        {"reason", valid_utf8(p.reason, log_field_cap)},
     };
-    if (!p.warning.empty()) j["warning"] = valid_utf8(p.warning);
-    if (!r.override_glob.empty()) j["override"] = valid_utf8(r.override_glob);
+    if (!p.warning.empty()) j["warning"] = valid_utf8(p.warning, log_field_cap);
+    if (!r.override_glob.empty()) j["override"] = valid_utf8(r.override_glob, log_field_cap);
     if (const double w = first_waves(p, r.first_work); w >= 0) j["waves_per_sm"] = w;
+    if (const std::string g = first_grid(p, r.first_work); !g.empty()) j["first_grid"] = g;
     if (!p.blocks.empty()) j["block_rule"] = p.blocks;
     if (p.programmatic) j["pdl"] = true;
     if (r.family_size > 0) j["family_members"] = r.family_size;
@@ -831,18 +732,17 @@ std::string format_plan(const plan_report& r, log_format f) {
     }
     return dump_json(j);
   }
-  const auto quoted = [](const std::string& v) {
-    return "\"" + escape_log_text(v, log_field_cap, true) + "\"";
-  };
+  const auto quoted = [](const std::string& v) { return quote_text(v, log_field_cap); };
   std::string s =
-      "new plan: kernel=" + escape_log_text(r.kernel.demangled) + " device=" + quoted(r.device) + " #" +
-      std::to_string(r.device_ordinal) + " cc=" + cc + " block=" + p.block.to_string() +
+      "new plan: kernel=" + escape_text(r.kernel.demangled, log_field_cap) + " device=" + quoted(r.device) +
+      " #" + std::to_string(r.device_ordinal) + " cc=" + cc + " block=" + p.block.to_string() +
       " grid=" + grid_rule(p, r.first_work) + " smem=" + std::to_string(p.dynamic_smem_bytes) +
       "B occupancy=" + pct(p.occupancy.occupancy) + " (" + std::to_string(p.occupancy.active_blocks_per_sm) +
       " blocks, " + std::to_string(p.occupancy.active_warps_per_sm) + " warps/SM; runs " +
       std::to_string(p.blocks_per_sm) + " blocks/SM) limiter=" + limiter_names(p.occupancy.limiters) +
       " regs=" + std::to_string(r.kernel.regs_per_thread) +
-      " local=" + std::to_string(r.kernel.local_bytes_per_thread) + "B policy=" + escape_log_text(p.policy);
+      " local=" + std::to_string(r.kernel.local_bytes_per_thread) +
+      "B policy=" + escape_text(p.policy, log_field_cap);
   if (p.cooperative) s += " cooperative";
   if (p.cluster.count() > 1) {
     s += " cluster=" + p.cluster.to_string() + (p.cluster_from_kernel ? "(kernel)" : "") +
@@ -854,13 +754,14 @@ std::string format_plan(const plan_report& r, log_format f) {
   if (r.family_size > 0) s += " family=" + std::to_string(r.family_size);
   if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count)
     s += " sms=" + std::to_string(p.sm_count) + "/" + std::to_string(r.device_sm_count);
+  if (const std::string g = first_grid(p, r.first_work); !g.empty()) s += " first_grid=" + g;
   if (const double w = first_waves(p, r.first_work); w >= 0) {
     char t[32];
     std::snprintf(t, sizeof t, " waves=%.2f", w);
     s += t;
   }
   if (!r.override_glob.empty()) s += " override=" + quoted(r.override_glob);
-  s += " match=" + escape_log_text(p.match);
+  s += " match=" + escape_text(p.match, log_field_cap);
   if (p.trials > 0) {
     char t[64];
     std::snprintf(t, sizeof t, " trials=%d tuning=%.1fms", p.trials, p.tuning_ms);
@@ -883,8 +784,8 @@ void log_new_plan(const plan_report& r) noexcept {
                   "kernel " + r.kernel.demangled + ": " + r.plan.warning,
                   {{"kernel", r.kernel.demangled}, {"policy", r.plan.policy}, {"warning", r.plan.warning}});
       } else {
-        log_payload(spdlog::level::warn, {"kernel " + escape_log_text(r.kernel.demangled) + ": " +
-                                          escape_log_text(r.plan.warning)});
+        log_payload(spdlog::level::warn, {"kernel " + escape_text(r.kernel.demangled, log_field_cap) + ": " +
+                                          escape_text(r.plan.warning, log_field_cap)});
       }
     }
     if (r.kernel.local_bytes_per_thread > 0) {
@@ -901,13 +802,13 @@ void log_new_plan(const plan_report& r) noexcept {
           nlohmann::json j = {{"level", "warning"},
                               {"logger", logger_name},
                               {"event", "local_memory"},
-                              {"kernel", valid_utf8(r.kernel.demangled)},
+                              {"kernel", valid_utf8(r.kernel.demangled, log_field_cap)},
                               {"local_bytes_per_thread", r.kernel.local_bytes_per_thread},
                               {"registers", r.kernel.regs_per_thread}};
           log_payload(spdlog::level::warn, {dump_json(j), true});
         } else {
-          log_payload(spdlog::level::warn, {"kernel " + escape_log_text(r.kernel.demangled) + " uses " +
-                                            spill + " B of local memory per thread (" + regs +
+          log_payload(spdlog::level::warn, {"kernel " + escape_text(r.kernel.demangled, log_field_cap) +
+                                            " uses " + spill + " B of local memory per thread (" + regs +
                                             " registers; a stack frame or register spills, -Xptxas -v says "
                                             "which): expect extra memory traffic"});
         }

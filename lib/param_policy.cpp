@@ -10,6 +10,7 @@ template class param_policy<bytes_in_flight_policy, bytes_in_flight_params>;
 template class param_policy<cooperative_policy, cooperative_params>;
 template class param_policy<fixed_policy, fixed_params>;
 template class param_policy<fixed_dims_policy, fixed_dims_params>;
+template class param_policy<planned_policy, planned_params>;
 template class param_policy<constant_block_policy, no_params>;
 
 // The registry registers the built-ins by type without the PFR parsing machinery in view.
@@ -18,6 +19,7 @@ template void register_policy<bytes_in_flight_policy>();
 template void register_policy<cooperative_policy>();
 template void register_policy<fixed_policy>();
 template void register_policy<fixed_dims_policy>();
+template void register_policy<planned_policy>();
 template void register_policy<constant_block_policy>();
 
 }  // namespace launchfit

@@ -16,6 +16,7 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
+#include "launchfit/launch_options.hpp"
 #include "launchfit/plan.hpp"
 
 namespace launchfit {
@@ -36,6 +37,7 @@ struct plan_entry {
   std::shared_ptr<const launchfit::policy> overriding;
   std::string override_glob;
   launchfit::plan plan;
+  launch_options options;  // what the launch requires (the kernel's __cluster_dims__ included): its attributes
   kernel_resources kernel;
   std::string device_name;
   std::string device_uuid;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,8 @@
 #include "log_internal.hpp"
 #include "observe_internal.hpp"
 #include "policy_string.hpp"
+#include "remote_store.hpp"
+#include "text.hpp"
 #include "tuning.hpp"
 
 namespace launchfit::detail {
@@ -155,7 +158,7 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
                  const family_members& fam) {
   query q;
   q.device = dev;
-  if (r.sm_budget > 0 && r.sm_budget < dev.sm_count) q.device.sm_count = r.sm_budget;
+  if (r.options.sm_budget > 0 && r.options.sm_budget < dev.sm_count) q.device.sm_count = r.options.sm_budget;
   q.kernel = e.kernel;
   q.dynamic_smem_bytes = r.smem_bytes;
   if (r.smem_fn) q.smem_per_block = *r.smem_fn;
@@ -306,14 +309,23 @@ std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const ke
 
 // Trials re-run the kernel: only when the spec allows it, with real arguments, outside a stream capture.
 // Every trial launches as the launch requires (a grid.sync() kernel is never timed non-cooperatively).
+// plan_for() has no arguments to time with: a policy that asks for a trial there is told no and `asked` is set,
+// so the caller refuses instead of answering with a plan the first launch would not run.
 void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need,
-                  const family_members& fam) {
-  if (!r.rerunnable || !r.has_arguments) return;
+                  const family_members& fam, const std::shared_ptr<std::atomic<bool>>& asked) {
+  if (!r.rerunnable) return;
   const driver_api& d = driver();
   // Any doubt (no entry point, an error such as the legacy stream while another stream captures) is a no.
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
   if (!d.cuStreamIsCapturing || d.cuStreamIsCapturing(r.stream, &capturing) != CUDA_SUCCESS) return;
   if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return;
+  if (!r.has_arguments) {
+    q.time_plan = [asked](const plan&) -> double {
+      asked->store(true, std::memory_order_relaxed);
+      throw error(errc::not_planned_yet, "time_plan", "plan_for() has no kernel arguments to time a trial with");
+    };
+    return;
+  }
   // One stream gate per tuning (a pinned word and a watchdog thread), made by the first trial. The trials
   // share the launch's stream: a plugin that times from several threads is served one trial at a time.
   struct tuning {
@@ -336,7 +348,7 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     std::lock_guard<std::mutex> lock(t->m);
     if (!t->gate) t->gate.emplace();
     if (r.bind) r.bind(r.bind_self, p);  // from_plan() arguments for this candidate
-    return time_candidate(run, r, p, max_grid_x, *t->gate);
+    return time_candidate(run, r, p, need, max_grid_x, *t->gate);
   };
 }
 
@@ -359,13 +371,11 @@ plan choose(const policy& chosen, const query& q, plan_entry& e) {
 // What, besides the policy, decides the plan: part of the cache file's key.
 std::string decided_by_text(const std::string& policy_text, const launch_request& r, const query& q,
                             const launch_requirements& need, const family_members& fam) {
-  std::string s = policy_text;
-  if (need.cooperative) s += " cooperative";
-  if (need.cluster.count() > 1) s += " cluster=" + need.cluster.to_string();
-  if (need.programmatic) s += " pdl";
+  std::string s = policy_text + key_text(need);
   if (!r.blocks.is_any()) s += " blocks=" + r.blocks.to_string();
   if (r.shape.rank >= 2) s += " rows=32";
-  if (q.device.sm_count > 0 && r.sm_budget > 0 && r.sm_budget <= q.device.sm_count) s += " sms=" + std::to_string(q.device.sm_count);
+  if (q.device.sm_count > 0 && r.options.sm_budget > 0 && r.options.sm_budget <= q.device.sm_count)
+    s += " sms=" + std::to_string(q.device.sm_count);
   if (!fam.blocks.empty()) {
     s += " family=";
     for (std::size_t i = 0; i < fam.blocks.size(); ++i)
@@ -377,7 +387,8 @@ std::string decided_by_text(const std::string& policy_text, const launch_request
 plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy& chosen, const query& q,
                       const launch_requirements& need, plan_entry& e, const device_limits& dev,
                       const family_members& fam) {
-  if (!cache_file_open()) {
+  // The plan store's layers (the local file, the remote store) are asked only when one is in use.
+  if (!cache_file_open() && !remote_layer()) {
     plan p = choose(chosen, q, e);
     apply_requirements(q, p, need);
     return p;
@@ -409,8 +420,9 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
       stored->match = match;
       return *stored;
     }
-    logger()->warn("plan cache file entry for {} ignored ({}); computing a new plan", display_name(e.kernel),
-                   printable(problem));
+    logger()->warn("{} entry for {} ignored ({}); computing a new plan",
+                   match.compare(0, 6, "remote") == 0 ? "remote plan store" : "plan cache file",
+                   display_name(e.kernel), escape_text(problem));
     if (!computed) {
       computed = choose(chosen, q, e);
       apply_requirements(q, *computed, need);
@@ -491,7 +503,8 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   describe_device(dev, e);
 
   e.override_glob = glob;
-  if (!decided_by) {
+  // A plan launched verbatim (planned(p)) was made under the overrides already: none replaces it.
+  if (!decided_by && !dynamic_cast<const planned_policy*>(r.policy)) {
     std::shared_ptr<const policy> over = override_for(e, e.override_glob);
     if (over && over->hash() != r.policy_hash) {
       e.route = std::move(over);  // planned under the override's own key and size bucket: follow_route()
@@ -510,9 +523,26 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
     throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel));
   }
   allow_cluster_size(need, e, fam);
+  e.options = need;  // the launch's attributes: from here to CUlaunchConfig, whatever the plan's source
   query q = make_query(r, e, dev, need, fam);
-  if (may_tune) offer_tuning(q, r, e, need, fam);
+  const auto asked = std::make_shared<std::atomic<bool>>(false);
+  if (may_tune) offer_tuning(q, r, e, need, fam, asked);
   e.plan = stored_or_chosen(r, key, chosen, q, need, e, dev, fam);
+  if (asked->load(std::memory_order_relaxed)) {
+    // The plan contract: plan_for() answers only with what the launch will run, and this launch is tuned on
+    // its first run (nothing stored for it yet). Nothing is cached: the first launch tunes.
+    throw error(errc::not_planned_yet, "launchfit::plan_for",
+                "policy " + escape_text(chosen.to_string()) +
+                    " times candidate plans on the first launch of this rerunnable spec, and no tuned plan is stored "
+                    "for it yet: launch it first (then plan_for() answers with the tuned plan), or compute "
+                    "block-dependent arguments with from_plan()",
+                display_name(e.kernel));
+  }
+  if (e.plan.cooperative != need.cooperative || e.plan.programmatic != need.programmatic ||
+      (need.has_cluster() ? e.plan.cluster != need.cluster : e.plan.cluster.count() > 1)) {
+    throw error(errc::internal, "launchfit::launch", "the plan's launch options differ from the launch's",
+                display_name(e.kernel), e.plan.to_string());
+  }
   choose_member(q, e, fam);
   check_cluster_size(need, e);
   if (q.device.sm_count < dev.sm_count)
@@ -533,13 +563,6 @@ const plan_entry& plan_once(const launch_request& r, const context_ref& ctx, con
                             const std::shared_ptr<const policy>& decided_by, const std::string& glob,
                             std::optional<plan_entry>& local) {
   try {
-    // plan_for() on a launch a tuning policy may time: no arguments to time with, so an untuned plan for this
-    // call only; the first launch tunes and caches.
-    const policy& deciding = decided_by ? *decided_by : *r.policy;
-    if (!r.has_arguments && r.rerunnable && !is_builtin_policy(deciding)) {
-      local.emplace(build_entry(r, ctx, key, decided_by, glob, false));
-      return *local;
-    }
     if (const plan_entry* e = find_or_build(key, [&] { return build_entry(r, ctx, key, decided_by, glob, true); }))
       return *e;
     local.emplace(build_entry(r, ctx, key, decided_by, glob, false));
@@ -608,12 +631,7 @@ const plan_entry& replan_for_smem_rule(const launch_request& r, const context_re
 // ---- pure steps ------------------------------------------------------------------------------------------
 
 launch_requirements requirements_of(const launch_request& r) {
-  launch_requirements need;
-  need.cooperative = r.cooperative || dynamic_cast<const cooperative_policy*>(r.policy) != nullptr;
-  need.cluster = r.cluster.count() > 1 ? r.cluster : dims{};
-  need.non_portable_cluster = r.non_portable_cluster;
-  need.programmatic = r.programmatic;
-  return need;
+  return launch_options_of(r);
 }
 
 void require_kernel_cluster(launch_requirements& need, const kernel_resources& k) {
@@ -635,7 +653,7 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
   if (need.cluster.count() > 1 || p.cluster.count() > 1) {
     if (p.cluster.count() > 1 && p.cluster != need.cluster) {
       throw error("plan(cluster)", "LAUNCHFIT_INVALID_PLAN",
-                  "policy " + printable(p.policy) + " chose cluster " + p.cluster.to_string() + " but the launch " +
+                  "policy " + escape_text(p.policy) + " chose cluster " + p.cluster.to_string() + " but the launch " +
                       (need.cluster.count() > 1 ? "requires cluster " + need.cluster.to_string()
                                                 : std::string("asked for no cluster")),
                   q.kernel.demangled, p.to_string());
@@ -644,6 +662,21 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
     p.cluster = need.cluster;
   }
   p.cluster_from_kernel = need.cluster_from_kernel;
+  // Options are the launch's, decided once from the spec: a policy, override or plugin that adds one is
+  // refused, never launched with it nor silently stripped of it.
+  if (p.programmatic && !need.programmatic) {
+    throw error(errc::invalid_plan, "plan(pdl)",
+                "policy " + escape_text(p.policy) +
+                    " chose a programmatic dependent launch (PDL) but the launch does not ask for one (.pdl())",
+                q.kernel.demangled, p.to_string());
+  }
+  if (p.cooperative && !need.cooperative) {
+    throw error(errc::invalid_plan, "plan(cooperative)",
+                "policy " + escape_text(p.policy) +
+                    " chose a cooperative launch but the launch does not require one (cooperative() or "
+                    ".cooperative())",
+                q.kernel.demangled, p.to_string());
+  }
   if (p.programmatic != need.programmatic) {
     p.programmatic = need.programmatic;
     changed = true;
@@ -696,35 +729,14 @@ std::string check_stored_plan(const query& q, plan& stored, const launch_require
            std::to_string(stored.dynamic_smem_bytes) + " B";
   }
   if (computed && !same_launch(stored, *computed)) {
-    return "the stored plan (" + stored.to_string() + ") is not what " + printable(computed->policy) +
+    return "the stored plan (" + stored.to_string() + ") is not what " + escape_text(computed->policy) +
            " chooses now (" + computed->to_string() + ")";
   }
-  stored.reason = "stored in the plan-cache file: " + printable(stored.reason);
-  stored.warning = printable(stored.warning);
+  const bool remote = stored.match.compare(0, 6, "remote") == 0;
+  stored.reason = (remote ? "stored in the remote plan store: " : "stored in the plan-cache file: ") +
+                  escape_text(stored.reason);
+  stored.warning = escape_text(stored.warning);
   return {};
-}
-
-std::string printable(std::string_view text, std::size_t max_bytes) {
-  std::string out;
-  out.reserve(std::min(text.size(), max_bytes) + 16);
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (out.size() >= max_bytes) {
-      out += "...(" + std::to_string(text.size()) + " bytes)";
-      break;
-    }
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7f) {
-      static constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else if (c >= 0x80) {
-      out += '?';  // bytes outside ASCII: never passed on raw (they may be invalid UTF-8)
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
 }
 
 }  // namespace launchfit::detail

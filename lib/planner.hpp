@@ -10,30 +10,18 @@
 
 #include "device_query.hpp"
 #include "launchfit/detail/launch_request.hpp"
+#include "launch_options.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
+#include "plan_inputs.hpp"
 
 namespace launchfit::detail {
 
-// What the launch itself requires, whatever policy decides.
-struct launch_requirements {
-  bool cooperative = false;
-  dims cluster{};                    // 1x1x1: none
-  bool cluster_from_kernel = false;  // the kernel's __cluster_dims__
-  bool non_portable_cluster = false;
-  bool programmatic = false;
-};
+// What the launch requires (launch_options.hpp): one value from the spec to CUlaunchConfig.
+using launch_requirements = launch_options;
 
-// The requirements in a plan key: bit 0 cooperative, cluster x/y/z in bits 1-16, 17-32, 33-48, bit 49
-// programmatic, bit 50 non-portable cluster sizes allowed.
-inline std::uint64_t launch_bits(const launch_request& r) noexcept {
-  const dims& c = r.cluster;
-  std::uint64_t bits = (r.cooperative ? 1u : 0u) | (std::uint64_t{r.programmatic} << 49) |
-                       (std::uint64_t{r.non_portable_cluster} << 50);
-  if (c.count() <= 1) return bits;
-  return bits | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |
-         (std::uint64_t{c.z & 0xffffu} << 33);
-}
+// The requirements in a plan key: one function owns the encoding (launch_options.hpp).
+inline std::uint64_t launch_bits(const launch_request& r) noexcept { return key_bits(launch_options_of(r)); }
 // Set in the key of a plan made by an override (under its own policy hash and bucket).
 inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
 
@@ -41,13 +29,17 @@ inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
 // blocks are shaped in rows of 32) and the SM budget. 0 when none is given.
 inline std::uint64_t shape_bits(const launch_request& r) noexcept {
   const std::uint64_t rule = r.blocks.k == block_rule::kind::any ? 0 : r.blocks.hash();
-  const std::uint64_t extra = (r.shape.rank >= 2 ? 2u : 0u) | (static_cast<std::uint64_t>(r.sm_budget) << 8);
+  const std::uint64_t extra =
+      (r.shape.rank >= 2 ? 2u : 0u) | (static_cast<std::uint64_t>(r.options.sm_budget) << 8);
   if ((rule | extra) == 0) return 0;
   return hash_combine(rule, extra) | 1;
 }
 
+// Everything a plan depends on: the request's own fields and the generation of the process-wide inputs
+// (plan_inputs.hpp), so no call site ever flushes the cache by hand.
 inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexcept {
-  return plan_key{ctx.id, r.kernel_id, r.policy_hash, r.smem_rule, r.bucket, launch_bits(r), shape_bits(r)};
+  return plan_key{ctx.id,         r.kernel_id,  r.policy_hash, r.smem_rule, r.bucket, launch_bits(r),
+                  shape_bits(r), plan_inputs_generation()};
 }
 
 // The key of a request missed: plans it (or waits for the thread that does). A request asked again from
@@ -65,7 +57,12 @@ const plan_entry& replan_for_smem_rule(const launch_request& r, const context_re
 
 // ---- pure steps, tested on the CPU ----------------------------------------------------------------------
 
-// What the launch requires: the request's flags, plus cooperative when the spec's own policy is cooperative().
+// The plan contract: plan_for(k, spec) answers with exactly what launch(k, spec) runs. A spec without work
+// whose policy decides by the work (policy::depends_on_work()) has no answer a later launch with work would
+// keep: refused with errc::missing_work, naming the kernel and the policy, before any plan is made.
+void require_work_for_plan(const launch_request& r);
+
+// What the launch requires: the request's options (decided in make_request()).
 launch_requirements requirements_of(const launch_request& r);
 // Adds the kernel's compile-time __cluster_dims__ to what the launch requires; throws when the launch asks
 // for other cluster dims.
@@ -86,8 +83,5 @@ bool same_launch(const plan& a, const plan& b) noexcept;
 std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need,
                               const plan* computed);
 
-// Text from outside (a cache file, a plugin) made safe to show: control characters escaped, at most
-// max_bytes kept.
-std::string printable(std::string_view text, std::size_t max_bytes = 256);
 
 }  // namespace launchfit::detail

@@ -13,6 +13,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
+#include "plan_inputs.hpp"
 #include "policy_string.hpp"
 
 namespace launchfit {
@@ -469,7 +470,22 @@ bool fill_the_sms(const query& q, plan& p, std::uint64_t bucket) {
 
 }  // namespace
 
-std::uint64_t max_occupancy_policy::work_bucket(const work& w) const { return small_work_bucket(w); }
+bool policy::depends_on_work() const {
+  const std::uint64_t none = work_bucket(work{});
+  for (const work::shape kind : {work::shape::items, work::shape::grid_stride}) {
+    for (const std::uint64_t n : {1ull, 100ull, 4096ull, 1ull << 14, 1ull << 17, 1ull << 20, 1ull << 26, 1ull << 34}) {
+      work w;
+      w.kind = kind;
+      w.n = n;
+      if (work_bucket(w) != none) return true;
+    }
+  }
+  return false;
+}
+
+std::uint64_t max_occupancy_policy::work_bucket(const work& w) const {
+  return params_.prefer_block == 0 ? 0 : small_work_bucket(w);  // 0: exactly the driver's block, for any work
+}
 std::uint64_t bytes_in_flight_policy::work_bucket(const work& w) const { return small_work_bucket(w); }
 
 plan max_occupancy_policy::choose_impl(const query& q) const {
@@ -489,7 +505,7 @@ plan max_occupancy_policy::choose_impl(const query& q) const {
                                params_.prefer_block, b.blocks_per_sm, b.block_threads)
                  : fmt::format("the largest block with the most resident threads: {} x {} threads per SM",
                                b.blocks_per_sm, b.block_threads);
-  fill_the_sms(q, p, small_work_bucket(q.work_hint));
+  fill_the_sms(q, p, work_bucket(q.work_hint));
   return p;
 }
 
@@ -596,6 +612,26 @@ plan fixed_dims_policy::choose_impl(const query& q) const {
   return p;
 }
 
+plan planned_policy::choose_impl(const query& q) const {
+  const planned_params& f = params_;
+  for (int v : {f.bx, f.by, f.bz, f.gy, f.gz}) {
+    if (v <= 0)
+      throw error(errc::invalid_policy, "planned", "a planned block and grid need every dimension > 0", q.kernel.demangled);
+  }
+  if (f.gx < 0 || f.blocks_per_sm < 0 || (f.full_grid != 0 && f.full_grid != 1)) {
+    throw error(errc::invalid_policy, "planned", "gx and blocks_per_sm must be >= 0, full_grid 0 or 1",
+                q.kernel.demangled);
+  }
+  plan p;
+  p.block = dims{static_cast<unsigned>(f.bx), static_cast<unsigned>(f.by), static_cast<unsigned>(f.bz)};
+  p.grid = f.gx == 0 ? dims{0, 1, 1}
+                     : dims{static_cast<unsigned>(f.gx), static_cast<unsigned>(f.gy), static_cast<unsigned>(f.gz)};
+  p.blocks_per_sm = f.blocks_per_sm;
+  p.full_grid = f.full_grid != 0;
+  p.reason = "launched as planned";
+  return p;
+}
+
 plan fixed_policy::choose_impl(const query& q) const {
   (void)q;
   plan p;
@@ -616,7 +652,7 @@ plan fixed_policy::choose_impl(const query& q) const {
 bool detail::is_builtin_policy(const policy& p) noexcept {
   return dynamic_cast<const max_occupancy_policy*>(&p) || dynamic_cast<const bytes_in_flight_policy*>(&p) ||
          dynamic_cast<const fixed_policy*>(&p) || dynamic_cast<const cooperative_policy*>(&p) ||
-         dynamic_cast<const fixed_dims_policy*>(&p);
+         dynamic_cast<const fixed_dims_policy*>(&p) || dynamic_cast<const planned_policy*>(&p);
 }
 
 std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {
@@ -644,7 +680,7 @@ void set_bytes_in_flight_per_sm(int cc, std::size_t bytes) {
     std::lock_guard<std::mutex> lock(bif_mutex());
     bif_overrides()[cc] = bytes;
   }
-  detail::forget_all_plans();  // no plan key holds the default target: plans made under the old one go
+  detail::plan_inputs_changed("bytes-in-flight default");  // plans made under the old target are not reused
 }
 
 }  // namespace launchfit

@@ -14,7 +14,9 @@
 #include "launchfit/param_policy.hpp"  // param_policy, parameter_error (before: in policy.hpp)
 #endif
 #include "launchfit/policy.hpp"
+#include "plan_inputs.hpp"
 #include "plugin_loader.hpp"
+#include "text.hpp"
 
 namespace launchfit {
 namespace {
@@ -47,6 +49,7 @@ void ensure_builtins() {
     register_policy<cooperative_policy>();
     register_policy<fixed_policy>();
     register_policy<fixed_dims_policy>();
+    register_policy<planned_policy>();
     register_policy<constant_block_policy>();
   });
 }
@@ -63,8 +66,8 @@ void register_policy(const std::string& name, policy_factory factory) {
   ensure_builtins();
   if (!detail::is_policy_name(name)) {
     throw error("register_policy", "LAUNCHFIT_INVALID_POLICY",
-                "policy name \"" + detail::escape_untrusted(name, 256) +
-                    "\" cannot be selected by a policy string (expected [A-Za-z_][A-Za-z0-9_]*)");
+                "policy name " + detail::quote_text(name, 256) +
+                    " cannot be selected by a policy string (expected [A-Za-z_][A-Za-z0-9_]*)");
   }
   if (!factory) {
     throw error("register_policy", "LAUNCHFIT_INVALID_POLICY", "no factory given for '" + name + "'");
@@ -76,6 +79,9 @@ void register_policy(const std::string& name, policy_factory factory) {
     throw error("register_policy", "LAUNCHFIT_DUPLICATE_POLICY",
                 "a policy named '" + name + "' is already registered (registered: " + known_names(r) + ")");
   }
+  lock.unlock();
+  // A new policy or plugin can decide where none did (a name an override or a declining plugin falls back to).
+  detail::plan_inputs_changed("policy registered");
 }
 
 bool unregister_policy(const std::string& name) {
@@ -96,6 +102,7 @@ bool unregister_policy(const std::string& name) {
     }
     forgotten = detail::forget_plugin_locked(name);  // its file may be loaded again
   }
+  detail::plan_inputs_changed("policy unregistered");
   return true;
 }
 
@@ -129,7 +136,7 @@ std::shared_ptr<const policy> make_policy(const std::string& name,
   if (!factory) {
     // The plugin table is locked only after the registry lock is released (lock order: table, registry).
     throw error("make_policy", "LAUNCHFIT_UNKNOWN_POLICY",
-                "unknown policy '" + detail::escape_untrusted(name, 256) + "' (known: " + known + ")" +
+                "unknown policy " + detail::quote_text(name, 256, '\'') + " (known: " + known + ")" +
                     detail::env_plugin_failures());
   }
   try {

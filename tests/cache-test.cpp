@@ -10,13 +10,17 @@
 
 #include "launchfit/cache.hpp"
 #include "plan_cache.hpp"
+#include "plan_inputs.hpp"
 
 namespace lf = launchfit;
 
 namespace {
 
+// Keys as the launch makes them: under the current generation of the process-wide inputs.
 lf::plan_key key_of(int kernel, int policy, std::uintptr_t ctx = 0x1000) {
-  return lf::plan_key{ctx, static_cast<std::uintptr_t>(0x5000 + kernel), static_cast<std::uint64_t>(policy), 0, 0};
+  lf::plan_key k{ctx, static_cast<std::uintptr_t>(0x5000 + kernel), static_cast<std::uint64_t>(policy), 0, 0};
+  k.inputs = launchfit::detail::plan_inputs_generation();
+  return k;
 }
 
 }  // namespace

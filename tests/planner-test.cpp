@@ -83,23 +83,22 @@ TEST(Requirements, ClusterDimsBelongToTheLaunch) {
   EXPECT_THROW(ld::apply_requirements(q, unasked, ld::launch_requirements{}), lf::error);
 }
 
-TEST(Requirements, ACooperativeSpecPolicyRequiresCooperativeWhateverDecides) {
-  lf::cooperative_policy coop;
-  lf::max_occupancy_policy maxocc;
-  ld::launch_request r;
-  r.policy = &coop;
-  EXPECT_TRUE(ld::requirements_of(r).cooperative);
-  r.policy = &maxocc;
-  EXPECT_FALSE(ld::requirements_of(r).cooperative);
-  r.cooperative = true;  // spec.cooperative()
-  EXPECT_TRUE(ld::requirements_of(r).cooperative);
+TEST(Requirements, CooperativeIsDecidedOnceFromTheSpecAndItsPolicy) {
+  // One place decides it (make_request): cooperative(), .cooperative(), or a cooperative policy object.
+  EXPECT_TRUE(ld::requirements_of(ld::make_request(lf::cooperative())).cooperative);
+  EXPECT_TRUE(ld::requirements_of(ld::make_request(lf::use("cooperative"))).cooperative);
+  EXPECT_TRUE(ld::requirements_of(ld::make_request(lf::use(std::make_shared<lf::cooperative_policy>()))).cooperative);
+  EXPECT_TRUE(ld::requirements_of(ld::make_request(lf::max_occupancy().cooperative())).cooperative);
+  EXPECT_FALSE(ld::requirements_of(ld::make_request(lf::max_occupancy())).cooperative);
+  EXPECT_FALSE(ld::requirements_of(ld::make_request(lf::use("max_occupancy"))).cooperative);
+  EXPECT_TRUE(ld::make_request(lf::cooperative()).options.cooperative);
 }
 
 TEST(Requirements, KeysTellApartWhatLaunchesRequire) {
   ld::launch_request plain, coop, clustered, clustered4;
-  coop.cooperative = true;
-  clustered.cluster = lf::dims{2, 1, 1};
-  clustered4.cluster = lf::dims{4, 1, 1};
+  coop.options.cooperative = true;
+  clustered.options.cluster = lf::dims{2, 1, 1};
+  clustered4.options.cluster = lf::dims{4, 1, 1};
   const ld::context_ref ctx{nullptr, 7};
   const lf::plan_key a = ld::base_key(plain, ctx), b = ld::base_key(coop, ctx), c = ld::base_key(clustered, ctx),
                      d = ld::base_key(clustered4, ctx);
@@ -163,7 +162,7 @@ TEST(StoredPlans, AnAcceptedEntryShowsNoFileTextRaw) {
   lf::plan stored = stored_from(computed);
   EXPECT_EQ(ld::check_stored_plan(q, stored, {}, &computed), "");
   EXPECT_EQ(stored.reason.find('\n'), std::string::npos) << stored.reason;
-  EXPECT_NE(stored.reason.find("\\x0a"), std::string::npos) << stored.reason;
+  EXPECT_NE(stored.reason.find("tuned\\n[error]"), std::string::npos) << stored.reason;  // escaped, as every log shows it
 }
 
 TEST(StoredPlans, ABlockAboveTheKernelsLimitIsRejected) {
@@ -172,15 +171,6 @@ TEST(StoredPlans, ABlockAboveTheKernelsLimitIsRejected) {
   lf::plan stored;
   stored.block = lf::dims{1024, 1, 1};
   EXPECT_THROW(ld::check_stored_plan(q, stored, {}, nullptr), lf::error);
-}
-
-TEST(Printable, ControlCharactersAreEscapedAndLengthIsBounded) {
-  EXPECT_EQ(ld::printable("a\nb\x1b[31m"), "a\\x0ab\\x1b[31m");
-  EXPECT_EQ(ld::printable("caf\xc3\xa9"), "caf??");
-  const std::string big(1 << 20, 'x');
-  const std::string shown = ld::printable(big, 64);
-  EXPECT_LT(shown.size(), 100u);
-  EXPECT_NE(shown.find("1048576 bytes"), std::string::npos);
 }
 
 // ---- the store: no lock held while a plan is built --------------------------------------------------------
@@ -266,12 +256,13 @@ TEST(PlanStore, ADeadContextsPlansAreDropped) {
   EXPECT_EQ(ld::find(k), nullptr);
 }
 
-TEST(PlanStore, SettingPolicyOverridesDropsEveryPlan) {
-  lf::plan_key k = key_of(6);
-  ld::find_or_build(k, [] { return entry_with_block(64); });
-  ASSERT_NE(ld::find(k), nullptr);
+TEST(PlanStore, SettingPolicyOverridesMakesEveryLaunchPlanAgain) {
+  // No flush: the overrides' generation is in every key (plan-contract-test.cpp enumerates every input).
+  const ld::launch_request r = ld::make_request(lf::fixed(64).items(100));
+  const ld::context_ref ctx{nullptr, 3};
+  const lf::plan_key before = ld::base_key(r, ctx);
   lf::set_policy_overrides("some_kernel=fixed(block=96)");
-  EXPECT_EQ(ld::find(k), nullptr) << "a plan chosen under the old overrides survived";
+  EXPECT_FALSE(ld::base_key(r, ctx) == before) << "a plan chosen under the old overrides would be found again";
   lf::set_policy_overrides("");
 }
 
@@ -280,8 +271,8 @@ TEST(Requirements, AUsedCooperativePolicyMakesTheLaunchCooperativeInItsKey) {
   const auto coop = lf::use(std::make_shared<const lf::cooperative_policy>());
   const auto plain = lf::use(std::make_shared<const lf::max_occupancy_policy>());
   const ld::launch_request rc = ld::make_request(coop), rp = ld::make_request(plain);
-  EXPECT_TRUE(rc.cooperative);
-  EXPECT_FALSE(rp.cooperative);
+  EXPECT_TRUE(rc.options.cooperative);
+  EXPECT_FALSE(rp.options.cooperative);
   const ld::context_ref ctx{nullptr, 1};
   EXPECT_NE(ld::base_key(rc, ctx).launch, ld::base_key(rp, ctx).launch);
 }

@@ -27,6 +27,8 @@ enum class errc : int {
   unknown_arch,           // no limits are known for this compute capability (offline calculator)
   plugin,                 // a plugin failed, refused to load, or returned an error
   internal,               // a launchfit bug
+  missing_work,           // plan_for() on a spec without work whose policy decides by the work: give it items(n)
+  not_planned_yet,        // plan_for() before the first launch of a launch that is tuned on its first run
 };
 
 // The name launchfit gives a code, e.g. "invalid_plan".

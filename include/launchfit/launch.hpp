@@ -20,6 +20,7 @@
 #include "launchfit/detail/launch_request.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
+#include "launchfit/launch_options.hpp"
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
 
@@ -93,14 +94,14 @@ class spec {
   // (e.g. communication kernels); k above the context's SMs is the context's SMs. 0: all.
   spec sms(int k) && { return std::move(sms(k)); }
   spec& sms(int k) & {
-    sm_budget_ = k > 0 ? k : 0;
+    options_.sm_budget = k > 0 ? k : 0;
     return *this;
   }
   // Programmatic dependent launch (sm_90+): this kernel may start while the previous kernel in the stream is
   // still running; it must call cudaGridDependencySynchronize() before reading that kernel's output. Opt-in.
   spec pdl() && { return std::move(pdl()); }
   spec& pdl() & {
-    programmatic_ = true;
+    options_.programmatic = true;
     return *this;
   }
   spec on(CUstream s) && { return std::move(on(s)); }
@@ -134,15 +135,15 @@ class spec {
   // which sets the kernel's non-portable cluster attribute. A kernel with __cluster_dims__ needs no call.
   spec cluster(dims c, bool allow_non_portable = false) && { return std::move(cluster(c, allow_non_portable)); }
   spec& cluster(dims c, bool allow_non_portable = false) & {
-    cluster_ = c;
-    non_portable_ = allow_non_portable;
+    options_.cluster = c;
+    options_.non_portable_cluster = allow_non_portable;
     return *this;
   }
   // The kernel needs a cooperative launch (it calls grid.sync()): whatever policy decides, the launch stays
   // cooperative and its grid is checked for co-residency, or it is refused. cooperative() implies it.
   spec cooperative() && { return std::move(cooperative()); }
   spec& cooperative() & {
-    cooperative_ = true;
+    options_.cooperative = true;
     return *this;
   }
   // The kernel may be run several times, back to back, on the same arguments: lets a tuning policy time
@@ -174,11 +175,15 @@ class spec {
   std::size_t smem_bytes() const noexcept { return smem_bytes_; }
   const smem_per_block_fn* smem_fn() const noexcept { return smem_fn_ ? &smem_fn_ : nullptr; }
   std::uint64_t smem_rule() const noexcept { return smem_rule_; }
-  dims cluster_dims() const noexcept { return cluster_; }
-  bool allows_non_portable_cluster() const noexcept { return non_portable_; }
-  bool requires_cooperative() const noexcept { return cooperative_; }
-  bool is_programmatic() const noexcept { return programmatic_; }
-  int sm_budget() const noexcept { return sm_budget_; }
+  // What the launch requires as the spec says it (make_request adds cooperative for a cooperative policy).
+  const launch_options& options() const noexcept { return options_; }
+  dims cluster_dims() const noexcept { return options_.cluster; }
+  bool allows_non_portable_cluster() const noexcept { return options_.non_portable_cluster; }
+  bool requires_cooperative() const noexcept {  // .cooperative() was called, or the policy is cooperative()
+    return options_.cooperative || std::is_same_v<Policy, cooperative_policy>;
+  }
+  bool is_programmatic() const noexcept { return options_.programmatic; }
+  int sm_budget() const noexcept { return options_.sm_budget; }
   const block_rule& block_sizes() const noexcept { return blocks_; }
   bool is_rerunnable() const noexcept { return rerunnable_ || reset_; }
   bool runs_back_to_back() const noexcept { return rerunnable_; }
@@ -191,12 +196,8 @@ class spec {
   std::size_t smem_bytes_ = 0;
   smem_per_block_fn smem_fn_;
   std::uint64_t smem_rule_ = 0;
-  dims cluster_{};
+  launch_options options_{};
   block_rule blocks_{};
-  int sm_budget_ = 0;
-  bool non_portable_ = false;
-  bool programmatic_ = false;
-  bool cooperative_ = std::is_same_v<Policy, cooperative_policy>;
   bool rerunnable_ = false;
   std::shared_ptr<std::function<void()>> reset_;
 };
@@ -227,6 +228,22 @@ inline spec<fixed_dims_policy> fixed(dims block, dims grid = dims{0, 1, 1}) {
   return spec<fixed_dims_policy>(fixed_dims_policy{fixed_dims_params{
       static_cast<int>(block.x), static_cast<int>(block.y), static_cast<int>(block.z), static_cast<int>(grid.x),
       static_cast<int>(grid.y), static_cast<int>(grid.z)}});
+}
+// A plan from plan_for() (or launched().plan()) launched verbatim: its block, grid rule, residency, dynamic
+// smem and launch options (cooperative, cluster, PDL, SM budget), validated again for the kernel launched.
+// Give the work again (items(n), grid_stride(n)); overrides never replace it. With it "plan, compute
+// block-dependent arguments, launch" cannot diverge: launch(k, planned(p).items(n), args_from(p)...).
+inline spec<planned_policy> planned(const plan& p) {
+  spec<planned_policy> s(planned_policy{planned_params{
+      static_cast<int>(p.block.x), static_cast<int>(p.block.y), static_cast<int>(p.block.z),
+      static_cast<int>(p.grid.x), static_cast<int>(p.grid.y), static_cast<int>(p.grid.z), p.blocks_per_sm,
+      p.full_grid ? 1 : 0}});
+  s.smem(p.dynamic_smem_bytes);
+  if (p.cooperative) s.cooperative();
+  if (p.cluster.count() > 1 && !p.cluster_from_kernel) s.cluster(p.cluster, p.cluster.count() > 8);
+  if (p.programmatic) s.pdl();
+  if (p.sm_count > 0) s.sms(p.sm_count);
+  return s;
 }
 // Any policy object (registered, from a plugin, or from a string).
 inline spec<std::shared_ptr<const policy>> use(std::shared_ptr<const policy> p) {
@@ -263,16 +280,15 @@ launch_request make_request(const spec<Policy>& s) {
   r.smem_rule = s.smem_rule();
   r.shape = s.work_shape();
   r.stream = s.stream();
-  r.cluster = s.cluster_dims();
-  r.non_portable_cluster = s.allows_non_portable_cluster();
-  r.cooperative = s.requires_cooperative();
-  r.programmatic = s.is_programmatic();
-  r.sm_budget = s.sm_budget();
-  r.blocks = s.block_sizes();
-  if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
-    // use("cooperative") / use(ptr): the policy object decides at run time whether the launch is cooperative.
-    r.cooperative = r.cooperative || dynamic_cast<const cooperative_policy*>(&p) != nullptr;
+  r.options = s.options();
+  // The one place that decides whether the launch is cooperative: the spec says so, or its policy is
+  // cooperative() (also when it came from use("cooperative") or a pointer). No later step adds or drops it.
+  if constexpr (std::is_same_v<Policy, cooperative_policy>) {
+    r.options.cooperative = true;
+  } else if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
+    r.options.cooperative = r.options.cooperative || dynamic_cast<const cooperative_policy*>(&p) != nullptr;
   }
+  r.blocks = s.block_sizes();
   r.rerunnable = s.is_rerunnable();
   r.back_to_back = s.runs_back_to_back();
   r.reset = s.reset_fn();

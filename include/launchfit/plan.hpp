@@ -1,6 +1,15 @@
 #pragma once
-// launchfit::plan — what a policy decided for one (device, kernel, policy, smem rule), and the work shape
-// that turns a plan into a grid at launch time.
+// launchfit::plan — what a policy decided for one (device, kernel, policy, smem rule, launch options, size
+// bucket), and the work shape that turns a plan into a grid at launch time.
+//
+// The plan contract: what plan_for(k, spec) returns is exactly what launch(k, spec, ...) with the same spec
+// runs, and planned(p) launches a plan verbatim. A plan depends on the work only through its policy's size
+// bucket (policy::work_bucket; e.g. small work fills the SMs with smaller blocks) and the work's rank; the
+// grid is computed per launch. So a spec without work whose policy decides by the work
+// (policy::depends_on_work()) cannot be planned: plan_for() refuses it with errc::missing_work instead of
+// answering with a block a later launch with work would not use. max_occupancy(0) (the driver's block),
+// fixed, cooperative and planned never depend on the work. A launch tuned on its first run has no plan
+// before it: plan_for() then refuses with errc::not_planned_yet.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +36,8 @@ struct extent {
   std::uint64_t x = 1, y = 1, z = 1;
 };
 
-// The work a launch covers. The plan never depends on n; the grid is computed from it per launch.
+// The work a launch covers. The grid is computed from it per launch; the plan depends on it only through its
+// policy's size bucket and the rank (see the plan contract above).
 struct work {
   enum class shape : std::uint8_t {
     none,         // no work given: one full wave of resident blocks (blocks_per_sm x SMs)
@@ -123,7 +133,7 @@ struct LAUNCHFIT_API plan {
   std::string reason;            // why the policy chose this, one sentence
   std::string warning;           // set when the policy could not meet its goal (logged once as a warning)
   // computed | cache-file | cache-file-same-model | cache-file-other-bucket | cache-file-same-model-other-bucket
-  // | fallback
+  // | remote (the remote plan store: another GPU of this model) | fallback
   std::string match = "computed";
   int trials = 0;                // candidate plans timed (autotune)
   double tuning_ms = 0;

@@ -67,8 +67,14 @@ class LAUNCHFIT_API policy {
   virtual std::string params() const = 0;
   // Stable hash of name and parameters; part of every plan-cache key.
   virtual std::uint64_t hash() const = 0;
-  // Extra cache-key component from the work shape (autotune: a size bucket); 0 means n is irrelevant.
+  // Extra cache-key component from the work shape (autotune: a size bucket); 0 means n is irrelevant. A
+  // policy that reads query::work_hint must return a different bucket for every work it may decide
+  // differently for: the bucket is how the plan's identity holds the work.
   virtual std::uint64_t work_bucket(const work&) const { return 0; }
+  // Whether the choice depends on the work, i.e. work_bucket() is not the same for every work (the default
+  // asks it for a spread of sizes). plan_for() on a spec without work refuses such a policy (errc::missing_work):
+  // a later launch with work could choose another block.
+  virtual bool depends_on_work() const;
   // Returns a validated plan or throws launchfit::error.
   virtual plan choose(const query& q) const = 0;
 
@@ -153,6 +159,7 @@ class LAUNCHFIT_API bytes_in_flight_policy;
 class LAUNCHFIT_API cooperative_policy;
 class LAUNCHFIT_API fixed_policy;
 class LAUNCHFIT_API fixed_dims_policy;
+class LAUNCHFIT_API planned_policy;
 class LAUNCHFIT_API constant_block_policy;  // the ten-line reference policy for authors, in launchfit/param_policy.hpp
 
 struct LAUNCHFIT_API no_params {
@@ -172,7 +179,8 @@ struct LAUNCHFIT_API max_occupancy_params {
 // block -> smem rule); see max_occupancy_params for the tie-break. Small work first fills the SMs: when its
 // blocks would leave SMs idle (16,384 threads in 256-thread blocks: 64 blocks on 132 SMs), the largest block
 // that gives at least 95% of the SMs a block (128 threads: 128 blocks). Small sizes are planned per power of
-// two (work_bucket), from the smallest size of each.
+// two (work_bucket), from the smallest size of each. max_occupancy(0) is exactly the driver's choice for every
+// work: it never depends on the work.
 class LAUNCHFIT_API max_occupancy_policy final : public param_policy<max_occupancy_policy, max_occupancy_params> {
  public:
   static constexpr const char* policy_name = "max_occupancy";
@@ -254,12 +262,33 @@ class LAUNCHFIT_API fixed_dims_policy final : public param_policy<fixed_dims_pol
   plan choose_impl(const query& q) const override;
 };
 
+struct LAUNCHFIT_API planned_params {
+  int bx = 0, by = 1, bz = 1;  // block
+  int gx = 0, gy = 1, gz = 1;  // fixed grid; gx 0: computed from the work
+  int blocks_per_sm = 0;       // resident blocks per SM the plan runs with (caps grid_stride grids)
+  int full_grid = 0;           // 1: grid_stride work launches the full grid unless the spec gives waves(k)
+  static constexpr std::array<const char*, 8> names{"bx", "by", "bz", "gx", "gy", "gz", "blocks_per_sm", "full_grid"};
+};
+
+// A plan launched verbatim (launchfit::planned(p)): block, grid rule and residency exactly as planned,
+// validated again for this kernel and device. LAUNCHFIT_POLICY overrides never replace it: the plan was made
+// under them already.
+class LAUNCHFIT_API planned_policy final : public param_policy<planned_policy, planned_params> {
+ public:
+  static constexpr const char* policy_name = "planned";
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
 // Built-ins whose param_policy members are compiled into the library (lib/param_policy.cpp).
 extern template class param_policy<max_occupancy_policy, max_occupancy_params>;
 extern template class param_policy<bytes_in_flight_policy, bytes_in_flight_params>;
 extern template class param_policy<cooperative_policy, cooperative_params>;
 extern template class param_policy<fixed_policy, fixed_params>;
 extern template class param_policy<fixed_dims_policy, fixed_dims_params>;
+extern template class param_policy<planned_policy, planned_params>;
 extern template class param_policy<constant_block_policy, no_params>;
 
 // Default bytes-in-flight target per SM for a device (per-arch table; calibrate() may override).

@@ -352,13 +352,19 @@ TEST_F(BadLaunch, CooperativeLaunchesThatCannotCoResideAreRefusedBeforeLaunching
   expect_refusal(items, "grid_for", "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", "coop_write",
                  "needs " + std::to_string(resident + 1) + " blocks but only " + std::to_string(resident) +
                      " co-reside; use grid_stride()");
-  // A third-party policy asking for one block more than co-resides.
+  // A third-party policy asking for one block more than co-resides. The launch says it is cooperative: a policy
+  // cannot make it so (one that adds the option is refused, CPU: PlanContract.APolicyPlanThatAddsALaunchOption...).
   const lf::plan& small = lf::plan_for(coop_write, lf::use(std::make_shared<const shaped_grid_policy>(
-                                                       shaped_grid_params{1, 1, 1})));
+                                                       shaped_grid_params{1, 1, 1})).cooperative());
   const long long small_resident = small.resident_blocks();
   auto over = std::make_shared<const shaped_grid_policy>(
       shaped_grid_params{static_cast<int>(small_resident + 1), 1, 1});
-  const lf::error grid = error_of([&] { lf::launch(coop_write, lf::use(over), sentinel_, n); });
+  const lf::error grid = error_of([&] { lf::launch(coop_write, lf::use(over).cooperative(), sentinel_, n); });
+  const lf::error added = error_of([&] {
+    lf::launch(coop_write, lf::use(std::make_shared<const shaped_grid_policy>(shaped_grid_params{1, 1, 1})), sentinel_, n);
+  });
+  expect_refusal(added, "plan(cooperative)", "LAUNCHFIT_INVALID_PLAN", "coop_write",
+                 "chose a cooperative launch but the launch does not require one");
   expect_refusal(grid, "validate(cooperative)", "LAUNCHFIT_INVALID_PLAN", "coop_write",
                  "cooperative grid of " + std::to_string(small_resident + 1) + " blocks exceeds the " +
                      std::to_string(small_resident) + " that co-reside");

@@ -50,7 +50,7 @@ TEST(CacheModelGpu, APlanStoredUnderAnotherUuidOfThisModelIsFoundUnlessExactIsRe
   // 1. Plan on this GPU and store it.
   lf::cache().clear();
   lf::set_cache_file(here.string());
-  const lf::plan first = lf::plan_for(add_two, lf::max_occupancy());
+  const lf::plan first = lf::plan_for(add_two, lf::max_occupancy().items(1 << 22));
   EXPECT_EQ(first.match, "computed");
   ASSERT_TRUE(lf::flush_cache_file());
   lf::close_cache_file();
@@ -73,7 +73,7 @@ TEST(CacheModelGpu, APlanStoredUnderAnotherUuidOfThisModelIsFoundUnlessExactIsRe
   // 3. This GPU finds it, frozen, as the model's plan.
   lf::cache().clear();
   lf::set_cache_file(shipped.string(), lf::cache_file_mode::frozen);
-  const lf::plan found = lf::plan_for(add_two, lf::max_occupancy());
+  const lf::plan found = lf::plan_for(add_two, lf::max_occupancy().items(1 << 22));
   EXPECT_EQ(found.match, "cache-file-same-model") << found.to_string();
   EXPECT_EQ(found.block_threads, first.block_threads);
   EXPECT_EQ(found.blocks_per_sm, first.blocks_per_sm);
@@ -93,7 +93,7 @@ TEST(CacheModelGpu, APlanStoredUnderAnotherUuidOfThisModelIsFoundUnlessExactIsRe
   // 4. Exact matches only: the other GPU's plan is not used.
   lf::set_cache_match(lf::cache_match::exact);
   lf::cache().clear();
-  const lf::plan exact = lf::plan_for(add_two, lf::max_occupancy());
+  const lf::plan exact = lf::plan_for(add_two, lf::max_occupancy().items(1 << 22));
   EXPECT_EQ(exact.match, "computed");
 
   lf::set_cache_match(lf::cache_match::model);
@@ -116,7 +116,7 @@ TEST(CacheModelGpu, ACalibratedTargetIsBytesInFlightsDefaultOnThisModel) {
   lf::set_cache_match(lf::cache_match::model);
   lf::cache().clear();
   lf::set_cache_file(file.string());
-  const lf::plan table = lf::plan_for(add_two, lf::bytes_in_flight(16));
+  const lf::plan table = lf::plan_for(add_two, lf::bytes_in_flight(16).items(1 << 22));
   EXPECT_NE(table.reason.find("32 KB target"), std::string::npos) << table.reason;  // the sm_90 table
   lf::store_bytes_in_flight_calibration(20 * 1024);
   ASSERT_TRUE(lf::flush_cache_file());

@@ -244,7 +244,7 @@ TEST_F(Clusters, ItemsWithAnOddBlockCountAreRoundedToWholeClustersThatAllRun) {
 }
 
 TEST_F(Clusters, OneWaveIsTheDriversClusterOccupancyAndReallyCoResides) {
-  const auto spec = lf::max_occupancy().cluster({4, 1, 1});
+  const auto spec = lf::max_occupancy(0).cluster({4, 1, 1});
   const lf::plan& p = lf::plan_for(co_residency, spec);
   const int clusters = driver_active_clusters(co_residency, p, 4);
   ASSERT_GT(clusters, 0);

@@ -205,7 +205,7 @@ TEST_F(Launch, GridStrideReductionUnderBytesInFlight) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_NEAR(out.download()[0], want, 1e-6 * n);
   }
-  const lf::plan& p = lf::plan_for(reduce_sum, lf::bytes_in_flight(32));
+  const lf::plan& p = lf::plan_for(reduce_sum, lf::bytes_in_flight(32).grid_stride(n / 4));
   EXPECT_GE(p.resident_blocks() * p.block_threads / 32 * 32 * 32, 32 * 1024 * p.sm_count);
 }
 
@@ -216,7 +216,7 @@ TEST_F(Launch, MaxOccupancyMatchesTheDriversPotentialBlockSize) {
   EXPECT_EQ(p.block_threads, block);
   EXPECT_EQ(p.resident_blocks(), min_grid);
   // The default tie-break (block nearest 256) keeps the same number of resident threads.
-  const lf::plan& preferred = lf::plan_for(saxpy, lf::max_occupancy());
+  const lf::plan& preferred = lf::plan_for(saxpy, lf::max_occupancy().items(1 << 24));
   EXPECT_EQ(preferred.resident_blocks() * preferred.block_threads, static_cast<long long>(min_grid) * block);
   int active = 0;
   LF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&active, saxpy, preferred.block_threads, 0));
@@ -273,7 +273,7 @@ TEST_F(Launch, BlockAboveLaunchBoundsIsRefusedAndNothingRuns) {
   lf::launch(bounded, lf::max_occupancy().items(1024), out.ptr);  // the policy respects the bound
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int v : out.download()) ASSERT_EQ(v, 1);
-  EXPECT_LE(lf::plan_for(bounded, lf::max_occupancy()).block_threads, 128);
+  EXPECT_LE(lf::plan_for(bounded, lf::max_occupancy().items(1024)).block_threads, 128);
 }
 
 TEST_F(Launch, DynamicSmemAbove48KRaisesTheLimitAutomatically) {
@@ -285,7 +285,7 @@ TEST_F(Launch, DynamicSmemAbove48KRaisesTheLimitAutomatically) {
   const auto h = out.download();
   const int words = 100 * 1024 / 4;
   for (int i = 0; i < n; ++i) ASSERT_EQ(h[i], float((i * 7) % words)) << i;
-  EXPECT_EQ(lf::plan_for(big_smem, lf::max_occupancy().smem(100 * 1024)).occupancy.active_blocks_per_sm, 2);
+  EXPECT_EQ(lf::plan_for(big_smem, lf::max_occupancy().items(n).smem(100 * 1024)).occupancy.active_blocks_per_sm, 2);
 }
 
 TEST_F(Launch, SmemPerBlockRuleWithACapturingLambda) {

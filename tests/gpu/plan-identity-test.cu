@@ -47,6 +47,14 @@ __global__ void exchange_after_sync(int* slots, int* seen) {
   if (threadIdx.x == 0) seen[blockIdx.x] = slots[(blockIdx.x + 1) % gridDim.x];
 }
 
+// Each block covers one tile of `tile` items, one per thread: correct only when launched with blocks of
+// exactly `tile` threads (the classic occupancy-API port computes `tile` from the planned block).
+__global__ void scale_tiles(float* out, const float* in, int n, int tile) {
+  if (static_cast<int>(blockDim.x) != tile) return;  // a launch that diverged from its plan leaves zeros
+  const int i = blockIdx.x * tile + threadIdx.x;
+  if (i < n) out[i] = 2.0f * in[i];
+}
+
 __global__ void smem_probe_a(unsigned* out) {
   extern __shared__ unsigned s[];
   s[threadIdx.x] = threadIdx.x;
@@ -170,7 +178,7 @@ TEST_F(PlanIdentity, SmemRulesOfOneTypeWithOtherCapturesGiveTheKernelItsOwnBytes
     unsigned h[2] = {};
     cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
     EXPECT_EQ(h[0], per * h[1] + 1024) << "per=" << per << " block=" << h[1];  // was 9216 for per=200
-    const lf::plan& p = lf::plan_for(report_dynamic_smem, lf::max_occupancy().smem_per_block(rule_with(per)));
+    const lf::plan& p = lf::plan_for(report_dynamic_smem, lf::max_occupancy().smem_per_block(rule_with(per)).items(1));
     EXPECT_EQ(p.dynamic_smem_bytes, per * p.block_threads + 1024);
   }
   cudaFree(out);
@@ -192,13 +200,13 @@ TEST_F(PlanIdentity, AnOverrideOnACooperativeLaunchKeepsItCooperative) {
 }
 
 TEST_F(PlanIdentity, ChangingOverridesReplans) {
-  const int before = lf::plan_for(add_one, lf::max_occupancy()).block_threads;
+  const int before = lf::plan_for(add_one, lf::max_occupancy().items(1 << 20)).block_threads;
   lf::set_policy_overrides("*add_one=fixed(block=96)");
-  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, 96);
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1 << 20)).block_threads, 96);
   lf::set_policy_overrides("*add_one=fixed(block=160)");
-  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, 160);
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1 << 20)).block_threads, 160);
   lf::set_policy_overrides("");
-  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy()).block_threads, before);
+  EXPECT_EQ(lf::plan_for(add_one, lf::max_occupancy().items(1 << 20)).block_threads, before);
 }
 
 // A tuning-like policy with size buckets: 64 threads for small work, 256 for large.
@@ -251,7 +259,7 @@ TEST_F(PlanIdentity, AForgedCooperativeOrClusteredCacheFileEntryIsNotLaunched) {
   std::remove(path.c_str());
   lf::set_cache_file(path);
   lf::cache().clear();
-  const lf::plan honest = lf::plan_for(add_one, lf::max_occupancy());
+  const lf::plan honest = lf::plan_for(add_one, lf::max_occupancy().items(1 << 20));
   lf::close_cache_file();  // writes what is pending
   std::string text = slurp(path);
   ASSERT_NE(text.find("\"cooperative\":false"), std::string::npos) << text;
@@ -262,7 +270,7 @@ TEST_F(PlanIdentity, AForgedCooperativeOrClusteredCacheFileEntryIsNotLaunched) {
 
   lf::set_cache_file(path);
   lf::cache().clear();
-  const lf::plan& again = lf::plan_for(add_one, lf::max_occupancy());
+  const lf::plan& again = lf::plan_for(add_one, lf::max_occupancy().items(1 << 20));
   EXPECT_FALSE(again.cooperative);
   EXPECT_EQ(again.cluster.count(), 1u);
   EXPECT_EQ(again.match, "computed");
@@ -293,7 +301,7 @@ int runtime_max_dynamic_smem(const void* k) {
 TEST_F(PlanIdentity, PlanningSetsOnlyTheSmemTheLaunchedPlanNeeds) {
   const int initial = max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_a));
   // 200 B per thread: candidates up to 1024 threads would need 205,824 B; the plan needs far less.
-  const lf::plan& p = lf::plan_for(smem_probe_a, lf::max_occupancy().smem_per_block(rule_with(200)));
+  const lf::plan& p = lf::plan_for(smem_probe_a, lf::max_occupancy().smem_per_block(rule_with(200)).items(1 << 20));
   const int after = max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_a));
   EXPECT_EQ(after, std::max<int>(initial, static_cast<int>(p.dynamic_smem_bytes)))
       << "plan " << p.to_string() << ", initial limit " << initial;
@@ -301,7 +309,7 @@ TEST_F(PlanIdentity, PlanningSetsOnlyTheSmemTheLaunchedPlanNeeds) {
   // Monotonic: a user's higher limit is never lowered (the plan needs 109,824 B, the user set 150,000 B).
   ASSERT_EQ(cudaFuncSetAttribute(smem_probe_b, cudaFuncAttributeMaxDynamicSharedMemorySize, 150000), cudaSuccess);
   const int user_driver_view = max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_b));
-  const lf::plan& pb = lf::plan_for(smem_probe_b, lf::max_occupancy().smem_per_block(rule_with(200)));
+  const lf::plan& pb = lf::plan_for(smem_probe_b, lf::max_occupancy().smem_per_block(rule_with(200)).items(1 << 20));
   EXPECT_EQ(runtime_max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_b)), 150000);
   EXPECT_EQ(max_dynamic_smem(reinterpret_cast<const void*>(smem_probe_b)),
             std::max<int>(user_driver_view, static_cast<int>(pb.dynamic_smem_bytes)));
@@ -375,7 +383,7 @@ TEST_F(PlanIdentity, AResetCallbackThatLaunchesTheSameKernelDoesNotDeadlock) {
 
 // plan_for() on a launch a tuning policy may time has no arguments to time with: it answers with an untuned
 // plan for that call only, so the first real launch still tunes (it used to cache the fallback for good).
-TEST_F(PlanIdentity, PlanForBeforeTheFirstLaunchDoesNotStopTuning) {
+TEST_F(PlanIdentity, PlanForBeforeTheFirstTunedLaunchRefusesAndTheLaunchStillTunes) {
   const std::string plugin = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../../plugins/liblaunchfit-autotune.so";
   try {
     lf::load_plugin(plugin);
@@ -388,11 +396,100 @@ TEST_F(PlanIdentity, PlanForBeforeTheFirstLaunchDoesNotStopTuning) {
   ASSERT_EQ(cudaMalloc(&d, n * sizeof(int)), cudaSuccess);
   ASSERT_EQ(cudaMemset(d, 0, n * sizeof(int)), cudaSuccess);
   const auto spec = lf::use("autotune(max_trials=8)").items(n).rerunnable();
-  const lf::plan& before = lf::plan_for(add_one, spec);
-  EXPECT_EQ(before.trials, 0);
+  // No plan exists before the tuning launch: plan_for() says so instead of answering with a plan the launch
+  // would not run (it used to return an untuned plan).
+  try {
+    (void)lf::plan_for(add_one, spec);
+    ADD_FAILURE() << "plan_for() answered before the first tuned launch";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.code(), lf::errc::not_planned_yet) << e.what();
+    EXPECT_NE(e.kernel().find("add_one"), std::string::npos) << e.what();
+  }
   const lf::launched ran = lf::launch(add_one, spec, d, 0);  // n = 0: touches nothing, re-running is harmless
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_GT(ran.plan().trials, 0) << ran.plan().to_string() << " " << ran.plan().reason;
-  EXPECT_GT(lf::plan_for(add_one, spec).trials, 0);  // and plan_for() now answers with the tuned plan
+  EXPECT_EQ(&lf::plan_for(add_one, spec), &ran.plan());  // and plan_for() now answers with the tuned plan
   cudaFree(d);
+}
+
+// ---- the plan contract: plan, compute block-dependent arguments, launch -------------------------------------
+
+class PlanContract : public PlanIdentity {
+ protected:
+  static constexpr int n = 16384;  // small work: max_occupancy fills the SMs with smaller blocks
+  void SetUp() override {
+    PlanIdentity::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    std::vector<float> h(n);
+    for (int i = 0; i < n; ++i) h[i] = static_cast<float>(i % 1000) + 0.5f;
+    ASSERT_EQ(cudaMalloc(&in, n * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out, n * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(in, h.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void TearDown() override {
+    cudaFree(in);
+    cudaFree(out);
+    PlanIdentity::TearDown();
+  }
+  // Elements not equal to 2 x in.
+  std::size_t wrong() {
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> h(n), o(n);
+    cudaMemcpy(h.data(), in, n * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaMemcpy(o.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost);
+    std::size_t bad = 0;
+    for (int i = 0; i < n; ++i) bad += o[i] != 2.0f * h[i];
+    cudaMemset(out, 0, n * sizeof(float));
+    return bad;
+  }
+  float* in = nullptr;
+  float* out = nullptr;
+};
+
+TEST_F(PlanContract, ThePlanOfASpecIsWhatItsLaunchRuns) {
+  lf::cache().clear();
+  const auto spec = lf::max_occupancy().items(n);
+  const lf::plan& p = lf::plan_for(scale_tiles, spec);
+  const lf::launched ran = lf::launch(scale_tiles, spec, out, in, n, p.block_threads);
+  EXPECT_EQ(&ran.plan(), &p);
+  EXPECT_EQ(ran.block, p.block);
+  EXPECT_EQ(wrong(), 0u) << "planned " << p.to_string() << ", launched block " << ran.block.to_string();
+  std::printf("plan_for(max_occupancy().items(%d)): %s (%s)\n", n, p.to_string().c_str(), p.reason.c_str());
+}
+
+TEST_F(PlanContract, PlanForWithoutTheWorkIsRefusedWhereTheLaunchWouldDiverge) {
+  // The port that used to diverge: plan_for() without the work answered 256 threads, the launch with
+  // items(16384) ran 128, and the kernel got a tile computed for the wrong block.
+  try {
+    (void)lf::plan_for(scale_tiles, lf::max_occupancy());
+    ADD_FAILURE() << "plan_for(max_occupancy()) answered without the work";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.code(), lf::errc::missing_work) << e.what();
+    EXPECT_NE(e.kernel().find("scale_tiles"), std::string::npos) << e.what();
+  }
+  // max_occupancy(0) is the driver's block for every work: planned without it, launched with it, the same.
+  const lf::plan& driver = lf::plan_for(scale_tiles, lf::max_occupancy(0));
+  const lf::launched ran = lf::launch(scale_tiles, lf::max_occupancy(0).items(n), out, in, n, driver.block_threads);
+  EXPECT_EQ(ran.block, driver.block);
+  EXPECT_EQ(wrong(), 0u);
+}
+
+TEST_F(PlanContract, APlanLaunchedVerbatimKeepsItsBlockForAnyWork) {
+  const lf::plan p = lf::plan_for(scale_tiles, lf::max_occupancy().items(n));
+  // Launched for other work (a larger n would choose another block): the planned block all the same.
+  const lf::launched ran = lf::launch(scale_tiles, lf::planned(p).items(n), out, in, n, p.block_threads);
+  EXPECT_EQ(ran.block, p.block);
+  EXPECT_EQ(ran.grid.x, static_cast<unsigned>((n + p.block_threads - 1) / p.block_threads));
+  EXPECT_EQ(wrong(), 0u);
+  // Overrides never replace a verbatim plan: it was made under them already.
+  lf::set_policy_overrides("*scale_tiles*=fixed(block=64)");
+  const lf::launched again = lf::launch(scale_tiles, lf::planned(p).items(n), out, in, n, p.block_threads);
+  EXPECT_EQ(again.block, p.block);
+  EXPECT_EQ(wrong(), 0u);
+  // ... while the spec itself now plans under the override, and its plan and launch still agree.
+  const lf::plan& overridden = lf::plan_for(scale_tiles, lf::max_occupancy().items(n));
+  EXPECT_EQ(overridden.block_threads, 64);
+  const lf::launched o = lf::launch(scale_tiles, lf::max_occupancy().items(n), out, in, n, overridden.block_threads);
+  EXPECT_EQ(o.block.x, 64u);
+  EXPECT_EQ(wrong(), 0u);
 }

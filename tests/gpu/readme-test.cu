@@ -97,15 +97,17 @@ TEST(Readme, UsingItSnippetRunsAndIsCorrect) {
   // exactly the co-resident grid, launched cooperatively; refused before launch if it cannot co-reside
   lf::launch(jacobi, lf::cooperative(), u, v, n, iters);
 
-  // the plan without launching
-  const lf::plan& p = lf::plan_for(saxpy, lf::max_occupancy());   // p.block_threads, p.occupancy, p.reason
+  // the plan without launching: exactly what launch() with the same spec runs (give it the work)
+  const lf::plan& p = lf::plan_for(saxpy, lf::max_occupancy().items(n));   // p.block_threads, p.reason
+  // ... arguments computed from p.block_threads, then that very plan launched
+  lf::launch(saxpy, lf::planned(p).items(n), a, x, y, n);
   // ---------------------------------------------------------------------------------------------------------
 
   LF_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_GT(p.block_threads, 0);
   const auto ry = to_host(y, n);
   std::size_t bad = 0;
-  for (int i = 0; i < n; ++i) bad += ry[i] != std::fma(a, hx[i], hy[i]);
+  for (int i = 0; i < n; ++i) bad += ry[i] != std::fma(a, hx[i], std::fma(a, hx[i], hy[i]));  // saxpy ran twice
   EXPECT_EQ(bad, 0u);
   double want = 0;
   for (float f : hx) want += f;

@@ -658,8 +658,8 @@ TEST_F(Shapes, LaunchedIsWhatRanAndEqualsGridForOfPlanFor) {
   check(lf::fixed(lf::dims{32, 32}).items({1000, 777}), "fixed 32x32");
   check(lf::bytes_in_flight(16).grid_stride(n), "bytes_in_flight grid_stride");
   check(lf::max_occupancy().grid_stride(n).waves(3), "grid_stride waves(3)");
-  check(lf::max_occupancy(), "no work: one wave");
-  check(lf::max_occupancy().sms(7), "no work on 7 SMs");
+  check(lf::max_occupancy(0), "no work: one wave");
+  check(lf::max_occupancy(0).sms(7), "no work on 7 SMs");
   check(lf::cooperative(), "cooperative");
   check(lf::fixed(128, 77), "fixed grid");
   check(lf::max_occupancy().smem(1000).items(n), "dynamic smem");
@@ -740,7 +740,7 @@ TEST_F(Shapes, CooperativeCallerGridRunsWithinCoResidencyAndIsRefusedBeyond) {
   const long long resident = static_cast<long long>(per_sm) * sms_;
   ASSERT_EQ(p.resident_blocks(), resident);
   // max_occupancy's block, made cooperative by the spec.
-  const lf::plan& mp = lf::plan_for(grid_exchange, lf::max_occupancy().cooperative());
+  const lf::plan& mp = lf::plan_for(grid_exchange, lf::max_occupancy(0).cooperative());
   EXPECT_TRUE(mp.cooperative);
   const unsigned mr = static_cast<unsigned>(mp.resident_blocks());
   ASSERT_GT(mr, 0u);
@@ -768,8 +768,8 @@ TEST_F(Shapes, CooperativeCallerGridRunsWithinCoResidencyAndIsRefusedBeyond) {
                      lf::dims{r / 2, 2, 1}}) {
     run(lf::cooperative().grid(g), g);
   }
-  run(lf::max_occupancy().cooperative().grid({mr, 1, 1}), lf::dims{mr, 1, 1});
-  run(lf::max_occupancy().cooperative(), lf::dims{mr, 1, 1});  // no work: exactly one co-resident wave
+  run(lf::max_occupancy(0).cooperative().grid({mr, 1, 1}), lf::dims{mr, 1, 1});
+  run(lf::max_occupancy(0).cooperative(), lf::dims{mr, 1, 1});  // no work: exactly one co-resident wave
 
   // One block beyond co-residency: refused with both numbers, nothing launched, the context healthy.
   for (lf::dims g : {lf::dims{r + 1, 1, 1}, lf::dims{r / 2 + 1, 2, 1}}) {

@@ -36,7 +36,7 @@ struct at_exit_launch {
         rc = 0;
         for (float v : h) rc |= v != 3.0f;
       }
-      const lf::plan& p = lf::plan_for(k, lf::max_occupancy());
+      const lf::plan& p = lf::plan_for(k, lf::max_occupancy().items(512));
       std::printf("static-destructor launch: %s, plan %s\n", rc == 0 ? "ran" : "wrong result", p.to_string().c_str());
       if (p.block_threads != 96) rc = 1;  // the override set in main decided
     } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 
 #include "launchfit/export.hpp"
 #include "launchfit/kernel.hpp"
+#include "launchfit/launch_options.hpp"
 #include "launchfit/occupancy.hpp"
 #include "launchfit/plan.hpp"
 
@@ -40,11 +41,7 @@ struct launch_request {
   std::uint64_t smem_rule = 0;
   work shape{};
   CUstream stream = nullptr;
-  dims cluster{};             // required by the launch (1x1x1: none); a policy never changes it
-  bool non_portable_cluster = false;  // cluster sizes above 8 allowed (sets the kernel's non-portable attribute)
-  bool cooperative = false;   // required by the launch: cooperative() or .cooperative(); never dropped
-  bool programmatic = false;  // programmatic dependent launch (sm_90+)
-  int sm_budget = 0;          // size resident grids for this many SMs (0: all of the context's)
+  launch_options options{};   // what the launch requires, decided once in make_request(); no policy changes it
   block_rule blocks{};        // block sizes the kernel can run with
   const family_member* family = nullptr;  // a kernel family: the policy chooses the member by its block
   std::size_t family_size = 0;

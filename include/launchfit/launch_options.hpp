@@ -1,0 +1,30 @@
+#pragma once
+// launchfit::launch_options — what a launch requires whatever policy decides, as one value: made once from
+// the spec, part of the plan's identity, applied to the plan once and marshalled once into the driver's
+// CUlaunchConfig. No policy, override, plugin, stored or remote plan may add or drop any of it.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "launchfit/plan.hpp"
+
+namespace launchfit {
+
+struct launch_options {
+  bool cooperative = false;           // cooperative() or .cooperative(): co-resident grid, cooperative attribute
+  dims cluster{};                     // thread-block cluster dims (1x1x1: none)
+  bool cluster_from_kernel = false;   // the dims are the kernel's __cluster_dims__ (no launch attribute is set)
+  bool non_portable_cluster = false;  // cluster sizes above 8 allowed (sets the kernel's non-portable attribute)
+  bool programmatic = false;          // programmatic dependent launch (sm_90+)
+  int sm_budget = 0;                  // resident grids sized for this many SMs (0: all of the context's)
+
+  bool has_cluster() const noexcept { return cluster.count() > 1; }
+  friend bool operator==(const launch_options& a, const launch_options& b) noexcept {
+    return a.cooperative == b.cooperative && a.cluster == b.cluster && a.cluster_from_kernel == b.cluster_from_kernel &&
+           a.non_portable_cluster == b.non_portable_cluster && a.programmatic == b.programmatic &&
+           a.sm_budget == b.sm_budget;
+  }
+  friend bool operator!=(const launch_options& a, const launch_options& b) noexcept { return !(a == b); }
+};
+
+}  // namespace launchfit

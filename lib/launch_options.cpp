@@ -1,0 +1,132 @@
+#include "launch_options.hpp"
+
+#include <cstdlib>
+
+#include "launchfit/detail/launch_request.hpp"
+
+namespace launchfit::detail {
+
+launch_options launch_options_of(const launch_request& r) noexcept {
+  launch_options o = r.options;
+  if (!o.has_cluster()) o.cluster = dims{};  // 1x1x1 and 0-sized dims are both "none"
+  o.cluster_from_kernel = false;             // the planner reads the kernel's own __cluster_dims__
+  return o;
+}
+
+std::uint64_t key_bits(const launch_options& o) noexcept {
+  const dims& c = o.cluster;
+  std::uint64_t bits = (o.cooperative ? 1u : 0u) | (std::uint64_t{o.programmatic} << 49) |
+                       (std::uint64_t{o.non_portable_cluster} << 50);
+  if (c.count() <= 1) return bits;
+  return bits | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |
+         (std::uint64_t{c.z & 0xffffu} << 33);
+}
+
+std::string key_text(const launch_options& o) {
+  std::string s;
+  if (o.cooperative) s += " cooperative";
+  if (o.has_cluster()) s += " cluster=" + o.cluster.to_string();
+  if (o.programmatic) s += " pdl";
+  return s;
+}
+
+namespace {
+
+// "2x1x1" (or "2", "2x2"): each dimension 1..65535.
+std::optional<dims> parse_dims(std::string_view s) {
+  unsigned v[3] = {1, 1, 1};
+  int n = 0;
+  std::size_t i = 0;
+  while (n < 3) {
+    std::size_t j = i;
+    unsigned long x = 0;
+    while (j < s.size() && s[j] >= '0' && s[j] <= '9' && j - i < 6)
+      x = x * 10 + static_cast<unsigned>(s[j++] - '0');
+    if (j == i || x == 0 || x > 65535) return std::nullopt;
+    v[n++] = static_cast<unsigned>(x);
+    if (j == s.size()) return dims{v[0], v[1], v[2]};
+    if (s[j] != 'x') return std::nullopt;
+    i = j + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+namespace {
+
+// The words after the policy's closing ')', in the order the planner writes them: the options first, then
+// the shape words. False for anything else.
+bool parse_key_words(std::string_view rest, stored_key_text& out) {
+  int stage = 0;  // 0: cooperative next, 1: cluster, 2: pdl, 3: shape words only
+  while (!rest.empty()) {
+    if (rest[0] != ' ') return false;
+    rest.remove_prefix(1);
+    const std::size_t end = rest.find(' ');
+    const std::string_view word = rest.substr(0, end);
+    if (word == "cooperative" && stage == 0) {
+      out.options.cooperative = true;
+      stage = 1;
+    } else if (word.substr(0, 8) == "cluster=" && stage <= 1) {
+      const auto d = parse_dims(word.substr(8));
+      if (!d || d->count() <= 1) return false;
+      out.options.cluster = *d;
+      stage = 2;
+    } else if (word == "pdl" && stage <= 2) {
+      out.options.programmatic = true;
+      stage = 3;
+    } else if (word.substr(0, 7) == "blocks=" || word == "rows=32" || word.substr(0, 4) == "sms=" ||
+               word.substr(0, 7) == "family=" ||
+               (!out.rest.empty() && word.find('=') == std::string_view::npos)) {
+      // A block rule's text has spaces ("blocks=multiple of 64"): its later words follow it.
+      out.rest += ' ';
+      out.rest += word;
+      stage = 3;
+    } else {
+      return false;
+    }
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<stored_key_text> parse_key_text(std::string_view text) {
+  const std::size_t open = text.find('(');
+  if (open == 0 || open == std::string_view::npos) return std::nullopt;
+  // The policy's own text ends at the last ')' followed by the end or a word: its parameters may hold ") ",
+  // the words after it never do (a family's kernel names may hold ')', but never a space after it). One
+  // candidate only, so hostile text costs one pass.
+  std::size_t close = text.size();
+  while (close-- > open) {
+    if (text[close] == ')' && (close + 1 == text.size() || text[close + 1] == ' ')) break;
+  }
+  if (close <= open) return std::nullopt;
+  stored_key_text out;
+  out.policy = std::string(text.substr(0, close + 1));
+  if (!parse_key_words(text.substr(close + 1), out)) return std::nullopt;
+  return out;
+}
+
+std::string stored_plan_mismatch(const stored_key_text& key, const plan& p) {
+  const launch_options& o = key.options;
+  const auto is = [](bool b) { return b ? "is" : "is not"; };
+  if (p.cooperative != o.cooperative)
+    return std::string("the entry's plan ") + is(p.cooperative) + " cooperative, its key " +
+           is(o.cooperative);
+  if (p.programmatic != o.programmatic)
+    return std::string("the entry's plan ") + is(p.programmatic) +
+           " a programmatic dependent launch (PDL), its key " + is(o.programmatic);
+  const bool plan_cluster = p.cluster.count() > 1;
+  if (plan_cluster != o.has_cluster() || (plan_cluster && p.cluster != o.cluster))
+    return "the entry's plan has cluster " + (plan_cluster ? p.cluster.to_string() : std::string("none")) +
+           ", its key " + (o.has_cluster() ? "cluster " + o.cluster.to_string() : std::string("none"));
+  if (!p.policy.empty() && p.policy != key.policy)
+    return "the entry's plan names policy '" + p.policy.substr(0, 200) + "', its key '" +
+           key.policy.substr(0, 200) + "'";
+  return {};
+}
+
+}  // namespace launchfit::detail

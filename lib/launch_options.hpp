@@ -1,0 +1,46 @@
+#pragma once
+// Internal: the launch options (launchfit/launch_options.hpp) in plan keys and stored keys: kept whole in
+// the plan key (key_bits) and the stored key (key_text), read back from a stored key (parse_key_text) so
+// that a stored, remote or plugin plan that adds or drops an option is refused (stored_plan_mismatch).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "launchfit/launch_options.hpp"
+#include "launchfit/plan.hpp"
+
+namespace launchfit::detail {
+
+struct launch_request;
+using launchfit::launch_options;
+
+// The options a request asks for (the kernel's __cluster_dims__ are added by the planner, which reads them).
+launch_options launch_options_of(const launch_request& r) noexcept;
+
+// The options in a plan key (plan_key::launch): bit 0 cooperative, cluster x/y/z in bits 1-16, 17-32,
+// 33-48, bit 49 programmatic, bit 50 non-portable cluster sizes allowed. (The SM budget is in
+// plan_key::shape.)
+std::uint64_t key_bits(const launch_options& o) noexcept;
+
+// The options as the suffix of a stored key's policy text: " cooperative", " cluster=2x1x1", " pdl", in
+// that order, each only when set ("" for none).
+std::string key_text(const launch_options& o);
+
+// A stored key's policy text split into the deciding policy's text ("max_occupancy(prefer_block=256,...)")
+// and what its suffix says of the launch options; the other suffix words (blocks=, rows=32, sms=, family=)
+// are left in `rest`. nullopt when the text is malformed (no "name(...)", an unknown suffix word).
+struct stored_key_text {
+  std::string policy;        // up to and including the policy's closing ')'
+  launch_options options;    // cooperative, cluster, programmatic as the key says
+  std::string rest;          // the other suffix words, with their leading spaces
+};
+std::optional<stored_key_text> parse_key_text(std::string_view text);
+
+// Why a stored plan does not launch as its key says ("the entry's plan is cooperative, its key is not"),
+// or an empty string: cooperative, cluster dims and PDL must be exactly the key's, and the plan's policy
+// text (when it has one) the key's policy.
+std::string stored_plan_mismatch(const stored_key_text& key, const plan& p);
+
+}  // namespace launchfit::detail

@@ -1,0 +1,275 @@
+// The plan contract and the plan's identity, on the CPU: plan_for() answers only with what the launch runs
+// (a spec without work is refused when its policy decides by the work; a plan can be launched verbatim with
+// planned()), and every input a plan depends on is in its key, so a change makes a new plan and no change
+// finds the old one, with no call site flushing the cache by hand.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <unistd.h>
+
+#include "cache_file.hpp"
+#include "error_of.hpp"
+#include "launchfit/cache.hpp"
+#include "launchfit/error.hpp"
+#include "launchfit/launch.hpp"
+#include "launchfit/policy.hpp"
+#include "plan_cache.hpp"
+#include "plan_inputs.hpp"
+#include "planner.hpp"
+#include "policy_string.hpp"
+
+namespace lf = launchfit;
+namespace ld = launchfit::detail;
+using launchfit_test::error_of;
+
+namespace {
+
+lf::query h200_query(int regs = 32) {
+  lf::query q;
+  q.device = lf::device_limits::for_arch("H200");
+  q.kernel = lf::kernel_resources::manual(regs);
+  q.kernel.demangled = "void saxpy(float, float*, float*, int)";
+  return q;  // no oracle: the offline calculator answers
+}
+
+template <class Policy>
+ld::launch_request request(const lf::spec<Policy>& s) {
+  ld::launch_request r = ld::make_request(s);
+  r.kernel_id = 0x5a5a00;  // a kernel id that no driver call ever sees here
+  return r;
+}
+
+}  // namespace
+
+// ---- the contract ----------------------------------------------------------------------------------------
+
+TEST(PlanContract, APolicyThatDecidesByTheWorkNeedsTheWorkToPlan) {
+  // The classic port: plan first (block-dependent arguments), launch with items(n) later. Small work fills the
+  // SMs with smaller blocks, so a plan made without the work would not be the one launched.
+  const lf::error e = error_of([] { ld::require_work_for_plan(request(lf::max_occupancy())); });
+  EXPECT_EQ(e.code(), lf::errc::missing_work) << e.what();
+  EXPECT_NE(e.message().find("max_occupancy(prefer_block=256"), std::string::npos) << e.what();
+  EXPECT_NE(e.message().find("items(n)"), std::string::npos) << e.what();
+  EXPECT_NE(e.kernel().find("0x5a5a00"), std::string::npos) << e.what();  // no driver here: named by address
+  EXPECT_EQ(error_of([] { ld::require_work_for_plan(request(lf::bytes_in_flight(16))); }).code(),
+            lf::errc::missing_work);
+  EXPECT_EQ(error_of([] { ld::require_work_for_plan(request(lf::use("bytes_in_flight(per_thread=8)"))); }).code(),
+            lf::errc::missing_work);
+}
+
+TEST(PlanContract, WorkIndependentPoliciesAndSpecsWithWorkPlanWithoutIt) {
+  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::max_occupancy().items(16384))));
+  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::bytes_in_flight(16).grid_stride(1 << 20))));
+  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::max_occupancy().grid({132, 1, 1}))));
+  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::max_occupancy(0))));
+  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::fixed(256))));
+  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::cooperative())));
+  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::fixed({32, 8}))));
+}
+
+TEST(PlanContract, MaxOccupancyZeroIsTheDriversBlockForEveryWork) {
+  const lf::query q = h200_query();
+  const lf::max_occupancy_policy driver_choice{lf::max_occupancy_params{0, 0}};
+  EXPECT_FALSE(driver_choice.depends_on_work());
+  EXPECT_TRUE(lf::max_occupancy_policy{}.depends_on_work());
+  EXPECT_TRUE(lf::bytes_in_flight_policy{}.depends_on_work());
+  EXPECT_FALSE(lf::cooperative_policy{}.depends_on_work());
+  EXPECT_FALSE(lf::fixed_policy{}.depends_on_work());
+  const int none = driver_choice.choose(q).block_threads;
+  for (const std::uint64_t n : {1ull, 4096ull, 16384ull, 100000ull, 1ull << 26}) {
+    lf::query small = q;
+    small.work_hint = lf::work{lf::work::shape::items, n, 1};
+    EXPECT_EQ(driver_choice.work_bucket(small.work_hint), 0u) << n;
+    EXPECT_EQ(driver_choice.choose(small).block_threads, none) << n;
+  }
+  // The default (prefer 256) does fill the SMs for small work: the reason it needs the work.
+  lf::query small = q;
+  small.work_hint = lf::work{lf::work::shape::items, 16384, 1};
+  EXPECT_LT(lf::max_occupancy_policy{}.choose(small).block_threads, lf::max_occupancy_policy{}.choose(q).block_threads);
+}
+
+TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
+  lf::query q = h200_query();
+  q.work_hint = lf::work{lf::work::shape::items, 16384, 1};
+  lf::plan p = lf::max_occupancy_policy{}.choose(q);
+  p.programmatic = true;
+  p.cooperative = true;
+  p.cluster = lf::dims{2, 1, 1};
+  p.dynamic_smem_bytes = 4096;
+  p.sm_count = 100;
+  const auto spec = lf::planned(p).items(16384);
+  const ld::launch_request r = ld::make_request(spec);
+  EXPECT_TRUE(r.options.cooperative);
+  EXPECT_TRUE(r.options.programmatic);
+  EXPECT_EQ(r.options.cluster, (lf::dims{2, 1, 1}));
+  EXPECT_EQ(r.options.sm_budget, 100);
+  EXPECT_EQ(r.smem_bytes, 4096u);
+  EXPECT_FALSE(spec.policy_value().depends_on_work());
+
+  // The planned policy chooses exactly the plan's block, grid rule and residency (validated again).
+  lf::query again = h200_query();
+  again.work_hint = lf::work{lf::work::shape::items, 1 << 26, 1};  // other work: the plan is kept all the same
+  const lf::plan p0 = lf::max_occupancy_policy{}.choose(q);
+  const lf::plan verbatim = lf::planned(p0).policy_value().choose(again);
+  EXPECT_EQ(verbatim.block, p0.block);
+  EXPECT_EQ(verbatim.grid, p0.grid);
+  EXPECT_EQ(verbatim.blocks_per_sm, p0.blocks_per_sm);
+  EXPECT_EQ(verbatim.full_grid, p0.full_grid);
+  // A planned spec is a built-in: the stored plan check compares it with what it chooses.
+  EXPECT_TRUE(ld::is_builtin_policy(lf::planned(p0).policy_value()));
+  // A hand-made plan is validated like any other.
+  lf::plan zero = p0;
+  zero.block = lf::dims{0, 1, 1};
+  EXPECT_EQ(error_of([&] { lf::planned(zero).policy_value().choose(again); }).code(), lf::errc::invalid_policy);
+  lf::plan too_big = p0;
+  too_big.block = lf::dims{2048, 1, 1};
+  EXPECT_EQ(error_of([&] { lf::planned(too_big).policy_value().choose(again); }).code(), lf::errc::invalid_plan);
+}
+
+TEST(PlanContract, AStoredPlanThatAddsALaunchOptionIsRefused) {
+  const lf::query q = h200_query();
+  lf::plan computed = lf::max_occupancy_policy{}.choose(q);
+  for (int which = 0; which < 3; ++which) {
+    lf::plan stored = computed;
+    if (which == 0) stored.cooperative = true;
+    if (which == 1) stored.programmatic = true;
+    if (which == 2) stored.cluster = lf::dims{2, 1, 1};
+    const std::string why = ld::check_stored_plan(q, stored, ld::launch_requirements{}, &computed);
+    EXPECT_FALSE(why.empty()) << which;
+  }
+}
+
+TEST(PlanContract, APolicyPlanThatAddsALaunchOptionIsRefusedNotStripped) {
+  // An override or plugin deciding for a plain launch: cooperative or PDL it adds would change how the kernel
+  // runs (a grid.sync() launch, a launch that may start before its predecessor ends).
+  const lf::query q = h200_query();
+  lf::plan coop = lf::cooperative_policy{}.choose(q);
+  const lf::error e = error_of([&] { ld::apply_requirements(q, coop, ld::launch_requirements{}); });
+  EXPECT_EQ(e.code(), lf::errc::invalid_plan);
+  EXPECT_NE(e.message().find("cooperative"), std::string::npos) << e.what();
+  EXPECT_EQ(e.kernel(), "void saxpy(float, float*, float*, int)");
+  lf::plan pdl = lf::max_occupancy_policy{}.choose(q);
+  pdl.programmatic = true;
+  EXPECT_NE(error_of([&] { ld::apply_requirements(q, pdl, ld::launch_requirements{}); }).message().find("PDL"),
+            std::string::npos);
+  // What the launch requires is kept whatever the policy chose.
+  lf::plan plain = lf::max_occupancy_policy{}.choose(q);
+  ld::launch_requirements need;
+  need.programmatic = true;
+  ld::apply_requirements(q, plain, need);
+  EXPECT_TRUE(plain.programmatic);
+}
+
+// ---- identity by construction ----------------------------------------------------------------------------
+
+namespace {
+
+// Builds of one key through the real plan store: a changed input must build again, an unchanged one hit.
+struct key_probe {
+  int builds = 0;
+  const ld::plan_entry* entry(const lf::plan_key& k) {
+    return ld::find_or_build(k, [&] {
+      ++builds;
+      ld::plan_entry e;
+      e.key = k;
+      e.plan.block = lf::dims{static_cast<unsigned>(64 * (builds % 16 + 1)), 1, 1};
+      return e;
+    });
+  }
+};
+
+const ld::context_ref ctx{nullptr, 0x77};
+
+}  // namespace
+
+TEST(PlanIdentity, EveryProcessWideInputIsInTheKey) {
+  const ld::launch_request r = request(lf::max_occupancy().items(1 << 22));
+  key_probe probe;
+  const auto expect_new_plan = [&](const char* what, const std::function<void()>& change) {
+    const lf::plan_key before = ld::base_key(r, ctx);
+    const ld::plan_entry* old = probe.entry(before);
+    const int builds = probe.builds;
+    EXPECT_EQ(probe.entry(ld::base_key(r, ctx)), old) << what << ": unchanged inputs must hit";
+    EXPECT_EQ(probe.builds, builds) << what;
+    change();
+    const lf::plan_key after = ld::base_key(r, ctx);
+    EXPECT_FALSE(after == before) << what << ": the key must change";
+    probe.entry(after);
+    EXPECT_EQ(probe.builds, builds + 1) << what << ": a new plan";
+    EXPECT_EQ(probe.entry(ld::base_key(r, ctx)), probe.entry(after)) << what << ": then a hit";
+    EXPECT_EQ(probe.builds, builds + 1) << what;
+  };
+  expect_new_plan("overrides set", [] { lf::set_policy_overrides("saxpy*=fixed(block=64)"); });
+  expect_new_plan("overrides cleared", [] { lf::set_policy_overrides(""); });
+  expect_new_plan("bytes-in-flight default", [] { lf::set_bytes_in_flight_per_sm(90, 24 * 1024); });
+
+  const std::string file = testing::TempDir() + "plan-contract-" + std::to_string(::getpid()) + ".json";
+  std::remove(file.c_str());
+  expect_new_plan("cache file opened", [&] { lf::set_cache_file(file); });
+  const lf::device_limits h200 = lf::device_limits::for_arch("H200");
+  expect_new_plan("calibration stored", [&] { lf::store_calibration(h200, 12080, 40 * 1024); });
+  expect_new_plan("cache file closed", [] { lf::close_cache_file(); });
+  expect_new_plan("cache file opened again (with its calibration)", [&] { lf::set_cache_file(file); });
+  expect_new_plan("cache file closed again", [] { lf::close_cache_file(); });
+  std::remove(file.c_str());
+
+  expect_new_plan("policy registered (a plugin loaded)", [] {
+    lf::register_policy("contract_probe", [](const std::map<std::string, std::string>&) {
+      return std::shared_ptr<const lf::policy>(std::make_shared<lf::fixed_policy>());
+    });
+  });
+  expect_new_plan("policy unregistered (a plugin unloaded)", [] { lf::unregister_policy("contract_probe"); });
+}
+
+TEST(PlanIdentity, EveryLaunchOptionAndShapeIsInTheKey) {
+  const auto key_of = [](auto spec) { return ld::base_key(request(spec), ctx); };
+  const lf::plan_key base = key_of(lf::max_occupancy().items(1 << 22));
+  EXPECT_TRUE(key_of(lf::max_occupancy().items(1 << 22)) == base) << "the same spec is the same key";
+  EXPECT_TRUE(key_of(lf::max_occupancy().items(1 << 23)) == base) << "n in the same bucket is the same key";
+  const lf::plan_key changed[] = {
+      key_of(lf::max_occupancy().items(1 << 22).smem(64)),
+      key_of(lf::max_occupancy().items(1 << 22).smem(128)),
+      key_of(lf::max_occupancy().items(1 << 22).smem_per_block([](int b) { return std::size_t(b) * 4; })),
+      key_of(lf::max_occupancy().items(1 << 22).smem_per_block([](int b) { return std::size_t(b) * 4; }, 1)),
+      key_of(lf::max_occupancy().items(1 << 22).blocks(lf::block_rule::power_of_two())),
+      key_of(lf::max_occupancy().items(1 << 22).blocks(lf::block_rule::multiple_of(64))),
+      key_of(lf::max_occupancy().items(1 << 22).cluster({2, 1, 1})),
+      key_of(lf::max_occupancy().items(1 << 22).cluster({16, 1, 1}, true)),
+      key_of(lf::max_occupancy().items(1 << 22).pdl()),
+      key_of(lf::max_occupancy().items(1 << 22).sms(64)),
+      key_of(lf::max_occupancy().items(1 << 22).cooperative()),
+      key_of(lf::max_occupancy().items(16384)),  // small work: its own bucket
+      key_of(lf::max_occupancy(128).items(1 << 22)),
+      key_of(lf::max_occupancy().items({2048, 2048})),
+  };
+  for (std::size_t i = 0; i < std::size(changed); ++i) {
+    EXPECT_FALSE(changed[i] == base) << i;
+    for (std::size_t j = 0; j < i; ++j) EXPECT_FALSE(changed[i] == changed[j]) << i << " vs " << j;
+  }
+}
+
+TEST(PlanIdentity, NoCallSiteFlushesByHandAndReportsShowCurrentPlansOnly) {
+  // A plan made under old inputs stays where a thread may still point at it, but is never listed again.
+  key_probe probe;
+  const ld::launch_request r = request(lf::fixed(128).items(1000));
+  const lf::plan_key k = ld::base_key(r, ctx);
+  probe.entry(k);
+  const auto listed = [&] {
+    for (const auto& c : lf::cache().plans())
+      if (c.key == k) return true;
+    return false;
+  };
+  EXPECT_TRUE(listed());
+  ld::plan_inputs_changed("test");
+  EXPECT_FALSE(listed());
+  const int builds = probe.builds;
+  probe.entry(ld::base_key(r, ctx));  // the launch's next lookup: a new plan under the new inputs
+  EXPECT_EQ(probe.builds, builds + 1);
+  EXPECT_FALSE(listed());
+}
