@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ pkgconf libspdlog-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev libcli11-dev)
+# libhiredis-dev: the remote plan store (the library loads libhiredis at run time); redis-server and
+# redis-tools: tests/run.sh starts a server for its tests.
+packages=(cmake ninja-build g++ pkgconf libspdlog-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev libcli11-dev
+          libhiredis-dev redis-server redis-tools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -272,6 +272,50 @@ TEST_F(PlansTool, CheckNamesEveryBadEntryAndExitsNonZero) {
   EXPECT_EQ(run("check missing.json").exit_code, 1);
 }
 
+// The library's own check of a stored entry: a plan that launches otherwise than its key says (an option
+// added or dropped, another policy) is a bad entry, named; a calibration is checked as a calibration.
+TEST_F(PlansTool, CheckRefusesAPlanThatLaunchesOtherwiseThanItsKey) {
+  auto cooperative = entry(gpu("GPU-a"), "_Z4coopPf", 32, 256, 8);
+  cooperative.plan.cooperative = true;
+  auto programmatic = entry(gpu("GPU-a"), "_Z3pdlPf", 32, 256, 8);
+  programmatic.plan.programmatic = true;
+  auto clustered = entry(gpu("GPU-a"), "_Z7clusterPf", 32, 256, 8);
+  clustered.plan.cluster = lf::dims{2, 1, 1};
+  auto other_policy = entry(gpu("GPU-a"), "_Z5otherPf", 32, 256, 8);
+  other_policy.plan.policy = "fixed(block=256,grid=0)";
+  auto dropped = entry(gpu("GPU-a"), "_Z4dropPf", 32, 256, 8);
+  dropped.key.policy += " cooperative";
+  write("opts.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), cooperative, programmatic, clustered,
+                      other_policy, dropped});
+  outcome r = run("check opts.json");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  for (const char* says :
+       {"opts.json: entry 1 (kernel _Z4coopPf): the entry's plan is cooperative, its key is not",
+        "opts.json: entry 2 (kernel _Z3pdlPf): the entry's plan is a programmatic dependent launch (PDL), its key is "
+        "not",
+        "opts.json: entry 3 (kernel _Z7clusterPf): the entry's plan has cluster 2, its key none",
+        "opts.json: entry 4 (kernel _Z5otherPf): the entry's plan names policy 'fixed(block=256,grid=0)', its key "
+        "'max_occupancy()'",
+        "opts.json: entry 5 (kernel _Z4dropPf): the entry's plan is not cooperative, its key is"}) {
+    EXPECT_TRUE(has(r.out, says)) << says << "\n" << r.out;
+  }
+  EXPECT_FALSE(has(r.out, "entry 0")) << r.out;
+  const outcome l = run("list opts.json");
+  EXPECT_EQ(l.exit_code, 0) << l.err;
+  EXPECT_TRUE(has(l.err, "skipped 5 bad entries")) << l.err;
+
+  // A calibration beside the plans: checked as one (its target), not as a plan of kernel "launchfit:calibration".
+  auto calibration = entry(gpu("GPU-a"), "unused", 32, 256, 8);
+  calibration.key.kernel = ld::calibration_kernel;
+  calibration.key.policy = ld::calibration_policy;
+  calibration.key.smem_rule = "";
+  calibration.bytes_in_flight_per_sm = 32 * 1024;
+  write("calibrated.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), calibration});
+  r = run("check calibrated.json");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "calibrated.json: 2 entries, all valid")) << r.out;
+}
+
 TEST_F(PlansTool, HostileNamesAreShownEscaped) {
   auto e = entry(gpu("GPU-a", "NVIDIA H200"), "_Z5saxpyfPKfPfi", 32, 256, 8);
   write("a.json", {e});

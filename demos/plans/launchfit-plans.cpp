@@ -5,11 +5,13 @@
 //   launchfit-plans merge fleet.json staging-a.json staging-b.json
 //   launchfit-plans prune fleet.json --driver-below 12.4 --keep-kernels kernels.txt
 //   launchfit-plans check fleet.json
+//   launchfit-plans push fleet.json redis://plans.internal:6379     (or pull, list, check a redis:// URL)
 //
 // Files are read and written with the library's own reader and writer: bounded in size, never a special
 // file, merged and pruned under the lock the library's writers take. Text from a file is shown escaped.
 // Exit codes: 0 done; 1 a bad entry (check), differences (diff) or conflicts with --fail-on-conflict
-// (merge); 2 a bad command line, or a file that cannot be read or written.
+// (merge), bad entries in a push or pull; 2 a bad command line, a file that cannot be read or written, or a
+// store that cannot be reached.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -38,6 +40,8 @@
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_json.hpp"
+#include "remote_store.hpp"
+#include "text.hpp"
 
 namespace {
 
@@ -51,15 +55,8 @@ struct usage_error {
   std::string message;
 };
 
-// Text from a file as this tool prints it: control characters and invalid UTF-8 as \xNN, at most max_bytes
-// (cut at a character boundary, "..." added).
-std::string shown(std::string_view s, std::size_t max_bytes = 4096) {
-  std::string e = ld::escaped_text(s);
-  if (e.size() <= max_bytes) return e;
-  std::size_t cut = max_bytes;
-  while (cut > 0 && (static_cast<unsigned char>(e[cut]) & 0xc0) == 0x80) --cut;
-  return e.substr(0, cut) + "...";
-}
+// Text from a file as this tool prints it: escaped as launchfit's log lines escape it (text.hpp).
+std::string shown(std::string_view s, std::size_t max_bytes = 4096) { return ld::escape_text(s, max_bytes); }
 
 // ---- reading ----------------------------------------------------------------------------------------------
 
@@ -91,8 +88,33 @@ std::vector<stored_entry> unique_entries(std::vector<stored_entry> in) {
   return out;
 }
 
+// A remote store in place of a file: "redis://..." (any "scheme://" is taken for a URL, so that a typo in the
+// scheme is reported as such rather than as a missing file).
+bool is_remote_url(const std::string& path) { return path.find("://") != std::string::npos; }
+
+ld::remote_url remote_url_of(const std::string& text) {
+  std::string why;
+  std::optional<ld::remote_url> url = ld::parse_remote_url(text, why);
+  if (!url) throw usage_error{shown(text, 300) + " is not redis://host:port[/db] (" + why + ")"};
+  return *url;
+}
+
+// Every valid entry at the URL, as load() reads a file; an unreachable store is a usage_error (exit 2).
+loaded load_remote(const std::string& text) {
+  const ld::remote_listing l = ld::list_remote_entries(remote_url_of(text));
+  if (!l.failure.empty()) throw usage_error{shown(text, 300) + ": " + shown(l.failure, 1024)};
+  if (l.truncated) {
+    std::cerr << "launchfit-plans: warning: " << shown(text, 300) << ": stopped after " << l.keys
+              << " keys (a bound on keys, bytes or time); the listing is partial\n";
+  }
+  loaded out{text, unique_entries(l.entries), l.refused, {}};
+  for (const auto& p : l.problems) out.problems.push_back(shown(p.key, 128) + ": " + shown(p.why, 1024));
+  return out;
+}
+
 // Reads a file as the library would; an unusable file is a usage_error (exit 2). Bad entries are counted.
 loaded load(const std::string& path, std::size_t max_bytes) {
+  if (is_remote_url(path)) return load_remote(path);
   std::string text, why;
   switch (ld::read_cache_file(path, max_bytes, text, why)) {
     case ld::cache_file_read::ok:
@@ -615,10 +637,14 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
 
 // ---- check ------------------------------------------------------------------------------------------------
 
-// The entry checked offline as the library checks a stored plan before using it (launchfit::validate_plan):
-// against the built-in limits of its compute capability with its SM count, and the kernel its fingerprint
-// describes. Empty when it passes; "" with `unchecked` set when there is no table entry for its cc.
+// The entry checked offline as the library checks a stored plan before using it: the store's own check
+// (ld::validate_stored_entry: a plan launches as its key says, a calibration is plausible), then the plan
+// (launchfit::validate_plan) against the built-in limits of its compute capability with its SM count, and
+// the kernel its fingerprint describes. Empty when it passes; "" with `unchecked` set when there is no
+// table entry for its cc.
 std::string check_entry(const stored_entry& e, bool& unchecked) {
+  if (std::string why = ld::validate_stored_entry(e); !why.empty()) return why;
+  if (e.key.kernel == ld::calibration_kernel) return "";  // a measured target: no plan is launched from it
   const fingerprint f = parse_fingerprint(e.key.kernel);
   if (!f.ok) return "the kernel fingerprint is not name|regs|smem|local|threads|ptx|binary";
   if (f.regs > 255 || f.max_threads > 1024 || f.max_threads < 1 || f.static_smem > (1 << 30) ||
@@ -712,13 +738,153 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
   return bad == 0 ? 0 : 1;
 }
 
+// ---- push / pull / check against a remote store -------------------------------------------------
+
+// Every valid entry of FILE to the store, SET NX: a key some process wrote first keeps its plan.
+int run_push(const std::string& path, const std::string& target, std::uint64_t ttl_s, std::size_t max_bytes) {
+  const ld::remote_url url = remote_url_of(target);
+  const loaded f = load(path, max_bytes);
+  warn_skipped(f);
+  const ld::remote_push_result r = ld::push_remote_entries(url, f.entries, ttl_s);
+  for (const auto& p : r.problems) std::cout << shown(path, 512) << ": " << shown(p, 1024) << "\n";
+  if (!r.failure.empty()) throw usage_error{shown(target, 300) + ": " + shown(r.failure, 1024)};
+  std::cout << "pushed " << f.entries.size() << " entries of " << shown(path, 512) << " to "
+            << shown(target, 300) << ": " << r.written << " written, " << r.present << " already stored, "
+            << r.refused << " refused"
+            << (f.skipped ? ", " + std::to_string(f.skipped) + " bad entries skipped" : "") << "\n";
+  return r.refused + f.skipped == 0 ? 0 : 1;
+}
+
+// Every valid entry of the store merged into FILE under the library's lock: a key FILE lacks is added; of
+// two plans for one key the newer stays.
+int run_pull(const std::string& source, const std::string& path, unsigned lock_wait_ms,
+             std::size_t max_bytes) {
+  const loaded remote = load_remote(source);
+  warn_skipped(remote);
+  std::size_t added = 0, updated = 0, kept = 0;
+  std::string problem;
+  const std::string why = ld::update_cache_file(
+      path, max_bytes, lock_wait_ms,
+      [&](const ld::cache_file_contents& current) -> std::optional<std::vector<stored_entry>> {
+        if (current.status == ld::cache_file_status::corrupt) {
+          problem = current.problem;
+          return std::nullopt;
+        }
+        added = updated = kept = 0;
+        std::vector<stored_entry> out = unique_entries(current.entries);
+        std::map<key_tuple, std::size_t> at;
+        for (std::size_t i = 0; i < out.size(); ++i) at.emplace(tie_key(out[i].key), i);
+        for (const auto& e : remote.entries) {
+          stored_entry copy = e;
+          copy.plan.match = "computed";  // never written: where a plan came from is the reader's to say
+          const auto it = at.find(tie_key(e.key));
+          if (it == at.end()) {
+            at.emplace(tie_key(e.key), out.size());
+            out.push_back(std::move(copy));
+            ++added;
+          } else if (e.stored_at_ms > out[it->second].stored_at_ms) {
+            out[it->second] = std::move(copy);
+            ++updated;
+          } else {
+            ++kept;
+          }
+        }
+        if (added + updated == 0 && current.skipped == 0) return std::nullopt;
+        return out;
+      });
+  if (!why.empty()) throw usage_error{shown(path, 512) + ": " + why};
+  if (!problem.empty()) throw usage_error{shown(path, 512) + ": " + problem};
+  std::cout << "pulled " << remote.entries.size() << " entries of " << shown(source, 300) << " into "
+            << shown(path, 512) << ": " << added << " added, " << updated << " newer, " << kept
+            << " kept as they were"
+            << (remote.skipped ? ", " + std::to_string(remote.skipped) + " refused" : "") << "\n";
+  return remote.skipped == 0 ? 0 : 1;
+}
+
+// check for a store: every value validated as a lookup validates it, then each entry as check_entry() checks
+// an entry of a file. Bad entries: exit 1; an unreachable store: exit 2.
+int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
+  std::size_t bad = 0;
+  bool unreachable = false;
+  json report = json::array();
+  for (const auto& text : urls) {
+    json store = {{"store", text}, {"problems", json::array()}};
+    auto problem = [&](const std::string& line) {
+      ++bad;
+      store["problems"].push_back(line);
+      if (!as_json) std::cout << shown(text, 300) << ": " << line << "\n";
+    };
+    std::optional<ld::remote_url> url;
+    try {
+      url = remote_url_of(text);
+    } catch (const usage_error& e) {
+      unreachable = true;
+      store["error"] = e.message;
+      if (!as_json) std::cout << e.message << "\n";
+      report.push_back(std::move(store));
+      continue;
+    }
+    const ld::remote_listing l = ld::list_remote_entries(*url);
+    if (!l.failure.empty()) {
+      unreachable = true;
+      store["error"] = l.failure;
+      if (!as_json) std::cout << shown(text, 300) << ": " << shown(l.failure, 1024) << "\n";
+    }
+    for (const auto& p : l.problems) problem(shown(p.key, 128) + ": " + shown(p.why, 1024));
+    if (l.refused > l.problems.size())
+      problem("and " + std::to_string(l.refused - l.problems.size()) + " more bad entries");
+    std::size_t unchecked = 0;
+    for (const auto& e : l.entries) {
+      bool no_table = false;
+      const std::string why_bad = check_entry(e, no_table);
+      unchecked += no_table;
+      if (!why_bad.empty())
+        problem(shown(ld::remote_key(e.key), 128) + " (" + entry_name(e) + "): " + shown(why_bad, 1024));
+    }
+    store["entries"] = l.entries.size();
+    store["not_checked_offline"] = unchecked;
+    store["truncated"] = l.truncated;
+    if (!as_json && store["problems"].empty() && l.failure.empty())
+      std::cout << shown(text, 300) << ": " << l.entries.size()
+                << (l.entries.size() == 1 ? " entry" : " entries") << ", all valid"
+                << (unchecked ? " (" + std::to_string(unchecked) +
+                                    " of a compute capability without a table entry: parsed only)"
+                              : "")
+                << (l.truncated ? " (partial: a bound on keys, bytes or time was reached)" : "") << "\n";
+    report.push_back(std::move(store));
+  }
+  if (as_json) print_json(report);
+  return unreachable ? 2 : bad == 0 ? 0 : 1;
+}
+
+// check of files and stores together: files as run_check() checks them, stores as run_check_remote(); the
+// worse exit code. --json gives one report, so it takes either files or stores.
+int run_check_with_stores(const std::vector<std::string>& args, bool as_json, std::size_t max_bytes) {
+  std::vector<std::string> urls, paths;
+  for (const auto& a : args) (is_remote_url(a) ? urls : paths).push_back(a);
+  if (as_json && !paths.empty())
+    throw usage_error{"check --json takes either plan-cache files or redis:// URLs, not both"};
+  const int stores = run_check_remote(urls, as_json);
+  return paths.empty() ? stores : std::max(stores, run_check(paths, as_json, max_bytes));
+}
+
+// LAUNCHFIT_REMOTE_TTL, as the library reads it.
+std::uint64_t remote_ttl() {
+  std::string warning;
+  const std::uint64_t ttl = ld::remote_ttl_from_env(warning);
+  if (!warning.empty()) std::cerr << "launchfit-plans: warning: " << warning << "\n";
+  return ttl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "launchfit-plans: list, show, diff, merge, prune and check launchfit plan-cache files "
-      "(LAUNCHFIT_CACHE). Exit codes: 0 done; 1 a bad entry (check), differences (diff) or conflicts "
-      "with --fail-on-conflict (merge); 2 a bad command line or an unusable file.",
+      "(LAUNCHFIT_CACHE) or a remote store (redis://host:port[/db], LAUNCHFIT_REMOTE); push and pull between "
+      "the two. Exit codes: 0 done; 1 a bad entry (check), differences (diff) or conflicts "
+      "with --fail-on-conflict (merge), bad entries in a push or pull; 2 a bad command line, an unusable "
+      "file or an unreachable store.",
       "launchfit-plans"};
   app.require_subcommand(1);
   app.fallthrough();  // --max-bytes before or after the subcommand
@@ -735,7 +901,7 @@ int main(int argc, char** argv) {
 
   auto* list =
       app.add_subcommand("list", "one line per plan: device, kernel, policy, block, occupancy, limiter");
-  list->add_option("files", files, "plan-cache files")->required();
+  list->add_option("files", files, "plan-cache files or redis:// URLs")->required();
   list->add_option("--kernel", sel.kernel, "only kernels whose name contains this");
   list->add_option("--device", sel.device, "only devices whose name or UUID contains this");
   list->add_flag("--json", as_json, "print a JSON array of entries");
@@ -785,8 +951,28 @@ int main(int argc, char** argv) {
       "validates every entry as the library would (the file format, then each plan against the built-in "
       "limits of its compute capability and SM count and the kernel its fingerprint describes); exit code 1 "
       "naming each bad entry");
-  check->add_option("files", files, "plan-cache files")->required();
+  check->add_option("files", files, "plan-cache files or redis:// URLs")->required();
   check->add_flag("--json", as_json, "print the report as JSON");
+
+  std::string url;
+  std::uint64_t ttl_s = 0;
+  auto* push = app.add_subcommand(
+      "push",
+      "writes every valid entry of FILE to a remote store (SET NX: a key already stored keeps its plan); "
+      "exit code 1 when FILE has bad entries or some were refused, 2 when the store cannot be reached");
+  push->add_option("FILE", out, "plan-cache file read")->required();
+  push->add_option("URL", url, "redis://host:port[/db]")->required();
+  push->add_option("--ttl", ttl_s, "seconds the entries live (default LAUNCHFIT_REMOTE_TTL, else 30 days)")
+      ->check(CLI::Range(std::uint64_t(1), std::uint64_t(315360000)));
+
+  auto* pull = app.add_subcommand(
+      "pull",
+      "merges every valid entry of a remote store into FILE (created when missing) under the library's file "
+      "lock: keys FILE lacks are added, of two plans for one key the newer stays; exit code 1 when the store "
+      "holds bad entries, 2 when it cannot be reached");
+  pull->add_option("URL", url, "redis://host:port[/db]")->required();
+  pull->add_option("FILE", out, "plan-cache file written")->required();
+  pull->add_option("--lock-wait-ms", lock_wait_ms, "how long to wait for the file's lock (default 5000)");
 
   try {
     app.parse(argc, argv);
@@ -800,7 +986,11 @@ int main(int argc, char** argv) {
     if (diff->parsed()) return run_diff(a, b, all, as_json, max_bytes);
     if (merge->parsed()) return run_merge(out, files, fail_on_conflict, lock_wait_ms, max_bytes);
     if (prune->parsed()) return run_prune(out, driver_below, keep_kernels, dry_run, lock_wait_ms, max_bytes);
+    if (check->parsed() && std::any_of(files.begin(), files.end(), is_remote_url))
+      return run_check_with_stores(files, as_json, max_bytes);
     if (check->parsed()) return run_check(files, as_json, max_bytes);
+    if (push->parsed()) return run_push(out, url, ttl_s ? ttl_s : remote_ttl(), max_bytes);
+    if (pull->parsed()) return run_pull(url, out, lock_wait_ms, max_bytes);
   } catch (const usage_error& e) {
     std::cerr << "launchfit-plans: error: " << e.message << "\n";
     return 2;

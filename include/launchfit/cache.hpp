@@ -23,9 +23,14 @@ struct plan_key {
   std::uint64_t bucket = 0;     // policy::work_bucket()
   std::uint64_t launch = 0;     // what the launch requires: cooperative, cluster dims, PDL (detail::launch_bits)
   std::uint64_t shape = 0;      // block constraint, work rank and SM budget (detail::shape_bits); 0: none
+  // The generation of the process-wide inputs a plan depends on beyond the fields above (policy overrides,
+  // bytes-in-flight defaults and calibrations, the plan store's configuration and contents, loaded plugins):
+  // any change to one of them makes a new generation, so a plan made under other inputs is never reused.
+  std::uint64_t inputs = 0;
   friend bool operator==(const plan_key& a, const plan_key& b) noexcept {
     return a.context == b.context && a.kernel == b.kernel && a.policy == b.policy &&
-           a.smem_rule == b.smem_rule && a.bucket == b.bucket && a.launch == b.launch && a.shape == b.shape;
+           a.smem_rule == b.smem_rule && a.bucket == b.bucket && a.launch == b.launch && a.shape == b.shape &&
+           a.inputs == b.inputs;
   }
 };
 
@@ -39,7 +44,7 @@ struct cached_plan {
 
 class LAUNCHFIT_API plan_cache {
  public:
-  // A snapshot of every plan, for reports.
+  // A snapshot of every plan made under the current inputs (plan_key::inputs), for reports.
   std::vector<cached_plan> plans() const;
   std::size_t size() const;
   // Drops every plan (tests; after changing a kernel attribute such as the smem carveout).
@@ -93,5 +98,39 @@ LAUNCHFIT_API cache_match cache_file_match();
 LAUNCHFIT_API void store_bytes_in_flight_calibration(std::size_t bytes_per_sm);
 // The stored target for the current device (its own, else its model's), if any.
 LAUNCHFIT_API std::optional<std::size_t> bytes_in_flight_calibration();
+
+// ---- remote plan store (Redis) ---------------------------------------------------------------------------
+
+// Shares plans among the processes and hosts of a fleet through Redis: looked up when neither memory nor
+// the cache file has a plan (never on a cache hit), and written back in the background (the first writer
+// of a key wins; entries expire after LAUNCHFIT_REMOTE_TTL seconds, default 30 days). A plan is shared by
+// every GPU of one model (name, compute capability, SM count, L2, driver and toolkit versions) and is
+// validated like an entry of the cache file; its match level is "remote". Off by default;
+// LAUNCHFIT_REMOTE=redis://host:port[/db] does the same at first use. A malformed URL is refused with one
+// warning and the store stays off. The store fails open: one that is down, hangs (connect 100 ms, each
+// operation 200 ms) or misbehaves is dropped for the process after one warning, and launches go on with
+// local planning. libhiredis is loaded at run time: a machine without it gets one warning. A store set
+// before is flushed (at most 1 s) and replaced.
+LAUNCHFIT_API void set_remote_store(const std::string& url);
+// Flushes (at most 1 s) and stops using the remote store.
+LAUNCHFIT_API void close_remote_store();
+// Waits at most max_wait_ms for queued writes; true when everything stored since the previous flush was
+// written (or another process had written that key first). A normal exit waits at most 1 s.
+LAUNCHFIT_API bool flush_remote_store(unsigned max_wait_ms = 1000);
+
+// What the remote store did in this process (since it was configured).
+struct remote_store_stats {
+  bool enabled = false;              // a remote store is configured
+  bool dead = false;                 // dropped for the process after a failure (fail open)
+  std::uint64_t lookups = 0;         // lookups that reached it
+  std::uint64_t hits = 0;            // entries it returned (each validated)
+  std::uint64_t refused = 0;         // entries it held that failed validation (forged, torn, another format)
+  std::uint64_t loaded = 0;          // valid entries read (a device model's in bulk, at its first lookup)
+  std::uint64_t writes = 0;          // entries written
+  std::uint64_t already_stored = 0;  // writes another writer had made first (kept as they are)
+  std::uint64_t write_drops = 0;     // not written: queue full, store dead, too large, no device model
+  std::uint64_t failures = 0;        // operations that failed (connect, timeout, error or wrong-type reply)
+};
+LAUNCHFIT_API remote_store_stats remote_store_statistics();
 
 }  // namespace launchfit
