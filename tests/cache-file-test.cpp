@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "cache_file.hpp"
-#include "plan_json.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/log.hpp"
+#include "plan_json.hpp"
 
 namespace lf = launchfit;
 namespace fs = std::filesystem;
@@ -43,7 +43,8 @@ lf::stored_key key(int i, std::uint64_t bucket = 0) {
   k.driver_version = 12080;
   k.kernel = lf::kernel_fingerprint(
       lf::kernel_resources::manual(32, 0, 1024, "_Z6kernel" + std::to_string(i) + "Pf"));
-  k.policy = "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)";
+  // sample_plan() is cooperative and clustered: its key says so, as the planner's keys do.
+  k.policy = "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256) cooperative cluster=2";
   k.smem_rule = "bytes=0";
   k.bucket = bucket;
   return k;
@@ -327,7 +328,6 @@ TEST_F(CacheFile, StoredTextIsUntrustedAndCannotForgeLogLines) {
   auto& plan = doc["entries"][0]["plan"];
   plan["reason"] = "fine\n[2026-01-01 00:00:00.000] [launchfit] [error] forged\r";
   plan["warning"] = "\x1b[2J\u202e\u0085" + std::string(100000, 'w');
-  plan["policy"] = "max_occupancy\u2028x";
   plan["match"] = "exact, trust me";
   write_text(file_, doc.dump());
 
@@ -337,8 +337,18 @@ TEST_F(CacheFile, StoredTextIsUntrustedAndCannotForgeLogLines) {
   EXPECT_EQ(p->reason, "fine?[2026-01-01 00:00:00.000] [launchfit] [error] forged?");
   EXPECT_EQ(p->warning.substr(0, 8), "?[2J??ww");
   EXPECT_EQ(p->warning.size(), lf::detail::max_plan_text_bytes);
-  EXPECT_EQ(p->policy, "max_occupancy?x");
   EXPECT_EQ(p->match, "cache-file");
+
+  // A policy text that is not the key's policy (control characters included) refuses the entry, named.
+  plan["policy"] = "bytes_in_flight\u2028x";
+  write_text(file_, doc.dump());
+  lf::set_cache_file(file_.string());
+  EXPECT_EQ(lf::stored_plan_count(), 0u);
+  EXPECT_NE(
+      log_.str().find("entry 0 (kernel _Z6kernel0Pf): the entry's plan names policy 'bytes_in_flight?x'"),
+      std::string::npos)
+      << log_.str();
+  plan["policy"] = key(0).policy.substr(0, key(0).policy.find(')') + 1);
 
   // Key text is compared, never cleaned: a key with a control character matches nothing and is skipped.
   doc["entries"][0]["key"]["kernel"] = key(1).kernel + "\n";

@@ -1,0 +1,185 @@
+// What a write of the plan file keeps: the disk-wins merge, this process's own stores on top, and the
+// limits, oldest entries first out.
+
+#include "plan_merge.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <utility>
+
+namespace launchfit::detail {
+
+key_tuple tie_key(const stored_key& k) {
+  return {k.device_uuid, k.cc, k.sm_count, k.driver_version, k.kernel, k.policy, k.smem_rule, k.bucket};
+}
+
+cache_file_contents read_entries(std::string_view text, const disk_view* known, entry_lines& disk,
+                                 std::vector<stored_entry>* changed) {
+  // An entry is changed when the view held another line, or none, for its key.
+  const auto note = [&](const key_tuple& k, const held& h) {
+    if (!changed) return;
+    const auto seen = known ? known->entries.find(k) : entry_lines::const_iterator{};
+    if (!known || seen == known->entries.end() || seen->second.line != h.line) changed->push_back(h.entry);
+  };
+
+  // The common case when several processes write: most lines were seen before and need no parsing.
+  std::unordered_map<std::string_view, const held*> lines;
+  if (known) {
+    lines.reserve(known->entries.size());
+    for (const auto& [k, h] : known->entries) lines.emplace(h.line, &h);
+  }
+  struct in_order {
+    const held* seen;    // a known line, or
+    std::size_t parsed;  // the index of a parsed one
+  };
+  std::vector<in_order> order;
+  std::vector<std::string_view> raw;  // the line of each parsed entry
+  std::vector<stored_entry> parsed;
+  const bool line_layout = parse_cache_file_lines(
+      text,
+      [&](std::string_view line) {
+        const auto it = lines.find(line);
+        if (it != lines.end()) {
+          order.push_back({it->second, 0});
+          return true;
+        }
+        order.push_back({nullptr, raw.size()});
+        raw.push_back(line);
+        return false;
+      },
+      parsed);
+  cache_file_contents contents;
+  if (line_layout) {
+    contents.status = cache_file_status::ok;
+    for (const in_order& o : order) {
+      if (o.seen) {
+        disk.insert_or_assign(tie_key(o.seen->entry.key), *o.seen);
+        continue;
+      }
+      held h{std::move(parsed[o.parsed]), std::string(raw[o.parsed])};
+      key_tuple k = tie_key(h.entry.key);
+      note(k, h);
+      disk.insert_or_assign(std::move(k), std::move(h));
+    }
+    return contents;
+  }
+  disk.clear();
+  contents = parse_cache_file(text);  // a file edited by hand, or with bad entries: parsed whole
+  for (auto& e : contents.entries) {
+    std::string line = cache_file_line(e);
+    held h{std::move(e), std::move(line)};
+    key_tuple k = tie_key(h.entry.key);
+    note(k, h);
+    disk.insert_or_assign(std::move(k), std::move(h));
+  }
+  contents.entries.clear();
+  return contents;
+}
+
+void keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t max_bytes) {
+  const std::size_t frame = std::strlen(cache_file_format) + 64;
+  std::size_t bytes = frame;
+  for (const auto& [k, h] : disk) bytes += h.line.size() + 2;
+  if (disk.size() <= max_entries && bytes <= max_bytes) return;
+  std::vector<std::pair<std::uint64_t, const key_tuple*>> by_age;
+  by_age.reserve(disk.size());
+  for (const auto& [k, h] : disk) by_age.emplace_back(h.entry.stored_at_ms, &k);
+  std::sort(by_age.begin(), by_age.end());
+  std::vector<key_tuple> drop;
+  std::size_t left = disk.size();
+  for (const auto& [t, k] : by_age) {
+    if (left <= max_entries && bytes <= max_bytes) break;
+    bytes -= disk.at(*k).line.size() + 2;
+    drop.push_back(*k);
+    --left;
+  }
+  for (const auto& k : drop) disk.erase(k);
+}
+
+std::string file_text(const entry_lines& disk) {
+  const std::string frame = serialize_cache_file({});  // head + tail
+  const std::size_t head = frame.find('[') + 2;
+  std::string body = frame.substr(0, head);
+  std::size_t i = 0;
+  for (const auto& [k, h] : disk) body.append(h.line).append(++i < disk.size() ? ",\n" : "\n");
+  body.append(frame, head, std::string::npos);
+  return body;
+}
+
+write_outcome write_file(const write_job& job, const std::vector<stored_entry>& mine, disk_view& view) {
+  write_outcome out;
+  fd_closer lock;
+  switch (take_lock(job.path, lock, out.why, job.lock_wait)) {
+    case lock_result::held:
+      break;
+    case lock_result::busy:
+      out.status = write_status::lock_busy;
+      return out;
+    case lock_result::failed:
+      return out;
+  }
+  if (job.sweep_temps) sweep_temp_files(job.path);
+
+  // The file now.
+  std::string text;
+  file_identity id;
+  const read_result r = read_bounded(job.path, job.max_bytes, text, out.why, id);
+  if (r == read_result::refused) return out;
+  entry_lines disk;
+  if (r == read_result::missing) {
+    view.valid = false;
+  } else if (view.valid && id == view.id) {
+    disk = std::move(view.entries);
+  } else {
+    const cache_file_contents contents = read_entries(text, view.valid ? &view : nullptr, disk, &out.others);
+    if (contents.status == cache_file_status::foreign ||
+        contents.status == cache_file_status::wrong_version) {
+      out.why = "it was replaced by something else: " + contents.problem;
+      return out;
+    }
+    // A corrupt file is replaced: `disk` holds nothing of it.
+  }
+  view.valid = false;
+
+  // What this process stored wins over the disk; everything else on disk stays as it is.
+  for (const auto& e : mine) disk.insert_or_assign(tie_key(e.key), held{e, cache_file_line(e)});
+  keep_within_limits(disk, job.max_entries, job.max_bytes);
+
+  if (replace_file(job.path, file_text(disk), view.id, out.why)) {
+    out.status = write_status::written;
+    view.entries = std::move(disk);
+    view.valid = true;
+  }
+  return out;
+}
+
+reread_status reread_file(const std::string& path, std::size_t max_bytes, disk_view& view,
+                          file_identity& seen, std::vector<stored_entry>& changed, std::size_t& refused) {
+  const file_identity now = identity_now(path);
+  if (now == seen) return reread_status::unchanged;
+  std::string text, why;
+  file_identity id;
+  const read_result r = read_bounded(path, max_bytes, text, why, id);
+  if (r != read_result::ok) {
+    view.valid = false;
+    seen = r == read_result::missing ? file_identity{} : now;  // not read again until it changes
+    return r == read_result::missing ? reread_status::missing : reread_status::refused;
+  }
+  seen = id;
+  entry_lines disk;
+  std::vector<stored_entry> found;
+  const cache_file_contents contents = read_entries(text, view.valid ? &view : nullptr, disk, &found);
+  refused += contents.refused;
+  if (contents.status != cache_file_status::ok && contents.status != cache_file_status::empty) {
+    view.valid = false;
+    return reread_status::refused;
+  }
+  view.entries = std::move(disk);
+  view.id = id;
+  view.valid = true;
+  for (auto& e : found) changed.push_back(std::move(e));
+  return reread_status::read;
+}
+
+}  // namespace launchfit::detail

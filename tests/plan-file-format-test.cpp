@@ -1,0 +1,249 @@
+// The plan file's format and the one check of a stored entry (lib/plan_file_format.hpp: parse_cache_file,
+// validate_stored_entry): a stored plan can never add or drop what a launch requires. Whatever its key says
+// of cooperative, cluster and PDL (the words after the policy in its policy text) is what its plan must do,
+// and its plan must name the key's policy; any other entry is refused, counted and named.
+
+#include <gtest/gtest.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cache_file.hpp"
+#include "launch_options.hpp"
+#include "launchfit/cache.hpp"
+#include "launchfit/log.hpp"
+#include "plan_file_format.hpp"
+
+namespace lf = launchfit;
+namespace ld = launchfit::detail;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string plain = "max_occupancy(prefer_block=256,block_limit=0)";
+
+lf::device_limits h200() {
+  lf::device_limits d = lf::device_limits::for_arch("H200");
+  d.uuid = "GPU-aaaaaaaa-0000-1111-2222-333344445555";
+  d.name = "NVIDIA H200";
+  return d;
+}
+
+// An entry of kernel `name` whose key's policy text is `key_text` and whose plan names `policy` and launches
+// with nothing the key does not say (until a test changes it).
+ld::stored_entry entry(const std::string& name, const std::string& key_text,
+                       const std::string& policy = plain) {
+  ld::stored_entry e;
+  e.key = lf::stored_key_for(h200(), 12080, lf::kernel_resources::manual(32, 0, 1024, name), key_text,
+                             "bytes=0", 0);
+  e.plan.block = lf::dims{256, 1, 1};
+  e.plan.block_threads = 256;
+  e.plan.blocks_per_sm = 8;
+  e.plan.sm_count = 132;
+  e.plan.policy = policy;
+  e.stored_at_ms = 1000;
+  return e;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string all(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+}  // namespace
+
+TEST(StoredEntry, APlanThatAddsALaunchOptionIsRefusedNamingTheEntryAndTheKernel) {
+  ld::stored_entry cooperative = entry("_Z4coopPf", plain);
+  cooperative.plan.cooperative = true;
+  ld::stored_entry programmatic = entry("_Z3pdlPf", plain);
+  programmatic.plan.programmatic = true;
+  ld::stored_entry clustered = entry("_Z7clusterPf", plain);
+  clustered.plan.cluster = lf::dims{2, 1, 1};
+  ld::stored_entry other_policy =
+      entry("_Z5otherPf", plain, "bytes_in_flight(per_thread=16,target_per_sm=0,prefer_block=256)");
+  const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file(
+      {entry("_Z4goodPf", plain), cooperative, programmatic, clustered, other_policy}));
+  EXPECT_EQ(c.status, ld::cache_file_status::ok);
+  ASSERT_EQ(c.entries.size(), 1u);
+  EXPECT_EQ(c.entries[0].key.kernel.rfind("_Z4goodPf|", 0), 0u);
+  EXPECT_EQ(c.skipped, 4u);
+  EXPECT_EQ(c.refused, 4u);
+  ASSERT_EQ(c.problems.size(), 4u);
+  EXPECT_EQ(c.refusals, c.problems);
+  EXPECT_EQ(c.problems[0], "entry 1 (kernel _Z4coopPf): the entry's plan is cooperative, its key is not");
+  EXPECT_EQ(
+      c.problems[1],
+      "entry 2 (kernel _Z3pdlPf): the entry's plan is a programmatic dependent launch (PDL), its key is not");
+  EXPECT_EQ(c.problems[2], "entry 3 (kernel _Z7clusterPf): the entry's plan has cluster 2, its key none");
+  EXPECT_EQ(c.problems[3],
+            "entry 4 (kernel _Z5otherPf): the entry's plan names policy "
+            "'bytes_in_flight(per_thread=16,target_per_sm=0,prefer_block=256)', its key '" +
+                plain + "'");
+  EXPECT_EQ(c.problem, c.problems[0]);
+}
+
+TEST(StoredEntry, APlanThatDropsALaunchOptionIsRefused) {
+  const ld::stored_entry cooperative = entry("_Z4coopPf", plain + " cooperative");
+  const ld::stored_entry clustered = entry("_Z7clusterPf", plain + " cluster=2");
+  const ld::stored_entry programmatic = entry("_Z3pdlPf", plain + " pdl");
+  ld::stored_entry wider = entry("_Z5widerPf", plain + " cluster=4x1x1");  // the dims either way
+  wider.plan.cluster = lf::dims{2, 1, 1};
+  const ld::cache_file_contents c =
+      ld::parse_cache_file(ld::serialize_cache_file({cooperative, clustered, programmatic, wider}));
+  EXPECT_TRUE(c.entries.empty());
+  EXPECT_EQ(c.refused, 4u);
+  const std::string problems = all(c.problems);
+  EXPECT_TRUE(has(problems, "entry 0 (kernel _Z4coopPf): the entry's plan is not cooperative, its key is"))
+      << problems;
+  EXPECT_TRUE(
+      has(problems, "entry 1 (kernel _Z7clusterPf): the entry's plan has cluster none, its key cluster 2"))
+      << problems;
+  EXPECT_TRUE(has(
+      problems,
+      "entry 2 (kernel _Z3pdlPf): the entry's plan is not a programmatic dependent launch (PDL), its key is"))
+      << problems;
+  EXPECT_TRUE(has(problems, "entry 3 (kernel _Z5widerPf): the entry's plan has cluster 2, its key cluster 4"))
+      << problems;
+}
+
+TEST(StoredEntry, APlanThatLaunchesAsItsKeySaysIsKept) {
+  ld::stored_entry all_options =
+      entry("_Z3allPf", plain + " cooperative cluster=2x2 pdl blocks=multiple of 64 rows=32 sms=66");
+  all_options.plan.cooperative = true;
+  all_options.plan.cluster = lf::dims{2, 2, 1};
+  all_options.plan.programmatic = true;
+  // A family's member fingerprints may hold ')' and a policy's parameters ") ": the policy still ends where
+  // the launch words begin.
+  const ld::stored_entry family =
+      entry("_Z3famPf", plain + " family=128:_Z4f128v(x)|32|0|0|128|90|90,256:_Z4f256v|32|0|0|256|90|90");
+  const std::string odd = "my_policy(note=a) b,level=2)";
+  ld::stored_entry odd_params = entry("_Z3oddPf", odd + " cooperative", odd);
+  odd_params.plan.cooperative = true;
+  const ld::stored_entry unnamed = entry("_Z7unnamedPf", plain, "");  // a plan without its policy's name
+  for (const auto& e : {all_options, family, odd_params, unnamed}) {
+    EXPECT_EQ(ld::validate_stored_entry(e), "") << e.key.policy;
+  }
+  const ld::cache_file_contents c =
+      ld::parse_cache_file(ld::serialize_cache_file({all_options, family, odd_params, unnamed}));
+  EXPECT_EQ(c.entries.size(), 4u) << all(c.problems);
+  std::vector<ld::stored_entry> fast;
+  EXPECT_TRUE(ld::parse_cache_file_lines(ld::serialize_cache_file({all_options, family, odd_params, unnamed}),
+                                         {}, fast));
+  EXPECT_EQ(fast.size(), 4u);
+}
+
+TEST(StoredEntry, AMalformedKeyTextIsRefused) {
+  for (const std::string text :
+       {std::string("max_occupancy"), plain + " turbo", plain + " cluster=0x1x1", plain + " pdl cooperative",
+        plain + "  cooperative", std::string("(x=1)"), plain + " cluster=1x1x1"}) {
+    SCOPED_TRACE(text);
+    const ld::stored_entry e = entry("_Z3badPf", text);
+    EXPECT_TRUE(has(ld::validate_stored_entry(e), "is not a policy followed by launch-option words"))
+        << ld::validate_stored_entry(e);
+    const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file({e}));
+    EXPECT_EQ(c.refused, 1u);
+    ASSERT_EQ(c.problems.size(), 1u);
+    EXPECT_EQ(c.problems[0].rfind("entry 0 (kernel _Z3badPf): the key's policy text '", 0), 0u)
+        << c.problems[0];
+  }
+}
+
+// A calibration is a measured target, never launched: its plan is not held to a plan's rules, its target is.
+TEST(StoredEntry, CalibrationsAreCheckedAsCalibrations) {
+  ld::stored_entry calibration;
+  calibration.key = lf::stored_key_for(h200(), 12080, lf::kernel_resources{}, ld::calibration_policy, "", 0);
+  calibration.key.kernel = ld::calibration_kernel;
+  calibration.plan.block = lf::dims{1, 1, 1};
+  calibration.plan.block_threads = 1;
+  calibration.plan.cooperative = true;  // nothing a launch reads
+  calibration.bytes_in_flight_per_sm = 32 * 1024;
+  EXPECT_EQ(ld::validate_stored_entry(calibration), "");
+  EXPECT_EQ(ld::parse_cache_file(ld::serialize_cache_file({calibration})).entries.size(), 1u);
+  for (std::uint64_t bytes : {std::uint64_t(0), ld::max_calibration_bytes_per_sm + 1}) {
+    calibration.bytes_in_flight_per_sm = bytes;
+    EXPECT_EQ(ld::validate_stored_entry(calibration), "'bytes_in_flight_per_sm' is not in 1..4 MiB");
+  }
+  ld::stored_entry plan_with_target = entry("_Z4planPf", plain);
+  plan_with_target.bytes_in_flight_per_sm = 4096;
+  EXPECT_EQ(ld::validate_stored_entry(plan_with_target), "'calibration' out of place");
+}
+
+TEST(StoredEntry, OneEntryParsesAndValidatesAsInTheFile) {
+  ld::stored_entry good = entry("_Z4goodPf", plain + " cooperative");
+  good.plan.cooperative = true;
+  ld::stored_entry out;
+  EXPECT_EQ(ld::parse_stored_entry(ld::cache_file_line(good), out), "");
+  EXPECT_EQ(out.key.policy, good.key.policy);
+  EXPECT_TRUE(out.plan.cooperative);
+  ld::stored_entry forged = good;
+  forged.key.policy = plain;
+  EXPECT_EQ(ld::parse_stored_entry(ld::cache_file_line(forged), out),
+            "entry 0 (kernel _Z4goodPf): the entry's plan is cooperative, its key is not");
+  EXPECT_EQ(ld::parse_stored_entry("{\"key\": 1}", out), "entry 0: 'key' is not an object");
+  EXPECT_EQ(ld::parse_stored_entry(std::string("{}\0", 3), out), "holds a NUL byte");
+  EXPECT_EQ(ld::parse_stored_entry("{", out), "not valid JSON");
+  // The line parser leaves a file with a refused entry to the full parser, which names it.
+  std::vector<ld::stored_entry> fast;
+  EXPECT_FALSE(ld::parse_cache_file_lines(ld::serialize_cache_file({good, forged}), {}, fast));
+}
+
+// A mangled template name runs to kilobytes: a problem names its start.
+TEST(StoredEntry, TheNamedKernelIsCut) {
+  ld::stored_entry e = entry(std::string(300, 'k'), plain);
+  e.plan.cooperative = true;
+  const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file({e}));
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_TRUE(has(c.problems[0], "entry 0 (kernel " + std::string(200, 'k') + "...(300 bytes)): "))
+      << c.problems[0];
+}
+
+// The library refuses such an entry when it opens the file, with one warning naming it, and uses the others.
+TEST(StoredEntry, TheLibraryWarnsOnceNamingEachRefusedEntry) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("launchfit-plan-file-format-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path file = dir / "plans.json";
+  std::ostringstream log;
+  lf::set_logger(std::make_shared<spdlog::logger>("launchfit-test",
+                                                  std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  ld::stored_entry cooperative = entry("_Z4coopPf", plain);
+  cooperative.plan.cooperative = true;
+  std::ofstream(file, std::ios::binary) << ld::serialize_cache_file({entry("_Z4goodPf", plain), cooperative});
+  lf::set_cache_file(file.string(), lf::cache_file_mode::frozen);
+  EXPECT_EQ(lf::stored_plan_count(), 1u);
+  EXPECT_FALSE(lf::find_stored_plan(cooperative.key));
+  EXPECT_TRUE(lf::find_stored_plan(entry("_Z4goodPf", plain).key));
+  const std::string text = log.str();
+  std::size_t warnings = 0;
+  for (auto at = text.find("[warning]"); at != std::string::npos; at = text.find("[warning]", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 1u) << text;
+  EXPECT_TRUE(has(
+      text, "plan cache file " + file.string() +
+                ": entry 1 (kernel _Z4coopPf): the entry's plan is cooperative, its key is not; the entry is "
+                "not used"))
+      << text;
+
+  // With other bad entries: each refusal named, the others counted in one more warning.
+  auto doc = nlohmann::json::parse(ld::serialize_cache_file({entry("_Z4goodPf", plain), cooperative}));
+  doc["entries"].push_back(42);
+  std::ofstream(file, std::ios::binary) << doc.dump();
+  log.str("");
+  lf::set_cache_file(file.string(), lf::cache_file_mode::frozen);
+  EXPECT_TRUE(has(log.str(), "entry 1 (kernel _Z4coopPf): the entry's plan is cooperative")) << log.str();
+  EXPECT_TRUE(has(log.str(), "skipped 1 bad entry (entry 2: entry is not an object)")) << log.str();
+  lf::close_cache_file();
+  lf::set_logger(nullptr);
+  fs::remove_all(dir);
+}
