@@ -100,6 +100,15 @@ if want bench; then
     "$bb/launch-options" --json "$logs/launch-options.json" >"$logs/bench-launch-options.log" 2>&1
     row "bench launch-options" "$(status $?)" "$(tail -1 "$logs/bench-launch-options.log" | cut -c1-110)"
   fi
+  if [[ -x $bb/plan-store ]]; then
+    # Starts and stops its own Redis (staged in _runtime); without one it skips the Redis rows and says why.
+    rm -f "$out/plan-store.json"
+    "$bb/plan-store" --json "$out/plan-store.json" --redis-server "$root/.device/_runtime/redis-server" \
+      --autotune-plugin "$b/plugins/liblaunchfit-autotune.so" >"$logs/bench-plan-store.log" 2>&1
+    rc=$?
+    [[ -f $out/plan-store.json ]] && cp "$out/plan-store.json" "$logs/"
+    row "bench plan-store" "$(status $rc)" "$(tail -1 "$logs/bench-plan-store.log" | cut -c1-110)"
+  fi
   if [[ -x $b/demos/launchfit-calibrate ]]; then
     "$b/demos/launchfit-calibrate" ${CALIBRATE_ARGS-} --out "$logs/calibration.json" --svg "$out/calibration.svg" \
       --cache "$logs/calibrated-plans.json" --apply \
