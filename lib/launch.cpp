@@ -2,6 +2,7 @@
 // grid arithmetic and one cuLaunchKernelEx. Everything else (planning, tuning, reporting) is the miss path
 // in planner.cpp.
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -17,10 +18,26 @@
 #include "observe_internal.hpp"
 #include "plan_cache.hpp"
 #include "planner.hpp"
+#include "plugin_loader.hpp"
+#include "policy_string.hpp"
+#include "remote_store.hpp"
 #include "text.hpp"
 
 namespace launchfit::detail {
 namespace {
+
+// Inputs read from the environment at first use (LAUNCHFIT_PLUGINS, LAUNCHFIT_POLICY, LAUNCHFIT_CACHE,
+// LAUNCHFIT_REMOTE) are loaded before the first plan key is made: loading one may register policies, and a
+// generation bumped inside the first miss would make the next launch plan (and tune) again.
+void load_environment_inputs() {
+  static std::atomic<bool> loaded{false};
+  if (loaded.load(std::memory_order_acquire)) return;
+  load_env_plugins();
+  (void)policy_overrides_configured();  // a bad LAUNCHFIT_POLICY throws here, as the miss would
+  (void)cache_file_open();
+  (void)remote_layer();
+  loaded.store(true, std::memory_order_release);
+}
 
 // The entry this request launches with. `local` holds a plan made for this call only (a request asked
 // again from inside its own planning, or an smem rule that never settles).
@@ -34,6 +51,7 @@ const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& 
     throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
                 "cluster " + cluster.to_string() + " has a dimension above 65535");
   }
+  load_environment_inputs();
   const context_ref ctx = current_context(r);
   const plan_key key = base_key(r, ctx);
   const plan_entry* e = find(key);
@@ -103,6 +121,14 @@ const plan& plan_for(const launch_request& r) {
   require_work_for_plan(r);
   std::optional<plan_entry> local;
   const plan_entry& e = entry_for(r, local);
+  // An override decided: the rule holds for the policy that decides, not only for the spec's.
+  if (r.shape.kind == work::shape::none && e.overriding && e.overriding->depends_on_work()) {
+    throw error(errc::missing_work, "launchfit::plan_for",
+                "the override " + escape_text(e.override_glob) + " = " + escape_text(e.overriding->to_string()) +
+                    " chooses the block by the work, and the spec gives none: give plan_for() the launch's work "
+                    "(items(n), grid_stride(n) or grid(g)), or launch the plan it returns verbatim with planned(p)",
+                display_name(e.kernel));
+  }
   if (!local || &e != &*local) return e.plan;
   // A plan made for this call only: the caller holds a reference, so it is kept for the process lifetime,
   // once per distinct plan (only re-entrant planning and smem rules that never settle make such plans).

@@ -41,10 +41,4 @@ nlohmann::json occupancy_to_json(const occupancy_result& o);
 plan plan_from_json(const nlohmann::json& j);
 occupancy_result occupancy_from_json(const nlohmann::json& j);
 
-// Forwarding for callers being migrated to text.hpp.
-inline std::string safe_text(std::string_view s, std::size_t max_bytes = max_plan_text_bytes) {
-  return sanitize_text(s, max_bytes);
-}
-inline std::string escaped_text(std::string_view s) { return escape_text(s, max_plan_text_bytes); }
-
 }  // namespace launchfit::detail

@@ -840,8 +840,13 @@ bool flush_cache_file(unsigned max_wait_ms) { return detail::ready_state().flush
 
 void set_cache_match(cache_match m) {
   detail::match_setting& s = detail::match_state();
-  std::lock_guard lock(s.m);
-  s.value.store(static_cast<int>(m), std::memory_order_release);
+  bool changed = false;
+  {
+    std::lock_guard lock(s.m);
+    changed = s.value.exchange(static_cast<int>(m), std::memory_order_acq_rel) != static_cast<int>(m);
+  }
+  // Which stored plans may serve a launch decides its plan: plans found under the other level are not reused.
+  if (changed) detail::plan_inputs_changed("plan match level");
 }
 
 cache_match cache_file_match() { return detail::current_match(); }

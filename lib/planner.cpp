@@ -384,9 +384,12 @@ std::string decided_by_text(const std::string& policy_text, const launch_request
   return s;
 }
 
+// `may_store`: the plan is the one a launch caches (not one made for this call only, nor one a plan_for() that
+// was asked for a trial will refuse): only such a plan is written to the store's layers, where the first
+// writer wins for the whole fleet.
 plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy& chosen, const query& q,
                       const launch_requirements& need, plan_entry& e, const device_limits& dev,
-                      const family_members& fam) {
+                      const family_members& fam, bool may_store, const std::atomic<bool>& asked) {
   // The plan store's layers (the local file, the remote store) are asked only when one is in use.
   if (!cache_file_open() && !remote_layer()) {
     plan p = choose(chosen, q, e);
@@ -427,8 +430,11 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
       computed = choose(chosen, q, e);
       apply_requirements(q, *computed, need);
     }
+    // Not stored over the entry: processes that disagree on it (another bytes-in-flight target, another
+    // version) would otherwise overwrite each other's entry and make each other plan again, forever.
+    return *computed;
   }
-  store_plan(sk, *computed);
+  if (may_store && !asked.load(std::memory_order_relaxed)) store_plan(sk, *computed);
   return *computed;
 }
 
@@ -527,7 +533,7 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   query q = make_query(r, e, dev, need, fam);
   const auto asked = std::make_shared<std::atomic<bool>>(false);
   if (may_tune) offer_tuning(q, r, e, need, fam, asked);
-  e.plan = stored_or_chosen(r, key, chosen, q, need, e, dev, fam);
+  e.plan = stored_or_chosen(r, key, chosen, q, need, e, dev, fam, may_tune, *asked);
   if (asked->load(std::memory_order_relaxed)) {
     // The plan contract: plan_for() answers only with what the launch will run, and this launch is tuned on
     // its first run (nothing stored for it yet). Nothing is cached: the first launch tunes.

@@ -81,7 +81,8 @@ void register_policy(const std::string& name, policy_factory factory) {
   }
   lock.unlock();
   // A new policy or plugin can decide where none did (a name an override or a declining plugin falls back to).
-  detail::plan_inputs_changed("policy registered");
+  // The built-ins are there before anything is planned by name: no new generation for them.
+  if (!registering_builtins) detail::plan_inputs_changed("policy registered");
 }
 
 bool unregister_policy(const std::string& name) {

@@ -12,7 +12,10 @@
 #include "remote_store.hpp"
 
 #include <cuda.h>
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +30,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
+#include <optional>
 #include <mutex>
 #include <new>
 #include <set>
@@ -214,6 +219,67 @@ std::vector<redisContext*>& abandoned_contexts() {
   return v;
 }
 
+// The host as a numeric address, resolved within `ms`. getaddrinfo() has no timeout of its own (a dead
+// resolver holds it for the resolv.conf timeouts, seconds): it runs on a thread of its own, left behind when
+// it takes longer, so the launch that connects waits at most the connect bound.
+std::optional<std::string> resolve_within(const std::string& host, unsigned ms, std::string& why) {
+  in_addr a4{};
+  in6_addr a6{};
+  if (::inet_pton(AF_INET, host.c_str(), &a4) == 1 || ::inet_pton(AF_INET6, host.c_str(), &a6) == 1) return host;
+  struct result {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    std::string address, error;
+  };
+  auto r = std::make_shared<result>();
+  try {
+    std::thread([r, host] {
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+      std::string address, error;
+      if (rc == 0 && found) {
+        // IPv4 first: "localhost" often lists ::1 first while servers listen on 127.0.0.1.
+        const addrinfo* pick = found;
+        for (const addrinfo* i = found; i; i = i->ai_next)
+          if (i->ai_family == AF_INET) {
+            pick = i;
+            break;
+          }
+        char text[INET6_ADDRSTRLEN] = {};
+        const void* where = pick->ai_family == AF_INET6
+                                ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(pick->ai_addr)->sin6_addr)
+                                : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(pick->ai_addr)->sin_addr);
+        if (::inet_ntop(pick->ai_family, where, text, sizeof text)) address = text;
+      } else {
+        error = ::gai_strerror(rc);
+      }
+      if (found) ::freeaddrinfo(found);
+      std::lock_guard lk(r->m);
+      r->done = true;
+      r->address = std::move(address);
+      r->error = std::move(error);
+      r->cv.notify_all();
+    }).detach();
+  } catch (const std::system_error&) {
+    why = "cannot start a thread to resolve the host name";
+    return std::nullopt;
+  }
+  std::unique_lock lk(r->m);
+  if (!r->cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return r->done; })) {
+    why = "the host name was not resolved within " + std::to_string(ms) + " ms";
+    return std::nullopt;
+  }
+  if (r->address.empty()) {
+    why = "cannot resolve the host name (" + r->error + ")";
+    return std::nullopt;
+  }
+  return r->address;
+}
+
 class connection {
  public:
   // nullptr with `why` when it cannot connect, select the database or set the timeout.
@@ -224,8 +290,10 @@ class connection {
       why = api.failure;
       return nullptr;
     }
+    const std::optional<std::string> address = resolve_within(url.host, connect_ms, why);
+    if (!address) return nullptr;
     sigpipe_guard guard;
-    redisContext* c = api.connect(url.host.c_str(), url.port, to_timeval(connect_ms));
+    redisContext* c = api.connect(address->c_str(), url.port, to_timeval(connect_ms));
     if (!c) {
       why = "out of memory";
       return nullptr;
@@ -635,7 +703,12 @@ struct model_view {
   enum class state { unread, partial, complete };
   state st = state::unread;
   std::map<std::string, std::optional<stored_entry>> slots;  // remote key -> entry (none: absent or refused)
+  std::chrono::steady_clock::time_point read_at{};          // when the bulk read ended
 };
+
+// How long a bulk read answers "absent" for a key it did not see: a plan another process writes later is
+// then read with one round trip on the next miss for it.
+constexpr std::chrono::seconds absent_fresh_for{5};
 
 // Per process, so that a child of fork() can make every store its own (connections, writer thread, locks).
 struct store_registry {
@@ -803,6 +876,7 @@ struct redis_store::impl {
     }
     std::lock_guard lk(m);
     models[prefix].st = complete ? model_view::state::complete : model_view::state::partial;
+    models[prefix].read_at = std::chrono::steady_clock::now();
   }
 
   // Under lookup_io: one key, for a model read only in part.
@@ -818,7 +892,11 @@ struct redis_store::impl {
     std::lock_guard lk(m);
     const auto it = models.find(prefix);
     if (it == models.end() || it->second.st == model_view::state::unread) return false;
-    return it->second.st == model_view::state::complete || it->second.slots.count(key) > 0;
+    const auto slot = it->second.slots.find(key);
+    if (slot != it->second.slots.end() && slot->second) return true;  // an entry: never changes (first writer wins)
+    // Absent (or refused): trusted only while the read is fresh.
+    return it->second.st == model_view::state::complete &&
+           std::chrono::steady_clock::now() - it->second.read_at < absent_fresh_for;
   }
 
   std::vector<stored_entry> answer(const stored_key& key, const std::string& prefix) {

@@ -61,8 +61,8 @@ struct remote_url {
 
 // redis://host[:port][/db]: port 1..65535 (default 6379), db 0..65535 (default 0), at most 256 bytes of
 // printable ASCII. nullopt for anything else, `why` saying what is wrong (the text itself not included).
-// A host name is resolved by the system's resolver when the store first connects, which the connect
-// timeout does not bound: fleets name the store by address or in /etc/hosts.
+// A host name is resolved by the system's resolver when the store first connects, within the connect bound
+// (100 ms): a resolver that takes longer leaves the store dead for the process, with one warning.
 std::optional<remote_url> parse_remote_url(std::string_view text, std::string& why);
 
 // Largest value read or written: a longer one is never served.

@@ -521,8 +521,11 @@ TEST(PlanJson, RefusesWrongShapesAndOutOfRangeNumbers) {
   EXPECT_THROW(lf::detail::plan_from_json(nlohmann::json::object()), lf::detail::bad_plan_json);
 }
 
-TEST(PlanJson, SafeTextCannotForgeLogLines) {
-  using lf::detail::safe_text;
+TEST(PlanJson, SanitizedTextCannotForgeLogLines) {
+  // Plan text read from a file goes through the one text module's sanitize_text().
+  const auto safe_text = [](std::string_view s, std::size_t max = lf::detail::max_plan_text_bytes) {
+    return lf::detail::sanitize_text(s, max);
+  };
   EXPECT_EQ(safe_text("plain text, 32 KB/SM"), "plain text, 32 KB/SM");
   EXPECT_EQ(safe_text("a\nb\r\tc\x1b[31m"), "a?b??c?[31m");
   EXPECT_EQ(safe_text("bad \xff\xfe byte"), "bad ?? byte");

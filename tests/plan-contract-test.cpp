@@ -219,6 +219,14 @@ TEST(PlanIdentity, EveryProcessWideInputIsInTheKey) {
   expect_new_plan("cache file closed again", [] { lf::close_cache_file(); });
   std::remove(file.c_str());
 
+  expect_new_plan("match level exact", [] { lf::set_cache_match(lf::cache_match::exact); });
+  expect_new_plan("match level model", [] { lf::set_cache_match(lf::cache_match::model); });
+  expect_new_plan("remote store configured", [] { lf::set_remote_store("redis://127.0.0.1:1"); });
+  if (lf::remote_store_statistics().enabled) {  // without libhiredis no store was made: closing changes nothing
+    expect_new_plan("remote store closed", [] { lf::close_remote_store(); });
+  }
+  lf::close_remote_store();
+
   expect_new_plan("policy registered (a plugin loaded)", [] {
     lf::register_policy("contract_probe", [](const std::map<std::string, std::string>&) {
       return std::shared_ptr<const lf::policy>(std::make_shared<lf::fixed_policy>());

@@ -261,6 +261,43 @@ TEST_F(RemoteStoreFault, AServerAbsentAtStartIsOneWarningThenNothing) {
                            }));
 }
 
+// A host name the resolver cannot answer (a dead or slow resolver holds getaddrinfo() for seconds): the
+// lookup returns within the connect bound, one warning, dead. "localhost" still resolves and is used.
+TEST_F(RemoteStoreFault, AHostNameThatDoesNotResolveHangsNobody) {
+  LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
+                             captured_log log(spdlog::level::info);
+                             lf::set_remote_store("redis://no-such-plan-store.invalid:6379");
+                             ld::plan_store_layer* l = ld::remote_layer();
+                             CHECK_IN_CHILD(l != nullptr, log.text());
+                             const auto t = clock_type::now();
+                             CHECK_IN_CHILD(l->find(key(1)).empty(), log.text());
+                             const double first_ms = ms_since(t);
+                             std::fprintf(stderr, "lookup with an unresolvable host: %.1f ms\n", first_ms);
+                             CHECK_IN_CHILD(first_ms < 1000, log.text());
+                             const lf::remote_store_stats s = lf::remote_store_statistics();
+                             CHECK_IN_CHILD(s.dead && s.failures == 1, log.text());
+                             CHECK_IN_CHILD(log.warnings() == 1, log.text());
+                             CHECK_IN_CHILD(has(log.text(), "resolve"), log.text());
+                             return 0;
+                           }));
+}
+
+TEST_F(RemoteStoreFault, ALocalhostNameIsResolvedAndUsed) {
+  START_SERVER();
+  const std::string url = "redis://localhost:" + server_->url().substr(server_->url().rfind(':') + 1);
+  LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
+                             captured_log log(spdlog::level::info);
+                             lf::set_remote_store(url);
+                             ld::plan_store_layer* l = ld::remote_layer();
+                             l->put(entry(key(1), 128));
+                             CHECK_IN_CHILD(l->flush(5000), log.text());
+                             CHECK_IN_CHILD(l->find(key(1)).size() == 1, log.text());
+                             CHECK_IN_CHILD(!lf::remote_store_statistics().dead, log.text());
+                             CHECK_IN_CHILD(log.warnings() == 0, log.text());
+                             return 0;
+                           }));
+}
+
 // Killed while in use (its connections live): the next operation fails, one warning, dead; the writer's
 // failure at the same time adds no second warning.
 TEST_F(RemoteStoreFault, AServerKilledMidRunIsOneWarningAndTheStoreIsDead) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "gpu_test.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"
@@ -396,8 +398,22 @@ TEST_F(PlanIdentity, PlanForBeforeTheFirstTunedLaunchRefusesAndTheLaunchStillTun
   ASSERT_EQ(cudaMalloc(&d, n * sizeof(int)), cudaSuccess);
   ASSERT_EQ(cudaMemset(d, 0, n * sizeof(int)), cudaSuccess);
   const auto spec = lf::use("autotune(max_trials=8)").items(n).rerunnable();
+  const std::string file = ::testing::TempDir() + "plan-for-tuned-" + std::to_string(::getpid()) + ".json";
+  std::remove(file.c_str());
+  lf::set_cache_file(file);
+  const auto stored_entries = [&] {
+    EXPECT_TRUE(lf::flush_cache_file());
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::size_t count = 0;
+    for (std::size_t at = text.str().find("autotune"); at != std::string::npos;
+         at = text.str().find("autotune", at + 1))
+      ++count;
+    return count;
+  };
   // No plan exists before the tuning launch: plan_for() says so instead of answering with a plan the launch
-  // would not run (it used to return an untuned plan).
+  // would not run (it used to return an untuned plan), and stores nothing the fleet would then reuse.
   try {
     (void)lf::plan_for(add_one, spec);
     ADD_FAILURE() << "plan_for() answered before the first tuned launch";
@@ -405,10 +421,14 @@ TEST_F(PlanIdentity, PlanForBeforeTheFirstTunedLaunchRefusesAndTheLaunchStillTun
     EXPECT_EQ(e.code(), lf::errc::not_planned_yet) << e.what();
     EXPECT_NE(e.kernel().find("add_one"), std::string::npos) << e.what();
   }
+  EXPECT_EQ(stored_entries(), 0u) << "an untuned plan was stored by plan_for()";
   const lf::launched ran = lf::launch(add_one, spec, d, 0);  // n = 0: touches nothing, re-running is harmless
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_GT(ran.plan().trials, 0) << ran.plan().to_string() << " " << ran.plan().reason;
   EXPECT_EQ(&lf::plan_for(add_one, spec), &ran.plan());  // and plan_for() now answers with the tuned plan
+  EXPECT_GT(stored_entries(), 0u) << "the tuned plan was not stored";
+  lf::close_cache_file();
+  std::remove(file.c_str());
   cudaFree(d);
 }
 
@@ -467,6 +487,15 @@ TEST_F(PlanContract, PlanForWithoutTheWorkIsRefusedWhereTheLaunchWouldDiverge) {
     EXPECT_EQ(e.code(), lf::errc::missing_work) << e.what();
     EXPECT_NE(e.kernel().find("scale_tiles"), std::string::npos) << e.what();
   }
+  // An override that decides by the work is held to the same rule.
+  lf::set_policy_overrides("*scale_tiles*=max_occupancy(prefer_block=256)");
+  try {
+    (void)lf::plan_for(scale_tiles, lf::max_occupancy(0));
+    ADD_FAILURE() << "plan_for() answered without the work under an override that decides by it";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.code(), lf::errc::missing_work) << e.what();
+  }
+  lf::set_policy_overrides("");
   // max_occupancy(0) is the driver's block for every work: planned without it, launched with it, the same.
   const lf::plan& driver = lf::plan_for(scale_tiles, lf::max_occupancy(0));
   const lf::launched ran = lf::launch(scale_tiles, lf::max_occupancy(0).items(n), out, in, n, driver.block_threads);
