@@ -413,8 +413,9 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
     // The match level the reader found (never text from the file): this GPU or its model, this bucket or not.
     const std::string match = stored->match;
     std::string problem;
+    bool differs_only = false;
     try {
-      problem = check_stored_plan(q, *stored, need, computed ? &*computed : nullptr);
+      problem = check_stored_plan(q, *stored, need, computed ? &*computed : nullptr, &differs_only);
     } catch (const error& bad) {
       problem = bad.message();
     }
@@ -430,9 +431,10 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
       computed = choose(chosen, q, e);
       apply_requirements(q, *computed, need);
     }
-    // Not stored over the entry: processes that disagree on it (another bytes-in-flight target, another
-    // version) would otherwise overwrite each other's entry and make each other plan again, forever.
-    return *computed;
+    // A broken entry is replaced; a valid one that another process's view chose is not: processes that
+    // disagree on it (another bytes-in-flight target, another version) would otherwise overwrite each other's
+    // entry and make each other plan again, forever.
+    if (differs_only) return *computed;
   }
   if (may_store && !asked.load(std::memory_order_relaxed)) store_plan(sk, *computed);
   return *computed;
@@ -702,7 +704,8 @@ bool same_launch(const plan& a, const plan& b) noexcept {
          a.programmatic == b.programmatic && a.sm_count == b.sm_count && a.full_grid == b.full_grid;
 }
 
-std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need, const plan* computed) {
+std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need, const plan* computed,
+                              bool* differs_only) {
   if (stored.cooperative != need.cooperative) {
     return std::string("the stored plan is ") + (stored.cooperative ? "" : "not ") + "cooperative, the launch " +
            (need.cooperative ? "is" : "is not");
@@ -735,6 +738,7 @@ std::string check_stored_plan(const query& q, plan& stored, const launch_require
            std::to_string(stored.dynamic_smem_bytes) + " B";
   }
   if (computed && !same_launch(stored, *computed)) {
+    if (differs_only) *differs_only = true;
     return "the stored plan (" + stored.to_string() + ") is not what " + escape_text(computed->policy) +
            " chooses now (" + computed->to_string() + ")";
   }

@@ -80,8 +80,10 @@ bool same_launch(const plan& a, const plan& b) noexcept;
 // Checks a plan read from the cache file against this launch (it is untrusted input). `computed` is what a
 // deterministic built-in policy chooses now (nullptr for tuning policies and plugins). Returns an empty
 // string and completes `stored` when it may be used, or why not.
+// `differs_only` (when given) is set when the entry is valid but is not what `computed` is: another process's
+// view (another bytes-in-flight target, another version), not a broken entry.
 std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need,
-                              const plan* computed);
+                              const plan* computed, bool* differs_only = nullptr);
 
 
 }  // namespace launchfit::detail

@@ -145,6 +145,23 @@ TEST(PlanContract, AStoredPlanThatAddsALaunchOptionIsRefused) {
   }
 }
 
+TEST(PlanContract, AStoredPlanThatOnlyDiffersIsToldApartFromABrokenOne) {
+  // The planner replaces a broken entry but never overwrites a valid one another process chose (processes
+  // with other views would otherwise rewrite each other's entry and plan again forever).
+  const lf::query q = h200_query();
+  const lf::plan computed = lf::max_occupancy_policy{}.choose(q);
+  lf::plan other = lf::max_occupancy_policy{lf::max_occupancy_params{0, 0}}.choose(q);
+  ASSERT_NE(other.block_threads, computed.block_threads);
+  bool differs_only = false;
+  EXPECT_FALSE(ld::check_stored_plan(q, other, ld::launch_requirements{}, &computed, &differs_only).empty());
+  EXPECT_TRUE(differs_only);
+  lf::plan broken = computed;
+  broken.cooperative = true;
+  differs_only = false;
+  EXPECT_FALSE(ld::check_stored_plan(q, broken, ld::launch_requirements{}, &computed, &differs_only).empty());
+  EXPECT_FALSE(differs_only);
+}
+
 TEST(PlanContract, APolicyPlanThatAddsALaunchOptionIsRefusedNotStripped) {
   // An override or plugin deciding for a plain launch: cooperative or PDL it adds would change how the kernel
   // runs (a grid.sync() launch, a launch that may start before its predecessor ends).

@@ -189,7 +189,8 @@ TEST_F(PlanIdentity, SmemRulesOfOneTypeWithOtherCapturesGiveTheKernelItsOwnBytes
 // ---- 3/4. overrides ---------------------------------------------------------------------------------------------
 
 TEST_F(PlanIdentity, AnOverrideOnACooperativeLaunchKeepsItCooperative) {
-  lf::set_policy_overrides("*exchange_after_sync=max_occupancy()");  // an anonymous-namespace kernel
+  // (prefer_block=0: an override that decides by the work would refuse a plan_for() without work)
+  lf::set_policy_overrides("*exchange_after_sync=max_occupancy(prefer_block=0)");  // an anonymous-namespace kernel
   const lf::plan& p = lf::plan_for(exchange_after_sync, lf::cooperative());
   EXPECT_TRUE(p.cooperative) << p.to_string();
   EXPECT_EQ(p.policy.rfind("max_occupancy", 0), 0u) << p.policy;
