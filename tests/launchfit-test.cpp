@@ -17,6 +17,8 @@ struct fmt {  // an error if launchfit.hpp brought namespace fmt
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace lf = launchfit;
 
 TEST(Umbrella, LeavesBoostAndFmtNamesToTheUser) {
@@ -27,4 +29,11 @@ TEST(Umbrella, LeavesBoostAndFmtNamesToTheUser) {
   EXPECT_EQ(s.get_policy().to_string(), "bytes_in_flight(per_thread=16,target_per_sm=0,prefer_block=256)");
   EXPECT_EQ(lf::policy_from_string("fixed(block=128)")->params(), "block=128,grid=0");
   EXPECT_EQ(lf::error(lf::errc::invalid_plan, "validate", "m").code(), lf::errc::invalid_plan);
+}
+
+TEST(Version, TheLibraryAndTheHeaderSayTheSameRelease) {
+  const std::string expected = std::to_string(LAUNCHFIT_VERSION_MAJOR) + "." + std::to_string(LAUNCHFIT_VERSION_MINOR) +
+                               "." + std::to_string(LAUNCHFIT_VERSION_PATCH);
+  EXPECT_EQ(lf::version(), expected);
+  EXPECT_EQ(LAUNCHFIT_VERSION, LAUNCHFIT_VERSION_MAJOR * 10000 + LAUNCHFIT_VERSION_MINOR * 100 + LAUNCHFIT_VERSION_PATCH);
 }

@@ -13,3 +13,4 @@
 #include "launchfit/plan.hpp"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
+#include "launchfit/version.hpp"

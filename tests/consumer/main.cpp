@@ -1,6 +1,7 @@
 // What a program built against launchfit relies on, across a static or shared library: functions, a
 // struct's members, and launchfit::error caught by type with its code.
 #include <cstdio>
+#include <cstring>
 #include <launchfit/launchfit.hpp>
 #ifdef LAUNCHFIT_CONSUMER_LOGGER
 #include <spdlog/spdlog.h>
@@ -19,6 +20,10 @@ int main() {
     if (e.code() != launchfit::errc::unknown_arch) return 3;
   }
   if (!launchfit::logger()) return 4;  // spdlog at work inside launchfit, compiled in or not
+  char header_version[32];
+  std::snprintf(header_version, sizeof header_version, "%d.%d.%d", LAUNCHFIT_VERSION_MAJOR, LAUNCHFIT_VERSION_MINOR,
+                LAUNCHFIT_VERSION_PATCH);
+  if (std::strcmp(launchfit::version(), header_version) != 0) return 6;  // the library is the headers' release
 #ifdef LAUNCHFIT_CONSUMER_LOGGER
   launchfit::logger()->set_level(spdlog::level::warn);
   if (launchfit::logger()->level() != spdlog::level::warn) return 5;

@@ -1,0 +1,20 @@
+#pragma once
+// launchfit's version: the one place it is written. CMake reads the project version, the shared library's
+// soname and the package version from these lines; every tool's --version prints launchfit::version().
+
+#include "launchfit/export.hpp"
+
+#define LAUNCHFIT_VERSION_MAJOR 0
+#define LAUNCHFIT_VERSION_MINOR 2
+#define LAUNCHFIT_VERSION_PATCH 0
+
+// major * 10000 + minor * 100 + patch, for #if (as FMT_VERSION).
+#define LAUNCHFIT_VERSION (LAUNCHFIT_VERSION_MAJOR * 10000 + LAUNCHFIT_VERSION_MINOR * 100 + LAUNCHFIT_VERSION_PATCH)
+
+namespace launchfit {
+
+// The version of the launchfit library linked in ("0.2.0"), which may differ from the header's
+// LAUNCHFIT_VERSION when a program is built against one release and runs with another shared library.
+LAUNCHFIT_API const char* version() noexcept;
+
+}  // namespace launchfit
