@@ -39,6 +39,7 @@ constexpr code_row code_table[] = {
     {"LAUNCHFIT_INTERNAL", errc::internal, 0},
     {"LAUNCHFIT_MISSING_WORK", errc::missing_work, 0},
     {"LAUNCHFIT_NOT_PLANNED_YET", errc::not_planned_yet, 0},
+    {"LAUNCHFIT_PDL_UNSUPPORTED", errc::pdl_unsupported, 0},
     // Further names launchfit throws.
     {"LAUNCHFIT_INVALID_QUERY", errc::invalid_policy, 0},  // a policy was asked with empty device limits
     {"LAUNCHFIT_INVALID_CONFIG", errc::invalid_plan, 0},   // the calculator refuses a block size or smem
@@ -258,6 +259,8 @@ const char* to_string(errc code) noexcept {
       return "missing_work";
     case errc::not_planned_yet:
       return "not_planned_yet";
+    case errc::pdl_unsupported:
+      return "pdl_unsupported";
   }
   return "other";
 }

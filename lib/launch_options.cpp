@@ -75,6 +75,14 @@ bool parse_key_words(std::string_view rest, stored_key_text& out) {
     } else if (word == "pdl" && stage <= 2) {
       out.options.programmatic = true;
       stage = 3;
+    } else if (word.substr(0, 6) == "waves=" && out.options.waves == 0) {
+      // grid_stride work capped at k waves (1..2^32-1): the plan a tuning policy timed under that cap.
+      std::uint64_t k = 0;
+      std::size_t i = 6;
+      while (i < word.size() && word[i] >= '0' && word[i] <= '9' && i < 16) k = k * 10 + (word[i++] - '0');
+      if (i != word.size() || i == 6 || k == 0 || k > 0xffffffffu) return false;
+      out.options.waves = static_cast<std::uint32_t>(k);
+      stage = 3;
     } else if (word.substr(0, 7) == "blocks=" || word == "rows=32" || word.substr(0, 4) == "sms=" ||
                word.substr(0, 7) == "family=" ||
                (!out.rest.empty() && word.find('=') == std::string_view::npos)) {
@@ -110,6 +118,17 @@ std::optional<stored_key_text> parse_key_text(std::string_view text) {
   return out;
 }
 
+std::optional<std::size_t> fixed_smem_of(std::string_view smem_rule_text) {
+  if (smem_rule_text.substr(0, 6) != "bytes=" || smem_rule_text.size() == 6 || smem_rule_text.size() > 6 + 19)
+    return std::nullopt;
+  std::uint64_t v = 0;
+  for (const char c : smem_rule_text.substr(6)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return static_cast<std::size_t>(v);
+}
+
 std::string stored_plan_mismatch(const stored_key_text& key, const plan& p) {
   const launch_options& o = key.options;
   const auto is = [](bool b) { return b ? "is" : "is not"; };
@@ -123,6 +142,9 @@ std::string stored_plan_mismatch(const stored_key_text& key, const plan& p) {
   if (plan_cluster != o.has_cluster() || (plan_cluster && p.cluster != o.cluster))
     return "the entry's plan has cluster " + (plan_cluster ? p.cluster.to_string() : std::string("none")) +
            ", its key " + (o.has_cluster() ? "cluster " + o.cluster.to_string() : std::string("none"));
+  if (o.smem_rule == 0 && p.dynamic_smem_bytes != o.smem_bytes)
+    return "the entry's plan has " + std::to_string(p.dynamic_smem_bytes) + " B of dynamic smem, its key " +
+           std::to_string(o.smem_bytes) + " B";
   if (!p.policy.empty() && p.policy != key.policy)
     return "the entry's plan names policy '" + p.policy.substr(0, 200) + "', its key '" +
            key.policy.substr(0, 200) + "'";

@@ -33,14 +33,19 @@ std::string key_text(const launch_options& o);
 // are left in `rest`. nullopt when the text is malformed (no "name(...)", an unknown suffix word).
 struct stored_key_text {
   std::string policy;        // up to and including the policy's closing ')'
-  launch_options options;    // cooperative, cluster, programmatic as the key says
+  launch_options options;    // cooperative, cluster, programmatic, waves as the key says (smem: see below)
   std::string rest;          // the other suffix words, with their leading spaces
 };
 std::optional<stored_key_text> parse_key_text(std::string_view text);
 
+// The fixed dynamic smem a stored key's smem rule text says ("bytes=4096" → 4096), or nullopt for a rule of
+// the block size ("fn=...") or a malformed text.
+std::optional<std::size_t> fixed_smem_of(std::string_view smem_rule_text);
+
 // Why a stored plan does not launch as its key says ("the entry's plan is cooperative, its key is not"),
-// or an empty string: cooperative, cluster dims and PDL must be exactly the key's, and the plan's policy
-// text (when it has one) the key's policy.
+// or an empty string: cooperative, cluster dims, PDL and fixed dynamic smem (key.options.smem_bytes, when
+// key.options.smem_rule is 0) must be exactly the key's, and the plan's policy text (when it has one) the
+// key's policy. A rule's smem is checked against the rule at launch.
 std::string stored_plan_mismatch(const stored_key_text& key, const plan& p);
 
 }  // namespace launchfit::detail

@@ -164,11 +164,19 @@ std::string validate_stored_entry(const stored_entry& e) {
     return {};
   }
   if (e.bytes_in_flight_per_sm != 0) return "'calibration' out of place";
-  const std::optional<stored_key_text> key = parse_key_text(k.policy);
+  std::optional<stored_key_text> key = parse_key_text(k.policy);
   if (!key) {
     return "the key's policy text '" + escape_text(k.policy, 200) +
-           "' is not a policy followed by launch-option words (cooperative, cluster=XxYxZ, pdl, blocks=, "
+           "' is not a policy followed by launch-option words (cooperative, cluster=XxYxZ, pdl, waves=, blocks=, "
            "rows=32, sms=, family=)";
+  }
+  // The smem rule is a launch option held in its own key field: fixed bytes bind the plan's smem.
+  if (const auto bytes = fixed_smem_of(k.smem_rule)) {
+    key->options.smem_bytes = *bytes;
+  } else if (k.smem_rule.compare(0, 3, "fn=") == 0 && k.smem_rule.size() > 3) {
+    key->options.smem_rule = 1;  // a rule of the block size: its answer is checked at launch
+  } else {
+    return "the key's smem rule '" + escape_text(k.smem_rule, 200) + "' is neither bytes=N nor fn=ID";
   }
   // Which stored plan a launch may use is decided by its key alone: a plan that launches otherwise than its
   // key says would add or drop what a launch requires.

@@ -160,7 +160,7 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   q.device = dev;
   if (r.options.sm_budget > 0 && r.options.sm_budget < dev.sm_count) q.device.sm_count = r.options.sm_budget;
   q.kernel = e.kernel;
-  q.dynamic_smem_bytes = r.smem_bytes;
+  q.dynamic_smem_bytes = r.options.smem_bytes;
   if (r.smem_fn) q.smem_per_block = *r.smem_fn;
   q.work_hint = r.shape;
   q.blocks = r.blocks;
@@ -265,6 +265,26 @@ void allow_cluster_size(const launch_requirements& need, const plan_entry& e, co
   } else {
     for (CUfunction f : fam.functions) allow(f);
   }
+  // The device's own maximum (16 blocks on an H200), asked for the smallest block so that only the hardware
+  // binds: above it no block size or smem co-schedules, and the message says the number, not "no plan".
+  if (!d.cuOccupancyMaxPotentialClusterSize) return;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = need.cluster.x;
+  cfg.gridDimY = need.cluster.y;
+  cfg.gridDimZ = need.cluster.z;
+  cfg.blockDimX = 32;
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  int most = 0;
+  const CUfunction f = fam.functions.empty() ? e.function : fam.functions.front();
+  if (d.cuOccupancyMaxPotentialClusterSize(&most, f, &cfg) != CUDA_SUCCESS || most <= 0) return;
+  if (size > static_cast<unsigned long long>(most)) {
+    throw error(errc::cluster, "plan(cluster)",
+                "cluster " + need.cluster.to_string() + " (" + std::to_string(size) +
+                    " blocks) is above the most this device co-schedules in one cluster: " + std::to_string(most) +
+                    " blocks (its non-portable maximum, cuOccupancyMaxPotentialClusterSize; 8 is portable)",
+                display_name(e.kernel));
+  }
 }
 
 void check_cluster_size(const launch_requirements& need, const plan_entry& e) {
@@ -356,7 +376,7 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
 
 std::string smem_rule_text(const launch_request& r, const plan_key& key) {
   if (r.smem_fn) return "fn=" + std::to_string(key.smem_rule);
-  return "bytes=" + std::to_string(r.smem_bytes);
+  return "bytes=" + std::to_string(r.options.smem_bytes);
 }
 
 plan choose(const policy& chosen, const query& q, plan_entry& e) {
@@ -376,6 +396,7 @@ std::string decided_by_text(const std::string& policy_text, const launch_request
   if (r.shape.rank >= 2) s += " rows=32";
   if (q.device.sm_count > 0 && r.options.sm_budget > 0 && r.options.sm_budget <= q.device.sm_count)
     s += " sms=" + std::to_string(q.device.sm_count);
+  if (r.options.waves != 0 && r.shape.kind == work::shape::grid_stride) s += " waves=" + std::to_string(r.options.waves);
   if (!fam.blocks.empty()) {
     s += " family=";
     for (std::size_t i = 0; i < fam.blocks.size(); ++i)
@@ -525,6 +546,8 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   if (!e.override_glob.empty() || !is_builtin_policy(chosen)) name_kernel(e.kernel);
 
   launch_requirements need = requirements_of(r);
+  require_pdl_support(need, e.kernel);
+  for (const kernel_resources& member : fam.kernels) require_pdl_support(need, member);
   try {
     require_kernel_cluster(need, e.kernel);
   } catch (const error& bad) {
@@ -640,6 +663,21 @@ const plan_entry& replan_for_smem_rule(const launch_request& r, const context_re
 
 launch_requirements requirements_of(const launch_request& r) {
   return launch_options_of(r);
+}
+
+void require_pdl_support(const launch_requirements& need, const kernel_resources& k) {
+  if (!need.programmatic || k.ptx_version == 0 || k.ptx_version >= 90) return;
+  // griddepcontrol.wait (cudaGridDependencySynchronize) exists from PTX for sm_90 on: code compiled for an
+  // older virtual architecture has none (library kernels guard it with __CUDA_ARCH__ >= 900), also once the
+  // driver JIT-compiles it for sm_90 (the binary version then reads 90, the PTX version stays). Launched
+  // early, such a kernel reads its predecessor's output before it is written.
+  throw error(errc::pdl_unsupported, "plan(pdl)",
+              "the kernel was compiled from PTX for compute_" + std::to_string(k.ptx_version) +
+                  " (binary version " + std::to_string(k.binary_version) +
+                  "), which has no griddepcontrol.wait (cudaGridDependencySynchronize needs compute_90 or later): "
+                  "launched with .pdl() it could read the previous kernel's output before it is written. Build "
+                  "it for sm_90 (e.g. -gencode arch=compute_90,code=sm_90) or launch it without .pdl()",
+              display_name(k));
 }
 
 void require_kernel_cluster(launch_requirements& need, const kernel_resources& k) {

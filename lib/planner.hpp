@@ -26,11 +26,13 @@ inline std::uint64_t launch_bits(const launch_request& r) noexcept { return key_
 inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
 
 // What shapes the block and the resident grid beyond the policy: the block rule, multi-dimensional work (its
-// blocks are shaped in rows of 32) and the SM budget. 0 when none is given.
+// blocks are shaped in rows of 32), the SM budget and a grid_stride launch's waves cap (a tuning policy
+// times its candidates under it). 0 when none is given.
 inline std::uint64_t shape_bits(const launch_request& r) noexcept {
   const std::uint64_t rule = r.blocks.k == block_rule::kind::any ? 0 : r.blocks.hash();
-  const std::uint64_t extra =
-      (r.shape.rank >= 2 ? 2u : 0u) | (static_cast<std::uint64_t>(r.options.sm_budget) << 8);
+  const std::uint64_t waves = r.shape.kind == work::shape::grid_stride ? r.options.waves : 0;
+  const std::uint64_t extra = (r.shape.rank >= 2 ? 2u : 0u) |
+                              (static_cast<std::uint64_t>(r.options.sm_budget & 0xffffff) << 8) | (waves << 32);
   if ((rule | extra) == 0) return 0;
   return hash_combine(rule, extra) | 1;
 }
@@ -38,7 +40,7 @@ inline std::uint64_t shape_bits(const launch_request& r) noexcept {
 // Everything a plan depends on: the request's own fields and the generation of the process-wide inputs
 // (plan_inputs.hpp), so no call site ever flushes the cache by hand.
 inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexcept {
-  return plan_key{ctx.id,         r.kernel_id,  r.policy_hash, r.smem_rule, r.bucket, launch_bits(r),
+  return plan_key{ctx.id,         r.kernel_id,  r.policy_hash, r.options.smem_identity(), r.bucket, launch_bits(r),
                   shape_bits(r), plan_inputs_generation()};
 }
 
@@ -64,6 +66,9 @@ void require_work_for_plan(const launch_request& r);
 
 // What the launch requires: the request's options (decided in make_request()).
 launch_requirements requirements_of(const launch_request& r);
+// Refuses (errc::pdl_unsupported) a programmatic launch of a kernel compiled from PTX below compute_90: its
+// binary has no griddepcontrol.wait, so it would not wait for the kernel it overlaps.
+void require_pdl_support(const launch_requirements& need, const kernel_resources& k);
 // Adds the kernel's compile-time __cluster_dims__ to what the launch requires; throws when the launch asks
 // for other cluster dims.
 void require_kernel_cluster(launch_requirements& need, const kernel_resources& k);

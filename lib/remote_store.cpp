@@ -17,6 +17,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -52,10 +54,18 @@
 // Built without libhiredis-dev: the store is never on (hiredis_api() says why); these only let the code
 // compile.
 #define LAUNCHFIT_HIREDIS_HEADERS 0
+struct redisReader {
+  int err;
+  char errstr[128];
+  char* buf;
+  std::size_t pos;
+  std::size_t len;
+};
 struct redisContext {
   int err;
   char errstr[128];
   int fd;
+  redisReader* reader;
 };
 struct redisReply {
   int type;
@@ -86,7 +96,11 @@ struct hiredis_functions {
   redisContext* (*connect)(const char*, int, const struct timeval) = nullptr;
   int (*set_timeout)(redisContext*, const struct timeval) = nullptr;
   int (*append_argv)(redisContext*, int, const char**, const std::size_t*) = nullptr;
-  int (*get_reply)(redisContext*, void**) = nullptr;
+  // redisGetReply in its pieces, so that a reply is read within one deadline and one size bound (a peer that
+  // drip-feeds bytes, or announces a gigabyte, would hold or grow a plain redisGetReply without end).
+  int (*buffer_write)(redisContext*, int*) = nullptr;
+  int (*buffer_read)(redisContext*) = nullptr;
+  int (*reply_from_reader)(redisContext*, void**) = nullptr;
   void (*free_reply)(void*) = nullptr;
   void (*free_context)(redisContext*) = nullptr;
   std::string failure;  // empty when usable
@@ -148,10 +162,13 @@ hiredis_functions load_hiredis() {
   f.connect = reinterpret_cast<decltype(f.connect)>(dlsym(scope, "redisConnectWithTimeout"));
   f.set_timeout = reinterpret_cast<decltype(f.set_timeout)>(dlsym(scope, "redisSetTimeout"));
   f.append_argv = reinterpret_cast<decltype(f.append_argv)>(dlsym(scope, "redisAppendCommandArgv"));
-  f.get_reply = reinterpret_cast<decltype(f.get_reply)>(dlsym(scope, "redisGetReply"));
   f.free_reply = reinterpret_cast<decltype(f.free_reply)>(dlsym(scope, "freeReplyObject"));
+  f.buffer_write = reinterpret_cast<decltype(f.buffer_write)>(dlsym(scope, "redisBufferWrite"));
+  f.buffer_read = reinterpret_cast<decltype(f.buffer_read)>(dlsym(scope, "redisBufferRead"));
+  f.reply_from_reader = reinterpret_cast<decltype(f.reply_from_reader)>(dlsym(scope, "redisGetReplyFromReader"));
   f.free_context = reinterpret_cast<decltype(f.free_context)>(dlsym(scope, "redisFree"));
-  if (!f.connect || !f.set_timeout || !f.append_argv || !f.get_reply || !f.free_reply || !f.free_context)
+  if (!f.connect || !f.set_timeout || !f.append_argv || !f.free_reply || !f.free_context ||
+      !f.buffer_write || !f.buffer_read || !f.reply_from_reader)
     f.failure = "libhiredis lacks a function launchfit uses";
   return f;
 #endif
@@ -326,8 +343,9 @@ class connection {
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
 
-  // Sends the commands in one pipeline and reads one reply each. False with `why` on an I/O or protocol
-  // failure; the connection is then unusable.
+  // Sends the commands in one pipeline and reads one reply each, all within the operation timeout and with
+  // at most max_reply_bytes buffered. False with `why` on an I/O or protocol failure, a slow or an oversized
+  // answer; the connection is then unusable.
   bool run(const std::vector<command>& commands, std::vector<reply_ptr>& replies, std::string& why) {
     const hiredis_functions& api = hiredis();
     sigpipe_guard guard;
@@ -346,17 +364,38 @@ class connection {
         return false;
       }
     }
-    for (std::size_t i = 0; i < commands.size(); ++i) {
-      void* r = nullptr;
-      if (api.get_reply(ctx_, &r) != REDIS_OK || !r) {
-        if (r) api.free_reply(r);
+    const auto deadline = steady::now() + milliseconds(op_ms_);
+    for (int done = 0; !done;) {
+      if (api.buffer_write(ctx_, &done) != REDIS_OK) {
         why = failure_text();
         return false;
+      }
+      if (!done && !wait_for(POLLOUT, deadline, why)) return false;
+    }
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+      void* r = nullptr;
+      while (true) {
+        if (api.reply_from_reader(ctx_, &r) != REDIS_OK) {
+          why = failure_text();
+          return false;
+        }
+        if (r) break;
+        if (ctx_->reader && ctx_->reader->len > max_reply_bytes) {
+          why = "an answer larger than " + std::to_string(max_reply_bytes >> 20) + " MiB";
+          return false;
+        }
+        if (!wait_for(POLLIN, deadline, why) || api.buffer_read(ctx_) != REDIS_OK) {
+          if (why.empty()) why = failure_text();
+          return false;
+        }
       }
       replies.emplace_back(static_cast<redisReply*>(r));
     }
     return true;
   }
+
+  // The most an answer may buffer: a pipeline of 64 values of at most 64 KiB, with room for the protocol.
+  static constexpr std::size_t max_reply_bytes = std::size_t(8) << 20;
 
   // In a forked child whose parent thread may have been using this connection: the child's copy of the
   // socket is closed, the context left as it is.
@@ -388,6 +427,24 @@ class connection {
 
  private:
   connection(redisContext* c, unsigned op_ms) : ctx_(c), op_ms_(op_ms) {}
+
+  // Until the socket is ready for `events`, at most until `deadline`. False with `why` when it is not.
+  bool wait_for(short events, steady::time_point deadline, std::string& why) const {
+    while (true) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady::now()).count();
+      if (left <= 0) {
+        why = "no answer within " + std::to_string(op_ms_) + " ms";
+        return false;
+      }
+      pollfd p{ctx_->fd, events, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+      if (n > 0) return true;
+      if (n < 0 && errno != EINTR) {
+        why = std::string("poll failed (") + std::strerror(errno) + ")";
+        return false;
+      }
+    }
+  }
 
   std::string failure_text() const {
     const std::string e = ctx_->errstr;

@@ -45,7 +45,7 @@ lf::stored_key key(int i, std::uint64_t bucket = 0) {
       lf::kernel_resources::manual(32, 0, 1024, "_Z6kernel" + std::to_string(i) + "Pf"));
   // sample_plan() is cooperative and clustered: its key says so, as the planner's keys do.
   k.policy = "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256) cooperative cluster=2";
-  k.smem_rule = "bytes=0";
+  k.smem_rule = "bytes=4096";  // as sample_plan()'s smem
   k.bucket = bucket;
   return k;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -170,4 +171,19 @@ TEST(KernelHandles, AModuleStaysMovable) {
   static_assert(std::is_nothrow_move_constructible_v<lf::module>);
   static_assert(std::is_nothrow_move_assignable_v<lf::module>);
   static_assert(!std::is_copy_constructible_v<lf::module>);
+}
+
+CUstream per_thread_file_stream(int which, CUstream given);  // tests/launch-per-thread-stream.cpp
+
+// A launch with no stream (or 0) goes where <<<>>> goes in the same file: the legacy stream here, the
+// per-thread stream in a file compiled with --default-stream per-thread, even with both in one program.
+TEST(DefaultStream, IsTheTranslationUnitsAsForTripleChevrons) {
+  const auto given = reinterpret_cast<CUstream>(std::uintptr_t{0x1234});
+  EXPECT_EQ(lf::detail::make_request(lf::fixed(256).items(1000)).stream, nullptr);
+  EXPECT_EQ(lf::detail::make_request(lf::max_occupancy().items(1000).on(nullptr)).stream, nullptr);
+  EXPECT_EQ(lf::detail::make_request(lf::fixed(256).items(1000).on(given)).stream, given);
+  EXPECT_EQ(per_thread_file_stream(0, given), CU_STREAM_PER_THREAD);
+  EXPECT_EQ(per_thread_file_stream(1, given), given) << "a stream given is kept";
+  EXPECT_EQ(per_thread_file_stream(2, given), CU_STREAM_PER_THREAD) << "0 means the file's default stream";
+  EXPECT_EQ(lf::detail::make_request(lf::fixed(256).items(1000)).stream, nullptr) << "after the other file's";
 }

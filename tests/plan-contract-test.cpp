@@ -109,7 +109,7 @@ TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
   EXPECT_TRUE(r.options.programmatic);
   EXPECT_EQ(r.options.cluster, (lf::dims{2, 1, 1}));
   EXPECT_EQ(r.options.sm_budget, 100);
-  EXPECT_EQ(r.smem_bytes, 4096u);
+  EXPECT_EQ(r.options.smem_bytes, 4096u);
   EXPECT_FALSE(spec.policy_value().depends_on_work());
 
   // The planned policy chooses exactly the plan's block, grid rule and residency (validated again).
@@ -272,11 +272,36 @@ TEST(PlanIdentity, EveryLaunchOptionAndShapeIsInTheKey) {
       key_of(lf::max_occupancy().items(16384)),  // small work: its own bucket
       key_of(lf::max_occupancy(128).items(1 << 22)),
       key_of(lf::max_occupancy().items({2048, 2048})),
+      key_of(lf::max_occupancy().grid_stride(1 << 22).waves(1)),
+      key_of(lf::max_occupancy().grid_stride(1 << 22).waves(2)),
   };
+  // The plan is the same for items(n) and grid_stride(n) (the grid follows the work at each launch); a waves
+  // cap shapes grid_stride launches only.
+  EXPECT_TRUE(key_of(lf::max_occupancy().grid_stride(1 << 22)) == base);
+  EXPECT_TRUE(key_of(lf::max_occupancy().items(1 << 22).waves(2)) == base);
   for (std::size_t i = 0; i < std::size(changed); ++i) {
     EXPECT_FALSE(changed[i] == base) << i;
     for (std::size_t j = 0; j < i; ++j) EXPECT_FALSE(changed[i] == changed[j]) << i << " vs " << j;
   }
+}
+
+TEST(PlanIdentity, SmemAndWavesTravelInTheLaunchOptions) {
+  const ld::launch_request fixed_smem = request(lf::max_occupancy().grid_stride(1 << 22).smem(4096).waves(3));
+  EXPECT_EQ(fixed_smem.options.smem_bytes, 4096u);
+  EXPECT_EQ(fixed_smem.options.smem_rule, 0u);
+  EXPECT_EQ(fixed_smem.options.waves, 3u);
+  EXPECT_EQ(fixed_smem.shape.waves, 3u) << "the grid rule sees the options' cap";
+  const ld::launch_request rule =
+      request(lf::max_occupancy().items(1 << 22).smem(4096).smem_per_block([](int b) { return std::size_t(b) * 8; }));
+  EXPECT_EQ(rule.options.smem_bytes, 0u) << "a rule replaces the fixed bytes";
+  EXPECT_NE(rule.options.smem_rule, 0u);
+  ASSERT_NE(rule.smem_fn, nullptr);
+  EXPECT_EQ((*rule.smem_fn)(128), 1024u);
+  const ld::launch_request back = request(lf::max_occupancy().items(1 << 22).smem_per_block([](int) { return 1; }).smem(64));
+  EXPECT_EQ(back.options.smem_rule, 0u);
+  EXPECT_EQ(back.smem_fn, nullptr);
+  EXPECT_EQ(back.options.smem_identity(), 64u);
+  EXPECT_TRUE(fixed_smem.options != rule.options);
 }
 
 TEST(PlanIdentity, NoCallSiteFlushesByHandAndReportsShowCurrentPlansOnly) {
@@ -297,4 +322,24 @@ TEST(PlanIdentity, NoCallSiteFlushesByHandAndReportsShowCurrentPlansOnly) {
   probe.entry(ld::base_key(r, ctx));  // the launch's next lookup: a new plan under the new inputs
   EXPECT_EQ(probe.builds, builds + 1);
   EXPECT_FALSE(listed());
+}
+
+// griddepcontrol.wait exists from PTX for compute_90 on: a kernel built from older PTX (and JIT-compiled for
+// the GPU, whose binary version then reads 90) has no wait, so an early start reads stale data.
+TEST(PlanContract, PdlNeedsABinaryThatCanWait) {
+  ld::launch_requirements pdl;
+  pdl.programmatic = true;
+  lf::kernel_resources k = lf::kernel_resources::manual(32, 0, 1024, "old_ptx_consumer");
+  k.ptx_version = 80;
+  k.binary_version = 90;
+  const lf::error e = error_of([&] { ld::require_pdl_support(pdl, k); });
+  EXPECT_EQ(e.code(), lf::errc::pdl_unsupported) << e.what();
+  EXPECT_EQ(e.kernel(), "old_ptx_consumer");
+  EXPECT_NE(e.message().find("compute_80"), std::string::npos) << e.what();
+  EXPECT_STREQ(lf::to_string(lf::errc::pdl_unsupported), "pdl_unsupported");
+  ld::require_pdl_support(ld::launch_requirements{}, k);  // no .pdl(): nothing to wait for
+  k.ptx_version = 90;
+  ld::require_pdl_support(pdl, k);
+  k.ptx_version = 0;  // unknown (a calculator kernel): the driver is not asked, nothing is refused
+  ld::require_pdl_support(pdl, k);
 }

@@ -145,7 +145,8 @@ TEST(StoredEntry, APlanThatLaunchesAsItsKeySaysIsKept) {
 TEST(StoredEntry, AMalformedKeyTextIsRefused) {
   for (const std::string text :
        {std::string("max_occupancy"), plain + " turbo", plain + " cluster=0x1x1", plain + " pdl cooperative",
-        plain + "  cooperative", std::string("(x=1)"), plain + " cluster=1x1x1"}) {
+        plain + "  cooperative", std::string("(x=1)"), plain + " cluster=1x1x1", plain + " waves=0",
+        plain + " waves=", plain + " waves=2x", plain + " waves=4294967296", plain + " waves=1 waves=2"}) {
     SCOPED_TRACE(text);
     const ld::stored_entry e = entry("_Z3badPf", text);
     EXPECT_TRUE(has(ld::validate_stored_entry(e), "is not a policy followed by launch-option words"))
@@ -156,6 +157,33 @@ TEST(StoredEntry, AMalformedKeyTextIsRefused) {
     EXPECT_EQ(c.problems[0].rfind("entry 0 (kernel _Z3badPf): the key's policy text '", 0), 0u)
         << c.problems[0];
   }
+}
+
+// The smem rule is a launch option too: a plan whose dynamic smem is not the fixed bytes its key names would
+// launch the kernel with other shared memory than its launches ask for.
+TEST(StoredEntry, APlanWhoseSmemIsNotItsKeysFixedBytesIsRefused) {
+  ld::stored_entry e = entry("_Z4smemPf", plain);
+  e.plan.dynamic_smem_bytes = 4096;  // under "bytes=0"
+  EXPECT_EQ(ld::validate_stored_entry(e), "the entry's plan has 4096 B of dynamic smem, its key 0 B");
+  e.key.smem_rule = "bytes=4096";
+  EXPECT_EQ(ld::validate_stored_entry(e), "");
+  e.key.smem_rule = "fn=1234";  // a rule of the block size: checked against the rule when launched
+  EXPECT_EQ(ld::validate_stored_entry(e), "");
+  for (const std::string bad : {"", "bytes=", "bytes=-1", "fn=", "bytes=99999999999999999999", "4096"}) {
+    e.key.smem_rule = bad;
+    EXPECT_TRUE(has(ld::validate_stored_entry(e), "is neither bytes=N nor fn=ID")) << bad;
+  }
+  const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file({entry("_Z4smemPf", plain), e}));
+  EXPECT_EQ(c.entries.size(), 1u);
+  EXPECT_EQ(c.refused, 1u);
+}
+
+TEST(StoredEntry, AWavesCapIsAKeyWord) {
+  const ld::stored_entry e = entry("_Z5wavesPf", plain + " waves=2 sms=66");
+  EXPECT_EQ(ld::validate_stored_entry(e), "");
+  const auto parsed = ld::parse_key_text(e.key.policy);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->options.waves, 2u);
 }
 
 // A calibration is a measured target, never launched: its plan is not held to a plan's rules, its target is.

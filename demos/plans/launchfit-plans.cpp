@@ -667,17 +667,7 @@ std::string check_entry(const stored_entry& e, bool& unchecked) {
   q.kernel.binary_version = static_cast<int>(f.binary);
   q.kernel.max_dynamic_smem_bytes = q.device.smem_per_block_optin_bytes;
   q.dynamic_smem_bytes = e.plan.dynamic_smem_bytes;
-  const std::string& rule = e.key.smem_rule;
-  if (rule.rfind("bytes=", 0) == 0) {
-    const std::string n = rule.substr(6);
-    if (n.empty() || n.size() > 12 || n.find_first_not_of("0123456789") != std::string::npos)
-      return "the smem rule is not bytes=<n>";
-    if (std::stoull(n) != e.plan.dynamic_smem_bytes)
-      return "the plan has " + std::to_string(e.plan.dynamic_smem_bytes) +
-             " B of dynamic smem where its rule says " + n;
-  } else if (rule.rfind("fn=", 0) != 0) {
-    return "the smem rule is neither bytes=<n> nor fn=<id>";
-  }
+  // The smem rule against the plan's smem is part of validate_stored_entry (a launch option like any other).
   q.cluster = e.plan.cluster;
   launchfit::plan p = e.plan;
   try {

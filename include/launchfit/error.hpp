@@ -29,6 +29,7 @@ enum class errc : int {
   internal,               // a launchfit bug
   missing_work,           // plan_for() on a spec without work whose policy decides by the work: give it items(n)
   not_planned_yet,        // plan_for() before the first launch of a launch that is tuned on its first run
+  pdl_unsupported,        // .pdl() on a kernel whose running binary cannot wait for the previous kernel
 };
 
 // The name launchfit gives a code, e.g. "invalid_plan".

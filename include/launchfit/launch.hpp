@@ -24,7 +24,19 @@
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
 
+// The default stream is the translation unit's, as for <<<>>>: a file compiled with --default-stream per-thread
+// (nvcc defines CUDA_API_PER_THREAD_DEFAULT_STREAM) launches on the per-thread stream when no stream is given
+// (or 0 is given), any other file on the legacy stream. spec and its factories live in an inline namespace
+// named after that choice, so every template that takes a spec (launch, plan_for, the request made from it) is
+// a different symbol in files compiled each way and the linker never merges one into the other.
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define LAUNCHFIT_DEFAULT_STREAM_NS default_stream_per_thread
+#else
+#define LAUNCHFIT_DEFAULT_STREAM_NS default_stream_legacy
+#endif
+
 namespace launchfit {
+inline namespace LAUNCHFIT_DEFAULT_STREAM_NS {
 
 // A policy plus everything about one launch that is not a kernel argument. Build it with the factories
 // below and chain: max_occupancy().items(n).on(stream).smem(bytes). A setter called on a temporary returns
@@ -72,7 +84,7 @@ class spec {
   // kernel whose blocks end in costly work (global atomics, a per-block reduction): more blocks cost more.
   spec waves(std::uint32_t k) && { return std::move(waves(k)); }
   spec& waves(std::uint32_t k) & {
-    work_.waves = k > 0 ? k : 1;
+    options_.waves = k > 0 ? k : 1;
     return *this;
   }
   // The caller's grid (e.g. a cooperative solver's), launched as given: checked against the device, for whole
@@ -104,6 +116,8 @@ class spec {
     options_.programmatic = true;
     return *this;
   }
+  // The stream to launch on. None (or 0): this file's default stream, as <<<>>> here (the legacy stream, or the
+  // per-thread stream in a file compiled with --default-stream per-thread).
   spec on(CUstream s) && { return std::move(on(s)); }
   spec& on(CUstream s) & {
     stream_ = s;
@@ -112,9 +126,9 @@ class spec {
   // Fixed dynamic shared memory per block.
   spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
   spec& smem(std::size_t bytes) & {
-    smem_bytes_ = bytes;
+    options_.smem_bytes = bytes;
+    options_.smem_rule = 0;
     smem_fn_ = nullptr;  // std::function: no allocation for a small lambda, on every launch that builds a spec
-    smem_rule_ = bytes;
     return *this;
   }
   // Dynamic shared memory as a function of the block size (capturing lambdas welcome). The plan cache
@@ -127,7 +141,8 @@ class spec {
   spec& smem_per_block(F f, std::uint64_t key = 0) & {
     static_assert(std::is_invocable_r_v<std::size_t, F&, int>, "smem_per_block(f): f(int block) -> bytes");
     smem_fn_ = smem_per_block_fn(std::move(f));
-    smem_rule_ = detail::hash_combine(typeid(F).hash_code() | 1ULL << 63, key);
+    options_.smem_bytes = 0;
+    options_.smem_rule = detail::hash_combine(typeid(F).hash_code(), key) | 1ULL << 63;  // never 0, never bytes
     return *this;
   }
   // Thread-block cluster dimensions (sm_90+). The grid is rounded up to whole clusters and sized by the
@@ -170,11 +185,16 @@ class spec {
       return *policy_;
     }
   }
-  const work& work_shape() const noexcept { return work_; }
+  // The work as policies and the grid rule see it: with the waves cap of the launch options.
+  work work_shape() const noexcept {
+    work w = work_;
+    w.waves = options_.waves;
+    return w;
+  }
   CUstream stream() const noexcept { return stream_; }
-  std::size_t smem_bytes() const noexcept { return smem_bytes_; }
+  std::size_t smem_bytes() const noexcept { return options_.smem_bytes; }
   const smem_per_block_fn* smem_fn() const noexcept { return smem_fn_ ? &smem_fn_ : nullptr; }
-  std::uint64_t smem_rule() const noexcept { return smem_rule_; }
+  std::uint64_t smem_rule() const noexcept { return options_.smem_identity(); }
   // What the launch requires as the spec says it (make_request adds cooperative for a cooperative policy).
   const launch_options& options() const noexcept { return options_; }
   dims cluster_dims() const noexcept { return options_.cluster; }
@@ -193,9 +213,7 @@ class spec {
   Policy policy_;
   work work_{};
   CUstream stream_ = nullptr;
-  std::size_t smem_bytes_ = 0;
-  smem_per_block_fn smem_fn_;
-  std::uint64_t smem_rule_ = 0;
+  smem_per_block_fn smem_fn_;  // the rule options_.smem_rule identifies (a function, so not in the value)
   launch_options options_{};
   block_rule blocks_{};
   bool rerunnable_ = false;
@@ -254,6 +272,8 @@ inline spec<std::shared_ptr<const policy>> use(std::string_view policy_string) {
   return use(policy_from_string(policy_string));
 }
 
+}  // inline namespace LAUNCHFIT_DEFAULT_STREAM_NS
+
 namespace detail {
 
 // A runtime-API __global__ function's CUfunction in the current context, resolved through the caller's
@@ -274,12 +294,14 @@ launch_request make_request(const spec<Policy>& s) {
   const launchfit::policy& p = s.get_policy();
   r.policy = &p;
   r.policy_hash = p.hash();
-  r.bucket = p.work_bucket(s.work_shape());
-  r.smem_bytes = s.smem_bytes();
-  r.smem_fn = s.smem_fn();
-  r.smem_rule = s.smem_rule();
   r.shape = s.work_shape();
+  r.bucket = p.work_bucket(r.shape);
+  r.smem_fn = s.smem_fn();
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+  r.stream = s.stream() ? s.stream() : CU_STREAM_PER_THREAD;  // 0 here means what <<<>>> means here
+#else
   r.stream = s.stream();
+#endif
   r.options = s.options();
   // The one place that decides whether the launch is cooperative: the spec says so, or its policy is
   // cooperative() (also when it came from use("cooperative") or a pointer). No later step adds or drops it.

@@ -1,7 +1,8 @@
 #pragma once
 // launchfit::launch_options — what a launch requires whatever policy decides, as one value: made once from
 // the spec, part of the plan's identity, applied to the plan once and marshalled once into the driver's
-// CUlaunchConfig. No policy, override, plugin, stored or remote plan may add or drop any of it.
+// CUlaunchConfig (its attributes, its dynamic smem, its grid). No policy, override, plugin, stored or remote
+// plan may add or drop any of it.
 
 #include <cstddef>
 #include <cstdint>
@@ -17,12 +18,21 @@ struct launch_options {
   bool non_portable_cluster = false;  // cluster sizes above 8 allowed (sets the kernel's non-portable attribute)
   bool programmatic = false;          // programmatic dependent launch (sm_90+)
   int sm_budget = 0;                  // resident grids sized for this many SMs (0: all of the context's)
+  // Dynamic shared memory: fixed bytes per block, or (smem_rule != 0) a rule of the block size whose
+  // identity is its type and key (the spec carries the rule's function; each launch checks rule(block)).
+  std::size_t smem_bytes = 0;
+  std::uint64_t smem_rule = 0;
+  std::uint32_t waves = 0;            // grid_stride work: at most this many waves of resident blocks (0: the policy's)
 
   bool has_cluster() const noexcept { return cluster.count() > 1; }
+  // The smem rule as the plan key holds it: the fixed bytes, or the rule's identity (top bit set).
+  std::uint64_t smem_identity() const noexcept { return smem_rule != 0 ? smem_rule : smem_bytes; }
+
   friend bool operator==(const launch_options& a, const launch_options& b) noexcept {
     return a.cooperative == b.cooperative && a.cluster == b.cluster && a.cluster_from_kernel == b.cluster_from_kernel &&
            a.non_portable_cluster == b.non_portable_cluster && a.programmatic == b.programmatic &&
-           a.sm_budget == b.sm_budget;
+           a.sm_budget == b.sm_budget && a.smem_bytes == b.smem_bytes && a.smem_rule == b.smem_rule &&
+           a.waves == b.waves;
   }
   friend bool operator!=(const launch_options& a, const launch_options& b) noexcept { return !(a == b); }
 };

@@ -186,7 +186,7 @@ void BM_spec_request_find_grid(benchmark::State& state) {
     benchmark::DoNotOptimize(n);
     const auto s = lf::bytes_in_flight(32).grid_stride(n).per_thread(8);
     const lf::detail::launch_request r = lf::detail::make_request(s);
-    const lf::plan_key k{key.context, key.kernel, r.policy_hash, r.smem_rule, r.bucket};
+    const lf::plan_key k{key.context, key.kernel, r.policy_hash, r.options.smem_identity(), r.bucket};
     const lf::detail::plan_entry* e = lf::detail::find(k);
     const lf::dims g = lf::grid_for(e->plan, r.shape, e->max_grid_x);
     benchmark::DoNotOptimize(g);

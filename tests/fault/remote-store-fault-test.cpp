@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -488,16 +489,88 @@ TEST_F(RemoteStoreFault, ForgedEntriesAreRefusedAndCountedButDoNotKillTheStore) 
 
 // A peer that is not Redis (a web server, a port reused by something else) answers garbage: a protocol
 // error, one warning, dead.
+// A listening socket on a free loopback port, for peers that play a hostile server.
+struct fake_peer {
+  int listener = -1;
+  std::string url;
+  fake_peer() {
+    listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 8) != 0 ||
+        ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("cannot listen on 127.0.0.1");
+    url = "redis://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+  ~fake_peer() { ::close(listener); }
+};
+
+// A peer that answers one byte at a time, each within the socket timeout: the whole answer is bounded, not
+// each read.
+TEST_F(RemoteStoreFault, APeerThatDripFeedsItsAnswerIsCutAtTheOperationTimeout) {
+  fake_peer fake;
+  LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
+                             std::atomic<bool> stop{false};
+                             std::thread peer([&] {
+                               const int c = ::accept(fake.listener, nullptr, nullptr);
+                               const std::string reply = "$60000\r\n";
+                               ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+                               for (int i = 0; i < 200 && !stop; ++i) {  // one byte per 50 ms for 10 s
+                                 if (::send(c, "x", 1, MSG_NOSIGNAL) != 1) break;
+                                 std::this_thread::sleep_for(milliseconds(50));
+                               }
+                               ::close(c);
+                             });
+                             captured_log log(spdlog::level::info);
+                             lf::set_remote_store(fake.url);
+                             const auto t = clock_type::now();
+                             const bool none = ld::remote_layer()->find(key(1)).empty();
+                             const double ms = ms_since(t);
+                             stop = true;
+                             peer.join();
+                             CHECK_IN_CHILD(none && ms < 1500, std::to_string(ms) + " ms\n" + log.text());
+                             const lf::remote_store_stats s = lf::remote_store_statistics();
+                             CHECK_IN_CHILD(s.dead && s.failures == 1, log.text());
+                             CHECK_IN_CHILD(log.warnings() == 1, log.text());
+                             CHECK_IN_CHILD(has(log.text(), "no answer within 200 ms"), log.text());
+                             return 0;
+                           }));
+}
+
+// A peer that announces a gigabyte and sends it as fast as it can: the answer is refused once it passes the
+// bound, never buffered whole.
+TEST_F(RemoteStoreFault, APeerThatAnnouncesAHugeAnswerIsRefusedAtTheSizeBound) {
+  fake_peer fake;
+  LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
+                             std::atomic<bool> stop{false};
+                             std::thread peer([&] {
+                               const int c = ::accept(fake.listener, nullptr, nullptr);
+                               const std::string head = "$1000000000\r\n";
+                               ::send(c, head.data(), head.size(), MSG_NOSIGNAL);
+                               const std::string chunk(1 << 16, 'x');
+                               for (int i = 0; i < 1024 && !stop; ++i)  // up to 64 MiB
+                                 if (::send(c, chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) break;
+                               ::close(c);
+                             });
+                             captured_log log(spdlog::level::info);
+                             lf::set_remote_store(fake.url);
+                             const bool none = ld::remote_layer()->find(key(1)).empty();
+                             stop = true;
+                             peer.join();
+                             CHECK_IN_CHILD(none, log.text());
+                             CHECK_IN_CHILD(lf::remote_store_statistics().dead, log.text());
+                             CHECK_IN_CHILD(log.warnings() == 1, log.text());
+                             CHECK_IN_CHILD(has(log.text(), "an answer larger than 8 MiB"), log.text());
+                             return 0;
+                           }));
+}
+
 TEST_F(RemoteStoreFault, APeerThatIsNotRedisIsAProtocolErrorAndOneWarning) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(listener, 8), 0);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string url = "redis://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  fake_peer fake;
+  const int listener = fake.listener;
+  const std::string url = fake.url;
   LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
                              std::thread peer([&] {
                                const int c = ::accept(listener, nullptr, nullptr);
@@ -519,7 +592,6 @@ TEST_F(RemoteStoreFault, APeerThatIsNotRedisIsAProtocolErrorAndOneWarning) {
                              CHECK_IN_CHILD(has(log.text(), "not used again"), log.text());
                              return 0;
                            }));
-  ::close(listener);
 }
 
 // A server killed while a process writes to it must not take the process down with SIGPIPE.

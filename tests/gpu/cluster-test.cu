@@ -394,6 +394,30 @@ TEST_F(Clusters, SixteenBlocksNeedTheNonPortableOptIn) {
   }
 }
 
+// A cluster above the device's own maximum (32 > 16 on an H200) is refused naming that maximum, before any
+// policy plans (it used to read "no plan co-resides").
+TEST_F(Clusters, AClusterAboveTheDevicesMaximumNamesTheMaximum) {
+  const unsigned n = 128 * 32 * 2;
+  device_buffer<unsigned> out(n), info(4 * 64);
+  out.poison();
+  const lf::error refused = error_from([&] {
+    lf::launch(cluster_items, lf::fixed(128).items(n).cluster({32, 1, 1}, true), out.ptr, n, info.ptr);
+  });
+  EXPECT_EQ(refused.code(), lf::errc::cluster) << refused.what();
+  EXPECT_TRUE(contains(refused.message(), "co-schedules in one cluster")) << refused.what();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(32, 1, 1);
+  cfg.blockDim = dim3(32, 1, 1);
+  int most = 0;
+  LF_CUDA_CHECK(cudaFuncSetAttribute(cluster_items, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  LF_CUDA_CHECK(
+      cudaOccupancyMaxPotentialClusterSize(&most, reinterpret_cast<const void*>(cluster_items), &cfg));
+  EXPECT_TRUE(contains(refused.message(), ": " + std::to_string(most) + " blocks")) << most << " " << refused.what();
+  std::printf("cluster 32: %s\n", refused.what());
+  const auto o = out.download();
+  EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](unsigned v) { return v == poison_u32; })) << "a refused launch ran";
+}
+
 TEST_F(Clusters, CompiledClusterDimsAreHonouredWithoutACallAndAConflictIsRefused) {
   const unsigned n = 1u << 20;
   const auto spec = lf::max_occupancy().items(n);

@@ -36,10 +36,8 @@ struct launch_request {
   const launchfit::policy* policy = nullptr;
   std::uint64_t policy_hash = 0;
   std::uint64_t bucket = 0;
-  std::size_t smem_bytes = 0;
-  const smem_per_block_fn* smem_fn = nullptr;
-  std::uint64_t smem_rule = 0;
-  work shape{};
+  const smem_per_block_fn* smem_fn = nullptr;  // the rule options.smem_rule identifies, when it is set
+  work shape{};                                // with options.waves (spec::work_shape())
   CUstream stream = nullptr;
   launch_options options{};   // what the launch requires, decided once in make_request(); no policy changes it
   block_rule blocks{};        // block sizes the kernel can run with
