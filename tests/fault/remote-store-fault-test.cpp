@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -505,6 +506,33 @@ struct fake_peer {
     url = "redis://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
   }
   ~fake_peer() { ::close(listener); }
+
+  // In the forked child: a peer thread accepts one connection and runs `answer(socket, stop)`; one lookup
+  // returns nothing within max_ms, after which the store is dead with one failure and one warning that says
+  // `said`. 0 when all of that holds.
+  int lookup_kills_the_store(const std::function<void(int, const std::atomic<bool>&)>& answer, double max_ms,
+                             const char* said) {
+    std::atomic<bool> stop{false};
+    std::thread peer([&] {
+      const int c = ::accept(listener, nullptr, nullptr);
+      answer(c, stop);
+      ::close(c);
+    });
+    captured_log log(spdlog::level::info);
+    lf::set_remote_store(url);
+    const auto t = clock_type::now();
+    const bool none = ld::remote_layer()->find(key(1)).empty();
+    const double ms = ms_since(t);
+    stop = true;
+    peer.join();
+    CHECK_IN_CHILD(none && ms < max_ms, std::to_string(ms) + " ms\n" + log.text());
+    const lf::remote_store_stats st = lf::remote_store_statistics();
+    CHECK_IN_CHILD(st.dead && st.failures == 1, log.text());
+    CHECK_IN_CHILD(log.warnings() == 1, log.text());
+    CHECK_IN_CHILD(has(log.text(), said), log.text());
+    CHECK_IN_CHILD(has(log.text(), "not used again"), log.text());
+    return 0;
+  }
 };
 
 // A peer that answers one byte at a time, each within the socket timeout: the whole answer is bounded, not
@@ -512,30 +540,15 @@ struct fake_peer {
 TEST_F(RemoteStoreFault, APeerThatDripFeedsItsAnswerIsCutAtTheOperationTimeout) {
   fake_peer fake;
   LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
-                             std::atomic<bool> stop{false};
-                             std::thread peer([&] {
-                               const int c = ::accept(fake.listener, nullptr, nullptr);
-                               const std::string reply = "$60000\r\n";
-                               ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-                               for (int i = 0; i < 200 && !stop; ++i) {  // one byte per 50 ms for 10 s
-                                 if (::send(c, "x", 1, MSG_NOSIGNAL) != 1) break;
-                                 std::this_thread::sleep_for(milliseconds(50));
-                               }
-                               ::close(c);
-                             });
-                             captured_log log(spdlog::level::info);
-                             lf::set_remote_store(fake.url);
-                             const auto t = clock_type::now();
-                             const bool none = ld::remote_layer()->find(key(1)).empty();
-                             const double ms = ms_since(t);
-                             stop = true;
-                             peer.join();
-                             CHECK_IN_CHILD(none && ms < 1500, std::to_string(ms) + " ms\n" + log.text());
-                             const lf::remote_store_stats s = lf::remote_store_statistics();
-                             CHECK_IN_CHILD(s.dead && s.failures == 1, log.text());
-                             CHECK_IN_CHILD(log.warnings() == 1, log.text());
-                             CHECK_IN_CHILD(has(log.text(), "no answer within 200 ms"), log.text());
-                             return 0;
+                             return fake.lookup_kills_the_store(
+                                 [](int c, const std::atomic<bool>& stop) {
+                                   ::send(c, "$60000\r\n", 8, MSG_NOSIGNAL);
+                                   for (int i = 0; i < 200 && !stop; ++i) {  // one byte per 50 ms for 10 s
+                                     if (::send(c, "x", 1, MSG_NOSIGNAL) != 1) break;
+                                     std::this_thread::sleep_for(milliseconds(50));
+                                   }
+                                 },
+                                 1500, "no answer within 200 ms");
                            }));
 }
 
@@ -544,53 +557,27 @@ TEST_F(RemoteStoreFault, APeerThatDripFeedsItsAnswerIsCutAtTheOperationTimeout) 
 TEST_F(RemoteStoreFault, APeerThatAnnouncesAHugeAnswerIsRefusedAtTheSizeBound) {
   fake_peer fake;
   LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
-                             std::atomic<bool> stop{false};
-                             std::thread peer([&] {
-                               const int c = ::accept(fake.listener, nullptr, nullptr);
-                               const std::string head = "$1000000000\r\n";
-                               ::send(c, head.data(), head.size(), MSG_NOSIGNAL);
-                               const std::string chunk(1 << 16, 'x');
-                               for (int i = 0; i < 1024 && !stop; ++i)  // up to 64 MiB
-                                 if (::send(c, chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) break;
-                               ::close(c);
-                             });
-                             captured_log log(spdlog::level::info);
-                             lf::set_remote_store(fake.url);
-                             const bool none = ld::remote_layer()->find(key(1)).empty();
-                             stop = true;
-                             peer.join();
-                             CHECK_IN_CHILD(none, log.text());
-                             CHECK_IN_CHILD(lf::remote_store_statistics().dead, log.text());
-                             CHECK_IN_CHILD(log.warnings() == 1, log.text());
-                             CHECK_IN_CHILD(has(log.text(), "an answer larger than 8 MiB"), log.text());
-                             return 0;
+                             return fake.lookup_kills_the_store(
+                                 [](int c, const std::atomic<bool>& stop) {
+                                   ::send(c, "$1000000000\r\n", 13, MSG_NOSIGNAL);
+                                   const std::string chunk(1 << 16, 'x');
+                                   for (int i = 0; i < 1024 && !stop; ++i)  // up to 64 MiB
+                                     if (::send(c, chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) break;
+                                 },
+                                 2000, "an answer larger than 8 MiB");
                            }));
 }
 
 TEST_F(RemoteStoreFault, APeerThatIsNotRedisIsAProtocolErrorAndOneWarning) {
   fake_peer fake;
-  const int listener = fake.listener;
-  const std::string url = fake.url;
   LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
-                             std::thread peer([&] {
-                               const int c = ::accept(listener, nullptr, nullptr);
-                               const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
-                               ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
-                               std::this_thread::sleep_for(milliseconds(500));
-                               ::close(c);
-                             });
-                             captured_log log(spdlog::level::info);
-                             lf::set_remote_store(url);
-                             const auto t = clock_type::now();
-                             const bool none = ld::remote_layer()->find(key(1)).empty();
-                             const double ms = ms_since(t);
-                             peer.join();
-                             CHECK_IN_CHILD(none && ms < 2000, log.text());
-                             const lf::remote_store_stats s = lf::remote_store_statistics();
-                             CHECK_IN_CHILD(s.dead && s.failures == 1, log.text());
-                             CHECK_IN_CHILD(log.warnings() == 1, log.text());
-                             CHECK_IN_CHILD(has(log.text(), "not used again"), log.text());
-                             return 0;
+                             return fake.lookup_kills_the_store(
+                                 [](int c, const std::atomic<bool>&) {
+                                   const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+                                   ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
+                                   std::this_thread::sleep_for(milliseconds(500));
+                                 },
+                                 2000, "Protocol error");
                            }));
 }
 

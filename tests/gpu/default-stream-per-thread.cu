@@ -18,33 +18,28 @@ __global__ void fill_index(unsigned* out, unsigned n, unsigned add) {
 
 cudaError_t per_thread_capture_and_replay(bool through_launchfit, unsigned* out, unsigned n, std::size_t& nodes,
                                           std::string& what) {
-  cudaStream_t s = cudaStreamPerThread;
-  cudaError_t st = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-  if (st != cudaSuccess) return st;
-  if (through_launchfit) {
-    try {
-      lf::launch(fill_index, lf::fixed(256).items(n), out, n, 11u);
-    } catch (const lf::error& e) {
-      what = e.what();
-      st = cudaErrorUnknown;
-    }
-  } else {
-    fill_index<<<(n + 255) / 256, 256>>>(out, n, 11u);
-    st = cudaGetLastError();
-  }
   cudaGraph_t g = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(s, &g);
-  if (st == cudaSuccess) st = ended;
-  if (st != cudaSuccess) {
-    if (g) cudaGraphDestroy(g);
-    return st;
-  }
-  st = cudaGraphGetNodes(g, nullptr, &nodes);
+  cudaError_t st = capture_per_thread_stream(
+      [&]() -> cudaError_t {
+        if (!through_launchfit) {
+          fill_index<<<(n + 255) / 256, 256>>>(out, n, 11u);
+          return cudaGetLastError();
+        }
+        try {
+          lf::launch(fill_index, lf::fixed(256).items(n), out, n, 11u);
+          return cudaSuccess;
+        } catch (const lf::error& e) {
+          what = e.what();
+          return cudaErrorUnknown;
+        }
+      },
+      g);
+  if (st == cudaSuccess) st = cudaGraphGetNodes(g, nullptr, &nodes);
   cudaGraphExec_t exec = nullptr;
   if (st == cudaSuccess) st = cudaGraphInstantiate(&exec, g, 0);
-  if (st == cudaSuccess) st = cudaGraphLaunch(exec, s);
-  if (st == cudaSuccess) st = cudaStreamSynchronize(s);
+  if (st == cudaSuccess) st = cudaGraphLaunch(exec, cudaStreamPerThread);
+  if (st == cudaSuccess) st = cudaStreamSynchronize(cudaStreamPerThread);
   if (exec) cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(g);
+  if (g) cudaGraphDestroy(g);
   return st;
 }

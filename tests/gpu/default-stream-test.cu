@@ -32,22 +32,23 @@ class DefaultStream : public ::testing::Test {
 
 // In a capture of the per-thread stream, a launch on the legacy stream: the driver refuses it.
 cudaError_t legacy_launch_in_capture(bool through_launchfit, unsigned* out, unsigned n, std::string& what) {
-  cudaStream_t s = cudaStreamPerThread;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess) return cudaErrorUnknown;
-  cudaError_t st = cudaSuccess;
-  if (through_launchfit) {
-    try {
-      lf::launch(fill_index, lf::fixed(256).items(n), out, n, 7u);
-    } catch (const lf::error& e) {
-      what = e.what();
-      st = cudaErrorStreamCaptureImplicit;
-    }
-  } else {
-    fill_index<<<(n + 255) / 256, 256>>>(out, n, 7u);
-    st = cudaGetLastError();
-  }
   cudaGraph_t g = nullptr;
-  (void)cudaStreamEndCapture(s, &g);  // invalidated by the refused launch
+  const cudaError_t st = capture_per_thread_stream(
+      [&]() -> cudaError_t {
+        if (!through_launchfit) {
+          fill_index<<<(n + 255) / 256, 256>>>(out, n, 7u);
+          return cudaGetLastError();
+        }
+        try {
+          lf::launch(fill_index, lf::fixed(256).items(n), out, n, 7u);
+          return cudaSuccess;
+        } catch (const lf::error& e) {
+          what = e.what();
+          return e.cuda_error() == "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT" ? cudaErrorStreamCaptureImplicit
+                                                                        : cudaErrorUnknown;
+        }
+      },
+      g);
   if (g) cudaGraphDestroy(g);
   (void)cudaGetLastError();
   return st;

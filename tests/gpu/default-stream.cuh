@@ -8,6 +8,18 @@
 #include <cstddef>
 #include <string>
 
+// A global-mode capture of cudaStreamPerThread around `launch()` (which returns the launch's cudaError_t):
+// the launch's error, else the capture's. `g` holds the captured graph (or nullptr); the caller destroys it.
+template <class Launch>
+cudaError_t capture_per_thread_stream(Launch&& launch, cudaGraph_t& g) {
+  g = nullptr;
+  cudaError_t st = cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeGlobal);
+  if (st != cudaSuccess) return st;
+  st = launch();
+  const cudaError_t ended = cudaStreamEndCapture(cudaStreamPerThread, &g);
+  return st != cudaSuccess ? st : ended;
+}
+
 // In the per-thread file: captures one launch with no stream given (<<<>>> or launchfit) in a global-mode
 // capture of cudaStreamPerThread, counts the graph's nodes, replays it (writing out[i] = i + 11) and waits.
 cudaError_t per_thread_capture_and_replay(bool through_launchfit, unsigned* out, unsigned n, std::size_t& nodes,
