@@ -411,13 +411,69 @@ std::vector<policy_override> parse_policy_overrides(std::string_view spec) {
 
 }  // namespace detail
 
+namespace {
+
+// Policies by their string, resolved once: lf::use("bytes_in_flight(per_thread=16)") on every launch parses
+// and builds nothing after the first. Valid for one generation of the plan inputs (a policy registered or
+// unregistered under a name changes what a string means) and bounded (cleared when full: a program that
+// builds unbounded distinct strings pays the parse, never the memory). A built-in policy is kept; any other
+// (a plugin's instance, whose destroy() its plugin sees, a user factory's object) is reused while someone
+// holds it and never kept alive by the cache, so its lifetime stays its users'.
+struct resolved_policies {
+  struct entry {
+    std::shared_ptr<const policy> kept;  // built-ins
+    std::weak_ptr<const policy> held;    // the others, while alive
+  };
+  std::shared_mutex mutex;
+  std::uint64_t generation = 0;
+  std::map<std::string, entry, std::less<>> by_text;
+  static constexpr std::size_t max_entries = 256;
+};
+
+resolved_policies& resolved() {
+  static resolved_policies& r = *new resolved_policies;  // never destroyed: static destructors may launch
+  return r;
+}
+
+std::atomic<std::uint64_t> policy_string_parses{0};
+
+}  // namespace
+
+namespace detail {
+std::uint64_t policy_string_parse_count() noexcept { return policy_string_parses.load(std::memory_order_relaxed); }
+}  // namespace detail
+
 std::shared_ptr<const policy> policy_from_string(std::string_view text) {
+  resolved_policies& r = resolved();
+  const std::uint64_t generation = detail::plan_inputs_generation();
+  {
+    std::shared_lock<std::shared_mutex> lock(r.mutex);
+    if (r.generation == generation) {
+      if (const auto it = r.by_text.find(text); it != r.by_text.end()) {
+        if (it->second.kept) return it->second.kept;
+        if (auto alive = it->second.held.lock()) return alive;
+      }
+    }
+  }
+  std::shared_ptr<const policy> made;
   try {
     detail::check_length(text, "a policy string");
-    return detail::make_parsed_policy(detail::parse_policy_string(text));
+    policy_string_parses.fetch_add(1, std::memory_order_relaxed);
+    made = detail::make_parsed_policy(detail::parse_policy_string(text));  // no lock held: a factory may parse
   } catch (const detail::syntax_error& e) {
     detail::throw_syntax_error("policy_from_string", "policy string", text, e);
   }
+  std::unique_lock<std::shared_mutex> lock(r.mutex);
+  // Kept only if no input changed while it was made (the registry is read under that generation).
+  if (generation == detail::plan_inputs_generation()) {
+    if (r.generation != generation || r.by_text.size() >= resolved_policies::max_entries) {
+      r.by_text.clear();
+      r.generation = generation;
+    }
+    auto& e = r.by_text[std::string(text)];
+    e = detail::is_builtin_policy(*made) ? resolved_policies::entry{made, {}} : resolved_policies::entry{{}, made};
+  }
+  return made;
 }
 
 namespace {

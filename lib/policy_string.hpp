@@ -100,4 +100,8 @@ bool is_builtin_policy(const policy& p) noexcept;
 // Whether set_bytes_in_flight_per_sm() set a target for this architecture (it wins over a calibration).
 bool bytes_in_flight_overridden(int cc);
 
+// How many policy strings policy_from_string() has parsed (a string is parsed once per generation of the
+// plan inputs, then answered from memory): for tests.
+std::uint64_t policy_string_parse_count() noexcept;
+
 }  // namespace launchfit::detail

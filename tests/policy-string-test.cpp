@@ -21,6 +21,7 @@
 #include "policy_string.hpp"
 
 namespace lf = launchfit;
+namespace ld = launchfit::detail;
 
 namespace {
 
@@ -642,4 +643,33 @@ TEST_F(PolicyOverridesEnv, FirstReadBumpsTheGeneration) {
         std::exit(after == before + 1 && lf::detail::policy_overrides_generation() == after ? 0 : 1);
       },
       testing::ExitedWithCode(0), "");
+}
+
+// lf::use("name(...)") on every launch resolves the string once: the same object comes back, nothing is
+// parsed again, until a policy is registered or unregistered (which may change what the name means).
+TEST(PolicyString, AStringIsResolvedOnceAndAgainAfterTheRegistryChanges) {
+  const auto a = lf::policy_from_string("bytes_in_flight(per_thread=16)");
+  const std::uint64_t parsed = ld::policy_string_parse_count();
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(lf::policy_from_string("bytes_in_flight(per_thread=16)"), a);
+  EXPECT_EQ(ld::policy_string_parse_count(), parsed);
+  // Another text is its own entry.
+  EXPECT_NE(lf::policy_from_string("bytes_in_flight(per_thread=8)"), a);
+  EXPECT_EQ(ld::policy_string_parse_count(), parsed + 1);
+  // A name registered after a string failed to resolve: the string now means the new policy.
+  EXPECT_THROW(lf::policy_from_string("test_late"), lf::error);
+  lf::register_policy("test_late", [](const std::map<std::string, std::string>&) {
+    return std::make_shared<const lf::fixed_policy>(lf::fixed_params{128, 0});
+  });
+  EXPECT_EQ(lf::policy_from_string("test_late")->to_string(), "fixed(block=128,grid=0)");
+  const auto first = lf::policy_from_string("test_late");
+  EXPECT_EQ(lf::policy_from_string("test_late"), first);
+  // (A plugin's instance is reused while held, never kept alive by the cache: its destroy() runs when its
+  // users let go, fault/plugin-fault-test.cpp.)
+  lf::unregister_policy("test_late");
+  EXPECT_THROW(lf::policy_from_string("test_late"), lf::error) << "an unregistered name is not answered from memory";
+  // Bounded: many distinct strings never grow the memory without end (and each still resolves).
+  for (int i = 1; i <= 600; ++i)
+    EXPECT_EQ(lf::policy_from_string("fixed(block=" + std::to_string(32 * (i % 32 + 1)) + ",grid=" + std::to_string(i) + ")")
+                  ->to_string(),
+              "fixed(block=" + std::to_string(32 * (i % 32 + 1)) + ",grid=" + std::to_string(i) + ")");
 }
