@@ -1260,6 +1260,15 @@ constexpr std::size_t max_tool_problems = 1000;
 
 std::string endpoint(const remote_url& url) { return url.host + ":" + std::to_string(url.port); }
 
+// A connection for a tool's command, within the tool's bounds; nullptr with `failure` said when none.
+std::unique_ptr<connection> open_for_tool(const remote_url& url, const remote_tool_limits& limits,
+                                          std::string& failure) {
+  std::string why;
+  std::unique_ptr<connection> c = connection::open(url, limits.connect_timeout_ms, limits.op_timeout_ms, why);
+  if (!c) failure = "cannot connect to " + endpoint(url) + ": " + why;
+  return c;
+}
+
 }  // namespace
 
 remote_listing list_remote_entries(const remote_url& url, const remote_tool_limits& limits,
@@ -1271,12 +1280,8 @@ remote_listing list_remote_entries(const remote_url& url, const remote_tool_limi
   };
   try {
     std::string why;
-    std::unique_ptr<connection> c =
-        connection::open(url, limits.connect_timeout_ms, limits.op_timeout_ms, why);
-    if (!c) {
-      out.failure = "cannot connect to " + endpoint(url) + ": " + why;
-      return out;
-    }
+    const std::unique_ptr<connection> c = open_for_tool(url, limits, out.failure);
+    if (!c) return out;
     const auto deadline = steady::now() + milliseconds(limits.max_ms);
     std::size_t bytes = 0;
     std::string cursor = "0";
@@ -1350,12 +1355,8 @@ remote_push_result push_remote_entries(const remote_url& url, const std::vector<
   };
   try {
     std::string why;
-    std::unique_ptr<connection> c =
-        connection::open(url, limits.connect_timeout_ms, limits.op_timeout_ms, why);
-    if (!c) {
-      out.failure = "cannot connect to " + endpoint(url) + ": " + why;
-      return out;
-    }
+    const std::unique_ptr<connection> c = open_for_tool(url, limits, out.failure);
+    if (!c) return out;
     const auto deadline = steady::now() + milliseconds(limits.max_ms);
     constexpr std::size_t batch = 256;
     std::vector<reply_ptr> replies;
