@@ -8,6 +8,7 @@
 #include "kernel_internal.hpp"
 #include "launchfit/error.hpp"
 #include "plan_cache.hpp"
+#include "ptx_scan.hpp"
 
 namespace launchfit {
 
@@ -89,6 +90,42 @@ kernel_resources kernel::resources() const { return query_resources(function());
 
 std::optional<std::vector<std::size_t>> kernel::param_sizes() const { return query_param_sizes(function()); }
 
+std::optional<bool> kernel::waits_for_predecessor() const { return detail::kernel_waits(id()); }
+
+namespace {
+
+// A PTX file's text, read once at load (bounded: the driver would not JIT-compile more); nullopt for a cubin
+// or fatbin, or a file that cannot be read again.
+std::optional<std::string> ptx_text_of_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4096] = {};
+  in.read(head, sizeof head);
+  if (!detail::looks_like_ptx(std::string_view(head, static_cast<std::size_t>(in.gcount())))) return std::nullopt;
+  in.clear();
+  in.seekg(0);
+  constexpr std::size_t max_ptx_bytes = std::size_t(256) << 20;
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > max_ptx_bytes) return std::nullopt;
+  }
+  return text;
+}
+
+// PTX text in memory: the image is NUL-terminated text unless it starts as a cubin (ELF) or a fatbin does.
+std::optional<std::string_view> ptx_text_of_image(const void* image) {
+  const auto* b = static_cast<const unsigned char*>(image);
+  const bool elf = b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F';
+  const bool fatbin = b[0] == 0x50 && b[1] == 0xed && b[2] == 0x55 && b[3] == 0xba;  // 0xba55ed50
+  if (elf || fatbin) return std::nullopt;
+  const std::string_view text(static_cast<const char*>(image));
+  if (!detail::looks_like_ptx(text)) return std::nullopt;
+  return text;
+}
+
+}  // namespace
+
 module module::from_file(const std::string& path) {
   {
     std::ifstream probe(path, std::ios::binary);
@@ -98,7 +135,9 @@ module module::from_file(const std::string& path) {
   CUlibrary lib = nullptr;
   detail::check(d.cuLibraryLoadFromFile(&lib, path.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
                 "cuLibraryLoadFromFile", {}, path);
-  return module(lib, path);
+  module m(lib, path);
+  if (const auto ptx = ptx_text_of_file(path)) m.handed_out_->entries_without_wait = detail::entries_without_wait(*ptx);
+  return m;
 }
 
 module module::from_memory(const void* image) {
@@ -106,7 +145,9 @@ module module::from_memory(const void* image) {
   const auto& d = detail::driver();
   CUlibrary lib = nullptr;
   detail::check(d.cuLibraryLoadData(&lib, image, nullptr, nullptr, 0, nullptr, nullptr, 0), "cuLibraryLoadData");
-  return module(lib, "<memory>");
+  module m(lib, "<memory>");
+  if (const auto ptx = ptx_text_of_image(image)) m.handed_out_->entries_without_wait = detail::entries_without_wait(*ptx);
+  return m;
 }
 
 module::module(CUlibrary l, std::string origin) :library_(l), origin_(std::move(origin)),
@@ -130,8 +171,12 @@ module& module::operator=(module&& other) noexcept {
 module::~module() {
   if (!library_) return;
   // Plans of unloaded kernels must never be reused by a kernel loaded later at the same address.
-  if (handed_out_)
-    for (std::uintptr_t id : handed_out_->ids()) detail::forget_kernel(id);
+  if (handed_out_) {
+    for (std::uintptr_t id : handed_out_->ids()) {
+      detail::forget_kernel(id);
+      detail::forget_kernel_wait(id);
+    }
+  }
   if (detail::driver_available()) detail::driver().cuLibraryUnload(library_);
 }
 
@@ -145,7 +190,9 @@ kernel module::get(const std::string& name) const {
     throw error(r, "cuLibraryGetKernel",
                 "no kernel '" + name + "' in " + origin_ + " (use the mangled name or extern \"C\")", name);
   }
-  handed_out_->insert(reinterpret_cast<std::uintptr_t>(k));
+  const auto id = reinterpret_cast<std::uintptr_t>(k);
+  handed_out_->insert(id);
+  if (const auto& no_wait = handed_out_->entries_without_wait) detail::note_kernel_wait(id, no_wait->count(name) == 0);
   return kernel(k);
 }
 

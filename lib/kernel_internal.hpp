@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
+#include <set>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -27,6 +30,11 @@ class kernel_id_set {
  private:
   mutable std::mutex mutex_;
   std::unordered_set<std::uintptr_t> ids_;
+
+ public:
+  // A module loaded from PTX: its entries that never execute griddepcontrol.wait (ptx_scan.hpp). Empty
+  // optional for a cubin or fatbin (launchfit does not read their machine code).
+  std::optional<std::set<std::string>> entries_without_wait;
 };
 
 }  // namespace launchfit::detail

@@ -3,6 +3,7 @@
 // build_entry() reads them top to bottom.
 
 #include "planner.hpp"
+#include "ptx_scan.hpp"
 
 #include <algorithm>
 #include <array>
@@ -576,6 +577,13 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   }
   choose_member(q, e, fam);
   check_cluster_size(need, e);
+  if (need.programmatic && kernel_waits(r.kernel_id) == false) {
+    // Logged once, with the plan: the kernel may be meant to overlap without reading its predecessor's output.
+    if (!e.plan.warning.empty()) e.plan.warning += "; ";
+    e.plan.warning +=
+        "launched with .pdl() but its PTX never executes griddepcontrol.wait (cudaGridDependencySynchronize): it "
+        "starts before the previous kernel in the stream ends and nothing makes it wait for that kernel's output";
+  }
   if (q.device.sm_count < dev.sm_count)
     e.plan.reason += "; sized for an SM budget of " + std::to_string(q.device.sm_count) + " of " +
                      std::to_string(dev.sm_count) + " SMs";

@@ -55,6 +55,11 @@ class LAUNCHFIT_API kernel {
   kernel_resources resources() const;
   // Parameter sizes in bytes from cuFuncGetParamInfo; nullopt when the driver cannot report them.
   std::optional<std::vector<std::size_t>> param_sizes() const;
+  // Whether the kernel ever executes griddepcontrol.wait (cudaGridDependencySynchronize), as its module's PTX
+  // says: false for a kernel of a PTX module that never waits (launched with .pdl() it starts before its
+  // predecessor ends and nothing holds it back: the launch's plan carries a warning), nullopt when launchfit
+  // has not read the kernel's PTX (a cubin or fatbin module, a CUfunction from elsewhere).
+  std::optional<bool> waits_for_predecessor() const;
 
  private:
   CUfunction function_ = nullptr;

@@ -15,3 +15,15 @@ extern "C" __global__ void count_blocks(unsigned* blocks, unsigned* grid_seen) {
   if (threadIdx.x == 0) atomicAdd(blocks, 1u);
   if (blockIdx.x == 0 && threadIdx.x == 0) *grid_seen = gridDim.x;
 }
+
+// Programmatic dependent launch: one consumer waits for its predecessor, one never does (launchfit reads
+// that from the module's PTX and says so when the second is launched with .pdl()).
+extern "C" __global__ void pdl_waits(const unsigned* in, unsigned* out, unsigned n) {
+  cudaGridDependencySynchronize();
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] + 1;
+}
+extern "C" __global__ void pdl_never_waits(const unsigned* in, unsigned* out, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] + 1;
+}
