@@ -502,10 +502,7 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
         (std::string_view(k.max_threads_from) == "default" ? "" : " " + std::string(k.max_threads_from));
     const std::string block = std::to_string(row.block_threads) + (row.block_clamped ? "*" : "");
     // Local memory: the kernel's own frame, and the stack its callees add (when they do).
-    const std::string local = bytes_text(k.local_bytes_per_thread) +
-                              (k.stack_bytes_per_thread > k.local_bytes_per_thread
-                                   ? "+" + std::to_string(k.stack_bytes_per_thread - k.local_bytes_per_thread)
-                                   : "");
+    const std::string local = launchfit::calc::local_memory_text(k);
     const std::string occ = row.occupancy ? launchfit::detail::percent_text(row.occupancy->occupancy) : "-";
     const std::string limited =
         row.occupancy ? launchfit::limiter_names(row.occupancy->limiters) : "refused: " + row.refusal;
@@ -517,6 +514,10 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
         return r.kernel->stack_bytes_per_thread > r.kernel->local_bytes_per_thread;
       }))
     std::printf("\n+N: bytes of stack per thread that the functions the kernel calls add to its frame\n");
+  if (std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.kernel->stack_undetermined; }))
+    std::printf(
+        "\n+?: the stack size cannot be determined (recursion or calls through pointers); the driver's stack "
+        "size limit (cudaLimitStackSize) applies\n");
   if (std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.block_clamped; }))
     std::printf("\n* the kernel's maximum block, smaller than --block %d\n", o.block);
 }
@@ -546,7 +547,8 @@ nlohmann::ordered_json cubin_json(const options& o, const launchfit::calc::cubin
         {"regs_per_thread", k.regs_per_thread},
         {"static_smem_bytes", k.static_smem_bytes},
         {"local_bytes_per_thread", k.local_bytes_per_thread},
-        {"stack_bytes_per_thread", k.stack_bytes_per_thread},
+        {"stack_bytes_per_thread", k.stack_undetermined ? json(nullptr) : json(k.stack_bytes_per_thread)},
+        {"stack_undetermined", k.stack_undetermined},
         {"max_threads_per_block", k.max_threads_per_block},
         {"max_threads_from", k.max_threads_from},
         {"max_reg_count", k.max_reg_count > 0 ? json(k.max_reg_count) : json(nullptr)},
