@@ -31,6 +31,7 @@
 #include "launchfit/plugin.h"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
+#include "test_query.hpp"
 
 namespace lf = launchfit;
 
@@ -48,14 +49,7 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-lf::query h200_query(lf::work w) {
-  lf::query q;
-  q.device = lf::device_limits::for_arch("H200");
-  q.kernel = lf::kernel_resources::manual(32);
-  q.kernel.demangled = "void stream(float4 const*, float4*, unsigned long)";
-  q.work_hint = w;
-  return q;
-}
+using launchfit_test::h200_query;
 
 const lf::work grid_stride_64m{lf::work::shape::grid_stride, 1ull << 26, 1};
 const lf::work items_16m{lf::work::shape::items, 1ull << 24, 1};

@@ -12,6 +12,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
+#include "test_query.hpp"
 
 namespace lf = launchfit;
 
@@ -27,13 +28,7 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-lf::query h200_query(int regs = 32) {
-  lf::query q;
-  q.device = lf::device_limits::for_arch("H200");
-  q.kernel = lf::kernel_resources::manual(regs);
-  q.kernel.demangled = "void reduce<float>(float const*, int)";
-  return q;
-}
+using launchfit_test::h200_query;
 
 // Each test plugin once per process; the registry is process-wide.
 lf::plugin_info load(const std::string& name) { return lf::load_plugin(plugin_path(name)); }
