@@ -639,8 +639,8 @@ int choose(void* raw, const launchfit_query* q, launchfit_plan* plan, char* errb
   return LAUNCHFIT_PLUGIN_ERROR;
 }
 
-// Recorded per plan configuration (count, mean, best); a plan already in launchfit's cache is never
-// re-chosen, so this only keeps the numbers, bounded in size.
+// Recorded per plan configuration (count, mean, best), bounded in size; a plan already in launchfit's cache
+// is never re-chosen, so the numbers decide nothing and are only said when the plan is chosen again.
 void feedback(void* raw, const launchfit_plan* plan, double ms) {
   try {
     auto* s = static_cast<state*>(raw);
