@@ -247,7 +247,9 @@ std::string register_block_limit::text() const {
 register_block_limit registers_per_block_limit(const device_limits& device, int regs_per_thread) {
   const kernel_resources kernel = kernel_resources::manual(regs_per_thread);
   check_kernel(device, kernel);
-  return calculator(device, kernel).register_limit();
+  const calculator calc(device, kernel);
+  calc.run(std::max(device.warp_size, 1), 0);  // an architecture cuda_occupancy.h does not know throws here
+  return calc.register_limit();
 }
 
 occupancy_result occupancy(const device_limits& device, const kernel_resources& kernel, int block_threads,
