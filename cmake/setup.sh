@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# libzstd-dev: launchfit-calc --cubin inflates the zstd-compressed cubins nvcc 13 writes.
 # libhiredis-dev: the remote plan store (the library loads libhiredis at run time); redis-server and
 # redis-tools: tests/run.sh starts a server for its tests.
 packages=(cmake ninja-build g++ pkgconf libspdlog-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev libcli11-dev
-          libhiredis-dev redis-server redis-tools)
+          libhiredis-dev redis-server redis-tools libzstd-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

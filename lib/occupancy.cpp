@@ -159,7 +159,44 @@ struct calculator {
     out.blocks_limit_blocks = r.blockLimitBlocks;
     out.allocated_regs_per_block = r.allocatedRegistersPerBlock;
     out.allocated_smem_per_block_bytes = r.allocatedSharedMemPerBlock;
+    // No block fits for its registers alone: "limited by registers" does not say that it never will at
+    // this size, nor what size would; the numbers do.
+    if (r.blockLimitRegs == 0 && kernel.regs_per_thread > 0) {
+      const register_block_limit limit = register_limit();
+      if (block_threads > limit.max_threads)
+        out.why_no_block = "a block of " + std::to_string(block_threads) +
+                           " threads exceeds the register limit on threads per block: " + limit.text();
+    }
     return out;
+  }
+
+  // The largest block whose registers cuda_occupancy.h admits (at most 32 evaluations, on checked inputs).
+  register_block_limit register_limit() const {
+    register_block_limit limit;
+    limit.regs_per_thread = kernel.regs_per_thread;
+    limit.regs_per_block = device.regs_per_block;
+    int unit = 256;
+    if (cudaOccRegAllocationGranularity(&unit, &device_prop) != CUDA_OCC_SUCCESS) unit = 256;
+    limit.allocation_unit = unit;
+    const int per_warp = kernel.regs_per_thread * device.warp_size;
+    limit.regs_per_warp = (per_warp + unit - 1) / unit * unit;
+    cudaOccFuncAttributes any_block = function;
+    any_block.maxThreadsPerBlock = device.max_threads_per_block;
+    const int warp = std::max(device.warp_size, 1);
+    for (int warps = device.max_threads_per_block / warp; warps >= 1; --warps) {
+      cudaOccResult r{};
+      cudaOccDeviceState s = state;
+      if (cudaOccMaxActiveBlocksPerMultiprocessor(&r, &device_prop, &any_block, &s, warps * warp, 0) ==
+              CUDA_OCC_SUCCESS &&
+          r.blockLimitRegs > 0) {
+        limit.max_warps = warps;
+        break;
+      }
+    }
+    limit.warp_size = warp;
+    limit.max_threads = limit.max_warps * warp;
+    limit.device_max_threads = device.max_threads_per_block;
+    return limit;
   }
 };
 
@@ -182,8 +219,37 @@ std::string limiter_names(unsigned limiters) {
 
 std::string occupancy_result::summary() const {
   return std::to_string(active_blocks_per_sm) + " blocks x " + std::to_string(block_threads) +
-         " threads = " + std::to_string(active_warps_per_sm) + " warps/SM (" + detail::percent_text(occupancy) +
-         "), limited by " + limiter_names(limiters);
+         " threads = " + std::to_string(active_warps_per_sm) + " warps/SM (" +
+         detail::percent_text(occupancy) + "), limited by " + limiter_names(limiters) +
+         (why_no_block.empty() ? "" : ": " + why_no_block);
+}
+
+std::string register_block_limit::text() const {
+  const int raw = regs_per_thread * warp_size;
+  std::string text = std::to_string(regs_per_thread) + " registers per thread x " +
+                     std::to_string(warp_size) + " threads = " + std::to_string(raw) + " registers per warp";
+  text += raw == regs_per_warp
+              ? " (a multiple of the " + std::to_string(allocation_unit) + "-register allocation unit)"
+              : ", " + std::to_string(regs_per_warp) + " allocated (rounded up to the " +
+                    std::to_string(allocation_unit) + "-register allocation unit)";
+  const int fit = regs_per_warp > 0 ? regs_per_block / regs_per_warp : 0;
+  text += "; " + std::to_string(regs_per_block) + " registers per block / " + std::to_string(regs_per_warp) +
+          " = " + std::to_string(fit) + " warps";
+  if (max_threads >= device_max_threads)
+    return text + ": registers allow any block up to the device's " + std::to_string(device_max_threads) +
+           " threads";
+  if (max_warps != fit)
+    text += ", " + std::to_string(max_warps) + " as the hardware counts a block's warps (in multiples of " +
+            "the SM's sub-partitions)";
+  return text + ": at most " + std::to_string(max_threads) + " threads per block";
+}
+
+register_block_limit registers_per_block_limit(const device_limits& device, int regs_per_thread) {
+  const kernel_resources kernel = kernel_resources::manual(regs_per_thread);
+  check_kernel(device, kernel);
+  const calculator calc(device, kernel);
+  calc.run(std::max(device.warp_size, 1), 0);  // an architecture cuda_occupancy.h does not know throws here
+  return calc.register_limit();
 }
 
 occupancy_result occupancy(const device_limits& device, const kernel_resources& kernel, int block_threads,

@@ -274,7 +274,8 @@ void validate_plan(const query& q, plan& p) {
   if (active <= 0) {
     std::string why;
     try {
-      why = ", limited by " + limiter_names(occupancy(q.device, q.kernel, p.block_threads, p.dynamic_smem_bytes).limiters);
+      const occupancy_result r = occupancy(q.device, q.kernel, p.block_threads, p.dynamic_smem_bytes);
+      why = ", limited by " + limiter_names(r.limiters) + (r.why_no_block.empty() ? "" : ": " + r.why_no_block);
     } catch (const error& e) {
       why = ": " + e.message();
     }

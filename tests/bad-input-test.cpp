@@ -228,7 +228,13 @@ TEST(BadCooperative, NoBlockFitsBecauseOfRegisters) {
   // 255 registers x 512 threads: 130 560 registers, more than an SM's 65 536.
   const lf::error e = error_of([] { lf::cooperative_policy{{0, 512}}.choose(h200(255)); });
   expect_plan_error(e, "occupancy", "no block of 512 threads with 0 B dynamic smem fits on an SM");
-  EXPECT_TRUE(has(e.message(), "registers")) << e.what();
+  // Which limit, with its numbers (the same words as launchfit::occupancy and launchfit-calc).
+  EXPECT_TRUE(has(e.message(),
+                  "limited by registers: a block of 512 threads exceeds the register limit on threads per block: "
+                  "255 registers per thread x 32 threads = 8160 registers per warp, 8192 allocated (rounded up "
+                  "to the 256-register allocation unit); 65536 registers per block / 8192 = 8 warps: at most 256 "
+                  "threads per block"))
+      << e.what();
   EXPECT_TRUE(has(e.config(), "cooperative")) << e.what();
 }
 

@@ -1,6 +1,6 @@
 // launchfit-calc --cubin: the figures read from real nvcc output equal what ptxas said while compiling it,
-// for a cubin, a two-architecture fatbin, an object file and a relocatable-device-code object; the gates
-// and the command line's exit codes.
+// for a cubin, a two-architecture fatbin, an object file, relocatable-device-code objects (plain and
+// zstd-compressed), and debug (-G) builds; the gates and the command line's exit codes.
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -174,17 +174,49 @@ TEST(CubinReport, LaunchBoundsStackFramesSpillsAndStaticSmemAreTheKernels) {
             "void samples::templated_kernel<double, 3>(double*)");
 }
 
-TEST(CubinReport, ACompressedCubinIsReportedAsSuchNotMisread) {
+// nvcc 13 compresses an -rdc object's cubins (and -Xfatbin -compress-all fatbins') with zstd: they are
+// inflated and read, every figure as ptxas printed it.
+TEST(CubinReport, CompressedCubinsAreInflatedAndMatchPtxas) {
   SKIP_WITHOUT_SAMPLES();
-  try {
-    calc::read_cubin_file(samples + "samples_compressed.fatbin");
-    FAIL() << "a fatbin with only a compressed cubin was read";
-  } catch (const calc::cubin_error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("samples_compressed.fatbin"), std::string::npos) << what;
-    EXPECT_NE(what.find("cubin for sm_90 is compressed (zstd)"), std::string::npos) << what;
-    EXPECT_NE(what.find("--no-compress"), std::string::npos) << what;
-  }
+  EXPECT_EQ(compare_with_ptxas("samples_rdc_compressed.o", {90}), 6);
+  EXPECT_EQ(compare_with_ptxas("samples_compressed.fatbin", {90}), 6);
+  const auto rdc = calc::read_cubin_file(samples + "samples_rdc_compressed.o");
+  ASSERT_EQ(rdc.images.size(), 1u);
+  EXPECT_EQ(rdc.images[0].where.rfind("__nv_relfatbin at ", 0), 0u) << rdc.images[0].where;
+  // Its PTX is compressed too, and still not read (launchfit-calc reads cubins), said so.
+  ASSERT_EQ(rdc.skipped.size(), 1u);
+  EXPECT_NE(rdc.skipped[0].find("PTX for compute_90, not read"), std::string::npos) << rdc.skipped[0];
+  EXPECT_EQ(kernel_named(rdc.images[0], "_Z18static_smem_kernelPf").static_smem_bytes, 4024u);
+}
+
+// A debug (-G) cubin marks the 1 KiB shared-memory reserve only with a .nv.reservedSmem symbol (no
+// .nv.shared.reserved section): static smem is still what ptxas -v printed, not 1 KiB more.
+TEST(CubinReport, DebugCubinsMatchPtxasStaticSmemWithoutTheReserve) {
+  SKIP_WITHOUT_SAMPLES();
+  EXPECT_EQ(compare_with_ptxas("samples_debug_sm90.cubin", {90}), 6);
+  EXPECT_EQ(compare_with_ptxas("samples_debug.o", {80, 90}), 12);
+  const auto contents = calc::read_cubin_file(samples + "samples_debug_sm90.cubin");
+  EXPECT_EQ(kernel_named(contents.images.at(0), "_Z18static_smem_kernelPf").static_smem_bytes, 4024u);
+}
+
+// Recursion under -G: ptxas cannot size the stack and the cubin says 0xffffffff. The report says so in
+// words; it is never shown, summed or gated as a 4 GiB stack.
+TEST(CubinReport, AStackPtxasCannotSizeIsSaidInWords) {
+  SKIP_WITHOUT_SAMPLES();
+  const auto contents = calc::read_cubin_file(samples + "recursion_debug_sm90.cubin");
+  const auto& k = kernel_named(contents.images.at(0), "_Z16recursive_kernelPi");
+  EXPECT_TRUE(k.stack_undetermined);
+  EXPECT_EQ(k.stack_bytes_per_thread, k.local_bytes_per_thread);
+  EXPECT_EQ(calc::local_memory_text(k), "0 B+?");
+  calc::gates g;
+  g.fail_on_spill = true;
+  const auto failures = calc::gate_failures(calc::occupancy_rows(contents, {}), g);
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_NE(failures[0].find("recursive_kernel(int*) (sm_90 cubin, on sm_90): a stack size that ptxas "
+                             "could not determine (recursion or calls through pointers)"),
+            std::string::npos)
+      << failures[0];
+  EXPECT_EQ(failures[0].find("4294967295"), std::string::npos) << failures[0];
 }
 
 TEST(CubinReport, RowsOnTheCubinsOwnArchOnAnotherAndOnAll) {
@@ -270,6 +302,22 @@ TEST(CubinCalc, TheCommandLineReportsAndGatesWithItsOwnExitCode) {
   ASSERT_EQ(j["kernels"].size(), 6u * 5);  // sm_80 cubin on 8.0/8.6/8.7/8.9, sm_90 on 9.0
   EXPECT_TRUE(j["kernels"][0].contains("local_bytes_per_thread"));
   EXPECT_EQ(j["gates"]["failures"].size(), 0u);
+}
+
+TEST(CubinCalc, TheTableAndJsonSayWhenTheStackCannotBeSized) {
+  SKIP_WITHOUT_CALC();
+  const outcome table = run_calc("--cubin '" + samples + "recursion_debug_sm90.cubin'");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("0 B+?"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("+?: the stack size cannot be determined (recursion or calls through pointers)"),
+            std::string::npos)
+      << table.out;
+  EXPECT_EQ(table.out.find("4294967295"), std::string::npos) << table.out;
+  const outcome json = run_calc("--cubin '" + samples + "recursion_debug_sm90.cubin' --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto k = nlohmann::json::parse(json.out)["kernels"].at(0);
+  EXPECT_TRUE(k["stack_bytes_per_thread"].is_null()) << k.dump();
+  EXPECT_EQ(k["stack_undetermined"], true) << k.dump();
 }
 
 TEST(CubinCalc, ABadFileIsABadInputNamingTheFile) {

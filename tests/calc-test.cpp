@@ -80,6 +80,28 @@ TEST(Calc, SharedMemoryBoundAdviceAndJson) {
   EXPECT_NE(json.out.find("\"max_dynamic_smem_bytes\": 76800"), std::string::npos) << json.out;
 }
 
+// 168 registers x 1024 threads: "limited by registers" alone would not say that no block of that size ever
+// runs; the table names the limit on threads per block and its numbers, as the library's result does.
+TEST(Calc, TheRegisterLimitOnThreadsPerBlockIsNamedWithItsNumbers) {
+  if (!built()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
+  const outcome table = run_calc("--arch H200 --threads 1024 --regs 168");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(
+      table.out.find("no block fits: a block of 1024 threads exceeds the register limit on threads per "
+                     "block: 168 registers per thread x 32 threads = 5376 registers per warp (a multiple "
+                     "of the 256-register allocation unit); 65536 registers per block / 5376 = 12 warps: "
+                     "at most 384 threads per block"),
+      std::string::npos)
+      << table.out;
+  const outcome json = run_calc("--arch H200 --threads 1024 --regs 168 --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"why_no_block\": \"a block of 1024 threads exceeds the register limit"),
+            std::string::npos)
+      << json.out;
+  // Where a block fits, nothing is added.
+  EXPECT_EQ(run_calc("--arch H200 --threads 384 --regs 168").out.find("no block fits"), std::string::npos);
+}
+
 TEST(Calc, ImpossibleInputsExitWithTwoAndSayWhy) {
   if (!built()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
   const struct {

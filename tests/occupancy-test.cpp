@@ -360,3 +360,41 @@ TEST(CandidateBlocks, OrderMatchesASortedReference) {
 }
 
 }  // namespace
+
+// 168 registers x 1024 threads: no block fits, and the result says which limit and with what numbers,
+// so the library and launchfit-calc say the same thing.
+TEST(Occupancy, TheRegisterLimitOnThreadsPerBlockIsNamedWithItsNumbers) {
+  const auto r = h100(1024, 168, 0);
+  EXPECT_EQ(r.active_blocks_per_sm, 0);
+  EXPECT_EQ(r.limiters, launchfit::limit_registers);
+  EXPECT_EQ(
+      r.why_no_block,
+      "a block of 1024 threads exceeds the register limit on threads per block: 168 registers per thread x "
+      "32 threads = 5376 registers per warp (a multiple of the 256-register allocation unit); 65536 "
+      "registers per block / 5376 = 12 warps: at most 384 threads per block");
+  EXPECT_NE(r.summary().find("limited by registers: a block of 1024 threads exceeds the register limit"),
+            std::string::npos)
+      << r.summary();
+  // The block the limit names is the largest that runs.
+  EXPECT_GT(h100(384, 168, 0).active_blocks_per_sm, 0);
+  EXPECT_TRUE(h100(384, 168, 0).why_no_block.empty());
+  EXPECT_EQ(h100(416, 168, 0).active_blocks_per_sm, 0);
+
+  // Rounding to the allocation unit and to whole sub-partitions is said when it changes the figure.
+  const auto limit = launchfit::registers_per_block_limit(sm90(), 170);  // 5440 -> 5632 per warp
+  EXPECT_EQ(limit.regs_per_warp, 5632);
+  EXPECT_EQ(limit.max_warps, 8);  // 11 warps fit 64K, but a block's warps count in fours
+  EXPECT_EQ(limit.max_threads, 256);
+  EXPECT_EQ(
+      limit.text(),
+      "170 registers per thread x 32 threads = 5440 registers per warp, 5632 allocated (rounded up to the "
+      "256-register allocation unit); 65536 registers per block / 5632 = 11 warps, 8 as the hardware "
+      "counts a block's warps (in multiples of the SM's sub-partitions): at most 256 threads per block");
+  EXPECT_EQ(h100(256, 170, 0).active_blocks_per_sm, 1);
+  EXPECT_EQ(h100(288, 170, 0).active_blocks_per_sm, 0);
+  EXPECT_EQ(launchfit::registers_per_block_limit(sm90(), 32).text(),
+            "32 registers per thread x 32 threads = 1024 registers per warp (a multiple of the 256-register "
+            "allocation unit); 65536 registers per block / 1024 = 64 warps: registers allow any block up to "
+            "the device's 1024 threads");
+  EXPECT_THROW(launchfit::registers_per_block_limit(sm90(), 256), launchfit::error);
+}

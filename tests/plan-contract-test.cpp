@@ -23,6 +23,7 @@
 #include "plan_inputs.hpp"
 #include "planner.hpp"
 #include "policy_string.hpp"
+#include "test_query.hpp"
 
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
@@ -30,13 +31,7 @@ using launchfit_test::error_of;
 
 namespace {
 
-lf::query h200_query(int regs = 32) {
-  lf::query q;
-  q.device = lf::device_limits::for_arch("H200");
-  q.kernel = lf::kernel_resources::manual(regs);
-  q.kernel.demangled = "void saxpy(float, float*, float*, int)";
-  return q;  // no oracle: the offline calculator answers
-}
+using launchfit_test::h200_query;
 
 template <class Policy>
 ld::launch_request request(const lf::spec<Policy>& s) {
@@ -170,7 +165,7 @@ TEST(PlanContract, APolicyPlanThatAddsALaunchOptionIsRefusedNotStripped) {
   const lf::error e = error_of([&] { ld::apply_requirements(q, coop, ld::launch_requirements{}); });
   EXPECT_EQ(e.code(), lf::errc::invalid_plan);
   EXPECT_NE(e.message().find("cooperative"), std::string::npos) << e.what();
-  EXPECT_EQ(e.kernel(), "void saxpy(float, float*, float*, int)");
+  EXPECT_EQ(e.kernel(), launchfit_test::h200_kernel_demangled);
   lf::plan pdl = lf::max_occupancy_policy{}.choose(q);
   pdl.programmatic = true;
   EXPECT_NE(error_of([&] { ld::apply_requirements(q, pdl, ld::launch_requirements{}); }).message().find("PDL"),

@@ -19,20 +19,14 @@
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
 #include "planner.hpp"
+#include "test_query.hpp"
 
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
 
 namespace {
 
-lf::query h200_query(int regs = 32, std::size_t smem = 0) {
-  lf::query q;
-  q.device = lf::device_limits::for_arch("H200");
-  q.kernel = lf::kernel_resources::manual(regs);
-  q.kernel.demangled = "void grid_sync_kernel(int*)";
-  q.dynamic_smem_bytes = smem;
-  return q;  // no oracle: the offline calculator answers
-}
+using launchfit_test::h200_query;
 
 ld::launch_requirements cooperative_launch() {
   ld::launch_requirements need;
@@ -63,7 +57,7 @@ TEST(Requirements, APlanWhoseFixedGridCannotCoResideIsRefusedNotLaunchedPlainly)
   } catch (const lf::error& e) {
     EXPECT_EQ(e.code(), lf::errc::invalid_plan);
     EXPECT_NE(e.message().find("co-reside"), std::string::npos) << e.what();
-    EXPECT_EQ(e.kernel(), "void grid_sync_kernel(int*)");
+    EXPECT_EQ(e.kernel(), launchfit_test::h200_kernel_demangled);
   }
 }
 

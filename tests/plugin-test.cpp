@@ -12,6 +12,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
+#include "test_query.hpp"
 
 namespace lf = launchfit;
 
@@ -27,13 +28,7 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-lf::query h200_query(int regs = 32) {
-  lf::query q;
-  q.device = lf::device_limits::for_arch("H200");
-  q.kernel = lf::kernel_resources::manual(regs);
-  q.kernel.demangled = "void reduce<float>(float const*, int)";
-  return q;
-}
+using launchfit_test::h200_query;
 
 // Each test plugin once per process; the registry is process-wide.
 lf::plugin_info load(const std::string& name) { return lf::load_plugin(plugin_path(name)); }
@@ -115,12 +110,27 @@ TEST(Plugin, WorkBucketComesFromThePlugin) {
   EXPECT_EQ(lf::policy_from_string("test_good(bucketed=1)")->work_bucket(w), 21u);
 }
 
+// The test plugin says in its reason how many reports its state received: feedback reaches the plugin
+// behind the policy it is given (its own state, not another policy object's), and a built-in policy given
+// feedback neither fails nor passes it to any plugin.
 TEST(Plugin, FeedbackReachesOnlyPlugins) {
   load("good");
+  const auto q = h200_query();
   auto policy = lf::policy_from_string("test_good");
-  const auto p = policy->choose(h200_query());
-  lf::plugin_feedback(*policy, p, 1.5);                     // counted by the plugin, no crash
-  lf::plugin_feedback(lf::max_occupancy_policy{}, p, 1.5);  // not a plugin: nothing happens
+  auto other = lf::policy_from_string("test_good(block=128)");
+  const auto p = policy->choose(q);
+  EXPECT_TRUE(contains(p.reason, "; feedback 0")) << p.reason;
+  lf::plugin_feedback(*policy, p, 1.5);
+  lf::plugin_feedback(*policy, p, 2.5);
+  EXPECT_TRUE(contains(policy->choose(q).reason, "; feedback 2")) << policy->choose(q).reason;
+  EXPECT_TRUE(contains(other->choose(q).reason, "; feedback 0")) << other->choose(q).reason;
+
+  const lf::max_occupancy_policy built_in;
+  const lf::plan before = built_in.choose(q);
+  lf::plugin_feedback(built_in, p, 1.5);  // not a plugin: nothing happens, nothing is thrown
+  EXPECT_EQ(built_in.choose(q).to_string(), before.to_string());
+  EXPECT_TRUE(contains(policy->choose(q).reason, "; feedback 2")) << policy->choose(q).reason;
+  EXPECT_TRUE(contains(other->choose(q).reason, "; feedback 0")) << other->choose(q).reason;
 }
 
 TEST(Plugin, MissingFileIsRefused) {

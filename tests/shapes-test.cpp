@@ -12,20 +12,14 @@
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
 #include "planner.hpp"
+#include "test_query.hpp"
 
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
 
 namespace {
 
-lf::query h200_query(int regs = 32, std::size_t smem = 0) {
-  lf::query q;
-  q.device = lf::device_limits::for_arch("H200");
-  q.kernel = lf::kernel_resources::manual(regs, 0, 1024, "tree_reduce");
-  q.kernel.demangled = "void tree_reduce(float const*, float*, unsigned)";
-  q.dynamic_smem_bytes = smem;
-  return q;  // no oracle: the offline calculator answers
-}
+using launchfit_test::h200_query;
 
 lf::plan plan_of(lf::dims block, int blocks_per_sm, int sms, lf::dims cluster = {}) {
   lf::plan p;
@@ -275,7 +269,7 @@ TEST(BlockRule, AFixedBlockOutsideTheRuleIsRefusedNamingTheRule) {
   const std::string m = message_of([&] { lf::fixed_policy{lf::fixed_params{224, 0}}.choose(q); });
   EXPECT_TRUE(has(m, "validate(block)")) << m;
   EXPECT_TRUE(has(m, "block of 224 threads is not allowed: the launch's block rule is power of two")) << m;
-  EXPECT_TRUE(has(m, "tree_reduce")) << m;
+  EXPECT_TRUE(has(m, launchfit_test::h200_kernel_demangled)) << m;
   EXPECT_EQ(q.active_blocks_for(224), 0);  // plugins see it through the oracle
   EXPECT_GT(q.active_blocks_for(256), 0);
 }

@@ -6,19 +6,25 @@
 // - .nv.info and .nv.info.<kernel> hold attributes: a format byte, an attribute byte, then a 16-bit field
 //   that is the payload size for EIFMT_SVAL (4) and the value itself for the other formats. Symbol
 //   attributes (REGCOUNT, FRAME_SIZE, ...) carry a 32-bit symbol index then a 32-bit value.
-// - .nv.shared.<kernel> (NOBITS) sizes static shared memory; from sm_90 on, nvcc 13 places the 1 KiB
-//   per-block reserve at its start (marked by .nv.shared.reserved.* / .nv.reservedSmem.* symbols), which the
-//   driver does not count in CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES.
+// - .nv.shared.<kernel> (NOBITS) sizes static shared memory; from sm_90 on, nvlink places the 1 KiB
+//   per-block reserve at its start, which the driver does not count in CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+//   and ptxas -v does not print. A linked (ET_EXEC) cubin marks it with a .nv.shared.reserved.* section,
+//   or, built with -G, only with a .nv.reservedSmem.* symbol; a relocatable (-rdc) cubin has no reserve yet
+//   although it names the symbol.
+// - EIATTR_MIN_STACK_SIZE 0xffffffff: ptxas could not bound the stack (recursion, indirect calls).
 // - A fatbin is containers (magic 0xBA55ED50, 16-byte header) of entries (64-byte or longer header:
 //   kind, header size, payload size, ..., arch, flags), each a cubin (kind 2), PTX (kind 1) or other code;
-//   a payload may be compressed (flags 0x2000 or 0x8000; nvcc 13 compresses PTX by default, cubins only
-//   with -Xfatbin -compress-all). Host objects keep fatbins in .nv_fatbin or __nv_relfatbin.
+//   a payload may be compressed: flag 0x8000 is zstd (nvcc 13's default for PTX, for -rdc objects' cubins
+//   and for -Xfatbin -compress-all), 0x2000 LZ4 (older toolkits). A zstd entry's header holds the
+//   compressed size at +16 (the payload is padded to 8 bytes) and the inflated size at +56.
+//   Host objects keep fatbins in .nv_fatbin or __nv_relfatbin.
 
 #include "cubin_report.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -26,6 +32,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 #include <utility>
 
@@ -36,7 +43,7 @@
 namespace launchfit::calc {
 namespace {
 
-constexpr std::uint16_t em_cuda = 190;
+constexpr std::uint16_t em_cuda = 190, et_exec = 2;
 constexpr std::uint32_t fatbin_magic = 0xBA55ED50u;
 constexpr std::uint32_t sht_symtab = 2, sht_nobits = 8, sht_symtab_shndx = 18;
 constexpr std::uint8_t eifmt_sval = 4;
@@ -45,6 +52,7 @@ constexpr std::uint8_t eiattr_max_threads = 0x05, eiattr_reqntid = 0x10, eiattr_
 constexpr std::uint8_t sto_cuda_entry = 0x10;
 constexpr std::size_t demangle_max_bytes = 4096;  // longer names are shown mangled
 constexpr std::uint64_t default_smem_reserve = 1024;
+constexpr std::uint32_t stack_undetermined = 0xffffffffu;  // EIATTR_MIN_STACK_SIZE when ptxas cannot bound it
 
 std::string hex(std::uint64_t v) {
   char buf[24];
@@ -85,6 +93,11 @@ class work_budget {
                         std::to_string(per_byte_) + " times the input's size; refused");
     left_ -= bytes;
   }
+  // Inflated bytes are input too: the work stays linear in what was read, and they are capped themselves.
+  void add_input(std::uint64_t bytes) {
+    const std::uint64_t more = bytes > UINT64_MAX / per_byte_ ? UINT64_MAX : bytes * per_byte_;
+    left_ = more > UINT64_MAX - left_ ? UINT64_MAX : left_ + more;
+  }
 
  private:
   std::uint64_t per_byte_;
@@ -95,6 +108,7 @@ struct context {
   const cubin_limits& limits;
   work_budget budget;
   std::uint64_t kernels = 0;
+  std::uint64_t inflated_bytes = 0;  // by zstd, over the whole input
   cubin_contents out;
 };
 
@@ -153,6 +167,7 @@ class elf_file {
   elf_file(bytes_view v, context& ctx) : v_(std::move(v)), ctx_(ctx) { read_headers(); }
 
   std::uint16_t machine() const noexcept { return machine_; }
+  std::uint16_t type() const noexcept { return type_; }
   std::uint8_t abi_version() const noexcept { return abi_version_; }
   std::uint32_t flags() const noexcept { return flags_; }
   const std::vector<section>& sections() const noexcept { return sections_; }
@@ -190,6 +205,7 @@ class elf_file {
     if (static_cast<std::uint8_t>(ident[5]) != 1)
       throw cubin_error(v.where() + ": a big-endian ELF file; CUDA code is little-endian");
     abi_version_ = static_cast<std::uint8_t>(ident[8]);
+    type_ = v.u16(16, "e_type");
     machine_ = v.u16(18, "e_machine");
     flags_ = v.u32(48, "e_flags");
     const std::uint64_t shoff = v.u64(40, "e_shoff");
@@ -245,7 +261,7 @@ class elf_file {
 
   bytes_view v_;
   context& ctx_;
-  std::uint16_t machine_ = 0;
+  std::uint16_t machine_ = 0, type_ = 0;
   std::uint8_t abi_version_ = 0;
   std::uint32_t flags_ = 0;
   std::vector<section> sections_;
@@ -364,6 +380,12 @@ void read_cubin_elf(const elf_file& elf, const std::string& where, int fatbin_sm
       const std::uint8_t info = sv.u8(at + 4, "st_info"), other = sv.u8(at + 5, "st_other");
       const std::uint32_t sec = symbol_section(shndx_table, i, sv.u16(at + 6, "st_shndx"));
       symbol_text[static_cast<std::size_t>(i)] = sec;
+      // The -G marker of the shared-memory reserve: an undefined object, resolved by the driver.
+      if ((info & 0xf) == 1 /* STT_OBJECT */ && sec == 0 && elf.type() == et_exec && !smem_reserve &&
+          starts_with(elf.string_at(symtab->link, sv.u32(at, "st_name"),
+                                    symtab->label + " symbol " + std::to_string(i)),
+                      ".nv.reservedSmem."))
+        smem_reserve = true;
       if ((info & 0xf) != 2 /* STT_FUNC */ || !(other & sto_cuda_entry)) continue;
       const std::string what = symtab->label + " symbol " + std::to_string(i);
       if (!text_section(sec))
@@ -407,14 +429,26 @@ void read_cubin_elf(const elf_file& elf, const std::string& where, int fatbin_sm
     kernel_facts* k = kernel_of_symbol(sym);
     if (!k) return;  // a callee's figures
     if (attr == eiattr_regcount) {
+      const std::string of = file + ": " + s.label + ": " + attribute_name(attr) + " at offset " + hex(at) +
+                             " of kernel " + launchfit::detail::escape_text(k->k.name, 80);
       if (value > 255)
-        throw cubin_error(file + ": " + s.label + ": " + attribute_name(attr) + " of kernel " +
-                          launchfit::detail::escape_text(k->k.name, 80) + " is " + std::to_string(value) +
+        throw cubin_error(of + " is " + std::to_string(value) +
                           " registers per thread; no GPU has more than 255");
+      // Every compiled kernel holds at least one register, and ptxas states the count once: a second or a
+      // zero count is a damaged or forged file, and either figure taken would be a guess.
+      if (value == 0) throw cubin_error(of + " is 0 registers per thread; a compiled kernel uses at least 1");
+      if (k->has_regcount)
+        throw cubin_error(of + " says " + std::to_string(value) +
+                          " registers per thread, but the kernel's count (" +
+                          std::to_string(k->k.regs_per_thread) +
+                          ") was already given; refused rather than "
+                          "choosing one");
       k->k.regs_per_thread = static_cast<int>(value);
       k->has_regcount = true;
     } else if (attr == eiattr_frame_size) {
       k->k.local_bytes_per_thread = value;
+    } else if (value == stack_undetermined) {
+      k->k.stack_undetermined = true;
     } else {
       k->k.stack_bytes_per_thread = value;
     }
@@ -479,9 +513,75 @@ void read_cubin_elf(const elf_file& elf, const std::string& where, int fatbin_sm
     else if (auto named = shared_by_name.find(f.k.name); named != shared_by_name.end())
       shared = named->second;
     if (shared) f.k.static_smem_bytes = static_cast<std::size_t>(*shared > reserve ? *shared - reserve : 0);
+    if (f.k.stack_undetermined) f.k.stack_bytes_per_thread = f.k.local_bytes_per_thread;
     image.kernels.push_back(std::move(f.k));
   }
   ctx.out.images.push_back(std::move(image));
+}
+
+// Inflates one zstd frame of `declared` bytes (the fatbin entry's own figure), streaming into a buffer that
+// grows only as real output appears: a small hostile frame cannot make the reader allocate its claimed size,
+// and output beyond the claim or the cap stops the work at once.
+std::string inflate_zstd(std::string_view frame, std::uint64_t declared, const std::string& where,
+                         context& ctx) {
+  const std::uint64_t cap = ctx.limits.max_decompressed_bytes;
+  const std::uint64_t room = cap > ctx.inflated_bytes ? cap - ctx.inflated_bytes : 0;
+  const std::string limit_text = "the " + std::to_string(cap) + " bytes inflated per input here";
+  if (declared == 0) throw cubin_error(where + ": a compressed cubin whose header gives no inflated size");
+  if (declared > room)
+    throw cubin_error(where + ": a compressed cubin of " + std::to_string(declared) +
+                      " bytes when inflated (its header says), more than " + limit_text + "; refused");
+  const unsigned long long frame_size = ZSTD_getFrameContentSize(frame.data(), frame.size());
+  if (frame_size == ZSTD_CONTENTSIZE_ERROR)
+    throw cubin_error(where + ": flagged zstd-compressed, but the payload is not a zstd frame");
+  if (frame_size != ZSTD_CONTENTSIZE_UNKNOWN && frame_size != declared)
+    throw cubin_error(where + ": the zstd frame says " + std::to_string(frame_size) +
+                      " bytes inflated, the fatbin entry " + std::to_string(declared) + "; refused");
+  struct dctx_free {
+    void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
+  };
+  const std::unique_ptr<ZSTD_DCtx, dctx_free> dctx(ZSTD_createDCtx());
+  if (!dctx) throw cubin_error(where + ": cannot create a zstd decompression context (out of memory)");
+  // The window bounds zstd's own buffers; cubins of nvcc 13 use far less than 2^27 bytes.
+  ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, 27);
+  std::string out;
+  ZSTD_inBuffer in{frame.data(), frame.size(), 0};
+  std::size_t status = 1;
+  while (status != 0) {
+    if (out.size() == declared) {
+      // All the declared bytes are out: the frame must end here, without one byte more.
+      char probe = 0;
+      ZSTD_outBuffer one{&probe, 1, 0};
+      const std::size_t in_before = in.pos;
+      status = ZSTD_decompressStream(dctx.get(), &one, &in);
+      if (ZSTD_isError(status))
+        throw cubin_error(where + ": the zstd data is damaged (" + ZSTD_getErrorName(status) + ")");
+      if (one.pos > 0)
+        throw cubin_error(where + ": the zstd data inflates to more than the " + std::to_string(declared) +
+                          " bytes the fatbin entry says; refused");
+      if (status != 0 && (in.pos == in.size || in.pos == in_before))
+        throw cubin_error(where + ": the zstd data ends before its frame does (truncated)");
+      continue;
+    }
+    const std::size_t used = out.size();
+    const std::size_t grow = static_cast<std::size_t>(std::min<std::uint64_t>(declared - used, 1u << 20));
+    out.resize(used + grow);
+    ZSTD_outBuffer buffer{&out[used], grow, 0};
+    const std::size_t in_before = in.pos;
+    status = ZSTD_decompressStream(dctx.get(), &buffer, &in);
+    if (ZSTD_isError(status))
+      throw cubin_error(where + ": the zstd data is damaged (" + ZSTD_getErrorName(status) + ")");
+    out.resize(used + buffer.pos);
+    if (status != 0 && buffer.pos == 0 && in.pos == in_before)
+      throw cubin_error(where + ": the zstd data ends after " + std::to_string(out.size()) + " of " +
+                        std::to_string(declared) + " bytes (truncated)");
+  }
+  if (out.size() != declared)
+    throw cubin_error(where + ": the zstd data inflates to " + std::to_string(out.size()) +
+                      " bytes, the fatbin entry says " + std::to_string(declared) + "; refused");
+  ctx.inflated_bytes += out.size();
+  ctx.budget.add_input(out.size());
+  return out;
 }
 
 // `where` names the image for the report ("" for a bare cubin); `v.where()` is the context for errors.
@@ -564,11 +664,20 @@ void read_fatbin(const bytes_view& v, const std::string& where, context& ctx) {
                                std::to_string(arch);
       const bool zstd = (flags & 0x8000) ||
                         (code.size() >= 4 && code.substr(0, 4) == std::string_view("\x28\xb5\x2f\xfd", 4));
-      const bool compressed = zstd || (flags & 0x2000);
-      if (kind == 2 && compressed) {
-        ctx.out.skipped.push_back(
-            where + ewhere + ": " + what + " is compressed (" + (zstd ? "zstd" : "LZ4") +
-            "), not read: build it with nvcc --no-compress (or without -Xfatbin -compress-all)");
+      const bool lz4 = !zstd && (flags & 0x2000);
+      if (kind == 2 && lz4) {
+        ctx.out.skipped.push_back(where + ewhere + ": " + what +
+                                  " is compressed with LZ4 (an older toolkit's fatbin), not read: rebuild it "
+                                  "with nvcc 12.4 or later, or with --no-compress");
+      } else if (kind == 2 && zstd) {
+        const std::string ctx_where = v.where() + ", " + ewhere + " (" + what + ", zstd-compressed)";
+        // The frame is the payload less the padding to 8 bytes; the header says how much of it is data.
+        const std::uint64_t stored = v.u64(e + 16, "entry compressed size");
+        const std::string_view frame = stored > 0 && stored <= code.size() ? code.substr(0, stored) : code;
+        const std::string inflated =
+            inflate_zstd(frame, v.u64(e + 56, "entry inflated size"), ctx_where, ctx);
+        read_elf(bytes_view(inflated, ctx_where), where + ewhere,
+                 static_cast<int>(std::min<std::uint32_t>(arch, 10000)), false, ctx);
       } else if (kind == 2) {
         read_elf(bytes_view(code, v.where() + ", " + ewhere + " (" + what + ")"), where + ewhere,
                  static_cast<int>(std::min<std::uint32_t>(arch, 10000)), false, ctx);
@@ -586,7 +695,7 @@ void read_fatbin(const bytes_view& v, const std::string& where, context& ctx) {
 }  // namespace
 
 cubin_contents read_cubin(std::string_view bytes, const cubin_limits& limits, const std::string& name) {
-  context ctx{limits, work_budget(bytes.size(), limits.work_per_byte), 0, {}};
+  context ctx{limits, work_budget(bytes.size(), limits.work_per_byte), 0, 0, {}};
   const bytes_view v(bytes, name);
   if (bytes.empty()) throw cubin_error(name + ": empty (0 bytes)");
   if (starts_with(bytes, std::string_view("\x7f"
@@ -715,6 +824,14 @@ std::string percent(double fraction) { return detail::percent_text(fraction); }
 
 }  // namespace
 
+std::string local_memory_text(const cubin_kernel& k) {
+  std::string text = std::to_string(k.local_bytes_per_thread) + " B";
+  if (k.stack_undetermined) return text + "+?";
+  if (k.stack_bytes_per_thread > k.local_bytes_per_thread)
+    text += "+" + std::to_string(k.stack_bytes_per_thread - k.local_bytes_per_thread);
+  return text;
+}
+
 std::vector<kernel_row> occupancy_rows(const cubin_contents& contents, const row_options& o) {
   std::vector<kernel_row> rows;
   if (o.arch.empty()) {
@@ -748,7 +865,13 @@ std::vector<std::string> gate_failures(const std::vector<kernel_row>& rows, cons
                             std::to_string(row.cubin_sm) + " cubin" +
                             (row.device ? ", on " + row.device->arch() : std::string()) + ")";
     const cubin_kernel& k = *row.kernel;
-    if (g.fail_on_spill && k.local_bytes_per_thread > 0)
+    if (g.fail_on_spill && k.stack_undetermined)
+      out.push_back(who +
+                    ": a stack size that ptxas could not determine (recursion or calls through "
+                    "pointers), " +
+                    std::to_string(k.local_bytes_per_thread) +
+                    " bytes of its own frame per thread; --fail-on-spill allows 0");
+    else if (g.fail_on_spill && k.local_bytes_per_thread > 0)
       out.push_back(who + ": " + std::to_string(k.local_bytes_per_thread) +
                     " bytes of local memory per thread (stack frame or spills); --fail-on-spill allows 0");
     else if (g.fail_on_spill && k.stack_bytes_per_thread > 0)

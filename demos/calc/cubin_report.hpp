@@ -32,6 +32,9 @@ struct cubin_kernel {
   std::size_t static_smem_bytes = 0;         // .nv.shared.<kernel>, less the toolkit's reserve on sm_90+
   std::size_t local_bytes_per_thread = 0;    // EIATTR_FRAME_SIZE: the stack frame, spills included
   std::size_t stack_bytes_per_thread = 0;    // EIATTR_MIN_STACK_SIZE: the stack with the callees' frames
+  // ptxas could not bound the stack (recursion, calls through pointers): EIATTR_MIN_STACK_SIZE 0xffffffff.
+  // stack_bytes_per_thread is then the kernel's own frame; the driver's default stack size applies.
+  bool stack_undetermined = false;
   int max_threads_per_block = 1024;          // __launch_bounds__ (maxntid) or reqntid, else 1024
   const char* max_threads_from = "default";  // "maxntid", "reqntid" or "default"
   int max_reg_count = 0;                     // EIATTR_MAXREG_COUNT (the register cap ptxas had), 0 if none
@@ -47,14 +50,21 @@ struct cubin_image {
 struct cubin_contents {
   std::string format;  // "cubin", "fatbin" or "host ELF"
   std::vector<cubin_image> images;
-  std::vector<std::string> skipped;  // fatbin entries not read, and why (PTX, compressed cubins, ...)
+  std::vector<std::string> skipped;  // fatbin entries not read, and why (PTX, LZ4-compressed cubins, ...)
 };
+
+// The local memory column: "1024 B", "0 B+256" (the stack the callees add), or "0 B+?" when the stack
+// size cannot be determined (recursion, calls through pointers).
+std::string local_memory_text(const cubin_kernel& k);
 
 struct cubin_limits {
   std::uint64_t max_file_bytes = std::uint64_t{1} << 30;  // read_cubin_file refuses larger files
   std::uint64_t max_sections = std::uint64_t{1} << 20;    // per ELF
   std::uint64_t max_kernels = 1000000;                    // over every image
   std::uint64_t max_images = 100000;
+  // zstd-compressed cubins in fatbins (nvcc 13's default for -rdc objects) are inflated up to this many
+  // bytes each and in all; a larger one (or a header that says so) is refused before it is allocated.
+  std::uint64_t max_decompressed_bytes = std::uint64_t{256} << 20;
   // Bytes the reader may look at in all, as a multiple of the input's size (plus 1 MiB): sections that
   // overlap or share one string table cannot make the work grow faster than the file.
   std::uint64_t work_per_byte = 8;

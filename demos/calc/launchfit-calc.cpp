@@ -248,6 +248,7 @@ void print_table(const launchfit::device_limits& d, const options& o, const laun
   std::printf("  %-38s %zu B (incl. %zu B reserved) of %zu B per SM\n", "Shared Memory per Block (allocated)",
               r.allocated_smem_per_block_bytes, d.smem_reserved_per_block_bytes, d.smem_per_sm_bytes);
   std::printf("  %-38s %s\n\n", "Limited by", launchfit::limiter_names(r.limiters).c_str());
+  if (!r.why_no_block.empty()) std::printf("no block fits: %s\n", r.why_no_block.c_str());
   std::printf("%s\n", cut_advice(cut, r.limiters).c_str());
 }
 
@@ -277,6 +278,8 @@ nlohmann::ordered_json to_json(const launchfit::device_limits& d, const options&
         {"shared_memory", limit(r.blocks_limit_shared_memory)},
         {"blocks", limit(r.blocks_limit_blocks)}}},
       {"limiters", limiters},
+      {"why_no_block",
+       r.why_no_block.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.why_no_block)},
       {"allocated_regs_per_block", r.allocated_regs_per_block},
       {"allocated_smem_per_block_bytes", r.allocated_smem_per_block_bytes},
       {"one_more_block",
@@ -502,10 +505,7 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
         (std::string_view(k.max_threads_from) == "default" ? "" : " " + std::string(k.max_threads_from));
     const std::string block = std::to_string(row.block_threads) + (row.block_clamped ? "*" : "");
     // Local memory: the kernel's own frame, and the stack its callees add (when they do).
-    const std::string local = bytes_text(k.local_bytes_per_thread) +
-                              (k.stack_bytes_per_thread > k.local_bytes_per_thread
-                                   ? "+" + std::to_string(k.stack_bytes_per_thread - k.local_bytes_per_thread)
-                                   : "");
+    const std::string local = launchfit::calc::local_memory_text(k);
     const std::string occ = row.occupancy ? launchfit::detail::percent_text(row.occupancy->occupancy) : "-";
     const std::string limited =
         row.occupancy ? launchfit::limiter_names(row.occupancy->limiters) : "refused: " + row.refusal;
@@ -517,6 +517,14 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
         return r.kernel->stack_bytes_per_thread > r.kernel->local_bytes_per_thread;
       }))
     std::printf("\n+N: bytes of stack per thread that the functions the kernel calls add to its frame\n");
+  if (std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.kernel->stack_undetermined; }))
+    std::printf(
+        "\n+?: the stack size cannot be determined (recursion or calls through pointers); the driver's stack "
+        "size limit (cudaLimitStackSize) applies\n");
+  for (const auto& row : rows)
+    if (row.occupancy && !row.occupancy->why_no_block.empty())
+      std::printf("\n%s on %s: %s\n", escape_text(row.kernel->demangled, 200).c_str(),
+                  row.device->arch().c_str(), row.occupancy->why_no_block.c_str());
   if (std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.block_clamped; }))
     std::printf("\n* the kernel's maximum block, smaller than --block %d\n", o.block);
 }
@@ -546,7 +554,8 @@ nlohmann::ordered_json cubin_json(const options& o, const launchfit::calc::cubin
         {"regs_per_thread", k.regs_per_thread},
         {"static_smem_bytes", k.static_smem_bytes},
         {"local_bytes_per_thread", k.local_bytes_per_thread},
-        {"stack_bytes_per_thread", k.stack_bytes_per_thread},
+        {"stack_bytes_per_thread", k.stack_undetermined ? json(nullptr) : json(k.stack_bytes_per_thread)},
+        {"stack_undetermined", k.stack_undetermined},
         {"max_threads_per_block", k.max_threads_per_block},
         {"max_threads_from", k.max_threads_from},
         {"max_reg_count", k.max_reg_count > 0 ? json(k.max_reg_count) : json(nullptr)},
@@ -556,6 +565,9 @@ nlohmann::ordered_json cubin_json(const options& o, const launchfit::calc::cubin
         {"active_blocks_per_sm", row.occupancy ? json(row.occupancy->active_blocks_per_sm) : json(nullptr)},
         {"active_warps_per_sm", row.occupancy ? json(row.occupancy->active_warps_per_sm) : json(nullptr)},
         {"limiters", limiters},
+        {"why_no_block", row.occupancy && !row.occupancy->why_no_block.empty()
+                             ? json(row.occupancy->why_no_block)
+                             : json(nullptr)},
         {"refusal", row.refusal.empty() ? json(nullptr) : json(row.refusal)},
     });
   }

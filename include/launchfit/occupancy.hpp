@@ -41,10 +41,34 @@ struct LAUNCHFIT_API occupancy_result {
   // What one block really takes after allocation granularity.
   int allocated_regs_per_block = 0;
   std::size_t allocated_smem_per_block_bytes = 0;  // incl. static + dynamic + reserve, rounded up
+  // Why no block fits, in words with the numbers, when a limit of its own rules the block out (today: the
+  // registers a block may hold, see register_block_limit); empty otherwise.
+  std::string why_no_block;
 
-  // One line: "8 blocks x 256 threads = 64 warps/SM (100%), limited by warps".
+  // One line: "8 blocks x 256 threads = 64 warps/SM (100%), limited by warps", then why_no_block if any.
   std::string summary() const;
 };
+
+// The most threads per block a kernel's registers allow: all of a block's warps hold their registers at once,
+// a warp takes regs x warp size rounded up to the allocation unit, and a block's warps are counted in
+// multiples of the SM's sub-partitions (as the hardware checks the launch).
+struct LAUNCHFIT_API register_block_limit {
+  int regs_per_thread = 0;
+  int warp_size = 32;
+  int regs_per_warp = 0;       // allocated: regs_per_thread x warp size rounded up to allocation_unit
+  int allocation_unit = 0;     // 256 on every supported architecture
+  int regs_per_block = 0;      // the device's limit on one block (65536)
+  int max_warps = 0;           // warps per block that fit
+  int max_threads = 0;         // max_warps x warp size, at most the device's threads per block
+  int device_max_threads = 0;  // the device's threads per block: registers bind only below it
+
+  // "168 registers per thread x 32 threads = 5376 registers per warp (in units of 256); 65536 registers per
+  // block / 5376 = 12 warps: at most 384 threads per block"
+  std::string text() const;
+};
+// Throws launchfit::error for registers outside 0..the architecture maximum, or an unknown architecture.
+LAUNCHFIT_API register_block_limit registers_per_block_limit(const device_limits& device,
+                                                             int regs_per_thread);
 
 // Occupancy of one configuration. Throws launchfit::error for impossible inputs (block_threads outside
 // 1..max, regs above the architecture maximum, smem above the opt-in maximum).

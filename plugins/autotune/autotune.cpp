@@ -146,7 +146,7 @@ struct measured {
 
 struct state {
   params p;  // immutable after create(): choose() reads it without a lock
-  std::mutex feedback_mutex;
+  mutable std::mutex feedback_mutex;  // choose() reads what feedback() wrote
   // Launch times reported through feedback(), per (block x, y, z, blocks per SM).
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::int32_t>, measured> feedback;
 };
@@ -588,6 +588,24 @@ int decline(launchfit_plan* plan, char* errbuf, size_t errbuf_size, const std::s
   return LAUNCHFIT_PLUGIN_DECLINE;
 }
 
+// A plan chosen again (its cache entry dropped, another context) says what launches of it reported, so the
+// numbers feedback() kept reach the log line that explains the plan.
+void say_feedback(const state& s, launchfit_plan& plan) {
+  if (!LAUNCHFIT_HAS_FIELD(&plan, launchfit_plan, reason)) return;
+  measured m;
+  {
+    std::lock_guard<std::mutex> lock(s.feedback_mutex);
+    const auto it =
+        s.feedback.find(std::make_tuple(plan.block_x, plan.block_y, plan.block_z, plan.blocks_per_sm));
+    if (it == s.feedback.end()) return;
+    m = it->second;
+  }
+  const std::string said = std::string(plan.reason) + "; in use: " + std::to_string(m.count) +
+                           (m.count == 1 ? " launch" : " launches") + " reported, mean " +
+                           ms_text(m.sum_ms / static_cast<double>(m.count)) + ", best " + ms_text(m.best_ms);
+  std::snprintf(plan.reason, sizeof plan.reason, "%s", said.c_str());
+}
+
 int choose(void* raw, const launchfit_query* q, launchfit_plan* plan, char* errbuf, size_t errbuf_size) {
   try {
     const auto* s = static_cast<const state*>(raw);
@@ -609,6 +627,7 @@ int choose(void* raw, const launchfit_query* q, launchfit_plan* plan, char* errb
     if (!tuner.build(why)) return decline(plan, errbuf, errbuf_size, why);
     tuner.run();
     if (!tuner.decide(*plan, why)) return decline(plan, errbuf, errbuf_size, why);
+    say_feedback(*s, *plan);
     return LAUNCHFIT_PLUGIN_OK;
   } catch (const std::bad_alloc&) {
     write_message(errbuf, errbuf_size, "autotune: out of memory while tuning");
@@ -620,8 +639,8 @@ int choose(void* raw, const launchfit_query* q, launchfit_plan* plan, char* errb
   return LAUNCHFIT_PLUGIN_ERROR;
 }
 
-// Recorded per plan configuration (count, mean, best); a plan already in launchfit's cache is never
-// re-chosen, so this only keeps the numbers, bounded in size.
+// Recorded per plan configuration (count, mean, best), bounded in size; a plan already in launchfit's cache
+// is never re-chosen, so the numbers decide nothing and are only said when the plan is chosen again.
 void feedback(void* raw, const launchfit_plan* plan, double ms) {
   try {
     auto* s = static_cast<state*>(raw);

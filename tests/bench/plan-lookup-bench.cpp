@@ -16,6 +16,7 @@
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
+#include "../test_query.hpp"
 
 namespace lf = launchfit;
 
@@ -60,32 +61,30 @@ void BM_find_hit(benchmark::State& state) {
 }
 BENCHMARK(BM_find_hit);
 
-// The CPU part of a cache miss: a policy's choice and the validation of its plan, on an H200 description
+// The CPU part of a cache miss: a policy's choice and the validation of its plan, on the tests' H200 query
 // with an occupancy oracle that answers instantly (on a GPU each answer is one driver call, ~0.12 us).
-lf::query h200_query() {
-  lf::query q;
-  q.device = lf::device_limits::for_arch("H200");
-  q.kernel = lf::kernel_resources::manual(32, 0, 1024, "void saxpy(float, float const*, float*, int)");
+lf::query instant_oracle_query() {
+  lf::query q = launchfit_test::h200_query();
   q.active_blocks = [](int block, std::size_t) { return std::min(32, 2048 / block); };
   return q;
 }
 
 void BM_choose_fixed(benchmark::State& state) {
-  const lf::query q = h200_query();
+  const lf::query q = instant_oracle_query();
   const lf::fixed_policy p{lf::fixed_params{256, 0}};
   for (auto _ : state) benchmark::DoNotOptimize(p.choose(q));
 }
 BENCHMARK(BM_choose_fixed);
 
 void BM_choose_max_occupancy(benchmark::State& state) {
-  const lf::query q = h200_query();
+  const lf::query q = instant_oracle_query();
   const lf::max_occupancy_policy p{};
   for (auto _ : state) benchmark::DoNotOptimize(p.choose(q));
 }
 BENCHMARK(BM_choose_max_occupancy);
 
 void BM_choose_bytes_in_flight(benchmark::State& state) {
-  const lf::query q = h200_query();
+  const lf::query q = instant_oracle_query();
   const lf::bytes_in_flight_policy p{lf::bytes_in_flight_params{32, 0}};
   for (auto _ : state) benchmark::DoNotOptimize(p.choose(q));
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -154,10 +155,29 @@ std::string fatbin_of(const std::vector<std::pair<std::uint16_t, std::string>>& 
   return f + body;
 }
 
+// A fatbin of one zstd-compressed cubin entry as nvcc 13 writes it: flag 0x8000, the frame's size at +16,
+// the inflated size at +56 (`declared`), the payload padded to 8 bytes.
+std::string zstd_fatbin_of(const std::string& frame, std::uint64_t declared) {
+  std::string payload = frame;
+  while (payload.size() % 8) payload += '\0';
+  std::string f = fatbin_of({{2, payload}});
+  set(f, 16 + 16, frame.size(), 8);
+  set(f, 16 + 40, 0x8011, 8);
+  set(f, 16 + 56, declared, 8);
+  return f;
+}
+
+std::string zstd_frame(const std::string& data, int level = 3) {
+  std::string frame(ZSTD_compressBound(data.size()), '\0');
+  const std::size_t n = ZSTD_compress(&frame[0], frame.size(), data.data(), data.size(), level);
+  frame.resize(ZSTD_isError(n) ? 0 : n);
+  return frame;
+}
+
 // 0: read, or refused with a cubin_error holding `needle` in a message of at most 2000 bytes.
-int refused_with(const std::string& bytes, const std::string& needle) {
+int refused_with(const std::string& bytes, const std::string& needle, const calc::cubin_limits& limits = {}) {
   try {
-    calc::read_cubin(bytes);
+    calc::read_cubin(bytes, limits);
   } catch (const calc::cubin_error& e) {
     const std::string what = e.what();
     if (what.size() > 2000) return 3;
@@ -360,4 +380,94 @@ TEST(CubinFault, ThirtyTwoBitBigEndianAndForeignFilesAreNamed) {
   EXPECT_REFUSED(std::string("\x89PNG\r\n", 6),
                  "not a cubin, a fatbin or an ELF file (it starts with bytes 89 50 4e 47)");
   EXPECT_REFUSED(build_elf({{".text", 1, "x"}}, 62).bytes, "with no .nv_fatbin or __nv_relfatbin section");
+}
+
+// A register count is stated once per kernel and is never 0: a second one or a zero is refused, naming
+// both figures, instead of one being taken silently.
+TEST(CubinFault, DuplicateOrZeroRegisterCountsAreRefused) {
+  auto sections = good_sections();
+  sections[2].data = attribute(4, 0x2f, u32s({1, 40})) + attribute(4, 0x2f, u32s({1, 64}));
+  EXPECT_REFUSED(build_elf(sections).bytes,
+                 "says 64 registers per thread, but the kernel's count (40) was already given");
+  // The same count again, from the kernel's own .nv.info section, is a second statement too.
+  sections = good_sections();
+  sections[3].data += attribute(4, 0x2f, u32s({1, 40}));
+  EXPECT_REFUSED(build_elf(sections).bytes, "(40) was already given");
+  sections = good_sections();
+  sections[2].data = attribute(4, 0x2f, u32s({1, 0}));
+  EXPECT_REFUSED(build_elf(sections).bytes, "is 0 registers per thread; a compiled kernel uses at least 1");
+}
+
+// EIATTR_MIN_STACK_SIZE 0xffffffff: read as "cannot be determined", never as a 4 GiB stack.
+TEST(CubinFault, AnUndeterminedStackIsFlaggedNotSized) {
+  auto sections = good_sections();
+  sections[2].data += attribute(4, 0x12, u32s({1, 0xffffffffu}));
+  const auto c = calc::read_cubin(build_elf(sections).bytes);
+  const auto& k = c.images.at(0).kernels.at(0);
+  EXPECT_TRUE(k.stack_undetermined);
+  EXPECT_EQ(k.stack_bytes_per_thread, 16u);  // its own frame
+  EXPECT_EQ(calc::local_memory_text(k), "16 B+?");
+}
+
+TEST(CubinFault, AZstdCompressedCubinIsInflatedAndRead) {
+  const std::string cubin = good_cubin();
+  const auto c = calc::read_cubin(zstd_fatbin_of(zstd_frame(cubin), cubin.size()));
+  EXPECT_EQ(c.images.at(0).kernels.at(0).regs_per_thread, 40);
+  EXPECT_TRUE(c.skipped.empty());
+}
+
+// Truncated, damaged, lying and exploding zstd payloads: each ends in time with one cubin_error; none
+// allocates what its header claims.
+TEST(CubinFault, HostileZstdPayloadsAreRefusedBounded) {
+  const std::string cubin = good_cubin();
+  const std::string frame = zstd_frame(cubin);
+  ASSERT_FALSE(frame.empty());
+  // Every truncation of the frame (the entry's sizes kept).
+  LAUNCHFIT_EXPECT_BOUNDED(deadline_ms, ([&] {
+                             for (std::size_t n = 0; n < frame.size(); ++n) {
+                               try {
+                                 calc::read_cubin(zstd_fatbin_of(frame.substr(0, n), cubin.size()));
+                                 return 1;  // a cut frame must not read
+                               } catch (const calc::cubin_error&) {
+                               }
+                             }
+                             return 0;
+                           }));
+  EXPECT_REFUSED(zstd_fatbin_of(frame.substr(0, frame.size() - 3), cubin.size()), "truncated");
+  EXPECT_REFUSED(zstd_fatbin_of(std::string(64, 'x'), cubin.size()), "not a zstd frame");
+  std::string damaged = frame;
+  damaged[damaged.size() / 2] ^= 0x5a;
+  damaged[damaged.size() / 2 + 1] ^= 0x5a;
+  EXPECT_REFUSED(zstd_fatbin_of(damaged, cubin.size()), "zstd");
+  // The entry and the frame disagree, or the header claims a terabyte: refused before inflating.
+  EXPECT_REFUSED(zstd_fatbin_of(frame, cubin.size() - 1), "the fatbin entry");
+  EXPECT_REFUSED(zstd_fatbin_of(frame, 1ull << 40),
+                 "1099511627776 bytes when inflated (its header says), more than the 268435456 bytes");
+  EXPECT_REFUSED(zstd_fatbin_of(frame, 0), "gives no inflated size");
+  // A bomb: 64 MiB of zeros in a few KiB, against a 1 MiB cap, with the frame's size left out (streamed
+  // frames do not carry it) and the entry claiming the cap.
+  const std::string zeros(64u << 20, '\0');
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  std::string bomb(ZSTD_compressBound(zeros.size()), '\0');
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0);
+  const std::size_t n = ZSTD_compress2(cctx, &bomb[0], bomb.size(), zeros.data(), zeros.size());
+  ZSTD_freeCCtx(cctx);
+  ASSERT_FALSE(ZSTD_isError(n));
+  bomb.resize(n);
+  calc::cubin_limits small;
+  small.max_decompressed_bytes = 1u << 20;
+  LAUNCHFIT_EXPECT_BOUNDED(deadline_ms, ([&] {
+                             return refused_with(zstd_fatbin_of(bomb, 1u << 20),
+                                                 "inflates to more than the 1048576 bytes", small);
+                           }));
+  // Many entries whose sum passes the cap: the cap is per input, not per entry.
+  small.max_decompressed_bytes = cubin.size() * 2;
+  std::string entry = zstd_fatbin_of(frame, cubin.size()).substr(16);
+  std::string three;
+  put(three, 0xBA55ED50u, 4);
+  put(three, 1, 2);
+  put(three, 16, 2);
+  put(three, entry.size() * 3, 8);
+  three += entry + entry + entry;
+  LAUNCHFIT_EXPECT_BOUNDED(deadline_ms, ([&] { return refused_with(three, "inflated per input", small); }));
 }

@@ -26,6 +26,7 @@
 #include "launchfit/plugin.h"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
+#include "../test_query.hpp"
 
 namespace lf = launchfit;
 using launchfit_test::captured_log;
@@ -97,13 +98,7 @@ bool clean_text(const std::string& s) {
   return true;
 }
 
-lf::query h200_query() {
-  lf::query q;
-  q.device = lf::device_limits::for_arch("H200");
-  q.kernel = lf::kernel_resources::manual(32);
-  q.kernel.demangled = "void reduce<float>(float const*, int)";
-  return q;
-}
+using launchfit_test::h200_query;
 
 // Plugin code calls hook(where) when LF_TEST_HOOK holds the address of hook_thunk (set in the child).
 std::function<void(const char*)>& hook() {

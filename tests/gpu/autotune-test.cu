@@ -27,6 +27,7 @@
 
 #include "cache_file.hpp"
 #include "gpu_test.hpp"
+#include "test_doubles.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"
@@ -75,29 +76,7 @@ std::string plugin_path() {
 #endif
 }
 
-template <class T>
-struct device_buffer {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit device_buffer(std::size_t count) : n(count) {
-    const cudaError_t st = cudaMalloc(&ptr, count * sizeof(T));
-    if (st != cudaSuccess) throw std::runtime_error(std::string("cudaMalloc: ") + cudaGetErrorName(st));
-  }
-  ~device_buffer() { cudaFree(ptr); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  std::size_t bytes() const { return n * sizeof(T); }
-  void upload(const std::vector<T>& h) {
-    ASSERT_EQ(h.size(), n);
-    ASSERT_EQ(cudaMemcpy(ptr, h.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void poison() { ASSERT_EQ(cudaMemset(ptr, 0xff, bytes()), cudaSuccess); }  // NaN in every float
-};
+using launchfit_test::device_buffer;
 
 // Small random integers as floats: every a*x + y below is exact, so results compare with ==.
 std::vector<float> random_integers(std::size_t n, unsigned seed, int range = 100) {

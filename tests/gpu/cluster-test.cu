@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "test_doubles.hpp"
 #include "launchfit/launch.hpp"
 
 namespace lf = launchfit;
@@ -106,31 +107,7 @@ __global__ void dsmem_rotate(const int* in, int* out, unsigned n) {
 
 // ---- host helpers ----------------------------------------------------------------------------------------
 
-template <class T>
-struct device_buffer {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit device_buffer(std::size_t count) : n(count) {
-    const cudaError_t st = cudaMalloc(&ptr, std::max<std::size_t>(count, 1) * sizeof(T));
-    if (st != cudaSuccess) throw std::runtime_error(std::string("cudaMalloc: ") + cudaGetErrorName(st));
-  }
-  ~device_buffer() { cudaFree(ptr); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  std::size_t bytes() const { return n * sizeof(T); }
-  void upload(const std::vector<T>& h) {
-    ASSERT_EQ(h.size(), n);
-    ASSERT_EQ(cudaMemcpy(ptr, h.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void poison() { ASSERT_EQ(cudaMemset(ptr, 0xff, bytes()), cudaSuccess); }
-  void zero() { ASSERT_EQ(cudaMemset(ptr, 0, bytes()), cudaSuccess); }
-};
+using launchfit_test::device_buffer;
 
 constexpr unsigned poison_u32 = 0xffffffffu;
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "test_doubles.hpp"
 #include "launchfit/args.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"
@@ -95,22 +96,7 @@ __global__ void cluster_size(unsigned* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = cg::this_cluster().num_blocks();
 }
 
-template <class T>
-struct device_buffer {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit device_buffer(std::size_t count) : n(count) {
-    if (cudaMalloc(&ptr, count * sizeof(T)) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-  }
-  ~device_buffer() { cudaFree(ptr); }
-  void upload(const std::vector<T>& h) { EXPECT_EQ(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
-  std::vector<T> download() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void poison() { EXPECT_EQ(cudaMemset(ptr, 0xff, n * sizeof(T)), cudaSuccess); }
-};
+using launchfit_test::device_buffer;
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);

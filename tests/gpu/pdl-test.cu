@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "test_doubles.hpp"
 #include "launchfit/launch.hpp"
 
 namespace lf = launchfit;
@@ -59,26 +60,7 @@ __global__ void consumer(const unsigned* data, unsigned* sum, unsigned n, unsign
   }
 }
 
-template <class T>
-struct device_buffer {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit device_buffer(std::size_t count) : n(count) {
-    const cudaError_t st = cudaMalloc(&ptr, std::max<std::size_t>(count, 1) * sizeof(T));
-    if (st != cudaSuccess) throw std::runtime_error(std::string("cudaMalloc: ") + cudaGetErrorName(st));
-  }
-  ~device_buffer() { cudaFree(ptr); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  std::size_t bytes() const { return n * sizeof(T); }
-  std::vector<T> download() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void fill_bytes(int byte) { ASSERT_EQ(cudaMemset(ptr, byte, bytes()), cudaSuccess); }
-};
+using launchfit_test::device_buffer;
 
 struct stream_holder {
   cudaStream_t s = nullptr;

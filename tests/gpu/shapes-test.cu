@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "test_doubles.hpp"
 #include "launchfit/family.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/plugin.hpp"
@@ -162,32 +163,7 @@ __global__ void fill_checking_block(unsigned* out, std::size_t n, unsigned multi
 
 // ---- host helpers ----------------------------------------------------------------------------------------
 
-template <class T>
-struct device_buffer {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit device_buffer(std::size_t count) : n(count) {
-    const cudaError_t st = cudaMalloc(&ptr, std::max<std::size_t>(count, 1) * sizeof(T));
-    if (st != cudaSuccess) throw std::runtime_error(std::string("cudaMalloc: ") + cudaGetErrorName(st));
-  }
-  ~device_buffer() { cudaFree(ptr); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  std::size_t bytes() const { return n * sizeof(T); }
-  void upload(const std::vector<T>& h) {
-    ASSERT_EQ(h.size(), n);
-    ASSERT_EQ(cudaMemcpy(ptr, h.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void fill_bytes(int byte) { ASSERT_EQ(cudaMemset(ptr, byte, bytes()), cudaSuccess); }
-  void poison() { fill_bytes(0xff); }
-  void zero() { fill_bytes(0); }
-};
+using launchfit_test::device_buffer;
 
 constexpr unsigned poison_u32 = 0xffffffffu;
 

@@ -23,7 +23,7 @@
 typedef struct state {
   int block;
   int bucketed;
-  int feedback_calls;
+  int feedback_calls; /* atomic: feedback() may run on several threads at once (plugin.h) */
 } state;
 
 static int create(const char* params, void** out, char* errbuf, size_t errbuf_size) {
@@ -73,15 +73,17 @@ static int choose(void* st, const launchfit_query* q, launchfit_plan* plan, char
   }
   plan->block_x = (uint32_t)s->block;
   plan->blocks_per_sm = q->active_blocks(q->ctx, s->block, q->smem_for_block(q->ctx, s->block));
-  snprintf(plan->reason, sizeof plan->reason, "always %d threads (%d blocks/SM on %s, %d SMs)", s->block,
-           plan->blocks_per_sm, q->device->name, q->device->sm_count);
+  /* The feedback count lets a test see which policy objects feedback reached. */
+  snprintf(plan->reason, sizeof plan->reason, "always %d threads (%d blocks/SM on %s, %d SMs); feedback %d",
+           s->block, plan->blocks_per_sm, q->device->name, q->device->sm_count,
+           __atomic_load_n(&s->feedback_calls, __ATOMIC_RELAXED));
   return LAUNCHFIT_PLUGIN_OK;
 }
 
 static void feedback(void* st, const launchfit_plan* plan, double ms) {
   (void)plan;
   (void)ms;
-  ++((state*)st)->feedback_calls;
+  __atomic_fetch_add(&((state*)st)->feedback_calls, 1, __ATOMIC_RELAXED);
 }
 
 static void destroy(void* st) { free(st); }
