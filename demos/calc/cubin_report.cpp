@@ -34,6 +34,7 @@
 #include <cstring>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "launchfit/detail/text.hpp"
@@ -501,6 +502,21 @@ void read_cubin_elf(const elf_file& elf, const std::string& where, int fatbin_sm
   cubin_image image;
   image.sm = cubin_sm(elf);
   if (image.sm == 0) image.sm = fatbin_sm;
+  // sm_90 machine code is 16-byte instructions whose low 12 bits are the opcode; griddepcontrol.wait is
+  // 0x82e (ACQBULK). Read for sm_90 only: other encodings are not known here. A device function of the
+  // cubin (a .text section no kernel owns) that waits may be called by any kernel: then none is said not to.
+  std::unordered_set<std::uint32_t> kernel_texts;
+  for (const kernel_facts& f : kernels) kernel_texts.insert(f.text_section);
+  const auto executes_wait = [](std::string_view code) {
+    for (std::size_t at = 0; at + 16 <= code.size(); at += 16)
+      if (((static_cast<std::uint8_t>(code[at]) | static_cast<std::uint8_t>(code[at + 1]) << 8) & 0xfff) == 0x82e)
+        return true;
+    return false;
+  };
+  bool a_function_waits = false;
+  if (image.sm == 90)
+    for (std::uint32_t i = 1; i < secs.size(); ++i)
+      if (text_section(i) && !kernel_texts.count(i) && executes_wait(secs[i].bytes)) a_function_waits = true;
   image.where = where;
   image.kernels.reserve(kernels.size());
   for (kernel_facts& f : kernels) {
@@ -514,6 +530,8 @@ void read_cubin_elf(const elf_file& elf, const std::string& where, int fatbin_sm
       shared = named->second;
     if (shared) f.k.static_smem_bytes = static_cast<std::size_t>(*shared > reserve ? *shared - reserve : 0);
     if (f.k.stack_undetermined) f.k.stack_bytes_per_thread = f.k.local_bytes_per_thread;
+    if (image.sm == 90 && text_section(f.text_section))
+      f.k.waits_for_predecessor = a_function_waits || executes_wait(secs[f.text_section].bytes);
     image.kernels.push_back(std::move(f.k));
   }
   ctx.out.images.push_back(std::move(image));

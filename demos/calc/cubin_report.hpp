@@ -38,6 +38,10 @@ struct cubin_kernel {
   int max_threads_per_block = 1024;          // __launch_bounds__ (maxntid) or reqntid, else 1024
   const char* max_threads_from = "default";  // "maxntid", "reqntid" or "default"
   int max_reg_count = 0;                     // EIATTR_MAXREG_COUNT (the register cap ptxas had), 0 if none
+  // Whether the kernel's sm_90 machine code executes griddepcontrol.wait (cudaGridDependencySynchronize):
+  // false means a .pdl() launch of it waits for nothing. nullopt for other architectures (their encoding is
+  // not read), and "true" whenever a device function of the cubin waits (the kernel may call it).
+  std::optional<bool> waits_for_predecessor;
 };
 
 // One cubin: a bare file, or one fatbin entry.

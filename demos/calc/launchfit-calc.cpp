@@ -522,6 +522,11 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
         "\n+?: the stack size cannot be determined (recursion or calls through pointers); the driver's stack "
         "size limit (cudaLimitStackSize) applies\n");
   for (const auto& row : rows)
+    if (row.kernel->waits_for_predecessor == false)
+      std::printf("\n%s (sm_%d): never executes griddepcontrol.wait (cudaGridDependencySynchronize): launched "
+                  "with .pdl() it waits for nothing\n",
+                  escape_text(row.kernel->demangled, 200).c_str(), row.cubin_sm);
+  for (const auto& row : rows)
     if (row.occupancy && !row.occupancy->why_no_block.empty())
       std::printf("\n%s on %s: %s\n", escape_text(row.kernel->demangled, 200).c_str(),
                   row.device->arch().c_str(), row.occupancy->why_no_block.c_str());
@@ -556,6 +561,7 @@ nlohmann::ordered_json cubin_json(const options& o, const launchfit::calc::cubin
         {"local_bytes_per_thread", k.local_bytes_per_thread},
         {"stack_bytes_per_thread", k.stack_undetermined ? json(nullptr) : json(k.stack_bytes_per_thread)},
         {"stack_undetermined", k.stack_undetermined},
+        {"waits_for_predecessor", k.waits_for_predecessor ? json(*k.waits_for_predecessor) : json(nullptr)},
         {"max_threads_per_block", k.max_threads_per_block},
         {"max_threads_from", k.max_threads_from},
         {"max_reg_count", k.max_reg_count > 0 ? json(k.max_reg_count) : json(nullptr)},
