@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "launchfit/export.hpp"
 #include "launchfit/occupancy.hpp"
@@ -32,8 +33,15 @@ struct LAUNCHFIT_API dims {
 };
 
 // Items per dimension of a multi-dimensional launch: items({nx, ny}) or items({nx, ny, nz}).
+// The constructor takes any integer type, so items({n, m}) with int sizes is not a narrowing conversion
+// (an error under nvcc, a warning under g++). Negative sizes become huge and are refused at launch.
 struct extent {
   std::uint64_t x = 1, y = 1, z = 1;
+  constexpr extent() noexcept = default;
+  template <class X, class Y, class Z = std::uint64_t,
+            class = std::enable_if_t<std::is_integral_v<X> && std::is_integral_v<Y> && std::is_integral_v<Z>>>
+  constexpr extent(X nx, Y ny, Z nz = 1) noexcept
+      : x(static_cast<std::uint64_t>(nx)), y(static_cast<std::uint64_t>(ny)), z(static_cast<std::uint64_t>(nz)) {}
 };
 
 // The work a launch covers. The grid is computed from it per launch; the plan depends on it only through its
