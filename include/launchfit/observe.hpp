@@ -40,7 +40,8 @@ LAUNCHFIT_API bool remove_plan_listener(std::uint64_t id);
 // block, grid rule, occupancy, limiter; the payload is the launch's grid size in blocks). Made only when a
 // tool is attached (Nsight Systems or Nsight Compute set NVTX_INJECTION64_PATH when they start the program);
 // without one a launch pays one predictable branch. On unless LAUNCHFIT_NVTX=0 at first use, or
-// set_nvtx(false); compiled out with the CMake option LAUNCHFIT_NVTX=OFF (then nvtx_enabled() is false).
+// set_nvtx(false); compiled out with the CMake option LAUNCHFIT_NVTX=OFF, or with NVTX_DISABLE defined
+// when launchfit is built, as CUB honours it (then nvtx_enabled() is false).
 LAUNCHFIT_API void set_nvtx(bool on);
 LAUNCHFIT_API bool nvtx_enabled() noexcept;
 
