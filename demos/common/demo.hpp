@@ -49,9 +49,12 @@ inline bool gpu_required() {
   return v && std::string(v) == "1";
 }
 
-// A command line parsed with CLI11: the usage names the demo (never the path it was started from). Returns
+// A command line parsed with CLI11; make the app as CLI::App app{what, name}, so that the usage names the
+// demo (never the path it was started from). Returns
 // exit_ok after --help, exit_usage after a bad command line (said on stderr), -1 to go on.
 inline int parse_command_line(CLI::App& app, int argc, char** argv) {
+  app.footer("Exit status: 0 ok, 1 failed, 2 usage, 3 no GPU or driver where one is required "
+             "(LAUNCHFIT_REQUIRE_GPU=1).");
   try {
     app.parse(argc, argv);
     return -1;
@@ -63,15 +66,6 @@ inline int parse_command_line(CLI::App& app, int argc, char** argv) {
                  app.get_name().c_str());
     return exit_usage;
   }
-}
-
-// A demo's command-line application: its name (as the usage shows it) and what it does.
-inline CLI::App make_app(const char* name, const char* what) {
-  CLI::App app{what, name};
-  app.footer(
-      "Exit status: 0 ok, 1 failed, 2 usage, 3 no GPU or driver where one is required "
-      "(LAUNCHFIT_REQUIRE_GPU=1).");
-  return app;
 }
 
 // Runs a demo body (returns the exit code). A launchfit::error ends the demo with its message on stderr:

@@ -163,8 +163,7 @@ int run_driver_api(std::string ptx_path, std::string cubin_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app = launchfit_demo::make_app(
-      "driver_api", "kernels loaded at run time from PTX and a cubin, launched with launchfit (variadic and lf::args)");
+  CLI::App app{"kernels loaded at run time from PTX and a cubin, launched with launchfit (variadic and lf::args)", "driver_api"};
   std::string ptx, cubin;
   // No default shown: it is a path of the build, found next to the program first.
   app.add_option("ptx", ptx, "PTX file of driver_api/kernels.cu (default: driver_api_kernels.ptx next to the program)")

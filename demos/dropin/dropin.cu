@@ -259,15 +259,22 @@ int run_dropin() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app = launchfit_demo::make_app(
-      "dropin", "launchfit::launch in place of kernel<<<grid, block>>>: three kernels launched and verified; "
-                "without a GPU, the plans launchfit would choose on a device model, computed offline");
+  CLI::App app{"launchfit::launch in place of kernel<<<grid, block>>>: three kernels launched and verified; "
+                "without a GPU, the plans launchfit would choose on a device model, computed offline", "dropin"};
   std::string model = "H200";
   bool offline = false;
   app.add_option("--device-model", model,
                  "device model of launchfit's built-in table for the offline plans: a part (H200, A100, L4, "
                  "...) or an architecture (sm_90)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check([](const std::string& m) -> std::string {
+        try {
+          (void)launchfit::device_limits::for_arch(m);
+          return {};
+        } catch (const launchfit::error& e) {
+          return e.message();
+        }
+      });
   app.add_flag("--offline", offline, "show the offline plans without touching a GPU");
   if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
   const auto offline_plans = [&] { return show_offline_plans(model); };
