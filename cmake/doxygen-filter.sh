@@ -5,10 +5,13 @@
 #   the comment block before a declaration  -> `///` lines (its documentation),
 #   a comment after code on the same line   -> `///<` (a member's documentation);
 # and in the C header plugin.h, `/* ... */` the same way (`/** ... */` before, `/**< ... */` after code).
+# A spec setter's `&` overload (on a named spec) is documented once, with its `&&` twin on the line above:
+# it gets a one-line comment in place, on its own line, so that no line moves.
 # Comments inside function bodies become `///` too; Doxygen ignores those. Line numbers are kept, so a
 # warning points at the header's own line.
 awk '
   /^#pragma once/ && NR == 1 { print "/// \\file"; next }
+  /^  spec& [a-z_]+\(.*\) & \{/ { sub(/^  /, "  /** The same, on a named spec (changed in place and returned). */ ") }
   /^[[:space:]]*\/\*[^*]/ { sub(/\/\*/, "/**"); print; next }
   /[;,{][[:space:]]*\/\*[^*]/ || /[A-Za-z0-9_][[:space:]]+\/\*[^*]/ { sub(/\/\*/, "/**<"); print; next }
   /^[[:space:]]*\/\/([^\/]|$)/ {

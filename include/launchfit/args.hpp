@@ -17,9 +17,10 @@ namespace launchfit {
 // A reference to an aggregate whose fields are the arguments; make it with args() inside the launch call.
 template <class Aggregate>
 struct packed_args {
-  const Aggregate& fields;
+  const Aggregate& fields;  // the aggregate, referenced for the duration of the launch call
 };
 
+// An aggregate's fields as a kernel's arguments: launch(k, spec, args(saxpy_args{a, x, y, n})).
 template <class Aggregate>
 packed_args<Aggregate> args(const Aggregate& a) noexcept {
   static_assert(
