@@ -9,7 +9,6 @@
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -53,8 +52,9 @@ inline bool gpu_required() {
 // demo (never the path it was started from). Returns
 // exit_ok after --help, exit_usage after a bad command line (said on stderr), -1 to go on.
 inline int parse_command_line(CLI::App& app, int argc, char** argv) {
-  app.footer("Exit status: 0 ok, 1 failed, 2 usage, 3 no GPU or driver where one is required "
-             "(LAUNCHFIT_REQUIRE_GPU=1).");
+  app.footer(
+      "Exit status: 0 ok, 1 failed, 2 usage, 3 no GPU or driver where one is required "
+      "(LAUNCHFIT_REQUIRE_GPU=1).");
   try {
     app.parse(argc, argv);
     return -1;

@@ -163,16 +163,20 @@ int run_driver_api(std::string ptx_path, std::string cubin_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kernels loaded at run time from PTX and a cubin, launched with launchfit (variadic and lf::args)", "driver_api"};
+  CLI::App app{
+      "kernels loaded at run time from PTX and a cubin, launched with launchfit (variadic and lf::args)",
+      "driver_api"};
   std::string ptx, cubin;
   // No default shown: it is a path of the build, found next to the program first.
-  app.add_option("ptx", ptx, "PTX file of driver_api/kernels.cu (default: driver_api_kernels.ptx next to the program)")
+  app.add_option("ptx", ptx,
+                 "PTX file of driver_api/kernels.cu (default: driver_api_kernels.ptx next to the program)")
       ->check(CLI::ExistingFile);
   app.add_option("cubin", cubin, "its cubin (default: driver_api_kernels.cubin next to the program)")
       ->check(CLI::ExistingFile);
   if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
   if (ptx.empty() != cubin.empty()) {
-    std::fprintf(stderr, "driver_api: error: give both PTX_FILE and CUBIN_FILE, or neither (see driver_api --help)\n");
+    std::fprintf(
+        stderr, "driver_api: error: give both PTX_FILE and CUBIN_FILE, or neither (see driver_api --help)\n");
     return launchfit_demo::exit_usage;
   }
   return launchfit_demo::run("driver_api", [&] { return run_driver_api(ptx, cubin); });

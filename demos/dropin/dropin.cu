@@ -58,7 +58,9 @@ __global__ void sum(const float* x, long long n, double* total) {
 namespace {
 
 // The three launches' specs: launched on a GPU, planned offline without one.
-launchfit::spec<launchfit::max_occupancy_policy> saxpy_spec(int n) { return launchfit::max_occupancy().items(n); }
+launchfit::spec<launchfit::max_occupancy_policy> saxpy_spec(int n) {
+  return launchfit::max_occupancy().items(n);
+}
 launchfit::spec<launchfit::max_occupancy_policy> transpose_spec(std::size_t n) {
   return launchfit::max_occupancy().items(n);
 }
@@ -71,8 +73,8 @@ constexpr long long sum_n = (1LL << 26) + 12345;
 
 // The kernel named `name` as ptxas compiled it into this program (the image for the device's architecture,
 // else the newest one), as the offline calculator takes it.
-launchfit::kernel_resources compiled_kernel(const launchfit::calc::cubin_contents& own, int sm, const char* name,
-                                            int& image_sm) {
+launchfit::kernel_resources compiled_kernel(const launchfit::calc::cubin_contents& own, int sm,
+                                            const char* name, int& image_sm) {
   const launchfit::calc::cubin_image* image = nullptr;
   for (const auto& i : own.images)
     if (!image || i.sm == sm || (image->sm != sm && i.sm > image->sm)) image = &i;
@@ -81,8 +83,8 @@ launchfit::kernel_resources compiled_kernel(const launchfit::calc::cubin_content
   const std::string prefix = std::string(name) + "(";
   for (const auto& k : image->kernels) {
     if (k.demangled.compare(0, prefix.size(), prefix) != 0) continue;
-    launchfit::kernel_resources r =
-        launchfit::kernel_resources::manual(k.regs_per_thread, k.static_smem_bytes, k.max_threads_per_block, k.name);
+    launchfit::kernel_resources r = launchfit::kernel_resources::manual(
+        k.regs_per_thread, k.static_smem_bytes, k.max_threads_per_block, k.name);
     r.demangled = k.demangled;
     r.local_bytes_per_thread = k.local_bytes_per_thread;
     return r;
@@ -106,7 +108,8 @@ int show_offline_plans(const std::string& model) {
   };
   char saxpy_title[64], transpose_title[64], sum_title[64];
   std::snprintf(saxpy_title, sizeof saxpy_title, "1. saxpy, n=%d", saxpy_n);
-  std::snprintf(transpose_title, sizeof transpose_title, "2. transpose, %d x %d", transpose_rows, transpose_cols);
+  std::snprintf(transpose_title, sizeof transpose_title, "2. transpose, %d x %d", transpose_rows,
+                transpose_cols);
   std::snprintf(sum_title, sizeof sum_title, "3. grid-stride sum, n=%lld", sum_n);
   const shown launches[] = {
       {saxpy_title, "saxpy", saxpy_spec(saxpy_n),
@@ -117,9 +120,10 @@ int show_offline_plans(const std::string& model) {
       {sum_title, "sum", sum_spec(sum_n),
        "launchfit::launch(sum, launchfit::max_occupancy().grid_stride(n), x, n, total);"},
   };
-  std::printf("dropin: OFFLINE, nothing launched: the plans launchfit would choose on %s (%s, %d SMs, %d "
-              "threads/SM), from its built-in device table and the offline occupancy calculator\n",
-              model.c_str(), dev.arch().c_str(), dev.sm_count, dev.max_threads_per_sm);
+  std::printf(
+      "dropin: OFFLINE, nothing launched: the plans launchfit would choose on %s (%s, %d SMs, %d "
+      "threads/SM), from its built-in device table and the offline occupancy calculator\n",
+      model.c_str(), dev.arch().c_str(), dev.sm_count, dev.max_threads_per_sm);
   for (const shown& l : launches) {
     int image_sm = 0;
     launchfit::query q;
@@ -136,9 +140,10 @@ int show_offline_plans(const std::string& model) {
                 image_sm == sm ? "" : ", not this device's architecture");
     launchfit_demo::print_plan(p, l.spec.work_shape());
   }
-  std::printf("\ndropin: offline plans for %s shown; on a GPU the driver is asked instead and the results "
-              "are verified\n",
-              model.c_str());
+  std::printf(
+      "\ndropin: offline plans for %s shown; on a GPU the driver is asked instead and the results "
+      "are verified\n",
+      model.c_str());
   return launchfit_demo::exit_ok;
 }
 
@@ -259,8 +264,10 @@ int run_dropin() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"launchfit::launch in place of kernel<<<grid, block>>>: three kernels launched and verified; "
-                "without a GPU, the plans launchfit would choose on a device model, computed offline", "dropin"};
+  CLI::App app{
+      "launchfit::launch in place of kernel<<<grid, block>>>: three kernels launched and verified; "
+      "without a GPU, the plans launchfit would choose on a device model, computed offline",
+      "dropin"};
   std::string model = "H200";
   bool offline = false;
   app.add_option("--device-model", model,

@@ -194,7 +194,9 @@ int run_matmul(int m, int n, int k) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"a 32x32-tiled SGEMM over 2-D work: items({n, m}) with fixed({32, 32}) and with max_occupancy()", "matmul_2d"};
+  CLI::App app{
+      "a 32x32-tiled SGEMM over 2-D work: items({n, m}) with fixed({32, 32}) and with max_occupancy()",
+      "matmul_2d"};
   int m = 1000, n = 777, k = 513;
   app.add_option("m", m, "rows of A and C")->check(CLI::Range(1, 16384))->capture_default_str();
   app.add_option("n", n, "columns of B and C")->check(CLI::Range(1, 16384))->capture_default_str();

@@ -212,7 +212,8 @@ int run_chain(int steps, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"a chain of small dependent kernels with and without programmatic dependent launch, timed", "pdl_chain"};
+  CLI::App app{"a chain of small dependent kernels with and without programmatic dependent launch, timed",
+               "pdl_chain"};
   int steps = 64, reps = 301;
   app.add_option("--steps", steps, "kernels in the chain")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions of the chain, each way")

@@ -97,10 +97,13 @@ struct options {
 
 // The command line (CLI11); returns -1 to go on, else the exit code.
 int parse(int argc, char** argv, options& o) {
-  CLI::App app{"why 50% occupancy beats 100%: bytes in flight vs occupancy, with an SVG of the sweep", "reduction_story"};
+  CLI::App app{"why 50% occupancy beats 100%: bytes in flight vs occupancy, with an SVG of the sweep",
+               "reduction_story"};
   app.add_option("--svg", o.svg, "where to write the SVG of the sweep")->capture_default_str();
   app.add_option("--csv", o.csv, "where to write the sweep as CSV")->capture_default_str();
-  app.add_option("--gib", o.gib, "GiB of floats to sum")->check(CLI::Range(0.25, 16.0))->capture_default_str();
+  app.add_option("--gib", o.gib, "GiB of floats to sum")
+      ->check(CLI::Range(0.25, 16.0))
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the random input (default: from the clock)")
       ->each([&o](const std::string&) { o.seed_given = true; });
   return launchfit_demo::parse_command_line(app, argc, argv);

@@ -33,7 +33,8 @@ packed_args<Aggregate> args(const Aggregate& a) noexcept {
 // what was launched, like every launch().
 template <class... Params, class Policy, class Aggregate>
 launched launch(void (*k)(Params...), const spec<Policy>& s, packed_args<Aggregate> a) {
-  return std::apply([&](const auto&... field) { return launch(k, s, field...); }, boost::pfr::structure_tie(a.fields));
+  return std::apply([&](const auto&... field) { return launch(k, s, field...); },
+                    boost::pfr::structure_tie(a.fields));
 }
 
 // Driver-API kernel: one kernel parameter per field, sizes checked against cuFuncGetParamInfo; returns what

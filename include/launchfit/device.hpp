@@ -32,11 +32,11 @@ struct LAUNCHFIT_API device_limits {
   std::size_t smem_reserved_per_block_bytes = 0;  // system reserve per block (1 KB on cc >= 8.0)
   std::size_t smem_alloc_unit_bytes = 0;          // allocation granularity (128 B on cc >= 8.0)
 
-  int max_threads_per_sm = 0;     // resident threads per SM
-  int max_warps_per_sm = 0;       // resident warps per SM
-  int max_blocks_per_sm = 0;      // resident blocks per SM
-  int max_threads_per_block = 0;  // largest block the device runs (1024)
-  int warp_size = 32;             // threads per warp
+  int max_threads_per_sm = 0;        // resident threads per SM
+  int max_warps_per_sm = 0;          // resident warps per SM
+  int max_blocks_per_sm = 0;         // resident blocks per SM
+  int max_threads_per_block = 0;     // largest block the device runs (1024)
+  int warp_size = 32;                // threads per warp
   int max_block_dim[3] = {0, 0, 0};  // largest block per dimension
   int max_grid_dim[3] = {0, 0, 0};   // largest grid per dimension
 

@@ -22,7 +22,7 @@ class kernel_id_set;
 struct LAUNCHFIT_API kernel_resources {
   std::string name;              // mangled, as the driver reports it
   std::string demangled;         // readable name; equals name when it is not mangled
-  int regs_per_thread = 0;                 // registers per thread, as compiled
+  int regs_per_thread = 0;       // registers per thread, as compiled
   std::size_t static_smem_bytes = 0;       // __shared__ arrays of fixed size, per block
   std::size_t local_bytes_per_thread = 0;  // local memory per thread: stack frame and/or register spills
   std::size_t const_bytes = 0;             // __constant__ memory the kernel uses

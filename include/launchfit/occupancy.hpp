@@ -57,7 +57,7 @@ using smem_per_block_fn = std::function<std::size_t(int block_threads)>;
 
 // The block cuOccupancyMaxPotentialBlockSize would choose, computed offline (max_potential_block_size).
 struct block_size_choice {
-  int block_threads = 0;       // the block with the most resident threads
+  int block_threads = 0;    // the block with the most resident threads
   int min_grid_blocks = 0;  // active blocks per SM x SM count
   occupancy_result occupancy;  // its occupancy
 };

@@ -49,7 +49,9 @@ struct extent {
   template <class X, class Y, class Z = std::uint64_t,
             class = std::enable_if_t<std::is_integral_v<X> && std::is_integral_v<Y> && std::is_integral_v<Z>>>
   constexpr extent(X nx, Y ny, Z nz = 1) noexcept
-      : x(static_cast<std::uint64_t>(nx)), y(static_cast<std::uint64_t>(ny)), z(static_cast<std::uint64_t>(nz)) {}
+      : x(static_cast<std::uint64_t>(nx)),
+        y(static_cast<std::uint64_t>(ny)),
+        z(static_cast<std::uint64_t>(nz)) {}
 };
 
 // The work a launch covers. The grid is computed from it per launch; the plan depends on it only through its
@@ -84,7 +86,7 @@ struct LAUNCHFIT_API block_rule {
     power_of_two,  // 1, 2, 4, ... 1024
     one_of,        // the sizes in `values`
   };
-  kind k = kind::any;  // which rule
+  kind k = kind::any;                  // which rule
   std::uint8_t count = 0;              // one_of: values used in `values`
   std::uint16_t multiple = 1;          // multiple_of
   std::uint16_t values[16] = {};       // one_of: block sizes, at most 16
@@ -153,7 +155,7 @@ struct LAUNCHFIT_API plan {
   dims cluster;                  // thread-block cluster dims (1x1x1: none)
   int resident_clusters = 0;     // clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster
   bool cluster_from_kernel = false;  // the kernel's compile-time __cluster_dims__ (no launch attribute is set)
-  bool cooperative = false;      // launched cooperatively, the grid checked for co-residency
+  bool cooperative = false;          // launched cooperatively, the grid checked for co-residency
   bool full_grid = false;        // grid_stride work launches one thread per item unless the spec gives waves(k)
   bool programmatic = false;     // programmatic dependent launch (sm_90+): may start before its predecessor ends
   std::string blocks;            // the launch's block rule when it has one: "power of two", "multiple of 64"
@@ -190,8 +192,8 @@ struct LAUNCHFIT_API plan {
 // What a launch ran with: returned by launch(), so a host sizing buffers or the next pass need not plan again.
 struct launched {
   dims grid{0, 1, 1};  // 0 blocks: the work was empty and nothing was launched
-  dims block;                          // its block
-  std::size_t dynamic_smem_bytes = 0;  // its dynamic shared memory per block
+  dims block;          // its block
+  std::size_t dynamic_smem_bytes = 0;     // its dynamic shared memory per block
   const struct plan* plan_ptr = nullptr;  // valid as long as plan_for()'s reference (until the plans are dropped)
 
   // The plan it ran with.

@@ -109,38 +109,38 @@ typedef struct launchfit_device {
   uint32_t abi_version; /* LAUNCHFIT_PLUGIN_ABI_VERSION as its producer compiled it */
   const char* name; /* "NVIDIA H200" */
   const char* uuid; /* "GPU-..." (with MIG instance), "" for a table entry */
-  int32_t cc_major;              /* compute capability, major */
-  int32_t cc_minor;              /* compute capability, minor */
-  int32_t sm_count;              /* SMs usable by the current context */
-  int32_t regs_per_sm;           /* 32-bit registers per SM */
-  int32_t regs_per_block;        /* registers one block may use */
-  int32_t max_regs_per_thread;   /* registers one thread may use */
-  int32_t max_threads_per_sm;    /* resident threads per SM */
-  int32_t max_warps_per_sm;      /* resident warps per SM */
-  int32_t max_blocks_per_sm;     /* resident blocks per SM */
-  int32_t max_threads_per_block; /* largest block */
-  int32_t warp_size;             /* threads per warp */
-  uint64_t smem_per_sm_bytes;    /* shared memory per SM available to blocks */
-  uint64_t smem_per_block_bytes; /* per block without opt-in (48 KB) */
+  int32_t cc_major; /* compute capability, major */
+  int32_t cc_minor; /* compute capability, minor */
+  int32_t sm_count; /* SMs usable by the current context */
+  int32_t regs_per_sm;                    /* 32-bit registers per SM */
+  int32_t regs_per_block;                 /* registers one block may use */
+  int32_t max_regs_per_thread;            /* registers one thread may use */
+  int32_t max_threads_per_sm;             /* resident threads per SM */
+  int32_t max_warps_per_sm;               /* resident warps per SM */
+  int32_t max_blocks_per_sm;              /* resident blocks per SM */
+  int32_t max_threads_per_block;          /* largest block */
+  int32_t warp_size;                      /* threads per warp */
+  uint64_t smem_per_sm_bytes;             /* shared memory per SM available to blocks */
+  uint64_t smem_per_block_bytes;          /* per block without opt-in (48 KB) */
   uint64_t smem_per_block_optin_bytes;    /* per block with the opt-in */
   uint64_t smem_reserved_per_block_bytes; /* system reserve per block (1 KB on cc >= 8.0) */
-  int32_t max_block_dim[3];      /* largest block per dimension */
-  int32_t max_grid_dim[3];       /* largest grid per dimension */
-  uint64_t l2_bytes;             /* L2 cache size */
+  int32_t max_block_dim[3];               /* largest block per dimension */
+  int32_t max_grid_dim[3];                /* largest grid per dimension */
+  uint64_t l2_bytes;                      /* L2 cache size */
   double peak_bandwidth_bytes_per_s; /* 0 when unknown */
-  int32_t cooperative_launch;    /* nonzero: cooperative launches possible */
-  int32_t cluster_launch;        /* nonzero: cluster launches possible (sm_90+) */
+  int32_t cooperative_launch;        /* nonzero: cooperative launches possible */
+  int32_t cluster_launch;            /* nonzero: cluster launches possible (sm_90+) */
 } launchfit_device;
 
 /* What the kernel uses. */
 typedef struct launchfit_kernel {
-  uint32_t struct_size; /* sizeof the struct as its producer compiled it (fields may be added at the end) */
-  uint32_t abi_version; /* LAUNCHFIT_PLUGIN_ABI_VERSION as its producer compiled it */
+  uint32_t struct_size;  /* sizeof the struct as its producer compiled it (fields may be added at the end) */
+  uint32_t abi_version;  /* LAUNCHFIT_PLUGIN_ABI_VERSION as its producer compiled it */
   const char* name;      /* mangled, as the driver reports it */
   const char* demangled; /* readable */
   int32_t regs_per_thread;       /* registers per thread, as compiled */
   int32_t max_threads_per_block; /* reflects __launch_bounds__ and register use */
-  uint64_t static_smem_bytes;      /* fixed-size __shared__ per block */
+  uint64_t static_smem_bytes;    /* fixed-size __shared__ per block */
   uint64_t local_bytes_per_thread; /* local memory per thread: stack frame and spills */
   uint64_t const_bytes;            /* __constant__ memory used */
   uint64_t max_dynamic_smem_bytes; /* the function's current dynamic smem limit */
@@ -163,7 +163,7 @@ typedef struct launchfit_query {
   uint32_t work_per_thread;    /* items per thread of that launch */
   uint64_t work_n;             /* its items (along x) */
   uint64_t bytes_in_flight_per_sm; /* device default target (per-arch table or calibration) */
-  void* ctx; /* launchfit's, for the callbacks below */
+  void* ctx;                       /* launchfit's, for the callbacks below */
   /* Resident blocks per SM for (block threads, dynamic smem); 0 when that configuration cannot run. */
   int (*active_blocks)(void* ctx, int block_threads, size_t dynamic_smem_bytes);
   /* Dynamic smem bytes for a block size under the launch's smem rule. */
@@ -177,9 +177,9 @@ typedef struct launchfit_query {
 struct launchfit_plan {
   uint32_t struct_size; /* sizeof the struct as its producer compiled it (fields may be added at the end) */
   uint32_t abi_version; /* LAUNCHFIT_PLUGIN_ABI_VERSION as its producer compiled it */
-  uint32_t block_x;                        /* block threads along x; default 0: set it */
-  uint32_t block_y;                        /* along y, default 1 */
-  uint32_t block_z;                        /* along z, default 1 */
+  uint32_t block_x;     /* block threads along x; default 0: set it */
+  uint32_t block_y;     /* along y, default 1 */
+  uint32_t block_z;     /* along z, default 1 */
   int32_t blocks_per_sm;                   /* resident blocks per SM to plan for; 0: as many as fit */
   uint64_t dynamic_smem_bytes;             /* default LAUNCHFIT_SMEM_FROM_QUERY */
   uint32_t grid_x;                         /* 0: computed from the work per launch (default) */

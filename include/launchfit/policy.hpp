@@ -204,7 +204,8 @@ struct LAUNCHFIT_API bytes_in_flight_params {
   int per_thread = 16;     // bytes each thread keeps in flight (independent loads x width)
   int target_per_sm = 0;   // bytes per SM to keep in flight; 0: the device default
   int prefer_block = 256;  // among the plans with the fewest warps, the block nearest this; 0: the largest
-  static constexpr std::array<const char*, 3> names{"per_thread", "target_per_sm", "prefer_block"};  // field names, in order
+  static constexpr std::array<const char*, 3> names{"per_thread", "target_per_sm",
+                                                    "prefer_block"};  // field names, in order
 };
 
 // Little's law: the fewest resident warps with warps x 32 x per_thread >= target_per_sm. On an H200
@@ -265,7 +266,8 @@ struct LAUNCHFIT_API fixed_dims_params {
   int gx = 0;   // grid x; 0: computed from the work per dimension
   int gy = 1;   // grid y
   int gz = 1;   // grid z
-  static constexpr std::array<const char*, 6> names{"bx", "by", "bz", "gx", "gy", "gz"};  // field names, in order
+  static constexpr std::array<const char*, 6> names{"bx", "by", "bz",
+                                                    "gx", "gy", "gz"};  // field names, in order
 };
 
 // A 2-D or 3-D <<<grid, block>>>, validated: fixed({32, 32}) for a 32x32-tile kernel.

@@ -7,9 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <launchfit/launchfit.hpp>
 #include <map>
 #include <string>
-#include <launchfit/launchfit.hpp>
 
 namespace lf = launchfit;
 
@@ -17,14 +17,14 @@ struct work_queue;
 
 // The sizes, buffers and stream, as locals of every example (a lambda captures them as it would in the
 // reader's function). Each example's body starts with them.
-#define LAUNCHFIT_README_NAMES                                                                            \
-  int n = 1 << 20, m = 1024, nx = 1024, ny = 1024, iters = 100;                                          \
-  float a = 2.5f;                                                                                         \
-  float *x = nullptr, *y = nullptr, *u = nullptr, *v = nullptr, *out = nullptr, *partial = nullptr;       \
-  const float *in = nullptr, *produced = nullptr;                                                         \
-  unsigned* bins = nullptr;                                                                               \
-  float4* bodies = nullptr;                                                                               \
-  cudaStream_t stream = nullptr;                                                                          \
+#define LAUNCHFIT_README_NAMES                                                                      \
+  int n = 1 << 20, m = 1024, nx = 1024, ny = 1024, iters = 100;                                     \
+  float a = 2.5f;                                                                                   \
+  float *x = nullptr, *y = nullptr, *u = nullptr, *v = nullptr, *out = nullptr, *partial = nullptr; \
+  const float *in = nullptr, *produced = nullptr;                                                   \
+  unsigned* bins = nullptr;                                                                         \
+  float4* bodies = nullptr;                                                                         \
+  cudaStream_t stream = nullptr;                                                                    \
   work_queue* queue = nullptr
 
 __global__ void sgemm_tiled(const float* a, const float* b, float* c, int n, int m, int k) {}
