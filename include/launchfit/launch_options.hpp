@@ -22,7 +22,7 @@ struct launch_options {
   // Dynamic shared memory: fixed bytes per block, or (smem_rule != 0) a rule of the block size whose
   // identity is its type and key (the spec carries the rule's function; each launch checks rule(block)).
   std::size_t smem_bytes = 0;
-  std::uint64_t smem_rule = 0;
+  std::uint64_t smem_rule = 0;       // the rule's identity; 0: fixed bytes (smem_bytes)
   std::uint32_t waves = 0;            // grid_stride work: at most this many waves of resident blocks (0: the policy's)
 
   // A cluster of more than one block.
