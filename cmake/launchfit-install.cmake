@@ -5,8 +5,9 @@ include(CMakePackageConfigHelpers)
 install(TARGETS launchfit EXPORT launchfit-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# (No INCLUDES DESTINATION: the target's INSTALL_INTERFACE include directory already says it, and a consumer
+# would get it twice.)
 install(DIRECTORY include/launchfit DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT launchfit-targets NAMESPACE launchfit::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/launchfit)

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Installs launchfit's dependencies (Debian packages; the CUDA toolkit must already be installed) and
-# configures and builds launchfit in build/. Safe to run again: it installs only what is missing.
+# Installs launchfit's dependencies (Debian packages; the CUDA toolkit must already be installed),
+# configures launchfit in build/ and builds the targets named (default: dropin, the README's demo, and the
+# library it needs; tests/run.sh asks for all). Safe to run again: it installs only what is missing.
+#   cmake/setup.sh [target...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # libzstd-dev: launchfit-calc --cubin inflates the zstd-compressed cubins nvcc 13 writes.
 # libhiredis-dev: the remote plan store (the library loads libhiredis at run time); redis-server and
 # redis-tools: tests/run.sh starts a server for its tests.
-packages=(cmake ninja-build g++ pkgconf libspdlog-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev libcli11-dev
-          libhiredis-dev redis-server redis-tools libzstd-dev)
+# doxygen: the API reference (the docs target, checked in CI).
+packages=(cmake ninja-build g++ pkgconf doxygen libspdlog-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev
+          libcli11-dev libhiredis-dev redis-server redis-tools libzstd-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -52,8 +55,17 @@ fi
 command -v nvcc >/dev/null || { echo "launchfit setup: nvcc not found (install the CUDA toolkit)" >&2; exit 1; }
 
 build=${LAUNCHFIT_BUILD_DIR:-build}
+targets=("$@")
+((${#targets[@]})) || targets=(dropin)
 if [[ ! -f $build/build.ninja ]]; then
   cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-Release} \
     -DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-90} ${LAUNCHFIT_CMAKE_ARGS:-}
+elif [[ -n ${CMAKE_CUDA_ARCHITECTURES:-} ]]; then
+  # A build that exists keeps its cache: an architecture asked for now must reach it, not be ignored.
+  cached=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")
+  if [[ $cached != "$CMAKE_CUDA_ARCHITECTURES" ]]; then
+    echo "launchfit setup: CMAKE_CUDA_ARCHITECTURES ${cached:-unset} -> $CMAKE_CUDA_ARCHITECTURES in $build (reconfiguring)"
+    cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$CMAKE_CUDA_ARCHITECTURES"
+  fi
 fi
-cmake --build "$build" -j"${LAUNCHFIT_JOBS:-2}"
+cmake --build "$build" -j"${LAUNCHFIT_JOBS:-2}" --target "${targets[@]}"

@@ -2,15 +2,17 @@
 
 function(launchfit_add_demo name)
   add_executable(${name} ${ARGN})
-  target_link_libraries(${name} PRIVATE launchfit::launchfit CUDA::cudart_static)
+  target_link_libraries(${name} PRIVATE launchfit::launchfit CUDA::cudart_static CLI11::CLI11)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common)
   target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>
                          $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/demos)
 endfunction()
 
-# 1. launchfit::launch in place of <<<>>> for three everyday kernels (the README's demo).
+# 1. launchfit::launch in place of <<<>>> for three everyday kernels (the README's demo). Without a GPU it
+#    plans them offline from its own cubin, read with launchfit-calc's reader (launchfit-cubin).
 launchfit_add_demo(dropin dropin/dropin.cu)
+target_link_libraries(dropin PRIVATE launchfit-cubin)
 
 # 2. Why 50% occupancy beats 100%: bytes in flight vs occupancy, with an SVG of the sweep.
 launchfit_add_demo(reduction_story reduction_story/reduction_story.cu)

@@ -15,6 +15,12 @@
 #include "log_internal.hpp"
 #include "text.hpp"
 
+// NVTX_DISABLE is NVTX's own switch, honoured as CUB honours it: a build that defines it (for the whole
+// program, e.g. CXXFLAGS=-DNVTX_DISABLE) gets no ranges from launchfit either, as with -DLAUNCHFIT_NVTX=OFF.
+#if defined(NVTX_DISABLE) && !defined(LAUNCHFIT_NO_NVTX)
+#define LAUNCHFIT_NO_NVTX
+#endif
+
 #ifndef LAUNCHFIT_NO_NVTX
 #include <nvtx3/nvToolsExt.h>
 #endif

@@ -245,4 +245,9 @@ int run_cluster() {
 
 }  // namespace
 
-int main() { return launchfit_demo::run("cluster_dsmem", run_cluster); }
+int main(int argc, char** argv) {
+  CLI::App app{"a cluster-wide histogram in distributed shared memory, sized by cluster occupancy",
+               "cluster_dsmem"};
+  if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
+  return launchfit_demo::run("cluster_dsmem", run_cluster);
+}

@@ -1,15 +1,21 @@
 #pragma once
 // Shared by the launchfit demos: every CUDA runtime status becomes a launchfit::error that names the call,
-// one rule for main() on machines without a GPU, random inputs and the checks the demos print.
+// one command-line and exit-code rule for every main(), random inputs and the checks the demos print.
+//
+// Exit codes, the same in every demo: 0 ok, 1 failed (a wrong result, a refused launch), 2 usage (a bad
+// command line), 3 environment (no GPU or driver where one is required). Errors go to stderr, prefixed with
+// the demo's name.
 
 #include <cuda_runtime_api.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <launchfit/error.hpp>
 #include <launchfit/occupancy.hpp>
 #include <launchfit/plan.hpp>
@@ -20,6 +26,8 @@
 #define LAUNCHFIT_DEMO_CHECK(expr) ::launchfit_demo::check((expr), #expr)
 
 namespace launchfit_demo {
+
+enum exit_code : int { exit_ok = 0, exit_failed = 1, exit_usage = 2, exit_environment = 3 };
 
 inline void check(cudaError_t status, const char* call) {
   if (status == cudaSuccess) return;
@@ -40,10 +48,32 @@ inline bool gpu_required() {
   return v && std::string(v) == "1";
 }
 
-// Runs a demo body (returns the exit code). A launchfit::error ends the demo with its message; it exits 0
-// only when the machine has no CUDA device/driver and LAUNCHFIT_REQUIRE_GPU is not 1.
+// A command line parsed with CLI11; make the app as CLI::App app{what, name}, so that the usage names the
+// demo (never the path it was started from). Returns
+// exit_ok after --help, exit_usage after a bad command line (said on stderr), -1 to go on.
+inline int parse_command_line(CLI::App& app, int argc, char** argv) {
+  app.footer(
+      "Exit status: 0 ok, 1 failed, 2 usage, 3 no GPU or driver where one is required "
+      "(LAUNCHFIT_REQUIRE_GPU=1).");
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return exit_ok;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", app.get_name().c_str(), e.what(),
+                 app.get_name().c_str());
+    return exit_usage;
+  }
+}
+
+// Runs a demo body (returns the exit code). A launchfit::error ends the demo with its message on stderr:
+// exit_environment when the machine has no CUDA device/driver and LAUNCHFIT_REQUIRE_GPU is 1, exit_ok (the
+// demo says nothing was launched) when it is not, exit_failed otherwise. `no_gpu`, when given, is called
+// instead of that message, to show what can be shown without a GPU (dropin's offline plans).
 template <class Body>
-int run(const char* name, Body body) {
+int run(const char* name, Body body, const std::function<int()>& no_gpu = {}) {
   // launchfit logs to stderr; line-buffered stdout keeps both in order when they go to one file.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
@@ -54,19 +84,20 @@ int run(const char* name, Body body) {
     if (is_no_gpu(e)) {
       if (gpu_required()) {
         std::fprintf(stderr, "%s: FAILED: LAUNCHFIT_REQUIRE_GPU=1 but there is no usable CUDA device\n", name);
-        return 1;
+        return exit_environment;
       }
+      if (no_gpu) return no_gpu();
       std::printf("%s: no CUDA device/driver on this machine, nothing was launched (exit 0; set "
                   "LAUNCHFIT_REQUIRE_GPU=1 to make this a failure)\n",
                   name);
-      return 0;
+      return exit_ok;
     }
     std::fprintf(stderr, "%s: FAILED\n", name);
-    return 1;
+    return exit_failed;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: FAILED: %s\n", name, e.what());
-    return 1;
+    return exit_failed;
   }
 }
 

@@ -170,4 +170,9 @@ int run_cooperative() {
 
 }  // namespace
 
-int main() { return launchfit_demo::run("cooperative", run_cooperative); }
+int main(int argc, char** argv) {
+  CLI::App app{"a grid-synchronised kernel sized by launchfit::cooperative() to exactly the co-resident grid",
+               "cooperative"};
+  if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
+  return launchfit_demo::run("cooperative", run_cooperative);
+}

@@ -7,7 +7,7 @@
 // are the arguments (packed with Boost.PFR). launchfit checks the arguments against the parameter sizes
 // the driver reports and refuses a wrong count or size before launching.
 //
-//   build/demos/driver_api [PTX_FILE CUBIN_FILE]
+//   driver_api [PTX_FILE CUBIN_FILE]    (default: the files built next to the program)
 
 #include <unistd.h>
 
@@ -60,10 +60,9 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-int run_driver_api(int argc, char** argv) {
-  const std::string ptx_path = argc > 2 ? argv[1] : module_path("driver_api_kernels.ptx", LAUNCHFIT_DEMO_PTX);
-  const std::string cubin_path =
-      argc > 2 ? argv[2] : module_path("driver_api_kernels.cubin", LAUNCHFIT_DEMO_CUBIN);
+int run_driver_api(std::string ptx_path, std::string cubin_path) {
+  if (ptx_path.empty()) ptx_path = module_path("driver_api_kernels.ptx", LAUNCHFIT_DEMO_PTX);
+  if (cubin_path.empty()) cubin_path = module_path("driver_api_kernels.cubin", LAUNCHFIT_DEMO_CUBIN);
   const launchfit::device_limits dev = launchfit::device_limits::query(0);
   LAUNCHFIT_DEMO_CHECK(cudaSetDevice(0));
   LAUNCHFIT_DEMO_CHECK(cudaFree(nullptr));  // the runtime's primary context is the one launchfit launches in
@@ -164,5 +163,21 @@ int run_driver_api(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return launchfit_demo::run("driver_api", [&] { return run_driver_api(argc, argv); });
+  CLI::App app{
+      "kernels loaded at run time from PTX and a cubin, launched with launchfit (variadic and lf::args)",
+      "driver_api"};
+  std::string ptx, cubin;
+  // No default shown: it is a path of the build, found next to the program first.
+  app.add_option("ptx", ptx,
+                 "PTX file of driver_api/kernels.cu (default: driver_api_kernels.ptx next to the program)")
+      ->check(CLI::ExistingFile);
+  app.add_option("cubin", cubin, "its cubin (default: driver_api_kernels.cubin next to the program)")
+      ->check(CLI::ExistingFile);
+  if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
+  if (ptx.empty() != cubin.empty()) {
+    std::fprintf(
+        stderr, "driver_api: error: give both PTX_FILE and CUBIN_FILE, or neither (see driver_api --help)\n");
+    return launchfit_demo::exit_usage;
+  }
+  return launchfit_demo::run("driver_api", [&] { return run_driver_api(ptx, cubin); });
 }

@@ -4,8 +4,13 @@
 // kernel's real register and shared-memory use on this device, computes the grid from the work, logs each
 // new plan once (logger "launchfit", stderr) and checks every launch. Every result is verified on the CPU.
 //
-//   build/demos/dropin                            # on a machine without a GPU: prints why, exits 0
-//   LAUNCHFIT_REQUIRE_GPU=1 build/demos/dropin    # a missing GPU is a failure (exit 1)
+// Without a GPU it shows, offline, the plans launchfit would choose for the same three launches on a device
+// model from its built-in table (--device-model, default H200): the kernels' registers and shared memory
+// as compiled into this program, occupancy from the offline calculator instead of the driver.
+//
+//   dropin                                  # without a GPU: the offline plans, exit 0
+//   dropin --offline --device-model A100    # the offline plans, GPU or not
+//   LAUNCHFIT_REQUIRE_GPU=1 dropin          # a missing GPU is a failure (exit 3)
 
 #include <algorithm>
 #include <cmath>
@@ -14,8 +19,11 @@
 #include <launchfit/cache.hpp>
 #include <launchfit/device.hpp>
 #include <launchfit/launch.hpp>
+#include <launchfit/policy.hpp>
+#include <string>
 #include <vector>
 
+#include "cubin_report.hpp"
 #include "demo.hpp"
 
 using launchfit_demo::device_buffer;
@@ -49,6 +57,96 @@ __global__ void sum(const float* x, long long n, double* total) {
 
 namespace {
 
+// The three launches' specs: launched on a GPU, planned offline without one.
+launchfit::spec<launchfit::max_occupancy_policy> saxpy_spec(int n) {
+  return launchfit::max_occupancy().items(n);
+}
+launchfit::spec<launchfit::max_occupancy_policy> transpose_spec(std::size_t n) {
+  return launchfit::max_occupancy().items(n);
+}
+launchfit::spec<launchfit::max_occupancy_policy> sum_spec(long long n) {
+  return launchfit::max_occupancy().grid_stride(n);
+}
+constexpr int saxpy_n = (1 << 24) + 7;
+constexpr int transpose_rows = 3001, transpose_cols = 4099;  // deliberately not multiples of any block size
+constexpr long long sum_n = (1LL << 26) + 12345;
+
+// The kernel named `name` as ptxas compiled it into this program (the image for the device's architecture,
+// else the newest one), as the offline calculator takes it.
+launchfit::kernel_resources compiled_kernel(const launchfit::calc::cubin_contents& own, int sm,
+                                            const char* name, int& image_sm) {
+  const launchfit::calc::cubin_image* image = nullptr;
+  for (const auto& i : own.images)
+    if (!image || i.sm == sm || (image->sm != sm && i.sm > image->sm)) image = &i;
+  if (!image) throw std::runtime_error("this program holds no readable cubin (built without device code?)");
+  image_sm = image->sm;
+  const std::string prefix = std::string(name) + "(";
+  for (const auto& k : image->kernels) {
+    if (k.demangled.compare(0, prefix.size(), prefix) != 0) continue;
+    launchfit::kernel_resources r = launchfit::kernel_resources::manual(
+        k.regs_per_thread, k.static_smem_bytes, k.max_threads_per_block, k.name);
+    r.demangled = k.demangled;
+    r.local_bytes_per_thread = k.local_bytes_per_thread;
+    return r;
+  }
+  throw std::runtime_error(std::string("kernel ") + name + " is not in this program's sm_" +
+                           std::to_string(image->sm) + " cubin");
+}
+
+// What launchfit would choose for the three launches on a device model of the built-in table, computed
+// offline: the same specs, their policy asked with the calculator as its occupancy oracle (a query without
+// the driver's), no GPU touched.
+int show_offline_plans(const std::string& model) {
+  const launchfit::device_limits dev = launchfit::device_limits::for_arch(model);
+  const launchfit::calc::cubin_contents own = launchfit::calc::read_cubin_file("/proc/self/exe");
+  const int sm = dev.cc();
+  struct shown {
+    const char* title;
+    const char* kernel;
+    launchfit::spec<launchfit::max_occupancy_policy> spec;
+    const char* after;
+  };
+  char saxpy_title[64], transpose_title[64], sum_title[64];
+  std::snprintf(saxpy_title, sizeof saxpy_title, "1. saxpy, n=%d", saxpy_n);
+  std::snprintf(transpose_title, sizeof transpose_title, "2. transpose, %d x %d", transpose_rows,
+                transpose_cols);
+  std::snprintf(sum_title, sizeof sum_title, "3. grid-stride sum, n=%lld", sum_n);
+  const shown launches[] = {
+      {saxpy_title, "saxpy", saxpy_spec(saxpy_n),
+       "launchfit::launch(saxpy, launchfit::max_occupancy().items(n), a, x, y, n);"},
+      {transpose_title, "transpose",
+       transpose_spec(static_cast<std::size_t>(transpose_rows) * transpose_cols),
+       "launchfit::launch(transpose, launchfit::max_occupancy().items(rows * cols), in, out, rows, cols);"},
+      {sum_title, "sum", sum_spec(sum_n),
+       "launchfit::launch(sum, launchfit::max_occupancy().grid_stride(n), x, n, total);"},
+  };
+  std::printf(
+      "dropin: OFFLINE, nothing launched: the plans launchfit would choose on %s (%s, %d SMs, %d "
+      "threads/SM), from its built-in device table and the offline occupancy calculator\n",
+      model.c_str(), dev.arch().c_str(), dev.sm_count, dev.max_threads_per_sm);
+  for (const shown& l : launches) {
+    int image_sm = 0;
+    launchfit::query q;
+    q.device = dev;
+    q.kernel = compiled_kernel(own, sm, l.kernel, image_sm);
+    q.work_hint = l.spec.work_shape();
+    q.blocks = l.spec.block_sizes();
+    q.bytes_in_flight_per_sm = launchfit::default_bytes_in_flight_per_sm(dev);
+    const launchfit::plan p = l.spec.get_policy().choose(q);
+    std::printf("\n%s\n", l.title);
+    std::printf("    after:     %s\n", l.after);
+    std::printf("    kernel:    %s: %d registers/thread, %zu B static smem (sm_%d code in this program%s)\n",
+                q.kernel.demangled.c_str(), q.kernel.regs_per_thread, q.kernel.static_smem_bytes, image_sm,
+                image_sm == sm ? "" : ", not this device's architecture");
+    launchfit_demo::print_plan(p, l.spec.work_shape());
+  }
+  std::printf(
+      "\ndropin: offline plans for %s shown; on a GPU the driver is asked instead and the results "
+      "are verified\n",
+      model.c_str());
+  return launchfit_demo::exit_ok;
+}
+
 bool report(const char* what, bool ok, const char* detail) {
   std::printf("    verified:  %s %s  %s\n", what, detail, ok ? "OK" : "MISMATCH");
   return ok;
@@ -66,7 +164,7 @@ int run_dropin() {
 
   // ---- 1. saxpy: one thread per item -------------------------------------------------------------------
   {
-    const int n = (1 << 24) + 7;
+    const int n = saxpy_n;
     const float a = 2.5f;
     const std::vector<float> x = random_floats(n, 1), y0 = random_floats(n, 2);
     device_buffer<float> dx(n), dy(n);
@@ -74,7 +172,7 @@ int run_dropin() {
     LAUNCHFIT_DEMO_CHECK(cudaMemcpy(dy.get(), y0.data(), dy.bytes(), cudaMemcpyHostToDevice));
 
     // before: saxpy<<<(n + 255) / 256, 256>>>(a, x, y, n);
-    auto spec = launchfit::max_occupancy().items(n);
+    const auto spec = saxpy_spec(n);
     launchfit::launch(saxpy, spec, a, dx.get(), dy.get(), n);
 
     LAUNCHFIT_DEMO_CHECK(cudaGetLastError());
@@ -92,7 +190,7 @@ int run_dropin() {
 
   // ---- 2. transpose: a 2-D shape as items(rows * cols) --------------------------------------------------
   {
-    const int rows = 3001, cols = 4099;  // deliberately not multiples of any block size
+    const int rows = transpose_rows, cols = transpose_cols;
     const std::size_t n = static_cast<std::size_t>(rows) * cols;
     const std::vector<float> in = random_floats(n, 3);
     device_buffer<float> din(n), dout(n);
@@ -101,7 +199,7 @@ int run_dropin() {
 
     // before: dim3 block(16, 16), grid((cols + 15) / 16, (rows + 15) / 16);
     //         transpose<<<grid, block>>>(in, out, rows, cols);
-    auto spec = launchfit::max_occupancy().items(n);
+    const auto spec = transpose_spec(n);
     launchfit::launch(transpose, spec, din.get(), dout.get(), rows, cols);
 
     LAUNCHFIT_DEMO_CHECK(cudaDeviceSynchronize());
@@ -121,7 +219,7 @@ int run_dropin() {
 
   // ---- 3. grid-stride sum with atomics: the grid is capped at what is resident ---------------------------
   {
-    const long long n = (1LL << 26) + 12345;
+    const long long n = sum_n;
     const std::vector<float> x = random_floats(static_cast<std::size_t>(n), 4);
     device_buffer<float> dx(static_cast<std::size_t>(n));
     device_buffer<double> dtotal(1);
@@ -129,7 +227,7 @@ int run_dropin() {
     LAUNCHFIT_DEMO_CHECK(cudaMemset(dtotal.get(), 0, sizeof(double)));
 
     // before: sum<<<4 * num_sms, 256>>>(x, n, total);
-    auto spec = launchfit::max_occupancy().grid_stride(n);
+    const auto spec = sum_spec(n);
     launchfit::launch(sum, spec, dx.get(), n, dtotal.get());
 
     LAUNCHFIT_DEMO_CHECK(cudaDeviceSynchronize());
@@ -165,4 +263,28 @@ int run_dropin() {
 
 }  // namespace
 
-int main() { return launchfit_demo::run("dropin", run_dropin); }
+int main(int argc, char** argv) {
+  CLI::App app{
+      "launchfit::launch in place of kernel<<<grid, block>>>: three kernels launched and verified; "
+      "without a GPU, the plans launchfit would choose on a device model, computed offline",
+      "dropin"};
+  std::string model = "H200";
+  bool offline = false;
+  app.add_option("--device-model", model,
+                 "device model of launchfit's built-in table for the offline plans: a part (H200, A100, L4, "
+                 "...) or an architecture (sm_90)")
+      ->capture_default_str()
+      ->check([](const std::string& m) -> std::string {
+        try {
+          (void)launchfit::device_limits::for_arch(m);
+          return {};
+        } catch (const launchfit::error& e) {
+          return e.message();
+        }
+      });
+  app.add_flag("--offline", offline, "show the offline plans without touching a GPU");
+  if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
+  const auto offline_plans = [&] { return show_offline_plans(model); };
+  if (offline) return launchfit_demo::run("dropin", offline_plans);
+  return launchfit_demo::run("dropin", run_dropin, offline_plans);
+}

@@ -185,4 +185,9 @@ int run_logging() {
 
 }  // namespace
 
-int main() { return launchfit_demo::run("logging", run_logging); }
+int main(int argc, char** argv) {
+  CLI::App app{"launchfit's plan log: text and JSON lines, spill and shortfall warnings, custom spdlog sinks",
+               "logging"};
+  if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
+  return launchfit_demo::run("logging", run_logging);
+}

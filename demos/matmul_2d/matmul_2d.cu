@@ -156,17 +156,7 @@ bool run_one(const char* title, const char* call, const Spec& spec, const float*
   return grid_ok && r.ok;
 }
 
-int run_matmul(int argc, char** argv) {
-  int m = 1000, n = 777, k = 513;
-  if (argc == 4) {
-    m = std::atoi(argv[1]);
-    n = std::atoi(argv[2]);
-    k = std::atoi(argv[3]);
-  }
-  if (m <= 0 || n <= 0 || k <= 0 || m > 16384 || n > 16384 || k > 16384) {
-    std::fprintf(stderr, "matmul_2d: sizes must be 1..16384 (usage: matmul_2d [m n k])\n");
-    return 2;
-  }
+int run_matmul(int m, int n, int k) {
   const launchfit::device_limits dev = launchfit::device_limits::query(0);
   LAUNCHFIT_DEMO_CHECK(cudaSetDevice(0));
   std::printf("matmul_2d: %s (%s, %d SMs)\n", dev.name.c_str(), dev.arch().c_str(), dev.sm_count);
@@ -204,5 +194,13 @@ int run_matmul(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return launchfit_demo::run("matmul_2d", [&] { return run_matmul(argc, argv); });
+  CLI::App app{
+      "a 32x32-tiled SGEMM over 2-D work: items({n, m}) with fixed({32, 32}) and with max_occupancy()",
+      "matmul_2d"};
+  int m = 1000, n = 777, k = 513;
+  app.add_option("m", m, "rows of A and C")->check(CLI::Range(1, 16384))->capture_default_str();
+  app.add_option("n", n, "columns of B and C")->check(CLI::Range(1, 16384))->capture_default_str();
+  app.add_option("k", k, "columns of A, rows of B")->check(CLI::Range(1, 16384))->capture_default_str();
+  if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
+  return launchfit_demo::run("matmul_2d", [&] { return run_matmul(m, n, k); });
 }

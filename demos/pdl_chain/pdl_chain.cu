@@ -12,7 +12,7 @@
 // the chain's wall time (launches + synchronize) both ways, interleaved over repetitions, and reports the
 // median saving per kernel.
 //
-//   build/demos/pdl_chain [--steps N] [--reps R]
+//   pdl_chain [--steps N] [--reps R]
 
 #include <algorithm>
 #include <chrono>
@@ -79,19 +79,7 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-int int_arg(int argc, char** argv, const char* name, int otherwise) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  return otherwise;
-}
-
-int run_chain(int argc, char** argv) {
-  const int steps = int_arg(argc, argv, "--steps", 64);
-  const int reps = int_arg(argc, argv, "--reps", 301);
-  if (steps < 1 || steps > 4096 || reps < 1 || reps > 100000) {
-    std::fprintf(stderr, "pdl_chain: --steps 1..4096, --reps 1..100000\n");
-    return 2;
-  }
+int run_chain(int steps, int reps) {
   const unsigned n = 8192;  // 8192 threads per step: a few blocks, microseconds of work
   const launchfit::device_limits dev = launchfit::device_limits::query(0);
   LAUNCHFIT_DEMO_CHECK(cudaSetDevice(0));
@@ -224,5 +212,13 @@ int run_chain(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return launchfit_demo::run("pdl_chain", [&] { return run_chain(argc, argv); });
+  CLI::App app{"a chain of small dependent kernels with and without programmatic dependent launch, timed",
+               "pdl_chain"};
+  int steps = 64, reps = 301;
+  app.add_option("--steps", steps, "kernels in the chain")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions of the chain, each way")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  if (const int rc = launchfit_demo::parse_command_line(app, argc, argv); rc >= 0) return rc;
+  return launchfit_demo::run("pdl_chain", [&] { return run_chain(steps, reps); });
 }

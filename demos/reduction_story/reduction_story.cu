@@ -95,32 +95,18 @@ struct options {
   bool seed_given = false;
 };
 
-options parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--svg") {
-      o.svg = value();
-    } else if (a == "--csv") {
-      o.csv = value();
-    } else if (a == "--gib") {
-      o.gib = std::stod(value());
-      if (!(o.gib >= 0.25 && o.gib <= 16)) throw std::invalid_argument("--gib must be in 0.25..16");
-    } else if (a == "--seed") {
-      o.seed = std::stoull(value());
-      o.seed_given = true;
-    } else if (a == "--help" || a == "-h") {
-      std::printf("usage: reduction_story [--svg PATH] [--csv PATH] [--gib G (default 1)] [--seed S]\n");
-      std::exit(0);
-    } else {
-      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
-    }
-  }
-  return o;
+// The command line (CLI11); returns -1 to go on, else the exit code.
+int parse(int argc, char** argv, options& o) {
+  CLI::App app{"why 50% occupancy beats 100%: bytes in flight vs occupancy, with an SVG of the sweep",
+               "reduction_story"};
+  app.add_option("--svg", o.svg, "where to write the SVG of the sweep")->capture_default_str();
+  app.add_option("--csv", o.csv, "where to write the sweep as CSV")->capture_default_str();
+  app.add_option("--gib", o.gib, "GiB of floats to sum")
+      ->check(CLI::Range(0.25, 16.0))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the random input (default: from the clock)")
+      ->each([&o](const std::string&) { o.seed_given = true; });
+  return launchfit_demo::parse_command_line(app, argc, argv);
 }
 
 std::uint64_t splitmix64(std::uint64_t& s) {
@@ -308,8 +294,7 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f) throw std::runtime_error("cannot write '" + path + "'");
 }
 
-int run_story(int argc, char** argv) {
-  const options opt = parse(argc, argv);
+int run_story(const options& opt) {
   const launchfit::device_limits dev = launchfit::device_limits::query(0);
   LAUNCHFIT_DEMO_CHECK(cudaSetDevice(0));
   LAUNCHFIT_DEMO_CHECK(cudaFree(nullptr));
@@ -486,5 +471,7 @@ int run_story(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return launchfit_demo::run("reduction_story", [&] { return run_story(argc, argv); });
+  options opt;
+  if (const int rc = parse(argc, argv, opt); rc >= 0) return rc;
+  return launchfit_demo::run("reduction_story", [&] { return run_story(opt); });
 }

@@ -17,9 +17,10 @@ namespace launchfit {
 // A reference to an aggregate whose fields are the arguments; make it with args() inside the launch call.
 template <class Aggregate>
 struct packed_args {
-  const Aggregate& fields;
+  const Aggregate& fields;  // the aggregate, referenced for the duration of the launch call
 };
 
+// An aggregate's fields as a kernel's arguments: launch(k, spec, args(saxpy_args{a, x, y, n})).
 template <class Aggregate>
 packed_args<Aggregate> args(const Aggregate& a) noexcept {
   static_assert(
@@ -28,15 +29,18 @@ packed_args<Aggregate> args(const Aggregate& a) noexcept {
   return packed_args<Aggregate>{a};
 }
 
-// Runtime-API kernel: the fields, in order, checked and converted as separate arguments would be.
+// Runtime-API kernel: the fields, in order, checked and converted as separate arguments would be; returns
+// what was launched, like every launch().
 template <class... Params, class Policy, class Aggregate>
-void launch(void (*k)(Params...), const spec<Policy>& s, packed_args<Aggregate> a) {
-  std::apply([&](const auto&... field) { launch(k, s, field...); }, boost::pfr::structure_tie(a.fields));
+launched launch(void (*k)(Params...), const spec<Policy>& s, packed_args<Aggregate> a) {
+  return std::apply([&](const auto&... field) { return launch(k, s, field...); },
+                    boost::pfr::structure_tie(a.fields));
 }
 
-// Driver-API kernel: one kernel parameter per field, sizes checked against cuFuncGetParamInfo.
+// Driver-API kernel: one kernel parameter per field, sizes checked against cuFuncGetParamInfo; returns what
+// was launched.
 template <class Policy, class Aggregate>
-void launch(const kernel& k, const spec<Policy>& s, packed_args<Aggregate> a) {
+launched launch(const kernel& k, const spec<Policy>& s, packed_args<Aggregate> a) {
   constexpr std::size_t n = boost::pfr::tuple_size_v<Aggregate>;
   std::array<void*, n> ptrs{};
   std::array<std::size_t, n> sizes{};
@@ -51,7 +55,7 @@ void launch(const kernel& k, const spec<Policy>& s, packed_args<Aggregate> a) {
   r.arg_sizes = sizes.data();
   r.arg_count = n;
   r.has_arguments = true;
-  detail::launch(r);
+  return detail::launch(r);
 }
 
 }  // namespace launchfit

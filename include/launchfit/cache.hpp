@@ -34,18 +34,21 @@ struct plan_key {
   }
 };
 
+// One plan in the cache, with what it was made for (plan_cache::plans()).
 struct cached_plan {
-  plan_key key;
+  plan_key key;             // what the plan is keyed by
   std::string kernel;       // demangled
   std::string device;       // "NVIDIA H200 #0"
-  std::string device_uuid;
-  launchfit::plan plan;
+  std::string device_uuid;  // "GPU-..."
+  launchfit::plan plan;     // the plan itself
 };
 
+// The process's plans, one per (context, kernel, policy, smem rule, launch options); see cache().
 class LAUNCHFIT_API plan_cache {
  public:
   // A snapshot of every plan made under the current inputs (plan_key::inputs), for reports.
   std::vector<cached_plan> plans() const;
+  // Plans made under the current inputs.
   std::size_t size() const;
   // Drops every plan (tests; after changing a kernel attribute such as the smem carveout).
   void clear();
@@ -61,7 +64,7 @@ enum class cache_file_mode {
   frozen,      // read only: production jobs where every rank must use the same plans
 };
 
-// Opens (or creates on first write) the cache file; LAUNCHFIT_CACHE=<path> and LAUNCHFIT_CACHE_MODE=frozen
+// Opens (or creates on first write) the cache file; LAUNCHFIT_CACHE=PATH and LAUNCHFIT_CACHE_MODE=frozen
 // do the same at first launch. A corrupt, truncated or foreign file, a special file (FIFO, device,
 // directory, socket), a dangling symbolic link or a file above LAUNCHFIT_CACHE_MAX_BYTES (default 16 MiB)
 // is not used, with one warning; plans are then kept in memory. A symbolic link is followed once: its
@@ -87,6 +90,7 @@ enum class cache_match {
 // Sets the match level for every later lookup; LAUNCHFIT_CACHE_MATCH=exact|model does the same at first
 // use (another value: exact, with one warning). Plans already cached in memory are kept.
 LAUNCHFIT_API void set_cache_match(cache_match m);
+// The match level in force.
 LAUNCHFIT_API cache_match cache_file_match();
 
 // ---- calibration ---------------------------------------------------------------------------------------
@@ -131,6 +135,7 @@ struct remote_store_stats {
   std::uint64_t write_drops = 0;     // not written: queue full, store dead, too large, no device model
   std::uint64_t failures = 0;        // operations that failed (connect, timeout, error or wrong-type reply)
 };
+// The remote plan store's counters since the process started (all 0 without LAUNCHFIT_REMOTE).
 LAUNCHFIT_API remote_store_stats remote_store_statistics();
 
 }  // namespace launchfit

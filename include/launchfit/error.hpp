@@ -55,6 +55,7 @@ class LAUNCHFIT_API error : public std::runtime_error {
   error(int cuda_result, std::string call, std::string message, std::string kernel = {},
         std::string config = {});
 
+  // What went wrong, as a value to branch on (never the name string).
   errc code() const noexcept { return code_; }
   // The CUresult where the error has a CUDA driver status (whatever code() says), else 0.
   int cuda_result() const noexcept { return cuda_result_; }
@@ -65,6 +66,7 @@ class LAUNCHFIT_API error : public std::runtime_error {
   const std::string& call() const noexcept { return call_; }
   // The CUDA error name (e.g. "CUDA_ERROR_INVALID_VALUE"), or a launchfit code such as "LAUNCHFIT_INVALID_PLAN".
   const std::string& cuda_error() const noexcept { return cuda_error_; }
+  // What happened and what to change, without the call, kernel and configuration.
   const std::string& message() const noexcept { return message_; }
   // Demangled kernel name, empty when the error is not about one kernel.
   const std::string& kernel() const noexcept { return kernel_; }

@@ -25,12 +25,13 @@ class family;
 template <class... Params>
 class family<void(Params...)> {
  public:
-  using kernel_type = void (*)(Params...);
+  using kernel_type = void (*)(Params...);  // every member's type: the same parameters
+  // One instantiation and the block it is written for: {256, reduce<256>}.
   struct member {
-    int block;
-    kernel_type kernel;
+    int block;           // block threads the member is written for
+    kernel_type kernel;  // the instantiation
   };
-  static constexpr std::size_t max_members = 16;
+  static constexpr std::size_t max_members = 16;  // members a family holds at most
 
   // Throws launchfit::error for no member, more than 16, a null kernel, a block outside 1..1024, or two
   // members with the same block.
@@ -59,7 +60,9 @@ class family<void(Params...)> {
     id_ = static_cast<std::uintptr_t>(id | 1);  // never a valid function address: odd
   }
 
+  // Number of members.
   std::size_t size() const noexcept { return size_; }
+  // The members, in the order given (for the library's planner).
   const detail::family_member* members() const noexcept { return members_.data(); }
   // Identity in plan keys: the members and their blocks, whatever family object holds them.
   std::uintptr_t id() const noexcept { return id_; }

@@ -18,13 +18,14 @@ namespace detail {
 class kernel_id_set;
 }
 
+// What a kernel uses, as the driver (or a cubin, or the caller) states it: what occupancy depends on.
 struct LAUNCHFIT_API kernel_resources {
   std::string name;              // mangled, as the driver reports it
   std::string demangled;         // readable name; equals name when it is not mangled
-  int regs_per_thread = 0;
-  std::size_t static_smem_bytes = 0;
+  int regs_per_thread = 0;       // registers per thread, as compiled
+  std::size_t static_smem_bytes = 0;       // __shared__ arrays of fixed size, per block
   std::size_t local_bytes_per_thread = 0;  // local memory per thread: stack frame and/or register spills
-  std::size_t const_bytes = 0;
+  std::size_t const_bytes = 0;             // __constant__ memory the kernel uses
   int max_threads_per_block = 1024;        // reflects __launch_bounds__ and register use
   int ptx_version = 0;                     // e.g. 90
   int binary_version = 0;                  // e.g. 90
@@ -41,9 +42,12 @@ struct LAUNCHFIT_API kernel_resources {
 class LAUNCHFIT_API kernel {
  public:
   kernel() = default;
+  // A function of one context (cuModuleGetFunction, cuLibraryGetKernel + cuKernelGetFunction).
   explicit kernel(CUfunction f) noexcept : function_(f) {}
+  // A context-independent kernel (cuLibraryGetKernel): resolved in the current context at launch.
   explicit kernel(CUkernel k) noexcept : kernel_(k) {}
 
+  // Holds a function or kernel (false for a default-constructed one).
   bool valid() const noexcept { return function_ || kernel_; }
   // Identity used in plan-cache keys.
   std::uintptr_t id() const noexcept {
@@ -68,6 +72,7 @@ class LAUNCHFIT_API kernel {
 
 // Resources of any CUfunction (also used for runtime-API kernels resolved with cudaGetFuncBySymbol).
 LAUNCHFIT_API kernel_resources query_resources(CUfunction f);
+// Parameter sizes in bytes of any CUfunction (cuFuncGetParamInfo); nullopt when the driver cannot say.
 LAUNCHFIT_API std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f);
 
 // A loaded CUDA library (cuLibraryLoad*): cubin, fatbin or PTX (JIT-compiled by the driver), from a file
@@ -78,9 +83,12 @@ class LAUNCHFIT_API module {
   static module from_file(const std::string& path);
   // image: a cubin or fatbin in memory, or NUL-terminated PTX text.
   static module from_memory(const void* image);
+  // PTX text, JIT-compiled by the driver.
   static module from_ptx(const std::string& ptx) { return from_memory(ptx.c_str()); }
 
+  // Moves the loaded library; `other` is left empty.
   module(module&& other) noexcept;
+  // Unloads this module's library (forgetting its plans) and takes `other`'s.
   module& operator=(module&& other) noexcept;
   module(const module&) = delete;
   module& operator=(const module&) = delete;
@@ -88,6 +96,7 @@ class LAUNCHFIT_API module {
 
   // Throws launchfit::error naming the kernel when the library has no such (mangled) name. Thread-safe.
   kernel get(const std::string& name) const;
+  // The CUlibrary, for driver calls launchfit does not wrap.
   CUlibrary handle() const noexcept { return library_; }
 
  private:

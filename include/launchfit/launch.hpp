@@ -45,6 +45,7 @@ inline namespace LAUNCHFIT_DEFAULT_STREAM_NS {
 template <class Policy>
 class spec {
  public:
+  // A spec with this policy and nothing else (no work: one full wave). The factories below make these.
   explicit spec(Policy p) : policy_(std::move(p)) {}
 
   // One thread per item: grid = ceil(n / block).
@@ -137,6 +138,7 @@ class spec {
   spec smem_per_block(F f, std::uint64_t key = 0) && {
     return std::move(smem_per_block(std::move(f), key));
   }
+  // The same, on a named spec (changed in place and returned).
   template <class F>
   spec& smem_per_block(F f, std::uint64_t key = 0) & {
     static_assert(std::is_invocable_r_v<std::size_t, F&, int>, "smem_per_block(f): f(int block) -> bytes");
@@ -177,7 +179,10 @@ class spec {
     return *this;
   }
 
+  // ---- what the spec says (read by launch() and plan_for()) ----
+  // The policy as given.
   const Policy& policy_value() const noexcept { return policy_; }
+  // The policy as a launchfit::policy, whatever holds it.
   const launchfit::policy& get_policy() const noexcept {
     if constexpr (std::is_base_of_v<launchfit::policy, Policy>) {
       return policy_;
@@ -191,22 +196,35 @@ class spec {
     w.waves = options_.waves;
     return w;
   }
+  // The stream (nullptr: this file's default stream).
   CUstream stream() const noexcept { return stream_; }
+  // Fixed dynamic smem per block (when there is no smem_per_block rule).
   std::size_t smem_bytes() const noexcept { return options_.smem_bytes; }
+  // The smem_per_block rule, or nullptr.
   const smem_per_block_fn* smem_fn() const noexcept { return smem_fn_ ? &smem_fn_ : nullptr; }
+  // The smem rule's identity in plan keys (the fixed bytes, or the rule's type and key).
   std::uint64_t smem_rule() const noexcept { return options_.smem_identity(); }
   // What the launch requires as the spec says it (make_request adds cooperative for a cooperative policy).
   const launch_options& options() const noexcept { return options_; }
+  // Cluster dims (1x1x1: none).
   dims cluster_dims() const noexcept { return options_.cluster; }
+  // Cluster sizes above 8 are allowed.
   bool allows_non_portable_cluster() const noexcept { return options_.non_portable_cluster; }
-  bool requires_cooperative() const noexcept {  // .cooperative() was called, or the policy is cooperative()
+  // .cooperative() was called, or the policy is cooperative().
+  bool requires_cooperative() const noexcept {
     return options_.cooperative || std::is_same_v<Policy, cooperative_policy>;
   }
+  // .pdl() was called.
   bool is_programmatic() const noexcept { return options_.programmatic; }
+  // SMs resident grids are sized for (0: all of the context's).
   int sm_budget() const noexcept { return options_.sm_budget; }
+  // The block rule (any by default).
   const block_rule& block_sizes() const noexcept { return blocks_; }
+  // A tuning policy may time candidates on this launch (rerunnable() or reset()).
   bool is_rerunnable() const noexcept { return rerunnable_ || reset_; }
+  // rerunnable() was called: trials may run back to back.
   bool runs_back_to_back() const noexcept { return rerunnable_; }
+  // The reset(f) function, or nullptr.
   const std::function<void()>* reset_fn() const noexcept { return reset_.get(); }
 
  private:
@@ -268,6 +286,7 @@ inline spec<std::shared_ptr<const policy>> use(std::shared_ptr<const policy> p) 
   if (!p) throw error("launchfit::use", "LAUNCHFIT_INVALID_POLICY", "null policy");
   return spec<std::shared_ptr<const policy>>(std::move(p));
 }
+// A policy by its string, "name(k=v,...)": a built-in, registered or plugin policy (policy_from_string).
 inline spec<std::shared_ptr<const policy>> use(std::string_view policy_string) {
   return use(policy_from_string(policy_string));
 }
@@ -324,8 +343,9 @@ launch_request make_request(const spec<Policy>& s) {
 // p.block_threads; }), ...). Called once per launch, and for each candidate a tuning policy times.
 template <class F>
 struct plan_argument {
-  F f;
+  F f;  // plan -> the argument's value
 };
+// Makes a plan_argument from f(const plan&).
 template <class F>
 plan_argument<std::decay_t<F>> from_plan(F&& f) {
   return plan_argument<std::decay_t<F>>{std::forward<F>(f)};
@@ -439,6 +459,7 @@ const plan& plan_for(void (*k)(Params...), const spec<Policy>& s) {
   r.resolve = &detail::resolve_runtime_kernel;
   return detail::plan_for(r);
 }
+// The same for a driver-API kernel.
 template <class Policy>
 const plan& plan_for(const kernel& k, const spec<Policy>& s) {
   detail::launch_request r = detail::make_request(s);

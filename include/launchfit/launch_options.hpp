@@ -11,6 +11,7 @@
 
 namespace launchfit {
 
+// What a launch requires beyond its plan's block and grid: kept through every policy, override and plugin.
 struct launch_options {
   bool cooperative = false;           // cooperative() or .cooperative(): co-resident grid, cooperative attribute
   dims cluster{};                     // thread-block cluster dims (1x1x1: none)
@@ -21,9 +22,10 @@ struct launch_options {
   // Dynamic shared memory: fixed bytes per block, or (smem_rule != 0) a rule of the block size whose
   // identity is its type and key (the spec carries the rule's function; each launch checks rule(block)).
   std::size_t smem_bytes = 0;
-  std::uint64_t smem_rule = 0;
+  std::uint64_t smem_rule = 0;       // the rule's identity; 0: fixed bytes (smem_bytes)
   std::uint32_t waves = 0;            // grid_stride work: at most this many waves of resident blocks (0: the policy's)
 
+  // A cluster of more than one block.
   bool has_cluster() const noexcept { return cluster.count() > 1; }
   // The smem rule as the plan key holds it: the fixed bytes, or the rule's identity (top bit set).
   std::uint64_t smem_identity() const noexcept { return smem_rule != 0 ? smem_rule : smem_bytes; }

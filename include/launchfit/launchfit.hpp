@@ -6,6 +6,7 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
+#include "launchfit/family.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"

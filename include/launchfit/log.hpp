@@ -14,7 +14,11 @@ class logger;
 
 namespace launchfit {
 
-enum class log_format { text, json };
+// How launchfit's log lines are written.
+enum class log_format {
+  text,  // one readable line per event (the default)
+  json,  // one JSON object per line
+};
 
 // The "launchfit" logger, created on first use and never destroyed (a line logged from a static destructor
 // is written). Its lines go to stderr, or to the logger given to set_logger(), or to a logger named
@@ -31,6 +35,7 @@ LAUNCHFIT_API void set_logger(std::shared_ptr<spdlog::logger> l);
 // text (default) or json: then every line launchfit writes to stderr is one JSON object (with your own
 // logger: every message). LAUNCHFIT_LOG_FORMAT=json sets it at first use.
 LAUNCHFIT_API void set_log_format(log_format f);
+// The format in force.
 LAUNCHFIT_API log_format current_log_format();
 
 // Asynchronous output (LAUNCHFIT_LOG_ASYNC=1 sets it at first use): a logging thread formats and writes
@@ -38,6 +43,7 @@ LAUNCHFIT_API log_format current_log_format();
 // and counted (a launch never waits for the log), and the drop is reported in a warning. Lines still
 // queued are written at exit (waiting at most about half a second for a stuck output).
 LAUNCHFIT_API void set_log_async(bool on);
+// Whether output is asynchronous now.
 LAUNCHFIT_API bool log_async();
 // Lines launchfit could not write: dropped from a full asynchronous queue, at exit from a stuck output,
 // or logged by a sink from inside launchfit's own logging.

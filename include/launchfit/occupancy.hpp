@@ -25,19 +25,20 @@ enum limiter : unsigned {
 // "registers|shared_memory"
 LAUNCHFIT_API std::string limiter_names(unsigned limiters);
 
+// Occupancy of one configuration (block threads, dynamic smem) and what limits it.
 struct LAUNCHFIT_API occupancy_result {
-  int block_threads = 0;
-  std::size_t dynamic_smem_bytes = 0;
-  int active_blocks_per_sm = 0;
-  int active_warps_per_sm = 0;
-  int active_threads_per_sm = 0;
+  int block_threads = 0;               // the block asked about
+  std::size_t dynamic_smem_bytes = 0;  // the dynamic smem asked about
+  int active_blocks_per_sm = 0;        // resident blocks per SM
+  int active_warps_per_sm = 0;         // resident warps per SM
+  int active_threads_per_sm = 0;       // resident threads per SM
   double occupancy = 0;        // active warps / max warps, 0..1
   unsigned limiters = 0;       // bitmask of limiter
   // Blocks per SM each resource alone would allow (INT_MAX-like large value when unlimited).
-  int blocks_limit_warps = 0;
-  int blocks_limit_registers = 0;
-  int blocks_limit_shared_memory = 0;
-  int blocks_limit_blocks = 0;
+  int blocks_limit_warps = 0;          // by warps per SM
+  int blocks_limit_registers = 0;      // by registers per SM
+  int blocks_limit_shared_memory = 0;  // by shared memory per SM
+  int blocks_limit_blocks = 0;         // by blocks per SM
   // What one block really takes after allocation granularity.
   int allocated_regs_per_block = 0;
   std::size_t allocated_smem_per_block_bytes = 0;  // incl. static + dynamic + reserve, rounded up
@@ -78,10 +79,11 @@ LAUNCHFIT_API occupancy_result occupancy(const device_limits& device, const kern
 // Dynamic shared memory as a function of block size (capturing lambdas welcome).
 using smem_per_block_fn = std::function<std::size_t(int block_threads)>;
 
+// The block cuOccupancyMaxPotentialBlockSize would choose, computed offline (max_potential_block_size).
 struct block_size_choice {
-  int block_threads = 0;
+  int block_threads = 0;    // the block with the most resident threads
   int min_grid_blocks = 0;  // active blocks per SM x SM count
-  occupancy_result occupancy;
+  occupancy_result occupancy;  // its occupancy
 };
 
 namespace detail {
@@ -123,10 +125,11 @@ LAUNCHFIT_API block_size_choice max_potential_block_size(const device_limits& de
 // "How much to cut to gain one more block": the registers per thread and the shared memory per block
 // (dynamic part) at or below which one more block becomes resident; -1 when cutting that alone cannot help.
 struct one_more_block {
-  int target_blocks_per_sm = 0;
-  int max_regs_per_thread = -1;
-  long long max_dynamic_smem_bytes = -1;
+  int target_blocks_per_sm = 0;           // the resident blocks per SM aimed at: one more than now
+  int max_regs_per_thread = -1;           // registers per thread at or below which it is reached
+  long long max_dynamic_smem_bytes = -1;  // dynamic smem per block at or below which it is reached
 };
+// Computes one_more_block for a configuration, offline.
 LAUNCHFIT_API one_more_block what_to_cut(const device_limits& device, const kernel_resources& kernel, int block_threads,
                            std::size_t dynamic_smem_bytes);
 

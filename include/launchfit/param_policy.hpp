@@ -67,6 +67,7 @@ std::string params_to_string(const Params& p) {
   return out;
 }
 
+// A stable hash of a policy's name hash and its parameters' values, field by field.
 template <class Params>
 std::uint64_t params_hash(std::uint64_t name_hash, const Params& p) {
   std::uint64_t h = name_hash;
@@ -98,7 +99,7 @@ struct param_policy_members {
 // register_policy<your_policy>() to make it selectable by name ("your_policy(k=v)").
 class LAUNCHFIT_API constant_block_policy final : public param_policy<constant_block_policy, no_params> {
  public:
-  static constexpr const char* policy_name = "constant_block";
+  static constexpr const char* policy_name = "constant_block";  // its name in policy strings
   using param_policy::param_policy;
 
  protected:

@@ -15,14 +15,19 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "launchfit/export.hpp"
 #include "launchfit/occupancy.hpp"
 
 namespace launchfit {
 
+// Block or grid dimensions, as dim3.
 struct LAUNCHFIT_API dims {
-  unsigned x = 1, y = 1, z = 1;
+  unsigned x = 1;  // threads or blocks along x
+  unsigned y = 1;  // along y
+  unsigned z = 1;  // along z
+  // x * y * z.
   constexpr unsigned long long count() const noexcept {
     return static_cast<unsigned long long>(x) * y * z;
   }
@@ -32,26 +37,41 @@ struct LAUNCHFIT_API dims {
 };
 
 // Items per dimension of a multi-dimensional launch: items({nx, ny}) or items({nx, ny, nz}).
+// The constructor takes any integer type, so items({n, m}) with int sizes is not a narrowing conversion
+// (an error under nvcc, a warning under g++). Negative sizes become huge and are refused at launch.
 struct extent {
-  std::uint64_t x = 1, y = 1, z = 1;
+  std::uint64_t x = 1;  // items along x
+  std::uint64_t y = 1;  // items along y
+  std::uint64_t z = 1;  // items along z
+  // One item.
+  constexpr extent() noexcept = default;
+  // {nx, ny} or {nx, ny, nz}, of any integer types.
+  template <class X, class Y, class Z = std::uint64_t,
+            class = std::enable_if_t<std::is_integral_v<X> && std::is_integral_v<Y> && std::is_integral_v<Z>>>
+  constexpr extent(X nx, Y ny, Z nz = 1) noexcept
+      : x(static_cast<std::uint64_t>(nx)),
+        y(static_cast<std::uint64_t>(ny)),
+        z(static_cast<std::uint64_t>(nz)) {}
 };
 
 // The work a launch covers. The grid is computed from it per launch; the plan depends on it only through its
 // policy's size bucket and the rank (see the plan contract above).
 struct work {
+  // How the grid follows from the work.
   enum class shape : std::uint8_t {
     none,         // no work given: one full wave of resident blocks (blocks_per_sm x SMs)
     items,        // one thread per `per_thread` items: grid = ceil(n / (block x per_thread)), per dimension
     grid_stride,  // the kernel loops: grid = min(ceil(n / (block x per_thread)), waves x resident blocks)
     grid,         // the caller's grid (`grid`), checked against the device and, cooperative, for co-residency
   };
-  shape kind = shape::none;
+  shape kind = shape::none;      // which of the shapes above
   std::uint64_t n = 0;           // items along x (the only dimension when rank is 1)
   std::uint32_t per_thread = 1;  // along x
   std::uint8_t rank = 1;         // 1, 2 or 3: items({nx, ny[, nz]}) plans a 2-D block and a grid per dimension
   std::uint32_t waves = 0;       // grid_stride: cap at this many waves of resident blocks (0: the policy's
                                  // choice: one wave, or the full grid for wide elements, plan.full_grid)
-  std::uint64_t ny = 1, nz = 1;  // items along y and z (rank 2 and 3)
+  std::uint64_t ny = 1;          // items along y (rank 2 and 3)
+  std::uint64_t nz = 1;          // items along z (rank 3)
   dims grid{0, 1, 1};           // shape::grid only
 };
 
@@ -59,13 +79,20 @@ struct work {
 // kernel tiled by 64 threads, or an explicit set: every policy (and autotune, and a plan read from a file)
 // chooses among these only, or the launch is refused.
 struct LAUNCHFIT_API block_rule {
-  enum class kind : std::uint8_t { any, multiple_of, power_of_two, one_of };
-  kind k = kind::any;
+  // Which rule.
+  enum class kind : std::uint8_t {
+    any,           // every block size
+    multiple_of,   // multiples of `multiple`
+    power_of_two,  // 1, 2, 4, ... 1024
+    one_of,        // the sizes in `values`
+  };
+  kind k = kind::any;                  // which rule
   std::uint8_t count = 0;              // one_of: values used in `values`
   std::uint16_t multiple = 1;          // multiple_of
   std::uint16_t values[16] = {};       // one_of: block sizes, at most 16
   bool invalid = false;                // a multiple or a size outside 1..1024, or more than 16 sizes
 
+  // Whether a block of this many threads may run.
   bool allows(int block_threads) const noexcept {
     if (block_threads <= 0) return false;
     switch (k) {
@@ -80,6 +107,7 @@ struct LAUNCHFIT_API block_rule {
     }
     return false;
   }
+  // Power-of-two blocks only (a tree reduction's assumption).
   static block_rule power_of_two() noexcept {
     block_rule r;
     r.k = kind::power_of_two;
@@ -107,6 +135,7 @@ struct LAUNCHFIT_API block_rule {
     }
     return r;
   }
+  // The rule allows every block.
   bool is_any() const noexcept { return k == kind::any || (k == kind::multiple_of && multiple <= 1 && !invalid); }
   // Stable identity for plan keys (0: any).
   std::uint64_t hash() const noexcept;
@@ -114,17 +143,19 @@ struct LAUNCHFIT_API block_rule {
   std::string to_string() const;
 };
 
+// What a policy decided for one (device, kernel, policy, smem rule, launch options, size bucket); the grid of
+// each launch is computed from it and the work (grid_for).
 struct LAUNCHFIT_API plan {
-  dims block;
+  dims block;                    // block dimensions
   int block_threads = 0;         // block.count()
   int blocks_per_sm = 0;         // resident blocks per SM this plan runs with (caps grid_stride grids)
   int sm_count = 0;              // SMs the plan is sized for: the context's, or the launch's SM budget (sms(k))
-  std::size_t dynamic_smem_bytes = 0;
+  std::size_t dynamic_smem_bytes = 0;  // dynamic shared memory per block
   dims grid{0, 1, 1};            // fixed grids only (grid.x == 0: computed from the work)
   dims cluster;                  // thread-block cluster dims (1x1x1: none)
   int resident_clusters = 0;     // clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster
   bool cluster_from_kernel = false;  // the kernel's compile-time __cluster_dims__ (no launch attribute is set)
-  bool cooperative = false;
+  bool cooperative = false;          // launched cooperatively, the grid checked for co-residency
   bool full_grid = false;        // grid_stride work launches one thread per item unless the spec gives waves(k)
   bool programmatic = false;     // programmatic dependent launch (sm_90+): may start before its predecessor ends
   std::string blocks;            // the launch's block rule when it has one: "power of two", "multiple of 64"
@@ -136,7 +167,7 @@ struct LAUNCHFIT_API plan {
   // | remote (the remote plan store: another GPU of this model) | fallback
   std::string match = "computed";
   int trials = 0;                // candidate plans timed (autotune)
-  double tuning_ms = 0;
+  double tuning_ms = 0;          // time spent timing them
 
   // Resident-block cap: the co-resident clusters' blocks for a cluster launch, else blocks_per_sm x sm_count.
   long long resident_blocks() const noexcept {
@@ -161,11 +192,13 @@ struct LAUNCHFIT_API plan {
 // What a launch ran with: returned by launch(), so a host sizing buffers or the next pass need not plan again.
 struct launched {
   dims grid{0, 1, 1};  // 0 blocks: the work was empty and nothing was launched
-  dims block;
-  std::size_t dynamic_smem_bytes = 0;
+  dims block;          // its block
+  std::size_t dynamic_smem_bytes = 0;     // its dynamic shared memory per block
   const struct plan* plan_ptr = nullptr;  // valid as long as plan_for()'s reference (until the plans are dropped)
 
+  // The plan it ran with.
   const struct plan& plan() const noexcept { return *plan_ptr; }
+  // Waves of resident blocks its grid took (plan::waves).
   double waves() const noexcept { return plan_ptr ? plan_ptr->waves(grid) : 0.0; }
 };
 

@@ -105,51 +105,65 @@ typedef enum launchfit_work_kind {
 
 /* The device of the current context (from the driver on a GPU, from the built-in table in tests). */
 typedef struct launchfit_device {
-  uint32_t struct_size;
-  uint32_t abi_version;
+  uint32_t struct_size; /* sizeof the struct as its producer compiled it (fields may be added at the end) */
+  uint32_t abi_version; /* LAUNCHFIT_PLUGIN_ABI_VERSION as its producer compiled it */
   const char* name; /* "NVIDIA H200" */
   const char* uuid; /* "GPU-..." (with MIG instance), "" for a table entry */
-  int32_t cc_major, cc_minor;
+  int32_t cc_major; /* compute capability, major */
+  int32_t cc_minor; /* compute capability, minor */
   int32_t sm_count; /* SMs usable by the current context */
-  int32_t regs_per_sm, regs_per_block, max_regs_per_thread;
-  int32_t max_threads_per_sm, max_warps_per_sm, max_blocks_per_sm, max_threads_per_block, warp_size;
-  uint64_t smem_per_sm_bytes, smem_per_block_bytes, smem_per_block_optin_bytes;
-  uint64_t smem_reserved_per_block_bytes;
-  int32_t max_block_dim[3];
-  int32_t max_grid_dim[3];
-  uint64_t l2_bytes;
+  int32_t regs_per_sm;                    /* 32-bit registers per SM */
+  int32_t regs_per_block;                 /* registers one block may use */
+  int32_t max_regs_per_thread;            /* registers one thread may use */
+  int32_t max_threads_per_sm;             /* resident threads per SM */
+  int32_t max_warps_per_sm;               /* resident warps per SM */
+  int32_t max_blocks_per_sm;              /* resident blocks per SM */
+  int32_t max_threads_per_block;          /* largest block */
+  int32_t warp_size;                      /* threads per warp */
+  uint64_t smem_per_sm_bytes;             /* shared memory per SM available to blocks */
+  uint64_t smem_per_block_bytes;          /* per block without opt-in (48 KB) */
+  uint64_t smem_per_block_optin_bytes;    /* per block with the opt-in */
+  uint64_t smem_reserved_per_block_bytes; /* system reserve per block (1 KB on cc >= 8.0) */
+  int32_t max_block_dim[3];               /* largest block per dimension */
+  int32_t max_grid_dim[3];                /* largest grid per dimension */
+  uint64_t l2_bytes;                      /* L2 cache size */
   double peak_bandwidth_bytes_per_s; /* 0 when unknown */
-  int32_t cooperative_launch, cluster_launch;
+  int32_t cooperative_launch;        /* nonzero: cooperative launches possible */
+  int32_t cluster_launch;            /* nonzero: cluster launches possible (sm_90+) */
 } launchfit_device;
 
 /* What the kernel uses. */
 typedef struct launchfit_kernel {
-  uint32_t struct_size;
-  uint32_t abi_version;
+  uint32_t struct_size;  /* sizeof the struct as its producer compiled it (fields may be added at the end) */
+  uint32_t abi_version;  /* LAUNCHFIT_PLUGIN_ABI_VERSION as its producer compiled it */
   const char* name;      /* mangled, as the driver reports it */
   const char* demangled; /* readable */
-  int32_t regs_per_thread;
+  int32_t regs_per_thread;       /* registers per thread, as compiled */
   int32_t max_threads_per_block; /* reflects __launch_bounds__ and register use */
-  uint64_t static_smem_bytes, local_bytes_per_thread, const_bytes, max_dynamic_smem_bytes;
-  int32_t ptx_version, binary_version;
+  uint64_t static_smem_bytes;    /* fixed-size __shared__ per block */
+  uint64_t local_bytes_per_thread; /* local memory per thread: stack frame and spills */
+  uint64_t const_bytes;            /* __constant__ memory used */
+  uint64_t max_dynamic_smem_bytes; /* the function's current dynamic smem limit */
+  int32_t ptx_version;             /* PTX ISA the kernel was compiled for, e.g. 90 */
+  int32_t binary_version;          /* SASS architecture of the loaded code, e.g. 90 */
 } launchfit_kernel;
 
 typedef struct launchfit_plan launchfit_plan;
 
 /* Everything a plugin may look at. Callbacks receive `ctx` as their first argument. */
 typedef struct launchfit_query {
-  uint32_t struct_size;
-  uint32_t abi_version;
-  const launchfit_device* device;
-  const launchfit_kernel* kernel;
+  uint32_t struct_size; /* sizeof the struct as its producer compiled it (fields may be added at the end) */
+  uint32_t abi_version; /* LAUNCHFIT_PLUGIN_ABI_VERSION as its producer compiled it */
+  const launchfit_device* device; /* the device of the launch's context */
+  const launchfit_kernel* kernel; /* the kernel launched */
   uint64_t dynamic_smem_bytes; /* fixed dynamic smem; when has_smem_rule, ask smem_for_block instead */
   int32_t has_smem_rule;       /* nonzero: dynamic smem depends on the block size */
   int32_t max_block_threads;   /* largest legal block: min(kernel launch bounds, device max) */
   uint32_t work_kind;          /* launchfit_work_kind of the launch that missed the cache */
-  uint32_t work_per_thread;
-  uint64_t work_n;
+  uint32_t work_per_thread;    /* items per thread of that launch */
+  uint64_t work_n;             /* its items (along x) */
   uint64_t bytes_in_flight_per_sm; /* device default target (per-arch table or calibration) */
-  void* ctx;
+  void* ctx;                       /* launchfit's, for the callbacks below */
   /* Resident blocks per SM for (block threads, dynamic smem); 0 when that configuration cannot run. */
   int (*active_blocks)(void* ctx, int block_threads, size_t dynamic_smem_bytes);
   /* Dynamic smem bytes for a block size under the launch's smem rule. */
@@ -161,12 +175,16 @@ typedef struct launchfit_query {
 
 /* A decision. launchfit fills every field with a default before choose(); the plugin sets what it decides. */
 struct launchfit_plan {
-  uint32_t struct_size;
-  uint32_t abi_version;
-  uint32_t block_x, block_y, block_z;      /* default 0x1x1: set at least block_x */
+  uint32_t struct_size; /* sizeof the struct as its producer compiled it (fields may be added at the end) */
+  uint32_t abi_version; /* LAUNCHFIT_PLUGIN_ABI_VERSION as its producer compiled it */
+  uint32_t block_x;     /* block threads along x; default 0: set it */
+  uint32_t block_y;     /* along y, default 1 */
+  uint32_t block_z;     /* along z, default 1 */
   int32_t blocks_per_sm;                   /* resident blocks per SM to plan for; 0: as many as fit */
   uint64_t dynamic_smem_bytes;             /* default LAUNCHFIT_SMEM_FROM_QUERY */
-  uint32_t grid_x, grid_y, grid_z;         /* grid_x 0: computed from the work per launch (default) */
+  uint32_t grid_x;                         /* 0: computed from the work per launch (default) */
+  uint32_t grid_y;                         /* fixed grid along y, default 1 */
+  uint32_t grid_z;                         /* fixed grid along z, default 1 */
   int32_t cooperative;                     /* nonzero: cooperative launch (grid must co-reside) */
   int32_t trials;                          /* timings made to reach this decision (plans, re-timings) */
   uint32_t reserved;                       /* 0; makes the padding before tuning_ms explicit */
@@ -174,6 +192,7 @@ struct launchfit_plan {
   char reason[LAUNCHFIT_PLAN_REASON_SIZE]; /* one sentence, NUL-terminated */
 };
 
+/* What a plugin's entry function (LAUNCHFIT_PLUGIN_ENTRY_SYMBOL) returns: its name, version and functions. */
 typedef struct launchfit_plugin_descriptor {
   uint32_t struct_size; /* sizeof(launchfit_plugin_descriptor) as the plugin was compiled */
   uint32_t abi_version; /* LAUNCHFIT_PLUGIN_ABI_VERSION as the plugin was compiled */
@@ -181,10 +200,12 @@ typedef struct launchfit_plugin_descriptor {
   const char* version;  /* plugin version, part of every cache key: "1.2.0" */
   /* Parses `params` ("k=v,k=v" in key order, possibly "") into a new state. */
   int (*create)(const char* params, void** state, char* errbuf, size_t errbuf_size);
+  /* Decides a plan for the query (launchfit_plugin_status); on an error, says why in errbuf. */
   int (*choose)(void* state, const launchfit_query* query, launchfit_plan* plan, char* errbuf,
                 size_t errbuf_size);
   /* Optional (may be NULL): the measured time of a plan this plugin chose. */
   void (*feedback)(void* state, const launchfit_plan* plan, double ms);
+  /* Frees a state made by create(). */
   void (*destroy)(void* state);
   /* Optional (may be NULL): extra cache-key component from the work shape (e.g. a size bucket), so
      plans for different sizes are chosen and cached separately; 0 means n is irrelevant. */

@@ -11,6 +11,7 @@
 
 namespace launchfit {
 
+// A loaded plugin, as load_plugin() returns it.
 struct plugin_info {
   std::string name;               // the policy name it is registered under
   std::string version;            // the plugin's own version string

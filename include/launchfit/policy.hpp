@@ -24,8 +24,8 @@ namespace launchfit {
 // Everything a policy may look at. The occupancy oracle is the driver on a GPU and the offline calculator
 // in tests, so policies are pure logic.
 struct LAUNCHFIT_API query {
-  device_limits device;
-  kernel_resources kernel;
+  device_limits device;                // the device of the launch's context
+  kernel_resources kernel;             // the kernel's resources
   std::size_t dynamic_smem_bytes = 0;  // used when smem_per_block is empty
   smem_per_block_fn smem_per_block;    // block threads -> dynamic smem bytes
   work work_hint;                      // the work of the launch that missed the cache
@@ -40,6 +40,7 @@ struct LAUNCHFIT_API query {
   // Times one candidate plan on the real arguments in ms; empty unless the launch allows re-running.
   std::function<double(const plan&)> time_plan;
 
+  // Dynamic smem per block for a block of this many threads, under the launch's smem rule.
   std::size_t smem_for(int block_threads) const {
     return smem_per_block ? smem_per_block(block_threads) : dynamic_smem_bytes;
   }
@@ -58,6 +59,7 @@ struct LAUNCHFIT_API query {
   int max_block_threads() const noexcept;
 };
 
+// Turns a query into a plan. Derive from policy_base (or param_policy) rather than from this: see below.
 class LAUNCHFIT_API policy {
  public:
   virtual ~policy() = default;
@@ -78,6 +80,7 @@ class LAUNCHFIT_API policy {
   // Returns a validated plan or throws launchfit::error.
   virtual plan choose(const query& q) const = 0;
 
+  // "name(params)", as in log lines and policy strings.
   std::string to_string() const {
     std::string s = name();
     s += '(';
@@ -124,17 +127,20 @@ struct param_policy_members;
 template <class Derived, class Params>
 class LAUNCHFIT_API param_policy : public policy_base {
  public:
-  using params_type = Params;
+  using params_type = Params;  // the parameter aggregate
+  // Default parameters.
   param_policy() = default;
+  // These parameters.
   explicit param_policy(Params p) : params_(p) {}
 
   std::string name() const override;
   std::string params() const override;
   std::uint64_t hash() const override;
+  // The parameters.
   const Params& parameters() const noexcept { return params_; }
 
  protected:
-  Params params_{};
+  Params params_{};  // the parameters, for choose_impl()
 };
 
 // Not inline: for the built-ins (extern templates below) these are compiled into the library only.
@@ -162,17 +168,19 @@ class LAUNCHFIT_API fixed_dims_policy;
 class LAUNCHFIT_API planned_policy;
 class LAUNCHFIT_API constant_block_policy;  // the ten-line reference policy for authors, in launchfit/param_policy.hpp
 
+// The parameters of a policy that has none.
 struct LAUNCHFIT_API no_params {
-  static constexpr std::array<const char*, 0> names{};
+  static constexpr std::array<const char*, 0> names{};  // field names, in order
 };
 
+// max_occupancy()'s parameters.
 struct LAUNCHFIT_API max_occupancy_params {
   // Among the block sizes with the most resident threads, the one nearest prefer_block. 0: the largest, which is
   // exactly cuOccupancyMaxPotentialBlockSize's choice. On an H200, 1024-thread blocks ran one-item-per-thread
   // streaming kernels 16-18% slower than 192-512-thread blocks at the same occupancy, hence 256.
   int prefer_block = 256;
   int block_limit = 0;  // largest block to consider (cuOccupancyMaxPotentialBlockSize's blockSizeLimit); 0: none
-  static constexpr std::array<const char*, 2> names{"prefer_block", "block_limit"};
+  static constexpr std::array<const char*, 2> names{"prefer_block", "block_limit"};  // field names, in order
 };
 
 // The most resident threads per SM, as cuOccupancyMaxPotentialBlockSize maximises them (honouring a
@@ -183,7 +191,7 @@ struct LAUNCHFIT_API max_occupancy_params {
 // work: it never depends on the work.
 class LAUNCHFIT_API max_occupancy_policy final : public param_policy<max_occupancy_policy, max_occupancy_params> {
  public:
-  static constexpr const char* policy_name = "max_occupancy";
+  static constexpr const char* policy_name = "max_occupancy";  // its name in policy strings
   using param_policy::param_policy;
   std::uint64_t work_bucket(const work& w) const override;
 
@@ -191,11 +199,13 @@ class LAUNCHFIT_API max_occupancy_policy final : public param_policy<max_occupan
   plan choose_impl(const query& q) const override;
 };
 
+// bytes_in_flight()'s parameters.
 struct LAUNCHFIT_API bytes_in_flight_params {
   int per_thread = 16;     // bytes each thread keeps in flight (independent loads x width)
   int target_per_sm = 0;   // bytes per SM to keep in flight; 0: the device default
   int prefer_block = 256;  // among the plans with the fewest warps, the block nearest this; 0: the largest
-  static constexpr std::array<const char*, 3> names{"per_thread", "target_per_sm", "prefer_block"};
+  static constexpr std::array<const char*, 3> names{"per_thread", "target_per_sm",
+                                                    "prefer_block"};  // field names, in order
 };
 
 // Little's law: the fewest resident warps with warps x 32 x per_thread >= target_per_sm. On an H200
@@ -206,7 +216,7 @@ struct LAUNCHFIT_API bytes_in_flight_params {
 // work fills the SMs first, as max_occupancy does.
 class LAUNCHFIT_API bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
  public:
-  static constexpr const char* policy_name = "bytes_in_flight";
+  static constexpr const char* policy_name = "bytes_in_flight";  // its name in policy strings
   using param_policy::param_policy;
   std::uint64_t work_bucket(const work& w) const override;
 
@@ -214,59 +224,73 @@ class LAUNCHFIT_API bytes_in_flight_policy final : public param_policy<bytes_in_
   plan choose_impl(const query& q) const override;
 };
 
+// cooperative()'s parameters.
 struct LAUNCHFIT_API cooperative_params {
   int blocks_per_sm = 0;  // 0: as many as co-reside
   int block = 0;          // 0: the max-occupancy block
-  static constexpr std::array<const char*, 2> names{"blocks_per_sm", "block"};
+  static constexpr std::array<const char*, 2> names{"blocks_per_sm", "block"};  // field names, in order
 };
 
 // Grid = co-resident blocks per SM x SMs of the current context, launched cooperatively.
 class LAUNCHFIT_API cooperative_policy final : public param_policy<cooperative_policy, cooperative_params> {
  public:
-  static constexpr const char* policy_name = "cooperative";
+  static constexpr const char* policy_name = "cooperative";  // its name in policy strings
   using param_policy::param_policy;
 
  protected:
   plan choose_impl(const query& q) const override;
 };
 
+// fixed(block, grid)'s parameters.
 struct LAUNCHFIT_API fixed_params {
-  int block = 256;
+  int block = 256;  // block threads
   int grid = 0;  // 0: computed from the work shape
-  static constexpr std::array<const char*, 2> names{"block", "grid"};
+  static constexpr std::array<const char*, 2> names{"block", "grid"};  // field names, in order
 };
 
 // Today's <<<grid, block>>> numbers, validated.
 class LAUNCHFIT_API fixed_policy final : public param_policy<fixed_policy, fixed_params> {
  public:
-  static constexpr const char* policy_name = "fixed";
+  static constexpr const char* policy_name = "fixed";  // its name in policy strings
   using param_policy::param_policy;
 
  protected:
   plan choose_impl(const query& q) const override;
 };
 
+// fixed(dims, dims)'s parameters: a 2-D or 3-D block and grid.
 struct LAUNCHFIT_API fixed_dims_params {
-  int bx = 32, by = 8, bz = 1;  // block
-  int gx = 0, gy = 1, gz = 1;   // grid; gx 0: computed from the work per dimension
-  static constexpr std::array<const char*, 6> names{"bx", "by", "bz", "gx", "gy", "gz"};
+  int bx = 32;  // block x
+  int by = 8;   // block y
+  int bz = 1;   // block z
+  int gx = 0;   // grid x; 0: computed from the work per dimension
+  int gy = 1;   // grid y
+  int gz = 1;   // grid z
+  static constexpr std::array<const char*, 6> names{"bx", "by", "bz",
+                                                    "gx", "gy", "gz"};  // field names, in order
 };
 
 // A 2-D or 3-D <<<grid, block>>>, validated: fixed({32, 32}) for a 32x32-tile kernel.
 class LAUNCHFIT_API fixed_dims_policy final : public param_policy<fixed_dims_policy, fixed_dims_params> {
  public:
-  static constexpr const char* policy_name = "fixed_dims";
+  static constexpr const char* policy_name = "fixed_dims";  // its name in policy strings
   using param_policy::param_policy;
 
  protected:
   plan choose_impl(const query& q) const override;
 };
 
+// planned(p)'s parameters: the plan's shape.
 struct LAUNCHFIT_API planned_params {
-  int bx = 0, by = 1, bz = 1;  // block
-  int gx = 0, gy = 1, gz = 1;  // fixed grid; gx 0: computed from the work
+  int bx = 0;                  // block x
+  int by = 1;                  // block y
+  int bz = 1;                  // block z
+  int gx = 0;                  // fixed grid x; 0: computed from the work
+  int gy = 1;                  // fixed grid y
+  int gz = 1;                  // fixed grid z
   int blocks_per_sm = 0;       // resident blocks per SM the plan runs with (caps grid_stride grids)
   int full_grid = 0;           // 1: grid_stride work launches the full grid unless the spec gives waves(k)
+  // The field names, in order.
   static constexpr std::array<const char*, 8> names{"bx", "by", "bz", "gx", "gy", "gz", "blocks_per_sm", "full_grid"};
 };
 
@@ -275,7 +299,7 @@ struct LAUNCHFIT_API planned_params {
 // under them already.
 class LAUNCHFIT_API planned_policy final : public param_policy<planned_policy, planned_params> {
  public:
-  static constexpr const char* policy_name = "planned";
+  static constexpr const char* policy_name = "planned";  // its name in policy strings
   using param_policy::param_policy;
 
  protected:
@@ -304,7 +328,9 @@ using policy_factory =
 
 // Thread-safe; throws launchfit::error on a duplicate name. Built-ins and loaded plugins are registered.
 LAUNCHFIT_API void register_policy(const std::string& name, policy_factory factory);
+// Removes a registered policy; false when there is none of that name.
 LAUNCHFIT_API bool unregister_policy(const std::string& name);
+// The names of every registered policy.
 LAUNCHFIT_API std::vector<std::string> registered_policies();
 // Creates a registered policy; throws launchfit::error for an unknown name or a bad parameter.
 LAUNCHFIT_API std::shared_ptr<const policy> make_policy(const std::string& name,

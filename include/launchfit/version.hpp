@@ -4,11 +4,14 @@
 
 #include "launchfit/export.hpp"
 
+// Major version: before 1.0, the minor version may change the ABI.
 #define LAUNCHFIT_VERSION_MAJOR 0
+// Minor version.
 #define LAUNCHFIT_VERSION_MINOR 2
+// Patch version.
 #define LAUNCHFIT_VERSION_PATCH 0
 
-// major * 10000 + minor * 100 + patch, for #if (as FMT_VERSION).
+// major * 10000 + minor * 100 + patch, for preprocessor tests (as FMT_VERSION).
 #define LAUNCHFIT_VERSION (LAUNCHFIT_VERSION_MAJOR * 10000 + LAUNCHFIT_VERSION_MINOR * 100 + LAUNCHFIT_VERSION_PATCH)
 
 namespace launchfit {
