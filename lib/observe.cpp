@@ -12,6 +12,7 @@
 
 #include "launchfit/error.hpp"
 #include "launchfit/log.hpp"
+#include "env_switch.hpp"
 #include "log_internal.hpp"
 #include "text.hpp"
 
@@ -40,8 +41,14 @@ listeners& the_listeners() {
 
 #ifndef LAUNCHFIT_NO_NVTX
 bool nvtx_default() {
-  const char* v = std::getenv("LAUNCHFIT_NVTX");
-  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0));
+  const switch_reading r = read_switch("LAUNCHFIT_NVTX", true);
+  if (!r.warning.empty()) {
+    try {
+      logger()->warn("{}", r.warning);
+    } catch (...) {
+    }
+  }
+  return r.on;
 }
 
 std::atomic<bool>& nvtx_flag() {
