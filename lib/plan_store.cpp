@@ -624,7 +624,7 @@ loaded_file load(const std::string& path, cache_file_mode mode) {
       out.refused = contents.refused;
       out.entries.reserve(disk.size());
       for (const auto& [k, h] : disk) out.entries.push_back(h.entry);
-      out.view = {std::move(disk), out.id, true};
+      out.view = {std::move(disk), out.id, true, {}};
       break;
     case cache_file_status::corrupt:
       out.warnings.push_back("ignored: " + contents.problem +
