@@ -180,22 +180,43 @@ lock_result take_lock(const std::string& path, fd_closer& lock, std::string& why
   }
 }
 
+std::string temp_file_name(const std::string& path, long pid, unsigned long long random) {
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, ".launchfit-tmp.%ld.%016llx", pid, random);
+  return path + suffix;
+}
+
+bool is_temp_file_name(std::string_view name, std::string_view base, long long& pid) {
+  constexpr std::string_view marker = ".launchfit-tmp.";
+  if (name.size() <= base.size() + marker.size() || name.substr(0, base.size()) != base) return false;
+  name.remove_prefix(base.size());
+  if (name.substr(0, marker.size()) != marker) return false;
+  name.remove_prefix(marker.size());
+  // <pid>: 1 to 10 decimal digits, no leading zero (as %ld writes it).
+  std::size_t i = 0;
+  pid = 0;
+  while (i < name.size() && i < 11 && name[i] >= '0' && name[i] <= '9') pid = pid * 10 + (name[i++] - '0');
+  if (i == 0 || i > 10 || name[0] == '0') return false;
+  name.remove_prefix(i);
+  // .<16 lowercase hex digits>, and nothing after.
+  if (name.size() != 17 || name[0] != '.') return false;
+  for (const char c : name.substr(1))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 // A process in another pid namespace looks dead; it does not hold the lock either.
 void sweep_temp_files(const std::string& path) {
   const std::size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   DIR* d = ::opendir(dir.c_str());
   if (!d) return;
   const int dfd = ::dirfd(d);
   const auto now = std::chrono::system_clock::now();
   while (const dirent* ent = ::readdir(d)) {
-    const std::string_view name = ent->d_name;
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
     long long pid = 0;
-    std::size_t i = prefix.size();
-    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && pid <= INT_MAX)
-      pid = pid * 10 + (name[i++] - '0');
+    if (!is_temp_file_name(ent->d_name, base, pid)) continue;
     struct stat st {};
     if (::fstatat(dfd, ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
     const bool dead = pid > INT_MAX || (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
@@ -210,10 +231,7 @@ bool replace_file(const std::string& path, const std::string& text, file_identit
   std::string temp;
   int fd = -1;
   for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
-    char suffix[48];
-    std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%016llx", static_cast<long>(::getpid()),
-                  static_cast<unsigned long long>(random_u64()));
-    temp = path + suffix;
+    temp = temp_file_name(path, static_cast<long>(::getpid()), static_cast<unsigned long long>(random_u64()));
     fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
@@ -249,8 +267,15 @@ bool replace_file(const std::string& path, const std::string& text, file_identit
 
 cache_file_read read_cache_file(const std::string& path, std::size_t max_bytes, std::string& text,
                                 std::string& why) {
+  // A symbolic link is followed as the library's own store follows LAUNCHFIT_CACHE (resolve()): a tool
+  // reads the file the library reads.
+  const resolved_path where = resolve(path);
+  if (!where.problem.empty()) {
+    why = where.problem;
+    return cache_file_read::refused;
+  }
   file_identity id;
-  switch (read_bounded(path, max_bytes, text, why, id)) {
+  switch (read_bounded(where.real, max_bytes, text, why, id)) {
     case read_result::ok:
       return cache_file_read::ok;
     case read_result::missing:

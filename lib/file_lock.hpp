@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "plan_file_format.hpp"
@@ -71,9 +72,16 @@ enum class lock_result { held, busy, failed };
 lock_result take_lock(const std::string& path, fd_closer& lock, std::string& why,
                       std::chrono::milliseconds wait);
 
+// The name of a temp file replace_file() writes for `path`: "<path>.launchfit-tmp.<pid>.<16 hex digits>", a
+// name no user picks. is_temp_file_name() says whether `name` (a directory entry) is exactly such a name
+// for the file named `base`, and its pid.
+std::string temp_file_name(const std::string& path, long pid, unsigned long long random);
+bool is_temp_file_name(std::string_view name, std::string_view base, long long& pid);
+
 // Under the lock, every temp file of this cache is a leftover (writers only write one while they hold the
 // lock): removed when its owner is dead, is this process's pid (an earlier process with the same pid), or
-// is older than ten minutes (a live pid may be a reused one).
+// is older than ten minutes (a live pid may be a reused one). Only names is_temp_file_name() accepts are
+// touched: a user's "plans.json.tmp.1" or "plans.json.launchfit-tmp.backup" stays.
 void sweep_temp_files(const std::string& path);
 
 // Writes text to a new temp file next to path and renames it over path; `id` is then the new file's
@@ -83,8 +91,8 @@ bool replace_file(const std::string& path, const std::string& text, file_identit
 
 enum class cache_file_read { ok, missing, refused };
 
-// Reads a cache file the way the library does: a regular file (never a FIFO, device or directory; a symbolic
-// link is not followed) of at most max_bytes. `why` says why it was refused.
+// Reads a cache file the way the library does: a symbolic link resolved as resolve() does, then a regular
+// file (never a FIFO, device or directory) of at most max_bytes. `why` says why it was refused.
 cache_file_read read_cache_file(const std::string& path, std::size_t max_bytes, std::string& text,
                                 std::string& why);
 

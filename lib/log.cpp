@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "env_switch.hpp"
 #include "log_internal.hpp"
 #include "text.hpp"
 
@@ -188,14 +189,12 @@ env_config read_env() {
     }
   }
   if (const char* v = env_value("LAUNCHFIT_LOG_ASYNC")) {
-    const std::string s = lower_trimmed(v);
-    if (s == "1" || s == "true" || s == "on" || s == "yes") {
-      c.async = true;
-    } else if (s != "0" && s != "false" && s != "off" && s != "no") {
+    if (const std::optional<bool> on = parse_switch(v)) {
+      c.async = *on;
+    } else {
       c.warnings.push_back({"LAUNCHFIT_LOG_ASYNC", v,
-                            "LAUNCHFIT_LOG_ASYNC=" + quote_text(v) +
-                                " is not a switch (valid: 1, 0, true, false, on, off, yes, no); ignored, "
-                                "launchfit logs synchronously"});
+                            "LAUNCHFIT_LOG_ASYNC=" + quote_text(v, 64) + " is not a switch (valid: " +
+                                switch_words + "); ignored, launchfit logs synchronously"});
     }
   }
   return c;

@@ -2,7 +2,9 @@
 
 #include "observe_internal.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include "launchfit/error.hpp"
 #include "launchfit/log.hpp"
+#include "env_switch.hpp"
 #include "log_internal.hpp"
 #include "text.hpp"
 
@@ -29,14 +32,30 @@ namespace launchfit {
 namespace detail {
 namespace {
 
+// One registered listener. A snapshot taken before its removal may still hold it: `removed`, set under
+// `m`, stops every call that has not started, and remove_plan_listener() waits for the calls in progress on
+// other threads, so that no call happens once it returns.
+struct listener_entry {
+  std::uint64_t id = 0;
+  plan_listener fn;
+  std::mutex m;
+  std::condition_variable idle;
+  bool removed = false;
+  int running = 0;                    // calls in progress, on any thread
+  std::atomic<bool> reported{false};  // its first exception was reported: each throwing listener once
+};
+
+// The listener calls in progress on this thread (a listener may notify, or remove itself, from inside).
+thread_local std::vector<const listener_entry*> calling_here;
+
+using listener_list = std::vector<std::shared_ptr<listener_entry>>;
+
 struct listeners {
   std::mutex m;
   std::uint64_t next_id = 1;
   // Replaced, never changed in place: a caller iterates its own snapshot with no lock held.
-  std::shared_ptr<const std::vector<std::pair<std::uint64_t, std::shared_ptr<plan_listener>>>> list =
-      std::make_shared<std::vector<std::pair<std::uint64_t, std::shared_ptr<plan_listener>>>>();
+  std::shared_ptr<const listener_list> list = std::make_shared<listener_list>();
   std::atomic<bool> any{false};
-  std::atomic<bool> warned{false};
 };
 
 listeners& the_listeners() {
@@ -46,8 +65,14 @@ listeners& the_listeners() {
 
 #ifndef LAUNCHFIT_NO_NVTX
 bool nvtx_default() {
-  const char* v = std::getenv("LAUNCHFIT_NVTX");
-  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0));
+  const switch_reading r = read_switch("LAUNCHFIT_NVTX", true);
+  if (!r.warning.empty()) {
+    try {
+      logger()->warn("{}", r.warning);
+    } catch (...) {
+    }
+  }
+  return r.on;
 }
 
 std::atomic<bool>& nvtx_flag() {
@@ -76,26 +101,49 @@ nvtxDomainHandle_t nvtx_domain() {
 
 bool listeners_active() noexcept { return the_listeners().any.load(std::memory_order_acquire); }
 
+// Says once per listener that it threw, with what it threw.
+void report_throw(listener_entry& entry, const plan_event& ev, const char* what) noexcept {
+  if (entry.reported.exchange(true)) return;
+  try {
+    logger()->warn("plan listener {} threw for kernel {}: {}; the launch goes on (reported once per listener)",
+                   entry.id, escape_text(ev.kernel, log_field_cap), escape_text(what, log_field_cap));
+  } catch (...) {
+  }
+}
+
 void notify_plan(const plan_event& ev) noexcept {
   listeners& l = the_listeners();
   if (!l.any.load(std::memory_order_acquire)) return;
-  std::shared_ptr<const std::vector<std::pair<std::uint64_t, std::shared_ptr<plan_listener>>>> snapshot;
+  std::shared_ptr<const listener_list> snapshot;
   {
     std::lock_guard<std::mutex> lock(l.m);
     snapshot = l.list;
   }
   for (const auto& entry : *snapshot) {
-    try {
-      (*entry.second)(ev);
-    } catch (...) {
-      if (!l.warned.exchange(true)) {
-        try {
-          logger()->warn("a plan listener threw for kernel {}; the launch goes on (reported once)",
-                         escape_text(ev.kernel, log_field_cap));
-        } catch (...) {
-        }
-      }
+    {
+      std::lock_guard<std::mutex> lock(entry->m);
+      if (entry->removed) continue;
+      ++entry->running;
     }
+    try {
+      calling_here.push_back(entry.get());
+    } catch (...) {  // no room to note the call: it is not made
+      std::lock_guard<std::mutex> lock(entry->m);
+      --entry->running;
+      entry->idle.notify_all();
+      continue;
+    }
+    try {
+      entry->fn(ev);
+    } catch (const std::exception& e) {
+      report_throw(*entry, ev, e.what());
+    } catch (...) {
+      report_throw(*entry, ev, "an exception not derived from std::exception");
+    }
+    calling_here.pop_back();
+    std::lock_guard<std::mutex> lock(entry->m);
+    --entry->running;
+    entry->idle.notify_all();
   }
 }
 
@@ -153,11 +201,13 @@ bool nvtx_on() noexcept {
 std::uint64_t add_plan_listener(plan_listener f) {
   if (!f) throw error("launchfit::add_plan_listener", "LAUNCHFIT_INVALID_ARGUMENT", "empty listener");
   detail::listeners& l = detail::the_listeners();
-  auto fn = std::make_shared<plan_listener>(std::move(f));
+  auto entry = std::make_shared<detail::listener_entry>();
+  entry->fn = std::move(f);
   std::lock_guard<std::mutex> lock(l.m);
-  auto next = std::make_shared<std::vector<std::pair<std::uint64_t, std::shared_ptr<plan_listener>>>>(*l.list);
+  auto next = std::make_shared<detail::listener_list>(*l.list);
   const std::uint64_t id = l.next_id++;
-  next->emplace_back(id, std::move(fn));
+  entry->id = id;
+  next->push_back(std::move(entry));
   l.list = std::move(next);
   l.any.store(true, std::memory_order_release);
   return id;
@@ -165,21 +215,31 @@ std::uint64_t add_plan_listener(plan_listener f) {
 
 bool remove_plan_listener(std::uint64_t id) {
   detail::listeners& l = detail::the_listeners();
-  std::shared_ptr<const std::vector<std::pair<std::uint64_t, std::shared_ptr<plan_listener>>>> old;
-  std::lock_guard<std::mutex> lock(l.m);
-  auto next = std::make_shared<std::vector<std::pair<std::uint64_t, std::shared_ptr<plan_listener>>>>();
-  bool found = false;
-  for (const auto& entry : *l.list) {
-    if (entry.first == id) {
-      found = true;
-    } else {
-      next->push_back(entry);
+  std::shared_ptr<const detail::listener_list> old;  // released after the locks: captures may be heavy
+  std::shared_ptr<detail::listener_entry> gone;
+  {
+    std::lock_guard<std::mutex> lock(l.m);
+    auto next = std::make_shared<detail::listener_list>();
+    for (const auto& entry : *l.list) {
+      if (entry->id == id) {
+        gone = entry;
+      } else {
+        next->push_back(entry);
+      }
     }
+    if (!gone) return false;
+    old = std::move(l.list);
+    l.any.store(!next->empty(), std::memory_order_release);
+    l.list = std::move(next);
   }
-  if (!found) return false;
-  old = std::move(l.list);  // released after the lock: a listener's captures may be heavy
-  l.any.store(!next->empty(), std::memory_order_release);
-  l.list = std::move(next);
+  // Snapshots taken before may still hold it: no call starts from now on, and the calls in progress on
+  // other threads end before this returns. Calls of it on this thread (it removes itself, or a listener it
+  // called does) cannot be waited for: they finish after this returns, and none follows.
+  const int here = static_cast<int>(
+      std::count(detail::calling_here.begin(), detail::calling_here.end(), gone.get()));
+  std::unique_lock<std::mutex> lock(gone->m);
+  gone->removed = true;
+  gone->idle.wait(lock, [&] { return gone->running <= here; });
   return true;
 }
 

@@ -3,6 +3,7 @@
 
 #include "plan_file_format.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -80,8 +81,8 @@ stored_entry parse_entry(const json& e) {
     if (out.key.kernel != calibration_kernel || !c->is_object())
       throw bad_entry("'calibration' out of place");
     const auto b = key_int<std::uint64_t>(*c, "bytes_in_flight_per_sm");
-    if (b == 0 || b > max_calibration_bytes_per_sm)
-      throw bad_entry("'bytes_in_flight_per_sm' is not in 1..4 MiB");
+    if (b < min_calibration_bytes_per_sm || b > max_calibration_bytes_per_sm)
+      throw bad_entry("'bytes_in_flight_per_sm' is not in 512 B..4 MiB");
     out.bytes_in_flight_per_sm = b;
   } else if (out.key.kernel == calibration_kernel) {
     throw bad_entry("a calibration entry without 'calibration'");
@@ -145,6 +146,17 @@ constexpr std::string_view file_tail = "]}\n";
 
 }  // namespace
 
+std::string implausible_calibration(std::uint64_t bytes, const device_limits& dev) {
+  std::uint64_t most = max_calibration_bytes_per_sm;
+  if (dev.regs_per_sm > 0 && dev.smem_per_sm_bytes > 0)
+    most = std::min<std::uint64_t>(most, std::uint64_t(dev.regs_per_sm) * 4 + dev.smem_per_sm_bytes);
+  if (bytes >= min_calibration_bytes_per_sm && bytes <= most) return {};
+  return "a target of " + std::to_string(bytes) + " B in flight per SM is not in " +
+         std::to_string(min_calibration_bytes_per_sm) + ".." + std::to_string(most) +
+         " B (four warps of 4-byte loads .. every byte of an SM's registers and shared memory on " +
+         escape_text(dev.name.empty() ? dev.arch() : dev.name, 64) + ")";
+}
+
 std::string validate_stored_entry(const stored_entry& e) {
   const stored_key& k = e.key;
   // The parser refuses these already; an entry built elsewhere (a remote store) is held to the same.
@@ -159,9 +171,17 @@ std::string validate_stored_entry(const stored_entry& e) {
   }
   if (k.kernel == calibration_kernel) {
     // A calibration holds a target, not a plan that is launched: its plan is never read.
-    if (e.bytes_in_flight_per_sm == 0 || e.bytes_in_flight_per_sm > max_calibration_bytes_per_sm)
-      return "'bytes_in_flight_per_sm' is not in 1..4 MiB";
-    return {};
+    if (e.bytes_in_flight_per_sm < min_calibration_bytes_per_sm ||
+        e.bytes_in_flight_per_sm > max_calibration_bytes_per_sm)
+      return "'bytes_in_flight_per_sm' is not in 512 B..4 MiB";
+    // Its key names the device's compute capability: at most what an SM of that architecture holds.
+    device_limits arch;
+    try {
+      arch = device_limits::for_arch(std::to_string(k.cc));
+    } catch (const std::exception&) {
+      return {};  // an architecture the table does not know: the bounds above only
+    }
+    return implausible_calibration(e.bytes_in_flight_per_sm, arch);
   }
   if (e.bytes_in_flight_per_sm != 0) return "'calibration' out of place";
   std::optional<stored_key_text> key = parse_key_text(k.policy);

@@ -82,10 +82,17 @@ inline constexpr const char* calibration_kernel = "launchfit:calibration";
 inline constexpr const char* calibration_policy = "bytes_in_flight_target";
 // A measured target above what any SM holds (every byte of its registers and shared memory) is not one.
 inline constexpr std::uint64_t max_calibration_bytes_per_sm = std::uint64_t(1) << 22;
+// Nor one below four warps of 4-byte loads (the least launchfit-calibrate measures): no GPU reaches a
+// useful read bandwidth with less in flight per SM, so such a target is a corrupt or forged file.
+inline constexpr std::uint64_t min_calibration_bytes_per_sm = 4 * 32 * 4;
+
+// Why a target of `bytes` in flight per SM cannot be a measurement on `dev`, or "": it must lie between
+// min_calibration_bytes_per_sm and what one of its SMs holds (its registers and shared memory, when known).
+std::string implausible_calibration(std::uint64_t bytes, const device_limits& dev);
 
 // Why a stored entry must not be used, or an empty string. Every entry from any store passes through here
 // after it is parsed: its key text is clean and bounded; a calibration entry holds a plausible target
-// (1..4 MiB per SM); a plan entry's key text is well formed and its plan launches exactly as the key says
+// (512 B..4 MiB per SM, and at most what an SM of its key's compute capability holds); a plan entry's key text is well formed and its plan launches exactly as the key says
 // (cooperative, cluster dims and PDL are the key's, its policy text the key's policy). Never throws but
 // std::bad_alloc.
 std::string validate_stored_entry(const stored_entry& e);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <unordered_map>
 #include <utility>
 
@@ -77,14 +78,18 @@ cache_file_contents read_entries(std::string_view text, const disk_view* known, 
   return contents;
 }
 
-void keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t max_bytes) {
+bool keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t max_bytes,
+                        const own_lines& own) {
   const std::size_t frame = std::strlen(cache_file_format) + 64;
   std::size_t bytes = frame;
   for (const auto& [k, h] : disk) bytes += h.line.size() + 2;
-  if (disk.size() <= max_entries && bytes <= max_bytes) return;
+  if (disk.size() <= max_entries && bytes <= max_bytes) return true;
   std::vector<std::pair<std::uint64_t, const key_tuple*>> by_age;
-  by_age.reserve(disk.size());
-  for (const auto& [k, h] : disk) by_age.emplace_back(h.entry.stored_at_ms, &k);
+  by_age.reserve(own.size());
+  for (const auto& [k, h] : disk) {
+    const auto mine = own.find(k);
+    if (mine != own.end() && mine->second == h.line) by_age.emplace_back(h.entry.stored_at_ms, &k);
+  }
   std::sort(by_age.begin(), by_age.end());
   std::vector<key_tuple> drop;
   std::size_t left = disk.size();
@@ -95,6 +100,7 @@ void keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t 
     --left;
   }
   for (const auto& k : drop) disk.erase(k);
+  return left <= max_entries && bytes <= max_bytes;
 }
 
 std::string file_text(const entry_lines& disk) {
@@ -143,8 +149,28 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
   view.valid = false;
 
   // What this process stored wins over the disk; everything else on disk stays as it is.
-  for (const auto& e : mine) disk.insert_or_assign(tie_key(e.key), held{e, cache_file_line(e)});
-  keep_within_limits(disk, job.max_entries, job.max_bytes);
+  own_lines own = std::move(view.own);
+  view.own.clear();
+  for (const auto& e : mine) {
+    held h{e, cache_file_line(e)};
+    key_tuple k = tie_key(e.key);
+    own.insert_or_assign(k, h.line);
+    disk.insert_or_assign(std::move(k), std::move(h));
+  }
+  for (auto it = own.begin(); it != own.end();) {  // a key another process wrote since is theirs now
+    const auto d = disk.find(it->first);
+    it = d == disk.end() || d->second.line != it->second ? own.erase(it) : std::next(it);
+  }
+  if (!keep_within_limits(disk, job.max_entries, job.max_bytes, own)) {
+    view.own = std::move(own);
+    out.why = "other processes' entries alone exceed this process's limits (" + std::to_string(job.max_entries) +
+              " entries, " + std::to_string(job.max_bytes) +
+              " bytes; LAUNCHFIT_CACHE_MAX_ENTRIES, LAUNCHFIT_CACHE_MAX_BYTES): a limit never removes what "
+              "others wrote, so this process does not add to the file (launchfit-plans prune shrinks it)";
+    return out;
+  }
+  for (auto it = own.begin(); it != own.end();) it = disk.count(it->first) ? std::next(it) : own.erase(it);
+  view.own = std::move(own);
 
   if (replace_file(job.path, file_text(disk), view.id, out.why)) {
     out.status = write_status::written;

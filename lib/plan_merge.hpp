@@ -1,7 +1,8 @@
 #pragma once
 // Internal: what a write of the plan file keeps. Under the file's lock the writer reads the file as it is
 // now, keeps every entry as the disk has it except those this process stored since its last write (they
-// win), drops the oldest entries beyond the limits, and replaces the file. A process reading the file
+// win), drops its own oldest entries beyond the limits (never another process's: the file is shared, and
+// only an operator's command, launchfit-plans prune, removes what others wrote), and replaces the file. A process reading the file
 // without writing (the refresh of its loaded table) takes what changed on disk the same way.
 
 #include <chrono>
@@ -19,7 +20,7 @@
 namespace launchfit::detail {
 
 // A write keeps at most this many entries unless LAUNCHFIT_CACHE_MAX_ENTRIES says otherwise (and at most
-// the file's byte limit), dropping the oldest first.
+// the file's byte limit), dropping this process's oldest first.
 inline constexpr std::size_t default_max_entries = 8192;
 
 // One entry per key in the file: every field of stored_key but the device model.
@@ -34,10 +35,14 @@ struct held {
 using entry_lines = std::map<key_tuple, held>;
 
 // The file as this process last read or wrote it (the writer thread's own).
+// The lines this process wrote, per key: what a limit may drop (while the file still holds that line).
+using own_lines = std::map<key_tuple, std::string>;
+
 struct disk_view {
   entry_lines entries;
   file_identity id;
   bool valid = false;
+  own_lines own;  // of this file, kept across reads: another process's later line for a key is theirs
 };
 
 // One version of the file's text into `disk`, later entries of a key winning: lines that `known` holds (the
@@ -47,8 +52,11 @@ struct disk_view {
 cache_file_contents read_entries(std::string_view text, const disk_view* known, entry_lines& disk,
                                  std::vector<stored_entry>* changed);
 
-// Drops the oldest entries (stored_at) until at most max_entries remain and the file is at most max_bytes.
-void keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t max_bytes);
+// Drops the oldest (stored_at) of the entries whose line `own` holds until at most max_entries remain and
+// the file is at most max_bytes. False when that is not enough: the rest was written by other processes,
+// and a limit never evicts their entries.
+bool keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t max_bytes,
+                        const own_lines& own);
 
 // The file's text for these entries: serialize_cache_file()'s layout, in key order.
 std::string file_text(const entry_lines& disk);

@@ -624,7 +624,7 @@ loaded_file load(const std::string& path, cache_file_mode mode) {
       out.refused = contents.refused;
       out.entries.reserve(disk.size());
       for (const auto& [k, h] : disk) out.entries.push_back(h.entry);
-      out.view = {std::move(disk), out.id, true};
+      out.view = {std::move(disk), out.id, true, {}};
       break;
     case cache_file_status::corrupt:
       out.warnings.push_back("ignored: " + contents.problem +
@@ -874,10 +874,12 @@ std::optional<std::size_t> find_calibration(const device_limits& dev, int driver
   const stored_key key = detail::calibration_key(dev, driver_version);
   const bool model = detail::current_match() == cache_match::model;
   std::optional<std::size_t> out;
+  std::string path;
   detail::file_store::identity_check check;
   {
     std::lock_guard lock(f.memory);
     if (!f.open) return std::nullopt;
+    path = f.path;
     check = f.check_due();
     if (const detail::stored_entry* e = f.table.exact(key); e && e->bytes_in_flight_per_sm) {
       out = static_cast<std::size_t>(e->bytes_in_flight_per_sm);
@@ -892,14 +894,23 @@ std::optional<std::size_t> find_calibration(const device_limits& dev, int driver
     }
   }
   f.check_identity(check);
+  // The file said a target; used only when this device could have measured it (a stored 1 B per SM would
+  // size every block to one warp).
+  if (out) {
+    if (const std::string why = detail::implausible_calibration(*out, dev); !why.empty()) {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        detail::warn(path, "calibration not used: " + why + "; bytes_in_flight keeps its default");
+      }
+      return std::nullopt;
+    }
+  }
   return out;
 }
 
 void store_calibration(const device_limits& dev, int driver_version, std::size_t bytes_in_flight_per_sm) {
-  if (bytes_in_flight_per_sm == 0 || bytes_in_flight_per_sm > detail::max_calibration_bytes_per_sm) {
-    throw error("store_calibration", "LAUNCHFIT_INVALID_ARGUMENT",
-                "bytes in flight per SM " + std::to_string(bytes_in_flight_per_sm) + " is not in 1..4 MiB");
-  }
+  if (const std::string why = detail::implausible_calibration(bytes_in_flight_per_sm, dev); !why.empty())
+    throw error("store_calibration", "LAUNCHFIT_INVALID_ARGUMENT", why);
   auto& f = detail::ready_state();
   detail::stored_entry e{detail::calibration_key(dev, driver_version), plan{}, detail::now_ms(),
                          bytes_in_flight_per_sm};

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "env_switch.hpp"
 #include "launchfit/error.hpp"
 #if __has_include("launchfit/param_policy.hpp")
 #include "launchfit/param_policy.hpp"  // param_policy, parameter_error (before: in policy.hpp)
@@ -97,8 +98,9 @@ thread_local int plugin_nesting = 0;
 
 bool env_fallback() {
   static const bool on = [] {
-    const char* v = std::getenv("LAUNCHFIT_PLUGIN_FALLBACK");
-    return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0 || std::strcmp(v, "on") == 0);
+    const detail::switch_reading r = detail::read_switch("LAUNCHFIT_PLUGIN_FALLBACK", false);
+    if (!r.warning.empty()) logger()->warn("{}", r.warning);
+    return r.on;
   }();
   return on;
 }

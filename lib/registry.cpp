@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <algorithm>
 #include <vector>
 
 #include "launchfit/error.hpp"
@@ -118,8 +119,33 @@ std::vector<std::string> registered_policies() {
   return names;
 }
 
+namespace {
+
+// The policies this thread is making now, outermost first: a factory that makes (directly or through
+// others) the policy it is making would recurse until the stack overflows.
+thread_local std::vector<std::string> making_here;
+
+struct making_guard {
+  explicit making_guard(const std::string& name) { making_here.push_back(name); }
+  ~making_guard() { making_here.pop_back(); }
+  making_guard(const making_guard&) = delete;
+  making_guard& operator=(const making_guard&) = delete;
+};
+
+}  // namespace
+
 std::shared_ptr<const policy> make_policy(const std::string& name,
                                           const std::map<std::string, std::string>& params) {
+  if (std::find(making_here.begin(), making_here.end(), name) != making_here.end()) {
+    std::string chain;
+    const std::size_t first = making_here.size() > 8 ? making_here.size() - 8 : 0;  // the loop's end
+    if (first > 0) chain = "... -> ";
+    for (std::size_t i = first; i < making_here.size(); ++i) chain += detail::quote_text(making_here[i], 64, '\'') + " -> ";
+    throw error("make_policy", "LAUNCHFIT_INVALID_POLICY",
+                "the factory of " + detail::quote_text(name, 256, '\'') +
+                    " makes itself again (" + chain + detail::quote_text(name, 64, '\'') +
+                    "): refused instead of recursing");
+  }
   ensure_builtins();
   detail::load_env_plugins();
   auto& r = instance();
@@ -140,6 +166,7 @@ std::shared_ptr<const policy> make_policy(const std::string& name,
                 "unknown policy " + detail::quote_text(name, 256, '\'') + " (known: " + known + ")" +
                     detail::env_plugin_failures());
   }
+  const making_guard making(name);
   try {
     auto made = factory(params);
     if (!made)

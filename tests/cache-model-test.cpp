@@ -407,6 +407,37 @@ TEST_F(CacheModel, ACalibrationServesEveryGpuOfTheModelAndSurvivesTheFile) {
   EXPECT_THROW(lf::store_calibration(h200(uuid_a), 12080, std::size_t(1) << 30), lf::error);
 }
 
+// A calibration is used only where the device could have measured it: four warps of 4-byte loads at least,
+// at most what one of its SMs holds.
+TEST_F(CacheModel, ACalibrationIsUsedOnlyInsideWhatTheDeviceCanHold) {
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::read_write);
+  EXPECT_THROW(lf::store_calibration(h200(uuid_a), 12080, 1), lf::error);  // 1 B per SM
+  EXPECT_THROW(lf::store_calibration(h200(uuid_a), 12080, 511), lf::error);
+  EXPECT_THROW(lf::store_calibration(h200(uuid_a), 12080, std::size_t(1) << 20), lf::error);  // > an H200 SM
+  lf::store_calibration(h200(uuid_a), 12080, 40 * 1024);
+  EXPECT_EQ(lf::find_calibration(h200(uuid_a), 12080), std::optional<std::size_t>(40 * 1024));
+  // The same model with smaller SMs (what the driver reports wins over the table): not a measurement here.
+  lf::device_limits small = h200(uuid_a);
+  small.regs_per_sm = 4096;
+  small.smem_per_sm_bytes = 4096;
+  EXPECT_FALSE(lf::find_calibration(small, 12080));
+  EXPECT_NE(log_.str().find("calibration not used: a target of 40960 B in flight per SM is not in 512..20480 B"),
+            std::string::npos)
+      << log_.str();
+
+  // 1 B per SM in a file (written by hand or forged) is skipped when the file is read: never used.
+  nlohmann::json tiny = nlohmann::json::parse(
+      ld::cache_file_line(ld::stored_entry{key_on(h200(uuid_b)), plan_of(256), 1}));
+  tiny["key"]["kernel"] = ld::calibration_kernel;
+  tiny["key"]["policy"] = ld::calibration_policy;
+  tiny["calibration"] = {{"bytes_in_flight_per_sm", 1}};
+  const ld::cache_file_contents c = ld::parse_cache_file(
+      std::string("{\"format\": \"launchfit-plan-cache\", \"version\": 1, \"entries\": [") + tiny.dump() + "]}");
+  EXPECT_EQ(c.entries.size(), 0u);
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_NE(c.problems[0].find("not in 512 B..4 MiB"), std::string::npos) << c.problems[0];
+}
+
 TEST_F(CacheModel, ForgedCalibrationsAreSkippedNotTrusted) {
   const std::string good_key = ld::cache_file_line(ld::stored_entry{key_on(h200(uuid_a)), plan_of(256), 1});
   nlohmann::json huge = nlohmann::json::parse(good_key);
@@ -425,7 +456,7 @@ TEST_F(CacheModel, ForgedCalibrationsAreSkippedNotTrusted) {
   EXPECT_EQ(c.entries.size(), 0u);
   EXPECT_EQ(c.skipped, 3u);
   ASSERT_EQ(c.problems.size(), 3u);
-  EXPECT_NE(c.problems[0].find("not in 1..4 MiB"), std::string::npos) << c.problems[0];
+  EXPECT_NE(c.problems[0].find("not in 512 B..4 MiB"), std::string::npos) << c.problems[0];
   EXPECT_NE(c.problems[1].find("'calibration' out of place"), std::string::npos) << c.problems[1];
   EXPECT_NE(c.problems[2].find("without 'calibration'"), std::string::npos) << c.problems[2];
 }

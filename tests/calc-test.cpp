@@ -140,17 +140,17 @@ TEST(Calc, HelpListsEveryOption) {
 TEST(Calc, AnSvgThatCannotBeWrittenSaysWhy) {
   if (!built()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
   const outcome missing = run_calc("--svg /nonexistent-launchfit-dir/x.svg");
-  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  EXPECT_EQ(missing.exit_code, 3) << missing.err;  // the environment: a file that cannot be written
   EXPECT_NE(missing.err.find(
                 "cannot write --svg file '/nonexistent-launchfit-dir/x.svg': No such file or directory"),
             std::string::npos)
       << missing.err;
   const outcome directory = run_calc("--svg '" + binary_dir + "'");
-  EXPECT_EQ(directory.exit_code, 1) << directory.err;
+  EXPECT_EQ(directory.exit_code, 3) << directory.err;
   EXPECT_NE(directory.err.find("': Is a directory"), std::string::npos) << directory.err;
   // The path is shown escaped: a control byte or invalid UTF-8 in it cannot reach the terminal raw.
   const outcome odd = run_calc("--svg \"$(printf '/nonexistent-launchfit-dir/\\033[2J\\377.svg')\"");
-  EXPECT_EQ(odd.exit_code, 1) << odd.err;
+  EXPECT_EQ(odd.exit_code, 3) << odd.err;
   EXPECT_NE(odd.err.find("'/nonexistent-launchfit-dir/\\x1b[2J\\xff.svg': No such file or directory"),
             std::string::npos)
       << odd.err;

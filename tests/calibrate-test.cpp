@@ -287,6 +287,31 @@ TEST(CalibrationFile, GarbageIsRefusedWithTheReason) {
   EXPECT_EQ(cal::calibration_from_json(edited([](auto& j) { j["note"] = {{"any", 1}}; })).cc, 90);
 }
 
+// The device's fields and the curve must agree with each other: numbers no device of that kind produces
+// are a file edited by hand or copied from elsewhere, refused before a target from it is used.
+TEST(CalibrationFile, FieldsThatContradictEachOtherAreRefused) {
+  expect_refused(edited([](auto& j) { j["device"]["cc"] = 91; }), "\"cc\" 91 is not a compute capability");
+  expect_refused(edited([](auto& j) { j["device"]["cc"] = 900; }), "\"cc\" 900 is not a compute capability");
+  expect_refused(edited([](auto& j) { j["device"]["sm_count"] = 50000; }), "more than any GPU has");
+  expect_refused(edited([](auto& j) { j["device"]["driver_version"] = 0; }), "is not a CUDA driver version");
+  expect_refused(edited([](auto& j) { j["device"]["driver_version"] = 12345; }), "is not a CUDA driver version");
+  // An H200 (cc 9.0) measured under a driver that predates it.
+  expect_refused(edited([](auto& j) { j["device"]["driver_version"] = 11020; }),
+                 "11020 predates compute capability 9.0 (first supported by 11080)");
+  // More warps per SM than the architecture holds: an sm_89 SM keeps 48.
+  expect_refused(edited([](auto& j) { j["device"]["cc"] = 89; }), "more than an SM of cc 89 holds (48)");
+  // 4.5 TB/s from 2 SMs.
+  expect_refused(edited([](auto& j) { j["device"]["sm_count"] = 2; }), "is more than 2 SMs read");
+  // The sample itself is consistent, and so is another real device.
+  EXPECT_EQ(cal::calibration_from_json(edited([](auto&) {})).sm_count, 132);
+  cal::calibration b200 = cal::calibration_from_json(edited([](auto& j) {
+    j["device"]["cc"] = 100;
+    j["device"]["sm_count"] = 148;
+    j["device"]["driver_version"] = 12080;
+  }));
+  EXPECT_EQ(b200.cc, 100);
+}
+
 TEST(CalibrationFile, UnreadableFilesAreRefusedWithoutWaiting) {
   EXPECT_THROW(cal::read_calibration(temp_path("missing.json")), cal::calibration_error);
   EXPECT_THROW(cal::read_calibration(::testing::TempDir()), cal::calibration_error);  // a directory

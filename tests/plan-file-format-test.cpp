@@ -197,10 +197,19 @@ TEST(StoredEntry, CalibrationsAreCheckedAsCalibrations) {
   calibration.bytes_in_flight_per_sm = 32 * 1024;
   EXPECT_EQ(ld::validate_stored_entry(calibration), "");
   EXPECT_EQ(ld::parse_cache_file(ld::serialize_cache_file({calibration})).entries.size(), 1u);
-  for (std::uint64_t bytes : {std::uint64_t(0), ld::max_calibration_bytes_per_sm + 1}) {
+  // 1 B per SM was accepted (and sized every block to one warp): below four warps of 4-byte loads, refused.
+  for (std::uint64_t bytes : {std::uint64_t(0), std::uint64_t(1), ld::min_calibration_bytes_per_sm - 1,
+                              ld::max_calibration_bytes_per_sm + 1}) {
     calibration.bytes_in_flight_per_sm = bytes;
-    EXPECT_EQ(ld::validate_stored_entry(calibration), "'bytes_in_flight_per_sm' is not in 1..4 MiB");
+    EXPECT_EQ(ld::validate_stored_entry(calibration), "'bytes_in_flight_per_sm' is not in 512 B..4 MiB") << bytes;
   }
+  calibration.bytes_in_flight_per_sm = ld::min_calibration_bytes_per_sm;
+  EXPECT_EQ(ld::validate_stored_entry(calibration), "");
+  // Within 4 MiB but more than an SM of the key's architecture holds (registers and shared memory).
+  calibration.key.cc = 90;
+  calibration.bytes_in_flight_per_sm = std::uint64_t(1) << 20;
+  EXPECT_NE(ld::validate_stored_entry(calibration).find("is not in 512..495616 B"), std::string::npos)
+      << ld::validate_stored_entry(calibration);
   ld::stored_entry plan_with_target = entry("_Z4planPf", plain);
   plan_with_target.bytes_in_flight_per_sm = 4096;
   EXPECT_EQ(ld::validate_stored_entry(plan_with_target), "'calibration' out of place");

@@ -206,7 +206,7 @@ TEST_F(PlansTool, MergeWaitsForTheLibrarysLockAndGivesUp) {
   (void)status;
   if (slurp(dir_ / "err").find("flock") != std::string::npos && !fs::exists(lock))
     GTEST_SKIP() << "no flock(1)";
-  EXPECT_EQ(slurp(dir_ / "rc"), "2\n") << slurp(dir_ / "out") << slurp(dir_ / "err");
+  EXPECT_EQ(slurp(dir_ / "rc"), "3\n") << slurp(dir_ / "out") << slurp(dir_ / "err");  // the environment
   EXPECT_TRUE(has(slurp(dir_ / "err"), "is held by another process (waited 200 ms)")) << slurp(dir_ / "err");
   EXPECT_FALSE(fs::exists(dir_ / "out.json"));
 }
@@ -239,6 +239,120 @@ TEST_F(PlansTool, PruneOldDriversAndKernelsNoLongerPresent) {
   EXPECT_TRUE(has(r.err, "--driver-below: 'twelve' is not a driver version (12.4 or 12040)")) << r.err;
 }
 
+ld::stored_entry calibration_entry(const lf::device_limits& d, std::uint64_t bytes_per_sm) {
+  ld::stored_entry e;
+  e.key = lf::stored_key_for(d, 12080, lf::kernel_resources{}, ld::calibration_policy, "", 0);
+  e.key.kernel = ld::calibration_kernel;
+  e.plan.block = lf::dims{1, 1, 1};
+  e.plan.block_threads = 1;
+  e.plan.reason = "measured by launchfit-calibrate: " + std::to_string(bytes_per_sm) + " B in flight per SM";
+  e.bytes_in_flight_per_sm = bytes_per_sm;
+  e.stored_at_ms = 1000;
+  return e;
+}
+
+// Calibrations are entries the library writes beside plans: every command knows them for what they are.
+TEST_F(PlansTool, CalibrationsAreEntriesNotMalformedPlans) {
+  write("c.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), calibration_entry(gpu("GPU-a"), 32768)});
+  outcome r = run("check c.json");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "c.json: 2 entries, all valid")) << r.out;
+
+  r = run("list c.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "(calibration: 32768 B in flight per SM)")) << r.out;
+  EXPECT_FALSE(has(r.out, "launchfit:calibration")) << "not shown as a kernel: " << r.out;
+
+  r = run("show c.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "  calibration  32768 B in flight per SM")) << r.out;
+  EXPECT_FALSE(has(r.out, "fingerprint not understood")) << r.out;
+
+  r = run("list c.json --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["kind"], "plan");
+  EXPECT_EQ(j[1]["kind"], "calibration");
+  EXPECT_EQ(j[1]["calibration"]["bytes_in_flight_per_sm"], 32768);
+  EXPECT_FALSE(j[1].contains("plan")) << j[1];
+}
+
+// A --keep-kernels list that names no kernel of the file is a mistake (a stripped binary, the wrong one): it
+// removes nothing unless --force; calibrations are never removed by it.
+TEST_F(PlansTool, PruneRefusesAKernelListThatMatchesNothingAndKeepsCalibrations) {
+  write("p.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), entry(gpu("GPU-a"), "_Z3fooPf", 32, 128, 16),
+                   calibration_entry(gpu("GPU-a"), 32768)});
+  write_text("stripped.txt", "main\n_start\n");
+  const std::string before = slurp(dir_ / "p.json");
+  outcome r = run("prune p.json --keep-kernels stripped.txt");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.err, "launchfit-plans: error: stripped.txt names no kernel of p.json; nothing removed")) << r.err;
+  EXPECT_EQ(slurp(dir_ / "p.json"), before);
+
+  r = run("prune p.json --keep-kernels stripped.txt --force --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "p.json: would remove 2, kept 1")) << r.out;
+  EXPECT_EQ(slurp(dir_ / "p.json"), before);
+
+  r = run("prune p.json --keep-kernels stripped.txt --force");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const auto left = ld::parse_cache_file(slurp(dir_ / "p.json"));
+  ASSERT_EQ(left.entries.size(), 1u);
+  EXPECT_EQ(left.entries[0].key.kernel, ld::calibration_kernel);
+
+  // A list naming one kernel prunes the others, and still keeps the calibration.
+  write("q.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), entry(gpu("GPU-a"), "_Z3fooPf", 32, 128, 16),
+                   calibration_entry(gpu("GPU-a"), 32768)});
+  write_text("one.txt", "_Z3fooPf\n");
+  r = run("prune q.json --keep-kernels one.txt");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "q.json: removed 1, kept 2")) << r.out;
+}
+
+// Every command that writes takes --dry-run and then writes nothing.
+TEST_F(PlansTool, EveryWritingCommandHasADryRun) {
+  write("a.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8)});
+  write("b.json", {entry(gpu("GPU-a"), "_Z3fooPf", 32, 128, 16)});
+  const std::string before = slurp(dir_ / "a.json");
+  outcome r = run("merge a.json b.json --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "would merge 1 file(s) into a.json: 2 entries")) << r.out;
+  EXPECT_EQ(slurp(dir_ / "a.json"), before);
+  r = run("merge new.json b.json --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "new.json"));
+  // push contacts no store (nothing listens on port 1); pull needs the store to say what it would pull.
+  r = run("push a.json redis://127.0.0.1:1 --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "would push 1 entries of a.json")) << r.out;
+  for (const char* sub : {"merge", "prune", "push", "pull"}) {
+    r = run(std::string(sub) + " --help");
+    EXPECT_TRUE(has(r.out, "--dry-run")) << sub << ": " << r.out;
+  }
+}
+
+// A symbolic link to a plan file is followed by every command, as the library follows LAUNCHFIT_CACHE.
+TEST_F(PlansTool, SymlinkedFilesAreFollowedAsTheLibraryFollowsThem) {
+  fs::create_directories(dir_ / "real");
+  write("real/plans.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8)});
+  fs::create_symlink("real/plans.json", dir_ / "plans.json");
+  outcome r = run("list plans.json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "_Z5saxpyfPKfPfi")) << r.out;
+  r = run("check plans.json");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  write("b.json", {entry(gpu("GPU-a"), "_Z3fooPf", 32, 128, 16)});
+  r = run("merge plans.json b.json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "plans.json")) << "the link stays a link";
+  EXPECT_EQ(ld::parse_cache_file(slurp(dir_ / "real/plans.json")).entries.size(), 2u);
+  fs::create_symlink("real/missing.json", dir_ / "dangling.json");
+  r = run("list dangling.json");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(has(r.err, "dangling")) << r.err;
+}
+
 TEST_F(PlansTool, CheckNamesEveryBadEntryAndExitsNonZero) {
   write("good.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8)});
   outcome r = run("check good.json");
@@ -261,8 +375,7 @@ TEST_F(PlansTool, CheckNamesEveryBadEntryAndExitsNonZero) {
       << r.out;
   EXPECT_TRUE(
       has(r.out,
-          "bad.json: entry 2 (_Z4smemPf max_occupancy() on GPU-a (driver 12.8, bucket 0)): the entry's plan has "
-          "4096 B of dynamic smem, its key 0 B"))
+          "bad.json: entry 2 (kernel _Z4smemPf): the entry's plan has 4096 B of dynamic smem, its key 0 B"))
       << r.out;
   EXPECT_FALSE(has(r.out, "entry 0")) << r.out;
 

@@ -259,6 +259,38 @@ TEST_F(PluginEnv, FallbackFromTheEnvironment) {
       testing::ExitedWithCode(0), "");
 }
 
+// Every LAUNCHFIT_* switch reads one set of words: "yes" is on here as it is for LAUNCHFIT_LOG_ASYNC.
+TEST_F(PluginEnv, FallbackSwitchWordsAreTheCommonOnes) {
+  for (const char* on : {"yes", "YES", "On", "true"}) {
+    EXPECT_EXIT(
+        {
+          setenv("LAUNCHFIT_PLUGIN_FALLBACK", on, 1);
+          load("error");
+          const auto p = lf::policy_from_string("test_error")->choose(h200_query());
+          std::exit(p.match == "fallback" ? 0 : 1);
+        },
+        testing::ExitedWithCode(0), "")
+        << on;
+  }
+}
+
+// A word that is no switch is said (variable and value), and the default (off) stays.
+TEST_F(PluginEnv, FallbackSwitchRefusesOtherWords) {
+  EXPECT_EXIT(
+      {
+        setenv("LAUNCHFIT_PLUGIN_FALLBACK", "maybe\x1b", 1);
+        load("error");
+        bool threw = false;
+        try {
+          (void)lf::policy_from_string("test_error")->choose(h200_query());
+        } catch (const lf::error&) {
+          threw = true;
+        }
+        std::exit(threw ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "LAUNCHFIT_PLUGIN_FALLBACK=\"maybe.*is not a switch");
+}
+
 TEST_F(PluginEnv, PluginsFromTheEnvironment) {
   EXPECT_EXIT(
       {

@@ -673,3 +673,40 @@ TEST(PolicyString, AStringIsResolvedOnceAndAgainAfterTheRegistryChanges) {
                   ->to_string(),
               "fixed(block=" + std::to_string(32 * (i % 32 + 1)) + ",grid=" + std::to_string(i) + ")");
 }
+
+// A factory that makes its own policy, directly or through another, is refused with a clear error instead of
+// recursing until the stack overflows; the registry stays usable.
+TEST(PolicyFactory, RecursionIntoItsOwnNameIsRefused) {
+  lf::register_policy("test_self_loop", [](const std::map<std::string, std::string>& params) {
+    return lf::make_policy("test_self_loop", params);
+  });
+  lf::register_policy("test_loop_a", [](const std::map<std::string, std::string>& params) {
+    return lf::make_policy("test_loop_b", params);
+  });
+  lf::register_policy("test_loop_b", [](const std::map<std::string, std::string>& params) {
+    return lf::make_policy("test_loop_a", params);
+  });
+  lf::register_policy("test_delegates", [](const std::map<std::string, std::string>&) {
+    return lf::make_policy("max_occupancy", {});  // another policy's factory: fine
+  });
+  for (const char* name : {"test_self_loop", "test_loop_a"}) {
+    try {
+      (void)lf::make_policy(name, {});
+      ADD_FAILURE() << name << " was made";
+    } catch (const lf::error& e) {
+      EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_INVALID_POLICY") << e.what();
+      EXPECT_NE(e.message().find("makes itself again"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    (void)lf::policy_from_string("test_loop_b()");
+    ADD_FAILURE() << "test_loop_b was made";
+  } catch (const lf::error& e) {
+    EXPECT_NE(std::string(e.what()).find("'test_loop_b' -> 'test_loop_a' -> 'test_loop_b'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(lf::make_policy("test_delegates", {}), nullptr);
+  EXPECT_NE(lf::make_policy("test_delegates", {}), nullptr);  // the guard was released
+  for (const char* name : {"test_self_loop", "test_loop_a", "test_loop_b", "test_delegates"})
+    lf::unregister_policy(name);
+}

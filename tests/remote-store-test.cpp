@@ -643,7 +643,7 @@ TEST(RemotePlansTool, PushPullListAndCheckARedisUrl) {
   raw.call({"DEL", ld::remote_key(forged.key)});
 
   r = run_tool("check redis://127.0.0.1:1");
-  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(r.exit_code, 3) << r.out;  // a store that cannot be reached: the environment
   r = run_tool("push '" + in.string() + "' redis://host:notaport");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   fs::remove_all(dir);

@@ -5,9 +5,10 @@
 //
 //   launchfit-calc --cubin build/kernels.fatbin --block 256 --fail-on-spill --min-occupancy 50
 //
-// Exit codes: 0 done, 1 the device could not be queried or the SVG not written, 2 bad or impossible input
-// (an unreadable or malformed --cubin file included), 3 a --cubin gate failed (--fail-on-spill,
-// --min-occupancy, --max-regs): every kernel that crossed one is named on stderr.
+// Exit codes (demos/common/tool.hpp, as every launchfit tool): 0 done; 1 a --cubin gate failed
+// (--fail-on-spill, --min-occupancy, --max-regs: every kernel that crossed one is named on stderr); 2 bad
+// or impossible input (an unreadable or malformed --cubin file included); 3 the device could not be queried
+// (no driver or GPU) or the SVG not written.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -37,6 +38,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/occupancy.hpp"
+#include "tool.hpp"
 
 namespace {
 
@@ -61,8 +63,13 @@ struct options {
   launchfit::calc::gates gates;
 };
 
-// A --cubin gate failed: exit code 3.
-constexpr int exit_gate_failed = 3;
+// A --cubin gate failed: a finding, exit code 1.
+constexpr int exit_gate_failed = launchfit_tool::exit_failed;
+
+// The machine, not the command line: no driver or GPU, a file that cannot be written (exit code 3).
+struct environment_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Text from the command line as a message shows it: escaped, at most 200 bytes, in quotes unless `bare`.
 std::string shown(std::string_view text, bool bare = false) {
@@ -110,17 +117,14 @@ std::size_t parse_bytes(const std::string& flag, const std::string& text) {
   return value * scale;
 }
 
-[[noreturn]] void help(const CLI::App& app) {
-  std::cout << app.help();
-  std::exit(0);
-}
-
 options parse(int argc, char** argv) {
   CLI::App app{
       "Occupancy of one kernel configuration without a GPU, the resource that binds, what to cut for one "
       "more block, and the three calculator graphs as an SVG.\n"
-      "  e.g. launchfit-calc --arch H200 --threads 256 --regs 40 --smem 16K --svg occupancy.svg",
+      "  e.g. launchfit-calc --arch H200 --threads 256 --regs 40 --smem 16K --svg occupancy.svg\n" +
+          std::string(launchfit_tool::exit_codes_text),
       "launchfit-calc"};
+  launchfit_tool::add_version(app);
   app.allow_extras();  // reported below as "unknown option", with the option's name
   std::string arch = "sm_90", device, threads, regs, smem, static_smem, svg, cubin, block, min_occupancy,
               max_regs;
@@ -153,20 +157,15 @@ options parse(int argc, char** argv) {
   last_wins(app.add_option("--block", block, "with --cubin: threads per block for occupancy (default 256)"))
       ->type_name("N");
   app.add_flag("--fail-on-spill", fail_on_spill,
-               "with --cubin: exit 3 if a kernel uses local memory (stack frame or spills)");
+               "with --cubin: exit 1 if a kernel uses local memory (stack frame or spills)");
   last_wins(app.add_option("--min-occupancy", min_occupancy,
-                           "with --cubin: exit 3 if a kernel's occupancy is below PCT percent"))
+                           "with --cubin: exit 1 if a kernel's occupancy is below PCT percent"))
       ->type_name("PCT");
   last_wins(app.add_option("--max-regs", max_regs,
-                           "with --cubin: exit 3 if a kernel uses more than N registers per thread"))
+                           "with --cubin: exit 1 if a kernel uses more than N registers per thread"))
       ->type_name("N");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    help(app);
-  } catch (const CLI::ParseError& e) {
-    throw usage_error{e.what()};
-  }
+  // --help, --version and what CLI11 refuses are answered (and said) as every launchfit tool answers them.
+  if (const std::optional<int> code = launchfit_tool::parse(app, argc, argv)) std::exit(*code);
   if (!app.remaining().empty()) throw usage_error{"unknown option " + shown(app.remaining().front(), true)};
 
   options o;
@@ -385,7 +384,7 @@ void draw_panel(std::ostream& svg, const series& s, double ox, double oy) {
 // Writes the whole file or says why not: the path as given (escaped) and the system's reason.
 void write_file(const std::string& path, const std::string& text) {
   const auto refuse = [&path](int err) {
-    throw std::runtime_error("cannot write --svg file " + shown(path) + ": " + std::strerror(err));
+    throw environment_error("cannot write --svg file " + shown(path) + ": " + std::strerror(err));
   };
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) refuse(errno);
@@ -631,8 +630,8 @@ int run(const options& o) {
     try {
       device = launchfit::device_limits::query(*o.device);
     } catch (const launchfit::error& e) {
-      std::cerr << "launchfit-calc: cannot query device " << *o.device << ": " << e.what() << '\n';
-      return 1;
+      std::cerr << "launchfit-calc: error: cannot query device " << *o.device << ": " << e.what() << '\n';
+      return launchfit_tool::exit_environment;
     }
   } else {
     device = launchfit::device_limits::for_arch(o.arch);
@@ -658,9 +657,12 @@ int main(int argc, char** argv) {
   } catch (const launchfit::error& e) {
     // The message alone says what to change; the call and error code add nothing for a command line.
     std::cerr << "launchfit-calc: error: " << (e.message().empty() ? e.what() : e.message()) << '\n';
+  } catch (const environment_error& e) {
+    std::cerr << "launchfit-calc: error: " << e.what() << '\n';
+    return launchfit_tool::exit_environment;
   } catch (const std::exception& e) {
     std::cerr << "launchfit-calc: error: " << e.what() << '\n';
-    return 1;
+    return launchfit_tool::exit_failed;
   }
-  return 2;
+  return launchfit_tool::exit_usage;
 }

@@ -12,6 +12,10 @@
 //                       [--device N]
 //                       [--gib G] [--repeats N] [--warps 4,8,...] [--loads 1,2,4,8] [--widths 4,8,16]
 //                       [--fraction 0.97]
+//
+// Exit codes (demos/common/tool.hpp, as every launchfit tool): 0 done; 1 the measurement failed (a point
+// summed the array wrong, a CUDA call failed); 2 a bad command line; 3 no CUDA driver or no GPU here, or a
+// file that cannot be written.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -30,6 +34,7 @@
 
 #include "calibration.hpp"
 #include "demo.hpp"
+#include "tool.hpp"
 
 namespace lf = launchfit;
 namespace cal = launchfit_calibrate;
@@ -605,7 +610,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "launchfit-calibrate: measures read bandwidth against bytes in flight per SM on this GPU and finds "
       "the smallest bytes-in-flight target per SM reaching 97% of the best (launchfit::bytes_in_flight's "
-      "target). Without a GPU it says so and exits 0 (1 with LAUNCHFIT_REQUIRE_GPU=1)."};
+      "target).\n" +
+          std::string(launchfit_tool::exit_codes_text),
+      "launchfit-calibrate"};
+  launchfit_tool::add_version(app);
   app.add_option("--device", opt.device, "CUDA device ordinal")->capture_default_str();
   app.add_option("--gib", opt.gib,
                  "array size in GiB (default: 4 GiB or 8x L2, whichever is larger, at most half "
@@ -652,12 +660,38 @@ int main(int argc, char** argv) {
       "--apply", opt.apply,
       "set the target for this GPU's compute capability in this process "
       "(launchfit::set_bytes_in_flight_per_sm) and show bytes_in_flight(16)'s plan before and after");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> code = launchfit_tool::parse(app, argc, argv)) return *code;
   if (opt.quick) {
     if (app.count("--repeats") == 0) opt.repeats = 5;
     if (app.count("--warps") == 0) opt.warps = {4, 8, 16, 32, 64};
     if (app.count("--loads") == 0) opt.loads = {1, 4};
     if (app.count("--widths") == 0) opt.widths = {4, 16};
   }
-  return launchfit_demo::run("launchfit-calibrate", [&] { return calibrate(opt); });
+  // A tool, not a demo: no driver or no GPU is this machine's failure (exit 3), said as what it is.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    return calibrate(opt);
+  } catch (const lf::error& e) {
+    std::fflush(stdout);
+    const std::string& c = e.cuda_error();
+    if (c == "cudaErrorInsufficientDriver" || c == "cudaErrorStubLibrary" || c == "CUDA_ERROR_STUB_LIBRARY" ||
+        e.code() == lf::errc::no_driver) {
+      std::fprintf(stderr, "launchfit-calibrate: error: no usable CUDA driver on this machine (%s)\n", e.what());
+      return launchfit_tool::exit_environment;
+    }
+    if (launchfit_demo::is_no_gpu(e)) {
+      std::fprintf(stderr, "launchfit-calibrate: error: no CUDA device on this machine (%s)\n", e.what());
+      return launchfit_tool::exit_environment;
+    }
+    std::fprintf(stderr, "launchfit-calibrate: error: %s\n", e.what());
+    return launchfit_tool::exit_failed;
+  } catch (const cal::calibration_error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "launchfit-calibrate: error: %s\n", e.what());
+    return launchfit_tool::exit_environment;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "launchfit-calibrate: error: %s\n", e.what());
+    return launchfit_tool::exit_failed;
+  }
 }

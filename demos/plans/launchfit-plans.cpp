@@ -9,9 +9,10 @@
 //
 // Files are read and written with the library's own reader and writer: bounded in size, never a special
 // file, merged and pruned under the lock the library's writers take. Text from a file is shown escaped.
-// Exit codes: 0 done; 1 a bad entry (check), differences (diff) or conflicts with --fail-on-conflict
-// (merge), bad entries in a push or pull; 2 a bad command line, a file that cannot be read or written, or a
-// store that cannot be reached.
+// Exit codes (demos/common/tool.hpp, as every launchfit tool): 0 done; 1 a bad entry (check), differences
+// (diff), conflicts with --fail-on-conflict (merge), bad entries in a push or pull, a refused prune; 2 a bad
+// command line or a file that is not a plan cache; 3 a file that cannot be read or written, a lock held too
+// long, or a store that cannot be reached.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -42,6 +43,7 @@
 #include "plan_json.hpp"
 #include "remote_store.hpp"
 #include "text.hpp"
+#include "tool.hpp"
 
 namespace {
 
@@ -50,10 +52,19 @@ using launchfit::stored_key;
 using ld::stored_entry;
 using nlohmann::json;
 
-// A bad command line or a file that cannot be used: exit code 2.
+// A bad command line or a file that is not a plan cache: exit code 2 (launchfit_tool::exit_usage).
 struct usage_error {
   std::string message;
 };
+
+// A file that cannot be read or written, a lock held too long, a store that cannot be reached: exit code 3
+// (launchfit_tool::exit_environment).
+struct environment_error {
+  std::string message;
+};
+
+// Calibrations are entries of the file as plans are (the library writes both): every command knows them.
+bool is_calibration(const stored_entry& e) { return e.key.kernel == ld::calibration_kernel; }
 
 // Text from a file as this tool prints it: escaped as launchfit's log lines escape it (text.hpp).
 std::string shown(std::string_view s, std::size_t max_bytes = 4096) { return ld::escape_text(s, max_bytes); }
@@ -102,7 +113,7 @@ ld::remote_url remote_url_of(const std::string& text) {
 // Every valid entry at the URL, as load() reads a file; an unreachable store is a usage_error (exit 2).
 loaded load_remote(const std::string& text) {
   const ld::remote_listing l = ld::list_remote_entries(remote_url_of(text));
-  if (!l.failure.empty()) throw usage_error{shown(text, 300) + ": " + shown(l.failure, 1024)};
+  if (!l.failure.empty()) throw environment_error{shown(text, 300) + ": " + shown(l.failure, 1024)};
   if (l.truncated) {
     std::cerr << "launchfit-plans: warning: " << shown(text, 300) << ": stopped after " << l.keys
               << " keys (a bound on keys, bytes or time); the listing is partial\n";
@@ -120,9 +131,9 @@ loaded load(const std::string& path, std::size_t max_bytes) {
     case ld::cache_file_read::ok:
       break;
     case ld::cache_file_read::missing:
-      throw usage_error{shown(path, 512) + ": no such file"};
+      throw environment_error{shown(path, 512) + ": no such file"};
     case ld::cache_file_read::refused:
-      throw usage_error{shown(path, 512) + ": " + why};
+      throw environment_error{shown(path, 512) + ": " + why};
   }
   ld::cache_file_contents c = ld::parse_cache_file(text);
   switch (c.status) {
@@ -135,6 +146,18 @@ loaded load(const std::string& path, std::size_t max_bytes) {
       throw usage_error{shown(path, 512) + ": " + c.problem};
   }
   return {path, unique_entries(std::move(c.entries)), c.skipped, std::move(c.problems)};
+}
+
+// A write refused by update_cache_file(): a file that is there but is no plan cache of this version was
+// given in place of one (exit 2); anything else is the file system's or the lock's (exit 3).
+[[noreturn]] void write_failed(const std::string& path, const std::string& why, std::size_t max_bytes) {
+  std::string text, unused;
+  if (ld::read_cache_file(path, max_bytes, text, unused) == ld::cache_file_read::ok) {
+    const ld::cache_file_status status = ld::parse_cache_file(text).status;
+    if (status == ld::cache_file_status::foreign || status == ld::cache_file_status::wrong_version)
+      throw usage_error{shown(path, 512) + ": " + why};
+  }
+  throw environment_error{shown(path, 512) + ": " + why};
 }
 
 void warn_skipped(const loaded& f) {
@@ -206,6 +229,12 @@ std::string device_text(const stored_key& k) {
 json entry_as_json(const stored_entry& e) {
   json j = json::parse(ld::cache_file_line(e), nullptr, false);
   if (j.is_discarded()) j = json::object();
+  if (is_calibration(e)) {  // its "calibration" object says it all; it has no plan to describe
+    j["kind"] = "calibration";
+    j.erase("plan");
+    return j;
+  }
+  j["kind"] = "plan";
   const fingerprint f = parse_fingerprint(e.key.kernel);
   j["kernel_name"] = f.name;
   j["limiter"] = launchfit::limiter_names(e.plan.occupancy.limiters);
@@ -259,8 +288,12 @@ int run_list(const std::vector<std::string>& files, const selection& sel, bool a
       std::cout << "  "
                 << pad(k.device_name.empty() ? shown(k.device_uuid, 28) : shown(k.device_name, 28), 30)
                 << pad(cc_text(k.cc), 5) << pad(std::to_string(k.sm_count), 5)
-                << pad(driver_text(k.driver_version), 8)
-                << pad(shown(parse_fingerprint(k.kernel).name, 32), 34) << pad(shown(k.policy, 32), 34)
+                << pad(driver_text(k.driver_version), 8);
+      if (is_calibration(e)) {  // a measured target, not a plan: no block, occupancy or limiter
+        std::cout << "(calibration: " << e.bytes_in_flight_per_sm << " B in flight per SM)\n";
+        continue;
+      }
+      std::cout << pad(shown(parse_fingerprint(k.kernel).name, 32), 34) << pad(shown(k.policy, 32), 34)
                 << pad(p.block.to_string(), 7) << pad(std::to_string(p.blocks_per_sm), 7)
                 << pad(percent(p.occupancy.occupancy), 6) << launchfit::limiter_names(p.occupancy.limiters)
                 << "\n";
@@ -288,6 +321,16 @@ int run_show(const std::vector<std::string>& files, const selection& sel, bool a
       }
       const auto& k = e.key;
       const auto& p = e.plan;
+      if (is_calibration(e)) {
+        std::cout << shown(path, 512) << " #" << i << "\n"
+                  << "  calibration  " << e.bytes_in_flight_per_sm
+                  << " B in flight per SM (launchfit::bytes_in_flight's default target on this model)\n"
+                  << "  device       " << device_text(k) << ", cc " << cc_text(k.cc) << ", " << k.sm_count
+                  << " SMs, L2 " << k.l2_bytes << " B, driver " << driver_text(k.driver_version) << "\n"
+                  << "  reason       " << shown(p.reason, 512) << "\n"
+                  << "  stored       " << time_text(e.stored_at_ms) << "\n";
+        continue;
+      }
       const fingerprint fp = parse_fingerprint(k.kernel);
       std::cout << shown(path, 512) << " #" << i << "\n"
                 << "  kernel       " << shown(fp.name) << "\n"
@@ -475,7 +518,7 @@ std::string content_of(stored_entry e) {
 }
 
 int run_merge(const std::string& out_path, const std::vector<std::string>& inputs, bool fail_on_conflict,
-              unsigned lock_wait_ms, std::size_t max_bytes) {
+              bool dry_run, unsigned lock_wait_ms, std::size_t max_bytes) {
   std::vector<loaded> in;
   for (const auto& p : inputs) {
     in.push_back(load(p, max_bytes));
@@ -532,16 +575,18 @@ int run_merge(const std::string& out_path, const std::vector<std::string>& input
         out.reserve(order.size());
         for (const auto& k : order) out.push_back(merged.at(k).e);
         total = out.size();
+        if (dry_run) return std::nullopt;
         return out;
       });
-  if (!why.empty()) throw usage_error{shown(out_path, 512) + ": " + why};
+  if (!why.empty()) write_failed(out_path, why, max_bytes);
   if (!problem.empty()) throw usage_error{shown(out_path, 512) + ": " + problem};
   if (fail_on_conflict && conflicts > 0) {
     std::cerr << "launchfit-plans: " << conflicts << " conflict(s); " << shown(out_path, 512)
               << " left as it was (--fail-on-conflict)\n";
     return 1;
   }
-  std::cout << "merged " << inputs.size() << " file(s) into " << shown(out_path, 512) << ": " << total
+  std::cout << (dry_run ? "would merge " : "merged ") << inputs.size() << " file(s) into "
+            << shown(out_path, 512) << ": " << total
             << " entries, " << conflicts << " conflict(s) resolved\n";
   return 0;
 }
@@ -570,9 +615,9 @@ std::set<std::string> read_kernel_list(const std::string& path, std::size_t max_
     case ld::cache_file_read::ok:
       break;
     case ld::cache_file_read::missing:
-      throw usage_error{"--keep-kernels " + shown(path, 512) + ": no such file"};
+      throw environment_error{"--keep-kernels " + shown(path, 512) + ": no such file"};
     case ld::cache_file_read::refused:
-      throw usage_error{"--keep-kernels " + shown(path, 512) + ": " + why};
+      throw environment_error{"--keep-kernels " + shown(path, 512) + ": " + why};
   }
   std::set<std::string> names;
   std::istringstream lines(text);
@@ -587,7 +632,7 @@ std::set<std::string> read_kernel_list(const std::string& path, std::size_t max_
 }
 
 int run_prune(const std::string& path, const std::optional<std::string>& driver_below,
-              const std::optional<std::string>& keep_kernels, bool dry_run, unsigned lock_wait_ms,
+              const std::optional<std::string>& keep_kernels, bool force, bool dry_run, unsigned lock_wait_ms,
               std::size_t max_bytes) {
   if (!driver_below && !keep_kernels) throw usage_error{"prune needs --driver-below and/or --keep-kernels"};
   const int below = driver_below ? parse_driver(*driver_below) : 0;
@@ -596,6 +641,7 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
   std::size_t removed = 0, kept = 0;
   std::string problem;
   std::size_t skipped = 0;
+  bool refused = false;
   const std::string why = ld::update_cache_file(
       path, max_bytes, lock_wait_ms,
       [&](const ld::cache_file_contents& current) -> std::optional<std::vector<stored_entry>> {
@@ -603,14 +649,29 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
           problem = current.problem;
           return std::nullopt;
         }
+        const std::vector<stored_entry> entries = unique_entries(current.entries);
+        // A list that names no kernel of the file is the wrong list far more often than a wish to empty the
+        // file (a stripped binary, the wrong program): it removes nothing unless --force says so.
+        if (keep && !force) {
+          std::size_t plans = 0, listed = 0;
+          for (const auto& e : entries) {
+            if (is_calibration(e)) continue;
+            ++plans;
+            listed += keep->count(parse_fingerprint(e.key.kernel).name);
+          }
+          if (plans > 0 && listed == 0) {
+            refused = true;
+            return std::nullopt;
+          }
+        }
         skipped = current.skipped;
         std::vector<stored_entry> out;
         removed = kept = 0;
-        for (const auto& e : unique_entries(current.entries)) {
+        for (const auto& e : entries) {
           std::string reason;
           if (below && e.key.driver_version < below) {
             reason = "driver " + driver_text(e.key.driver_version) + " < " + driver_text(below);
-          } else if (keep && !keep->count(parse_fingerprint(e.key.kernel).name)) {
+          } else if (keep && !is_calibration(e) && !keep->count(parse_fingerprint(e.key.kernel).name)) {
             reason = "kernel not in " + shown(*keep_kernels, 256);
           }
           if (reason.empty()) {
@@ -624,8 +685,13 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
         if (dry_run || (removed == 0 && skipped == 0)) return std::nullopt;
         return out;
       });
-  if (!why.empty()) throw usage_error{shown(path, 512) + ": " + why};
+  if (!why.empty()) write_failed(path, why, max_bytes);
   if (!problem.empty()) throw usage_error{shown(path, 512) + ": " + problem};
+  if (refused) {
+    std::cerr << "launchfit-plans: error: " << shown(*keep_kernels, 512) << " names no kernel of "
+              << shown(path, 512) << "; nothing removed (--force removes every plan it does not name)\n";
+    return launchfit_tool::exit_failed;
+  }
   std::cout << shown(path, 512) << ": " << (dry_run ? "would remove " : "removed ") << removed << ", kept "
             << kept
             << (skipped ? ", " + std::to_string(skipped) + " bad entries " + (dry_run ? "would be " : "") +
@@ -731,13 +797,20 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
 // ---- push / pull / check against a remote store -------------------------------------------------
 
 // Every valid entry of FILE to the store, SET NX: a key some process wrote first keeps its plan.
-int run_push(const std::string& path, const std::string& target, std::uint64_t ttl_s, std::size_t max_bytes) {
+int run_push(const std::string& path, const std::string& target, std::uint64_t ttl_s, bool dry_run,
+             std::size_t max_bytes) {
   const ld::remote_url url = remote_url_of(target);
   const loaded f = load(path, max_bytes);
   warn_skipped(f);
+  if (dry_run) {  // the store is not even contacted
+    std::cout << "would push " << f.entries.size() << " entries of " << shown(path, 512) << " to "
+              << shown(target, 300) << " (keys already stored keep their plans)"
+              << (f.skipped ? ", " + std::to_string(f.skipped) + " bad entries skipped" : "") << "\n";
+    return f.skipped == 0 ? 0 : 1;
+  }
   const ld::remote_push_result r = ld::push_remote_entries(url, f.entries, ttl_s);
   for (const auto& p : r.problems) std::cout << shown(path, 512) << ": " << shown(p, 1024) << "\n";
-  if (!r.failure.empty()) throw usage_error{shown(target, 300) + ": " + shown(r.failure, 1024)};
+  if (!r.failure.empty()) throw environment_error{shown(target, 300) + ": " + shown(r.failure, 1024)};
   std::cout << "pushed " << f.entries.size() << " entries of " << shown(path, 512) << " to "
             << shown(target, 300) << ": " << r.written << " written, " << r.present << " already stored, "
             << r.refused << " refused"
@@ -747,7 +820,7 @@ int run_push(const std::string& path, const std::string& target, std::uint64_t t
 
 // Every valid entry of the store merged into FILE under the library's lock: a key FILE lacks is added; of
 // two plans for one key the newer stays.
-int run_pull(const std::string& source, const std::string& path, unsigned lock_wait_ms,
+int run_pull(const std::string& source, const std::string& path, bool dry_run, unsigned lock_wait_ms,
              std::size_t max_bytes) {
   const loaded remote = load_remote(source);
   warn_skipped(remote);
@@ -779,12 +852,12 @@ int run_pull(const std::string& source, const std::string& path, unsigned lock_w
             ++kept;
           }
         }
-        if (added + updated == 0 && current.skipped == 0) return std::nullopt;
+        if (dry_run || (added + updated == 0 && current.skipped == 0)) return std::nullopt;
         return out;
       });
-  if (!why.empty()) throw usage_error{shown(path, 512) + ": " + why};
+  if (!why.empty()) write_failed(path, why, max_bytes);
   if (!problem.empty()) throw usage_error{shown(path, 512) + ": " + problem};
-  std::cout << "pulled " << remote.entries.size() << " entries of " << shown(source, 300) << " into "
+  std::cout << (dry_run ? "would pull " : "pulled ") << remote.entries.size() << " entries of " << shown(source, 300) << " into "
             << shown(path, 512) << ": " << added << " added, " << updated << " newer, " << kept
             << " kept as they were"
             << (remote.skipped ? ", " + std::to_string(remote.skipped) + " refused" : "") << "\n";
@@ -872,10 +945,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "launchfit-plans: list, show, diff, merge, prune and check launchfit plan-cache files "
       "(LAUNCHFIT_CACHE) or a remote store (redis://host:port[/db], LAUNCHFIT_REMOTE); push and pull between "
-      "the two. Exit codes: 0 done; 1 a bad entry (check), differences (diff) or conflicts "
-      "with --fail-on-conflict (merge), bad entries in a push or pull; 2 a bad command line, an unusable "
-      "file or an unreachable store.",
+      "the two.\n" +
+          std::string(launchfit_tool::exit_codes_text),
       "launchfit-plans"};
+  launchfit_tool::add_version(app);
   app.require_subcommand(1);
   app.fallthrough();  // --max-bytes before or after the subcommand
   std::size_t max_bytes = ld::cache_file_default_max_bytes;
@@ -921,6 +994,7 @@ int main(int argc, char** argv) {
   merge->add_option("IN", files, "plan-cache files read")->required();
   merge->add_flag("--fail-on-conflict", fail_on_conflict,
                   "leave OUT as it was and exit 1 when plans conflict");
+  merge->add_flag("--dry-run", dry_run, "say what would be merged and conflict, change nothing");
   merge->add_option("--lock-wait-ms", lock_wait_ms, "how long to wait for the file's lock (default 5000)");
 
   auto* prune = app.add_subcommand(
@@ -932,7 +1006,10 @@ int main(int argc, char** argv) {
                     "remove entries stored with a driver older than this (12.4 or 12040)");
   prune->add_option("--keep-kernels", keep_kernels,
                     "keep only kernels named in this file (one mangled name per line, as in the fingerprint; "
-                    "e.g. nm --defined-only app | awk '{print $3}')");
+                    "e.g. nm --defined-only app | awk '{print $3}'); calibrations are kept; a list that names "
+                    "no kernel of FILE is refused (exit 1) unless --force");
+  bool force = false;
+  prune->add_flag("--force", force, "with --keep-kernels: prune even when the list names no kernel of FILE");
   prune->add_flag("--dry-run", dry_run, "say what would be removed, change nothing");
   prune->add_option("--lock-wait-ms", lock_wait_ms, "how long to wait for the file's lock (default 5000)");
 
@@ -952,6 +1029,7 @@ int main(int argc, char** argv) {
       "exit code 1 when FILE has bad entries or some were refused, 2 when the store cannot be reached");
   push->add_option("FILE", out, "plan-cache file read")->required();
   push->add_option("URL", url, "redis://host:port[/db]")->required();
+  push->add_flag("--dry-run", dry_run, "say what would be pushed, contact no store");
   push->add_option("--ttl", ttl_s, "seconds the entries live (default LAUNCHFIT_REMOTE_TTL, else 30 days)")
       ->check(CLI::Range(std::uint64_t(1), std::uint64_t(315360000)));
 
@@ -962,31 +1040,31 @@ int main(int argc, char** argv) {
       "holds bad entries, 2 when it cannot be reached");
   pull->add_option("URL", url, "redis://host:port[/db]")->required();
   pull->add_option("FILE", out, "plan-cache file written")->required();
+  pull->add_flag("--dry-run", dry_run, "say what would be pulled, change nothing");
   pull->add_option("--lock-wait-ms", lock_wait_ms, "how long to wait for the file's lock (default 5000)");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> code = launchfit_tool::parse(app, argc, argv)) return *code;
   try {
     if (list->parsed()) return run_list(files, sel, as_json, max_bytes);
     if (show->parsed()) return run_show(files, sel, as_json, max_bytes);
     if (diff->parsed()) return run_diff(a, b, all, as_json, max_bytes);
-    if (merge->parsed()) return run_merge(out, files, fail_on_conflict, lock_wait_ms, max_bytes);
-    if (prune->parsed()) return run_prune(out, driver_below, keep_kernels, dry_run, lock_wait_ms, max_bytes);
+    if (merge->parsed()) return run_merge(out, files, fail_on_conflict, dry_run, lock_wait_ms, max_bytes);
+    if (prune->parsed())
+      return run_prune(out, driver_below, keep_kernels, force, dry_run, lock_wait_ms, max_bytes);
     if (check->parsed() && std::any_of(files.begin(), files.end(), is_remote_url))
       return run_check_with_stores(files, as_json, max_bytes);
     if (check->parsed()) return run_check(files, as_json, max_bytes);
-    if (push->parsed()) return run_push(out, url, ttl_s ? ttl_s : remote_ttl(), max_bytes);
-    if (pull->parsed()) return run_pull(url, out, lock_wait_ms, max_bytes);
+    if (push->parsed()) return run_push(out, url, ttl_s ? ttl_s : remote_ttl(), dry_run, max_bytes);
+    if (pull->parsed()) return run_pull(url, out, dry_run, lock_wait_ms, max_bytes);
   } catch (const usage_error& e) {
     std::cerr << "launchfit-plans: error: " << e.message << "\n";
-    return 2;
+    return launchfit_tool::exit_usage;
+  } catch (const environment_error& e) {
+    std::cerr << "launchfit-plans: error: " << e.message << "\n";
+    return launchfit_tool::exit_environment;
   } catch (const std::exception& e) {
     std::cerr << "launchfit-plans: error: " << shown(e.what(), 1024) << "\n";
-    return 2;
+    return launchfit_tool::exit_failed;
   }
-  return 2;
+  return launchfit_tool::exit_usage;
 }

@@ -34,9 +34,11 @@ using plan_listener = std::function<void(const plan_event&)>;
 
 // Calls `f` for every new plan from now on, on the thread that made it, with none of launchfit's locks held
 // (f may launch; a launch of the same kernel from f is planned for that call only). An exception from f is
-// caught and reported in one warning; the launch goes on. Returns an id for remove_plan_listener().
+// caught and reported, with its what(), in one warning per listener; the launch goes on. Returns an id for
+// remove_plan_listener().
 LAUNCHFIT_API std::uint64_t add_plan_listener(plan_listener f);
-// Stops calling the listener; a call in progress on another thread may still finish. False for an unknown id.
+// Stops calling the listener: once this returns, no thread calls it again (calls in progress on other threads
+// are waited for; one on this thread, a listener removing itself, finishes). False for an unknown id.
 LAUNCHFIT_API bool remove_plan_listener(std::uint64_t id);
 
 // NVTX: every launch is a range in the "launchfit" domain, named by the kernel and carrying its plan (policy,

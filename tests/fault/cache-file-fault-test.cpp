@@ -89,7 +89,7 @@ std::optional<int> block_in_file(const fs::path& p, const lf::stored_key& k) {
 int temp_files(const fs::path& dir) {
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
-    n += e.path().filename().string().find(".tmp.") != std::string::npos;
+    n += e.path().filename().string().find(".launchfit-tmp.") != std::string::npos;
   }
   return n;
 }
@@ -359,8 +359,8 @@ TEST_F(CacheFileFault, DanglingLinksAndLinkLoopsWarnAndKeepPlansInMemory) {
 TEST_F(CacheFileFault, LeftoverTempFilesNeitherBlockWritesNorStay) {
   LAUNCHFIT_EXPECT_BOUNDED(5000, ([&] {
                              captured_log log;
-                             const std::string mine =
-                                 file_.string() + ".tmp." + std::to_string(::getpid()) + ".";
+                             const std::string mine = file_.string() + ".launchfit-tmp." +
+                                                      std::to_string(::getpid()) + ".000000000000000";
                              for (int n = 0; n < 4; ++n)
                                write_text(mine + std::to_string(n), "left by an earlier process");
                              lf::set_cache_file(file_.string());
@@ -372,13 +372,29 @@ TEST_F(CacheFileFault, LeftoverTempFilesNeitherBlockWritesNorStay) {
                              return 0;
                            }));
 
-  const fs::path dead = dir_ / "plans.json.tmp.2147483646.1";  // above any pid_max: its owner is gone
-  const fs::path old_alive = dir_ / "plans.json.tmp.1.old";    // pid 1 lives, but an hour is too old
-  const fs::path young_alive = dir_ / "plans.json.tmp.1.young";
-  const fs::path other_cache = dir_ / "other.json.tmp.2147483646.1";
+  const std::string hex = ".0123456789abcdef";
+  const fs::path dead = dir_ / ("plans.json.launchfit-tmp.2147483646" + hex);  // above any pid_max: owner gone
+  const fs::path old_alive = dir_ / ("plans.json.launchfit-tmp.1" + hex);  // pid 1 lives, but an hour is too old
+  const fs::path young_alive = dir_ / "plans.json.launchfit-tmp.1.fedcba9876543210";
+  const fs::path other_cache = dir_ / ("other.json.launchfit-tmp.2147483646" + hex);
+  // Names a user may give their own files, however dead the pid they seem to hold or old they are: never
+  // the library's to delete (only the exact name replace_file() writes is).
+  const std::vector<fs::path> users = {
+      dir_ / "plans.json.tmp.2147483646.1",                             // the look of a temp name
+      dir_ / ("plans.json.tmp.2147483646" + hex),                       // the old temp name
+      dir_ / ("plans.json.launchfit-tmp.2147483646" + hex + ".bak"),    // more after it
+      dir_ / "plans.json.launchfit-tmp.2147483646.0123456789ABCDEF",    // upper case
+      dir_ / "plans.json.launchfit-tmp.2147483646.0123456789abcde",     // 15 digits
+      dir_ / ("plans.json.launchfit-tmp.02147483646" + hex),            // a leading zero
+      dir_ / "plans.json.launchfit-tmp.backup",
+  };
   for (const auto& p : {dead, old_alive, young_alive, other_cache}) write_text(p, "partial");
   const timespec times[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
   ASSERT_EQ(::utimensat(AT_FDCWD, old_alive.c_str(), times, 0), 0);
+  for (const auto& p : users) {
+    write_text(p, "a user's own file");
+    ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), times, 0), 0);
+  }
   LAUNCHFIT_EXPECT_BOUNDED(5000, ([&] {
                              captured_log log;
                              lf::set_cache_file(file_.string());
@@ -390,6 +406,7 @@ TEST_F(CacheFileFault, LeftoverTempFilesNeitherBlockWritesNorStay) {
   EXPECT_FALSE(fs::exists(old_alive));
   EXPECT_TRUE(fs::exists(young_alive));
   EXPECT_TRUE(fs::exists(other_cache));
+  for (const auto& p : users) EXPECT_TRUE(fs::exists(p)) << p;
   EXPECT_EQ(entries_in(file_), 2);
 }
 
@@ -496,6 +513,52 @@ TEST_F(CacheFileFault, SizeCapsBoundWhatIsLoadedAndKept) {
         CHECK_IN_CHILD(entries_in(file_) == 10, log.text.str());
         CHECK_IN_CHILD(block_in_file(file_, key(24)) && block_in_file(file_, key(15)), log.text.str());
         CHECK_IN_CHILD(!block_in_file(file_, key(14)), log.text.str());
+        return 0;
+      }));
+}
+
+// A limit is this process's: it drops this process's own oldest entries, never what other processes wrote
+// to the shared file (only an operator's launchfit-plans prune does). When others' entries alone exceed it,
+// this process adds nothing, says so once and keeps its plans in memory.
+TEST_F(CacheFileFault, ALimitNeverEvictsWhatOtherProcessesWrote) {
+  std::vector<lf::detail::stored_entry> others;
+  for (int i = 0; i < 40; ++i) others.push_back({key(1000 + i), sample_plan(128)});
+  for (auto& e : others) e.stored_at_ms = 1;  // older than anything this process stores
+  const std::string text = lf::detail::serialize_cache_file(others);
+  write_text(file_, text);
+  LAUNCHFIT_EXPECT_BOUNDED(5000, ([&] {
+                             ::setenv("LAUNCHFIT_CACHE_MAX_ENTRIES", "10", 1);
+                             captured_log log;
+                             lf::set_cache_file(file_.string());
+                             for (int i = 0; i < 3; ++i) lf::store_plan(key(i), sample_plan(128));
+                             CHECK_IN_CHILD(!lf::flush_cache_file(500), log.text.str());
+                             CHECK_IN_CHILD(lf::find_stored_plan(key(0)).has_value(), log.text.str());
+                             CHECK_IN_CHILD(log.warnings() == 1 && log.says("never removes what others wrote"),
+                                            log.text.str());
+                             return 0;
+                           }));
+  EXPECT_EQ(slurp(file_), text);
+
+  // Room for some: this process's newest fill it, every entry of the others stays.
+  others.resize(5);
+  write_text(file_, lf::detail::serialize_cache_file(others));
+  LAUNCHFIT_EXPECT_BOUNDED(
+      5000, ([&] {
+        ::setenv("LAUNCHFIT_CACHE_MAX_ENTRIES", "10", 1);
+        captured_log log;
+        lf::set_cache_file(file_.string());
+        for (int i = 0; i < 12; ++i) {
+          lf::store_plan(key(i), sample_plan(128));
+          if (i % 4 == 3) {
+            CHECK_IN_CHILD(lf::flush_cache_file(), log.text.str());
+            std::this_thread::sleep_for(milliseconds(5));  // stored_at has a resolution of a millisecond
+          }
+        }
+        CHECK_IN_CHILD(entries_in(file_) == 10, log.text.str());
+        for (int i = 0; i < 5; ++i) CHECK_IN_CHILD(block_in_file(file_, key(1000 + i)), log.text.str());
+        CHECK_IN_CHILD(block_in_file(file_, key(11)) && block_in_file(file_, key(8)), log.text.str());
+        CHECK_IN_CHILD(!block_in_file(file_, key(3)), log.text.str());
+        CHECK_IN_CHILD(log.warnings() == 0, log.text.str());
         return 0;
       }));
 }

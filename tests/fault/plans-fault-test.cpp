@@ -87,7 +87,7 @@ TEST_F(PlansFault, AFileAboveTheLimitIsRefusedUnread) {
   for (const char* sub : {"list", "show", "check"}) {
     const outcome r = run(std::string(sub) + " huge.json --max-bytes 100000");
     ASSERT_TRUE(r.finished) << sub;
-    EXPECT_EQ(r.exit_code, std::string(sub) == "check" ? 1 : 2) << sub;
+    EXPECT_EQ(r.exit_code, std::string(sub) == "check" ? 1 : 3) << sub;  // a file that cannot be read: 3
     EXPECT_TRUE((r.out + r.err).find("200000 bytes is above") != std::string::npos) << sub << r.out << r.err;
   }
 }
@@ -140,14 +140,14 @@ TEST_F(PlansFault, AFifoNeverBlocks) {
   ASSERT_EQ(::mkfifo((dir_ / "fifo.json").c_str(), 0600), 0);
   outcome r = run("list fifo.json", 5000);
   ASSERT_TRUE(r.finished) << "blocked on a FIFO";
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.err.find("not a regular file (a FIFO)"), std::string::npos) << r.err;
   r = run("merge fifo.json fifo.json", 5000);
   ASSERT_TRUE(r.finished) << "blocked on a FIFO";
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.exit_code, 3);
   r = run("prune fifo.json --driver-below 12.0", 5000);
   ASSERT_TRUE(r.finished) << "blocked on a FIFO";
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.exit_code, 3);
 }
 
 TEST_F(PlansFault, ControlCharactersInNamesAndPathsAreEscaped) {
@@ -166,7 +166,7 @@ TEST_F(PlansFault, ControlCharactersInNamesAndPathsAreEscaped) {
   // A file name with an escape sequence is escaped in messages too.
   r = run("list \"$(printf 'bad\\033[31m.json')\"");
   ASSERT_TRUE(r.finished);
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.exit_code, 3);  // no such file
   EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("bad\\x1b[31m.json: no such file"), std::string::npos) << r.err;
 }
