@@ -20,6 +20,7 @@
 
 #include "fault/bounded.hpp"
 #include "launchfit/log.hpp"
+#include "async_sink.hpp"
 #include "log_internal.hpp"
 
 namespace lf = launchfit;
