@@ -36,7 +36,10 @@ LAUNCHFIT_API log_format current_log_format();
 // Asynchronous output (LAUNCHFIT_LOG_ASYNC=1 sets it at first use): a logging thread formats and writes
 // lines; the launching thread only queues them. The queue is bounded: when full, new lines are dropped
 // and counted (a launch never waits for the log), and the drop is reported in a warning. Lines still
-// queued are written at exit (waiting at most about half a second for a stuck output).
+// queued are written at exit (waiting at most about half a second for a stuck output). Fork-safe in both
+// modes: a child of fork() (forked while other threads log, or while one makes the logger) logs and exits;
+// with asynchronous output it starts a logging thread of its own with its first line, and the parent's
+// queued lines stay the parent's to write.
 LAUNCHFIT_API void set_log_async(bool on);
 LAUNCHFIT_API bool log_async();
 // Lines launchfit could not write: dropped from a full asynchronous queue, at exit from a stuck output,
