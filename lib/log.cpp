@@ -8,12 +8,14 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/sink.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -35,7 +37,9 @@ namespace detail {
 namespace {
 
 constexpr const char* logger_name = "launchfit";
-constexpr const char* text_pattern = "[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v";
+// Text lines are logfmt: key=value, one quoting rule (logfmt_value), the message in msg. %* and %~ are
+// launchfit's flags (below): the RFC 3339 time and the quoted message.
+constexpr const char* text_pattern = "time=%* level=%l logger=%n pid=%P msg=%~";
 constexpr const char* json_pattern = "%v";
 // A message that is already one launchfit JSON object carries this file name (compared by address, so no
 // message text can claim it); line 0 keeps it out of any %s/%@ pattern field.
@@ -52,6 +56,49 @@ constexpr const char* valid_levels = "trace, debug, info, warn, error, critical,
 std::string dump_json(const nlohmann::json& j) {
   // ensure_ascii: no raw control, bidirectional or other non-ASCII character reaches a terminal.
   return j.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
+
+// RFC 3339 in UTC with microseconds: 2026-12-03T20:41:07.123456Z.
+std::string rfc3339_utc(spdlog::log_clock::time_point t) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(us / 1000000 - (us % 1000000 < 0 ? 1 : 0));
+  const long frac = static_cast<long>(((us % 1000000) + 1000000) % 1000000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char out[40];
+  std::snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+  return out;
+}
+
+// %*: the line's time, RFC 3339 (spdlog's own time flags are local time and at most nanoseconds as digits).
+class rfc3339_flag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& m, const std::tm&, spdlog::memory_buf_t& out) override {
+    const std::string t = rfc3339_utc(m.time);
+    out.append(t.data(), t.data() + t.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<rfc3339_flag>(); }
+};
+
+// %~: the message as one logfmt value.
+class logfmt_message_flag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& m, const std::tm&, spdlog::memory_buf_t& out) override {
+    // Capped already (render()): quoted whole, so the "...(N bytes)" it may end in stays the full length.
+    const std::string v = logfmt_value(std::string_view(m.payload.data(), m.payload.size()), 2 * line_cap);
+    out.append(v.data(), v.data() + v.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<logfmt_message_flag>();
+  }
+};
+
+std::unique_ptr<spdlog::formatter> make_formatter(log_format f) {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<rfc3339_flag>('*').add_flag<logfmt_message_flag>('~');
+  formatter->set_pattern(f == log_format::json ? json_pattern : text_pattern);
+  return formatter;
 }
 
 std::string level_name(spdlog::level::level_enum l) {
@@ -86,7 +133,7 @@ event_payload build_event(spdlog::level::level_enum level, std::string_view even
                         {"msg", valid_utf8(message, log_field_cap)}};
     for (const auto& [k, v] : fields) {
       const std::string key = valid_utf8(k, 256);
-      if (!j.contains(key)) j[key] = valid_utf8(v, log_field_cap);
+      if (!j.contains(key) && key != "time" && key != "pid") j[key] = valid_utf8(v, log_field_cap);
     }
     return {dump_json(j), true};
   }
@@ -248,8 +295,16 @@ route current_route(log_state& s) {
   return s.current;
 }
 
+// A JSON line: the object with the line's time and the process id first (a child of fork() says its own).
+std::string render_json(const log_record& r) {
+  const std::string object = r.json ? r.payload : wrap_json(r.level, r.payload);
+  std::string line = "{\"time\":\"" + rfc3339_utc(r.time) + "\",\"pid\":" + std::to_string(::getpid());
+  line += object.size() > 2 ? "," + object.substr(1) : std::string("}");
+  return line;
+}
+
 std::string render(const log_record& r, log_format f) {
-  if (f == log_format::json) return r.json ? r.payload : wrap_json(r.level, r.payload);
+  if (f == log_format::json) return render_json(r);
   return escape_line(r.payload, line_cap);
 }
 
@@ -448,8 +503,7 @@ class launchfit_sink final : public spdlog::sinks::sink {
 
 void apply_pattern(log_state& s) {
   std::lock_guard<std::mutex> lock(s.route_mutex);
-  if (s.current.output)
-    s.current.output->set_pattern(s.format == log_format::json ? json_pattern : text_pattern);
+  if (s.current.output) s.current.output->set_formatter(make_formatter(s.format));
 }
 
 // Applies the environment (first use, or a test's reset). Caller holds s.mutex.
