@@ -49,8 +49,12 @@ bool async_sink::submit(log_record& r) {
       out_.count_dropped(1);
       return true;
     }
+    if (on_logging_thread) {  // the thread holds the write lock: neither queue nor write from there
+      out_.count_dropped(1);
+      return true;
+    }
     // A forked child's thread starts with its first line.
-    if (exiting_ || on_logging_thread || !start_locked()) return false;
+    if (exiting_ || !start_locked()) return false;
     if (items_.size() >= queue_max_lines || bytes_ + r.payload.size() > queue_max_bytes) {
       out_.count_dropped(1);
       ++overflow_;  // reported by the thread once the output moves again

@@ -4,7 +4,6 @@
 
 #include <pthread.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -18,7 +17,6 @@ std::mutex table_mutex;  // registration; held from prepare to parent/child so t
 fork_hooks table[max_hooks];
 int registered = 0;
 bool atfork_registered = false;
-std::atomic<bool> forked_child{false};
 
 void prepare_all() {
   table_mutex.lock();
@@ -33,7 +31,6 @@ void parent_all() {
 }
 
 void child_all() {
-  forked_child.store(true, std::memory_order_relaxed);
   for (int i = 0; i < registered; ++i)
     if (table[i].child) table[i].child();
   table_mutex.unlock();  // taken by this thread, the child's only one, in prepare_all()
@@ -56,7 +53,5 @@ bool on_fork(const fork_hooks& hooks) noexcept {
 }
 
 bool on_exit(void (*handler)()) noexcept { return std::atexit(handler) == 0; }
-
-bool in_forked_child() noexcept { return forked_child.load(std::memory_order_relaxed); }
 
 }  // namespace launchfit::detail::lifecycle

@@ -29,7 +29,4 @@ bool on_fork(const fork_hooks& hooks) noexcept;
 // registration, interleaved with static destructors as std::atexit handlers are. False if it could not.
 bool on_exit(void (*handler)()) noexcept;
 
-// Whether this process is a child of fork() made after the first on_fork() call (for messages).
-bool in_forked_child() noexcept;
-
 }  // namespace launchfit::detail::lifecycle

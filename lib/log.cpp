@@ -65,7 +65,7 @@ std::string rfc3339_utc(spdlog::log_clock::time_point t) {
   const long frac = static_cast<long>(((us % 1000000) + 1000000) % 1000000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  char out[40];
+  char out[96];  // room for any int year, so the compiler sees nothing cut
   std::snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
   return out;
@@ -483,7 +483,8 @@ class launchfit_sink final : public spdlog::sinks::sink {
 
   void flush() override {
     if (sink_depth > 0) return;
-    if (s_.async.load()) wait_drained(s_);
+    // A stuck output holds the write lock: flush() gives up on it as the wait for the queue did.
+    if (s_.async.load() && !wait_drained(s_)) return;
     std::lock_guard<std::mutex> lock(*s_.write_lock);
     s_.flush();
   }
