@@ -7,14 +7,15 @@
 #include <pthread.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -25,8 +26,11 @@
 #include <utility>
 #include <vector>
 
+#include "async_sink.hpp"
 #include "env_switch.hpp"
+#include "lifecycle.hpp"
 #include "log_internal.hpp"
+#include "stderr_sink.hpp"
 #include "text.hpp"
 
 namespace launchfit {
@@ -34,14 +38,14 @@ namespace detail {
 namespace {
 
 constexpr const char* logger_name = "launchfit";
-constexpr const char* text_pattern = "[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v";
+// Text lines are logfmt: key=value, one quoting rule (logfmt_value), the message in msg. %* and %~ are
+// launchfit's flags (below): the RFC 3339 time and the quoted message.
+constexpr const char* text_pattern = "time=%* level=%l logger=%n pid=%P msg=%~";
 constexpr const char* json_pattern = "%v";
 // A message that is already one launchfit JSON object carries this file name (compared by address, so no
 // message text can claim it); line 0 keeps it out of any %s/%@ pattern field.
 constexpr const char json_marker[] = "launchfit:json";
 constexpr std::size_t line_cap = 64 * 1024;        // any one message, escaped or wrapped
-constexpr std::size_t queue_max_lines = 8192;      // asynchronous queue bounds
-constexpr std::size_t queue_max_bytes = 8u << 20;  //
 // A wait for the logging thread (at exit and fork, or in flush()) gives up only on a stuck output, never on
 // a slow one or a thread short of CPU: when the thread has written no line for this long, or after wait_cap
 // in all.
@@ -53,6 +57,49 @@ constexpr const char* valid_levels = "trace, debug, info, warn, error, critical,
 std::string dump_json(const nlohmann::json& j) {
   // ensure_ascii: no raw control, bidirectional or other non-ASCII character reaches a terminal.
   return j.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
+
+// RFC 3339 in UTC with microseconds: 2026-12-03T20:41:07.123456Z.
+std::string rfc3339_utc(spdlog::log_clock::time_point t) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(us / 1000000 - (us % 1000000 < 0 ? 1 : 0));
+  const long frac = static_cast<long>(((us % 1000000) + 1000000) % 1000000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char out[96];  // room for any int year, so the compiler sees nothing cut
+  std::snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+  return out;
+}
+
+// %*: the line's time, RFC 3339 (spdlog's own time flags are local time and at most nanoseconds as digits).
+class rfc3339_flag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& m, const std::tm&, spdlog::memory_buf_t& out) override {
+    const std::string t = rfc3339_utc(m.time);
+    out.append(t.data(), t.data() + t.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<rfc3339_flag>(); }
+};
+
+// %~: the message as one logfmt value.
+class logfmt_message_flag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& m, const std::tm&, spdlog::memory_buf_t& out) override {
+    // Capped already (render()): quoted whole, so the "...(N bytes)" it may end in stays the full length.
+    const std::string v = logfmt_value(std::string_view(m.payload.data(), m.payload.size()), 2 * line_cap);
+    out.append(v.data(), v.data() + v.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<logfmt_message_flag>();
+  }
+};
+
+std::unique_ptr<spdlog::formatter> make_formatter(log_format f) {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<rfc3339_flag>('*').add_flag<logfmt_message_flag>('~');
+  formatter->set_pattern(f == log_format::json ? json_pattern : text_pattern);
+  return formatter;
 }
 
 std::string level_name(spdlog::level::level_enum l) {
@@ -87,7 +134,7 @@ event_payload build_event(spdlog::level::level_enum level, std::string_view even
                         {"msg", valid_utf8(message, log_field_cap)}};
     for (const auto& [k, v] : fields) {
       const std::string key = valid_utf8(k, 256);
-      if (!j.contains(key)) j[key] = valid_utf8(v, log_field_cap);
+      if (!j.contains(key) && key != "time" && key != "pid") j[key] = valid_utf8(v, log_field_cap);
     }
     return {dump_json(j), true};
   }
@@ -202,79 +249,66 @@ env_config read_env() {
 
 // ---- output: where a line goes ----
 
-struct output_record {
-  spdlog::level::level_enum level = spdlog::level::info;
-  spdlog::log_clock::time_point time;
-  std::size_t thread_id = 0;
-  bool json = false;  // payload is a launchfit JSON object
-  std::string payload;
-};
-
 struct route {
   std::shared_ptr<spdlog::logger> target;       // set_logger()'s logger, or null
   std::shared_ptr<spdlog::sinks::sink> output;  // launchfit's own output (stderr) when there is no target
 };
 
-// The bounded queue of the asynchronous mode. Its mutexes and condition variables are pointers so that a
-// forked child can replace ones a vanished thread might hold.
-struct async_queue {
-  std::mutex* mutex = new std::mutex;
-  std::condition_variable* wake = new std::condition_variable;     // worker: work arrived
-  std::condition_variable* drained = new std::condition_variable;  // flush(): queue empty
-  std::mutex* write_mutex = new std::mutex;                        // held by the worker while it writes
-  std::deque<output_record> items;
-  // The batch the worker is writing (only the worker touches it): a member, not a local, so what a forked
-  // child inherits of it stays reachable (LeakSanitizer reported the vanished worker's batch as a leak).
-  std::deque<output_record> batch;
-  std::size_t bytes = 0;
-  bool worker_alive = false;
-  bool writing = false;       // the worker holds a batch
-  bool exiting = false;       // exit handler ran: write synchronously from now on
-  bool output_stuck = false;  // ... or not at all: the exit found the output stuck
-  bool fork_write_locked = false;
-  std::uint64_t overflow = 0;  // lines dropped from a full queue, not yet reported
-  // Lines the worker has handled: tells an output that is slow (or a worker short of CPU) from a stuck one.
-  std::atomic<std::uint64_t> written{0};
-  // Locks a forked child replaced: never freed (a vanished thread may hold them), kept reachable.
-  std::vector<void*> abandoned;
-};
-
-thread_local int sink_depth = 0;  // > 0 while this thread is inside launchfit's sink (or is the worker)
+thread_local int sink_depth = 0;  // > 0 while this thread is inside launchfit's sink (or writes for it)
 
 class launchfit_sink;
 
-struct log_state {
+struct log_state final : record_output {
   std::mutex mutex;        // configuration
   std::mutex route_mutex;  // target and output, read per line
+  // Held while a line is written into the route (by a synchronous writer or the logging thread), so that a
+  // fork can wait until no thread is inside an output (a sink's own lock). A pointer: a child replaces one
+  // that a writer stuck on its output held at the fork.
+  std::mutex* write_lock = new std::mutex;
   route current;
   std::shared_ptr<spdlog::logger> front;
   std::shared_ptr<launchfit_sink> sink;
   std::atomic<log_format> format{log_format::text};
   std::atomic<bool> async{false};
+  std::atomic<bool> started{false};  // the logging thread was started as the environment says
   std::atomic<std::uint64_t> dropped{0};
   spdlog::level::level_enum default_level = spdlog::level::info;  // restored by set_logger(nullptr)
   bool user_target = false;
   std::set<std::string> spill_warned;
   std::atomic<bool> warnings_pending{false};
   std::vector<env_warning> warnings;
-  async_queue queue;
+  async_sink queue{*this};
   bool exit_handler_registered = false;
-};
+  bool fork_write_locked = false;
+  std::vector<void*> abandoned;  // locks a forked child replaced: never freed, kept reachable
 
-log_state& state_raw();
+  void write(const log_record& r) noexcept override;
+  void flush() noexcept override;
+  log_record drop_report(std::uint64_t n) override;
+  std::mutex& write_mutex() noexcept override { return *write_lock; }
+  void count_dropped(std::uint64_t n) noexcept override { dropped.fetch_add(n, std::memory_order_relaxed); }
+};
 
 route current_route(log_state& s) {
   std::lock_guard<std::mutex> lock(s.route_mutex);
   return s.current;
 }
 
-std::string render(const output_record& r, log_format f) {
-  if (f == log_format::json) return r.json ? r.payload : wrap_json(r.level, r.payload);
+// A JSON line: the object with the line's time and the process id first (a child of fork() says its own).
+std::string render_json(const log_record& r) {
+  const std::string object = r.json ? r.payload : wrap_json(r.level, r.payload);
+  std::string line = "{\"time\":\"" + rfc3339_utc(r.time) + "\",\"pid\":" + std::to_string(::getpid());
+  line += object.size() > 2 ? "," + object.substr(1) : std::string("}");
+  return line;
+}
+
+std::string render(const log_record& r, log_format f) {
+  if (f == log_format::json) return render_json(r);
   return escape_line(r.payload, line_cap);
 }
 
 // Writes one record where launchfit's lines go now. May throw (a user's sink or error handler).
-void write_record(log_state& s, const output_record& r) {
+void write_record(log_state& s, const log_record& r) {
   const route rt = current_route(s);
   const std::string line = render(r, s.format.load(std::memory_order_relaxed));
   if (rt.target) {
@@ -287,41 +321,67 @@ void write_record(log_state& s, const output_record& r) {
   }
 }
 
-void write_quietly(log_state& s, const output_record& r) {
-  try {
-    write_record(s, r);
-  } catch (...) {
-    s.dropped.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-output_record drop_report(log_state& s, std::uint64_t n) {
-  const std::string count = std::to_string(n);
-  const std::string message =
-      "launchfit log queue full: " + count + " lines dropped (asynchronous logging never blocks a launch)";
-  const log_format f = s.format.load();
-  event_payload p = f == log_format::json
-                        ? build_event(spdlog::level::warn, "log_dropped", message, {{"dropped", count}}, f)
-                        : build_event(spdlog::level::warn, "log_dropped", message, {}, f);
-  return {spdlog::level::warn, spdlog::log_clock::now(), 0, p.json, std::move(p.text)};
-}
-
 void flush_route(log_state& s) {
   const route rt = current_route(s);
   if (rt.target) rt.target->flush();
   if (rt.output) rt.output->flush();
 }
 
-// Takes the write lock once the worker's batch is written (fork), waiting while the worker still writes
-// lines: false when it wrote none for `still` (a stuck output) or after wait_cap. Polls: std::timed_mutex's
-// timed lock is invisible to ThreadSanitizer on glibc, which then reports the unlock.
-bool lock_write_while_moving(async_queue& q, std::chrono::milliseconds still) {
+void log_state::write(const log_record& r) noexcept {
+  ++sink_depth;  // a user sink that logs from here is dropped, not queued again forever
+  try {
+    write_record(*this, r);
+  } catch (...) {
+    dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+  --sink_depth;
+}
+
+void log_state::flush() noexcept {
+  ++sink_depth;
+  try {
+    flush_route(*this);
+  } catch (...) {
+  }
+  --sink_depth;
+}
+
+log_record log_state::drop_report(std::uint64_t n) {
+  const std::string count = std::to_string(n);
+  const std::string message =
+      "launchfit log queue full: " + count + " lines dropped (asynchronous logging never blocks a launch)";
+  const log_format f = format.load();
+  event_payload p = f == log_format::json
+                        ? build_event(spdlog::level::warn, "log_dropped", message, {{"dropped", count}}, f)
+                        : build_event(spdlog::level::warn, "log_dropped", message, {}, f);
+  return {spdlog::level::warn, spdlog::log_clock::now(), 0, p.json, std::move(p.text)};
+}
+
+// Writes a record synchronously, under the write lock.
+void write_now(log_state& s, const log_record& r) {
+  std::lock_guard<std::mutex> lock(*s.write_lock);
+  s.write(r);
+  s.queue.written().fetch_add(1, std::memory_order_relaxed);
+}
+
+// ---- the logger's state and its lifecycle ----
+
+// The state is made on first use under init_mutex, not as a function-local static: a child forked while
+// another thread was making it would wait forever in the static's guard. The fork hooks take init_mutex,
+// so a fork waits until the state is made (or not begun).
+std::mutex init_mutex;
+std::atomic<log_state*> the_state{nullptr};
+
+// Takes the write lock once no writer is inside the output (fork), waiting while writers still write
+// lines: false when none was written for `still` (a stuck output) or after wait_cap. Polls:
+// std::timed_mutex's timed lock is invisible to ThreadSanitizer on glibc, which then reports the unlock.
+bool lock_write_while_moving(log_state& s, std::chrono::milliseconds still) {
   const auto start = std::chrono::steady_clock::now();
   auto moved = start;
-  std::uint64_t seen = q.written.load(std::memory_order_relaxed);
-  while (!q.write_mutex->try_lock()) {
+  std::uint64_t seen = s.queue.written().load(std::memory_order_relaxed);
+  while (!s.write_lock->try_lock()) {
     const auto now = std::chrono::steady_clock::now();
-    if (const std::uint64_t w = q.written.load(std::memory_order_relaxed); w != seen) {
+    if (const std::uint64_t w = s.queue.written().load(std::memory_order_relaxed); w != seen) {
       seen = w;
       moved = now;
     }
@@ -331,151 +391,72 @@ bool lock_write_while_moving(async_queue& q, std::chrono::milliseconds still) {
   return true;
 }
 
-}  // namespace
-
-std::atomic<void (*)()> log_batch_taken_for_tests{nullptr};
-
-namespace {
-
-void worker_loop(log_state& s) {
-  sink_depth = 1;  // a user sink that logs from here is dropped, not queued again forever
-  async_queue& q = s.queue;
-  std::unique_lock<std::mutex> lock(*q.mutex);
-  for (;;) {
-    q.wake->wait(lock, [&] { return !q.items.empty() || q.overflow != 0; });
-    std::deque<output_record>& batch = q.batch;
-    batch.swap(q.items);
-    q.bytes = 0;
-    const std::uint64_t overflow = std::exchange(q.overflow, 0);
-    q.writing = true;
-    lock.unlock();
-    if (void (*hook)() = log_batch_taken_for_tests.load()) hook();
-    {
-      std::lock_guard<std::mutex> write(*q.write_mutex);
-      for (const output_record& r : batch) {
-        write_quietly(s, r);
-        q.written.fetch_add(1, std::memory_order_relaxed);
-      }
-      if (overflow != 0) write_quietly(s, drop_report(s, overflow));
-      try {
-        flush_route(s);
-      } catch (...) {
-      }
-    }
-    batch.clear();  // keeps the moved-in buffers of q.items for the next swap
-    lock.lock();
-    q.writing = false;
-    q.drained->notify_all();
-  }
-}
-
-// Waits until the worker has written everything queued; false when it wrote no line for `still` (a stuck
-// output) or after wait_cap.
-bool wait_drained(log_state& s, std::chrono::milliseconds still = flush_wait) {
-  async_queue& q = s.queue;
-  std::unique_lock<std::mutex> lock(*q.mutex);
-  if (!q.worker_alive) return true;
-  const auto start = std::chrono::steady_clock::now();
-  std::uint64_t seen = q.written.load(std::memory_order_relaxed);
-  while (!q.drained->wait_for(lock, still, [&] { return q.items.empty() && !q.writing; })) {
-    const std::uint64_t w = q.written.load(std::memory_order_relaxed);
-    if (w == seen || std::chrono::steady_clock::now() - start >= wait_cap) return false;
-    seen = w;
-  }
-  return true;
-}
-
-// At exit: new lines are written synchronously (a line from a later static destructor too) and the worker
-// writes what is still queued while the exit waits. The exiting thread never writes into the output itself
-// while lines are queued: if the worker stops moving, the output is stuck, and the lines queued or logged
-// from then on are dropped (counted) rather than block the exit.
-void drain_at_exit() {
-  log_state& s = state_raw();
-  async_queue& q = s.queue;
-  {
-    std::lock_guard<std::mutex> lock(*q.mutex);
-    q.exiting = true;
-  }
-  if (wait_drained(s, exit_write_wait)) return;
-  std::lock_guard<std::mutex> lock(*q.mutex);
-  q.output_stuck = true;
-  s.dropped.fetch_add(q.items.size(), std::memory_order_relaxed);
-  q.items.clear();
-  q.bytes = 0;
-}
-
+// Fork: every lock of the logger is taken, in the order its users take them (configuration, queue,
+// write, route), and given back in the parent. The child gets new ones where a thread it does not have
+// could hold the old one: the write lock and the output's console lock when a writer was stuck in the
+// output at the fork (then launchfit's own stderr output is usable again; a user's sink stuck that way is
+// the user's), and the queue's condition variables. Its logging thread starts again with its first line.
 void before_fork() {
-  async_queue& q = state_raw().queue;
-  q.mutex->lock();
-  q.fork_write_locked = lock_write_while_moving(q, exit_write_wait);
-}
-void after_fork_parent() {
-  async_queue& q = state_raw().queue;
-  if (q.fork_write_locked) q.write_mutex->unlock();
-  q.mutex->unlock();
-}
-// The child has no logging thread: it writes synchronously until set_log_async(true) starts one, with fresh
-// locks (a vanished thread may have held the old ones) and without the parent's queued lines.
-void after_fork_child() {
-  async_queue& q = state_raw().queue;
-  q.abandoned.insert(q.abandoned.end(), {static_cast<void*>(q.write_mutex), static_cast<void*>(q.wake),
-                                         static_cast<void*>(q.drained)});
-  q.write_mutex = new std::mutex;
-  q.wake = new std::condition_variable;
-  q.drained = new std::condition_variable;
-  q.items.clear();
-  q.bytes = 0;
-  q.overflow = 0;
-  q.writing = false;
-  q.worker_alive = false;
-  q.mutex->unlock();
+  init_mutex.lock();
+  log_state* s = the_state.load(std::memory_order_acquire);
+  if (!s) return;
+  s->mutex.lock();
+  s->queue.prepare_fork();
+  s->fork_write_locked = lock_write_while_moving(*s, exit_write_wait);
+  s->route_mutex.lock();
 }
 
-// Starts the logging thread once per process (again in a forked child). Returns false if it cannot.
+void after_fork_parent() {
+  if (log_state* s = the_state.load(std::memory_order_acquire)) {
+    s->route_mutex.unlock();
+    if (s->fork_write_locked) s->write_lock->unlock();
+    s->queue.parent_after_fork();
+    s->mutex.unlock();
+  }
+  init_mutex.unlock();
+}
+
+void after_fork_child() {
+  if (log_state* s = the_state.load(std::memory_order_acquire)) {
+    s->route_mutex.unlock();
+    if (s->fork_write_locked) {
+      s->write_lock->unlock();
+    } else {
+      s->abandoned.push_back(s->write_lock);
+      s->write_lock = new std::mutex;
+      if (auto* own = dynamic_cast<stderr_sink*>(s->current.output.get())) own->replace_lock_after_fork();
+    }
+    s->queue.child_after_fork();
+    s->mutex.unlock();
+  }
+  init_mutex.unlock();
+}
+
+void register_fork_hooks() {
+  static std::atomic<bool> done{false};
+  if (!done.load(std::memory_order_acquire) &&
+      lifecycle::on_fork({before_fork, after_fork_parent, after_fork_child}))
+    done.store(true, std::memory_order_release);
+}
+
+// At load time, before any thread of the program can be inside the first use.
+const bool fork_hooks_at_load = (register_fork_hooks(), true);
+
+void drain_at_exit() {
+  if (log_state* s = the_state.load(std::memory_order_acquire)) s->queue.drain_at_exit();
+}
+
+// Starts the logging thread (again in a forked child). Returns false if it cannot.
 bool ensure_worker(log_state& s) {
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.exit_handler_registered) {
-      s.exit_handler_registered = true;
-      std::atexit(drain_at_exit);
-      pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-    }
+    if (!s.exit_handler_registered) s.exit_handler_registered = lifecycle::on_exit(drain_at_exit);
   }
-  async_queue& q = s.queue;
-  std::lock_guard<std::mutex> lock(*q.mutex);
-  if (q.worker_alive) return true;
-  if (q.exiting) return false;
-  try {
-    std::thread([&s] { worker_loop(s); }).detach();
-    q.worker_alive = true;
-  } catch (...) {
-    return false;
-  }
-  return true;
+  return s.queue.start();
 }
 
-// Queues a record (or drops it, counted); false when it must be written synchronously (no logging thread,
-// or exiting).
-bool submit(log_state& s, output_record& r) {
-  async_queue& q = s.queue;
-  {
-    std::lock_guard<std::mutex> lock(*q.mutex);
-    if (q.exiting && q.output_stuck) {
-      s.dropped.fetch_add(1, std::memory_order_relaxed);
-      return true;
-    }
-    if (!q.worker_alive || q.exiting) return false;
-    if (q.items.size() >= queue_max_lines || q.bytes + r.payload.size() > queue_max_bytes) {
-      s.dropped.fetch_add(1, std::memory_order_relaxed);
-      ++q.overflow;  // reported by the worker once the output moves again
-      return true;
-    }
-    q.bytes += r.payload.size();
-    q.items.push_back(std::move(r));
-  }
-  q.wake->notify_one();
-  return true;
-}
+// Waits until the logging thread has written everything queued.
+bool wait_drained(log_state& s) { return s.queue.wait_drained(flush_wait); }
 
 // The front logger's only sink: one safe line per message, to the current route.
 class launchfit_sink final : public spdlog::sinks::sink {
@@ -490,9 +471,9 @@ class launchfit_sink final : public spdlog::sinks::sink {
     }
     ++sink_depth;
     try {
-      output_record r{msg.level, msg.time, msg.thread_id, msg.source.filename == json_marker,
-                      std::string(msg.payload.data(), msg.payload.size())};
-      if (!s.async.load(std::memory_order_relaxed) || !submit(s, r)) write_record(s, r);
+      log_record r{msg.level, msg.time, msg.thread_id, msg.source.filename == json_marker,
+                   std::string(msg.payload.data(), msg.payload.size())};
+      if (!s.async.load(std::memory_order_relaxed) || !s.queue.submit(r)) write_now(s, r);
     } catch (...) {
       s.dropped.fetch_add(1, std::memory_order_relaxed);
     }
@@ -501,8 +482,10 @@ class launchfit_sink final : public spdlog::sinks::sink {
 
   void flush() override {
     if (sink_depth > 0) return;
-    if (s_.async.load()) wait_drained(s_);
-    flush_route(s_);
+    // A stuck output holds the write lock: flush() gives up on it as the wait for the queue did.
+    if (s_.async.load() && !wait_drained(s_)) return;
+    std::lock_guard<std::mutex> lock(*s_.write_lock);
+    s_.flush();
   }
 
   // logger()->set_pattern() / set_formatter() shape launchfit's own output.
@@ -520,8 +503,7 @@ class launchfit_sink final : public spdlog::sinks::sink {
 
 void apply_pattern(log_state& s) {
   std::lock_guard<std::mutex> lock(s.route_mutex);
-  if (s.current.output)
-    s.current.output->set_pattern(s.format == log_format::json ? json_pattern : text_pattern);
+  if (s.current.output) s.current.output->set_formatter(make_formatter(s.format));
 }
 
 // Applies the environment (first use, or a test's reset). Caller holds s.mutex.
@@ -535,7 +517,7 @@ void configure_locked(log_state& s, std::shared_ptr<spdlog::sinks::sink> output)
   {
     std::lock_guard<std::mutex> lock(s.route_mutex);
     s.current.target = nullptr;
-    s.current.output = output ? std::move(output) : std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    s.current.output = output ? std::move(output) : std::make_shared<stderr_sink>();
   }
   apply_pattern(s);
   s.async = env.async;
@@ -589,9 +571,14 @@ void emit_env_warnings(log_state& s) {
   }
 }
 
-// The state without side effects (fork and exit handlers).
+// The state without side effects.
 log_state& state_raw() {
-  static log_state& s = make_state();
+  if (log_state* s = the_state.load(std::memory_order_acquire)) return *s;
+  register_fork_hooks();  // in case a static initialiser of the program logs before ours ran
+  std::lock_guard<std::mutex> lock(init_mutex);
+  if (log_state* s = the_state.load(std::memory_order_relaxed)) return *s;
+  log_state& s = make_state();
+  the_state.store(&s, std::memory_order_release);
   return s;
 }
 
@@ -603,11 +590,13 @@ log_state& state() {
 
 log_state& started_state() {
   log_state& s = state();
-  static const bool started = [&] {
-    if (s.async) ensure_worker(s);
-    return true;
-  }();
-  (void)started;
+  if (!s.started.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(init_mutex);
+    if (!s.started.load(std::memory_order_relaxed)) {
+      if (s.async) ensure_worker(s);
+      s.started.store(true, std::memory_order_release);
+    }
+  }
   return s;
 }
 

@@ -62,8 +62,5 @@ constexpr std::size_t log_field_cap = 4096;
 // Tests: re-reads the environment as at first use (level, format, async; warnings again), forgets the
 // spill warnings already given and set_logger(), and writes to `output` (nullptr: stderr).
 void reset_logging_for_tests(std::shared_ptr<spdlog::sinks::sink> output = nullptr);
-// Tests: called by the logging thread each time it has taken lines off the queue, before writing them
-// (nullptr: nothing). Lets a test stop the thread at that point to check exit and fork there.
-extern std::atomic<void (*)()> log_batch_taken_for_tests;
 
 }  // namespace launchfit::detail

@@ -32,6 +32,7 @@
 #include "cache_file.hpp"
 #include "driver.hpp"
 #include "launchfit/error.hpp"
+#include "lifecycle.hpp"
 #include "log_internal.hpp"
 #include "plan_inputs.hpp"
 #include "plan_json.hpp"
@@ -265,26 +266,25 @@ class file_store final : public plan_store_layer {
 
   file_store() {
     // A child of fork() has no writer thread and must not inherit a locked mutex.
-    ::pthread_atfork(
-        [] {
-          state().config.lock();
-          state().memory.lock();
-        },
-        [] {
-          state().memory.unlock();
-          state().config.unlock();
-        },
-        [] {
-          file_store& f = state();
-          new (&f.work) std::condition_variable;
-          new (&f.done) std::condition_variable;
-          for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));
-          f.in_flight.clear();
-          f.writer_pid = 0;
-          f.flushing = 0;
-          f.memory.unlock();
-          f.config.unlock();
-        });
+    lifecycle::on_fork({[] {
+                          state().config.lock();
+                          state().memory.lock();
+                        },
+                        [] {
+                          state().memory.unlock();
+                          state().config.unlock();
+                        },
+                        [] {
+                          file_store& f = state();
+                          new (&f.work) std::condition_variable;
+                          new (&f.done) std::condition_variable;
+                          for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));
+                          f.in_flight.clear();
+                          f.writer_pid = 0;
+                          f.flushing = 0;
+                          f.memory.unlock();
+                          f.config.unlock();
+                        }});
   }
 
   const char* name() const noexcept override { return "file"; }
@@ -311,7 +311,7 @@ class file_store final : public plan_store_layer {
     } catch (const std::system_error&) {
       return;  // no thread: plans stay queued; flush_cache_file() says so
     }
-    if (!exit_registered) exit_registered = std::atexit(flush_at_exit) == 0;
+    if (!exit_registered) exit_registered = lifecycle::on_exit(flush_at_exit);
   }
 
   // Under memory.

@@ -42,6 +42,7 @@
 #include <tuple>
 #include <utility>
 
+#include "lifecycle.hpp"
 #include "log_internal.hpp"
 #include "plan_inputs.hpp"
 #include "text.hpp"
@@ -1161,25 +1162,26 @@ namespace {
 store_registry& registry() {
   static store_registry& r = []() -> store_registry& {
     auto* reg = new store_registry;  // never destroyed
-    ::pthread_atfork(
-        [] {
-          store_registry& g = registry();
-          g.m.lock();
-          for (auto* s : g.stores) s->m.lock();
-        },
-        [] {
-          store_registry& g = registry();
-          for (auto* s : g.stores) s->m.unlock();
-          g.m.unlock();
-        },
-        [] {
-          store_registry& g = registry();
-          for (auto* s : g.stores) {
-            s->after_fork_child();
-            s->m.unlock();
-          }
-          g.m.unlock();
-        });
+    // The writer threads and connections a child inherits (see redis_store::after_fork_child): the child
+    // starts its own writer on its first put, and opens its own connections.
+    lifecycle::on_fork({[] {
+                          store_registry& g = registry();
+                          g.m.lock();
+                          for (auto* s : g.stores) s->m.lock();
+                        },
+                        [] {
+                          store_registry& g = registry();
+                          for (auto* s : g.stores) s->m.unlock();
+                          g.m.unlock();
+                        },
+                        [] {
+                          store_registry& g = registry();
+                          for (auto* s : g.stores) {
+                            s->after_fork_child();
+                            s->m.unlock();
+                          }
+                          g.m.unlock();
+                        }});
     return *reg;
   }();
   return r;
@@ -1422,7 +1424,7 @@ remote_config& config() {
   static remote_config& c = []() -> remote_config& {
     auto* made = new remote_config;  // never destroyed
     // A child of fork() must be able to configure its store though a thread of its parent was doing so.
-    ::pthread_atfork(nullptr, nullptr, [] { new (&config().m) std::mutex; });
+    lifecycle::on_fork({nullptr, nullptr, [] { new (&config().m) std::mutex; }});
     return *made;
   }();
   return c;
@@ -1434,7 +1436,7 @@ void flush_at_exit() {
 
 void register_exit_flush() {
   static std::once_flag once;  // a child of fork() inherits the registration with it
-  std::call_once(once, [] { std::atexit(flush_at_exit); });
+  std::call_once(once, [] { lifecycle::on_exit(flush_at_exit); });
 }
 
 // A store for `text` (from LAUNCHFIT_REMOTE or set_remote_store()), or nullptr after one warning.

@@ -172,4 +172,45 @@ bool is_clean_text(std::string_view s, std::size_t max_bytes) {
   return true;
 }
 
+std::string logfmt_value(std::string_view s, std::size_t max_bytes) {
+  const bool bare = !s.empty() && s.size() <= max_bytes && std::all_of(s.begin(), s.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c > 0x20 && c < 0x7f && c != '=' && c != '"';
+  });
+  if (bare) return std::string(s);
+  std::string out = "\"";
+  std::size_t i = 0;
+  while (i < s.size() && i < max_bytes) {
+    std::uint32_t cp = 0;
+    std::size_t n = utf8_sequence(s, i, cp);
+    if (n == 0) {
+      n = 1;
+      cp = 0xfffd;
+    }
+    if (i + n > max_bytes) break;  // never half a character
+    i += n;
+    if (cp == '"' || cp == '\\') {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (cp >= 0x20 && cp < 0x7f) {
+      out += static_cast<char>(cp);
+    } else if (cp > 0xffff) {
+      const std::uint32_t v = cp - 0x10000;
+      append_hex(out, "\\u", 0xd800 + (v >> 10), 4);
+      append_hex(out, "\\u", 0xdc00 + (v & 0x3ff), 4);
+    } else {
+      append_hex(out, "\\u", cp, 4);
+    }
+  }
+  if (i < s.size()) out += "...(" + std::to_string(s.size()) + " bytes)";
+  out += '"';
+  return out;
+}
+
 }  // namespace launchfit::detail

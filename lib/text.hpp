@@ -29,6 +29,13 @@ std::string sanitize_text(std::string_view s, std::size_t max_bytes);
 // refuse text rather than rewrite it.
 bool is_clean_text(std::string_view s, std::size_t max_bytes);
 
+// `s` as a logfmt value: bare when it is not empty and holds only printable ASCII other than '=' and '"';
+// else between double quotes, with '"' and '\' escaped as \" and \\, \n \r \t by name and every other
+// control or non-ASCII code point as \uNNNN (a surrogate pair above U+FFFF; U+FFFD for an invalid byte),
+// as JSON strings are, so logfmt and JSON readers alike get `s` back. At most max_bytes of `s`, never cut
+// inside a character; a longer `s` ends in "...(N bytes)" inside the quotes.
+std::string logfmt_value(std::string_view s, std::size_t max_bytes = 256);
+
 // The character of `s` at byte `at` as escape_text() shows it (quote_text() when `quote` is not '\0',
 // escape_line() with `keep_backslash`), appended to `out`; returns the bytes of `s` it covers (at least 1).
 // For callers that lay out escaped text themselves, such as a caret under a column.

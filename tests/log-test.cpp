@@ -8,17 +8,21 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
+#include "text.hpp"
 
 namespace lf = launchfit;
 
@@ -211,6 +215,112 @@ class logging_env {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+// A logfmt reader as log collectors have one: key=value pairs separated by spaces; a value bare (up to the
+// next space) or double-quoted with \" \\ \n \r \t \uNNNN escapes (surrogate pairs joined). nullopt when
+// the line is not logfmt, or names a key twice.
+std::optional<std::map<std::string, std::string>> parse_logfmt(const std::string& line) {
+  std::map<std::string, std::string> out;
+  std::size_t i = 0;
+  const auto hex4 = [&](std::size_t at, std::uint32_t& v) {
+    if (at + 4 > line.size()) return false;
+    v = 0;
+    for (std::size_t k = at; k < at + 4; ++k) {
+      const char c = line[k];
+      v = v * 16 + (c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : 99);
+      if (v > 0xffff) return false;
+    }
+    return true;
+  };
+  while (i < line.size()) {
+    const std::size_t eq = line.find('=', i);
+    if (eq == std::string::npos || eq == i) return std::nullopt;
+    const std::string key = line.substr(i, eq - i);
+    if (key.find_first_of(" \"") != std::string::npos) return std::nullopt;
+    i = eq + 1;
+    std::string value;
+    if (i < line.size() && line[i] == '"') {
+      ++i;
+      for (;;) {
+        if (i >= line.size()) return std::nullopt;  // unterminated
+        const char c = line[i++];
+        if (c == '"') break;
+        if (static_cast<unsigned char>(c) < 0x20) return std::nullopt;
+        if (c != '\\') {
+          value += c;
+          continue;
+        }
+        if (i >= line.size()) return std::nullopt;
+        const char e = line[i++];
+        if (e == '"' || e == '\\' || e == '/') {
+          value += e;
+        } else if (e == 'n') {
+          value += '\n';
+        } else if (e == 'r') {
+          value += '\r';
+        } else if (e == 't') {
+          value += '\t';
+        } else if (e == 'u') {
+          std::uint32_t cp = 0;
+          if (!hex4(i, cp)) return std::nullopt;
+          i += 4;
+          if (cp >= 0xd800 && cp < 0xdc00) {
+            std::uint32_t lo = 0;
+            if (line.compare(i, 2, "\\u") != 0 || !hex4(i + 2, lo) || lo < 0xdc00 || lo > 0xdfff)
+              return std::nullopt;
+            i += 6;
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+          }
+          append_utf8(value, cp);
+        } else {
+          return std::nullopt;
+        }
+      }
+      if (i < line.size() && line[i] != ' ') return std::nullopt;
+    } else {
+      const std::size_t end = std::min(line.find(' ', i), line.size());
+      value = line.substr(i, end - i);
+      if (value.empty() || value.find_first_of("=\"") != std::string::npos) return std::nullopt;
+      i = end;
+    }
+    if (!out.emplace(key, value).second) return std::nullopt;
+    if (i < line.size()) ++i;  // the space
+  }
+  return out;
+}
+
+// The fields of a logfmt line (empty when it is not one).
+std::map<std::string, std::string> fields_of(const std::string& line) {
+  return parse_logfmt(line).value_or(std::map<std::string, std::string>{});
+}
+
+const std::regex rfc3339_utc_micros(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)");
+
+// A time a line says is now (within a minute): the time is UTC, not local.
+bool is_now(const std::string& t) {
+  std::tm tm{};
+  if (!strptime(t.c_str(), "%Y-%m-%dT%H:%M:%S", &tm)) return false;
+  const std::time_t then = timegm(&tm);
+  return std::abs(std::difftime(std::time(nullptr), then)) < 60;
+}
+
 const char* const hostile =
     "ok\n[2026-01-01 00:00:00.000] [launchfit] [error] forged\r\t\x1b[31mred\x7f \xff\xfe\xc3";
 
@@ -222,7 +332,7 @@ TEST(LogEnv, SpdlogLevelWithAGarbageLaunchfitEntryWarnsAndKeepsInfo) {
     EXPECT_EQ(lf::logger()->level(), spdlog::level::info) << value;
     const auto warnings = env.lines_with("SPDLOG_LEVEL");
     ASSERT_EQ(warnings.size(), 1u) << value;
-    EXPECT_TRUE(has(warnings[0], "[warning]")) << warnings[0];
+    EXPECT_EQ(fields_of(warnings[0])["level"], "warning") << warnings[0];
     EXPECT_TRUE(has(warnings[0], "is not a level (valid: trace, debug, info, warn, error, critical, off)"))
         << warnings[0];
     EXPECT_TRUE(has(warnings[0], "launchfit logs at info")) << warnings[0];
@@ -244,7 +354,7 @@ TEST(LogEnv, EveryUnknownValueIsReportedOnceAndTheDefaultKept) {
     lf::logger()->info("and again");
     const auto warnings = env.lines_with(b.var);
     ASSERT_EQ(warnings.size(), 1u) << b.var;
-    EXPECT_TRUE(has(warnings[0], std::string("\"") + b.value + "\"")) << warnings[0];
+    EXPECT_TRUE(has(fields_of(warnings[0])["msg"], std::string("\"") + b.value + "\"")) << warnings[0];
     EXPECT_TRUE(has(warnings[0], b.says)) << warnings[0];
     EXPECT_EQ(lf::logger()->level(), spdlog::level::info);
     EXPECT_EQ(lf::current_log_format(), lf::log_format::text);
@@ -271,8 +381,9 @@ TEST(LogEnv, AHostileValueIsEscapedInItsWarning) {
   const auto lines = env.lines();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_TRUE(is_one_safe_line(lines[0]));
-  EXPECT_TRUE(has(lines[0], "ok\\n[2026-01-01")) << lines[0];
-  EXPECT_TRUE(has(lines[0], "\\x1b[31mred\\x7f \\xff\\xfe\\xc3")) << lines[0];
+  const std::string msg = fields_of(lines[0])["msg"];
+  EXPECT_TRUE(has(msg, "ok\\n[2026-01-01")) << lines[0];
+  EXPECT_TRUE(has(msg, "\\x1b[31mred\\x7f \\xff\\xfe\\xc3")) << lines[0];
 }
 
 TEST(LogText, UntrustedFieldsCannotForgeALine) {
@@ -302,9 +413,10 @@ TEST(LogText, EveryMessageIsOneLineWhoeverLogsIt) {
   const auto lines = env.lines();
   ASSERT_EQ(lines.size(), 3u);
   for (const std::string& l : lines) EXPECT_TRUE(is_one_safe_line(l));
-  EXPECT_TRUE(has(lines[0], "[launchfit] [warning] plugin said ok\\n[2026")) << lines[0];
-  EXPECT_TRUE(has(lines[2], " path=\"ok\\n[2026")) << lines[2];
-  EXPECT_TRUE(has(lines[2], " n=1")) << lines[2];
+  EXPECT_EQ(fields_of(lines[0])["level"], "warning") << lines[0];
+  EXPECT_EQ(fields_of(lines[0])["msg"].rfind("plugin said ok\\n[2026", 0), 0u) << lines[0];
+  EXPECT_TRUE(has(fields_of(lines[2])["msg"], " path=\"ok\\n[2026")) << lines[2];
+  EXPECT_TRUE(has(fields_of(lines[2])["msg"], " n=1")) << lines[2];
 }
 
 TEST(LogText, AUserLoggerGetsEscapedMessagesToo) {
@@ -459,6 +571,96 @@ TEST(LogAsync, JsonAndEscapingHoldOnTheLoggingThread) {
   const auto lines = env.lines();
   ASSERT_EQ(lines.size(), 2u);
   for (const std::string& l : lines) EXPECT_TRUE(nlohmann::json::accept(l)) << l;
+}
+
+// ---- lines people can parse: logfmt text, JSON with the time and the process id ----
+
+namespace {
+
+// One line of every kind launchfit writes (the queue-full report is the fault suite's): a new plan, its
+// spill and shortfall warnings, an event with fields, a line through the logger itself, hostile text. The
+// environment warning comes from the test's environment.
+void log_every_kind() {
+  lf::detail::plan_report r = sample_report(64);
+  r.kernel.name = "_Z6every" + std::to_string(::getpid()) + "v";
+  r.plan.warning = "bytes in flight short of the target";
+  lf::detail::log_new_plan(r);
+  lf::detail::log_event(spdlog::level::info, "test", "an event", {{"key", "a value"}, {"time", "forged"}});
+  lf::logger()->warn("direct {}", 1);
+  lf::detail::log_event(spdlog::level::warn, "test", hostile, {{"value", hostile}});
+}
+
+}  // namespace
+
+TEST(LogFormat, EveryTextLineIsLogfmtWithTimeLevelLoggerPidAndMessage) {
+  logging_env env({{"LAUNCHFIT_LOG_LEVEL", "verbose"}});
+  log_every_kind();
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 7u);  // environment, plan, shortfall, spill, event, direct, hostile
+  std::vector<std::string> messages;
+  for (const std::string& line : lines) {
+    const auto f = parse_logfmt(line);
+    ASSERT_TRUE(f) << "not logfmt: " << line;
+    EXPECT_TRUE(std::regex_match(f->at("time"), rfc3339_utc_micros)) << line;
+    EXPECT_TRUE(is_now(f->at("time"))) << line;
+    EXPECT_EQ(f->at("pid"), std::to_string(::getpid())) << line;
+    EXPECT_EQ(f->at("logger"), "launchfit") << line;
+    EXPECT_TRUE(f->at("level") == "info" || f->at("level") == "warning") << line;
+    EXPECT_TRUE(is_one_safe_line(line));
+    messages.push_back(f->at("msg"));
+  }
+  EXPECT_TRUE(has(messages[0], "LAUNCHFIT_LOG_LEVEL=\"verbose\" is not a level")) << messages[0];
+  EXPECT_EQ(messages[1].rfind("new plan: kernel=reduce(float const*, float*, int)", 0), 0u) << messages[1];
+  EXPECT_TRUE(has(messages[1], " reason=\"")) << messages[1];
+  EXPECT_EQ(messages[4], "an event key=\"a value\" time=forged");
+  EXPECT_EQ(messages[5], "direct 1");
+  // Hostile text stays escaped inside the message: one line, and the reader gets launchfit's escapes.
+  EXPECT_EQ(messages[6].rfind("ok\\n[2026-01-01 00:00:00.000] [launchfit] [error] forged\\r\\t", 0), 0u)
+      << messages[6];
+}
+
+TEST(LogFormat, EveryJsonLineHasAnRfc3339UtcTimeAndThePid) {
+  logging_env env({{"LAUNCHFIT_LOG_FORMAT", "json"}, {"LAUNCHFIT_LOG_LEVEL", "verbose"}});
+  log_every_kind();
+  const auto lines = env.lines();
+  ASSERT_EQ(lines.size(), 7u);
+  for (const std::string& line : lines) {
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    ASSERT_TRUE(j.is_object()) << line;
+    ASSERT_TRUE(j.contains("time") && j["time"].is_string()) << line;
+    EXPECT_TRUE(std::regex_match(j["time"].get<std::string>(), rfc3339_utc_micros)) << line;
+    EXPECT_TRUE(is_now(j["time"].get<std::string>())) << line;
+    EXPECT_EQ(j["pid"], ::getpid()) << line;
+    EXPECT_EQ(j["logger"], "launchfit") << line;
+    EXPECT_TRUE(j.contains("level") && (j.contains("msg") || j.contains("event"))) << line;
+    // A field named "time" cannot stand in for the line's own.
+    std::size_t times = 0;
+    for (auto at = line.find("\"time\":"); at != std::string::npos; at = line.find("\"time\":", at + 1))
+      ++times;
+    EXPECT_EQ(times, 1u) << line;
+  }
+}
+
+TEST(LogFormat, LogfmtValuesAreBareUnlessTheyMustBeQuotedAndReadBackAsWritten) {
+  EXPECT_EQ(lf::detail::logfmt_value("plain"), "plain");
+  EXPECT_EQ(lf::detail::logfmt_value("a\\b(1,2)"), "a\\b(1,2)");
+  EXPECT_EQ(lf::detail::logfmt_value(""), "\"\"");
+  EXPECT_EQ(lf::detail::logfmt_value("two words"), "\"two words\"");
+  EXPECT_EQ(lf::detail::logfmt_value("k=v"), "\"k=v\"");
+  EXPECT_EQ(lf::detail::logfmt_value("say \"hi\" \\o/"), "\"say \\\"hi\\\" \\\\o/\"");
+  EXPECT_EQ(lf::detail::logfmt_value("a\nb\x1b"), "\"a\\nb\\u001b\"");
+  EXPECT_EQ(lf::detail::logfmt_value("caf\xc3\xa9 \xe2\x80\xae"), "\"caf\\u00e9 \\u202e\"");
+  EXPECT_EQ(lf::detail::logfmt_value("\xf0\x9f\x98\x80"), "\"\\ud83d\\ude00\"");
+  EXPECT_EQ(lf::detail::logfmt_value("\xff"), "\"\\ufffd\"");
+  EXPECT_EQ(lf::detail::logfmt_value("abcdef", 3), "\"abc...(6 bytes)\"");
+  for (const std::string v : {"plain", "", "two words", "k=v", "say \"hi\" \\o/", "a\nb\r\tc\x01\x7f",
+                              "caf\xc3\xa9 \xe2\x80\xae \xf0\x9f\x98\x80"}) {
+    const auto f = parse_logfmt("k=" + lf::detail::logfmt_value(v, 1024) + " next=1");
+    ASSERT_TRUE(f) << v;
+    EXPECT_EQ(f->at("k"), v);
+    EXPECT_EQ(f->at("next"), "1");
+  }
 }
 
 // Not a test: the cost to the calling thread of one new-plan line (text, info), synchronous and

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The CPU part (calculator, policies, cache, registry, parsers, plugin loading, cache file) under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer, each in its own build directory.
+# The fault suite (label cpu;fault) runs too, with the fork storms of tests/fault/fork-test.cpp: forks while
+# threads log (synchronously and through the logging thread), during the logger's first use, and with the
+# remote plan store's writer and resolver busy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${LAUNCHFIT_JOBS:-2}
@@ -15,7 +18,8 @@ run() {
   echo "sanitize.sh: $sanitizers: build $((built - start)) s, tests $((SECONDS - built)) s ($dir)"
 }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# die_after_fork=0: the cache file's writer thread starts again in forked children (the fork tests).
+# die_after_fork=0: the cache file's writer thread, the logging thread and the remote store's writer start
+# again in forked children (the fork tests).
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:die_after_fork=0
 run "${LAUNCHFIT_ASAN_DIR:-build-asan}" address,undefined
 run "${LAUNCHFIT_TSAN_DIR:-build-tsan}" thread

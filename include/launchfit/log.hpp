@@ -32,8 +32,12 @@ LAUNCHFIT_API std::shared_ptr<spdlog::logger> logger();
 // changes go through logger()->set_level()). nullptr sends them to stderr again.
 LAUNCHFIT_API void set_logger(std::shared_ptr<spdlog::logger> l);
 
-// text (default) or json: then every line launchfit writes to stderr is one JSON object (with your own
-// logger: every message). LAUNCHFIT_LOG_FORMAT=json sets it at first use.
+// text (default) or json. A text line on stderr is logfmt, read by logfmt parsers:
+//   time=2026-12-03T20:41:07.123456Z level=info logger=launchfit pid=4242 msg="new plan: kernel=..."
+// (a value bare unless it holds a space, '=', '"', a control or non-ASCII character; then quoted, with \"
+// \\ and \n \r \t \uNNNN escapes). With json every line on stderr is one JSON object (with your own
+// logger: every message) that starts with "time" (the same RFC 3339 UTC time) and "pid".
+// LAUNCHFIT_LOG_FORMAT=json sets it at first use.
 LAUNCHFIT_API void set_log_format(log_format f);
 // The format in force.
 LAUNCHFIT_API log_format current_log_format();
@@ -41,7 +45,10 @@ LAUNCHFIT_API log_format current_log_format();
 // Asynchronous output (LAUNCHFIT_LOG_ASYNC=1 sets it at first use): a logging thread formats and writes
 // lines; the launching thread only queues them. The queue is bounded: when full, new lines are dropped
 // and counted (a launch never waits for the log), and the drop is reported in a warning. Lines still
-// queued are written at exit (waiting at most about half a second for a stuck output).
+// queued are written at exit (waiting at most about half a second for a stuck output). Fork-safe in both
+// modes: a child of fork() (forked while other threads log, or while one makes the logger) logs and exits;
+// with asynchronous output it starts a logging thread of its own with its first line, and the parent's
+// queued lines stay the parent's to write.
 LAUNCHFIT_API void set_log_async(bool on);
 // Whether output is asynchronous now.
 LAUNCHFIT_API bool log_async();

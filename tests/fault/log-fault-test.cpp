@@ -20,6 +20,7 @@
 
 #include "fault/bounded.hpp"
 #include "launchfit/log.hpp"
+#include "async_sink.hpp"
 #include "log_internal.hpp"
 
 namespace lf = launchfit;
@@ -44,6 +45,15 @@ int count(const std::string& text, const std::string& part) {
   for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
   return n;
 }
+
+// Set when launchfit's exit drain finds lines not yet written and starts waiting for them.
+std::atomic<bool> exit_waiting{false};
+void note_exit_waiting() { exit_waiting = true; }
+void wait_for_the_exit_drain() {
+  while (!exit_waiting) std::this_thread::sleep_for(1ms);
+}
+
+std::atomic<bool> lines_taken{false};  // set by a test's hook
 
 // Writes launchfit's lines to `path` (in the child).
 void log_to_file(const std::string& path) {
@@ -70,9 +80,11 @@ class held_file_sink final : public spdlog::sinks::sink {
   std::atomic<bool> held{false};
   std::atomic<std::chrono::microseconds> per_line{std::chrono::microseconds(0)};
   std::atomic<int> seen{0};  // lines that reached the output, held or not
+  // The line (1: the first) that waits until launchfit's exit drain waits for it; 0: none.
+  std::atomic<int> wait_for_exit_at{0};
 
   void log(const spdlog::details::log_msg& m) override {
-    ++seen;
+    if (++seen == wait_for_exit_at) wait_for_the_exit_drain();
     while (held) std::this_thread::sleep_for(1ms);
     if (per_line.load().count() > 0) std::this_thread::sleep_for(per_line.load());
     file_->log(m);
@@ -94,7 +106,6 @@ long long reported_drops(const std::string& text) {
   return n;
 }
 
-std::atomic<bool> lines_taken{false}, exit_started{false};  // set by a test's hook and atexit handler
 
 struct logs_when_destroyed {
   ~logs_when_destroyed() { lf::detail::log_event(spdlog::level::warn, "test", "from a static destructor"); }
@@ -121,12 +132,11 @@ TEST(LogFault, AnExitRightAfterTheLoggingThreadTookLinesWaitsForThem) {
   LAUNCHFIT_EXPECT_BOUNDED(5000, [&] {
     log_to_file(path);
     lf::set_log_async(true);
-    std::atexit([] { exit_started = true; });  // runs just before launchfit's exit drain
+    lf::detail::log_exit_waiting_for_tests = note_exit_waiting;
     lf::detail::log_batch_taken_for_tests = [] {
       lf::detail::log_batch_taken_for_tests = nullptr;
       lines_taken = true;
-      while (!exit_started) std::this_thread::sleep_for(1ms);
-      std::this_thread::sleep_for(50ms);  // the exit drain runs meanwhile
+      wait_for_the_exit_drain();  // the exit is waiting for the line this thread holds
     };
     lf::detail::log_event(spdlog::level::info, "test", "taken line");
     while (!lines_taken) std::this_thread::sleep_for(1ms);
@@ -189,8 +199,7 @@ TEST(LogFault, AnOutputThatGetsStuckAsTheProcessExitsNeverBlocksTheExit) {
    public:
     void log(const spdlog::details::log_msg&) override {
       if (lines_++ == 0) {
-        while (!exit_started) std::this_thread::sleep_for(1ms);
-        std::this_thread::sleep_for(50ms);  // the exit drain runs meanwhile
+        wait_for_the_exit_drain();  // the exit is waiting, with the other lines still queued
         return;
       }
       for (;;) std::this_thread::sleep_for(1h);
@@ -205,7 +214,7 @@ TEST(LogFault, AnOutputThatGetsStuckAsTheProcessExitsNeverBlocksTheExit) {
   LAUNCHFIT_EXPECT_BOUNDED(5000, [] {
     lf::detail::reset_logging_for_tests(std::make_shared<sticks_at_exit>());
     lf::set_log_async(true);
-    std::atexit([] { exit_started = true; });  // runs just before launchfit's exit drain
+    lf::detail::log_exit_waiting_for_tests = note_exit_waiting;
     for (int i = 0; i < 100; ++i) lf::detail::log_event(spdlog::level::info, "test", "line");
     std::exit(0);
     return 1;
@@ -224,13 +233,14 @@ TEST(LogFault, ASlowOutputStillMovingAtExitGetsEveryLine) {
     lf::detail::log_event(spdlog::level::info, "test", "slow line");
     while (out->seen == 0) std::this_thread::sleep_for(1ms);  // the logging thread holds that one line
     for (int i = 1; i < 1000; ++i) lf::detail::log_event(spdlog::level::info, "test", "slow line");
+    lf::detail::log_exit_waiting_for_tests = note_exit_waiting;
+    out->wait_for_exit_at = 2;  // the other 999 move only once the exit waits for them
     out->per_line = 1ms;
     out->held = false;
-    while (out->seen < 2) std::this_thread::sleep_for(1ms);  // it took the other 999 as one batch
     std::exit(0);
     return 1;
   });
-  EXPECT_EQ(count(read_all(path), "slow line\n"), 1000);
+  EXPECT_EQ(count(read_all(path), "msg=\"slow line\"\n"), 1000);
   std::remove(path.c_str());
 }
 
@@ -252,7 +262,7 @@ TEST(LogFault, QueueOverflowIsReportedWhenTheOutputMovesAgain) {
   // Every line is either written or counted in a report.
   const std::string text = read_all(path);
   EXPECT_GE(count(text, "launchfit log queue full: "), 1) << text.substr(0, 300);
-  EXPECT_EQ(count(text, "flood\n") + reported_drops(text), lines);
+  EXPECT_EQ(count(text, "msg=flood\n") + reported_drops(text), lines);
   std::remove(path.c_str());
 }
 
@@ -291,13 +301,13 @@ TEST(LogFault, SwappingLoggersAndLevelsWhileOtherThreadsLogNeitherCrashesNorHang
   }
 }
 
-TEST(LogFault, AForkedChildOfAnAsyncLoggerLogsSynchronouslyAndExits) {
+TEST(LogFault, AForkedChildOfAnAsyncLoggerLogsAndExits) {
   const std::string path = scratch_file("fork");
   LAUNCHFIT_EXPECT_BOUNDED(8000, [&] {
     log_to_file(path);
     lf::set_log_async(true);
     for (int i = 0; i < 1000; ++i) lf::detail::log_event(spdlog::level::info, "test", "parent line");
-    // The grandchild has no logging thread; its line must still be written, and it must exit.
+    // The grandchild starts a logging thread of its own; its line must be written, and it must exit.
     const auto r = lf::fault::run_bounded(3000ms, [] {
       lf::detail::log_event(spdlog::level::info, "test", "child line");
       std::exit(0);
@@ -311,11 +321,11 @@ TEST(LogFault, AForkedChildOfAnAsyncLoggerLogsSynchronouslyAndExits) {
   // output goes out in stdio-buffer chunks, not whole lines, so the child's line can land inside a parent
   // line. Nothing may be lost: the child's line is there whole once, and without it every parent line is.
   std::string text = read_all(path);
-  const std::regex child_line(R"(\[[^\]\n]*\] \[launchfit\] \[info\] child line\n)");
+  const std::regex child_line(R"(time=\S+ level=info logger=launchfit pid=\d+ msg="child line"\n)");
   EXPECT_EQ(std::distance(std::sregex_iterator(text.begin(), text.end(), child_line), std::sregex_iterator()),
             1);
   text = std::regex_replace(text, child_line, "");
   EXPECT_EQ(count(text, "child line"), 0);
-  EXPECT_EQ(count(text, "parent line\n"), 1000);
+  EXPECT_EQ(count(text, "msg=\"parent line\"\n"), 1000);
   std::remove(path.c_str());
 }

@@ -1,0 +1,102 @@
+#pragma once
+// launchfit's asynchronous output: a bounded queue of finished lines drained by one logging thread, kept
+// apart from the logger (as spdlog keeps its async logger apart from its sinks). The launching thread only
+// queues; when the queue is full a line is dropped and counted, never waited for.
+
+#include <spdlog/common.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace launchfit::detail {
+
+// One line, made and escaped by the logger, not yet rendered for the route (text or JSON).
+struct log_record {
+  spdlog::level::level_enum level = spdlog::level::info;
+  spdlog::log_clock::time_point time;
+  std::size_t thread_id = 0;
+  bool json = false;  // payload is a launchfit JSON object
+  std::string payload;
+};
+
+// Where the logging thread writes: the logger's output, under the logger's write lock (which the thread
+// takes around each batch, as a synchronous writer takes it around each line).
+class record_output {
+ public:
+  virtual void write(const log_record& r) noexcept = 0;  // a failure is counted as a dropped line
+  virtual void flush() noexcept = 0;
+  virtual log_record drop_report(std::uint64_t dropped) = 0;  // the warning for lines a full queue dropped
+  virtual std::mutex& write_mutex() noexcept = 0;
+  virtual void count_dropped(std::uint64_t n) noexcept = 0;
+
+ protected:
+  ~record_output() = default;
+};
+
+class async_sink {
+ public:
+  explicit async_sink(record_output& out) : out_(out) {}
+  async_sink(const async_sink&) = delete;
+  async_sink& operator=(const async_sink&) = delete;
+
+  // Starts the logging thread if this process has none (a forked child starts its own). False when it
+  // cannot (no thread, or the process is exiting).
+  bool start();
+  // Queues a record (or drops it from a full queue, counted). False when the caller must write it
+  // synchronously: the process is exiting (or no thread could start).
+  bool submit(log_record& r);
+  // Waits until everything queued is written; false when the thread wrote no line for `still` (a stuck
+  // output) or after wait_cap.
+  bool wait_drained(std::chrono::milliseconds still);
+
+  // Normal exit: lines logged from now on are written synchronously, and the thread writes what is queued
+  // while the exit waits; when the output stops moving the rest is dropped (counted), never waited for.
+  void drain_at_exit();
+
+  // Fork (through the logger's hooks, see lifecycle.hpp). prepare() takes the queue's lock; the logger then
+  // takes its write lock, which the thread holds only while writing. In the child the thread is gone: the
+  // queue is emptied (the parent's lines are the parent's), its locks are new, and the thread starts again
+  // on the child's first line.
+  void prepare_fork();
+  void parent_after_fork();
+  void child_after_fork();
+
+  // Lines the thread has written (with the synchronous writers: tells a slow output from a stuck one).
+  std::atomic<std::uint64_t>& written() noexcept { return written_; }
+
+ private:
+  void run();
+  bool start_locked();  // under mutex_
+
+  record_output& out_;
+  // Pointers, so that a forked child can replace what a vanished thread might hold.
+  std::mutex* mutex_ = new std::mutex;
+  std::condition_variable* wake_ = new std::condition_variable;     // to the thread: work arrived
+  std::condition_variable* drained_ = new std::condition_variable;  // from the thread: the queue is empty
+  std::deque<log_record> items_;
+  // The batch being written (only the thread touches it): a member, not a local, so what a forked child
+  // inherits of it stays reachable (LeakSanitizer reported the vanished thread's batch as a leak).
+  std::deque<log_record> batch_;
+  std::size_t bytes_ = 0;
+  bool thread_alive_ = false;
+  bool writing_ = false;        // the thread holds a batch
+  bool exiting_ = false;        // the exit handler ran: write synchronously from now on
+  bool output_stuck_ = false;   // ... or not at all: the exit found the output stuck
+  std::uint64_t overflow_ = 0;  // lines dropped from a full queue, not yet reported
+  std::atomic<std::uint64_t> written_{0};
+  std::vector<void*> abandoned_;  // locks a forked child replaced: never freed, kept reachable
+};
+
+// Tests: called by the logging thread each time it has taken lines off the queue, before writing them.
+extern std::atomic<void (*)()> log_batch_taken_for_tests;
+// Tests: called by the exit drain when it finds lines not yet written and starts waiting for them.
+extern std::atomic<void (*)()> log_exit_waiting_for_tests;
+
+}  // namespace launchfit::detail

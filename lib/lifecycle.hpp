@@ -1,0 +1,32 @@
+#pragma once
+// The process lifecycle (fork, exit) has one owner: the only place that registers pthread_atfork and
+// atexit handlers. A module with a thread or a lock that a child of fork() could inherit held registers
+// its hooks here.
+//
+// At fork, prepare hooks run in the reverse order of registration and parent/child hooks in the order of
+// registration (as pthread_atfork does): a module registered first is prepared last, so its locks are the
+// innermost. The logger registers first (at load time): every other module may log while it holds a lock
+// of its own, never the other way round.
+//
+// What a prepare hook takes, its parent and child hooks give back. In the child only the forking thread
+// exists: a child hook replaces what another thread could have held and leaves its module usable (a
+// background thread started again on next use, or the feature off for the child, said where it is).
+
+namespace launchfit::detail::lifecycle {
+
+struct fork_hooks {
+  void (*prepare)() = nullptr;
+  void (*parent)() = nullptr;
+  void (*child)() = nullptr;
+};
+
+// Registers a module's fork hooks (once: a second call with the same prepare hook is ignored). Safe from
+// any thread, at any time, also during static initialisation. Never throws; false when the table of hooks
+// is full (a fixed table: nothing is allocated at fork).
+bool on_fork(const fork_hooks& hooks) noexcept;
+
+// Registers a handler run at normal process exit (std::exit, return from main), in the reverse order of
+// registration, interleaved with static destructors as std::atexit handlers are. False if it could not.
+bool on_exit(void (*handler)()) noexcept;
+
+}  // namespace launchfit::detail::lifecycle

@@ -1,0 +1,288 @@
+// fork() in a process whose threads are logging (synchronously or through the logging thread), are making
+// the logger for the first time, or are using the remote plan store: every child must come back usable and
+// end. Each storm runs in a bounded process, and each child of a storm has a watchdog of its own: a child
+// that hangs is killed and counted, never left to hang the test run.
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache_file.hpp"
+#include "fault/bounded.hpp"
+#include "launchfit/cache.hpp"
+#include "launchfit/kernel.hpp"
+#include "launchfit/log.hpp"
+#include "log_internal.hpp"
+#include "remote_store.hpp"
+
+namespace lf = launchfit;
+namespace ld = launchfit::detail;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int storm_forks = 50;
+constexpr auto child_limit = 3000ms;  // one child: a clean one takes milliseconds
+
+// What a child of the storm does after logging one line.
+enum class child_end { exit, exec };
+
+int report_fd = 2;  // the test's stderr, kept when launchfit's output goes elsewhere
+
+// Makes launchfit's own output (stderr) a sink for nothing, so a storm writes as fast as it can.
+void stderr_to_dev_null() {
+  report_fd = ::dup(2);
+  const int fd = ::open("/dev/null", O_WRONLY);
+  ::dup2(fd, 2);
+  ::close(fd);
+  ld::reset_logging_for_tests(nullptr);
+}
+
+// Threads logging until stopped: into the sinks, the queue and the logging thread, and through the
+// configuration paths a child could inherit mid-way.
+class logging_threads {
+ public:
+  explicit logging_threads(int n) {
+    for (int t = 0; t < n; ++t) {
+      threads_.emplace_back([this, t] {
+        for (int i = 0; !stop_; ++i) {
+          ld::log_event(spdlog::level::info, "test", "storm line", {{"thread", "t"}});
+          if (t == 0 && i % 64 == 0)
+            lf::set_log_format(i % 128 ? lf::log_format::json : lf::log_format::text);
+          started_ = true;
+        }
+      });
+    }
+    while (!started_) std::this_thread::yield();
+  }
+  ~logging_threads() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false}, started_{false};
+  std::vector<std::thread> threads_;
+};
+
+// Forks `storm_forks` children while `threads` threads log; each child logs and ends as `end` says.
+// Returns the number of children that hung, crashed or failed.
+int fork_storm(int threads, child_end end) {
+  logging_threads loggers(threads);
+  int failed = 0;
+  for (int i = 0; i < storm_forks; ++i) {
+    const auto r = lf::fault::run_bounded(child_limit, [end] {
+      ld::log_event(spdlog::level::info, "test", "child line");
+      lf::logger()->flush();
+      if (end == child_end::exec) {
+        ::execl("/bin/true", "true", static_cast<char*>(nullptr));
+        return 4;  // exec failed
+      }
+      std::exit(0);  // exit handlers run in the child too
+      return 1;
+    });
+    if (!r.finished || r.signal != 0 || r.exit_code != 0) {
+      ::dprintf(report_fd, "fork %d: finished=%d signal=%d exit=%d\n", i, r.finished, r.signal, r.exit_code);
+      ++failed;
+    }
+  }
+  return failed;
+}
+
+}  // namespace
+
+TEST(Fork, ChildrenOfASynchronousLoggerWhileThreadsLogExit) {
+  LAUNCHFIT_EXPECT_BOUNDED(60000, [] {
+    stderr_to_dev_null();
+    lf::set_log_async(false);
+    return fork_storm(3, child_end::exit) == 0 ? 0 : 2;
+  });
+}
+
+TEST(Fork, ChildrenOfAnAsyncLoggerWhileThreadsLogExit) {
+  LAUNCHFIT_EXPECT_BOUNDED(60000, [] {
+    stderr_to_dev_null();
+    lf::set_log_async(true);
+    return fork_storm(3, child_end::exit) == 0 ? 0 : 2;
+  });
+}
+
+TEST(Fork, ChildrenOfAnAsyncLoggerWhileThreadsLogExec) {
+  LAUNCHFIT_EXPECT_BOUNDED(60000, [] {
+    stderr_to_dev_null();
+    lf::set_log_async(true);
+    return fork_storm(3, child_end::exec) == 0 ? 0 : 2;
+  });
+}
+
+// A fork while another thread is inside the logger's first use: the child must not wait forever for an
+// initialisation that no thread of its own is running. The other thread is held inside the first use (it
+// waits for spdlog's registry, which a third thread holds) so the fork lands there.
+TEST(Fork, AChildForkedDuringTheLoggersFirstUseCanLog) {
+  for (int round = 0; round < 10; ++round) {
+    LAUNCHFIT_EXPECT_BOUNDED(10000, [] {
+      spdlog::register_logger(std::make_shared<spdlog::logger>("held"));
+      std::mutex m;
+      std::condition_variable cv;
+      bool holding = false;
+      std::thread holder([&] {
+        spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>&) {
+          {
+            std::lock_guard<std::mutex> lock(m);
+            holding = true;
+          }
+          cv.notify_all();
+          std::this_thread::sleep_for(200ms);  // keeps the registry for the first use to wait on
+        });
+      });
+      {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return holding; });
+      }
+      std::atomic<bool> first_use_begun{false};
+      std::thread first([&] {
+        first_use_begun = true;
+        lf::logger();  // the first use: makes the logger, looks for a registered "launchfit"
+      });
+      while (!first_use_begun) std::this_thread::yield();
+      std::this_thread::sleep_for(20ms);  // into the first use (it cannot end before the holder lets go)
+      const auto r = lf::fault::run_bounded(child_limit, [] {
+        ld::log_event(spdlog::level::info, "test", "child line");
+        return 0;
+      });
+      first.join();
+      holder.join();
+      return r.finished && r.exit_code == 0 ? 0 : 2;
+    });
+  }
+}
+
+// A child whose stderr is a full pipe nobody reads: with asynchronous logging its log calls still never
+// wait for the output, and its exit gives up on the stuck output.
+TEST(Fork, AnAsyncChildLoggingIntoAStuckPipeNeverBlocksAndExits) {
+  LAUNCHFIT_EXPECT_BOUNDED(20000, [] {
+    stderr_to_dev_null();
+    lf::set_log_async(true);
+    logging_threads loggers(2);
+    for (int i = 0; i < 5; ++i) {
+      const auto r = lf::fault::run_bounded(5000ms, [] {
+        int p[2];
+        if (::pipe(p) != 0) return 3;
+        const int flags = ::fcntl(p[1], F_GETFL);
+        ::fcntl(p[1], F_SETFL, flags | O_NONBLOCK);
+        static char block[4096];
+        while (::write(p[1], block, sizeof block) > 0) {
+        }
+        ::fcntl(p[1], F_SETFL, flags);  // full, and a write waits: a stuck reader
+        ::dup2(p[1], 2);
+        // A call that waited for the output would wait forever (the watchdog ends it); one that waits at
+        // all is as much a failure.
+        auto slowest = std::chrono::steady_clock::duration::zero();
+        for (int n = 0; n < 10000; ++n) {
+          const auto start = std::chrono::steady_clock::now();
+          ld::log_event(spdlog::level::info, "test", "into a full pipe");
+          slowest = std::max(slowest, std::chrono::steady_clock::now() - start);
+        }
+        // _exit on a failure: the harness's fflush(nullptr) would wait for stderr, which the logging thread
+        // holds while stuck in it.
+        if (slowest > 250ms) _exit(5);
+        if (lf::log_lines_dropped() == 0) _exit(6);  // the queue bound held, and drops were counted
+        std::exit(0);
+        return 1;
+      });
+      if (!r.finished || r.exit_code != 0) {
+        ::dprintf(report_fd, "stuck-pipe child %d: finished=%d signal=%d exit=%d\n", i, r.finished, r.signal,
+                  r.exit_code);
+        return 2;
+      }
+    }
+    return 0;
+  });
+}
+
+// ---- the remote plan store's writer and resolver ----------------------------------------------------------
+
+namespace {
+
+lf::stored_key fork_key(int kernel) {
+  lf::stored_key k;
+  k.device_uuid = "GPU-fork-test-" + std::to_string(::getpid()) + "-" + std::to_string(kernel);
+  k.cc = 90;
+  k.sm_count = 132;
+  k.driver_version = 12080;
+  k.kernel = lf::kernel_fingerprint(
+      lf::kernel_resources::manual(32, 0, 1024, "_Z6kernel" + std::to_string(kernel) + "Pf"));
+  k.policy = "max_occupancy(prefer_block=256,block_limit=0)";
+  k.smem_rule = "bytes=0";
+  k.device_name = "Fork Test GPU " + std::to_string(::getpid());
+  k.l2_bytes = 62914560;
+  return k;
+}
+
+ld::stored_entry fork_entry(int kernel) {
+  lf::plan p;
+  p.block = lf::dims{128, 1, 1};
+  p.block_threads = 128;
+  p.blocks_per_sm = 16;
+  p.sm_count = 132;
+  p.policy = "max_occupancy(prefer_block=256,block_limit=0)";
+  p.reason = "sample";
+  return ld::stored_entry{fork_key(kernel), p, 1700000000000, 0};
+}
+
+}  // namespace
+
+TEST(Fork, ChildrenOfAProcessUsingTheRemoteStoreWhileThreadsLogAndStoreEnd) {
+  const char* server = std::getenv("LAUNCHFIT_TEST_REDIS");
+  if (!server || !*server)
+    GTEST_SKIP() << "LAUNCHFIT_TEST_REDIS is not set: tests/run.sh starts a redis-server and sets it";
+  std::string url = server;
+  // By name, so that each connection goes through the resolver thread.
+  if (const auto at = url.find("127.0.0.1"); at != std::string::npos) url.replace(at, 9, "localhost");
+  LAUNCHFIT_EXPECT_BOUNDED(60000, [url] {
+    stderr_to_dev_null();
+    lf::set_log_async(true);
+    lf::set_remote_store(url);
+    ld::plan_store_layer* l = ld::remote_layer();
+    if (!l) return 3;
+    logging_threads loggers(1);
+    std::atomic<bool> stop{false};
+    std::thread storer([&] {
+      for (int i = 0; !stop; ++i) {
+        l->put(fork_entry(i % 500));
+        l->find(fork_key(1000 + i % 500));
+      }
+    });
+    int failed = 0;
+    for (int i = 0; i < 30; ++i) {
+      const auto r = lf::fault::run_bounded(std::chrono::milliseconds(5000), [l, i] {
+        l->put(fork_entry(2000 + i));  // the child's own writer thread, started on use
+        l->find(fork_key(3000 + i));
+        if (!lf::flush_remote_store(3000)) return 4;
+        std::exit(0);
+        return 1;
+      });
+      if (!r.finished || r.exit_code != 0) {
+        ::dprintf(report_fd, "remote fork %d: finished=%d signal=%d exit=%d\n", i, r.finished, r.signal,
+                  r.exit_code);
+        ++failed;
+      }
+    }
+    stop = true;
+    storer.join();
+    return failed == 0 ? 0 : 2;
+  });
+}
