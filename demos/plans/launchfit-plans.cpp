@@ -868,7 +868,7 @@ int run_pull(const std::string& source, const std::string& path, bool dry_run, u
 // an entry of a file. Bad entries: exit 1; an unreachable store: exit 2.
 int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
   std::size_t bad = 0;
-  bool unreachable = false;
+  bool unreachable = false, malformed = false;
   json report = json::array();
   for (const auto& text : urls) {
     json store = {{"store", text}, {"problems", json::array()}};
@@ -881,7 +881,7 @@ int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
     try {
       url = remote_url_of(text);
     } catch (const usage_error& e) {
-      unreachable = true;
+      malformed = true;
       store["error"] = e.message;
       if (!as_json) std::cout << e.message << "\n";
       report.push_back(std::move(store));
@@ -917,7 +917,8 @@ int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
     report.push_back(std::move(store));
   }
   if (as_json) print_json(report);
-  return unreachable ? 2 : bad == 0 ? 0 : 1;
+  // A store that cannot be reached is the environment; a URL that is not one is the command line.
+  return unreachable ? launchfit_tool::exit_environment : malformed ? launchfit_tool::exit_usage : bad == 0 ? 0 : 1;
 }
 
 // check of files and stores together: files as run_check() checks them, stores as run_check_remote(); the
