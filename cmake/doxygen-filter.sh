@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Doxygen input filter: launchfit's headers document every name with a plain `//` comment on the lines
 # above it (or after it, on a member's line), as fmt and spdlog do. Doxygen reads only `///`, so this turns
 #   `#pragma once` + the opening comment    -> `/// \file` + the file's documentation,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Every dependency comes from a distribution package; nothing is vendored.
 find_package(CUDAToolkit REQUIRED)   # headers only for the library: cuda.h, cuda_occupancy.h
 find_package(spdlog CONFIG REQUIRED) # brings fmt (Debian's spdlog uses the system fmt)

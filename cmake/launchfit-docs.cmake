@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The API reference: `cmake --build build --target docs` runs Doxygen over the public headers (cmake/Doxyfile.in)
 # into build/docs/html, with lib/README.md ("how a launch flows") as its first page. An undocumented public
 # name or a documentation error fails the target; CI builds it (.ci/run).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Install rules (LAUNCHFIT_INSTALL): the library, the public headers, a CMake package
 # (find_package(launchfit CONFIG)) and a pkg-config file (launchfit.pc).
 include(CMakePackageConfigHelpers)
@@ -9,6 +10,7 @@ install(TARGETS launchfit EXPORT launchfit-targets
 # (No INCLUDES DESTINATION: the target's INSTALL_INTERFACE include directory already says it, and a consumer
 # would get it twice.)
 install(DIRECTORY include/launchfit DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/launchfit)
 install(EXPORT launchfit-targets NAMESPACE launchfit::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/launchfit)
 configure_package_config_file(cmake/launchfit-config.cmake.in

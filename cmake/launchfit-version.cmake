@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # launchfit's version, read from the one place it is written (include/launchfit/version.hpp), and the
 # soname it gives: before 1.0 a minor release may change the ABI (soname MAJOR.MINOR), from 1.0 the major
 # (as spdlog's soname says). Used by the project itself and by the package tests.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs launchfit's dependencies (Debian packages; the CUDA toolkit must already be installed),
 # configures launchfit in build/ and builds the targets named (default: dropin, the README's demo, and the
 # library it needs; tests/run.sh asks for all). Safe to run again: it installs only what is missing.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The CUDA demos, included from demos/CMakeLists.txt. Flags are set per target.
 
 function(launchfit_add_demo name)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The asynchronous output: a bounded queue and the logging thread that drains it (see async_sink.hpp).
 
 #include "async_sink.hpp"

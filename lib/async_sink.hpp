@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit's asynchronous output: a bounded queue of finished lines drained by one logging thread, kept
 // apart from the logger (as spdlog keeps its async logger apart from its sinks). The launching thread only

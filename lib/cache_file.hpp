@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the plan store as the planner and the tools see it. The planner looks plans up on a miss
 // (find_stored_plan) and records the plans it makes (store_plan); the layers below (plan_store.hpp) are the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // device_limits from the driver, and the identity of the current context. Limits the driver does not report (allocation granularities) come from
 // the built-in table entry of the same architecture.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: which context a launch runs in, by an identity that lasts as long as the context, and that
 // context's device limits.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The built-in per-architecture limits, so the calculator and the policies work without a GPU.
 //
 // Per-SM and per-block limits follow the CUDA C++ Programming Guide, "Compute Capabilities", table

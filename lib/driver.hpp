@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The CUDA driver, loaded at run time (dlopen + cuGetProcAddress) so that programs using launchfit start on
 // machines without a driver and get a launchfit::error on first use instead of a loader failure.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one reading of a LAUNCHFIT_* switch.
 
 #include "env_switch.hpp"

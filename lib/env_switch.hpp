@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the one reading of a LAUNCHFIT_* on/off switch. Every switch accepts the same words, so that a
 // value that means "on" to one variable never silently means "off" to another.

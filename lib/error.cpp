@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "launchfit/error.hpp"
 
 #include <cuda.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: naming the kernel behind an asynchronous fault. A kernel that faults is reported by whatever
 // CUDA call comes next, often another kernel's launch: the error then names the last kernel launched.

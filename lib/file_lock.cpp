@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plan file on disk: bounded reads, the writers' lock, temp files and the atomic rename.
 
 #include "file_lock.hpp"

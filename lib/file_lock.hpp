@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the plan file on disk. Bounded reads that never block on a special file or follow a symbolic
 // link, the lock every writer takes ("<file>.lock", flock), and atomic replacement (a temp file next to the

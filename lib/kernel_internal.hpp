@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the kernels a module has handed out, so unloading it forgets their cached plans.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The hit path: the context's identity, a thread-local plan lookup, the smem rule checked by value, integer
 // grid arithmetic and one cuLaunchKernelEx. Everything else (planning, tuning, reporting) is the miss path
 // in planner.cpp.

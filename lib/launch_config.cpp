@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "launch_config.hpp"
 
 namespace launchfit::detail {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: a plan and a grid as a CUlaunchConfig, for real launches and tuning trials alike.
 

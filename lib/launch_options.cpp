@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "launch_options.hpp"
 
 #include <cstdlib>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the launch options (launchfit/launch_options.hpp) in plan keys and stored keys: kept whole in
 // the plan key (key_bits) and the stored key (key_text), read back from a stored key (parse_key_text) so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one place launchfit registers pthread_atfork and atexit handlers (see lifecycle.hpp).
 
 #include "lifecycle.hpp"

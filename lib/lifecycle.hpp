@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The process lifecycle (fork, exit) has one owner: the only place that registers pthread_atfork and
 // atexit handlers. A module with a thread or a lock that a child of fork() could inherit held registers

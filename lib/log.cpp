@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit's logger: a front logger named "launchfit" whose one sink makes every message one safe line
 // (escaped text, or one JSON object) and routes it to stderr or to the user's logger, synchronously or
 // through a bounded queue drained by a logging thread.

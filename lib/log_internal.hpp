@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Logging internals: structured events, the new-plan line and the escaping they share.
 #include <spdlog/logger.h>

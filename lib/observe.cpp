@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Listeners on new plans, and the NVTX ranges around launches.
 
 #include "observe_internal.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: listeners and NVTX, as the planner and the launch path use them.
 

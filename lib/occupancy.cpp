@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The offline occupancy calculator: NVIDIA's cuda_occupancy.h does the arithmetic (it is the driver's own
 // model), launchfit adds input checks, the per-resource explanation and the searches built on top.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The built-in policies' param_policy members (name, parameters, hash) and their registration, compiled
 // once here so that policy.hpp and launch.hpp need no Boost.PFR.
 

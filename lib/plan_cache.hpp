@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The in-memory plan cache. Hit path: a thread-local direct-mapped front (no lock, no CUDA call) validated
 // by a global generation; misses go to a shared_mutex map whose per-key slots make concurrent first

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plan file's format: entries to and from JSON, the document around them, and the one validation of a
 // stored entry. Pure functions of their input: no file system, no shared state (fuzzed).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the plan file's format, parsed and written without touching the file system (fuzzed), and the
 // one check every stored entry passes wherever it comes from (the file, launchfit-plans, a remote store).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the process-wide inputs a plan depends on beyond its key, as one generation number.
 //

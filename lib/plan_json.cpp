@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // plan and occupancy_result as JSON: the field list, written once (plan_json.hpp).
 
 #include "plan_json.hpp"

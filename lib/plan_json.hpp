@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: plan and occupancy_result as JSON. The one field list every serializer uses (the cache file,
 // JSON log lines, tests), so a new plan field is added here once.

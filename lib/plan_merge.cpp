@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What a write of the plan file keeps: the disk-wins merge, this process's own stores on top, and the
 // limits, oldest entries first out.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: what a write of the plan file keeps. Under the file's lock the writer reads the file as it is
 // now, keeps every entry as the disk has it except those this process stored since its last write (they

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plan store: the loaded table of the plan file, looked up on a miss, and the file layer that fills it
 // and writes this process's plans back (LAUNCHFIT_CACHE); below it, the remote store (remote_store.hpp).
 //

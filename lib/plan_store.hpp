@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the layered plan store. A plan that is not in memory is looked up in the local file (the
 // embedded default, LAUNCHFIT_CACHE) and then in an optional remote store (LAUNCHFIT_REMOTE, Redis); a plan

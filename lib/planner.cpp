@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The miss path, as steps: resolve the kernel -> the policy that decides -> the query -> a stored or
 // chosen plan -> what the launch requires -> the function's smem limit -> report. Each step is a function;
 // build_entry() reads them top to bottom.

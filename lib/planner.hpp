@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the miss path. A plan is made for exactly what is launched: the context (by identity), the
 // kernel, the policy that decides (the spec's, or a LAUNCHFIT_POLICY override) with its size bucket, the smem

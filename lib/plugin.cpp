@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared-object policies: loading, ABI checks, and the policy_base that converts query/plan to the C ABI.
 
 #include "launchfit/plugin.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the link between the policy registry and the plugin loader, and the escaping of text that comes
 // from plugins (or any other untrusted source) before it reaches a message or a log line.

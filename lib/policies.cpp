@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Built-in policies, plan validation and the grid arithmetic. Pure logic: the occupancy oracle in the query
 // is the driver on a GPU and the offline calculator in tests.
 

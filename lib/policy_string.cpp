@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // policy_from_string() and per-kernel overrides (LAUNCHFIT_POLICY).
 
 #include "policy_string.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the policy-string and LAUNCHFIT_POLICY parsers, split into pieces the fuzz targets call directly.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: what launchfit reads from a module's PTX text. Today one fact: which kernels never execute
 // griddepcontrol.wait (cudaGridDependencySynchronize), so a programmatic dependent launch of one (.pdl())

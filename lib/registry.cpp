@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The policy registry: name -> factory, thread-safe, built-ins registered on first use.
 
 #include <map>

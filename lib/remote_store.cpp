@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The remote plan store on Redis (remote_store.hpp).
 //
 // libhiredis is loaded at run time, as libcuda is (driver.cpp): neither the library nor its users link it,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the remote plan store on Redis, the layer below the local file (plan_store.hpp). Off by default;
 // LAUNCHFIT_REMOTE=redis://host:port[/db] or set_remote_store() turns it on.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit's own stderr output. It formats as spdlog's sinks do but writes with write(2) on descriptor 2,
 // never through stdio's `stderr`: a line stuck on a full pipe would hold that FILE's lock, and exit() (the

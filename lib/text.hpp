@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Untrusted text (file contents, environment variables, plugin output, kernel names, policy strings) as
 // launchfit shows or stores it: one rule set for logs, plans, tools, plugins and the policy parser, so

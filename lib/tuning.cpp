@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Timing candidate plans: a stream gate so samples time the GPU, not the host's launch rate, and the
 // sampling itself.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: timing candidate plans on the real arguments (for tuning policies such as autotune).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "launchfit/version.hpp"
 
 #define LAUNCHFIT_STRINGIFY_(x) #x

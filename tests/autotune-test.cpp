@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The autotune plugin (plugins/autotune) on the CPU: loading, declining without time_plan, finding the known
 // optimum of synthetic cost models within its budgets, ties, failures, size buckets and cache-file round
 // trips. time_plan is a fake here; tests/gpu/autotune-test.cu times a real kernel.

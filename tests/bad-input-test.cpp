@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bad inputs, on the CPU: every refusal is a launchfit::error whose message names the kernel, the plan and
 // the limit it broke; the few inputs that are not errors (zero items, an unusable cache file) do what the
 // documentation promises. tests/BAD-INPUT.md lists every row of the table and the test that covers it;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The persistent plan cache file (cache.hpp, "persistent cache file" section).
 
 #include <gtest/gtest.h>

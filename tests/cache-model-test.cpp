@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Plans that travel between GPUs of one model (cache.hpp: cache_match; lib/cache_file.hpp: stored_key_for,
 // same_device_model, find_stored_plan): a plan tuned on one H200 serves every H200, below the plan of the
 // GPU itself, never another model, MIG slice or green-context size, and only when exact matches are not

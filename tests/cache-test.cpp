@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The in-memory plan cache: one plan per key under concurrency, snapshots, clear, forget.
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-calc --cubin: the figures read from real nvcc output equal what ptxas said while compiling it,
 // for a cubin, a two-architecture fatbin, an object file, relocatable-device-code objects (plain and
 // zstd-compressed), and debug (-G) builds; the gates and the command line's exit codes.

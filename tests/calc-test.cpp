@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-calc, the command line: the table, the SVG and the refusals a user sees.
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-calibrate's pure part: the bytes-in-flight target found on a measured curve, and the calibration
 // file. The .cpp is compiled in here so the test needs no demo build.
 

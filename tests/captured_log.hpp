@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared by the bad-input tests: capturing what launchfit logs, and a substring check for messages.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Many threads at once on everything process-wide that is not the plan cache (cache-test.cpp covers that):
 // the policy registry, policy strings, plugin loading, LAUNCHFIT_POLICY overrides and the bytes-in-flight
 // table. Each test checks results, not just survival, and is what ThreadSanitizer (tests/sanitize.sh) runs on.

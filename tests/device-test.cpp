@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit/device.hpp: the built-in per-architecture table (the driver query is tested on the GPU).
 
 #include "launchfit/device.hpp"

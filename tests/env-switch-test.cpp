@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one reading of a LAUNCHFIT_* switch (lib/env_switch.hpp): the same words for every variable, and a
 // word that is none of them refused with a warning that names the variable and shows its value escaped.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit::error: a typed code and the CUDA status, so callers branch on code(), never on a name string.
 
 #include "launchfit/error.hpp"

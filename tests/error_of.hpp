@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared by the tests: the launchfit::error a callable throws, or a failed expectation.
 

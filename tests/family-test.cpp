@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit::family on the CPU: what a family may hold, and its identity in plan keys. Launching members is
 // tested on a GPU (tests/gpu/shapes-test.cu).
 #include "launchfit/family.hpp"

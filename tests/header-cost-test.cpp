@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The umbrella header is cheap and leaves names to the user: it brings neither spdlog nor fmt, so a
 // program may define its own global `fmt` (or use another fmt version) next to launchfit.hpp.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit::kernel and launchfit::module without a GPU: what launchfit reads from a module's PTX. Whether
 // a kernel ever executes griddepcontrol.wait decides whether a .pdl() launch of it is said to wait for
 // nothing (tests/gpu/launch-test.cu loads such a module and launches it).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compiled as nvcc --default-stream per-thread compiles a file (CUDA_API_PER_THREAD_DEFAULT_STREAM), and
 // linked into launch-test beside files compiled without it: the same launch templates, instantiated for the
 // same specs in both, must keep each file's own default stream (tests/launch-test.cpp, DefaultStream.*).

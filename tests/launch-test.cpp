@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The launch API on a machine without a GPU: specs, and a clear error instead of a loader failure.
 
 #include "launchfit/launch.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The umbrella header leaves third-party names to the user: a program may declare its own boost::pfr or a
 // global `fmt` type next to launchfit.hpp, because no launchfit header it includes brings Boost.PFR, spdlog
 // or fmt (lf::args and param_policy, which use Boost.PFR, are in headers of their own).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // New-plan log lines: content, JSON validity, once-only warnings, user sinks.
 
 #include "launchfit/log.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Plan listeners and the NVTX switch on the CPU: registration, removal, a throwing listener, listeners that
 // register or remove listeners from inside a call (no deadlock), and calls from many threads.
 // tests/gpu/observe-test.cu checks the events real launches make.

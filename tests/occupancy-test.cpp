@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit/occupancy.hpp: the offline calculator agrees with NVIDIA's model and explains what binds.
 
 #include "launchfit/occupancy.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plan contract and the plan's identity, on the CPU: plan_for() answers only with what the launch runs
 // (a spec without work is refused when its policy decides by the work; a plan can be launched verbatim with
 // planned()), and every input a plan depends on is in its key, so a change makes a new plan and no change

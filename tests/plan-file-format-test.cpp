@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plan file's format and the one check of a stored entry (lib/plan_file_format.hpp: parse_cache_file,
 // validate_stored_entry): a stored plan can never add or drop what a launch requires. Whatever its key says
 // of cooperative, cluster and PDL (the words after the policy in its policy text) is what its plan must do,

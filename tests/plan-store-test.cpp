@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plan store (lib/plan_store.hpp, lib/cache_file.hpp): what it serves is an input of every plan. Opening
 // or closing a file, storing a calibration, and another process changing an entry this process looked up
 // (found or not) or a calibration make a new plan-inputs generation (plan_inputs.hpp), so a plan made from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The planner's pure steps and the plan store, on the CPU: what a launch requires survives every policy
 // and every stored plan; stored plans are checked as untrusted input; the store never holds a lock while a
 // plan is built, so a build that launches its own kernel again cannot deadlock.

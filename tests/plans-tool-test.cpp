@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-plans, the command line over plan-cache files: list, show, diff, merge, prune and check on
 // crafted files, as an operator runs them.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plugin C ABI (plugin.h) and its loader (plugin.hpp), with the test plugins of tests/plugins.
 
 #include "launchfit/plugin.h"

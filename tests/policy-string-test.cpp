@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Policy strings, the registry and LAUNCHFIT_POLICY overrides (policy.hpp).
 
 #include <gtest/gtest.h>

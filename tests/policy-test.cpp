@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Built-in policies on built-in device tables: the arithmetic users rely on, without a GPU.
 
 #include "launchfit/policy.hpp"

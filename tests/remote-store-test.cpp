@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The remote plan store (cache.hpp, "remote plan store"; lib/remote_store.hpp): its URL, keys and values
 // without a server, then a real redis-server (LAUNCHFIT_TEST_REDIS=redis://127.0.0.1:PORT, started by
 // tests/run.sh): entries shared between stores and processes, the first writer winning, 16 processes

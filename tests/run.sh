@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The test command: sets up and builds every target (tests, demos, benchmarks), runs every test (GPU tests
 # skip with a reason where no GPU is present; LAUNCHFIT_REQUIRE_GPU=1 makes that a failure), then builds a
 # consumer project against the installed package. A redis-server of its own serves the remote plan store tests

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The CPU part (calculator, policies, cache, registry, parsers, plugin loading, cache file) under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer, each in its own build directory.
 # The fault suite (label cpu;fault) runs too, with the fork storms of tests/fault/fork-test.cpp: forks while

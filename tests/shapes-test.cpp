@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Multi-dimensional work, block rules, clusters, programmatic launches and SM budgets on the CPU: the grid
 // arithmetic, the policies' choices under a rule or a cluster, validation and the plan keys. The offline
 // calculator (or a fake oracle) answers; tests/gpu/{shapes,cluster,pdl}-test.cu launch on a GPU.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One line for the end of the test command, from ctest's JUnit file: how many tests passed, failed and
 # were skipped, and the skips counted by reason (the test's own words: a GoogleTest skip message or a
 # "skipped: ..." line), so "12 skipped" never hides why. Usage: summary.sh ctest-junit.xml

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The query the CPU tests plan for, shared as spdlog's tests share test_sink.h: an H200 from launchfit's
 // table and one kernel, with no occupancy oracle (the offline calculator answers) and no work hint, so a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Untrusted text (lib/text.hpp): one rule set for what logs, plans, tools, plugins and the policy parser
 // show or store, and the callers that rely on it.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every launchfit command-line tool answers as people expect: --version (exit 0, "<tool> <version>"),
 // --help (exit 0, the exit codes documented, no build path) and a flag it does not know (exit 2, said on
 // stderr with the tool's name). The exit codes are demos/common/tool.hpp's, one set for all tools.

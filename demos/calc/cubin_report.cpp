@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-calc --cubin: the cubin/fatbin/host-ELF reader, the occupancy rows and the CI gates.
 //
 // Formats, as the CUDA 11-13 toolkits write them (checked against nvcc 13.0 and the driver on an H200):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit-calc --cubin: every kernel's resources as the compiled code states them, read from a cubin, a
 // fatbin, or a host object/executable/shared library with an embedded fatbin, and the kernels' occupancy

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-calc: occupancy of one kernel configuration without a GPU, the resource that binds, what to
 // cut for one more block, and the three calculator graphs as an SVG.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The pure part of launchfit-calibrate (see calibration.hpp): the target search and the calibration file.
 
 #include "calibration.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The pure part of launchfit-calibrate: a measured curve of read bandwidth against bytes in flight per SM,
 // the smallest bytes-in-flight target that reaches a fraction of the best bandwidth, and the calibration

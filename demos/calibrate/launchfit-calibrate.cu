@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-calibrate: measures this GPU's read bandwidth against the bytes each SM keeps in flight, and
 // finds the smallest bytes-in-flight target per SM that reaches 97% of the best bandwidth: the number
 // launchfit::bytes_in_flight() sizes blocks against (Little's law), measured instead of taken from a table.

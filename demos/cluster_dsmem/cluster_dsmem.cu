@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // cluster_dsmem — a cluster-wide histogram in distributed shared memory, launched with .cluster({4, 1, 1}).
 //
 // 16384 bins do not fit one block's shared memory cheaply, but a cluster of 4 blocks shares its shared

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared by the launchfit demos: every CUDA runtime status becomes a launchfit::error that names the call,
 // one command-line and exit-code rule for every main(), random inputs and the checks the demos print.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared by launchfit's command-line tools (launchfit-plans, launchfit-calc, launchfit-calibrate): one set of
 // exit codes, and one way to answer --help, --version and a bad command line, so that scripts and people

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // cooperative — a grid-synchronised kernel launched with launchfit::cooperative().
 //
 // A 2-D heat equation (Jacobi iterations) where ONE launch runs every time step and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // driver_api — kernels loaded at run time from PTX or a cubin, launched with launchfit.
 //
 // The kernels live in driver_api/kernels.cu, compiled at build time to driver_api_kernels.ptx and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Kernels for the driver_api demo. Compiled at build time to PTX and to a cubin, never linked into the
 // program: the demo loads them at run time. extern "C" keeps the names unmangled, so module.get("saxpy")
 // finds them.

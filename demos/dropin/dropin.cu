@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dropin — launchfit as a drop-in replacement for kernel<<<grid, block>>>(args...).
 //
 // Three everyday kernels, each shown with the launch line it replaces. launchfit picks the block from the

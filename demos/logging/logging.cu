@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // logging — what launchfit tells production logs, and how to route it.
 //
 // Every NEW plan is logged once at info through the spdlog logger named "launchfit" (stderr by default):

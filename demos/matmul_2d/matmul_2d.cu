@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matmul_2d — a 32x32-tiled SGEMM launched over 2-D work with launchfit::items({n, m}).
 //
 // C (m x n) = A (m x k) * B (k x n), row-major, at sizes that are multiples of nothing (1000 x 777 x 513).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // pdl_chain — a chain of small dependent kernels, with and without programmatic dependent launch (.pdl()).
 //
 // Step s reads buffer s (written by step s - 1) and writes buffer s + 1. Normally a kernel cannot start until

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-plans: list, show, diff, merge, prune and check launchfit plan-cache files (LAUNCHFIT_CACHE).
 //
 //   launchfit-plans list plans.json

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // reduction_story — why does 50% occupancy beat 100%?
 //
 // A sum over >= 1 GiB of floats is limited by DRAM, and DRAM bandwidth follows Little's law: to keep the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::args — an aggregate's fields as a kernel's arguments:
 //   struct saxpy_args { float a; const float* x; float* y; int n; };

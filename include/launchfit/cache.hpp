@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::cache — plans per (device context, kernel, policy + parameters, smem rule[, size bucket]),
 // in memory and, optionally, in a versioned JSON file shared by processes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::device_limits — what a GPU offers, from the driver or from a built-in per-architecture table.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::error — the one exception type launchfit throws, and launchfit::errc, what went wrong.
 

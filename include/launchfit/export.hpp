@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // LAUNCHFIT_API marks what liblaunchfit exports. The library is compiled with hidden visibility, so only
 // declarations carrying it are part of the shared library's ABI. CMake defines LAUNCHFIT_SHARED for users

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::family — a kernel written once per block size (reduce<64>, reduce<128>, ...), launched as one:
 // the policy chooses the member by its block, each member's resources queried, the choice cached and logged.

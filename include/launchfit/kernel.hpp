@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::kernel_resources — what a kernel uses; launchfit::kernel — a driver-API kernel handle.
 

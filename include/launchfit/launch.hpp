@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::launch — replaces kernel<<<grid, block, smem, stream>>>(args...) with
 // launch(kernel, spec, args...), where spec is a policy plus the work shape, stream and smem rule.

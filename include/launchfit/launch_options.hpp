@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::launch_options — what a launch requires whatever policy decides, as one value: made once from
 // the spec, part of the plan's identity, applied to the plan once and marshalled once into the driver's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit — launches sized right on every GPU. One include for launching, policies, plans, the cache and
 // logging. Two headers bring Boost.PFR and are included on their own: launchfit/args.hpp (lf::args, an

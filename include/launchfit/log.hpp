@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit's production logging: one line per new plan through the spdlog logger named "launchfit".
 // Cheap to include: neither spdlog nor fmt comes with it (include <spdlog/spdlog.h> to call the logger's

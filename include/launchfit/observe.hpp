@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::observe — what launchfit decided, for tools beside the log: a listener called on every new
 // plan and tuning result (metrics, export), and NVTX ranges that show in Nsight Systems what each launch ran

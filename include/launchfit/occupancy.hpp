@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::occupancy — the offline occupancy calculator (no GPU needed), built on NVIDIA's cuda_occupancy.h.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::param_policy for policy authors: the parameters of a policy are a plain aggregate, and
 // Boost.PFR hashes, prints and parses them, so a new policy gets cache keys, log lines and policy-string

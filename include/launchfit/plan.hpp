@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::plan — what a policy decided for one (device, kernel, policy, smem rule, launch options, size
 // bucket), and the work shape that turns a plan into a grid at launch time.

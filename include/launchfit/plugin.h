@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* launchfit plugin ABI — a policy in a shared object, behind a small versioned C interface.
  *
  * A plugin exports one symbol:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::load_plugin — shared-object policies behind the C ABI of launchfit/plugin.h.
 

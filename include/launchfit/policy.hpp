@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit::policy — the extension point that turns a query into a plan, the built-in policies, and the
 // registry that makes policies selectable by name at run time. Light to include: the machinery that hashes,

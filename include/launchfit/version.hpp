@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // launchfit's version: the one place it is written. CMake reads the project version, the shared library's
 // soname and the package version from these lines; every tool's --version prints launchfit::version().

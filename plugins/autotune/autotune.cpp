@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The autotune plugin: times candidate plans (block size x resident blocks per SM) on the kernel's real
 // arguments through the query's time_plan callback and keeps the fastest. launchfit caches the result per
 // (device, kernel, policy, smem rule, size bucket) and in the cache file, so a kernel is tuned once per

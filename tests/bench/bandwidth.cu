@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // bandwidth: device-to-device copy bandwidth (cudaMemcpy, read + write bytes) and the best streaming read
 // through launchfit::launch (a read-reduce with 2 and 4 float4 loads in flight per thread, sized by
 // bytes_in_flight and by max_occupancy), compared with the best configuration of an exhaustive sweep

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared by the GPU benchmarks: CUDA status checks, device buffers, event timing with a blocked stream,
 // medians, random inputs, on-device comparison against a reference, argument parsing and JSON output.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // block-placement: does the hardware put blocks_per_sm blocks on every SM when a grid of blocks_per_sm x SMs
 // blocks could fit more per SM, and what does an uneven placement cost? A grid-stride copy of 2^26 floats
 // (the policy-quality copy, 4 floats per thread per iteration) records, for every launch, how many of its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launch-options: host time per launch of one near-empty kernel through launchfit::launch with each launch
 // option, against the raw launch of the same kernel, grid and block: `<<<>>>` for the plain options, and
 // cuLaunchKernelEx with the same launch attribute for .cluster({2, 1, 1}) and .pdl(). Options: none

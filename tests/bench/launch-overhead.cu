@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launch-overhead: host time per launch of an empty kernel through <<<>>>, cuLaunchKernel, cuLaunchKernelEx and
 // launchfit::launch on a warm plan cache (runtime kernel with items(n), runtime kernel with fixed(256, 1),
 // driver kernel from the same CUfunction), and the cost of a launch that misses the plan cache.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The host-side cost of a launch that hits the plan cache, without a GPU: the plan lookup
 // (launchfit::detail::find), the grid arithmetic (launchfit::grid_for), the policy hash every spec computes,
 // and building a spec. Target for lookup + grid: <= 25 ns. Also the CPU part of a miss: a policy's choice and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // plan-store: what the layers of the plan store (memory, local file, Redis) cost a launch on the GPU.
 //
 // - First launch of a kernel never launched before (distinct template kernels, as in launch-overhead), with

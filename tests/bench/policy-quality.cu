@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // policy-quality: how close launchfit's policies come to the best launch configuration an exhaustive sweep
 // finds, over kernels limited by different things (DRAM latency and bandwidth, registers, shared memory,
 // atomics, launch overhead) and several problem sizes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Fails when a shared liblaunchfit exports a symbol that is not launchfit's: every defined dynamic symbol
 # must be in namespace launchfit (functions, variables, their typeinfo and vtables) or a C launchfit_*
 # name. A foreign one (std::, spdlog::, fmt::, an instantiation of another library's template) is listed.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Builds and runs tests/consumer against launchfit the way a user would, then checks what the program
 # needs at run time. cmake -DMODE=<mode> -DBUILD_DIR=<launchfit build> -DSOURCE_DIR=<launchfit sources>
 #   [-DCXX=<compiler>] [-DLAUNCHER=<ccache>] [-DGENERATOR=<generator>] -P consumer-test.cmake
@@ -66,7 +67,8 @@ endfunction()
 
 function(install_launchfit build)
   run("install" ${CMAKE_COMMAND} --install ${build} --prefix ${prefix})
-  foreach(f include/launchfit/export.hpp include/launchfit/launchfit.hpp)
+  foreach(f include/launchfit/export.hpp include/launchfit/launchfit.hpp include/launchfit/version.hpp
+            share/doc/launchfit/LICENSE)
     if(NOT EXISTS ${prefix}/${f})
       message(FATAL_ERROR "${MODE}: ${f} not installed")
     endif()

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What a program built against launchfit relies on, across a static or shared library: functions, a
 // struct's members, and launchfit::error caught by type with its code.
 #include <cstdio>

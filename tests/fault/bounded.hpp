@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Runs a piece of a fault test in a child process with a deadline: a hang or a crash is a test failure
 // with a message, never a stuck test run.

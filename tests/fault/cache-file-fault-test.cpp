@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plan-cache file under faults: a peer holding the lock, processes killed mid-write, special files,
 // symbolic links, leftover temp files, oversized files. Every body runs in a forked child with a deadline
 // (fault/bounded.hpp): a hang is a failure, never a stuck run.

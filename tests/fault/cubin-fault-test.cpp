@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Forged and truncated cubins, fatbins and host ELFs for launchfit-calc --cubin's reader: each read runs in
 // a child with a deadline, and must end in time with either a report or one cubin_error that says what is
 // wrong; never a crash, a hang or a huge allocation.

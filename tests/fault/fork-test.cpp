@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fork() in a process whose threads are logging (synchronously or through the logging thread), are making
 // the logger for the first time, or are using the remote plan store: every child must come back usable and
 // end. Each storm runs in a bounded process, and each child of a storm has a watchdog of its own: a child

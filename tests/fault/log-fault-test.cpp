@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Logging under hostile conditions: exit with lines still queued, a stuck output, a line from a static
 // destructor, loggers swapped and levels changed while other threads log, fork. Each test runs in a
 // bounded child process: a hang is a failure.

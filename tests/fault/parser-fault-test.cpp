@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Hostile text for the policy-string and override parsers: each run in a child with a deadline, so a parser
 // that is slow on big input (or hangs, or crashes) fails here instead of stalling the run.
 

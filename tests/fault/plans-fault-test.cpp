@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit-plans on forged files: huge, truncated, deeply nested, a FIFO, a flood of bad entries, names with
 // control characters. Every run ends in time, never crashes, and shows file text escaped.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Plugins and the registry under faults: plugins that call back into launchfit from every entry point
 // (and from their static constructors), plugins that throw, lie in their descriptor, return garbage numbers
 // or hostile text, and paths that are not plugin files. Each case runs in its own process with a deadline

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The remote plan store under faults, against a redis-server each test starts (and kills) itself: a server
 // absent at start, killed mid-run, stopped with SIGSTOP (it hangs), or answering garbage (a wrong type, a
 // 10 MB value, forged entries, another format version, a peer that is not Redis at all). In every case a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The plan-cache file reader: never crashes or throws on any bytes; what it accepts serialises and reads
 // back to the same entries; the line-layout fast path agrees with the full parser; no text it accepts
 // can forge a log line (no control characters, bounded); sanitize_text and escape_text hold on any bytes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Untrusted text in log lines: whatever bytes a kernel name, device name, policy string, plugin reason or
 // override glob holds, a text line stays one line of valid UTF-8 with no control character, a quoted
 // value cannot be closed early, and a JSON line parses as one object that gives the text back.

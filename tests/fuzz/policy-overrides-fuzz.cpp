@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // LAUNCHFIT_POLICY specs and kernel-name matching: the first line is the spec, later lines are kernel
 // names. Never crashes; the glob matcher agrees with a plain dynamic-programming reference.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // policy_from_string(): never crashes, errors are launchfit::error with a column inside the text and a
 // bounded, escaped echo of it, and whatever parses round-trips through to_string().
 

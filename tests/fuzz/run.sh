@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the libFuzzer targets with clang++ in build-fuzz and runs each for SECONDS (default 60), then
 # prints executions, coverage and crashes per target. Crash inputs land in build-fuzz/fuzz-artifacts/.
 #   tests/fuzz/run.sh 60

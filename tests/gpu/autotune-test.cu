@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The autotune plugin on a real GPU: tuned launches leave results exactly as one launch would (a
 // rerunnable kernel, and an accumulating one restored by .reset(f)), the tuned plan against an exhaustive
 // sweep of block x blocks-per-SM (printed, never asserted), and the cache file serving a second process

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bad inputs on a real GPU: every refused launch throws launchfit::error naming the kernel, the plan and
 // the limit, before anything reaches the device. Each test poisons a sentinel buffer that any launch of the
 // kernel would overwrite and checks it is untouched afterwards, that the context is still usable (a correct

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Plans that travel between GPUs of one model, on a real device: a cache file written under another GPU's
 // UUID (same name, compute capability, SM count, L2 and driver) serves this GPU, reported as match
 // "cache-file-same-model", in frozen mode; with cache_match::exact it does not.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Thread-block clusters on a real GPU (sm_90+): grids rounded up to whole clusters, every cluster complete
 // (each block reads its peer's shared memory), one-wave grids sized by the driver's cluster occupancy and
 // really co-resident, cooperative cluster launches planned or refused before launching, non-portable sizes,

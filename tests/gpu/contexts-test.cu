@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Plans are per context: two contexts on one device each get their own plan, and a green context with a
 // subset of the SMs gets grids sized for its SMs (cooperative grids included).
 

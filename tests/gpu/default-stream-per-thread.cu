@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compiled with --default-stream per-thread (tests/gpu/CMakeLists.txt) and linked into gpu-default-stream-test
 // beside a file compiled without it.
 #ifndef CUDA_API_PER_THREAD_DEFAULT_STREAM

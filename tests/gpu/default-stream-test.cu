@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The default stream is the file's, as for <<<>>>. This file is compiled as usual (the legacy default
 // stream); tests/gpu/default-stream-per-thread.cu, linked into the same program, with --default-stream
 // per-thread. Both launch the same kernel through the same launchfit templates with no .on(s): each must go

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // What the per-thread file (default-stream-per-thread.cu) gives the other (default-stream-test.cu). Each file
 // has its own fill_index kernel (internal linkage: no relocatable device code needed) with one signature

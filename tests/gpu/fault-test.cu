@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // After a kernel faults, the context is unusable: the next launch must say so and name the kernel and plan
 // that ran last. Its own binary, since the fault poisons the whole process's context.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared by the GPU tests: skip with a reason when no device is present, unless LAUNCHFIT_REQUIRE_GPU=1
 // makes a missing GPU a failure (so a green run on a GPU machine means the tests really ran).

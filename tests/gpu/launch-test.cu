@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // launchfit::launch on a real GPU: results through every path, validation before launch, cooperative
 // grids, streams and graphs. Poisoned outputs, random inputs, every element checked.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Listeners and NVTX on real launches: one event per new plan (none for warm launches), "tuned" for a
 // tuning policy, a listener that launches the same kernel or throws, and launches with NVTX on and off.
 

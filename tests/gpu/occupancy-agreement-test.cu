@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The offline calculator (sm_90 table + cuda_occupancy.h) against the runtime's occupancy API on a real
 // cc 9.0 device: every block size and a ladder of dynamic shared memory sizes, for kernels whose register
 // counts come from the compiler, not from us.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // .pdl() on a kernel that cannot or does not wait for its predecessor. This file is compiled to PTX for
 // compute_80 only (tests/gpu/CMakeLists.txt), as libraries ship kernels, and the driver JIT-compiles it for
 // the GPU: its cudaGridDependencySynchronize() is guarded by __CUDA_ARCH__ >= 900, so the binary has no wait.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Programmatic dependent launch on a real GPU (sm_90+): a consumer launched with .pdl() overlaps its
 // producer (it starts before the producer ends, which a plain launch never does) and still reads exactly what
 // the producer wrote, over many iterations; the same in a captured CUDA graph, whose edge from producer to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Plans are never stale or wrong: after a device reset or a new context, with smem rules of one type and
 // other captured values, under LAUNCHFIT_POLICY overrides, with forged cache-file entries, with probed
 // smem candidates, and with a reset callback that launches its own kernel while it is tuned.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The README's "Using it" snippet, verbatim inside a test: it must compile in every build and give the right
 // answers on a GPU.
 

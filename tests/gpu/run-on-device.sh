@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs launchfit's GPU checks on a GPU machine from a build staged by stage-for-device.sh (.device/):
 # the GPU tests (LAUNCHFIT_REQUIRE_GPU=1: a missing GPU fails them), the demos, compute-sanitizer, and the
 # benchmarks. Logs go to $OUT (default .out/); a short table is printed last.

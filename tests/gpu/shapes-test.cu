@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Launch shapes on a real GPU: 2-D and 3-D work, block rules, kernel families, what launch() returns,
 // from_plan() arguments, caller grids, SM budgets and waves. Every result is checked on the host, element
 // by element, against outputs poisoned before the launch; each block rule is shown to matter first (a

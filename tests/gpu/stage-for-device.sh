@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds launchfit for sm_90 in build-device/ and stages what a GPU machine needs to run the GPU tests,
 # demos and benchmarks without a compiler or the -dev packages: binaries, PTX/cubin, plugins and the
 # shared libraries they load that a stock CUDA image lacks (spdlog, fmt, benchmark), in .device/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A launch from a static destructor, after main has returned: launchfit's singletons (the plan store, the
 // override table, the logger, the driver) are never destroyed, so a first launch then (a plan miss that
 // reads the LAUNCHFIT_POLICY overrides and logs its plan) works. Exit code 0 only when the kernel ran.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Many host threads launching at once on a cold plan cache: exactly one plan per key, every result right,
 // no deadlock; and per-thread streams whose chained launches prove that stream order is kept.
 // A watchdog ends the process with a message if the threads do not finish in time (a deadlock).

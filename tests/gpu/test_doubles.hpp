@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Test doubles shared by the GPU tests, as spdlog's tests share test_sink.h: one typed device allocation
 // instead of a copy per file.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # What including a launchfit header costs a translation unit: preprocessed lines (g++ -E, nvcc -E) and the
 # median of N compile-only runs (g++ -fsyntax-only; nvcc -E for CUDA), for each header given. Times are
 # CPU seconds (user + sys) of the compiler, which a busy shared machine disturbs less than wall time.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Hostile test plugins for the C ABI: a plugin is code launchfit does not control, so these break every rule
 // of plugin.h on purpose. The descriptor variant is chosen at build time (LF_HOSTILE_DESC), the behaviour of
 // each call at run time from the policy parameters:

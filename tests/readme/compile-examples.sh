@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Compiles the README's ```cpp blocks as one CUDA translation unit (extract-examples.sh says how a block
 # becomes code). Usage: compile-examples.sh README.md OUT_DIR NVCC [nvcc arguments: -I, -D, -ccbin ...]
 set -euo pipefail

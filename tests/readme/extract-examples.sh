@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Writes every ```cpp block of a Markdown file into one CUDA translation unit, so that the README's examples
 # are compiled as a reader would paste them. Usage: extract-examples.sh README.md out.cu
 #

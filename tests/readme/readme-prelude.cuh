@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // What the README's examples use without declaring it, as the reader's own program would have it: the
 // kernels (empty here: the examples are compiled, not run; tests/gpu/readme-test.cu runs the first one),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Runs nvcc with -Xptxas -v and keeps what ptxas says next to the output, so tests can compare
 # launchfit-calc --cubin's figures with ptxas's own.
 #   cmake -DNVCC=... -DARGS="a|b|c" -DLOG=file -P compile.cmake     (ARGS separated by |)

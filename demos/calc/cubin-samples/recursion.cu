@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A kernel whose stack ptxas cannot size ("Stack size for entry function ... cannot be statically
 // determined"): the cubin says 0xffffffff, which launchfit-calc --cubin must say in words, never as a size.
 // Built with -G: an optimized build may size a recursion it can bound (nvcc 13 writes 0 here without -G).

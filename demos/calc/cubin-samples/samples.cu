@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Kernels whose resources launchfit-calc --cubin must report exactly as ptxas does (tests/calc-cubin-test.cpp
 // compares the two for every kernel, architecture and container built from this file).
 

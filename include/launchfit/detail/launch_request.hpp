@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Internal: what launch() and plan_for() hand to the compiled library (one launch, everything but the
 // kernel's argument values). Not part of the public API.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Template bodies for policy.hpp: setting PFR parameter fields by name, and the structured errors they
 // throw. Self-contained: the parsers include it directly.

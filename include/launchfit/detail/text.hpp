@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Untrusted text as launchfit shows it, for the inline parameter parser of policy.hpp and for tools built
 // on the library. The rest of the rule set lives in lib/text.hpp; this header stays cheap because every

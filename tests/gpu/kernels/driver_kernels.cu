@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Kernels for the driver-API tests, compiled to PTX and cubin at build time and loaded at run time.
 
 extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
