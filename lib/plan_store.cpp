@@ -913,8 +913,10 @@ void store_calibration(const device_limits& dev, int driver_version, std::size_t
   if (const std::string why = detail::implausible_calibration(bytes_in_flight_per_sm, dev); !why.empty())
     throw error("store_calibration", "LAUNCHFIT_INVALID_ARGUMENT", why);
   auto& f = detail::ready_state();
-  detail::stored_entry e{detail::calibration_key(dev, driver_version), plan{}, detail::now_ms(),
-                         bytes_in_flight_per_sm};
+  detail::stored_entry e;
+  e.key = detail::calibration_key(dev, driver_version);
+  e.stored_at_ms = detail::now_ms();
+  e.bytes_in_flight_per_sm = bytes_in_flight_per_sm;
   e.plan.block = dims{1, 1, 1};
   e.plan.block_threads = 1;
   e.plan.reason =
