@@ -35,9 +35,10 @@ LAUNCHFIT_API void set_logger(std::shared_ptr<spdlog::logger> l);
 
 // text (default) or json. A text line on stderr is logfmt, read by logfmt parsers:
 //   time=2026-12-03T20:41:07.123456Z level=info logger=launchfit pid=4242 msg="new plan: kernel=..."
-// (a value bare unless it holds a space, '=', '"', a control or non-ASCII character; then quoted, with \"
-// \\ and \n \r \t \uNNNN escapes). With json every line on stderr is one JSON object (with your own
-// logger: every message) that starts with "time" (the same RFC 3339 UTC time) and "pid".
+// (a value bare unless it holds a space, '=', '"', a control or non-ASCII character; then quoted, with
+// backslash escapes for the quote, the backslash, newline, return, tab and \\uNNNN for other characters).
+// With json every line on stderr is one JSON object (with your own logger: every message) that starts with
+// "time" (the same RFC 3339 UTC time) and "pid".
 // LAUNCHFIT_LOG_FORMAT=json sets it at first use.
 LAUNCHFIT_API void set_log_format(log_format f);
 // The format in force.

@@ -55,8 +55,8 @@ struct LAUNCHFIT_API occupancy_result {
 // a warp takes regs x warp size rounded up to the allocation unit, and a block's warps are counted in
 // multiples of the SM's sub-partitions (as the hardware checks the launch).
 struct LAUNCHFIT_API register_block_limit {
-  int regs_per_thread = 0;
-  int warp_size = 32;
+  int regs_per_thread = 0;     // the kernel's registers per thread
+  int warp_size = 32;          // threads per warp
   int regs_per_warp = 0;       // allocated: regs_per_thread x warp size rounded up to allocation_unit
   int allocation_unit = 0;     // 256 on every supported architecture
   int regs_per_block = 0;      // the device's limit on one block (65536)
