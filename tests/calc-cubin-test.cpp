@@ -20,6 +20,8 @@
 // whether or not the demos are.
 #include "../demos/calc/cubin_report.cpp"
 
+#include "tool_run.hpp"
+
 namespace calc = launchfit::calc;
 
 namespace {
@@ -110,17 +112,9 @@ const calc::cubin_kernel& kernel_named(const calc::cubin_image& image, const std
   throw std::runtime_error("no kernel " + mangled);
 }
 
-struct outcome {
-  int exit_code = -1;
-  std::string out, err;
-};
+using outcome = launchfit_test::tool_outcome;
 
-outcome run_calc(const std::string& args) {
-  const std::string out = binary_dir + "/calc-cubin-test.out", err = binary_dir + "/calc-cubin-test.err";
-  const int status =
-      std::system(("'" + calc_binary + "' " + args + " >'" + out + "' 2>'" + err + "'").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-}
+outcome run_calc(const std::string& args) { return launchfit_test::run_tool(calc_binary, args); }
 
 #define SKIP_WITHOUT_CALC() \
   SKIP_WITHOUT_SAMPLES();   \

@@ -10,15 +10,14 @@
 #include <sstream>
 #include <string>
 
+#include "tool_run.hpp"
+
 namespace {
 
 const std::string binary_dir = LAUNCHFIT_TEST_BINARY_DIR;
 const std::string calc = binary_dir + "/../demos/launchfit-calc";
 
-struct outcome {
-  int exit_code = -1;
-  std::string out, err;
-};
+using outcome = launchfit_test::tool_outcome;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -27,11 +26,7 @@ std::string slurp(const std::string& path) {
   return text.str();
 }
 
-outcome run_calc(const std::string& args) {
-  const std::string out = binary_dir + "/calc-test.out", err = binary_dir + "/calc-test.err";
-  const int status = std::system(("'" + calc + "' " + args + " >'" + out + "' 2>'" + err + "'").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-}
+outcome run_calc(const std::string& args) { return launchfit_test::run_tool(calc, args); }
 
 bool built() { return std::ifstream(calc).good(); }
 

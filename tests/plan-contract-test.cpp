@@ -287,13 +287,16 @@ TEST(PlanIdentity, SmemAndWavesTravelInTheLaunchOptions) {
   EXPECT_EQ(fixed_smem.options.smem_rule, 0u);
   EXPECT_EQ(fixed_smem.options.waves, 3u);
   EXPECT_EQ(fixed_smem.shape.waves, 3u) << "the grid rule sees the options' cap";
-  const ld::launch_request rule =
-      request(lf::max_occupancy().items(1 << 22).smem(4096).smem_per_block([](int b) { return std::size_t(b) * 8; }));
+  // The request points at the spec's rule: the spec outlives it, as in a launch.
+  const auto rule_spec =
+      lf::max_occupancy().items(1 << 22).smem(4096).smem_per_block([](int b) { return std::size_t(b) * 8; });
+  const ld::launch_request rule = request(rule_spec);
   EXPECT_EQ(rule.options.smem_bytes, 0u) << "a rule replaces the fixed bytes";
   EXPECT_NE(rule.options.smem_rule, 0u);
   ASSERT_NE(rule.smem_fn, nullptr);
   EXPECT_EQ((*rule.smem_fn)(128), 1024u);
-  const ld::launch_request back = request(lf::max_occupancy().items(1 << 22).smem_per_block([](int) { return 1; }).smem(64));
+  const auto back_spec = lf::max_occupancy().items(1 << 22).smem_per_block([](int) { return 1; }).smem(64);
+  const ld::launch_request back = request(back_spec);
   EXPECT_EQ(back.options.smem_rule, 0u);
   EXPECT_EQ(back.smem_fn, nullptr);
   EXPECT_EQ(back.options.smem_identity(), 64u);

@@ -18,6 +18,8 @@
 #include "cache_file.hpp"
 #include "launchfit/device.hpp"
 
+#include "tool_run.hpp"
+
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
 namespace fs = std::filesystem;
@@ -27,10 +29,7 @@ namespace {
 const std::string binary_dir = LAUNCHFIT_TEST_BINARY_DIR;
 const std::string tool = binary_dir + "/../demos/launchfit-plans";
 
-struct outcome {
-  int exit_code = -1;
-  std::string out, err;
-};
+using outcome = launchfit_test::tool_outcome;
 
 std::string slurp(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -54,12 +53,7 @@ class PlansTool : public testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  outcome run(const std::string& args) {
-    const std::string out = (dir_ / "out").string(), err = (dir_ / "err").string();
-    const int status = std::system(
-        ("cd '" + dir_.string() + "' && '" + tool + "' " + args + " >'" + out + "' 2>'" + err + "'").c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
+  outcome run(const std::string& args) { return launchfit_test::run_tool(tool, args, dir_.string()); }
   void write(const std::string& name, const std::vector<ld::stored_entry>& entries) {
     std::ofstream(dir_ / name, std::ios::binary) << ld::serialize_cache_file(entries);
   }

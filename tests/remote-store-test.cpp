@@ -28,6 +28,8 @@
 #include "launchfit/cache.hpp"
 #include "remote_store.hpp"
 
+#include "tool_run.hpp"
+
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
 namespace fs = std::filesystem;
@@ -175,18 +177,12 @@ const std::string tool = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../demos/lau
 
 struct outcome {
   int exit_code = -1;
-  std::string out;
+  std::string out;  // stdout, then stderr
 };
 
 outcome run_tool(const std::string& args) {
-  const fs::path out =
-      fs::temp_directory_path() / ("launchfit-remote-tool-out-" + std::to_string(::getpid()));
-  const int status = std::system(("'" + tool + "' " + args + " >'" + out.string() + "' 2>&1").c_str());
-  std::ifstream in(out);
-  std::stringstream text;
-  text << in.rdbuf();
-  fs::remove(out);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+  const launchfit_test::tool_outcome o = launchfit_test::run_tool(tool, args);
+  return {o.exit_code, o.out + o.err};
 }
 
 }  // namespace

@@ -15,16 +15,15 @@
 
 #include "launchfit/version.hpp"
 
+#include "tool_run.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
 const std::string demos_dir = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../demos";
 
-struct outcome {
-  int exit_code = -1;
-  std::string out, err;
-};
+using outcome = launchfit_test::tool_outcome;
 
 std::string slurp(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -34,14 +33,7 @@ std::string slurp(const fs::path& path) {
 }
 
 outcome run(const std::string& tool, const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / ("launchfit-tools-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string out = (dir / "out").string(), err = (dir / "err").string();
-  const int status =
-      std::system(("'" + demos_dir + "/" + tool + "' " + args + " >'" + out + "' 2>'" + err + "'").c_str());
-  outcome o{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  fs::remove_all(dir);
-  return o;
+  return launchfit_test::run_tool(demos_dir + "/" + tool, args);
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

@@ -2,7 +2,9 @@
 #pragma once
 // What the per-thread file (default-stream-per-thread.cu) gives the other (default-stream-test.cu). Each file
 // has its own fill_index kernel (internal linkage: no relocatable device code needed) with one signature
-// (out[i] = i + add), so both instantiate the very same launch templates.
+// (out[i] = i + add), so both instantiate the very same launch templates. The launching lambdas are written
+// in each file on purpose: an inline function shared through this header would be one symbol for both files,
+// and the linker would keep one file's default stream for both (the very mistake the test looks for).
 
 #include <cuda_runtime_api.h>
 
