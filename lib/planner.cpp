@@ -28,6 +28,9 @@
 #include "tuning.hpp"
 
 namespace launchfit::detail {
+
+std::atomic<int> calculator_skew_for_tests{0};
+
 namespace {
 
 // ---- step 1: the kernel ----------------------------------------------------------------------------------
@@ -82,33 +85,66 @@ std::shared_ptr<const policy> override_for(plan_entry& e, std::string& glob) {
 
 // ---- step 3: the query -----------------------------------------------------------------------------------
 
-// The occupancy oracle: the driver, which counts nothing as resident above the function's current
-// dynamic-smem limit. Candidates above that limit are answered by the calculator (it agrees with the driver
-// once the limit is raised): probing never changes the user's function attributes; only the launched
-// plan's smem is set, in raise_smem_limit().
-std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_limits& dev, const kernel_resources& k) {
+// Whether the offline calculator has agreed with the driver on every plan checked in this process. A policy
+// asks the residency of tens of candidate blocks per plan, and a driver call for each made most of a first
+// launch's planning time; the calculator answers them, and the chosen block's residency is then asked of the
+// driver (calculator_agrees). The first disagreement is said in a warning and the driver answers every
+// candidate from then on, so a calculator that is wrong for some GPU costs time, never a wrong plan.
+std::atomic<bool> calculator_trusted{true};
+
+int calculated_blocks(const device_limits& dev, const kernel_resources& k, int block, std::size_t smem) {
+  try {
+    const int n = occupancy(dev, k, block, smem).active_blocks_per_sm;
+    return n > 0 ? n + calculator_skew_for_tests.load(std::memory_order_relaxed) : n;
+  } catch (const error&) {
+    return 0;  // impossible configuration
+  }
+}
+
+// The occupancy oracle: the calculator while it is trusted (see above), else the driver, which counts nothing
+// as resident above the function's current dynamic-smem limit. Candidates above that limit are answered by the
+// calculator (it agrees with the driver once the limit is raised): probing never changes the user's function
+// attributes; only the launched plan's smem is set, in raise_smem_limit(). `driver_only`: never the
+// calculator below the limit (the check after the limit is raised).
+std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_limits& dev, const kernel_resources& k,
+                                                   bool driver_only = false) {
   struct memo {
     std::mutex m;  // a plugin may call the oracle from several threads
-    std::array<long long, 3> last{-1, -1, 0};  // block, smem, active blocks
+    std::array<long long, 3> last{-1, -1, 0};  // block, smem, active blocks (the driver's)
   };
-  return [f, &dev, k, st = std::make_shared<memo>()](int block, std::size_t smem) {
+  return [f, &dev, k, driver_only, st = std::make_shared<memo>()](int block, std::size_t smem) {
+    if (smem > k.max_dynamic_smem_bytes || (!driver_only && calculator_trusted.load(std::memory_order_relaxed)))
+      return calculated_blocks(dev, k, block, smem);
     std::lock_guard<std::mutex> lock(st->m);
     auto& last = st->last;
     if (last[0] == block && last[1] == static_cast<long long>(smem)) return static_cast<int>(last[2]);
     int n = 0;
-    if (smem > k.max_dynamic_smem_bytes) {
-      try {
-        n = occupancy(dev, k, block, smem).active_blocks_per_sm;
-      } catch (const error&) {
-        n = 0;  // impossible configuration
-      }
-    } else if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem,
+    if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem,
                                                                             CU_OCCUPANCY_DEFAULT) != CUDA_SUCCESS) {
       return 0;
     }
     last = {block, static_cast<long long>(smem), n};
     return n;
   };
+}
+
+// The chosen block's residency asked of the driver: false (once, with a warning; the calculator is no longer
+// trusted) when it differs from the calculator's. True where the driver cannot be asked yet (above the
+// function's smem limit: raise_smem_limit() checks with the driver once it is raised).
+bool calculator_agrees(CUfunction f, const device_limits& dev, const kernel_resources& k, int block, std::size_t smem) {
+  if (block <= 0 || smem > k.max_dynamic_smem_bytes || !calculator_trusted.load(std::memory_order_relaxed)) return true;
+  int n = 0;
+  if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem, CU_OCCUPANCY_DEFAULT) !=
+      CUDA_SUCCESS)
+    return true;  // the launch reports what the driver refuses
+  const int calculated = calculated_blocks(dev, k, block, smem);
+  if (n == calculated) return true;
+  if (calculator_trusted.exchange(false)) {
+    logger()->warn("occupancy calculator disagrees with the driver for {} (block {}, {} B dynamic smem: driver {} "
+                   "blocks/SM, calculator {}); the driver answers every candidate block from now on",
+                   display_name(k), block, smem, n, calculated);
+  }
+  return false;
 }
 
 // Clusters co-resident on the device (cuOccupancyMaxActiveClusters), scaled to an SM budget. Above the
@@ -201,7 +237,7 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   std::vector<std::function<int(int, std::size_t)>> oracles;
   std::vector<std::function<int(int, std::size_t)>> cluster_oracles;
   for (std::size_t i = 0; i < fam.blocks.size(); ++i) {
-    oracles.push_back(driver_oracle(fam.functions[i], dev, fam.kernels[i]));
+    oracles.push_back(driver_oracle(fam.functions[i], dev, fam.kernels[i], true));
     if (need.cluster.count() > 1)
       cluster_oracles.push_back(cluster_oracle(fam.functions[i], need, fam.kernels[i].max_dynamic_smem_bytes,
                                                dev.sm_count, q.device.sm_count));
@@ -381,9 +417,14 @@ std::string smem_rule_text(const launch_request& r, const plan_key& key) {
   return "bytes=" + std::to_string(r.options.smem_bytes);
 }
 
-plan choose(const policy& chosen, const query& q, plan_entry& e) {
+// `calculated`: the query's oracle is the calculator's (not a family's, whose members the driver answers).
+plan choose(const policy& chosen, const query& q, plan_entry& e, bool calculated) {
   try {
-    return chosen.choose(q);
+    plan p = chosen.choose(q);
+    if (calculated && e.function &&
+        !calculator_agrees(e.function, q.device, q.kernel, p.block_threads, p.dynamic_smem_bytes))
+      p = chosen.choose(q);  // again, with the driver answering every candidate
+    return p;
   } catch (const error& bad) {
     if (!bad.kernel().empty()) throw;
     throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel), bad.config());
@@ -415,7 +456,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
                       const family_members& fam, bool may_store, const std::atomic<bool>& asked) {
   // The plan store's layers (the local file, the remote store) are asked only when one is in use.
   if (!cache_file_open() && !remote_layer()) {
-    plan p = choose(chosen, q, e);
+    plan p = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, p, need);
     return p;
   }
@@ -429,7 +470,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
   // A deterministic built-in policy is cheap to ask: its answer checks the stored plan.
   std::optional<plan> computed;
   if (!stored || is_builtin_policy(chosen)) {
-    computed = choose(chosen, q, e);
+    computed = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, *computed, need);
   }
   if (stored) {
@@ -451,7 +492,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
                    match.compare(0, 6, "remote") == 0 ? "remote plan store" : "plan cache file",
                    display_name(e.kernel), escape_text(problem));
     if (!computed) {
-      computed = choose(chosen, q, e);
+      computed = choose(chosen, q, e, fam.blocks.empty());
       apply_requirements(q, *computed, need);
     }
     // A broken entry is replaced; a valid one that another process's view chose is not: processes that
@@ -472,7 +513,7 @@ void raise_smem_limit(const query& q, plan_entry& e) {
   e.kernel.max_dynamic_smem_bytes = raise_function_smem_limit(e.function, e.plan.dynamic_smem_bytes, e.kernel, e.plan);
   query checked = q;
   checked.kernel.max_dynamic_smem_bytes = e.kernel.max_dynamic_smem_bytes;
-  checked.active_blocks = driver_oracle(e.function, q.device, checked.kernel);
+  checked.active_blocks = driver_oracle(e.function, q.device, checked.kernel, true);
   const std::string reason = e.plan.reason;
   try {
     validate_plan(checked, e.plan);
@@ -613,6 +654,8 @@ const plan_entry& plan_once(const launch_request& r, const context_ref& ctx, con
 }
 
 }  // namespace
+
+bool calculator_trusted_now() noexcept { return calculator_trusted.load(std::memory_order_relaxed); }
 
 // ---- the miss path ---------------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 // rule (checked by value on every launch) and what the launch requires (cooperative, cluster dims), which no
 // policy, override, plugin or stored plan may drop.
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,6 +23,12 @@ namespace launchfit::detail {
 using launch_requirements = launch_options;
 
 // The requirements in a plan key: one function owns the encoding (launch_options.hpp).
+// The offline calculator answers a policy's candidate blocks while it has agreed with the driver on every
+// chosen block in this process (see planner.cpp); false after the first disagreement.
+bool calculator_trusted_now() noexcept;
+// Tests: added to each residency the calculator answers, so that it disagrees with the driver.
+extern std::atomic<int> calculator_skew_for_tests;
+
 inline std::uint64_t launch_bits(const launch_request& r) noexcept { return key_bits(launch_options_of(r)); }
 // Set in the key of a plan made by an override (under its own policy hash and bucket).
 inline constexpr std::uint64_t overridden_bit = 1ULL << 63;

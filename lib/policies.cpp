@@ -544,15 +544,14 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
     if (warps == warps_needed) break;  // exactly the target: nothing can use fewer warps
   }
   plan p;
-  // Wide elements: one per thread beats a grid capped at the resident blocks for grid_stride work.
-  p.full_grid = params_.per_thread >= 12;
-  const char* width_note = p.full_grid ? "; grid_stride launches the full grid (one wide element per thread)" : "";
+  // grid_stride work keeps the one-wave cap whatever the width (see grid_for): a static policy cannot see a
+  // per-block epilogue, and only the cap bounds what one costs.
   if (best_threads != 0) {
     p.block = dims{static_cast<unsigned>(best_threads), 1, 1};
     p.blocks_per_sm = best_bps;
     p.reason =
-        fmt::format("{} warps/SM x {} x {} B = {} in flight per SM reaches the {} target{}", best_warps, warp,
-                    params_.per_thread, kb(static_cast<std::size_t>(best_warps) * per_warp), kb(target), width_note);
+        fmt::format("{} warps/SM x {} x {} B = {} in flight per SM reaches the {} target", best_warps, warp,
+                    params_.per_thread, kb(static_cast<std::size_t>(best_warps) * per_warp), kb(target));
     fill_the_sms(q, p, small_work_bucket(q.work_hint));
     return p;
   }
@@ -563,7 +562,7 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   const int warps = b.blocks_per_sm * (b.block_threads / warp);
   const std::size_t reached = static_cast<std::size_t>(warps) * per_warp;
   p.reason = "target " + kb(target) + "/SM unreachable; max occupancy (" + std::to_string(warps) + " warps/SM, " +
-             kb(reached) + " in flight)" + width_note;
+             kb(reached) + " in flight)";
   const std::string advice = "keep more independent loads in flight per thread (need " +
                              std::to_string((target + static_cast<std::size_t>(std::max(warps, 1)) * warp - 1) /
                                             (static_cast<std::size_t>(std::max(warps, 1)) * warp)) +

@@ -81,9 +81,10 @@ class spec {
     work_.n = n;
     return *this;
   }
-  // grid_stride(n) only: cap the grid at k waves of resident blocks. Without it the policy decides: one wave,
-  // or for bytes_in_flight with wide elements (12 B or more per thread) the full grid. Give waves(1) to a
-  // kernel whose blocks end in costly work (global atomics, a per-block reduction): more blocks cost more.
+  // grid_stride(n) only: cap the grid at k waves of resident blocks. Without it every static policy launches
+  // one wave (a tuned plan may launch more, see plan::full_grid): a block's epilogue (global atomics, a
+  // per-block reduction) costs per block, which no policy can see. A kernel without one whose elements are
+  // wide (12 B or more per thread) may run faster with more blocks: give waves(k), or launch items(n).
   spec waves(std::uint32_t k) && { return std::move(waves(k)); }
   spec& waves(std::uint32_t k) & {
     options_.waves = k > 0 ? k : 1;

@@ -69,8 +69,8 @@ struct work {
   std::uint64_t n = 0;           // items along x (the only dimension when rank is 1)
   std::uint32_t per_thread = 1;  // along x
   std::uint8_t rank = 1;         // 1, 2 or 3: items({nx, ny[, nz]}) plans a 2-D block and a grid per dimension
-  std::uint32_t waves = 0;       // grid_stride: cap at this many waves of resident blocks (0: the policy's
-                                 // choice: one wave, or the full grid for wide elements, plan.full_grid)
+  std::uint32_t waves = 0;       // grid_stride: cap at this many waves of resident blocks (0: the plan's:
+                                 // one wave, or the full grid for a tuned plan that measured it, plan.full_grid)
   std::uint64_t ny = 1;          // items along y (rank 2 and 3)
   std::uint64_t nz = 1;          // items along z (rank 3)
   dims grid{0, 1, 1};           // shape::grid only
@@ -157,7 +157,8 @@ struct LAUNCHFIT_API plan {
   int resident_clusters = 0;     // clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster
   bool cluster_from_kernel = false;  // the kernel's compile-time __cluster_dims__ (no launch attribute is set)
   bool cooperative = false;          // launched cooperatively, the grid checked for co-residency
-  bool full_grid = false;        // grid_stride work launches one thread per item unless the spec gives waves(k)
+  bool full_grid = false;        // grid_stride work launches one thread per item unless the spec gives waves(k);
+                                 // set only by a plan that timed it (autotune), never by a static policy
   bool programmatic = false;     // programmatic dependent launch (sm_90+): may start before its predecessor ends
   std::string blocks;            // the launch's block rule when it has one: "power of two", "multiple of 64"
   occupancy_result occupancy;    // at block_threads and dynamic_smem_bytes

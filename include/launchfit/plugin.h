@@ -77,7 +77,7 @@ extern "C" {
 #endif
 
 #define LAUNCHFIT_PLUGIN_ABI_MAJOR 1
-#define LAUNCHFIT_PLUGIN_ABI_MINOR 0
+#define LAUNCHFIT_PLUGIN_ABI_MINOR 1
 #define LAUNCHFIT_PLUGIN_ABI_VERSION \
   ((uint32_t)(((uint32_t)LAUNCHFIT_PLUGIN_ABI_MAJOR << 16) | (uint32_t)LAUNCHFIT_PLUGIN_ABI_MINOR))
 #define LAUNCHFIT_PLUGIN_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
@@ -191,6 +191,10 @@ struct launchfit_plan {
   uint32_t reserved;                       /* 0; makes the padding before tuning_ms explicit */
   double tuning_ms;                        /* time spent doing so */
   char reason[LAUNCHFIT_PLAN_REASON_SIZE]; /* one sentence, NUL-terminated */
+  /* ABI 1.1. Nonzero: grid_stride work launches the full grid (one loop iteration per thread) instead of
+     blocks_per_sm x SMs; a spec's waves(k) still caps it. For a plan that measured it: a static policy never
+     sets it, since more blocks cost more where a block ends in costly work (global atomics). */
+  int32_t full_grid;
 };
 
 /* What a plugin's entry function (LAUNCHFIT_PLUGIN_ENTRY_SYMBOL) returns: its name, version and functions. */

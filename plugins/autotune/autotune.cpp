@@ -18,21 +18,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <map>
-#include <mutex>
 #include <new>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 namespace {
 
 constexpr const char* plugin_name = "autotune";
-constexpr const char* plugin_version = "1.0.0";
+constexpr const char* plugin_version = "1.1.0";
 constexpr double tie_fraction = 0.002;           // plans within 0.2% of the fastest count as equally fast
 constexpr std::size_t confirm_count = 3;         // fastest plans re-timed before deciding
-constexpr std::size_t max_feedback_keys = 4096;  // bound on the feedback table
 
 // ---- messages ----------------------------------------------------------------------------------------
 
@@ -65,7 +61,7 @@ constexpr const char* no_rerun_reason =
 
 struct params {
   int max_trials = 64;  // timings at most: candidate plans, plus confirm()'s 6 when this is >= 16
-  double max_ms = 200;  // no new trial starts once tuning has taken this long
+  double max_ms = 50;   // no new trial starts once tuning has taken this long
   bool bucket = true;   // plans per size bucket (floor(log2 n) + 1); off: one plan for every n
 };
 
@@ -139,17 +135,8 @@ bool parse_params(const char* text, params& p, std::string& message) {
 
 // ---- state -------------------------------------------------------------------------------------------
 
-struct measured {
-  std::uint64_t count = 0;
-  double sum_ms = 0;
-  double best_ms = 0;
-};
-
 struct state {
   params p;  // immutable after create(): choose() reads it without a lock
-  mutable std::mutex feedback_mutex;  // choose() reads what feedback() wrote
-  // Launch times reported through feedback(), per (block x, y, z, blocks per SM).
-  std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::int32_t>, measured> feedback;
 };
 
 // ---- the search --------------------------------------------------------------------------------------
@@ -160,7 +147,12 @@ struct block_option {
   int active = 0;  // resident blocks per SM at this size
   int warps_per_block = 0;
   std::vector<int> levels;  // blocks_per_sm values, ascending; {0} for items work (as many as fit)
+  // grid_stride work whose capped grid is smaller than the work: the full grid (one loop iteration per
+  // thread) is one more candidate, levels[full] == full_grid_level, after the residencies. -1: none.
+  int full = -1;
 };
+
+constexpr int full_grid_level = -1;
 
 struct trial {
   int block_index = 0;
@@ -171,7 +163,9 @@ struct trial {
 
 class search {
  public:
-  search(const launchfit_query& q, const params& p) : q_(q), p_(p), start_(clock::now()) {}
+  // `full_grid`: whether launchfit reads launchfit_plan::full_grid (ABI 1.1), so full grids can be timed.
+  search(const launchfit_query& q, const params& p, bool full_grid)
+      : q_(q), p_(p), full_grid_(full_grid), start_(clock::now()) {}
 
   // Returns false with a message when there is nothing to tune.
   bool build(std::string& why) {
@@ -217,6 +211,13 @@ class search {
             if (static_cast<std::uint64_t>(level) * static_cast<std::uint64_t>(sms) >= needed) break;
           }
           b.levels = std::move(kept);
+          // Wide elements can run faster one per thread than in a capped loop (on an H200 24-byte elements
+          // over 256 MiB: 1.25x slower in one wave of 256-thread blocks); a block ending in atomics runs far
+          // slower. Only a timing tells them apart.
+          if (full_grid_ && static_cast<std::uint64_t>(b.levels.back()) * static_cast<std::uint64_t>(sms) < needed) {
+            b.full = static_cast<int>(b.levels.size());
+            b.levels.push_back(full_grid_level);
+          }
         }
       }
       blocks_.push_back(std::move(b));
@@ -277,7 +278,8 @@ class search {
     out.block_x = static_cast<std::uint32_t>(b.threads);
     out.block_y = 1;
     out.block_z = 1;
-    out.blocks_per_sm = b.levels[chosen->level_index];
+    out.blocks_per_sm = std::max(b.levels[chosen->level_index], 0);
+    if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, full_grid)) out.full_grid = chosen->level_index == b.full;
     out.dynamic_smem_bytes = LAUNCHFIT_SMEM_FROM_QUERY;
     out.grid_x = 0;
     out.grid_y = 1;
@@ -288,6 +290,7 @@ class search {
     std::string reason;
     if (chosen == fastest) {
       reason = "fastest of " + timed_text + " (" + ms_text(chosen->ms) + ")";
+      if (chosen->level_index == b.full) reason += ", the full grid";
       if (second) reason += ", 2nd " + ms_text(second->ms);
     } else {
       reason = "most resident warps within 0.2% of the fastest of " + timed_text + " (" + ms_text(chosen->ms) +
@@ -331,6 +334,11 @@ class search {
     const int level = b.levels[li];
     return level > 0 ? level : b.active;
   }
+  // Residency levels of block bi (its full-grid candidate, if any, comes after them).
+  int residencies(int bi) const {
+    const block_option& b = blocks_[bi];
+    return b.full >= 0 ? b.full : static_cast<int>(b.levels.size());
+  }
   int resident_warps(const trial& t) const {
     return blocks_at(t.block_index, t.level_index) * blocks_[t.block_index].warps_per_block;
   }
@@ -357,7 +365,7 @@ class search {
     const block_option& b = blocks_[bi];
     int best = 0;
     long long best_diff = -1;
-    for (int li = 0; li < static_cast<int>(b.levels.size()); ++li) {
+    for (int li = 0; li < residencies(bi); ++li) {
       const long long diff = std::llabs(1LL * blocks_at(bi, li) * b.threads - threads);
       if (best_diff < 0 || diff <= best_diff) {
         best = li;
@@ -400,7 +408,11 @@ class search {
       warps_seen.push_back(w);
       out.emplace_back(bi, li);
     };
-    for (int bi : full_order) add(bi, static_cast<int>(blocks_[bi].levels.size()) - 1, true);
+    for (int bi : full_order) add(bi, residencies(bi) - 1, true);
+    // The full grid at the max-occupancy block, 256 and 128 threads: a regime of its own, which refinement
+    // reaches only from a full grid that was timed.
+    for (std::size_t k = 0; k < full_order.size() && k < 3; ++k)
+      if (blocks_[full_order[k]].full >= 0) add(full_order[k], blocks_[full_order[k]].full, true);
     // Then fractions of full residency: eighths from 3/4 down to 1/4, then halving. Memory-bound kernels
     // often peak between 5/8 and 7/8 of full occupancy, sometimes in a narrow dip (on an H200 a copy ran
     // fastest at 40-46 warps/SM and 3-4% slower at every level from 48 to 64): octaves alone can miss it, and
@@ -411,9 +423,8 @@ class search {
       bool any = false;
       for (int bi : lower_order) {
         const block_option& b = blocks_[bi];
-        if (b.levels.size() < 2) continue;  // items work, or a single residency level
-        const long long target_blocks =
-            1LL * blocks_at(bi, static_cast<int>(b.levels.size()) - 1) * num / den;
+        if (residencies(bi) < 2) continue;  // items work, or a single residency level
+        const long long target_blocks = 1LL * blocks_at(bi, residencies(bi) - 1) * num / den;
         if (target_blocks < 1) continue;
         any = true;
         add(bi, closest_level(bi, target_blocks * b.threads), false);
@@ -437,6 +448,12 @@ class search {
         if (x == b && y == l) return;
       out.emplace_back(b, l);
     };
+    if (li == blocks_[bi].full) {  // a full grid: full grids of the nearby sizes, then this size's one wave
+      for (int d : {-1, 1, -2, 2, -4, 4, -8, 8})
+        if (bi + d >= 0 && bi + d < static_cast<int>(blocks_.size())) consider(bi + d, blocks_[bi + d].full);
+      consider(bi, li - 1);
+      return out;
+    }
     for (int d : {-1, 1}) {
       if (bi + d >= 0 && bi + d < static_cast<int>(blocks_.size()))
         consider(bi + d, closest_level(bi + d, threads));
@@ -534,7 +551,8 @@ class search {
     c.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
     c.block_x = static_cast<std::uint32_t>(blocks_[bi].threads);
     c.block_y = c.block_z = 1;
-    c.blocks_per_sm = blocks_[bi].levels[li];
+    c.blocks_per_sm = std::max(blocks_[bi].levels[li], 0);
+    c.full_grid = li == blocks_[bi].full;
     c.dynamic_smem_bytes = LAUNCHFIT_SMEM_FROM_QUERY;
     c.grid_y = c.grid_z = 1;
     const double ms = q_.time_plan(q_.ctx, &c);
@@ -543,6 +561,7 @@ class search {
 
   const launchfit_query& q_;
   const params& p_;
+  bool full_grid_ = false;
   clock::time_point start_;
   std::vector<block_option> blocks_;
   std::vector<std::vector<double>> timed_;  // per block, per level: ms, -1 (failed) or untimed
@@ -589,24 +608,6 @@ int decline(launchfit_plan* plan, char* errbuf, size_t errbuf_size, const std::s
   return LAUNCHFIT_PLUGIN_DECLINE;
 }
 
-// A plan chosen again (its cache entry dropped, another context) says what launches of it reported, so the
-// numbers feedback() kept reach the log line that explains the plan.
-void say_feedback(const state& s, launchfit_plan& plan) {
-  if (!LAUNCHFIT_HAS_FIELD(&plan, launchfit_plan, reason)) return;
-  measured m;
-  {
-    std::lock_guard<std::mutex> lock(s.feedback_mutex);
-    const auto it =
-        s.feedback.find(std::make_tuple(plan.block_x, plan.block_y, plan.block_z, plan.blocks_per_sm));
-    if (it == s.feedback.end()) return;
-    m = it->second;
-  }
-  const std::string said = std::string(plan.reason) + "; in use: " + std::to_string(m.count) +
-                           (m.count == 1 ? " launch" : " launches") + " reported, mean " +
-                           ms_text(m.sum_ms / static_cast<double>(m.count)) + ", best " + ms_text(m.best_ms);
-  std::snprintf(plan.reason, sizeof plan.reason, "%s", said.c_str());
-}
-
 int choose(void* raw, const launchfit_query* q, launchfit_plan* plan, char* errbuf, size_t errbuf_size) {
   try {
     const auto* s = static_cast<const state*>(raw);
@@ -623,12 +624,11 @@ int choose(void* raw, const launchfit_query* q, launchfit_plan* plan, char* errb
       return decline(plan, errbuf, errbuf_size,
                      "autotune: unknown work kind " + std::to_string(q->work_kind) + " (newer launchfit?)");
     }
-    search tuner(*q, s->p);
+    search tuner(*q, s->p, LAUNCHFIT_HAS_FIELD(plan, launchfit_plan, full_grid));
     std::string why;
     if (!tuner.build(why)) return decline(plan, errbuf, errbuf_size, why);
     tuner.run();
     if (!tuner.decide(*plan, why)) return decline(plan, errbuf, errbuf_size, why);
-    say_feedback(*s, *plan);
     return LAUNCHFIT_PLUGIN_OK;
   } catch (const std::bad_alloc&) {
     write_message(errbuf, errbuf_size, "autotune: out of memory while tuning");
@@ -638,28 +638,6 @@ int choose(void* raw, const launchfit_query* q, launchfit_plan* plan, char* errb
     write_message(errbuf, errbuf_size, "autotune: unknown failure while tuning");
   }
   return LAUNCHFIT_PLUGIN_ERROR;
-}
-
-// Recorded per plan configuration (count, mean, best), bounded in size; a plan already in launchfit's cache
-// is never re-chosen, so the numbers decide nothing and are only said when the plan is chosen again.
-void feedback(void* raw, const launchfit_plan* plan, double ms) {
-  try {
-    auto* s = static_cast<state*>(raw);
-    if (!s || !plan || !(ms >= 0) || !std::isfinite(ms)) return;
-    const auto key = std::make_tuple(plan->block_x, plan->block_y, plan->block_z, plan->blocks_per_sm);
-    std::lock_guard<std::mutex> lock(s->feedback_mutex);
-    auto it = s->feedback.find(key);
-    if (it == s->feedback.end()) {
-      if (s->feedback.size() >= max_feedback_keys) return;
-      it = s->feedback.emplace(key, measured{}).first;
-      it->second.best_ms = ms;
-    }
-    measured& m = it->second;
-    m.count += 1;
-    m.sum_ms += ms;
-    m.best_ms = std::min(m.best_ms, ms);
-  } catch (...) {
-  }
 }
 
 // floor(log2 n) + 1: sizes within a factor of two share a plan. 0 (n irrelevant) without work or bucketing.
@@ -682,7 +660,7 @@ const launchfit_plugin_descriptor descriptor = {
     plugin_version,
     create,
     choose,
-    feedback,
+    nullptr,  // feedback: a plan is decided by its trials; launch times reported later would decide nothing
     destroy,
     work_bucket,
 };

@@ -1310,6 +1310,38 @@ int run(int argc, char** argv) {
     }
   }
 
+  // Regret: each policy row against the better of the naive launch and max_occupancy on the same row (what a
+  // user gets without launchfit's other policies). Target: every static policy <= 1.10 on every row.
+  struct regret_summary {
+    double worst = 0;
+    std::string worst_row;
+    int over = 0;  // rows above 1.10
+    int rows = 0;
+  };
+  std::map<std::string, regret_summary> regret;
+  {
+    std::map<std::pair<std::string, std::size_t>, double> baseline;  // (kernel, n) -> ms
+    for (const row& r : ctx.rows) {
+      if (!r.ok || r.ms <= 0 || (r.policy != "naive" && r.policy != "max_occupancy")) continue;
+      double& b = baseline[{r.kernel, r.n}];
+      b = b > 0 ? std::min(b, r.ms) : r.ms;
+    }
+    for (const row& r : ctx.rows) {
+      if (r.policy == "oracle" || !r.ok || r.ms <= 0) continue;
+      const auto it = baseline.find({r.kernel, r.n});
+      if (it == baseline.end()) continue;
+      const std::string key = r.policy.rfind("bytes_in_flight", 0) == 0 ? "bytes_in_flight" : r.policy;
+      regret_summary& s = regret[key];
+      const double x = r.ms / it->second;
+      ++s.rows;
+      s.over += x > 1.10;
+      if (x > s.worst) {
+        s.worst = x;
+        s.worst_row = r.kernel + " n=" + pow2_text(r.n);
+      }
+    }
+  }
+
   const double total_s = bench::seconds_since(start);
   if (!json_path.empty()) {
     std::ostringstream js;
@@ -1350,6 +1382,16 @@ int run(int argc, char** argv) {
       }
       js << "}";
     }
+    js << "},\n\"regret\":{";
+    bool first_regret = true;
+    for (const std::string& p : policy_order) {
+      const auto it = regret.find(p);
+      if (it == regret.end()) continue;
+      js << (first_regret ? "" : ",") << bench::json_string(p) << ":{\"worst\":" << bench::json_number(it->second.worst)
+         << ",\"worst_row\":" << bench::json_string(it->second.worst_row) << ",\"over_1_10\":" << it->second.over
+         << ",\"rows\":" << it->second.rows << "}";
+      first_regret = false;
+    }
     js << "},\n\"calibrated_target_per_sm\":" << ctx.opts.calibrated_target << ",\n\"sweep\":[";
     for (std::size_t i = 0; i < ctx.sweep_points.size(); ++i) {
       const auto& sp = ctx.sweep_points[i];
@@ -1372,6 +1414,16 @@ int run(int argc, char** argv) {
     if (p == ctx.opts.autotune_policy) target = "<= 1.02 every row";
     std::printf("| %s | %.3f | %.3f | %s | %zu | %s |\n", p.c_str(), bench::geomean(s.ratios), s.worst,
                 s.worst_row.c_str(), s.ratios.size(), target.c_str());
+  }
+  std::printf(
+      "\n## Regret: time / the better of naive and max_occupancy on the same row\n\n"
+      "| policy | worst | worst row | rows above 1.10 | rows | target |\n|---|---:|---|---:|---:|---|\n");
+  for (const std::string& p : policy_order) {
+    const auto it = regret.find(p);
+    if (it == regret.end()) continue;
+    const bool is_static = p != ctx.opts.autotune_policy && p != "naive";
+    std::printf("| %s | %.3f | %s | %d | %d | %s |\n", p.c_str(), it->second.worst, it->second.worst_row.c_str(),
+                it->second.over, it->second.rows, is_static ? "<= 1.10 every row" : "-");
   }
   // Geometric means per group (columns) and policy (rows).
   std::printf("\n## Geomean of time / oracle per group\n\n| policy | all |");

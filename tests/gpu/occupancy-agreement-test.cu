@@ -13,7 +13,16 @@
 #include "gpu_test.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
+#include "launchfit/launch.hpp"
 #include "launchfit/occupancy.hpp"
+
+#include <atomic>
+
+namespace launchfit::detail {
+// Internal (lib/planner.hpp): whether the calculator still answers candidate blocks, and its test skew.
+bool calculator_trusted_now() noexcept;
+extern std::atomic<int> calculator_skew_for_tests;
+}  // namespace launchfit::detail
 
 namespace {
 
@@ -235,6 +244,50 @@ TEST(OccupancyAgreement, MaxPotentialBlockSize) {
                 choice.block_threads, choice.min_grid_blocks, bytes_per_thread, variable.block_threads,
                 variable.min_grid_blocks);
   }
+}
+
+// Planning asks the calculator about candidate blocks and the driver about the chosen one. Plans carry the
+// driver's residency; a calculator that disagrees (made to, here) is caught on the next plan, and the driver
+// answers every candidate from then on. Last in this file: the calculator stays distrusted for the process.
+__global__ void probe_plan_a(float* out) { out[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f; }
+__global__ void probe_plan_b(float* out) { out[blockIdx.x * blockDim.x + threadIdx.x] = 2.0f; }
+
+TEST(OccupancyAgreement, PlansTakeTheCalculatorOnlyWhileTheDriverAgrees) {
+  LAUNCHFIT_REQUIRE_GPU_OR_SKIP();
+  namespace lf = launchfit;
+  constexpr std::size_t n = 1u << 20;
+  float* out = nullptr;
+  ASSERT_EQ(cudaMalloc(&out, n * sizeof(float)), cudaSuccess);
+  const auto driver_blocks = [](const void* fn, int block) {
+    int blocks = 0;
+    EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, block, 0), cudaSuccess);
+    return blocks;
+  };
+  for (const auto& spec : {lf::max_occupancy().items(n), lf::max_occupancy(0).items(n)}) {
+    const lf::launched ran = lf::launch(probe_plan_a, spec, out);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(ran.plan().blocks_per_sm,
+              driver_blocks(reinterpret_cast<const void*>(&probe_plan_a), ran.plan().block_threads))
+        << ran.plan().to_string();
+  }
+  const lf::launched bif = lf::launch(probe_plan_a, lf::bytes_in_flight(4).grid_stride(n), out);
+  EXPECT_LE(bif.plan().blocks_per_sm,
+            driver_blocks(reinterpret_cast<const void*>(&probe_plan_a), bif.plan().block_threads));
+  EXPECT_TRUE(lf::detail::calculator_trusted_now());
+
+  lf::detail::calculator_skew_for_tests = 1;  // one block per SM more than the driver, at every size
+  const lf::launched ran = lf::launch(probe_plan_b, lf::max_occupancy().items(n), out);
+  lf::detail::calculator_skew_for_tests = 0;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_FALSE(lf::detail::calculator_trusted_now());
+  EXPECT_EQ(ran.plan().blocks_per_sm,
+            driver_blocks(reinterpret_cast<const void*>(&probe_plan_b), ran.plan().block_threads))
+      << ran.plan().to_string();
+  std::vector<float> host(n);
+  ASSERT_EQ(cudaMemcpy(host.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(host.front(), 2.0f);
+  EXPECT_EQ(host.back(), 2.0f);
+  cudaFree(out);
 }
 
 }  // namespace
