@@ -56,12 +56,12 @@ bool async_sink::submit(log_record& r) {
     }
     // A forked child's thread starts with its first line.
     if (exiting_ || !start_locked()) return false;
-    if (items_.size() >= queue_max_lines || bytes_ + r.payload.size() > queue_max_bytes) {
+    if (items_.size() >= queue_max_lines || bytes_ + r.weight() > queue_max_bytes) {
       out_.count_dropped(1);
       ++overflow_;  // reported by the thread once the output moves again
       return true;
     }
-    bytes_ += r.payload.size();
+    bytes_ += r.weight();
     items_.push_back(std::move(r));
   }
   wake_->notify_one();

@@ -12,19 +12,27 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 namespace launchfit::detail {
 
-// One line, made and escaped by the logger, not yet rendered for the route (text or JSON).
+struct plan_report;
+
+// One line, made and escaped by the logger, not yet rendered for the route (text or JSON). A new plan's line
+// is made by the logging thread: the record then carries the report instead of the payload.
 struct log_record {
   spdlog::level::level_enum level = spdlog::level::info;
   spdlog::log_clock::time_point time;
   std::size_t thread_id = 0;
   bool json = false;  // payload is a launchfit JSON object
   std::string payload;
+  std::shared_ptr<const plan_report> plan;  // set: the payload is format_plan(*plan) in the format in force
+
+  // What the record counts against the queue's byte bound (a plan's line is about 1 KB).
+  std::size_t weight() const noexcept { return payload.size() + (plan ? 1024 : 0); }
 };
 
 // Where the logging thread writes: the logger's output, under the logger's write lock (which the thread

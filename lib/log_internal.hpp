@@ -47,7 +47,7 @@ std::string grid_rule_text(const plan& p, const work& w);
 std::string format_plan(const plan_report& r, log_format f);
 // Logs a new plan at info, plus one warning per spilling kernel and one for a plan with a warning.
 // Never throws.
-void log_new_plan(const plan_report& r) noexcept;
+void log_new_plan(plan_report r) noexcept;
 
 // One event: text "message key=value ..." or one JSON object
 // {"level":..,"logger":"launchfit","event":..,"msg":..,key:value,...}. The message is launchfit's own

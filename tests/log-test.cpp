@@ -11,16 +11,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "async_sink.hpp"
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
 #include "text.hpp"
@@ -66,12 +71,17 @@ TEST(Log, TextLineSaysWhatTheKernelRanWithAndWhy) {
   const std::string line = lf::detail::format_plan(sample_report(), lf::log_format::text);
   for (const char* field :
        {"kernel=reduce(float const*, float*, int)", "device=\"NVIDIA H200\" #0", "cc=9.0", "block=256",
-        "grid=grid_stride(full grid)", "smem=0B", "occupancy=75.0% (6 blocks, 48 warps/SM; runs 4 blocks/SM)",
+        "grid=grid_stride(cap 528)", "smem=0B", "occupancy=75.0% (6 blocks, 48 warps/SM; runs 4 blocks/SM)",
         "limiter=registers", "regs=40", "local=0B",
         "policy=bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)", "match=computed",
         "reason=\""}) {
     EXPECT_NE(line.find(field), std::string::npos) << "missing " << field << " in: " << line;
   }
+  // A tuned plan that timed the full grid says so.
+  lf::detail::plan_report tuned = sample_report();
+  tuned.plan.full_grid = true;
+  const std::string full = lf::detail::format_plan(tuned, lf::log_format::text);
+  EXPECT_NE(full.find("grid=grid_stride(full grid)"), std::string::npos) << full;
 }
 
 TEST(Log, JsonLineIsOneValidObjectWithTheSameFacts) {
@@ -359,7 +369,7 @@ TEST(LogEnv, EveryUnknownValueIsReportedOnceAndTheDefaultKept) {
     EXPECT_TRUE(has(warnings[0], b.says)) << warnings[0];
     EXPECT_EQ(lf::logger()->level(), spdlog::level::info);
     EXPECT_EQ(lf::current_log_format(), lf::log_format::text);
-    EXPECT_FALSE(lf::log_async());
+    EXPECT_TRUE(lf::log_async());  // the default: asynchronous
   }
 }
 
@@ -713,4 +723,111 @@ TEST(LogBench, DISABLED_PlanLineCost) {
                 async ? "async" : "sync", spent / (batches * batch), batches * batch,
                 static_cast<unsigned long long>(lf::log_lines_dropped()));
   }
+}
+
+// ---- asynchronous output, the default ----
+
+namespace {
+
+// Holds the logging thread inside the batch it has just taken until release() (a plain function pointer is
+// all the hook takes, hence the statics).
+struct held_logging_thread {
+  static inline std::mutex m;
+  static inline std::condition_variable cv;
+  static inline bool taken = false, released = false;
+  held_logging_thread() {
+    taken = released = false;
+    lf::detail::log_batch_taken_for_tests = [] {
+      lf::detail::log_batch_taken_for_tests = nullptr;
+      std::unique_lock<std::mutex> lock(m);
+      taken = true;
+      cv.notify_all();
+      cv.wait(lock, [] { return released; });
+    };
+  }
+  void wait_taken() {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [] { return taken; });
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      released = true;
+    }
+    cv.notify_all();
+  }
+  ~held_logging_thread() {
+    release();
+    lf::detail::log_batch_taken_for_tests = nullptr;
+  }
+};
+
+// Records the thread each line arrives on.
+class thread_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return threads_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg&) override { threads_.push_back(std::this_thread::get_id()); }
+  void flush_() override {}
+
+ private:
+  std::vector<std::thread::id> threads_;
+};
+
+}  // namespace
+
+// By default a launch only queues a copy of its new plan's report: the logging thread makes the line. Seen
+// here by the format: the line queued while text was in force, then written after JSON was set, is JSON.
+TEST(LogAsync, ByDefaultANewPlansLineIsMadeOnTheLoggingThread) {
+  logging_env env;  // no LAUNCHFIT_LOG_* variable: the defaults
+  ASSERT_TRUE(lf::log_async());
+  {
+    held_logging_thread held;
+    lf::detail::log_event(spdlog::level::info, "test", "first line");
+    held.wait_taken();
+    lf::detail::log_new_plan(sample_report());
+    lf::set_log_format(lf::log_format::json);
+  }
+  const auto plans = env.lines_with("new_plan");
+  lf::set_log_format(lf::log_format::text);
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].rfind("{\"time\":", 0), 0u) << plans[0];
+  EXPECT_NO_THROW((void)nlohmann::json::parse(plans[0])) << plans[0];
+  // LAUNCHFIT_LOG_ASYNC=0: made and written by the caller, in the format in force then.
+  logging_env sync({{"LAUNCHFIT_LOG_ASYNC", "0"}});
+  EXPECT_FALSE(lf::log_async());
+  lf::detail::log_new_plan(sample_report());
+  lf::set_log_format(lf::log_format::json);
+  const auto sync_plans = sync.lines_with("new plan");
+  lf::set_log_format(lf::log_format::text);
+  ASSERT_EQ(sync_plans.size(), 1u);
+  EXPECT_EQ(sync_plans[0].find("{"), std::string::npos) << sync_plans[0];
+}
+
+// A logger given to set_logger() gets lines on the thread that logs them, unless asynchronous output was
+// asked for (set_log_async or LAUNCHFIT_LOG_ASYNC): its sinks and their threading are the user's.
+TEST(LogAsync, AUsersLoggerIsAsynchronousOnlyWhenAskedFor) {
+  logging_env env;
+  auto sink = std::make_shared<thread_sink>();
+  lf::set_logger(std::make_shared<spdlog::logger>("user", sink));
+  lf::detail::log_event(spdlog::level::info, "test", "on the caller");
+  lf::detail::log_new_plan(sample_report());
+  lf::logger()->flush();
+  auto seen = sink->threads();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::this_thread::get_id());
+  EXPECT_EQ(seen[1], std::this_thread::get_id());
+  lf::set_log_async(true);
+  lf::detail::log_event(spdlog::level::info, "test", "on the logging thread");
+  lf::detail::log_new_plan(sample_report());
+  lf::logger()->flush();
+  seen = sink->threads();
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_NE(seen[2], std::this_thread::get_id());
+  EXPECT_NE(seen[3], std::this_thread::get_id());
+  lf::set_logger(nullptr);
 }

@@ -44,8 +44,11 @@ LAUNCHFIT_API void set_log_format(log_format f);
 // The format in force.
 LAUNCHFIT_API log_format current_log_format();
 
-// Asynchronous output (LAUNCHFIT_LOG_ASYNC=1 sets it at first use): a logging thread formats and writes
-// lines; the launching thread only queues them. The queue is bounded: when full, new lines are dropped
+// Asynchronous output, the default for launchfit's own output (LAUNCHFIT_LOG_ASYNC=0 at first use, or
+// set_log_async(false), writes each line on the thread that logs it): a logging thread formats and writes
+// lines, a new plan's line included; the launching thread only queues them. A logger given to set_logger()
+// gets its lines on the logging thread only when asynchronous output was asked for (LAUNCHFIT_LOG_ASYNC=1 or
+// set_log_async(true)); otherwise on the thread that logs, as its own sinks decide. The queue is bounded: when full, new lines are dropped
 // and counted (a launch never waits for the log), and the drop is reported in a warning. Lines still
 // queued are written at exit (waiting at most about half a second for a stuck output). Fork-safe in both
 // modes: a child of fork() (forked while other threads log, or while one makes the logger) logs and exits;
