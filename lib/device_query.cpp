@@ -100,7 +100,7 @@ device_limits device_limits::query(int ordinal) {
   int count = 0;
   detail::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
   if (ordinal < 0 || ordinal >= count) {
-    throw error("cuDeviceGet", "CUDA_ERROR_INVALID_DEVICE",
+    throw error(CUDA_ERROR_INVALID_DEVICE, "cuDeviceGet",
                 "device " + std::to_string(ordinal) + " does not exist (" + std::to_string(count) +
                     " device(s) present)");
   }
@@ -114,7 +114,7 @@ device_limits device_limits::query_current() {
   CUcontext ctx = nullptr;
   detail::check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   if (!ctx) {
-    throw error("cuCtxGetCurrent", "CUDA_ERROR_INVALID_CONTEXT",
+    throw error(CUDA_ERROR_INVALID_CONTEXT, "cuCtxGetCurrent",
                 "no current CUDA context (call cudaSetDevice/cudaFree(0) or cuCtxSetCurrent first)");
   }
   CUdevice dev{};
@@ -159,7 +159,7 @@ context_ref current_context(const launch_request& r) {
     check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   }
   if (!ctx) {
-    throw error("cuCtxGetCurrent", "CUDA_ERROR_INVALID_CONTEXT",
+    throw error(CUDA_ERROR_INVALID_CONTEXT, "cuCtxGetCurrent",
                 "no current CUDA context (cuCtxSetCurrent / cudaSetDevice first)");
   }
   return context_ref{ctx, identity_of(d, ctx)};

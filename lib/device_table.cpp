@@ -93,8 +93,7 @@ constexpr std::array<part_spec, 19> part_specs{{
 const part_spec& part_named(std::string_view name) {
   for (const part_spec& p : part_specs)
     if (name == p.name) return p;
-  throw error("device_limits::for_arch", "LAUNCHFIT_INTERNAL",
-              "no part " + std::string(name) + " in the table");
+  throw error(errc::internal, "device_limits::for_arch", "no part " + std::string(name) + " in the table");
 }
 
 device_limits make_limits(const arch_spec& a, const part_spec& part, std::string name) {
@@ -216,7 +215,7 @@ device_limits device_limits::for_arch(std::string_view arch_or_part) {
     if (!p.named || key.empty() || part_key(p.name) != key) continue;
     return make_limits(*find_arch(p.cc), p, "NVIDIA " + std::string(p.name) + " (table)");
   }
-  throw error("device_limits::for_arch", "LAUNCHFIT_UNKNOWN_ARCH",
+  throw error(errc::unknown_arch, "device_limits::for_arch",
               "unknown architecture or part '" + std::string(arch_or_part) + "'; known: " + known_names());
 }
 

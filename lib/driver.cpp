@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -60,15 +61,26 @@ loaded load() {
   }
   const CUresult init = api.cuInit(0);
   if (init != CUDA_SUCCESS) {
-    out.failure = "no CUDA device: cuInit failed with " + error_name(init);
+    // Named here: the driver is not published while it loads (error_name would not ask it).
+    const char* name = nullptr;
+    if (!api.cuGetErrorName || api.cuGetErrorName(init, &name) != CUDA_SUCCESS || !name) name = nullptr;
+    out.failure = "no CUDA device: cuInit failed with " + (name ? std::string(name) : error_name(init));
     return out;
   }
   if (api.cuDriverGetVersion) api.cuDriverGetVersion(&api.version);
   return out;
 }
 
+// The driver once instance() has loaded it (whether or not it is usable): error names ask it without
+// loading it.
+std::atomic<const loaded*> published{nullptr};
+
 const loaded& instance() {
-  static const loaded& l = *new loaded(load());  // never destroyed, as every launchfit singleton
+  static const loaded& l = []() -> const loaded& {
+    const loaded* made = new loaded(load());  // never destroyed, as every launchfit singleton
+    published.store(made, std::memory_order_release);
+    return *made;
+  }();
   return l;
 }
 
@@ -77,7 +89,7 @@ const loaded& instance() {
 const driver_api& driver() {
   const loaded& l = instance();
   if (!l.failure.empty()) {
-    throw error("cuInit", "CUDA_ERROR_NO_DEVICE", l.failure);
+    throw error(CUDA_ERROR_NO_DEVICE, "cuInit", l.failure);
   }
   return l.api;
 }
@@ -90,24 +102,11 @@ bool driver_available() noexcept {
   }
 }
 
-std::string error_name(CUresult r) {
-  const loaded& l = instance();
-  if (l.api.cuGetErrorName) {
-    const char* name = nullptr;
-    if (l.api.cuGetErrorName(r, &name) == CUDA_SUCCESS && name) return name;
-  }
-  switch (r) {
-    case CUDA_SUCCESS: return "CUDA_SUCCESS";
-    case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
-    case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
-    case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
-    case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
-    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
-    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: return "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE";
-    case CUDA_ERROR_STUB_LIBRARY: return "CUDA_ERROR_STUB_LIBRARY";
-    default: return "CUresult " + std::to_string(static_cast<int>(r));
-  }
+const char* loaded_driver_error_name(CUresult r) noexcept {
+  const loaded* l = published.load(std::memory_order_acquire);
+  if (!l || !l->api.cuGetErrorName) return nullptr;
+  const char* name = nullptr;
+  return l->api.cuGetErrorName(r, &name) == CUDA_SUCCESS ? name : nullptr;
 }
 
 std::string error_string(CUresult r) {

@@ -36,7 +36,11 @@ const driver_api& driver();
 // True when a driver loaded and cuInit succeeded (never throws).
 bool driver_available() noexcept;
 
-// "CUDA_ERROR_INVALID_VALUE"; works without a driver for the common codes.
+// The driver's name for r (cuGetErrorName), "CUDA_ERROR_INVALID_VALUE", when a driver is loaded already;
+// null when none is (this never loads one) or the driver does not know r.
+const char* loaded_driver_error_name(CUresult r) noexcept;
+// "CUDA_ERROR_INVALID_VALUE": the loaded driver's name, else cuda.h's for the statuses launchfit reports
+// itself (see lib/error.cpp), else "CUresult <n>". Never loads the driver, so it works without one.
 std::string error_name(CUresult r);
 std::string error_string(CUresult r);
 

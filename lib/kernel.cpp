@@ -19,7 +19,7 @@ namespace detail {
 
 kernel_resources query_resources(CUfunction f, bool demangle_name) {
   const auto& d = detail::driver();
-  if (!f) throw error("kernel", "CUDA_ERROR_INVALID_HANDLE", "null kernel handle");
+  if (!f) throw error(CUDA_ERROR_INVALID_HANDLE, "kernel", "null kernel handle");
   auto attr = [&](CUfunction_attribute a, const char* what) {
     int v = 0;
     detail::check(d.cuFuncGetAttribute(&v, a, f), what);
@@ -80,7 +80,7 @@ std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f) {
 
 CUfunction kernel::function() const {
   if (function_) return function_;
-  if (!kernel_) throw error("kernel", "CUDA_ERROR_INVALID_HANDLE", "empty launchfit::kernel");
+  if (!kernel_) throw error(CUDA_ERROR_INVALID_HANDLE, "kernel", "empty launchfit::kernel");
   const auto& d = detail::driver();
   CUfunction f = nullptr;
   detail::check(d.cuKernelGetFunction(&f, kernel_), "cuKernelGetFunction");
@@ -130,7 +130,7 @@ std::optional<std::string_view> ptx_text_of_image(const void* image) {
 module module::from_file(const std::string& path) {
   {
     std::ifstream probe(path, std::ios::binary);
-    if (!probe) throw error("cuLibraryLoadFromFile", "CUDA_ERROR_FILE_NOT_FOUND", "cannot open '" + path + "'");
+    if (!probe) throw error(CUDA_ERROR_FILE_NOT_FOUND, "cuLibraryLoadFromFile", "cannot open '" + path + "'");
   }
   const auto& d = detail::driver();
   CUlibrary lib = nullptr;
@@ -142,7 +142,7 @@ module module::from_file(const std::string& path) {
 }
 
 module module::from_memory(const void* image) {
-  if (!image) throw error("cuLibraryLoadData", "CUDA_ERROR_INVALID_VALUE", "null module image");
+  if (!image) throw error(CUDA_ERROR_INVALID_VALUE, "cuLibraryLoadData", "null module image");
   const auto& d = detail::driver();
   CUlibrary lib = nullptr;
   detail::check(d.cuLibraryLoadData(&lib, image, nullptr, nullptr, 0, nullptr, nullptr, 0), "cuLibraryLoadData");
@@ -182,8 +182,7 @@ module::~module() {
 }
 
 kernel module::get(const std::string& name) const {
-  if (!library_)
-    throw error("cuLibraryGetKernel", "CUDA_ERROR_INVALID_HANDLE", "moved-from launchfit::module");
+  if (!library_) throw error(CUDA_ERROR_INVALID_HANDLE, "cuLibraryGetKernel", "moved-from launchfit::module");
   const auto& d = detail::driver();
   CUkernel k = nullptr;
   const CUresult r = d.cuLibraryGetKernel(&k, library_, name.c_str());

@@ -43,13 +43,13 @@ void load_environment_inputs() {
 // The entry this request launches with. `local` holds a plan made for this call only (a request asked
 // again from inside its own planning, or an smem rule that never settles).
 const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& local) {
-  if (!r.policy) throw error("launchfit::launch", "LAUNCHFIT_INVALID_POLICY", "no policy");
+  if (!r.policy) throw error(errc::invalid_policy, "launchfit::launch", "no policy");
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
-    throw error("launchfit::launch", "CUDA_ERROR_INVALID_HANDLE", "null or empty kernel");
+    throw error(CUDA_ERROR_INVALID_HANDLE, "launchfit::launch", "null or empty kernel");
   }
   const dims& cluster = r.options.cluster;
   if ((cluster.x | cluster.y | cluster.z) > 0xffffu) {
-    throw error("launchfit::launch", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+    throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "launchfit::launch",
                 "cluster " + cluster.to_string() + " has a dimension above 65535");
   }
   load_environment_inputs();
@@ -78,14 +78,14 @@ void check_arguments(const launch_request& r, const plan_entry& e) {
   if (!r.arg_sizes || !e.param_sizes) return;
   const auto& expected = *e.param_sizes;
   if (expected.size() != r.arg_count) {
-    throw error("launchfit::launch", "CUDA_ERROR_INVALID_VALUE",
+    throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
                 "kernel takes " + std::to_string(expected.size()) + " parameters, " +
                     std::to_string(r.arg_count) + " arguments given",
                 display_name(e.kernel), e.plan.to_string());
   }
   for (std::size_t i = 0; i < expected.size(); ++i) {
     if (expected[i] != r.arg_sizes[i]) {
-      throw error("launchfit::launch", "CUDA_ERROR_INVALID_VALUE",
+      throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
                   "argument " + std::to_string(i) + " is " + std::to_string(r.arg_sizes[i]) +
                       " bytes, the kernel's parameter is " + std::to_string(expected[i]) + " bytes",
                   display_name(e.kernel), e.plan.to_string());
@@ -145,7 +145,7 @@ launched launch(const launch_request& r) {
   try {
     grid = grid_for(e.plan, r.shape, e.max_grid_x);
   } catch (const error& err) {
-    throw error(err.call(), err.cuda_error(), err.message(), display_name(e.kernel), e.plan.to_string());
+    throw err.with_kernel(display_name(e.kernel), e.plan.to_string());
   }
   launched done{grid, e.plan.block, e.plan.dynamic_smem_bytes, &p};
   if (grid.count() == 0) return done;  // items(0) / grid_stride(0): nothing to do

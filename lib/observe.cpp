@@ -200,7 +200,7 @@ bool nvtx_on() noexcept {
 }  // namespace detail
 
 std::uint64_t add_plan_listener(plan_listener f) {
-  if (!f) throw error("launchfit::add_plan_listener", "LAUNCHFIT_INVALID_ARGUMENT", "empty listener");
+  if (!f) throw error(errc::invalid_argument, "launchfit::add_plan_listener", "empty listener");
   detail::listeners& l = detail::the_listeners();
   auto entry = std::make_shared<detail::listener_entry>();
   entry->fn = std::move(f);

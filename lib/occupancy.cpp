@@ -18,8 +18,7 @@ namespace launchfit {
 namespace {
 
 [[noreturn]] void invalid(const kernel_resources& kernel, std::string message, std::string config = {}) {
-  throw error("occupancy", "LAUNCHFIT_INVALID_CONFIG", std::move(message), kernel.demangled,
-              std::move(config));
+  throw error(errc::invalid_config, "occupancy", std::move(message), kernel.demangled, std::move(config));
 }
 
 std::string config_text(int block_threads, std::size_t dynamic_smem_bytes) {
@@ -122,12 +121,12 @@ struct calculator {
     const cudaOccError status = cudaOccMaxActiveBlocksPerMultiprocessor(&r, &device_prop, &function, &state,
                                                                         block_threads, dynamic_smem_bytes);
     if (status == CUDA_OCC_ERROR_UNKNOWN_DEVICE)
-      throw error("occupancy", "CUDA_OCC_ERROR_UNKNOWN_DEVICE",
+      throw error(errc::unknown_arch, "occupancy",
                   "compute capability " + std::to_string(device.cc_major) + "." +
                       std::to_string(device.cc_minor) + " is unknown to this toolkit's cuda_occupancy.h",
                   kernel.demangled, config_text(block_threads, dynamic_smem_bytes));
     if (status != CUDA_OCC_SUCCESS)
-      throw error("occupancy", "CUDA_OCC_ERROR_INVALID_INPUT",
+      throw error(errc::invalid_config, "occupancy",
                   "cuda_occupancy.h refused the device limits or kernel resources", kernel.demangled,
                   config_text(block_threads, dynamic_smem_bytes));
     return r;

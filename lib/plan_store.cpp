@@ -911,7 +911,7 @@ std::optional<std::size_t> find_calibration(const device_limits& dev, int driver
 
 void store_calibration(const device_limits& dev, int driver_version, std::size_t bytes_in_flight_per_sm) {
   if (const std::string why = detail::implausible_calibration(bytes_in_flight_per_sm, dev); !why.empty())
-    throw error("store_calibration", "LAUNCHFIT_INVALID_ARGUMENT", why);
+    throw error(errc::invalid_argument, "store_calibration", why);
   auto& f = detail::ready_state();
   detail::stored_entry e;
   e.key = detail::calibration_key(dev, driver_version);

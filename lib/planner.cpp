@@ -229,9 +229,10 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   for (int b : fam.blocks)
     if (r.blocks.allows(b) && members.count < 16) members.values[members.count++] = static_cast<std::uint16_t>(b);
   if (members.count == 0) {
-    throw error("launchfit::family", "LAUNCHFIT_INVALID_POLICY",
-                "no member of the family has a block the launch's block rule (" + r.blocks.to_string() + ") allows",
-                display_name(e.kernel));
+    throw error(
+        errc::invalid_policy, "launchfit::family",
+        "no member of the family has a block the launch's block rule (" + r.blocks.to_string() + ") allows",
+        display_name(e.kernel));
   }
   q.blocks = members;
   std::vector<std::function<int(int, std::size_t)>> oracles;
@@ -263,9 +264,9 @@ void choose_member(query& q, plan_entry& e, const family_members& fam) {
   if (fam.blocks.empty()) return;
   const int i = fam.index_of(e.plan.block_threads);
   if (i < 0) {
-    throw error("launchfit::family", "LAUNCHFIT_INVALID_PLAN",
-                "the plan's block " + std::to_string(e.plan.block_threads) + " is no member's", display_name(e.kernel),
-                e.plan.to_string());
+    throw error(errc::invalid_plan, "launchfit::family",
+                "the plan's block " + std::to_string(e.plan.block_threads) + " is no member's",
+                display_name(e.kernel), e.plan.to_string());
   }
   e.function = fam.functions[static_cast<std::size_t>(i)];
   e.kernel = fam.kernels[static_cast<std::size_t>(i)];
@@ -274,7 +275,7 @@ void choose_member(query& q, plan_entry& e, const family_members& fam) {
   try {
     validate_plan(q, e.plan);
   } catch (const error& bad) {
-    throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel), bad.config());
+    throw bad.with_kernel(display_name(e.kernel));
   }
   std::string list;
   for (int b : fam.blocks) list += (list.empty() ? "" : ",") + std::to_string(b);
@@ -288,7 +289,7 @@ void allow_cluster_size(const launch_requirements& need, const plan_entry& e, co
   const unsigned long long size = need.cluster.count();
   if (size <= 8) return;
   if (!need.non_portable_cluster) {
-    throw error("plan(cluster)", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+    throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "plan(cluster)",
                 "cluster " + need.cluster.to_string() + " (" + std::to_string(size) +
                     " blocks) is above the portable maximum of 8: allow it with cluster(dims, true)",
                 display_name(e.kernel));
@@ -339,11 +340,11 @@ void check_cluster_size(const launch_requirements& need, const plan_entry& e) {
   int most = 0;
   if (driver().cuOccupancyMaxPotentialClusterSize(&most, e.function, &cfg) != CUDA_SUCCESS) return;
   if (most > 0 && size > static_cast<unsigned long long>(most)) {
-    throw error("plan(cluster)", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+    throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "plan(cluster)",
                 "cluster " + need.cluster.to_string() + " (" + std::to_string(size) + " blocks of " +
-                    std::to_string(e.plan.block_threads) + " threads, " + std::to_string(e.plan.dynamic_smem_bytes) +
-                    " B dynamic smem): at most " + std::to_string(most) +
-                    " co-schedule (cuOccupancyMaxPotentialClusterSize)",
+                    std::to_string(e.plan.block_threads) + " threads, " +
+                    std::to_string(e.plan.dynamic_smem_bytes) + " B dynamic smem): at most " +
+                    std::to_string(most) + " co-schedule (cuOccupancyMaxPotentialClusterSize)",
                 display_name(e.kernel), e.plan.to_string());
   }
 }
@@ -398,7 +399,8 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     kernel_resources k = q_for_checks.kernel;
     if (!fam.blocks.empty()) {  // a family: the member written for this block
       const int i = fam.index_of(p.block_threads);
-      if (i < 0) throw error("time_plan", "LAUNCHFIT_INVALID_PLAN", "no family member for this block", {}, p.to_string());
+      if (i < 0)
+        throw error(errc::invalid_plan, "time_plan", "no family member for this block", {}, p.to_string());
       run = fam.functions[static_cast<std::size_t>(i)];
       k = fam.kernels[static_cast<std::size_t>(i)];
     }
@@ -426,8 +428,7 @@ plan choose(const policy& chosen, const query& q, plan_entry& e, bool calculated
       p = chosen.choose(q);  // again, with the driver answering every candidate
     return p;
   } catch (const error& bad) {
-    if (!bad.kernel().empty()) throw;
-    throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel), bad.config());
+    throw bad.with_kernel(display_name(e.kernel));
   }
 }
 
@@ -518,7 +519,7 @@ void raise_smem_limit(const query& q, plan_entry& e) {
   try {
     validate_plan(checked, e.plan);
   } catch (const error& bad) {
-    throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel), bad.config());
+    throw bad.with_kernel(display_name(e.kernel));
   }
   e.plan.reason = reason;
 }
@@ -563,9 +564,10 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
     ~nested() { --d; }
   } nesting{++depth};
   if (depth > 4) {
-    throw error("launchfit::launch", "LAUNCHFIT_INVALID_POLICY",
-                "planning recursed more than 4 levels deep (a policy, plugin or reset callback that launches while "
-                "it is planning)");
+    throw error(
+        errc::invalid_policy, "launchfit::launch",
+        "planning recursed more than 4 levels deep (a policy, plugin or reset callback that launches while "
+        "it is planning)");
   }
   plan_entry e;
   e.key = key;
@@ -594,7 +596,7 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   try {
     require_kernel_cluster(need, e.kernel);
   } catch (const error& bad) {
-    throw error(bad.call(), bad.cuda_error(), bad.message(), display_name(e.kernel));
+    throw bad.with_kernel(display_name(e.kernel));
   }
   allow_cluster_size(need, e, fam);
   e.options = need;  // the launch's attributes: from here to CUlaunchConfig, whatever the plan's source
@@ -702,9 +704,10 @@ const plan_entry& replan_for_smem_rule(const launch_request& r, const context_re
   }
   const std::size_t again = (*r.smem_fn)(local->plan.block_threads);
   if (again != local->plan.dynamic_smem_bytes) {
-    throw error("smem_per_block", "LAUNCHFIT_INVALID_PLAN",
-                "the smem_per_block rule gave " + std::to_string(local->plan.dynamic_smem_bytes) + " B and then " +
-                    std::to_string(again) + " B for a block of " + std::to_string(local->plan.block_threads) +
+    throw error(errc::invalid_plan, "smem_per_block",
+                "the smem_per_block rule gave " + std::to_string(local->plan.dynamic_smem_bytes) +
+                    " B and then " + std::to_string(again) + " B for a block of " +
+                    std::to_string(local->plan.block_threads) +
                     " threads: a rule must give the same bytes for the same block",
                 display_name(local->kernel), local->plan.to_string());
   }
@@ -737,9 +740,9 @@ void require_kernel_cluster(launch_requirements& need, const kernel_resources& k
   const dims compiled{k.required_cluster[0], std::max(k.required_cluster[1], 1u), std::max(k.required_cluster[2], 1u)};
   if (compiled.count() <= 1) return;
   if (need.cluster.count() > 1 && need.cluster != compiled) {
-    throw error("plan(cluster)", "CUDA_ERROR_INVALID_CLUSTER_SIZE",
-                "the kernel's __cluster_dims__ are " + compiled.to_string() + ", the launch asks for cluster " +
-                    need.cluster.to_string(),
+    throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "plan(cluster)",
+                "the kernel's __cluster_dims__ are " + compiled.to_string() +
+                    ", the launch asks for cluster " + need.cluster.to_string(),
                 display_name(k));
   }
   need.cluster = compiled;
@@ -750,8 +753,9 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
   bool changed = false;
   if (need.cluster.count() > 1 || p.cluster.count() > 1) {
     if (p.cluster.count() > 1 && p.cluster != need.cluster) {
-      throw error("plan(cluster)", "LAUNCHFIT_INVALID_PLAN",
-                  "policy " + escape_text(p.policy) + " chose cluster " + p.cluster.to_string() + " but the launch " +
+      throw error(errc::invalid_plan, "plan(cluster)",
+                  "policy " + escape_text(p.policy) + " chose cluster " + p.cluster.to_string() +
+                      " but the launch " +
                       (need.cluster.count() > 1 ? "requires cluster " + need.cluster.to_string()
                                                 : std::string("asked for no cluster")),
                   q.kernel.demangled, p.to_string());

@@ -242,14 +242,14 @@ plan from_c(const launchfit_plan& c, const query& q) {
   p.tuning_ms = std::isfinite(c.tuning_ms) && c.tuning_ms > 0 ? c.tuning_ms : 0;
   p.reason = plugin_text(c.reason, sizeof c.reason);
   if (c.blocks_per_sm < 0) {
-    throw error("validate(blocks_per_sm)", "LAUNCHFIT_INVALID_PLAN",
+    throw error(errc::invalid_plan, "validate(blocks_per_sm)",
                 "blocks_per_sm " + std::to_string(c.blocks_per_sm) + " is negative (0: as many as fit)",
                 q.kernel.demangled, p.to_string());
   }
   // x*y*z of three 32-bit numbers can wrap 64 bits back to a small, legal-looking count.
   const unsigned long long xy = static_cast<unsigned long long>(c.block_x) * c.block_y;
   if (c.block_z != 0 && xy > ~0ULL / c.block_z) {
-    throw error("validate(block)", "LAUNCHFIT_INVALID_PLAN",
+    throw error(errc::invalid_plan, "validate(block)",
                 "block " + std::to_string(c.block_x) + "x" + std::to_string(c.block_y) + "x" +
                     std::to_string(c.block_z) + " has more threads than any device allows",
                 q.kernel.demangled, p.to_string());
@@ -259,7 +259,7 @@ plan from_c(const launchfit_plan& c, const query& q) {
   p.dynamic_smem_bytes = legal ? q.smem_for(p.block_threads) : q.dynamic_smem_bytes;
   if (legal && c.dynamic_smem_bytes != LAUNCHFIT_SMEM_FROM_QUERY &&
       c.dynamic_smem_bytes != p.dynamic_smem_bytes) {
-    throw error("validate(smem)", "LAUNCHFIT_INVALID_PLAN",
+    throw error(errc::invalid_plan, "validate(smem)",
                 "dynamic smem " + std::to_string(c.dynamic_smem_bytes) + " B differs from the launch's " +
                     std::to_string(p.dynamic_smem_bytes) + " B (leave LAUNCHFIT_SMEM_FROM_QUERY)",
                 q.kernel.demangled, p.to_string());
@@ -333,12 +333,12 @@ class plugin_policy final : public policy_base {
     if (!call_plugin([&] { status = desc().create(for_plugin.c_str(), &state_, err, sizeof err); },
                      failure)) {
       state_ = nullptr;
-      throw error("plugin " + name() + " create", "LAUNCHFIT_PLUGIN_ERROR",
+      throw error(errc::plugin, "plugin " + name() + " create",
                   "plugin '" + name() + "' (" + path_text() + ") create() " + failure);
     }
     if (status != LAUNCHFIT_PLUGIN_OK) {
       state_ = nullptr;
-      throw error("plugin " + name() + " create", "LAUNCHFIT_PLUGIN_ERROR",
+      throw error(errc::plugin, "plugin " + name() + " create",
                   "plugin '" + name() + "' (" + path_text() + ") rejected parameters " +
                       detail::quote_text(for_plugin, text_cap_bytes, '\'') + ": " +
                       plugin_text(err, sizeof err, "no message"));
@@ -412,7 +412,7 @@ class plugin_policy final : public policy_base {
     int status = LAUNCHFIT_PLUGIN_ERROR;
     std::string failure;
     if (!call_plugin([&] { status = desc().choose(state_, &cq, &cp, err, sizeof err); }, failure)) {
-      return failed(q, error("plugin " + name() + " choose", "LAUNCHFIT_PLUGIN_ERROR",
+      return failed(q, error(errc::plugin, "plugin " + name() + " choose",
                              "plugin '" + name() + "' choose() " + failure, q.kernel.demangled));
     }
 
@@ -429,7 +429,7 @@ class plugin_policy final : public policy_base {
       std::string message = plugin_text(err, sizeof err, "no message");
       if (status != LAUNCHFIT_PLUGIN_ERROR)
         message = "unknown status " + std::to_string(status) + ": " + message;
-      return failed(q, error("plugin " + name() + " choose", "LAUNCHFIT_PLUGIN_ERROR",
+      return failed(q, error(errc::plugin, "plugin " + name() + " choose",
                              "plugin '" + name() + "' failed: " + message, q.kernel.demangled));
     }
     try {
@@ -438,9 +438,9 @@ class plugin_policy final : public policy_base {
       validate_plan(q, checked);  // here, so an invalid plan can fall back; choose() validates again
       return p;
     } catch (const error& e) {
-      return failed(q, error(e.call(), e.cuda_error(),
-                             "plugin '" + name() + "' returned an invalid plan: " + e.message(), e.kernel(),
-                             e.config()));
+      const std::string message = "plugin '" + name() + "' returned an invalid plan: " + e.message();
+      return failed(q, e.cuda_result() ? error(e.cuda_result(), e.call(), message, e.kernel(), e.config())
+                                       : error(e.code(), e.call(), message, e.kernel(), e.config()));
     }
   }
 
@@ -532,7 +532,7 @@ policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
-  throw error("load_plugin", "LAUNCHFIT_PLUGIN_REFUSED",
+  throw error(errc::plugin_refused, "load_plugin",
               "plugin " + detail::quote_text(path, text_cap_bytes, '\'') + ": " + why);
 }
 

@@ -2,11 +2,12 @@
 // Built-in policies, plan validation and the grid arithmetic. Pure logic: the occupancy oracle in the query
 // is the driver on a GPU and the offline calculator in tests.
 
+#include <cuda.h>
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -62,7 +63,7 @@ std::string plan::to_string() const {
 namespace {
 
 error plan_error(const query& q, const plan& p, const std::string& check, const std::string& what) {
-  return error("validate(" + check + ")", "LAUNCHFIT_INVALID_PLAN", what, q.kernel.demangled, p.to_string());
+  return error(errc::invalid_plan, "validate(" + check + ")", what, q.kernel.demangled, p.to_string());
 }
 
 }  // namespace
@@ -84,8 +85,12 @@ std::uint64_t round_up(std::uint64_t v, unsigned multiple) noexcept {
 
 constexpr std::uint64_t max_grid_yz = 65535;  // every CUDA device
 
-[[noreturn]] void grid_error(const plan& p, const char* code, const std::string& what) {
-  throw error("grid_for", code, what, {}, p.to_string());
+// In the driver's terms (what cuLaunchKernelEx would return) where the driver has one, else launchfit's.
+[[noreturn]] void grid_error(const plan& p, CUresult code, const std::string& what) {
+  throw error(code, "grid_for", what, {}, p.to_string());
+}
+[[noreturn]] void grid_error(const plan& p, errc code, const std::string& what) {
+  throw error(code, "grid_for", what, {}, p.to_string());
 }
 
 std::string items_text(const work& w) {
@@ -100,12 +105,12 @@ dims caller_grid(const plan& p, const work& w, long long max_grid_x) {
   const dims g = w.grid;
   if (g.x == 0 || g.y == 0 || g.z == 0) return dims{0, 1, 0};
   if (g.x > static_cast<unsigned long long>(max_grid_x) || g.y > max_grid_yz || g.z > max_grid_yz) {
-    grid_error(p, "CUDA_ERROR_INVALID_VALUE",
+    grid_error(p, CUDA_ERROR_INVALID_VALUE,
                "grid " + g.to_string() + " exceeds the device's grid limits (" + std::to_string(max_grid_x) +
                    " x 65535 x 65535)");
   }
   if (p.cluster.count() > 1 && (g.x % p.cluster.x || g.y % p.cluster.y || g.z % p.cluster.z)) {
-    grid_error(p, "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+    grid_error(p, CUDA_ERROR_INVALID_CLUSTER_SIZE,
                "grid " + g.to_string() + " is not made of whole clusters of " + p.cluster.to_string());
   }
   return g;
@@ -125,7 +130,7 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
   } else if (p.grid.x != 0) {
     return p.grid;  // a policy's fixed grid, validated when the plan was made
   } else if (p.block_threads <= 0) {
-    grid_error(p, "LAUNCHFIT_INVALID_PLAN", "plan without a block");
+    grid_error(p, errc::invalid_plan, "plan without a block");
   } else if (w.kind == work::shape::none) {
     g = dims{static_cast<unsigned>(resident), 1, 1};  // whole clusters: resident is a multiple of the cluster
   } else {
@@ -141,30 +146,31 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
       gx = std::min<std::uint64_t>(gx, static_cast<std::uint64_t>(max_grid_x));  // full grid: the loop covers the rest
     }
     if ((gy % p.cluster.y) != 0 || (gz % p.cluster.z) != 0) {
-      grid_error(p, "CUDA_ERROR_INVALID_CLUSTER_SIZE",
+      grid_error(p, CUDA_ERROR_INVALID_CLUSTER_SIZE,
                  "cluster " + p.cluster.to_string() + " needs a grid whose y and z are multiples of " +
-                     std::to_string(p.cluster.y) + " and " + std::to_string(p.cluster.z) + ": give the work in " +
-                     (p.cluster.z > 1 ? "3" : "2") + " dimensions, items({nx, ny" + (p.cluster.z > 1 ? ", nz" : "") +
-                     "})");
+                     std::to_string(p.cluster.y) + " and " + std::to_string(p.cluster.z) +
+                     ": give the work in " + (p.cluster.z > 1 ? "3" : "2") + " dimensions, items({nx, ny" +
+                     (p.cluster.z > 1 ? ", nz" : "") + "})");
     }
     if (gx > static_cast<std::uint64_t>(max_grid_x)) {
-      grid_error(p, "CUDA_ERROR_INVALID_VALUE",
+      grid_error(p, CUDA_ERROR_INVALID_VALUE,
                  items_text(w) + " with " + std::to_string(per_block) + " items per block needs " +
                      std::to_string(gx) + " blocks, above the grid limit " + std::to_string(max_grid_x) +
                      "; use grid_stride() or per_thread()");
     }
     if (gy > max_grid_yz || gz > max_grid_yz) {
-      grid_error(p, "CUDA_ERROR_INVALID_VALUE",
-                 items_text(w) + " with block " + p.block.to_string() + " needs " + std::to_string(gy) + " x " +
-                     std::to_string(gz) + " blocks in y and z, above the grid limit 65535");
+      grid_error(p, CUDA_ERROR_INVALID_VALUE,
+                 items_text(w) + " with block " + p.block.to_string() + " needs " + std::to_string(gy) +
+                     " x " + std::to_string(gz) + " blocks in y and z, above the grid limit 65535");
     }
     g = dims{static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)};
   }
   if (p.cooperative && static_cast<long long>(g.count()) > resident) {
-    grid_error(p, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
-               (w.kind == work::shape::grid ? "grid " + g.to_string() : items_text(w)) + " needs " +
-                   std::to_string(g.count()) + " blocks but only " + std::to_string(resident) +
-                   " co-reside" + (w.kind == work::shape::grid ? std::string() : "; use grid_stride() or more items per thread"));
+    grid_error(
+        p, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+        (w.kind == work::shape::grid ? "grid " + g.to_string() : items_text(w)) + " needs " +
+            std::to_string(g.count()) + " blocks but only " + std::to_string(resident) + " co-reside" +
+            (w.kind == work::shape::grid ? std::string() : "; use grid_stride() or more items per thread"));
   }
   return g;
 }
@@ -345,7 +351,7 @@ void shape_block(const query& q, plan& p) {
 
 plan policy_base::choose(const query& q) const {
   if (q.device.sm_count <= 0 || q.device.max_threads_per_block <= 0) {
-    throw error("policy::choose", "LAUNCHFIT_INVALID_QUERY", "device limits are empty", q.kernel.demangled);
+    throw error(errc::invalid_query, "policy::choose", "device limits are empty", q.kernel.demangled);
   }
   plan p = choose_impl(q);
   p.policy = to_string();
@@ -405,7 +411,7 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
 // cooperative block): a negative one is refused, never taken as the default.
 void require_non_negative(const query& q, const char* name, int value, const char* zero_means) {
   if (value < 0) {
-    throw error("policy::choose", "LAUNCHFIT_INVALID_POLICY",
+    throw error(errc::invalid_policy, "policy::choose",
                 std::string(name) + " must be >= 0 (0: " + zero_means + "), got " + std::to_string(value),
                 q.kernel.demangled);
   }
@@ -517,8 +523,9 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
                              : q.bytes_in_flight_per_sm > 0 ? q.bytes_in_flight_per_sm
                                                             : default_bytes_in_flight_per_sm(q.device);
   if (params_.per_thread <= 0) {
-    throw error("bytes_in_flight", "LAUNCHFIT_INVALID_POLICY",
-                "per_thread must be > 0 bytes (got " + std::to_string(params_.per_thread) + ")", q.kernel.demangled);
+    throw error(errc::invalid_policy, "bytes_in_flight",
+                "per_thread must be > 0 bytes (got " + std::to_string(params_.per_thread) + ")",
+                q.kernel.demangled);
   }
   const int warp = q.device.warp_size > 0 ? q.device.warp_size : 32;
   const std::size_t per_warp = static_cast<std::size_t>(warp) * static_cast<std::size_t>(params_.per_thread);
@@ -599,10 +606,11 @@ plan cooperative_policy::choose_impl(const query& q) const {
 plan fixed_dims_policy::choose_impl(const query& q) const {
   const fixed_dims_params& f = params_;
   for (int v : {f.bx, f.by, f.bz}) {
-    if (v <= 0) throw error("fixed", "LAUNCHFIT_INVALID_POLICY", "block dimensions must be > 0", q.kernel.demangled);
+    if (v <= 0)
+      throw error(errc::invalid_policy, "fixed", "block dimensions must be > 0", q.kernel.demangled);
   }
   if (f.gx < 0 || f.gy <= 0 || f.gz <= 0) {
-    throw error("fixed", "LAUNCHFIT_INVALID_POLICY", "grid must be gx >= 0 (0: from the work), gy and gz >= 1",
+    throw error(errc::invalid_policy, "fixed", "grid must be gx >= 0 (0: from the work), gy and gz >= 1",
                 q.kernel.demangled);
   }
   plan p;
@@ -642,7 +650,7 @@ plan fixed_policy::choose_impl(const query& q) const {
     p.block = dims{static_cast<unsigned>(params_.block), 1, 1};
   }
   if (params_.grid < 0) {
-    throw error("fixed", "LAUNCHFIT_INVALID_POLICY", "grid must be >= 0 (0: from the work)", q.kernel.demangled);
+    throw error(errc::invalid_policy, "fixed", "grid must be >= 0 (0: from the work)", q.kernel.demangled);
   }
   p.grid = dims{static_cast<unsigned>(params_.grid), 1, 1};
   if (params_.grid == 0) p.grid = dims{0, 1, 1};

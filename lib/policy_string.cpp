@@ -282,7 +282,7 @@ void throw_syntax_error(std::string_view call, std::string_view label, std::stri
       (shown.whole ? " \"" + shown.line + "\"" : " (" + std::to_string(source.size()) + " bytes)") + " col " +
       std::to_string(pos + 1) + ": " + shown_what(e.what()) + "\n  " + shown.line + "\n  " +
       std::string(shown.caret, ' ') + '^';
-  throw error(std::string(call), "LAUNCHFIT_BAD_POLICY_STRING", std::move(message));
+  throw error(errc::bad_policy_string, std::string(call), std::move(message));
 }
 
 void check_length(std::string_view text, std::string_view what) {

@@ -67,18 +67,18 @@ std::string known_names(const registry& r) {
 void register_policy(const std::string& name, policy_factory factory) {
   ensure_builtins();
   if (!detail::is_policy_name(name)) {
-    throw error("register_policy", "LAUNCHFIT_INVALID_POLICY",
+    throw error(errc::invalid_policy, "register_policy",
                 "policy name " + detail::quote_text(name, 256) +
                     " cannot be selected by a policy string (expected [A-Za-z_][A-Za-z0-9_]*)");
   }
   if (!factory) {
-    throw error("register_policy", "LAUNCHFIT_INVALID_POLICY", "no factory given for '" + name + "'");
+    throw error(errc::invalid_policy, "register_policy", "no factory given for '" + name + "'");
   }
   auto& r = instance();
   std::unique_lock lock(r.mutex);
   // try_emplace leaves `factory` alone on a duplicate; it is destroyed after the lock is released.
   if (!r.factories.try_emplace(name, std::move(factory)).second) {
-    throw error("register_policy", "LAUNCHFIT_DUPLICATE_POLICY",
+    throw error(errc::duplicate_policy, "register_policy",
                 "a policy named '" + name + "' is already registered (registered: " + known_names(r) + ")");
   }
   lock.unlock();
@@ -142,10 +142,9 @@ std::shared_ptr<const policy> make_policy(const std::string& name,
     const std::size_t first = making_here.size() > 8 ? making_here.size() - 8 : 0;  // the loop's end
     if (first > 0) chain = "... -> ";
     for (std::size_t i = first; i < making_here.size(); ++i) chain += detail::quote_text(making_here[i], 64, '\'') + " -> ";
-    throw error("make_policy", "LAUNCHFIT_INVALID_POLICY",
-                "the factory of " + detail::quote_text(name, 256, '\'') +
-                    " makes itself again (" + chain + detail::quote_text(name, 64, '\'') +
-                    "): refused instead of recursing");
+    throw error(errc::invalid_policy, "make_policy",
+                "the factory of " + detail::quote_text(name, 256, '\'') + " makes itself again (" + chain +
+                    detail::quote_text(name, 64, '\'') + "): refused instead of recursing");
   }
   ensure_builtins();
   detail::load_env_plugins();
@@ -163,7 +162,7 @@ std::shared_ptr<const policy> make_policy(const std::string& name,
   }
   if (!factory) {
     // The plugin table is locked only after the registry lock is released (lock order: table, registry).
-    throw error("make_policy", "LAUNCHFIT_UNKNOWN_POLICY",
+    throw error(errc::unknown_policy, "make_policy",
                 "unknown policy " + detail::quote_text(name, 256, '\'') + " (known: " + known + ")" +
                     detail::env_plugin_failures());
   }
@@ -171,13 +170,12 @@ std::shared_ptr<const policy> make_policy(const std::string& name,
   try {
     auto made = factory(params);
     if (!made)
-      throw error("make_policy", "LAUNCHFIT_INVALID_POLICY",
-                  "the factory of '" + name + "' returned no policy");
+      throw error(errc::invalid_policy, "make_policy", "the factory of '" + name + "' returned no policy");
     return made;
   } catch (const detail::bad_parameter& e) {
     throw detail::parameter_error(name, e);  // keeps the key, so a policy string points at it
   } catch (const std::invalid_argument& e) {
-    throw error("make_policy", "LAUNCHFIT_BAD_POLICY_PARAMETER", "policy '" + name + "': " + e.what());
+    throw error(errc::bad_policy_parameter, "make_policy", "policy '" + name + "': " + e.what());
   }
 }
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <initializer_list>
 #include <string>
 
 #include "launchfit/error.hpp"
@@ -56,4 +58,36 @@ TEST(Family, RefusesWhatCannotBeLaunched) {
                               {16, reduce<16>}, {17, reduce<17>}};
             }).find("1..16 members, got 17"),
             std::string::npos);
+}
+
+// A null member is refused with the code launch() gives a null kernel; the family's own rules (member count,
+// block range, one member per block) are invalid arguments, never a policy's fault.
+TEST(Family, RefusalsCarryTheCodeOfWhatIsWrong) {
+  const auto error_from = [](const std::function<void()>& make) -> lf::error {
+    try {
+      make();
+    } catch (const lf::error& e) {
+      return e;
+    }
+    ADD_FAILURE() << "no launchfit::error thrown";
+    return lf::error(lf::errc::other, "(none)", "(none)");
+  };
+  // launch() refuses a null kernel function pointer with CUDA_ERROR_INVALID_HANDLE (launch-test.cpp,
+  // gpu/bad-input-test.cu): so does a family.
+  const lf::error null_member = error_from([] { reduce_family f{{64, nullptr}}; });
+  EXPECT_EQ(null_member.code(), lf::errc::invalid_argument) << null_member.what();
+  EXPECT_EQ(null_member.cuda_error(), "CUDA_ERROR_INVALID_HANDLE") << null_member.what();
+  EXPECT_EQ(null_member.cuda_result(), CUDA_ERROR_INVALID_HANDLE) << null_member.what();
+  for (const auto& make :
+       std::initializer_list<std::function<void()>>{[] { reduce_family f{}; },
+                                                    [] {
+                                                      reduce_family f{{0, reduce<64>}};
+                                                    },
+                                                    [] {
+                                                      reduce_family f{{64, reduce<64>}, {64, reduce<128>}};
+                                                    }}) {
+    const lf::error e = error_from(make);
+    EXPECT_EQ(e.code(), lf::errc::invalid_argument) << e.what();
+    EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_INVALID_ARGUMENT") << e.what();
+  }
 }

@@ -138,6 +138,7 @@ TEST(Plugin, MissingFileIsRefused) {
   const auto e = error_of([] { lf::load_plugin(plugin_path("does_not_exist")); });
   EXPECT_EQ(e.call(), "load_plugin");
   EXPECT_EQ(e.cuda_error(), "LAUNCHFIT_PLUGIN_REFUSED");
+  EXPECT_EQ(e.code(), lf::errc::plugin_refused);  // a file that never loaded, not a plugin that failed
   EXPECT_TRUE(contains(e.message(), plugin_path("does_not_exist") + "': no such file")) << e.what();
 }
 
@@ -200,6 +201,14 @@ TEST(Plugin, InvalidPlanIsAnErrorNamingTheLimit) {
   EXPECT_TRUE(contains(e.message(), "plugin 'test_invalid' returned an invalid plan")) << e.what();
   EXPECT_TRUE(contains(e.message(), "2048")) << e.what();
   EXPECT_TRUE(contains(e.message(), "1024")) << e.what();  // the device maximum it broke
+  // Rebuilt to name the plugin: the kernel is named once, and the code and status are the validation's.
+  EXPECT_EQ(e.code(), lf::errc::invalid_plan);
+  EXPECT_EQ(e.cuda_result(), 0);
+  const std::string what = e.what();
+  const std::string kernel = "[kernel " + e.kernel() + "]";
+  EXPECT_FALSE(e.kernel().empty()) << what;
+  EXPECT_EQ(what.find(kernel), what.rfind(kernel)) << what;
+  EXPECT_EQ(what.find("[kernel "), what.rfind("[kernel ")) << what;
 }
 
 TEST(Plugin, DeclineFallsBackToMaxOccupancy) {

@@ -22,15 +22,18 @@ enum class errc : int {
   duplicate_policy,       // register_policy with a name already taken
   bad_policy_string,      // a policy string or LAUNCHFIT_POLICY entry that does not parse
   bad_policy_parameter,   // a policy parameter that is unknown, malformed or out of range
-  invalid_plan,           // a plan breaks a kernel or device limit, or the calculator refuses it
+  invalid_plan,           // a plan breaks a kernel or device limit
   cooperative_too_large,  // a cooperative grid larger than the blocks that can co-reside
   cluster,                // cluster dimensions the kernel or device cannot run
   unknown_arch,           // no limits are known for this compute capability (offline calculator)
-  plugin,                 // a plugin failed, refused to load, or returned an error
+  plugin,                 // a loaded plugin failed or returned an error (refused to load: plugin_refused)
   internal,               // a launchfit bug
   missing_work,           // plan_for() on a spec without work whose policy decides by the work: give it items(n)
   not_planned_yet,        // plan_for() before the first launch of a launch that is tuned on its first run
   pdl_unsupported,        // .pdl() on a kernel whose running binary cannot wait for the previous kernel
+  invalid_query,          // a policy was asked with a query it cannot answer (empty device limits)
+  invalid_config,         // the occupancy calculator refuses a block size, smem or kernel resources
+  plugin_refused,         // load_plugin refused a file: missing, not a shared object, wrong ABI, a duplicate
 };
 
 // The name launchfit gives a code, e.g. "invalid_plan".
@@ -45,16 +48,23 @@ LAUNCHFIT_API bool is_sticky_cuda_result(int cuda_result) noexcept;
 // "<call>: <error name> (<message>) [kernel <name>] [plan <config>]" so a log line alone says what to fix.
 class LAUNCHFIT_API error : public std::runtime_error {
  public:
-  // By name: a CUDA error name ("CUDA_ERROR_INVALID_VALUE") or a launchfit code ("LAUNCHFIT_INVALID_PLAN");
-  // code() and cuda_result() follow from the name.
+  // By name, for errors that come from elsewhere (a CUDA runtime name such as "cudaErrorInvalidValue", a
+  // CUDA driver name, a launchfit name read back from a log): code() and cuda_result() follow from the name
+  // where launchfit knows it. launchfit itself never builds an error this way: it names a code or a CUresult.
   error(std::string call, std::string cuda_error, std::string message, std::string kernel = {},
         std::string config = {});
   // By code; the name is launchfit's name for the code (e.g. "LAUNCHFIT_INVALID_PLAN"), cuda_result() is 0.
   error(errc code, std::string call, std::string message, std::string kernel = {}, std::string config = {});
-  // A failed CUDA driver call: cuda_result is the CUresult (a CUresult converts to int), the name is its
-  // CUDA name ("CUresult <n>" when this toolkit does not know it) and code() follows from it.
+  // A CUDA driver status (a CUresult converts to int): a failed call, or a refusal launchfit makes in the
+  // driver's terms before calling it. The name is the driver's (cuGetErrorName) where a driver is loaded,
+  // else this toolkit's for the statuses launchfit reports itself, else "CUresult <n>"; code() follows.
   error(int cuda_result, std::string call, std::string message, std::string kernel = {},
         std::string config = {});
+
+  // This error naming the kernel (and the plan) it happened to: a copy with kernel() and config() set where
+  // they are empty, so an error passed up through several layers names its kernel once. Everything else
+  // (code, status, name, call, message) is unchanged.
+  error with_kernel(std::string kernel, std::string config = {}) const;
 
   // What went wrong, as a value to branch on (never the name string).
   errc code() const noexcept { return code_; }
@@ -75,6 +85,10 @@ class LAUNCHFIT_API error : public std::runtime_error {
   const std::string& config() const noexcept { return config_; }
 
  private:
+  // Every field given: the name is not parsed.
+  error(std::string call, std::string cuda_error, errc code, int cuda_result, std::string message,
+        std::string kernel, std::string config);
+
   std::string call_, cuda_error_, message_, kernel_, config_;
   errc code_ = errc::other;
   int cuda_result_ = 0;

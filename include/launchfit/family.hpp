@@ -38,19 +38,26 @@ class family<void(Params...)> {
   // members with the same block.
   family(std::initializer_list<member> members) {
     if (members.size() == 0 || members.size() > max_members) {
-      throw error("launchfit::family", "LAUNCHFIT_INVALID_POLICY",
-                  "a family has 1.." + std::to_string(max_members) + " members, got " + std::to_string(members.size()));
+      throw error(errc::invalid_argument, "launchfit::family",
+                  "a family has 1.." + std::to_string(max_members) + " members, got " +
+                      std::to_string(members.size()));
     }
     std::uint64_t id = 0x66616d696c79ULL;
     for (const member& m : members) {
-      if (!m.kernel || m.block <= 0 || m.block > 1024) {
-        throw error("launchfit::family", "LAUNCHFIT_INVALID_POLICY",
-                    "member " + std::to_string(size_) + ": null kernel or block " + std::to_string(m.block) +
-                        " outside 1..1024");
+      // A null kernel is refused as launch() refuses one; the rest are the family's own rules.
+      if (!m.kernel) {
+        throw error(
+            CUDA_ERROR_INVALID_HANDLE, "launchfit::family",
+            "member " + std::to_string(size_) + ": null kernel (block " + std::to_string(m.block) + ")");
+      }
+      if (m.block <= 0 || m.block > 1024) {
+        throw error(
+            errc::invalid_argument, "launchfit::family",
+            "member " + std::to_string(size_) + ": block " + std::to_string(m.block) + " outside 1..1024");
       }
       for (std::size_t i = 0; i < size_; ++i) {
         if (members_[i].block == m.block) {
-          throw error("launchfit::family", "LAUNCHFIT_INVALID_POLICY",
+          throw error(errc::invalid_argument, "launchfit::family",
                       "two members for block " + std::to_string(m.block));
         }
       }

@@ -285,7 +285,7 @@ inline spec<planned_policy> planned(const plan& p) {
 }
 // Any policy object (registered, from a plugin, or from a string).
 inline spec<std::shared_ptr<const policy>> use(std::shared_ptr<const policy> p) {
-  if (!p) throw error("launchfit::use", "LAUNCHFIT_INVALID_POLICY", "null policy");
+  if (!p) throw error(errc::invalid_policy, "launchfit::use", "null policy");
   return spec<std::shared_ptr<const policy>>(std::move(p));
 }
 // A policy by its string, "name(k=v,...)": a built-in, registered or plugin policy (policy_from_string).
@@ -426,7 +426,7 @@ launched launch_runtime(launch_request& r, Args&&... args) {
 // converted to the kernel's parameter type before its address is passed. Returns what was launched.
 template <class... Params, class Policy, class... Args>
 launched launch(void (*k)(Params...), const spec<Policy>& s, Args&&... args) {
-  if (!k) throw error("launchfit::launch", "CUDA_ERROR_INVALID_HANDLE", "null kernel function pointer");
+  if (!k) throw error(CUDA_ERROR_INVALID_HANDLE, "launchfit::launch", "null kernel function pointer");
   detail::launch_request r = detail::make_request(s);
   r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
   r.stub = reinterpret_cast<const void*>(k);

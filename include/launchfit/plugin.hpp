@@ -26,11 +26,12 @@ struct plugin_info {
 // resolved against the current directory (never searched in the library path as dlopen would), symlinks
 // are resolved, and it must be a regular file (a directory, FIFO or device is refused before dlopen). The
 // resolved path is logged at info level. Loading a file already loaded (under any path: a symlink, a hard
-// link) returns that plugin. Throws launchfit::error LAUNCHFIT_PLUGIN_REFUSED naming the file and the reason
-// (no such file, not a regular file, dlopen failure, no launchfit_plugin_entry symbol, an entry that threw,
-// ABI major mismatch, descriptor too small, missing function, invalid or duplicate name). May be called
-// from plugin code (its entry, functions and static constructors): launchfit holds no lock while plugin
-// code runs; a plugin loading itself from its own entry or constructor is refused.
+// link) returns that plugin. Throws launchfit::error errc::plugin_refused (LAUNCHFIT_PLUGIN_REFUSED) naming
+// the file and the reason (no such file, not a regular file, dlopen failure, no launchfit_plugin_entry
+// symbol, an entry that threw, ABI major mismatch, descriptor too small, missing function, invalid or
+// duplicate name). May be called from plugin code (its entry, functions and static constructors):
+// launchfit holds no lock while plugin code runs; a plugin loading itself from its own entry or
+// constructor is refused.
 LAUNCHFIT_API plugin_info load_plugin(const std::string& path);
 
 // Every plugin loaded and registered now, including those from LAUNCHFIT_PLUGINS=path1:path2 (read once,

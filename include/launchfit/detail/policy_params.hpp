@@ -38,7 +38,7 @@ struct LAUNCHFIT_API bad_parameter : std::invalid_argument {
 class LAUNCHFIT_API parameter_error : public error {
  public:
   parameter_error(const std::string& policy_name, const bad_parameter& e)
-      : error("make_policy", "LAUNCHFIT_BAD_POLICY_PARAMETER", "policy '" + policy_name + "': " + e.what()),
+      : error(errc::bad_policy_parameter, "make_policy", "policy '" + policy_name + "': " + e.what()),
         key_(e.key),
         at_(e.at) {}
   const std::string& key() const noexcept { return key_; }
