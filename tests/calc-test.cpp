@@ -77,8 +77,8 @@ TEST(CalcSvg, BlockSizeGraphHasStepsLimitBandsAndEveryPolicysChoice) {
   ASSERT_EQ(launchfit_test::xml_problem(picture), "");
   // Python's parser too, where there is one.
   if (std::system("command -v python3 >/dev/null 2>&1") == 0)
-    EXPECT_EQ(std::system(("python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' '" + svg +
-                           "' >/dev/null 2>&1")
+    EXPECT_EQ(std::system(("python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' '" +
+                           svg + "' >/dev/null 2>&1")
                               .c_str()),
               0)
         << svg << " does not parse as XML";
@@ -97,8 +97,8 @@ TEST(CalcSvg, BlockSizeGraphHasStepsLimitBandsAndEveryPolicysChoice) {
   EXPECT_GE(count(path, " V"), 3u) << path;
   EXPECT_EQ(path.find(" L"), std::string::npos) << path;
 
-  for (const char* band : {"data-limit=\"shared_memory\"", "data-limit=\"registers\"",
-                           "data-limit=\"warps|registers\""})
+  for (const char* band :
+       {"data-limit=\"shared_memory\"", "data-limit=\"registers\"", "data-limit=\"warps|registers\""})
     EXPECT_NE(by_block.find(band), std::string::npos) << band;
   EXPECT_GE(count(by_block, "class=\"limit-band\""), 4u);
 
@@ -111,8 +111,9 @@ TEST(CalcSvg, BlockSizeGraphHasStepsLimitBandsAndEveryPolicysChoice) {
 
   // The legend names every shaded limit and every policy.
   const std::string legend = picture.substr(picture.find("<g class=\"legend\""));
-  for (const char* entry : {">registers<", ">shared memory<", ">warps + registers<", "max_occupancy(): 256 threads",
-                            "max_occupancy(0): 768 threads", "bytes_in_flight(16): 256 threads"})
+  for (const char* entry :
+       {">registers<", ">shared memory<", ">warps + registers<", "max_occupancy(): 256 threads",
+        "max_occupancy(0): 768 threads", "bytes_in_flight(16): 256 threads"})
     EXPECT_NE(legend.find(entry), std::string::npos) << entry << " in\n" << legend;
 }
 

@@ -54,9 +54,9 @@ TEST(Svg, HostileTextInEveryPlaceKeepsTheDocumentWellFormed) {
 TEST(Svg, TheWellFormednessCheckRefusesBrokenDocuments) {
   using launchfit_test::xml_problem;
   EXPECT_EQ(xml_problem("<svg><g a=\"1\"/><text>x &amp; y</text></svg>"), "");
-  for (const char* broken : {"<svg><g></svg>", "<svg><text>a & b</text></svg>", "<svg a=1/>",
-                             "<svg a=\"1\" a=\"2\"/>", "<svg><t>a < b</t></svg>", "<svg/><svg/>",
-                             "<svg x=\"<\"/>", "<svg>\x01</svg>", "<svg>"})
+  for (const char* broken :
+       {"<svg><g></svg>", "<svg><text>a & b</text></svg>", "<svg a=1/>", "<svg a=\"1\" a=\"2\"/>",
+        "<svg><t>a < b</t></svg>", "<svg/><svg/>", "<svg x=\"<\"/>", "<svg>\x01</svg>", "<svg>"})
     EXPECT_NE(xml_problem(broken), "") << broken;
 }
 

@@ -37,7 +37,8 @@ inline std::string xml_problem(const std::string& xml) {
       const bool hex = e[1] == 'x';
       ok = e.size() > (hex ? 2u : 1u);
       for (std::size_t k = hex ? 2 : 1; k < e.size() && ok; ++k)
-        ok = hex ? std::isxdigit(static_cast<unsigned char>(e[k])) : std::isdigit(static_cast<unsigned char>(e[k]));
+        ok = hex ? std::isxdigit(static_cast<unsigned char>(e[k]))
+                 : std::isdigit(static_cast<unsigned char>(e[k]));
     }
     if (ok) i = end + 1;
     return ok;
@@ -59,7 +60,8 @@ inline std::string xml_problem(const std::string& xml) {
       continue;
     }
     if (c != '<') {
-      if (open.empty() && !std::isspace(static_cast<unsigned char>(c))) return at("text outside the root element");
+      if (open.empty() && !std::isspace(static_cast<unsigned char>(c)))
+        return at("text outside the root element");
       ++i;
       continue;
     }
@@ -103,7 +105,8 @@ inline std::string xml_problem(const std::string& xml) {
       if (!seen.insert(attribute).second) return at("attribute " + attribute + " twice in <" + name + ">");
       if (i >= xml.size() || xml[i] != '=') return at("attribute " + attribute + " without a value");
       ++i;
-      if (i >= xml.size() || (xml[i] != '"' && xml[i] != '\'')) return at("an unquoted value of " + attribute);
+      if (i >= xml.size() || (xml[i] != '"' && xml[i] != '\''))
+        return at("an unquoted value of " + attribute);
       const char quote = xml[i++];
       while (i < xml.size() && xml[i] != quote) {
         if (xml[i] == '<' || control(xml[i])) return at("a '<' or control character in " + attribute);

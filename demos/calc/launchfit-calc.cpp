@@ -331,9 +331,9 @@ struct limit_colours {
     for (const auto& [mask, colour] : used)
       if (mask == limiters) return colour;
     static const std::pair<unsigned, const char*> single[] = {
-        {launchfit::limit_warps, "#d6e6f5"},       {launchfit::limit_registers, "#fbdcc2"},
+        {launchfit::limit_warps, "#d6e6f5"},         {launchfit::limit_registers, "#fbdcc2"},
         {launchfit::limit_shared_memory, "#d5eecf"}, {launchfit::limit_blocks, "#e4d9f2"},
-        {launchfit::limit_block_size, "#e6e6e6"},  {launchfit::limit_barriers, "#f4ecb0"}};
+        {launchfit::limit_block_size, "#e6e6e6"},    {launchfit::limit_barriers, "#f4ecb0"}};
     static const char* ties[] = {"#f2d3e2", "#cfeceb", "#eee2c9", "#dcdcf0"};
     std::string colour;
     for (const auto& [mask, c] : single)
@@ -380,7 +380,10 @@ void draw_panel(launchfit_svg::document& svg, const curve& c, const box& b, limi
     if (to > from) {
       svg.open("rect", {{"class", "limit-band"},
                         {"data-limit", launchfit::limiter_names(c.steps[i].limiters)},
-                        {"x", from}, {"y", y1}, {"width", to - from}, {"height", y0 - y1},
+                        {"x", from},
+                        {"y", y1},
+                        {"width", to - from},
+                        {"height", y0 - y1},
                         {"fill", colours.of(c.steps[i].limiters)}});
       svg.element("title", {}, "limited by " + limit_label(c.steps[i].limiters));
       svg.close();
@@ -397,7 +400,8 @@ void draw_panel(launchfit_svg::document& svg, const curve& c, const box& b, limi
     svg.line(x, y0, x, y0 + 5, {{"stroke", "#333"}});
     svg.text(x, y0 + 18, std::to_string(static_cast<int>(t)), {{"text-anchor", "middle"}});
   }
-  svg.path("M" + num(x0) + ',' + num(y1) + " V" + num(y0) + " H" + num(x1), {{"fill", "none"}, {"stroke", "#333"}});
+  svg.path("M" + num(x0) + ',' + num(y1) + " V" + num(y0) + " H" + num(x1),
+           {{"fill", "none"}, {"stroke", "#333"}});
   svg.text((x0 + x1) / 2, b.y + b.h - 16, c.x_label, {{"text-anchor", "middle"}});
   svg.text(0, 0, "occupancy (warps per SM)",
            {{"transform", "translate(" + num(b.x + 16) + ',' + num((y0 + y1) / 2) + ") rotate(-90)"},
@@ -430,9 +434,11 @@ void draw_panel(launchfit_svg::document& svg, const curve& c, const box& b, limi
                  ',' + num(my + size) + " L" + num(mx - size) + ',' + num(my) + " Z",
              {{"fill", m.colour}, {"stroke", "white"}, {"stroke-width", 1}});
     const double label_y = my < y1 + 60 ? my + 26 + 15.0 * stacked : my - 16 - 15.0 * stacked;
-    svg.text(std::clamp(mx, x0 + 130, x1 - 130), label_y,
-             m.label + ": " + std::to_string(m.block) + " threads, " + launchfit::detail::percent_text(m.occupancy),
-             {{"class", "policy-label"}, {"text-anchor", "middle"}, {"fill", m.colour}, {"font-weight", "bold"}});
+    svg.text(
+        std::clamp(mx, x0 + 130, x1 - 130), label_y,
+        m.label + ": " + std::to_string(m.block) + " threads, " +
+            launchfit::detail::percent_text(m.occupancy),
+        {{"class", "policy-label"}, {"text-anchor", "middle"}, {"fill", m.colour}, {"font-weight", "bold"}});
     svg.close();
     size = std::max(5.0, size - 2);
   }
@@ -462,8 +468,8 @@ void draw_legend(launchfit_svg::document& svg, double x, double y, const limit_c
     const double cy = y + 7;
     svg.path("M" + launchfit_svg::num(x + 11) + ',' + launchfit_svg::num(cy - 7) + " l7,7 -7,7 -7,-7 Z",
              {{"fill", m.colour}});
-    svg.text(x + 30, y + 11, m.block > 0 ? m.label + ": " + std::to_string(m.block) + " threads"
-                                         : m.label + ": refused");
+    svg.text(x + 30, y + 11,
+             m.block > 0 ? m.label + ": " + std::to_string(m.block) + " threads" : m.label + ": refused");
     svg.text(x + 30, y + 25, m.block > 0 ? m.note : m.refusal, {{"fill", "#555"}, {"font-size", 11}});
     y += 34;
   }
@@ -537,7 +543,8 @@ void write_svg(const std::string& path, const launchfit::device_limits& d,
 
   // Block sizes are discrete (multiples of 32): each owns the 32 threads around it.
   curve by_block{"Occupancy vs block size", "threads per block", 1024, 128};
-  for (int threads = 32; threads <= std::min(d.max_threads_per_block, k.max_threads_per_block); threads += 32) {
+  for (int threads = 32; threads <= std::min(d.max_threads_per_block, k.max_threads_per_block);
+       threads += 32) {
     const auto r = at(k, threads, o.dynamic_smem);
     by_block.steps.push_back({threads - 16.0, threads + 16.0, r.occupancy, r.limiters});
   }
@@ -582,9 +589,9 @@ void write_svg(const std::string& path, const launchfit::device_limits& d,
   const double wide = 900, tall = 400, narrow = 630, short_h = 330, top = 56;
   launchfit_svg::document svg(2 * narrow + 20, top + tall + short_h + 20);
   svg.text(14, 24,
-           "launchfit-calc: " + d.name + ", " + std::to_string(o.threads) + " threads, " + std::to_string(o.regs) +
-               " registers, " + std::to_string(o.dynamic_smem) + " B dynamic + " + std::to_string(o.static_smem) +
-               " B static shared memory",
+           "launchfit-calc: " + d.name + ", " + std::to_string(o.threads) + " threads, " +
+               std::to_string(o.regs) + " registers, " + std::to_string(o.dynamic_smem) + " B dynamic + " +
+               std::to_string(o.static_smem) + " B static shared memory",
            {{"font-size", 16}, {"font-weight", "bold"}});
   svg.text(14, 46, now.summary(), {{"font-size", 14}});
   limit_colours colours;

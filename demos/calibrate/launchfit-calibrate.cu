@@ -331,8 +331,8 @@ std::string make_svg(const std::vector<measured>& pts, const cal::calibration& c
   auto y = [&](double gbps) { return top + ph - gbps / ymax * ph; };
   launchfit_svg::document s(W, H);
   s.text(W / 2, 24,
-         "Read bandwidth vs bytes in flight per SM: " + c.device_name + " (cc " + std::to_string(c.cc) + ", " +
-             std::to_string(c.sm_count) + " SMs)",
+         "Read bandwidth vs bytes in flight per SM: " + c.device_name + " (cc " + std::to_string(c.cc) +
+             ", " + std::to_string(c.sm_count) + " SMs)",
          {{"text-anchor", "middle"}, {"font-size", 15}});
   for (double v = 0; v <= ymax + 1e-9; v += step) {  // y grid
     s.line(left, y(v), left + pw, y(v), {{"stroke", "#e5e5e5"}});
@@ -367,17 +367,18 @@ std::string make_svg(const std::vector<measured>& pts, const cal::calibration& c
     s.circle(x(static_cast<double>(m.p.bytes_in_flight_per_sm)), y(m.p.gbps), m.even && m.correct ? 3.5 : 2,
              {{"fill", it != colour.end() ? it->second : "#555"}, {"fill-opacity", "0.75"}},
              std::to_string(m.p.warps_per_sm) + " warps/SM x " + std::to_string(m.p.width_bytes) + " B x " +
-                 std::to_string(m.p.loads_in_flight) + " loads: " + kb_text(m.p.bytes_in_flight_per_sm) + ", " +
-                 std::to_string(static_cast<long long>(m.p.gbps)) + " GB/s");
+                 std::to_string(m.p.loads_in_flight) + " loads: " + kb_text(m.p.bytes_in_flight_per_sm) +
+                 ", " + std::to_string(static_cast<long long>(m.p.gbps)) + " GB/s");
   }
   const double thr = c.fraction * c.best_gbps;
   s.line(left, y(thr), left + pw, y(thr), {{"stroke", "#555"}, {"stroke-dasharray", "6,4"}});
   s.text(left + 6, y(thr) - 6,
-         std::to_string(static_cast<int>(std::lround(c.fraction * 100))) + "% of the best (median of the top 3): " +
-             std::to_string(static_cast<long long>(thr)) + " GB/s");
+         std::to_string(static_cast<int>(std::lround(c.fraction * 100))) +
+             "% of the best (median of the top 3): " + std::to_string(static_cast<long long>(thr)) + " GB/s");
   const double tx = x(static_cast<double>(c.target_bytes_per_sm));
   s.line(tx, top, tx, top + ph, {{"stroke", "black"}, {"stroke-width", 2}});
-  s.text(tx + 6, top + ph - 10, "target " + kb_text(c.target_bytes_per_sm) + "/SM", {{"font-weight", "bold"}});
+  s.text(tx + 6, top + ph - 10, "target " + kb_text(c.target_bytes_per_sm) + "/SM",
+         {{"font-weight", "bold"}});
   double ly = top + 14;
   for (const auto& [w, col] : colour) {
     s.circle(left + pw - 90, ly + 10, 4, {{"fill", col}});

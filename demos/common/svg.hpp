@@ -29,12 +29,23 @@ inline std::string escape(std::string_view text, std::size_t max_bytes = 1000) {
   out.reserve(shown.size());
   for (char c : shown) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -62,7 +73,8 @@ using attrs = std::vector<attr>;
 // An SVG document on a white background, written element by element.
 class document {
  public:
-  document(double width, double height, const attrs& root = {{"font-family", "sans-serif"}, {"font-size", 12}}) {
+  document(double width, double height,
+           const attrs& root = {{"font-family", "sans-serif"}, {"font-size", 12}}) {
     out_ = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" + num(height) +
            "\" viewBox=\"0 0 " + num(width) + ' ' + num(height) + '"';
     write_attrs(root);

@@ -17,6 +17,8 @@
 //
 // Every run's sum is checked against the CPU exactly (see make_data). Runtime: a few seconds on an H200.
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,7 +29,6 @@
 #include <launchfit/device.hpp>
 #include <launchfit/launch.hpp>
 #include <launchfit/log.hpp>
-#include <spdlog/spdlog.h>
 #include <random>
 #include <sstream>
 #include <stdexcept>
