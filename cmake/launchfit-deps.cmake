@@ -2,6 +2,9 @@
 # Every dependency comes from a distribution package; nothing is vendored.
 find_package(CUDAToolkit REQUIRED)   # headers only for the library: cuda.h, cuda_occupancy.h
 find_package(spdlog CONFIG REQUIRED) # brings fmt (Debian's spdlog uses the system fmt)
+# nlohmann-json (header-only): the library's sources read and write JSON with it, so building launchfit
+# (from this tree, add_subdirectory or FetchContent) needs its headers; launchfit's users never do: it is
+# not in launchfit's usage requirements, its package config or launchfit.pc (lib/CMakeLists.txt).
 find_package(nlohmann_json CONFIG REQUIRED)
 # Boost.PFR (header-only) first shipped in Boost 1.75: Debian 12's libboost1.81-dev, Ubuntu 24.04's
 # libboost-dev (1.83).

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tool_run.hpp"
+#include "xml_check.hpp"
 
 namespace {
 
@@ -54,12 +55,66 @@ TEST(Calc, TableAndSvgForAGoodInput) {
   ASSERT_FALSE(picture.empty()) << svg;
   EXPECT_EQ(picture.rfind("<svg", 0), 0u);
   EXPECT_NE(picture.find("</svg>"), std::string::npos);
+  EXPECT_EQ(launchfit_test::xml_problem(picture), "");
   EXPECT_EQ(count(picture, "<g class=\"graph\""), 3u);
-  EXPECT_EQ(count(picture, "<polyline"), 3u);
-  EXPECT_EQ(count(picture, "<circle"), 3u);  // the current configuration, once per graph
+  EXPECT_EQ(count(picture, "class=\"occupancy-steps\""), 3u);
+  EXPECT_EQ(count(picture, "class=\"current\""), 3u);  // the current configuration, once per graph
   for (const char* title : {"Occupancy vs block size", "Occupancy vs registers per thread",
                             "Occupancy vs shared memory per block"})
     EXPECT_NE(picture.find(title), std::string::npos) << title;
+}
+
+// The block-size graph of 40 registers x 256 threads on an H200: occupancy as steps, each stretch shaded by
+// the limit that binds there (shared memory for the smallest blocks, then registers, with warps tied at
+// 768), and where each built-in policy's block lands, as the library's policies choose it.
+TEST(CalcSvg, BlockSizeGraphHasStepsLimitBandsAndEveryPolicysChoice) {
+  if (!built()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
+  const std::string svg = binary_dir + "/calc-test-policies.svg";
+  std::remove(svg.c_str());
+  const outcome r = run_calc("--arch H200 --threads 256 --regs 40 --smem 16K --svg '" + svg + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string picture = slurp(svg);
+  ASSERT_EQ(launchfit_test::xml_problem(picture), "");
+  // Python's parser too, where there is one.
+  if (std::system("command -v python3 >/dev/null 2>&1") == 0)
+    EXPECT_EQ(std::system(("python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' '" +
+                           svg + "' >/dev/null 2>&1")
+                              .c_str()),
+              0)
+        << svg << " does not parse as XML";
+
+  const std::size_t first = picture.find("<g class=\"graph\"");
+  const std::size_t second = picture.find("<g class=\"graph\"", first + 1);
+  ASSERT_NE(second, std::string::npos);
+  const std::string by_block = picture.substr(first, second - first);
+
+  // Steps: horizontal runs joined by vertical ones, never a slanted line between two block sizes.
+  const std::size_t steps = by_block.find("class=\"occupancy-steps\"");
+  ASSERT_NE(steps, std::string::npos);
+  const std::size_t d = by_block.rfind("d=\"", steps);
+  const std::string path = by_block.substr(d + 3, by_block.find('"', d + 3) - d - 3);
+  EXPECT_GE(count(path, " H"), 32u) << path;  // one run per block size, 32 ... 1024
+  EXPECT_GE(count(path, " V"), 3u) << path;
+  EXPECT_EQ(path.find(" L"), std::string::npos) << path;
+
+  for (const char* band :
+       {"data-limit=\"shared_memory\"", "data-limit=\"registers\"", "data-limit=\"warps|registers\""})
+    EXPECT_NE(by_block.find(band), std::string::npos) << band;
+  EXPECT_GE(count(by_block, "class=\"limit-band\""), 4u);
+
+  EXPECT_EQ(count(by_block, "class=\"policy-mark\""), 3u);
+  for (const char* mark : {"data-policy=\"max_occupancy()\" data-block=\"256\"",
+                           "data-policy=\"max_occupancy(0)\" data-block=\"768\"",
+                           "data-policy=\"bytes_in_flight(16)\" data-block=\"256\""})
+    EXPECT_NE(by_block.find(mark), std::string::npos) << mark << " in\n" << by_block;
+  EXPECT_EQ(count(by_block, "class=\"policy-label\""), 3u);
+
+  // The legend names every shaded limit and every policy.
+  const std::string legend = picture.substr(picture.find("<g class=\"legend\""));
+  for (const char* entry :
+       {">registers<", ">shared memory<", ">warps + registers<", "max_occupancy(): 256 threads",
+        "max_occupancy(0): 768 threads", "bytes_in_flight(16): 256 threads"})
+    EXPECT_NE(legend.find(entry), std::string::npos) << entry << " in\n" << legend;
 }
 
 TEST(Calc, SharedMemoryBoundAdviceAndJson) {

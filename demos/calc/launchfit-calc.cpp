@@ -39,6 +39,8 @@
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/occupancy.hpp"
+#include "launchfit/policy.hpp"
+#include "svg.hpp"
 #include "tool.hpp"
 
 namespace {
@@ -293,93 +295,229 @@ nlohmann::ordered_json to_json(const launchfit::device_limits& d, const options&
   return j;
 }
 
-// ---- SVG: three panels, hand-written so the tool needs nothing beyond the library ----
+// ---- SVG: occupancy vs block size, registers and shared memory, written with demos/common/svg.hpp ----
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+// Occupancy held over [from, to) of the x axis (data units), and the resources that bind there.
+struct step {
+  double from = 0, to = 0;
+  double occupancy = 0;
+  unsigned limiters = 0;
+};
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
-
-struct series {
-  series(std::string t, std::string xl, double xmax, double tick, double scale = 1)
+struct curve {
+  curve(std::string t, std::string xl, double xmax, double tick, double scale = 1)
       : title(std::move(t)), x_label(std::move(xl)), x_max(xmax), x_tick(tick), x_scale(scale) {}
   std::string title, x_label;
-  double x_max = 0, x_tick = 0, x_scale = 1;      // axis in display units; x_scale converts data to them
-  std::vector<std::pair<double, double>> points;  // (x in data units, occupancy 0..1)
-  bool steps = false;  // occupancy holds until the next point (registers, bytes) vs discrete block sizes
+  double x_max = 0, x_tick = 0, x_scale = 1;  // axis in display units; x_scale converts data to them
+  std::vector<step> steps;
   double current_x = 0, current_y = 0;
   std::string current_label;
 };
 
-constexpr double panel_w = 420, panel_h = 330, left = 58, right = 18, top = 44, bottom = 56;
+// Where a policy's choice lands on the block-size curve.
+struct policy_mark {
+  std::string label;  // "max_occupancy()"
+  int block = 0;      // 0: the policy refused (why in `refusal`)
+  double occupancy = 0;
+  std::string note;  // what the policy does, in a few words
+  std::string colour, refusal;
+};
 
-void draw_panel(std::ostream& svg, const series& s, double ox, double oy) {
-  const double x0 = left, x1 = panel_w - right, y0 = panel_h - bottom, y1 = top;
-  const auto px = [&](double x) { return x0 + (x1 - x0) * std::min(x * s.x_scale / s.x_max, 1.0); };
+// The shading of a binding limit, by limiter bitmask; ties (several bits) take the next tie colour.
+struct limit_colours {
+  std::vector<std::pair<unsigned, std::string>> used;  // in order of first appearance
+
+  const std::string& of(unsigned limiters) {
+    for (const auto& [mask, colour] : used)
+      if (mask == limiters) return colour;
+    static const std::pair<unsigned, const char*> single[] = {
+        {launchfit::limit_warps, "#d6e6f5"},         {launchfit::limit_registers, "#fbdcc2"},
+        {launchfit::limit_shared_memory, "#d5eecf"}, {launchfit::limit_blocks, "#e4d9f2"},
+        {launchfit::limit_block_size, "#e6e6e6"},    {launchfit::limit_barriers, "#f4ecb0"}};
+    static const char* ties[] = {"#f2d3e2", "#cfeceb", "#eee2c9", "#dcdcf0"};
+    std::string colour;
+    for (const auto& [mask, c] : single)
+      if (mask == limiters) colour = c;
+    if (colour.empty()) {
+      std::size_t tie_count = 0;
+      for (const auto& [mask, c] : used) tie_count += (mask & (mask - 1)) != 0;
+      colour = ties[tie_count % std::size(ties)];
+    }
+    used.emplace_back(limiters, colour);
+    return used.back().second;
+  }
+};
+
+// "registers + warps" for a tie, as the legend says it.
+std::string limit_label(unsigned limiters) {
+  if (limiters == launchfit::limit_none) return "nothing (no block)";
+  std::string names = launchfit::limiter_names(limiters), out;
+  for (char c : names) out += c == '|' ? std::string(" + ") : std::string(1, c == '_' ? ' ' : c);
+  if (limiters == launchfit::limit_warps) out += " (threads per SM)";
+  if (limiters == launchfit::limit_blocks) out += " per SM";
+  return out;
+}
+
+struct box {
+  double x, y, w, h;  // the panel, in document coordinates
+};
+
+void draw_panel(launchfit_svg::document& svg, const curve& c, const box& b, limit_colours& colours,
+                const std::vector<policy_mark>& marks = {}) {
+  using launchfit_svg::num;
+  const double x0 = b.x + 58, x1 = b.x + b.w - 18, y0 = b.y + b.h - 56, y1 = b.y + 44;
+  const auto px = [&](double x) { return x0 + (x1 - x0) * std::clamp(x * c.x_scale / c.x_max, 0.0, 1.0); };
   const auto py = [&](double occ) { return y0 - (y0 - y1) * occ; };
 
-  svg << "<g class=\"graph\" transform=\"translate(" << num(ox) << ',' << num(oy) << ")\">\n";
-  svg << "<text x=\"" << num((x0 + x1) / 2) << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" "
-      << "font-weight=\"bold\">" << xml_escape(s.title) << "</text>\n";
+  svg.open("g", {{"class", "graph"}});
+  svg.text((x0 + x1) / 2, b.y + 24, c.title,
+           {{"text-anchor", "middle"}, {"font-size", 15}, {"font-weight", "bold"}});
+  // The binding limit along the curve: one band per run of equal limiters.
+  for (std::size_t i = 0; i < c.steps.size();) {
+    std::size_t j = i;
+    while (j + 1 < c.steps.size() && c.steps[j + 1].limiters == c.steps[i].limiters) ++j;
+    const double from = px(c.steps[i].from), to = px(c.steps[j].to);
+    if (to > from) {
+      svg.open("rect", {{"class", "limit-band"},
+                        {"data-limit", launchfit::limiter_names(c.steps[i].limiters)},
+                        {"x", from},
+                        {"y", y1},
+                        {"width", to - from},
+                        {"height", y0 - y1},
+                        {"fill", colours.of(c.steps[i].limiters)}});
+      svg.element("title", {}, "limited by " + limit_label(c.steps[i].limiters));
+      svg.close();
+    }
+    i = j + 1;
+  }
   for (int pct = 0; pct <= 100; pct += 25) {
     const double y = py(pct / 100.0);
-    svg << "<line x1=\"" << num(x0) << "\" y1=\"" << num(y) << "\" x2=\"" << num(x1) << "\" y2=\"" << num(y)
-        << "\" stroke=\"#ddd\"/>\n";
-    svg << "<text x=\"" << num(x0 - 6) << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">" << pct
-        << "%</text>\n";
+    svg.line(x0, y, x1, y, {{"stroke", "#bbb"}, {"stroke-opacity", "0.6"}});
+    svg.text(x0 - 6, y + 4, std::to_string(pct) + "%", {{"text-anchor", "end"}});
   }
-  for (double t = 0; t <= s.x_max + 1e-9; t += s.x_tick) {
-    const double x = x0 + (x1 - x0) * t / s.x_max;
-    svg << "<line x1=\"" << num(x) << "\" y1=\"" << num(y0) << "\" x2=\"" << num(x) << "\" y2=\""
-        << num(y0 + 5) << "\" stroke=\"#333\"/>\n";
-    svg << "<text x=\"" << num(x) << "\" y=\"" << num(y0 + 18) << "\" text-anchor=\"middle\">"
-        << static_cast<int>(t) << "</text>\n";
+  for (double t = 0; t <= c.x_max + 1e-9; t += c.x_tick) {
+    const double x = x0 + (x1 - x0) * t / c.x_max;
+    svg.line(x, y0, x, y0 + 5, {{"stroke", "#333"}});
+    svg.text(x, y0 + 18, std::to_string(static_cast<int>(t)), {{"text-anchor", "middle"}});
   }
-  svg << "<path d=\"M" << num(x0) << ',' << num(y1) << " V" << num(y0) << " H" << num(x1)
-      << "\" fill=\"none\" stroke=\"#333\"/>\n";
-  svg << "<text x=\"" << num((x0 + x1) / 2) << "\" y=\"" << num(panel_h - 16) << "\" text-anchor=\"middle\">"
-      << xml_escape(s.x_label) << "</text>\n";
-  svg << "<text transform=\"translate(16," << num((y0 + y1) / 2) << ") rotate(-90)\" text-anchor=\"middle\">"
-      << "occupancy (warps per SM)</text>\n";
+  svg.path("M" + num(x0) + ',' + num(y1) + " V" + num(y0) + " H" + num(x1),
+           {{"fill", "none"}, {"stroke", "#333"}});
+  svg.text((x0 + x1) / 2, b.y + b.h - 16, c.x_label, {{"text-anchor", "middle"}});
+  svg.text(0, 0, "occupancy (warps per SM)",
+           {{"transform", "translate(" + num(b.x + 16) + ',' + num((y0 + y1) / 2) + ") rotate(-90)"},
+            {"text-anchor", "middle"}});
 
-  svg << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
-  for (std::size_t i = 0; i < s.points.size(); ++i) {
-    const auto [x, occ] = s.points[i];
-    if (s.steps && i > 0) svg << num(px(x)) << ',' << num(py(s.points[i - 1].second)) << ' ';
-    svg << num(px(x)) << ',' << num(py(occ)) << ' ';
+  // The curve as steps: occupancy holds over each step's interval.
+  std::string d;
+  for (std::size_t i = 0; i < c.steps.size(); ++i) {
+    const step& s = c.steps[i];
+    if (i == 0 || s.from != c.steps[i - 1].to)
+      d += (d.empty() ? "M" : " M") + num(px(s.from)) + ',' + num(py(s.occupancy));
+    else
+      d += " V" + num(py(s.occupancy));
+    d += " H" + num(px(s.to));
   }
-  svg << "\"/>\n";
+  svg.path(d, {{"class", "occupancy-steps"}, {"fill", "none"}, {"stroke", "#1f77b4"}, {"stroke-width", 2}});
 
-  const double cx = px(s.current_x), cy = py(s.current_y);
-  const double label_x = std::clamp(cx, x0 + 70, x1 - 70), label_y = cy < y1 + 20 ? cy + 22 : cy - 12;
-  svg << "<circle cx=\"" << num(cx) << "\" cy=\"" << num(cy) << "\" r=\"6\" fill=\"#d62728\"/>\n";
-  svg << "<text x=\"" << num(label_x) << "\" y=\"" << num(label_y)
-      << "\" text-anchor=\"middle\" fill=\"#d62728\">" << xml_escape(s.current_label) << "</text>\n";
-  svg << "</g>\n";
+  // Each policy's choice: a diamond on the curve, labelled above it (stacked where several land together).
+  std::vector<std::pair<int, int>> at_block;  // block -> marks drawn there
+  double size = 10;
+  for (const policy_mark& m : marks) {
+    if (m.block <= 0) continue;
+    int stacked = 0;
+    for (auto& [block, count] : at_block)
+      if (block == m.block) stacked = count++;
+    if (stacked == 0) at_block.emplace_back(m.block, 1);
+    const double mx = px(m.block), my = py(m.occupancy);
+    svg.open("g", {{"class", "policy-mark"}, {"data-policy", m.label}, {"data-block", m.block}});
+    svg.path("M" + num(mx) + ',' + num(my - size) + " L" + num(mx + size) + ',' + num(my) + " L" + num(mx) +
+                 ',' + num(my + size) + " L" + num(mx - size) + ',' + num(my) + " Z",
+             {{"fill", m.colour}, {"stroke", "white"}, {"stroke-width", 1}});
+    const double label_y = my < y1 + 60 ? my + 26 + 15.0 * stacked : my - 16 - 15.0 * stacked;
+    svg.text(
+        std::clamp(mx, x0 + 130, x1 - 130), label_y,
+        m.label + ": " + std::to_string(m.block) + " threads, " +
+            launchfit::detail::percent_text(m.occupancy),
+        {{"class", "policy-label"}, {"text-anchor", "middle"}, {"fill", m.colour}, {"font-weight", "bold"}});
+    svg.close();
+    size = std::max(5.0, size - 2);
+  }
+
+  const double cx = px(c.current_x), cy = py(c.current_y);
+  svg.circle(cx, cy, 6, {{"class", "current"}, {"fill", "#d62728"}}, c.current_label);
+  if (marks.empty())
+    svg.text(std::clamp(cx, x0 + 70, x1 - 70), cy < y1 + 20 ? cy + 22 : cy - 12, c.current_label,
+             {{"text-anchor", "middle"}, {"fill", "#d62728"}});
+  svg.close();
+}
+
+void draw_legend(launchfit_svg::document& svg, double x, double y, const limit_colours& colours,
+                 const std::vector<policy_mark>& marks, const std::string& current) {
+  svg.open("g", {{"class", "legend"}});
+  svg.text(x, y, "binding limit (shaded)", {{"font-weight", "bold"}});
+  y += 8;
+  for (const auto& [mask, colour] : colours.used) {
+    svg.rect(x, y, 22, 14, {{"fill", colour}, {"stroke", "#999"}});
+    svg.text(x + 30, y + 11, limit_label(mask));
+    y += 20;
+  }
+  y += 16;
+  svg.text(x, y, "where each policy's block lands", {{"font-weight", "bold"}});
+  y += 8;
+  for (const policy_mark& m : marks) {
+    const double cy = y + 7;
+    svg.path("M" + launchfit_svg::num(x + 11) + ',' + launchfit_svg::num(cy - 7) + " l7,7 -7,7 -7,-7 Z",
+             {{"fill", m.colour}});
+    svg.text(x + 30, y + 11,
+             m.block > 0 ? m.label + ": " + std::to_string(m.block) + " threads" : m.label + ": refused");
+    svg.text(x + 30, y + 25, m.block > 0 ? m.note : m.refusal, {{"fill", "#555"}, {"font-size", 11}});
+    y += 34;
+  }
+  svg.circle(x + 11, y + 7, 6, {{"fill", "#d62728"}});
+  svg.text(x + 30, y + 11, current);
+  svg.close();
+}
+
+// The block each built-in policy would choose for this kernel on this device, from the same calculator.
+std::vector<policy_mark> policy_marks(const launchfit::device_limits& d, const launchfit::kernel_resources& k,
+                                      const options& o) {
+  launchfit::query q;
+  q.device = d;
+  q.kernel = k;
+  q.dynamic_smem_bytes = o.dynamic_smem;
+  q.bytes_in_flight_per_sm = launchfit::default_bytes_in_flight_per_sm(d);
+  const launchfit::max_occupancy_policy preferred{launchfit::max_occupancy_params{}};
+  const launchfit::max_occupancy_policy driver{launchfit::max_occupancy_params{0, 0}};
+  const launchfit::bytes_in_flight_params bif_params{};
+  const launchfit::bytes_in_flight_policy bif{bif_params};
+  struct named {
+    std::string label, note;
+    const launchfit::policy* p;
+  };
+  const named policies[] = {
+      {"max_occupancy()", "the most resident warps; ties go to 256 threads", &preferred},
+      {"max_occupancy(0)", "the driver's block (cuOccupancyMaxPotentialBlockSize)", &driver},
+      {"bytes_in_flight(" + std::to_string(bif_params.per_thread) + ")",
+       "fewest warps for " + std::to_string(q.bytes_in_flight_per_sm / 1024) + " KiB/SM in flight at " +
+           std::to_string(bif_params.per_thread) + " B/thread",
+       &bif}};
+  const char* colours[] = {"#2ca02c", "#9467bd", "#ff7f0e"};
+  std::vector<policy_mark> marks;
+  for (std::size_t i = 0; i < std::size(policies); ++i) {
+    policy_mark m;
+    m.label = policies[i].label;
+    m.note = policies[i].note;
+    m.colour = colours[i];
+    try {
+      const launchfit::plan p = policies[i].p->choose(q);
+      m.block = p.block_threads;
+      m.occupancy = p.occupancy.occupancy;
+    } catch (const launchfit::error& e) {
+      m.refusal = e.message().empty() ? e.what() : e.message();
+    }
+    marks.push_back(std::move(m));
+  }
+  return marks;
 }
 
 // Writes the whole file or says why not: the path as given (escaped) and the system's reason.
@@ -397,65 +535,70 @@ void write_file(const std::string& path, const std::string& text) {
 void write_svg(const std::string& path, const launchfit::device_limits& d,
                const launchfit::kernel_resources& k, const options& o,
                const launchfit::occupancy_result& now) {
-  const auto occ = [&d](const launchfit::kernel_resources& kernel, int threads, std::size_t smem) {
-    return launchfit::occupancy(d, kernel, threads, smem).occupancy;
+  using launchfit_svg::num;
+  const auto at = [&d](const launchfit::kernel_resources& kernel, int threads, std::size_t smem) {
+    return launchfit::occupancy(d, kernel, threads, smem);
   };
   const std::string current = launchfit::detail::percent_text(now.occupancy);
 
-  series by_block{"Occupancy vs block size", "threads per block", 1024, 128};
-  for (int threads = 32; threads <= std::min(d.max_threads_per_block, k.max_threads_per_block); threads += 32)
-    by_block.points.emplace_back(threads, occ(k, threads, o.dynamic_smem));
+  // Block sizes are discrete (multiples of 32): each owns the 32 threads around it.
+  curve by_block{"Occupancy vs block size", "threads per block", 1024, 128};
+  for (int threads = 32; threads <= std::min(d.max_threads_per_block, k.max_threads_per_block);
+       threads += 32) {
+    const auto r = at(k, threads, o.dynamic_smem);
+    by_block.steps.push_back({threads - 16.0, threads + 16.0, r.occupancy, r.limiters});
+  }
   by_block.current_x = o.threads;
   by_block.current_y = now.occupancy;
-  by_block.current_label = std::to_string(o.threads) + " threads: " + current;
+  by_block.current_label = std::to_string(o.threads) + " threads (--threads): " + current;
 
-  series by_regs{"Occupancy vs registers per thread", "registers per thread", 256, 32};
-  by_regs.steps = true;
+  curve by_regs{"Occupancy vs registers per thread", "registers per thread", 256, 32};
   for (int regs = 1; regs <= d.max_regs_per_thread; ++regs) {
     auto fewer = k;
     fewer.regs_per_thread = regs;
-    by_regs.points.emplace_back(regs, occ(fewer, o.threads, o.dynamic_smem));
+    const auto r = at(fewer, o.threads, o.dynamic_smem);
+    by_regs.steps.push_back({regs - 0.5, regs + 0.5, r.occupancy, r.limiters});
   }
   by_regs.current_x = o.regs;
   by_regs.current_y = now.occupancy;
   by_regs.current_label = std::to_string(o.regs) + " regs: " + current;
 
-  // Shared memory on the x axis is static + dynamic per block, in KiB, as the user declares it.
+  // Shared memory on the x axis is static + dynamic per block, in KiB, as the user declares it; occupancy
+  // holds from one allocation unit where it changes to the next.
   const std::size_t optin = std::max(d.smem_per_block_optin_bytes, d.smem_per_block_bytes);
   const double optin_kib = static_cast<double>(optin) / 1024.0;
   double tick = 8;
   while (optin_kib / tick > 8) tick *= 2;
-  series by_smem{"Occupancy vs shared memory per block", "shared memory per block, static + dynamic (KiB)",
-                 optin_kib, tick, 1.0 / 1024};
-  by_smem.steps = true;
-  double last = -1;
-  const std::size_t step = std::max<std::size_t>(d.smem_alloc_unit_bytes, 1);
-  for (std::size_t dyn = 0; k.static_smem_bytes + dyn <= optin; dyn += step) {
-    const double value = occ(k, o.threads, dyn);
-    if (value != last) by_smem.points.emplace_back(static_cast<double>(k.static_smem_bytes + dyn), value);
-    last = value;
+  curve by_smem{"Occupancy vs shared memory per block", "shared memory per block, static + dynamic (KiB)",
+                optin_kib, tick, 1.0 / 1024};
+  const std::size_t unit = std::max<std::size_t>(d.smem_alloc_unit_bytes, 1);
+  for (std::size_t dyn = 0; k.static_smem_bytes + dyn <= optin; dyn += unit) {
+    const auto r = at(k, o.threads, dyn);
+    const double x = static_cast<double>(k.static_smem_bytes + dyn);
+    if (!by_smem.steps.empty() && by_smem.steps.back().occupancy == r.occupancy &&
+        by_smem.steps.back().limiters == r.limiters)
+      by_smem.steps.back().to = x + static_cast<double>(unit);
+    else
+      by_smem.steps.push_back({x, x + static_cast<double>(unit), r.occupancy, r.limiters});
   }
-  by_smem.points.emplace_back(static_cast<double>(optin), last);
   by_smem.current_x = static_cast<double>(k.static_smem_bytes + o.dynamic_smem);
   by_smem.current_y = now.occupancy;
   by_smem.current_label = num(by_smem.current_x / 1024) + " KiB: " + current;
 
-  std::ostringstream svg;
-  const double width = 3 * panel_w + 20, height = panel_h + 64;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\"" << num(height)
-      << "\" viewBox=\"0 0 " << num(width) << ' ' << num(height)
-      << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg << "<text x=\"14\" y=\"24\" font-size=\"16\" font-weight=\"bold\">"
-      << xml_escape("launchfit-calc: " + d.name + ", " + std::to_string(o.threads) + " threads, " +
-                    std::to_string(o.regs) + " registers, " + std::to_string(o.dynamic_smem) +
-                    " B dynamic + " + std::to_string(o.static_smem) + " B static shared memory")
-      << "</text>\n";
-  svg << "<text x=\"14\" y=\"46\" font-size=\"14\">" << xml_escape(now.summary()) << "</text>\n";
-  draw_panel(svg, by_block, 10, 56);
-  draw_panel(svg, by_regs, 10 + panel_w, 56);
-  draw_panel(svg, by_smem, 10 + 2 * panel_w, 56);
-  svg << "</svg>\n";
+  const std::vector<policy_mark> marks = policy_marks(d, k, o);
+  const double wide = 900, tall = 400, narrow = 630, short_h = 330, top = 56;
+  launchfit_svg::document svg(2 * narrow + 20, top + tall + short_h + 20);
+  svg.text(14, 24,
+           "launchfit-calc: " + d.name + ", " + std::to_string(o.threads) + " threads, " +
+               std::to_string(o.regs) + " registers, " + std::to_string(o.dynamic_smem) + " B dynamic + " +
+               std::to_string(o.static_smem) + " B static shared memory",
+           {{"font-size", 16}, {"font-weight", "bold"}});
+  svg.text(14, 46, now.summary(), {{"font-size", 14}});
+  limit_colours colours;
+  draw_panel(svg, by_block, {10, top, wide, tall}, colours, marks);
+  draw_panel(svg, by_regs, {10, top + tall, narrow, short_h}, colours);
+  draw_panel(svg, by_smem, {10 + narrow, top + tall, narrow, short_h}, colours);
+  draw_legend(svg, 10 + wide + 16, top + 40, colours, marks, by_block.current_label);
   write_file(path, svg.str());
 }
 

@@ -35,6 +35,7 @@
 
 #include "calibration.hpp"
 #include "demo.hpp"
+#include "svg.hpp"
 #include "tool.hpp"
 
 namespace lf = launchfit;
@@ -310,29 +311,6 @@ std::string kb_text(std::size_t bytes) {
   return buf;
 }
 
-std::string xml_escaped(const std::string& s) {
-  std::string out;
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch < 0x20 ? '?' : static_cast<char>(ch);
-    }
-  }
-  return out;
-}
-
 // Bandwidth against bytes in flight per SM (log2 axis): every measured point coloured by load width, the best
 // per level joined by a line, the threshold (fraction x robust best) dashed, the chosen target marked.
 std::string make_svg(const std::vector<measured>& pts, const cal::calibration& c) {
@@ -351,35 +329,26 @@ std::string make_svg(const std::vector<measured>& pts, const cal::calibration& c
   const double ymax = std::max(step, std::ceil(max_bw * 1.05 / step) * step);
   auto x = [&](double bytes) { return left + (std::log2(bytes) - lx0) / (lx1 - lx0) * pw; };
   auto y = [&](double gbps) { return top + ph - gbps / ymax * ph; };
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(1);
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 "
-    << W << " " << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
-    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << W / 2
-    << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">Read bandwidth vs bytes in "
-    << "flight per SM: " << xml_escaped(c.device_name) << " (cc " << c.cc << ", " << c.sm_count
-    << " SMs)</text>\n";
+  launchfit_svg::document s(W, H);
+  s.text(W / 2, 24,
+         "Read bandwidth vs bytes in flight per SM: " + c.device_name + " (cc " + std::to_string(c.cc) +
+             ", " + std::to_string(c.sm_count) + " SMs)",
+         {{"text-anchor", "middle"}, {"font-size", 15}});
   for (double v = 0; v <= ymax + 1e-9; v += step) {  // y grid
-    s << "<line x1=\"" << left << "\" y1=\"" << y(v) << "\" x2=\"" << left + pw << "\" y2=\"" << y(v)
-      << "\" stroke=\"#e5e5e5\"/><text x=\"" << left - 8 << "\" y=\"" << y(v) + 4 << "\" text-anchor=\"end\">"
-      << static_cast<long long>(v) << "</text>\n";
+    s.line(left, y(v), left + pw, y(v), {{"stroke", "#e5e5e5"}});
+    s.text(left - 8, y(v) + 4, std::to_string(static_cast<long long>(v)), {{"text-anchor", "end"}});
   }
   for (double e = lx0; e <= lx1 + 1e-9; e += 1) {  // x grid: powers of two
     const double b = std::exp2(e);
-    s << "<line x1=\"" << x(b) << "\" y1=\"" << top << "\" x2=\"" << x(b) << "\" y2=\"" << top + ph
-      << "\" stroke=\"#e5e5e5\"/><text x=\"" << x(b) << "\" y=\"" << top + ph + 18
-      << "\" text-anchor=\"middle\">" << kb_text(static_cast<std::size_t>(b)) << "</text>\n";
+    s.line(x(b), top, x(b), top + ph, {{"stroke", "#e5e5e5"}});
+    s.text(x(b), top + ph + 18, kb_text(static_cast<std::size_t>(b)), {{"text-anchor", "middle"}});
   }
-  s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
-    << "\" fill=\"none\" stroke=\"#444\"/>\n"
-    << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 20
-    << "\" text-anchor=\"middle\">bytes in flight per SM "
-    << "(warps x 32 x width x loads; log scale)</text>\n"
-    << "<text transform=\"translate(20," << top + ph / 2
-    << ") rotate(-90)\" text-anchor=\"middle\">read bandwidth "
-    << "(GB/s)</text>\n";
+  s.rect(left, top, pw, ph, {{"fill", "none"}, {"stroke", "#444"}});
+  s.text(left + pw / 2, H - 20, "bytes in flight per SM (warps x 32 x width x loads; log scale)",
+         {{"text-anchor", "middle"}});
+  s.text(0, 0, "read bandwidth (GB/s)",
+         {{"transform", "translate(20," + launchfit_svg::num(top + ph / 2) + ") rotate(-90)"},
+          {"text-anchor", "middle"}});
   // Best per level.
   std::map<std::size_t, double> best;
   for (const measured& m : pts) {
@@ -388,36 +357,34 @@ std::string make_svg(const std::vector<measured>& pts, const cal::calibration& c
       b = std::max(b, m.p.gbps);
     }
   }
-  s << "<polyline fill=\"none\" stroke=\"#888\" stroke-width=\"1.5\" points=\"";
-  for (const auto& [b, g] : best) s << x(static_cast<double>(b)) << "," << y(g) << " ";
-  s << "\"/>\n";
+  std::vector<std::pair<double, double>> line;
+  for (const auto& [b, g] : best) line.emplace_back(x(static_cast<double>(b)), y(g));
+  s.polyline(line, {{"stroke", "#888"}, {"stroke-width", 1.5}});
   const std::map<int, const char*> colour{{4, "#1f77b4"}, {8, "#2ca02c"}, {16, "#d62728"}};
   for (const measured& m : pts) {
     if (!m.skipped.empty()) continue;
     const auto it = colour.find(m.p.width_bytes);
-    s << "<circle cx=\"" << x(static_cast<double>(m.p.bytes_in_flight_per_sm)) << "\" cy=\"" << y(m.p.gbps)
-      << "\" r=\"" << (m.even && m.correct ? 3.5 : 2) << "\" fill=\""
-      << (it != colour.end() ? it->second : "#555") << "\" fill-opacity=\"0.75\"><title>" << m.p.warps_per_sm
-      << " warps/SM x " << m.p.width_bytes << " B x " << m.p.loads_in_flight
-      << " loads: " << kb_text(m.p.bytes_in_flight_per_sm) << ", " << static_cast<long long>(m.p.gbps)
-      << " GB/s</title></circle>\n";
+    s.circle(x(static_cast<double>(m.p.bytes_in_flight_per_sm)), y(m.p.gbps), m.even && m.correct ? 3.5 : 2,
+             {{"fill", it != colour.end() ? it->second : "#555"}, {"fill-opacity", "0.75"}},
+             std::to_string(m.p.warps_per_sm) + " warps/SM x " + std::to_string(m.p.width_bytes) + " B x " +
+                 std::to_string(m.p.loads_in_flight) + " loads: " + kb_text(m.p.bytes_in_flight_per_sm) +
+                 ", " + std::to_string(static_cast<long long>(m.p.gbps)) + " GB/s");
   }
   const double thr = c.fraction * c.best_gbps;
-  s << "<line x1=\"" << left << "\" y1=\"" << y(thr) << "\" x2=\"" << left + pw << "\" y2=\"" << y(thr)
-    << "\" stroke=\"#555\" stroke-dasharray=\"6,4\"/><text x=\"" << left + 6 << "\" y=\"" << y(thr) - 6
-    << "\">" << static_cast<int>(std::lround(c.fraction * 100))
-    << "% of the best (median of the top 3): " << static_cast<long long>(thr) << " GB/s</text>\n";
+  s.line(left, y(thr), left + pw, y(thr), {{"stroke", "#555"}, {"stroke-dasharray", "6,4"}});
+  s.text(left + 6, y(thr) - 6,
+         std::to_string(static_cast<int>(std::lround(c.fraction * 100))) +
+             "% of the best (median of the top 3): " + std::to_string(static_cast<long long>(thr)) + " GB/s");
   const double tx = x(static_cast<double>(c.target_bytes_per_sm));
-  s << "<line x1=\"" << tx << "\" y1=\"" << top << "\" x2=\"" << tx << "\" y2=\"" << top + ph
-    << "\" stroke=\"black\" stroke-width=\"2\"/><text x=\"" << tx + 6 << "\" y=\"" << top + ph - 10
-    << "\" font-weight=\"bold\">target " << kb_text(c.target_bytes_per_sm) << "/SM</text>\n";
+  s.line(tx, top, tx, top + ph, {{"stroke", "black"}, {"stroke-width", 2}});
+  s.text(tx + 6, top + ph - 10, "target " + kb_text(c.target_bytes_per_sm) + "/SM",
+         {{"font-weight", "bold"}});
   double ly = top + 14;
   for (const auto& [w, col] : colour) {
-    s << "<circle cx=\"" << left + pw - 90 << "\" cy=\"" << ly + 10 << "\" r=\"4\" fill=\"" << col
-      << "\"/><text x=\"" << left + pw - 80 << "\" y=\"" << ly + 14 << "\">" << w << " B loads</text>\n";
+    s.circle(left + pw - 90, ly + 10, 4, {{"fill", col}});
+    s.text(left + pw - 80, ly + 14, std::to_string(w) + " B loads");
     ly += 18;
   }
-  s << "</svg>\n";
   return s.str();
 }
 

@@ -17,6 +17,8 @@
 //
 // Every run's sum is checked against the CPU exactly (see make_data). Runtime: a few seconds on an H200.
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,7 +29,6 @@
 #include <launchfit/device.hpp>
 #include <launchfit/launch.hpp>
 #include <launchfit/log.hpp>
-#include <spdlog/spdlog.h>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "demo.hpp"
+#include "svg.hpp"
 
 using launchfit_demo::device_buffer;
 
@@ -195,20 +197,6 @@ class timer {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 // Bandwidth vs resident warps per SM: one polyline per series, the policy's choice as a ringed dot.
 std::string make_svg(const std::vector<measurement>& m, const std::vector<std::string>& series,
                      const std::vector<std::string>& policy_names, const std::string& title, int max_warps) {
@@ -222,69 +210,50 @@ std::string make_svg(const std::vector<measurement>& m, const std::vector<std::s
   auto Y = [&](double gbs) { return top + ph * (1.0 - gbs / ymax); };
   const char* colors[] = {"#d62728", "#1f77b4", "#2ca02c"};
 
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(1);
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
-    << ' ' << H << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"13\">\n";
-  s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s << "<text x=\"" << W / 2 << "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">"
-    << xml_escape(title) << "</text>\n";
+  launchfit_svg::document s(W, H, {{"font-family", "Helvetica, Arial, sans-serif"}, {"font-size", 13}});
+  s.text(W / 2, 28, title, {{"text-anchor", "middle"}, {"font-size", 16}, {"font-weight", "bold"}});
   // Grid lines and ticks.
   for (double y = 0; y <= ymax + 1e-9; y += ystep) {
-    s << "<line x1=\"" << left << "\" y1=\"" << Y(y) << "\" x2=\"" << left + pw << "\" y2=\"" << Y(y)
-      << "\" stroke=\"#e0e0e0\"/>\n";
-    s << "<text x=\"" << left - 8 << "\" y=\"" << Y(y) + 4 << "\" text-anchor=\"end\">" << static_cast<int>(y)
-      << "</text>\n";
+    s.line(left, Y(y), left + pw, Y(y), {{"stroke", "#e0e0e0"}});
+    s.text(left - 8, Y(y) + 4, std::to_string(static_cast<int>(y)), {{"text-anchor", "end"}});
   }
   for (int w = 0; w <= max_warps; w += 8) {
-    s << "<line x1=\"" << X(w) << "\" y1=\"" << top << "\" x2=\"" << X(w) << "\" y2=\"" << top + ph
-      << "\" stroke=\"#f0f0f0\"/>\n";
-    s << "<text x=\"" << X(w) << "\" y=\"" << top + ph + 18 << "\" text-anchor=\"middle\">" << w << "</text>\n";
+    s.line(X(w), top, X(w), top + ph, {{"stroke", "#f0f0f0"}});
+    s.text(X(w), top + ph + 18, std::to_string(w), {{"text-anchor", "middle"}});
   }
-  for (int q = 1; q <= 4; ++q) {  // occupancy on the top edge
-    s << "<text x=\"" << X(max_warps * q / 4.0) << "\" y=\"" << top - 6
-      << "\" text-anchor=\"middle\" fill=\"#777\" font-size=\"11\">" << 25 * q << "% occupancy</text>\n";
-  }
-  s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
-    << "\" fill=\"none\" stroke=\"#333\"/>\n";
-  s << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 22
-    << "\" text-anchor=\"middle\">resident warps per SM (blocks per SM x block size / 32)</text>\n";
-  s << "<text transform=\"translate(22," << top + ph / 2
-    << ") rotate(-90)\" text-anchor=\"middle\">achieved read bandwidth (GB/s)</text>\n";
+  for (int q = 1; q <= 4; ++q)  // occupancy on the top edge
+    s.text(X(max_warps * q / 4.0), top - 6, std::to_string(25 * q) + "% occupancy",
+           {{"text-anchor", "middle"}, {"fill", "#777"}, {"font-size", 11}});
+  s.rect(left, top, pw, ph, {{"fill", "none"}, {"stroke", "#333"}});
+  s.text(left + pw / 2, H - 22, "resident warps per SM (blocks per SM x block size / 32)",
+         {{"text-anchor", "middle"}});
+  s.text(0, 0, "achieved read bandwidth (GB/s)",
+         {{"transform", "translate(22," + launchfit_svg::num(top + ph / 2) + ") rotate(-90)"},
+          {"text-anchor", "middle"}});
 
   for (std::size_t k = 0; k < series.size(); ++k) {
     const char* c = colors[k % 3];
-    std::ostringstream pts;
-    pts.setf(std::ios::fixed);
-    pts.precision(1);
+    std::vector<std::pair<double, double>> pts;
     for (const measurement& r : m) {
       if (r.series != series[k] || r.source != "sweep") continue;
-      pts << X(r.warps_per_sm) << ',' << Y(r.gb_per_s) << ' ';
-      s << "<circle cx=\"" << X(r.warps_per_sm) << "\" cy=\"" << Y(r.gb_per_s) << "\" r=\"2.8\" fill=\"" << c
-        << "\"/>\n";
+      pts.emplace_back(X(r.warps_per_sm), Y(r.gb_per_s));
+      s.circle(X(r.warps_per_sm), Y(r.gb_per_s), 2.8, {{"fill", c}});
     }
-    s << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"2\" points=\"" << pts.str() << "\"/>\n";
+    s.polyline(pts, {{"stroke", c}, {"stroke-width", 2}});
     for (const measurement& r : m) {
       if (r.series != series[k] || r.source != "policy") continue;
-      s << "<circle cx=\"" << X(r.warps_per_sm) << "\" cy=\"" << Y(r.gb_per_s) << "\" r=\"8\" fill=\"none\" stroke=\""
-        << c << "\" stroke-width=\"2.5\"/>\n";
-      s << "<circle cx=\"" << X(r.warps_per_sm) << "\" cy=\"" << Y(r.gb_per_s) << "\" r=\"3.5\" fill=\"" << c
-        << "\"/>\n";
+      s.circle(X(r.warps_per_sm), Y(r.gb_per_s), 8, {{"fill", "none"}, {"stroke", c}, {"stroke-width", 2.5}});
+      s.circle(X(r.warps_per_sm), Y(r.gb_per_s), 3.5, {{"fill", c}});
     }
     // Legend.
     const double ly = top + 14 + 54.0 * k;
-    s << "<line x1=\"" << left + pw + 16 << "\" y1=\"" << ly << "\" x2=\"" << left + pw + 40 << "\" y2=\"" << ly
-      << "\" stroke=\"" << c << "\" stroke-width=\"2\"/>\n";
-    s << "<text x=\"" << left + pw + 46 << "\" y=\"" << ly + 4 << "\">" << xml_escape(series[k]) << "</text>\n";
-    s << "<circle cx=\"" << left + pw + 28 << "\" cy=\"" << ly + 20 << "\" r=\"6\" fill=\"none\" stroke=\"" << c
-      << "\" stroke-width=\"2\"/>\n";
-    s << "<text x=\"" << left + pw + 46 << "\" y=\"" << ly + 24 << "\" font-size=\"11\" fill=\"#555\">"
-      << xml_escape(policy_names[k]) << "</text>\n";
+    s.line(left + pw + 16, ly, left + pw + 40, ly, {{"stroke", c}, {"stroke-width", 2}});
+    s.text(left + pw + 46, ly + 4, series[k]);
+    s.circle(left + pw + 28, ly + 20, 6, {{"fill", "none"}, {"stroke", c}, {"stroke-width", 2}});
+    s.text(left + pw + 46, ly + 24, policy_names[k], {{"font-size", 11}, {"fill", "#555"}});
   }
-  s << "<text x=\"" << left + pw + 16 << "\" y=\"" << top + 14 + 54.0 * series.size() + 10
-    << "\" font-size=\"11\" fill=\"#555\">ringed: the launch the policy chose</text>\n";
-  s << "</svg>\n";
+  s.text(left + pw + 16, top + 14 + 54.0 * series.size() + 10, "ringed: the launch the policy chose",
+         {{"font-size", 11}, {"fill", "#555"}});
   return s.str();
 }
 
