@@ -192,9 +192,10 @@ std::string stored_plan_mismatch(const stored_key_text& key, const plan& p) {
     return "the entry's plan has cluster " + (plan_cluster ? p.cluster.to_string() : std::string("none")) +
            ", its key " + (o.has_cluster() ? "cluster " + o.cluster.to_string() : std::string("none"));
   if (!key.shape.is_default() &&
-      (!key.shape.fits(p.block) || !key.shape.allows(static_cast<int>(std::min<unsigned long long>(p.block.count(), 1u << 20)))))
-    return "the entry's plan has block " + p.block.to_string() + ", which does not have its key's block shape " +
-           key.shape.to_string();
+      (!key.shape.fits(p.block) ||
+       !key.shape.allows(static_cast<int>(std::min<unsigned long long>(p.block.count(), 1u << 20)))))
+    return "the entry's plan has block " + p.block.to_string() +
+           ", which does not have its key's block shape " + key.shape.to_string();
   if (o.smem_rule == 0 && p.dynamic_smem_bytes != o.smem_bytes)
     return "the entry's plan has " + std::to_string(p.dynamic_smem_bytes) + " B of dynamic smem, its key " +
            std::to_string(o.smem_bytes) + " B";

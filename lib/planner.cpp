@@ -192,7 +192,8 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   block_rule members = block_rule::one_of({});
   members.invalid = false;
   for (int b : fam.blocks)
-    if (r.blocks.allows(b) && (r.shape_rule.is_default() || r.shape_rule.allows(b)) && members.count < 16) members.values[members.count++] = static_cast<std::uint16_t>(b);
+    if (r.blocks.allows(b) && (r.shape_rule.is_default() || r.shape_rule.allows(b)) && members.count < 16)
+      members.values[members.count++] = static_cast<std::uint16_t>(b);
   if (members.count == 0) {
     throw error("launchfit::family", "LAUNCHFIT_INVALID_POLICY",
                 "no member of the family has a block the launch's block rule (" + r.blocks.to_string() + ") allows",
@@ -749,9 +750,10 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
 }
 
 bool same_launch(const plan& a, const plan& b) noexcept {
-  return a.block == b.block && a.grid == b.grid && a.blocks_per_sm == b.blocks_per_sm && a.shape_rule == b.shape_rule &&
-         a.dynamic_smem_bytes == b.dynamic_smem_bytes && a.cooperative == b.cooperative && a.cluster == b.cluster &&
-         a.programmatic == b.programmatic && a.sm_count == b.sm_count && a.full_grid == b.full_grid;
+  return a.block == b.block && a.grid == b.grid && a.blocks_per_sm == b.blocks_per_sm &&
+         a.shape_rule == b.shape_rule && a.dynamic_smem_bytes == b.dynamic_smem_bytes &&
+         a.cooperative == b.cooperative && a.cluster == b.cluster && a.programmatic == b.programmatic &&
+         a.sm_count == b.sm_count && a.full_grid == b.full_grid;
 }
 
 std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need, const plan* computed,

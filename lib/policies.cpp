@@ -134,7 +134,8 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
     const bool shaped = !p.shape_rule.is_default();
     const unsigned bx = w.rank <= 1 && !shaped ? static_cast<unsigned>(p.block_threads) : p.block.x;
     const std::uint64_t per_block = static_cast<std::uint64_t>(bx) * std::max<std::uint32_t>(w.per_thread, 1);
-    const std::uint64_t rows = static_cast<std::uint64_t>(p.block.y) * std::max<std::uint32_t>(p.shape_rule.per_thread_y, 1);
+    const std::uint64_t rows =
+        static_cast<std::uint64_t>(p.block.y) * std::max<std::uint32_t>(p.shape_rule.per_thread_y, 1);
     std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.cluster.x);
     std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, rows), p.cluster.y) : 1;
     std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.cluster.z) : 1;
@@ -268,8 +269,9 @@ void validate_plan(const query& q, plan& p) {
   }
   const block_shape& shape = q.shape_rule;
   if (shape.invalid) {
-    throw plan_error(q, p, "shape", "the launch's block shape " + shape.to_string() +
-                                        " has no block: y and the x multiple must be at most 1024, z at most 64");
+    throw plan_error(q, p, "shape",
+                     "the launch's block shape " + shape.to_string() +
+                         " has no block: y and the x multiple must be at most 1024, z at most 64");
   }
   if (!q.allows(p.block_threads)) {
     std::string why;
@@ -281,13 +283,15 @@ void validate_plan(const query& q, plan& p) {
     } else {
       why = "multi-dimensional work needs rows of 32 threads";
     }
-    throw plan_error(q, p, "block", "block of " + std::to_string(p.block_threads) + " threads is not allowed: " + why);
+    throw plan_error(q, p, "block",
+                     "block of " + std::to_string(p.block_threads) + " threads is not allowed: " + why);
   }
   if (!shape.is_default() && !shape.fits(p.block)) {
-    throw plan_error(q, p, "block", "block " + p.block.to_string() + " does not have the launch's block shape " +
-                                        shape.to_string() + " (x a multiple of " + std::to_string(shape.x_step()) +
-                                        (shape.y ? ", y " + std::to_string(shape.y) : std::string()) + ", z " +
-                                        std::to_string(shape.z) + ")");
+    throw plan_error(q, p, "block",
+                     "block " + p.block.to_string() + " does not have the launch's block shape " +
+                         shape.to_string() + " (x a multiple of " + std::to_string(shape.x_step()) +
+                         (shape.y ? ", y " + std::to_string(shape.y) : std::string()) + ", z " +
+                         std::to_string(shape.z) + ")");
   }
   p.blocks = q.blocks.is_any() ? std::string() : q.blocks.to_string();
   p.shape_rule = shape;

@@ -653,8 +653,8 @@ TEST_F(Autotune, TimesAndChoosesOnlyBlocksTheRuleAllows) {
   for (const auto& [block, bps] : t2.timed()) EXPECT_TRUE(block == 160 || block == 352) << block;
 }
 
-// A block shape (a kernel that fixes block y at 3): every candidate timed, and the plan chosen, is a total the
-// shape can make, and the plan comes back shaped {bx, 3}.
+// A block shape (a kernel that fixes block y at 3): every candidate timed, and the plan chosen, is a total
+// the shape can make, and the plan comes back shaped {bx, 3}.
 TEST_F(Autotune, TimesAndChoosesOnlyTotalsTheBlockShapeAllows) {
   lf::work w{lf::work::shape::items, 1u << 20, 1};
   w.rank = 2;

@@ -178,9 +178,11 @@ TEST(StoredEntry, APlanWithoutItsKeysBlockShapeIsRefusedNamingTheEntry) {
   const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file({rows, shaped, transpose}));
   EXPECT_EQ(c.entries.size(), 2u) << all(c.problems);
   EXPECT_EQ(c.refused, 1u);
-  EXPECT_TRUE(has(all(c.problems), "entry 0 (kernel _Z4qrngPf): the entry's plan has block 32x8")) << all(c.problems);
+  EXPECT_TRUE(has(all(c.problems), "entry 0 (kernel _Z4qrngPf): the entry's plan has block 32x8"))
+      << all(c.problems);
   // A shape word that no shape writes makes the key malformed.
-  for (const std::string bad : {plain + " shape=y=3", plain + " shape=x=32n,y=3 shape=x=32n,y=3", plain + " shape=x=32n"}) {
+  for (const std::string bad :
+       {plain + " shape=y=3", plain + " shape=x=32n,y=3 shape=x=32n,y=3", plain + " shape=x=32n"}) {
     EXPECT_TRUE(has(ld::validate_stored_entry(entry("_Z3badPf", bad)), "is not a policy followed by")) << bad;
   }
 }

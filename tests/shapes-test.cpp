@@ -320,11 +320,13 @@ TEST(Shape, AStoredTuningPlanMustHaveTheShapeThisLaunchMakes) {
   EXPECT_NE(ld::check_stored_plan(q, flat, {}, nullptr), "");  // a 1-D block for 2-D work
 }
 
-// ---- block shapes: a y the kernel fixes, x multiples, rows per thread ----------------------------------------
+// ---- block shapes: a y the kernel fixes, x multiples, rows per thread
+// ----------------------------------------
 
 namespace {
 
-lf::block_shape shape_of(unsigned y, unsigned x_multiple = 0, std::uint32_t per_thread_y = 1, unsigned z = 1) {
+lf::block_shape shape_of(unsigned y, unsigned x_multiple = 0, std::uint32_t per_thread_y = 1,
+                         unsigned z = 1) {
   lf::block_shape b;
   b.y = static_cast<std::uint16_t>(y);
   b.x_multiple = static_cast<std::uint16_t>(x_multiple);
@@ -378,8 +380,8 @@ TEST(BlockShape, NamesItselfWithoutSpacesAndReadsBack) {
     ASSERT_TRUE(back.has_value()) << b.to_string();
     EXPECT_EQ(*back, b) << b.to_string();
   }
-  for (const char* bad : {"", "x=32", "x=0n", "x=2000n", "x=32n,y=3,y=4", "y=3", "x=32n,z=65", "x=32n,per_thread_y=0",
-                          "x=32n,y=3 ", "x=-32n", "invalid(x=32n)"})
+  for (const char* bad : {"", "x=32", "x=0n", "x=2000n", "x=32n,y=3,y=4", "y=3", "x=32n,z=65",
+                          "x=32n,per_thread_y=0", "x=32n,y=3 ", "x=-32n", "invalid(x=32n)"})
     EXPECT_FALSE(ld::parse_block_shape(bad).has_value()) << bad;
 }
 
@@ -404,15 +406,19 @@ TEST(BlockShape, EveryBuiltInPolicyChoosesATotalTheShapeAllowsAndShapesIt) {
     // The driver's choice under the shape: the most resident threads among the totals it allows.
     int best = 0;
     for (int t = 96; t <= q.max_block_threads(); t += 96) best = std::max(best, t * q.active_blocks_for(t));
-    EXPECT_EQ(static_cast<int>(mo0.block.count()) * mo0.blocks_per_sm, best) << regs << " regs: " << mo0.to_string();
+    EXPECT_EQ(static_cast<int>(mo0.block.count()) * mo0.blocks_per_sm, best)
+        << regs << " regs: " << mo0.to_string();
   }
   // A block the shape cannot make is refused, naming the shape.
   const lf::query q = quasirandom_query();
   EXPECT_EQ(q.active_blocks_for(256), 0);  // plugins see it through the oracle
   EXPECT_GT(q.active_blocks_for(288), 0);
   std::string m = message_of([&] { lf::fixed_policy{lf::fixed_params{256, 0}}.choose(q); });
-  EXPECT_TRUE(has(m, "block of 256 threads is not allowed: the launch's block shape x=32n,y=3 needs a multiple of 96 "
-                     "threads")) << m;
+  EXPECT_TRUE(
+      has(m,
+          "block of 256 threads is not allowed: the launch's block shape x=32n,y=3 needs a multiple of 96 "
+          "threads"))
+      << m;
   EXPECT_TRUE(has(m, launchfit_test::h200_kernel_demangled)) << m;
   m = message_of([&] { lf::fixed_dims_policy{lf::fixed_dims_params{96, 2, 1, 0, 1, 1}}.choose(q); });
   EXPECT_TRUE(has(m, "block 96x2 does not have the launch's block shape x=32n,y=3")) << m;
@@ -480,19 +486,20 @@ TEST(BlockShape, StoredPlansMustHaveTheShape) {
 TEST(BlockShape, IsPartOfThePlanKey) {
   ld::launch_request base = ld::make_request(lf::max_occupancy().items({4096, 3}));
   std::set<std::uint64_t> keys{ld::shape_bits(base)};
-  for (const auto& s : {lf::max_occupancy().items({4096, 3}).block_y(3),
-                        lf::max_occupancy().items({4096, 3}).block_y(4),
-                        lf::max_occupancy().items({4096, 3}).block_y(3).block_z(2),
-                        lf::max_occupancy().items({4096, 3}).block_y(3).per_thread_y(2),
-                        lf::max_occupancy().items({4096, 3}).block_x_multiple(64),
-                        lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(64),
-                        lf::max_occupancy().items({4096, 3}).per_thread_y(4)}) {
+  for (const auto& s :
+       {lf::max_occupancy().items({4096, 3}).block_y(3), lf::max_occupancy().items({4096, 3}).block_y(4),
+        lf::max_occupancy().items({4096, 3}).block_y(3).block_z(2),
+        lf::max_occupancy().items({4096, 3}).block_y(3).per_thread_y(2),
+        lf::max_occupancy().items({4096, 3}).block_x_multiple(64),
+        lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(64),
+        lf::max_occupancy().items({4096, 3}).per_thread_y(4)}) {
     keys.insert(ld::shape_bits(ld::make_request(s)));
   }
   EXPECT_EQ(keys.size(), 8u);
   // The default multiple spelled out is the same launch, and the same key.
-  EXPECT_EQ(ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(32))),
-            ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3))));
+  EXPECT_EQ(
+      ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(32))),
+      ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3))));
 }
 
 TEST(BlockShape, SettersReachTheRequestAndPlannedPassesItOn) {

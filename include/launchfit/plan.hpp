@@ -144,19 +144,20 @@ struct LAUNCHFIT_API block_rule {
   std::string to_string() const;
 };
 
-// How a kernel needs its block shaped, for kernels that index more than x: a y the kernel fixes (a quasirandom
-// generator indexing 3 dimensions with threadIdx.y: block {bx, 3}), an x that is a multiple of a tile width,
-// and rows per thread along y (the cuda-samples transpose covers a 32x32 tile with a 32x8 block: 4 rows per
-// thread). A policy chooses only the block's threads, among the totals the shape allows; the block follows:
-// fixed y: {threads / (y z), y, z} with that x a multiple of x_multiple; free y: {x_multiple, threads /
-// (x_multiple z), z}. The grid follows too: ceil(nx / block x) x ceil(ny / (block y x per_thread_y)) x
-// ceil(nz / block z); 1-D work (items(n), grid_stride(n), none) runs along x, one block row of y.
+// How a kernel needs its block shaped, for kernels that index more than x: a y the kernel fixes (a
+// quasirandom generator indexing 3 dimensions with threadIdx.y: block {bx, 3}), an x that is a multiple of a
+// tile width, and rows per thread along y (the cuda-samples transpose covers a 32x32 tile with a 32x8 block:
+// 4 rows per thread). A policy chooses only the block's threads, among the totals the shape allows; the block
+// follows: fixed y: {threads / (y z), y, z} with that x a multiple of x_multiple; free y: {x_multiple,
+// threads / (x_multiple z), z}. The grid follows too: ceil(nx / block x) x ceil(ny / (block y x
+// per_thread_y)) x ceil(nz / block z); 1-D work (items(n), grid_stride(n), none) runs along x, one block row
+// of y.
 struct LAUNCHFIT_API block_shape {
-  std::uint16_t y = 0;              // block y the kernel needs; 0: free (the threads left after x and z)
-  std::uint16_t z = 1;              // block z the kernel needs
-  std::uint16_t x_multiple = 0;     // block x is a multiple of this; 0: 32 (rows of one warp)
-  std::uint32_t per_thread_y = 1;   // rows along y each thread covers (0: 1)
-  bool invalid = false;             // y or x_multiple above 1024, or z above 64: no block has that shape
+  std::uint16_t y = 0;             // block y the kernel needs; 0: free (the threads left after x and z)
+  std::uint16_t z = 1;             // block z the kernel needs
+  std::uint16_t x_multiple = 0;    // block x is a multiple of this; 0: 32 (rows of one warp)
+  std::uint32_t per_thread_y = 1;  // rows along y each thread covers (0: 1)
+  bool invalid = false;            // y or x_multiple above 1024, or z above 64: no block has that shape
 
   // No shape asked for: multi-dimensional work gets rows of 32 ({32, threads / 32}).
   bool is_default() const noexcept {
@@ -209,7 +210,7 @@ struct LAUNCHFIT_API plan {
   bool full_grid = false;        // grid_stride work launches one thread per item unless the spec gives waves(k)
   bool programmatic = false;     // programmatic dependent launch (sm_90+): may start before its predecessor ends
   std::string blocks;            // the launch's block rule when it has one: "power of two", "multiple of 64"
-  block_shape shape_rule;        // the launch's block shape (.block_y(3), .per_thread_y(4)): grid y follows it
+  block_shape shape_rule;        // the launch's block shape (block_y, per_thread_y): grid y follows it
   occupancy_result occupancy;    // at block_threads and dynamic_smem_bytes
   std::string policy;            // "bytes_in_flight(per_thread=32,target_per_sm=32768)"
   std::string reason;            // why the policy chose this, one sentence

@@ -31,7 +31,7 @@ struct LAUNCHFIT_API query {
   smem_per_block_fn smem_per_block;    // block threads -> dynamic smem bytes
   work work_hint;                      // the work of the launch that missed the cache
   block_rule blocks;                   // block sizes the kernel can run with: active_blocks_for() is 0 for others
-  block_shape shape_rule;              // how the block is shaped: active_blocks_for() is 0 for totals it cannot shape
+  block_shape shape_rule;              // block shape: active_blocks_for() is 0 for totals it cannot make
   dims cluster;                        // cluster dims of the launch (1x1x1: none)
   // Clusters co-resident on the device for (block threads, dynamic smem) (cuOccupancyMaxActiveClusters); set
   // for cluster launches only. Empty: estimated from active_blocks.
@@ -49,8 +49,8 @@ struct LAUNCHFIT_API query {
   // Resident blocks per SM: the oracle, or the calculator when there is none; 0 for a block the launch's
   // block rule (or a multi-dimensional work's 32-thread rows) does not allow.
   int active_blocks_for(int block_threads) const;
-  // Whether the launch can run blocks of this many threads (block rule; the block shape, or rows of 32 for 2-D
-  // and 3-D work).
+  // Whether the launch can run blocks of this many threads (block rule; the block shape, or rows of 32 for
+  // 2-D and 3-D work).
   bool allows(int block_threads) const noexcept {
     if (!blocks.allows(block_threads)) return false;
     if (!shape_rule.is_default()) return shape_rule.allows(block_threads);

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Block shapes on a real GPU: kernels that index more than x. A quasirandom generator that reads its dimension
-// from threadIdx.y (block {bx, 3}), the cuda-samples tiled transpose (a 32x32 tile, block 32x8, 4 rows per
-// thread) and a transpose whose tile width is the block's x (a multiple of 32 the policy chooses). Each is
-// launched through launchfit under several policies and checked element by element against the CPU, with
-// outputs poisoned before the launch and a flag set by any block of another shape (autotune trials too).
+// Block shapes on a real GPU: kernels that index more than x. A quasirandom generator that reads its
+// dimension from threadIdx.y (block {bx, 3}), the cuda-samples tiled transpose (a 32x32 tile, block 32x8, 4
+// rows per thread) and a transpose whose tile width is the block's x (a multiple of 32 the policy chooses).
+// Each is launched through launchfit under several policies and checked element by element against the CPU,
+// with outputs poisoned before the launch and a flag set by any block of another shape (autotune trials too).
 
 #include <gtest/gtest.h>
 
@@ -52,8 +52,8 @@ __global__ void quasirandom(unsigned* out, unsigned seed, unsigned n, unsigned* 
 // cuda-samples' transposeCoalesced: an ny x nx row-major matrix into nx x ny, a 32x32 tile per block of 32x8
 // threads, each thread covering 4 rows. The grid must be one block per tile: ceil(nx / 32) x ceil(ny / 32).
 constexpr unsigned tile = 32, block_rows = 8;
-__global__ void __launch_bounds__(256) transpose_rows(const float* in, float* out, unsigned nx, unsigned ny,
-                                                      unsigned* bad_shape) {
+__global__ void __launch_bounds__(256)
+    transpose_rows(const float* in, float* out, unsigned nx, unsigned ny, unsigned* bad_shape) {
   __shared__ float t[tile][tile + 1];
   if (blockDim.x != tile || blockDim.y != block_rows || blockDim.z != 1) {
     if (threadIdx.x == 0 && threadIdx.y == 0) atomicAdd(bad_shape, 1u);
@@ -84,7 +84,8 @@ __global__ void transpose_wide(const float* in, float* out, unsigned nx, unsigne
     if (x < nx && y < ny) t[j * pitch + threadIdx.x] = in[std::size_t(y) * nx + x];
   }
   __syncthreads();
-  // The output tile is w rows (input columns) by 32 columns (input rows): a warp writes 32 consecutive columns.
+  // The output tile is w rows (input columns) by 32 columns (input rows): a warp writes 32 consecutive
+  // columns.
   const unsigned id = threadIdx.y * w + threadIdx.x;
   for (unsigned r = id / tile; r < w; r += w * block_rows / tile) {
     const unsigned c = id % tile, ox = x0 + r, oy = y0 + c;
@@ -92,7 +93,8 @@ __global__ void transpose_wide(const float* in, float* out, unsigned nx, unsigne
   }
 }
 
-// ---- the CPU's answers -------------------------------------------------------------------------------------
+// ---- the CPU's answers
+// -------------------------------------------------------------------------------------
 
 // Direction numbers: dimension 0 is van der Corput's; the others are odd multipliers of it, fixed by a seed.
 std::vector<unsigned> qrng_directions() {
@@ -164,7 +166,8 @@ class BlockShape : public ::testing::Test {
 
 }  // namespace
 
-// ---- a y the kernel fixes ------------------------------------------------------------------------------------
+// ---- a y the kernel fixes
+// ------------------------------------------------------------------------------------
 
 TEST_F(BlockShape, QuasirandomGeneratorRunsWithBlockY3UnderEveryPolicy) {
   const std::vector<unsigned> table = qrng_directions();
@@ -226,13 +229,14 @@ TEST_F(BlockShape, QuasirandomGeneratorRunsWithBlockY3UnderEveryPolicy) {
   out.poison();
   bad_shape.zero();
   const lf::launched tuned =
-      lf::launch(quasirandom, lf::use("autotune(max_trials=16)").items(n).block_y(3).rerunnable(), out.ptr, seed,
-                 n, bad_shape.ptr);
+      lf::launch(quasirandom, lf::use("autotune(max_trials=16)").items(n).block_y(3).rerunnable(), out.ptr,
+                 seed, n, bad_shape.ptr);
   EXPECT_GT(tuned.plan().trials, 1);
   check(tuned, "autotune items(n)");
 }
 
-// ---- rows per thread -----------------------------------------------------------------------------------------
+// ---- rows per thread
+// -----------------------------------------------------------------------------------------
 
 TEST_F(BlockShape, TiledTransposeOf1000x777Is32x8BlocksWith4RowsPerThreadUnderEveryPolicy) {
   const unsigned nx = 1000, ny = 777;  // no multiple of the tile in either dimension
@@ -243,23 +247,25 @@ TEST_F(BlockShape, TiledTransposeOf1000x777Is32x8BlocksWith4RowsPerThreadUnderEv
   device_buffer<unsigned> bad_shape(1);
   in.upload(h);
 
-  for (const char* policy : {"max_occupancy", "max_occupancy(prefer_block=0)", "bytes_in_flight(per_thread=8)",
-                             "fixed(block=256)"}) {
+  for (const char* policy : {"max_occupancy", "max_occupancy(prefer_block=0)",
+                             "bytes_in_flight(per_thread=8)", "fixed(block=256)"}) {
     SCOPED_TRACE(policy);
     out.poison();
     bad_shape.zero();
-    const lf::launched l = lf::launch(transpose_rows, lf::use(policy).items({nx, ny}).block_y(8).per_thread_y(4),
-                                      in.ptr, out.ptr, nx, ny, bad_shape.ptr);
+    const lf::launched l =
+        lf::launch(transpose_rows, lf::use(policy).items({nx, ny}).block_y(8).per_thread_y(4), in.ptr,
+                   out.ptr, nx, ny, bad_shape.ptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(l.block, (lf::dims{32, 8, 1}));
     EXPECT_EQ(l.grid, (lf::dims{32, 25, 1}));  // ceil(1000 / 32) x ceil(777 / (8 x 4)): one block per tile
     EXPECT_EQ(l.plan().shape_rule.per_thread_y, 4u);
     EXPECT_EQ(bad_shape.download()[0], 0u);
-    EXPECT_EQ(mismatches(out.download(), expect), 0u) << "block " << l.block.to_string() << " grid "
-                                                      << l.grid.to_string();
+    EXPECT_EQ(mismatches(out.download(), expect), 0u)
+        << "block " << l.block.to_string() << " grid " << l.grid.to_string();
   }
   // The plan launched verbatim keeps its rows per thread: the same grid.
-  const lf::plan& p = lf::plan_for(transpose_rows, lf::max_occupancy(0).items({nx, ny}).block_y(8).per_thread_y(4));
+  const lf::plan& p =
+      lf::plan_for(transpose_rows, lf::max_occupancy(0).items({nx, ny}).block_y(8).per_thread_y(4));
   out.poison();
   const lf::launched again =
       lf::launch(transpose_rows, lf::planned(p).items({nx, ny}), in.ptr, out.ptr, nx, ny, bad_shape.ptr);
@@ -268,7 +274,8 @@ TEST_F(BlockShape, TiledTransposeOf1000x777Is32x8BlocksWith4RowsPerThreadUnderEv
   EXPECT_EQ(mismatches(out.download(), expect), 0u);
 }
 
-// ---- an x the policy chooses, a multiple of the tile's width -------------------------------------------------
+// ---- an x the policy chooses, a multiple of the tile's width
+// -------------------------------------------------
 
 TEST_F(BlockShape, WideTileTransposeIsExactForTheXEachPolicyChooses) {
   const unsigned nx = 1000, ny = 777;
@@ -278,7 +285,9 @@ TEST_F(BlockShape, WideTileTransposeIsExactForTheXEachPolicyChooses) {
   device_buffer<float> in(h.size()), out(h.size());
   device_buffer<unsigned> bad_shape(1);
   in.upload(h);
-  const auto smem = [](int threads) { return std::size_t(tile) * (threads / block_rows + 1) * sizeof(float); };
+  const auto smem = [](int threads) {
+    return std::size_t(tile) * (threads / block_rows + 1) * sizeof(float);
+  };
 
   auto run = [&](const char* what, auto spec) {
     SCOPED_TRACE(what);
@@ -294,21 +303,27 @@ TEST_F(BlockShape, WideTileTransposeIsExactForTheXEachPolicyChooses) {
     EXPECT_EQ(mismatches(out.download(), expect), 0u) << "block " << l.block.to_string();
   };
   run("max_occupancy", lf::max_occupancy().items({nx, ny}).block_y(8).per_thread_y(4).smem_per_block(smem));
-  run("max_occupancy(0)", lf::max_occupancy(0).items({nx, ny}).block_y(8).per_thread_y(4).smem_per_block(smem));
+  run("max_occupancy(0)",
+      lf::max_occupancy(0).items({nx, ny}).block_y(8).per_thread_y(4).smem_per_block(smem));
   run("fixed(512)", lf::fixed(512).items({nx, ny}).block_y(8).per_thread_y(4).smem_per_block(smem));
   run("fixed({64, 8})",
       lf::fixed(lf::dims{64, 8}).items({nx, ny}).block_y(8).per_thread_y(4).smem_per_block(smem));
   // A block the shape cannot make is refused before launching.
   out.poison();
-  EXPECT_THROW(lf::launch(transpose_wide, lf::fixed(lf::dims{32, 16}).items({nx, ny}).block_y(8).per_thread_y(4)
-                                              .smem_per_block(smem),
-                          in.ptr, out.ptr, nx, ny, bad_shape.ptr),
-               lf::error);
+  EXPECT_THROW(
+      lf::launch(transpose_wide,
+                 lf::fixed(lf::dims{32, 16}).items({nx, ny}).block_y(8).per_thread_y(4).smem_per_block(smem),
+                 in.ptr, out.ptr, nx, ny, bad_shape.ptr),
+      lf::error);
   const auto untouched = out.download();
   EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
 
   std::string why;
   if (!load_autotune(why)) GTEST_SKIP() << why;
-  run("autotune", lf::use("autotune(max_trials=16)").items({nx, ny}).block_y(8).per_thread_y(4).smem_per_block(smem)
+  run("autotune", lf::use("autotune(max_trials=16)")
+                      .items({nx, ny})
+                      .block_y(8)
+                      .per_thread_y(4)
+                      .smem_per_block(smem)
                       .rerunnable());
 }
