@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "launch_options.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "launchfit/detail/launch_request.hpp"
@@ -84,6 +85,13 @@ bool parse_key_words(std::string_view rest, stored_key_text& out) {
       if (i != word.size() || i == 6 || k == 0 || k > 0xffffffffu) return false;
       out.options.waves = static_cast<std::uint32_t>(k);
       stage = 3;
+    } else if (word.substr(0, 6) == "shape=" && out.shape.is_default()) {
+      const auto shape = parse_block_shape(word.substr(6));
+      if (!shape || shape->is_default()) return false;
+      out.shape = *shape;
+      out.rest += ' ';
+      out.rest += word;
+      stage = 3;
     } else if (word.substr(0, 7) == "blocks=" || word == "rows=32" || word.substr(0, 4) == "sms=" ||
                word.substr(0, 7) == "family=" ||
                (!out.rest.empty() && word.find('=') == std::string_view::npos)) {
@@ -119,6 +127,46 @@ std::optional<stored_key_text> parse_key_text(std::string_view text) {
   return out;
 }
 
+std::optional<block_shape> parse_block_shape(std::string_view text) {
+  // "x=<m>n" then ",y=", ",z=", ",per_thread_y=" in that order, each at most once; numbers without signs.
+  const auto number = [&text](std::uint64_t most) -> std::optional<std::uint64_t> {
+    std::size_t i = 0;
+    std::uint64_t v = 0;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9' && i < 10) v = v * 10 + (text[i++] - '0');
+    if (i == 0 || v == 0 || v > most) return std::nullopt;
+    text.remove_prefix(i);
+    return v;
+  };
+  const auto word = [&text](std::string_view w) {
+    if (text.substr(0, w.size()) != w) return false;
+    text.remove_prefix(w.size());
+    return true;
+  };
+  block_shape b;
+  if (!word("x=")) return std::nullopt;
+  const auto m = number(1024);
+  if (!m || !word("n")) return std::nullopt;
+  b.x_multiple = static_cast<std::uint16_t>(*m);
+  if (word(",y=")) {
+    const auto y = number(1024);
+    if (!y) return std::nullopt;
+    b.y = static_cast<std::uint16_t>(*y);
+  }
+  if (word(",z=")) {
+    const auto z = number(64);
+    if (!z || *z == 1) return std::nullopt;
+    b.z = static_cast<std::uint16_t>(*z);
+  }
+  if (word(",per_thread_y=")) {
+    const auto k = number(0xffffffffu);
+    if (!k || *k == 1) return std::nullopt;
+    b.per_thread_y = static_cast<std::uint32_t>(*k);
+  }
+  if (!text.empty()) return std::nullopt;
+  if (b.x_multiple == 32) b.x_multiple = 0;  // to_string() writes the default multiple as 32
+  return b;
+}
+
 std::optional<std::size_t> fixed_smem_of(std::string_view smem_rule_text) {
   if (smem_rule_text.substr(0, 6) != "bytes=" || smem_rule_text.size() == 6 || smem_rule_text.size() > 6 + 19)
     return std::nullopt;
@@ -143,6 +191,11 @@ std::string stored_plan_mismatch(const stored_key_text& key, const plan& p) {
   if (plan_cluster != o.has_cluster() || (plan_cluster && p.cluster != o.cluster))
     return "the entry's plan has cluster " + (plan_cluster ? p.cluster.to_string() : std::string("none")) +
            ", its key " + (o.has_cluster() ? "cluster " + o.cluster.to_string() : std::string("none"));
+  if (!key.shape.is_default() &&
+      (!key.shape.fits(p.block) ||
+       !key.shape.allows(static_cast<int>(std::min<unsigned long long>(p.block.count(), 1u << 20)))))
+    return "the entry's plan has block " + p.block.to_string() +
+           ", which does not have its key's block shape " + key.shape.to_string();
   if (o.smem_rule == 0 && p.dynamic_smem_bytes != o.smem_bytes)
     return "the entry's plan has " + std::to_string(p.dynamic_smem_bytes) + " B of dynamic smem, its key " +
            std::to_string(o.smem_bytes) + " B";

@@ -35,9 +35,14 @@ std::string key_text(const launch_options& o);
 struct stored_key_text {
   std::string policy;        // up to and including the policy's closing ')'
   launch_options options;    // cooperative, cluster, programmatic, waves as the key says (smem: see below)
+  block_shape shape;         // the block shape its " shape=" word says (the default without one)
   std::string rest;          // the other suffix words, with their leading spaces
 };
 std::optional<stored_key_text> parse_key_text(std::string_view text);
+
+// A block shape from its text (block_shape::to_string(): "x=32n,y=3,per_thread_y=4"), or nullopt when the
+// text is not one a valid shape writes.
+std::optional<block_shape> parse_block_shape(std::string_view text);
 
 // The fixed dynamic smem a stored key's smem rule text says ("bytes=4096" → 4096), or nullopt for a rule of
 // the block size ("fn=...") or a malformed text.
@@ -45,8 +50,9 @@ std::optional<std::size_t> fixed_smem_of(std::string_view smem_rule_text);
 
 // Why a stored plan does not launch as its key says ("the entry's plan is cooperative, its key is not"),
 // or an empty string: cooperative, cluster dims, PDL and fixed dynamic smem (key.options.smem_bytes, when
-// key.options.smem_rule is 0) must be exactly the key's, and the plan's policy text (when it has one) the
-// key's policy. A rule's smem is checked against the rule at launch.
+// key.options.smem_rule is 0) must be exactly the key's, the plan's block must have the key's block shape,
+// and the plan's policy text (when it has one) the key's policy. A rule's smem is checked against the rule at
+// launch.
 std::string stored_plan_mismatch(const stored_key_text& key, const plan& p);
 
 }  // namespace launchfit::detail

@@ -202,6 +202,7 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   if (r.smem_fn) q.smem_per_block = *r.smem_fn;
   q.work_hint = r.shape;
   q.blocks = r.blocks;
+  q.shape_rule = r.shape_rule;
   q.cluster = need.cluster;
   q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
   if (cache_file_open() && !bytes_in_flight_overridden(dev.cc())) {
@@ -227,7 +228,8 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   block_rule members = block_rule::one_of({});
   members.invalid = false;
   for (int b : fam.blocks)
-    if (r.blocks.allows(b) && members.count < 16) members.values[members.count++] = static_cast<std::uint16_t>(b);
+    if (r.blocks.allows(b) && (r.shape_rule.is_default() || r.shape_rule.allows(b)) && members.count < 16)
+      members.values[members.count++] = static_cast<std::uint16_t>(b);
   if (members.count == 0) {
     throw error(
         errc::invalid_policy, "launchfit::family",
@@ -438,6 +440,7 @@ std::string decided_by_text(const std::string& policy_text, const launch_request
   std::string s = policy_text + key_text(need);
   if (!r.blocks.is_any()) s += " blocks=" + r.blocks.to_string();
   if (r.shape.rank >= 2) s += " rows=32";
+  if (!r.shape_rule.is_default()) s += " shape=" + r.shape_rule.to_string();
   if (q.device.sm_count > 0 && r.options.sm_budget > 0 && r.options.sm_budget <= q.device.sm_count)
     s += " sms=" + std::to_string(q.device.sm_count);
   if (r.options.waves != 0 && r.shape.kind == work::shape::grid_stride) s += " waves=" + std::to_string(r.options.waves);
@@ -785,7 +788,8 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
   }
   const dims before = p.block;
   shape_block(q, p);
-  changed = changed || p.block != before;
+  // A block shape is checked (and carried, for the grid's rows per thread) on every plan, a trial's too.
+  changed = changed || p.block != before || p.shape_rule != q.shape_rule;
   const bool made_cooperative = need.cooperative && !p.cooperative;
   if (made_cooperative) p.cooperative = true;
   if (changed || made_cooperative) validate_plan(q, p);  // co-residency, resident clusters, the device's limits
@@ -794,8 +798,9 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
 
 bool same_launch(const plan& a, const plan& b) noexcept {
   return a.block == b.block && a.grid == b.grid && a.blocks_per_sm == b.blocks_per_sm &&
-         a.dynamic_smem_bytes == b.dynamic_smem_bytes && a.cooperative == b.cooperative && a.cluster == b.cluster &&
-         a.programmatic == b.programmatic && a.sm_count == b.sm_count && a.full_grid == b.full_grid;
+         a.shape_rule == b.shape_rule && a.dynamic_smem_bytes == b.dynamic_smem_bytes &&
+         a.cooperative == b.cooperative && a.cluster == b.cluster && a.programmatic == b.programmatic &&
+         a.sm_count == b.sm_count && a.full_grid == b.full_grid;
 }
 
 std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need, const plan* computed,

@@ -33,16 +33,18 @@ inline std::uint64_t launch_bits(const launch_request& r) noexcept { return key_
 // Set in the key of a plan made by an override (under its own policy hash and bucket).
 inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
 
-// What shapes the block and the resident grid beyond the policy: the block rule, multi-dimensional work (its
-// blocks are shaped in rows of 32), the SM budget and a grid_stride launch's waves cap (a tuning policy
-// times its candidates under it). 0 when none is given.
+// What shapes the block and the resident grid beyond the policy: the block rule, the block shape (block_y,
+// x multiple, rows per thread), multi-dimensional work (its blocks are shaped in rows of 32), the SM budget
+// and a grid_stride launch's waves cap (a tuning policy times its candidates under it). 0 when none is given.
 inline std::uint64_t shape_bits(const launch_request& r) noexcept {
   const std::uint64_t rule = r.blocks.k == block_rule::kind::any ? 0 : r.blocks.hash();
+  const std::uint64_t shape = r.shape_rule.hash();
   const std::uint64_t waves = r.shape.kind == work::shape::grid_stride ? r.options.waves : 0;
   const std::uint64_t extra = (r.shape.rank >= 2 ? 2u : 0u) |
                               (static_cast<std::uint64_t>(r.options.sm_budget & 0xffffff) << 8) | (waves << 32);
-  if ((rule | extra) == 0) return 0;
-  return hash_combine(rule, extra) | 1;
+  if ((rule | extra | shape) == 0) return 0;
+  const std::uint64_t h = hash_combine(rule, extra);
+  return (shape ? hash_combine(h, shape) : h) | 1;
 }
 
 // Everything a plan depends on: the request's own fields and the generation of the process-wide inputs

@@ -301,6 +301,7 @@ double time_plan_cb(void* ctx, const launchfit_plan* c) {
   const auto& q = *static_cast<const query*>(ctx);
   try {
     plan p = from_c(*c, q);
+    shape_block(q, p);  // a 1-D candidate in the launch's block shape, as its launch would run it
     validate_plan(q, p);
     return q.time_plan(p);
   } catch (...) {
@@ -435,6 +436,7 @@ class plugin_policy final : public policy_base {
     try {
       plan p = from_c(cp, q);
       plan checked = p;
+      shape_block(q, checked);
       validate_plan(q, checked);  // here, so an invalid plan can fall back; choose() validates again
       return p;
     } catch (const error& e) {

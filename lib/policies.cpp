@@ -56,6 +56,7 @@ std::string plan::to_string() const {
   if (full_grid) s += " full-grid";
   if (programmatic) s += " pdl";
   if (cluster.count() > 1) s += " cluster=" + cluster.to_string();
+  if (!shape_rule.is_default()) s += " shape=" + shape_rule.to_string();
   if (!policy.empty()) s += " policy=" + policy;
   return s;
 }
@@ -134,10 +135,14 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
   } else if (w.kind == work::shape::none) {
     g = dims{static_cast<unsigned>(resident), 1, 1};  // whole clusters: resident is a multiple of the cluster
   } else {
-    const unsigned bx = w.rank <= 1 ? static_cast<unsigned>(p.block_threads) : p.block.x;
+    // With a block shape the block's x covers x (1-D work too); without, a 1-D work's block is its threads.
+    const bool shaped = !p.shape_rule.is_default();
+    const unsigned bx = w.rank <= 1 && !shaped ? static_cast<unsigned>(p.block_threads) : p.block.x;
     const std::uint64_t per_block = static_cast<std::uint64_t>(bx) * std::max<std::uint32_t>(w.per_thread, 1);
+    const std::uint64_t rows =
+        static_cast<std::uint64_t>(p.block.y) * std::max<std::uint32_t>(p.shape_rule.per_thread_y, 1);
     std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.cluster.x);
-    std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, p.block.y), p.cluster.y) : 1;
+    std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, rows), p.cluster.y) : 1;
     std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.cluster.z) : 1;
     if (w.kind == work::shape::grid_stride && (!p.full_grid || w.waves != 0)) {
       const std::uint64_t cap = static_cast<std::uint64_t>(resident) * std::max<std::uint32_t>(w.waves, 1);
@@ -181,6 +186,23 @@ std::uint64_t block_rule::hash() const noexcept {
   h = detail::hash_combine(h, multiple + (invalid ? 0x10000u : 0u));
   for (int i = 0; i < count; ++i) h = detail::hash_combine(h, values[i]);
   return h | 1;
+}
+
+std::uint64_t block_shape::hash() const noexcept {
+  if (is_default()) return 0;
+  std::uint64_t h = detail::hash_combine(0x6c66736861706500ULL, y);
+  h = detail::hash_combine(h, z);
+  h = detail::hash_combine(h, x_step());
+  h = detail::hash_combine(h, std::max<std::uint32_t>(per_thread_y, 1));
+  return detail::hash_combine(h, invalid ? 1 : 0) | 1;
+}
+
+std::string block_shape::to_string() const {
+  std::string s = "x=" + std::to_string(x_step()) + "n";
+  if (y) s += ",y=" + std::to_string(y);
+  if (z != 1) s += ",z=" + std::to_string(z);
+  if (per_thread_y > 1) s += ",per_thread_y=" + std::to_string(per_thread_y);
+  return invalid ? "invalid(" + s + ")" : s;
 }
 
 std::string block_rule::to_string() const {
@@ -251,13 +273,34 @@ void validate_plan(const query& q, plan& p) {
                                         std::to_string(q.kernel.max_threads_per_block) +
                                         " (its __launch_bounds__ or register use)");
   }
+  const block_shape& shape = q.shape_rule;
+  if (shape.invalid) {
+    throw plan_error(q, p, "shape",
+                     "the launch's block shape " + shape.to_string() +
+                         " has no block: y and the x multiple must be at most 1024, z at most 64");
+  }
   if (!q.allows(p.block_threads)) {
-    throw plan_error(q, p, "block", "block of " + std::to_string(p.block_threads) + " threads is not allowed: " +
-                                        (q.blocks.allows(p.block_threads)
-                                             ? std::string("multi-dimensional work needs rows of 32 threads")
-                                             : "the launch's block rule is " + q.blocks.to_string()));
+    std::string why;
+    if (!q.blocks.allows(p.block_threads)) {
+      why = "the launch's block rule is " + q.blocks.to_string();
+    } else if (!shape.is_default()) {
+      why = "the launch's block shape " + shape.to_string() + " needs a multiple of " +
+            std::to_string(shape.thread_step()) + " threads";
+    } else {
+      why = "multi-dimensional work needs rows of 32 threads";
+    }
+    throw plan_error(q, p, "block",
+                     "block of " + std::to_string(p.block_threads) + " threads is not allowed: " + why);
+  }
+  if (!shape.is_default() && !shape.fits(p.block)) {
+    throw plan_error(q, p, "block",
+                     "block " + p.block.to_string() + " does not have the launch's block shape " +
+                         shape.to_string() + " (x a multiple of " + std::to_string(shape.x_step()) +
+                         (shape.y ? ", y " + std::to_string(shape.y) : std::string()) + ", z " +
+                         std::to_string(shape.z) + ")");
   }
   p.blocks = q.blocks.is_any() ? std::string() : q.blocks.to_string();
+  p.shape_rule = shape;
   p.dynamic_smem_bytes = q.smem_for(p.block_threads);
   const std::size_t total_smem = p.dynamic_smem_bytes + q.kernel.static_smem_bytes;
   if (total_smem > q.device.smem_per_block_optin_bytes) {
@@ -345,6 +388,13 @@ void validate_plan(const query& q, plan& p) {
 }
 
 void shape_block(const query& q, plan& p) {
+  if (!q.shape_rule.is_default()) {
+    // A policy's own 2-D or 3-D block is kept (validation checks it has the shape); a total the shape cannot
+    // make is left for validation to name.
+    if (p.block.y != 1 || p.block.z != 1 || !q.shape_rule.allows(static_cast<int>(p.block.x))) return;
+    p.block = q.shape_rule.block_for(static_cast<int>(p.block.x));
+    return;
+  }
   if (q.work_hint.rank <= 1 || p.block.y != 1 || p.block.z != 1 || p.block.x <= 32 || p.block.x % 32 != 0) return;
   p.block = dims{32, p.block.x / 32, 1};
 }
@@ -371,7 +421,8 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
   auto fits = [&q](int block) {
     return q.smem_for(block) + q.kernel.static_smem_bytes <= q.device.smem_per_block_optin_bytes;
   };
-  if (q.blocks.is_any() && q.cluster.count() <= 1) {
+  const bool any_block = q.blocks.is_any() && q.shape_rule.is_default();
+  if (any_block && q.cluster.count() <= 1) {
     return detail::search_potential_block(
         limit, q.device.warp_size, q.device.max_threads_per_sm,
         [&](int block) { return fits(block) ? q.active_blocks_for(block) : 0; }, prefer_block);
@@ -381,7 +432,7 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
   long long best_threads = 0;
   for (int block = 1; block <= limit; ++block) {
     // Any size the rule allows; without a rule (a cluster launch) the sizes cuOccupancyMaxPotentialBlockSize tries.
-    if (q.blocks.is_any() ? (block % warp != 0 && block != limit) : !q.allows(block)) continue;
+    if (any_block ? (block % warp != 0 && block != limit) : !q.allows(block)) continue;
     if (!fits(block)) continue;
     const int per_sm = q.active_blocks_for(block);
     if (per_sm <= 0) continue;
@@ -450,7 +501,8 @@ std::uint64_t small_work_bucket(const work& w) {
 // block that does not; work of fewer than two warps per SM is left alone. Returns false when the plan is
 // left alone.
 bool fill_the_sms(const query& q, plan& p, std::uint64_t bucket) {
-  if (bucket == 0 || p.block.count() <= 32) return false;
+  // A block shape: how many blocks 1-D work makes depends on the shape's rows, not on the threads alone.
+  if (bucket == 0 || p.block.count() <= 32 || !q.shape_rule.is_default()) return false;
   const std::uint64_t threads = std::uint64_t{1} << (bucket - 1);
   const int sms = q.device.sm_count;
   const std::uint64_t wanted = (static_cast<std::uint64_t>(sms) * 95 + 99) / 100;

@@ -666,6 +666,23 @@ TEST_F(Autotune, TimesAndChoosesOnlyBlocksTheRuleAllows) {
   for (const auto& [block, bps] : t2.timed()) EXPECT_TRUE(block == 160 || block == 352) << block;
 }
 
+// A block shape (a kernel that fixes block y at 3): every candidate timed, and the plan chosen, is a total
+// the shape can make, and the plan comes back shaped {bx, 3}.
+TEST_F(Autotune, TimesAndChoosesOnlyTotalsTheBlockShapeAllows) {
+  lf::work w{lf::work::shape::items, 1u << 20, 1};
+  w.rank = 2;
+  w.ny = 3;
+  lf::query q = h200_query(w);
+  q.shape_rule.y = 3;
+  fake_timer timer([](int block, int) { return 1.0 + std::abs(block - 384) / 1024.0; });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=40)")->choose(q);
+  EXPECT_EQ(p.block, (lf::dims{128, 3, 1})) << p.to_string() << "; " << p.reason;
+  EXPECT_EQ(p.shape_rule, q.shape_rule);
+  ASSERT_GT(timer.calls(), 0);
+  for (const auto& [block, bps] : timer.timed()) EXPECT_EQ(block % 96, 0) << block << "x" << bps;
+}
+
 // 2-D and 3-D work is sized and bucketed by all of its items, not its rows.
 TEST_F(Autotune, BucketsMultiDimensionalWorkByAllItems) {
   const auto policy = lf::policy_from_string("autotune");

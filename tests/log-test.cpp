@@ -99,6 +99,32 @@ TEST(Log, JsonLineIsOneValidObjectWithTheSameFacts) {
   EXPECT_TRUE(j.contains("limiter"));
 }
 
+TEST(Log, ABlockShapeIsInBothLinesWithTheGridItMade) {
+  // A cuda-samples transpose: 32x8 blocks, 4 rows per thread over a 1000 x 777 matrix.
+  lf::query q;
+  q.device = lf::device_limits::for_arch("H200");
+  q.kernel = lf::kernel_resources::manual(32, 32 * 33 * 4, 256, "_Z9transposePKfPfjj");
+  q.work_hint = {lf::work::shape::items, 1000, 1};
+  q.work_hint.rank = 2;
+  q.work_hint.ny = 777;
+  q.shape_rule.y = 8;
+  q.shape_rule.per_thread_y = 4;
+  lf::detail::plan_report r = sample_report();
+  r.kernel = q.kernel;
+  r.plan = lf::max_occupancy_policy{}.choose(q);
+  r.first_work = q.work_hint;
+  const std::string text = lf::detail::format_plan(r, lf::log_format::text);
+  for (const char* field : {"block=32x8", " shape=x=32n,y=8,per_thread_y=4", "first_grid=32x25"})
+    EXPECT_NE(text.find(field), std::string::npos) << "missing " << field << " in: " << text;
+  const auto j = nlohmann::json::parse(lf::detail::format_plan(r, lf::log_format::json));
+  EXPECT_EQ(j["block_shape"], "x=32n,y=8,per_thread_y=4");
+  EXPECT_EQ(j["first_grid"], "32x25");
+  // Without a shape, neither line has the field.
+  EXPECT_EQ(lf::detail::format_plan(sample_report(), lf::log_format::text).find("shape="), std::string::npos);
+  EXPECT_FALSE(nlohmann::json::parse(lf::detail::format_plan(sample_report(), lf::log_format::json))
+                   .contains("block_shape"));
+}
+
 TEST(Log, NewPlanIsOneInfoLineAndASpillWarnsOncePerKernel) {
   captured c;
   lf::detail::plan_report r = sample_report(64);

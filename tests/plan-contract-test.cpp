@@ -268,6 +268,10 @@ TEST(PlanIdentity, EveryLaunchOptionAndShapeIsInTheKey) {
       key_of(lf::max_occupancy().items(16384)),  // small work: its own bucket
       key_of(lf::max_occupancy(128).items(1 << 22)),
       key_of(lf::max_occupancy().items({2048, 2048})),
+      key_of(lf::max_occupancy().items({2048, 2048}).block_y(8)),
+      key_of(lf::max_occupancy().items({2048, 2048}).block_y(8).per_thread_y(4)),
+      key_of(lf::max_occupancy().items({2048, 2048}).block_x_multiple(64)),
+      key_of(lf::max_occupancy().items({2048, 2048}).block_y(8).block_z(2)),
       key_of(lf::max_occupancy().grid_stride(1 << 22).waves(1)),
       key_of(lf::max_occupancy().grid_stride(1 << 22).waves(2)),
   };

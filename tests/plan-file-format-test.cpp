@@ -162,6 +162,31 @@ TEST(StoredEntry, AMalformedKeyTextIsRefused) {
 
 // The smem rule is a launch option too: a plan whose dynamic smem is not the fixed bytes its key names would
 // launch the kernel with other shared memory than its launches ask for.
+TEST(StoredEntry, APlanWithoutItsKeysBlockShapeIsRefusedNamingTheEntry) {
+  // A quasirandom generator's launch: block {bx, 3}; a 256-thread plan in rows of 32 is not one.
+  ld::stored_entry rows = entry("_Z4qrngPf", plain + " rows=32 shape=x=32n,y=3");
+  rows.plan.block = lf::dims{32, 8, 1};
+  ld::stored_entry shaped = entry("_Z5qrng2Pf", plain + " rows=32 shape=x=32n,y=3");
+  shaped.plan.block = lf::dims{64, 3, 1};
+  shaped.plan.block_threads = 192;
+  ld::stored_entry transpose = entry("_Z9transposePf", plain + " rows=32 shape=x=32n,y=8,per_thread_y=4");
+  transpose.plan.block = lf::dims{32, 8, 1};
+  EXPECT_EQ(ld::validate_stored_entry(shaped), "");
+  EXPECT_EQ(ld::validate_stored_entry(transpose), "");
+  EXPECT_EQ(ld::validate_stored_entry(rows),
+            "the entry's plan has block 32x8, which does not have its key's block shape x=32n,y=3");
+  const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file({rows, shaped, transpose}));
+  EXPECT_EQ(c.entries.size(), 2u) << all(c.problems);
+  EXPECT_EQ(c.refused, 1u);
+  EXPECT_TRUE(has(all(c.problems), "entry 0 (kernel _Z4qrngPf): the entry's plan has block 32x8"))
+      << all(c.problems);
+  // A shape word that no shape writes makes the key malformed.
+  for (const std::string bad :
+       {plain + " shape=y=3", plain + " shape=x=32n,y=3 shape=x=32n,y=3", plain + " shape=x=32n"}) {
+    EXPECT_TRUE(has(ld::validate_stored_entry(entry("_Z3badPf", bad)), "is not a policy followed by")) << bad;
+  }
+}
+
 TEST(StoredEntry, APlanWhoseSmemIsNotItsKeysFixedBytesIsRefused) {
   ld::stored_entry e = entry("_Z4smemPf", plain);
   e.plan.dynamic_smem_bytes = 4096;  // under "bytes=0"

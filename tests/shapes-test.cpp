@@ -4,7 +4,9 @@
 // calculator (or a fake oracle) answers; tests/gpu/{shapes,cluster,pdl}-test.cu launch on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -316,6 +318,201 @@ TEST(Shape, AStoredTuningPlanMustHaveTheShapeThisLaunchMakes) {
   EXPECT_TRUE(has(ld::check_stored_plan(q, other, {}, nullptr), "block shape this launch does not make"));
   lf::plan flat = plan_of({256, 1, 1}, 8, 132);
   EXPECT_NE(ld::check_stored_plan(q, flat, {}, nullptr), "");  // a 1-D block for 2-D work
+}
+
+// ---- block shapes: a y the kernel fixes, x multiples, rows per thread
+// ----------------------------------------
+
+namespace {
+
+lf::block_shape shape_of(unsigned y, unsigned x_multiple = 0, std::uint32_t per_thread_y = 1,
+                         unsigned z = 1) {
+  lf::block_shape b;
+  b.y = static_cast<std::uint16_t>(y);
+  b.x_multiple = static_cast<std::uint16_t>(x_multiple);
+  b.per_thread_y = per_thread_y;
+  b.z = static_cast<std::uint16_t>(z);
+  return b;
+}
+
+// A quasirandom generator's launch: 3 dimensions in threadIdx.y, block {bx, 3}, items({n, 3}).
+lf::query quasirandom_query(int regs = 32) {
+  lf::query q = h200_query(regs);
+  q.work_hint = items2(1u << 20, 3);
+  q.shape_rule = shape_of(3);
+  return q;
+}
+
+}  // namespace
+
+TEST(BlockShape, AllowsTheTotalsItCanShapeAndShapesThem) {
+  const lf::block_shape three = shape_of(3);
+  EXPECT_FALSE(three.is_default());
+  EXPECT_EQ(three.thread_step(), 96u);
+  for (int t : {96, 192, 288, 960}) EXPECT_TRUE(three.allows(t)) << t;
+  for (int t : {32, 64, 100, 256, 1024}) EXPECT_FALSE(three.allows(t)) << t;
+  EXPECT_EQ(three.block_for(192), (lf::dims{64, 3, 1}));
+  EXPECT_TRUE(three.fits({64, 3, 1}));
+  EXPECT_FALSE(three.fits({48, 3, 1}));  // x not a multiple of 32
+  EXPECT_FALSE(three.fits({32, 8, 1}));
+  // Free y with a tile width: {m, threads / m}.
+  const lf::block_shape tile64 = shape_of(0, 64);
+  EXPECT_EQ(tile64.block_for(256), (lf::dims{64, 4, 1}));
+  EXPECT_FALSE(tile64.allows(96));
+  EXPECT_TRUE(tile64.fits({128, 2, 1}));
+  // Fixed y and z, x a multiple of 8: {threads / (y z), y, z}.
+  const lf::block_shape box = shape_of(4, 8, 1, 2);
+  EXPECT_EQ(box.block_for(128), (lf::dims{16, 4, 2}));
+  EXPECT_FALSE(box.allows(96));  // 96 / 8 = 12, not a multiple of 8
+  // 32 is the default multiple; per_thread_y 0 is 1.
+  EXPECT_TRUE(shape_of(0, 32).is_default());
+  EXPECT_TRUE(shape_of(0, 0, 0).is_default());
+  EXPECT_EQ(shape_of(3, 32), three);
+  EXPECT_EQ(shape_of(3, 32).hash(), three.hash());
+}
+
+TEST(BlockShape, NamesItselfWithoutSpacesAndReadsBack) {
+  EXPECT_EQ(shape_of(3).to_string(), "x=32n,y=3");
+  EXPECT_EQ(shape_of(8, 0, 4).to_string(), "x=32n,y=8,per_thread_y=4");
+  EXPECT_EQ(shape_of(4, 8, 1, 2).to_string(), "x=8n,y=4,z=2");
+  for (const lf::block_shape& b : {shape_of(3), shape_of(8, 0, 4), shape_of(4, 8, 1, 2), shape_of(0, 64)}) {
+    const auto back = ld::parse_block_shape(b.to_string());
+    ASSERT_TRUE(back.has_value()) << b.to_string();
+    EXPECT_EQ(*back, b) << b.to_string();
+  }
+  for (const char* bad : {"", "x=32", "x=0n", "x=2000n", "x=32n,y=3,y=4", "y=3", "x=32n,z=65",
+                          "x=32n,per_thread_y=0", "x=32n,y=3 ", "x=-32n", "invalid(x=32n)"})
+    EXPECT_FALSE(ld::parse_block_shape(bad).has_value()) << bad;
+}
+
+TEST(BlockShape, EveryBuiltInPolicyChoosesATotalTheShapeAllowsAndShapesIt) {
+  for (int regs : {16, 32, 40, 56, 72, 96, 128, 168, 255}) {
+    const lf::query q = quasirandom_query(regs);
+    lf::query resident = q;
+    resident.work_hint = lf::work{};  // cooperative: one full wave
+    const lf::plan mo = lf::max_occupancy_policy{}.choose(q);
+    const lf::plan mo0 = lf::max_occupancy_policy{lf::max_occupancy_params{0, 0}}.choose(q);
+    const lf::plan bif = lf::bytes_in_flight_policy{lf::bytes_in_flight_params{16, 0, 256}}.choose(q);
+    const lf::plan coop = lf::cooperative_policy{}.choose(resident);
+    const lf::plan fixed = lf::fixed_policy{lf::fixed_params{192, 0}}.choose(q);
+    for (const lf::plan* p : {&mo, &mo0, &bif, &coop, &fixed}) {
+      EXPECT_EQ(p->block.y, 3u) << regs << " regs: " << p->to_string();
+      EXPECT_EQ(p->block.z, 1u) << regs << " regs: " << p->to_string();
+      EXPECT_EQ(p->block.x % 32, 0u) << regs << " regs: " << p->to_string();
+      EXPECT_EQ(p->shape_rule, q.shape_rule) << p->to_string();
+      EXPECT_TRUE(has(p->to_string(), " shape=x=32n,y=3")) << p->to_string();
+    }
+    EXPECT_EQ(fixed.block, (lf::dims{64, 3, 1}));
+    // The driver's choice under the shape: the most resident threads among the totals it allows.
+    int best = 0;
+    for (int t = 96; t <= q.max_block_threads(); t += 96) best = std::max(best, t * q.active_blocks_for(t));
+    EXPECT_EQ(static_cast<int>(mo0.block.count()) * mo0.blocks_per_sm, best)
+        << regs << " regs: " << mo0.to_string();
+  }
+  // A block the shape cannot make is refused, naming the shape.
+  const lf::query q = quasirandom_query();
+  EXPECT_EQ(q.active_blocks_for(256), 0);  // plugins see it through the oracle
+  EXPECT_GT(q.active_blocks_for(288), 0);
+  std::string m = message_of([&] { lf::fixed_policy{lf::fixed_params{256, 0}}.choose(q); });
+  EXPECT_TRUE(
+      has(m,
+          "block of 256 threads is not allowed: the launch's block shape x=32n,y=3 needs a multiple of 96 "
+          "threads"))
+      << m;
+  EXPECT_TRUE(has(m, launchfit_test::h200_kernel_demangled)) << m;
+  m = message_of([&] { lf::fixed_dims_policy{lf::fixed_dims_params{96, 2, 1, 0, 1, 1}}.choose(q); });
+  EXPECT_TRUE(has(m, "block 96x2 does not have the launch's block shape x=32n,y=3")) << m;
+  const lf::plan own = lf::fixed_dims_policy{lf::fixed_dims_params{32, 3, 1, 0, 1, 1}}.choose(q);
+  EXPECT_EQ(own.block, (lf::dims{32, 3, 1}));
+  // A shape no block has is refused as such.
+  lf::query bad = q;
+  bad.shape_rule.invalid = true;
+  m = message_of([&] { lf::max_occupancy_policy{}.choose(bad); });
+  EXPECT_TRUE(has(m, "validate(shape)")) << m;
+}
+
+TEST(BlockShape, TheTransposeShapeGives32x8BlocksUnderLaunchBoundsOf256) {
+  // cuda-samples' transpose: a 32x32 tile, block 32x8, 4 rows per thread, __launch_bounds__(256).
+  lf::query q = h200_query();
+  q.kernel.max_threads_per_block = 256;
+  q.kernel.static_smem_bytes = 32 * 33 * 4;
+  q.work_hint = items2(1000, 777);
+  q.shape_rule = shape_of(8, 0, 4);
+  for (const lf::plan& p : {lf::max_occupancy_policy{}.choose(q),
+                            lf::max_occupancy_policy{lf::max_occupancy_params{0, 0}}.choose(q),
+                            lf::bytes_in_flight_policy{lf::bytes_in_flight_params{8, 0, 256}}.choose(q),
+                            lf::fixed_policy{lf::fixed_params{256, 0}}.choose(q)}) {
+    EXPECT_EQ(p.block, (lf::dims{32, 8, 1})) << p.to_string();
+    // grid = ceil(1000 / 32) x ceil(777 / (8 x 4)): one block per 32x32 tile.
+    EXPECT_EQ(lf::grid_for(p, items2(1000, 777)), (lf::dims{32, 25, 1})) << p.to_string();
+  }
+}
+
+TEST(BlockShape, TheGridFollowsTheShape) {
+  lf::plan transpose = plan_of({32, 8, 1}, 8, 132);
+  transpose.shape_rule = shape_of(8, 0, 4);
+  EXPECT_EQ(lf::grid_for(transpose, items2(1000, 777)), (lf::dims{32, 25, 1}));
+  EXPECT_EQ(lf::grid_for(transpose, items2(1024, 1024)), (lf::dims{32, 32, 1}));
+  lf::plan rows = plan_of({64, 4, 1}, 8, 132);
+  rows.shape_rule = shape_of(0, 64, 2);  // free y: 4 rows of 64, 2 rows each: 8 rows per block
+  EXPECT_EQ(lf::grid_for(rows, items2(1000, 777)), (lf::dims{16, 98, 1}));
+  // 1-D work with a shape runs along block x: the quasirandom generator's items(n), grid_stride(n), none.
+  lf::plan qrng = plan_of({64, 3, 1}, 10, 132);
+  qrng.shape_rule = shape_of(3);
+  EXPECT_EQ(lf::grid_for(qrng, lf::work{lf::work::shape::items, 100000, 1}), (lf::dims{1563, 1, 1}));
+  EXPECT_EQ(lf::grid_for(qrng, items2(100000, 3)), (lf::dims{1563, 1, 1}));
+  EXPECT_EQ(lf::grid_for(qrng, lf::work{lf::work::shape::grid_stride, 1u << 30, 1}), (lf::dims{1320, 1, 1}));
+  EXPECT_EQ(lf::grid_for(qrng, lf::work{}), (lf::dims{1320, 1, 1}));
+  // Without a shape a 2-D block over 1-D work still covers its threads, as before.
+  lf::plan plain = plan_of({64, 3, 1}, 10, 132);
+  EXPECT_EQ(lf::grid_for(plain, lf::work{lf::work::shape::items, 100000, 1}), (lf::dims{521, 1, 1}));
+}
+
+TEST(BlockShape, StoredPlansMustHaveTheShape) {
+  lf::query q = quasirandom_query();
+  lf::plan rows_of_32 = plan_of({32, 8, 1}, 8, 132);  // what the launch made before the shape was given
+  EXPECT_NE(ld::check_stored_plan(q, rows_of_32, {}, nullptr), "");
+  lf::plan flat = plan_of({96, 1, 1}, 8, 132);
+  EXPECT_TRUE(has(ld::check_stored_plan(q, flat, {}, nullptr), "block shape this launch does not make"));
+  lf::plan wide = plan_of({64, 3, 1}, 10, 132);
+  EXPECT_EQ(ld::check_stored_plan(q, wide, {}, nullptr), "");
+  EXPECT_EQ(wide.shape_rule, q.shape_rule);  // carried, for the grid
+  // A built-in policy's stored plan is held to the rule by validation too.
+  lf::plan computed = lf::max_occupancy_policy{}.choose(q);
+  lf::plan other = plan_of({64, 4, 1}, 8, 132);
+  EXPECT_THROW(ld::check_stored_plan(q, other, {}, &computed), lf::error);
+}
+
+TEST(BlockShape, IsPartOfThePlanKey) {
+  ld::launch_request base = ld::make_request(lf::max_occupancy().items({4096, 3}));
+  std::set<std::uint64_t> keys{ld::shape_bits(base)};
+  for (const auto& s :
+       {lf::max_occupancy().items({4096, 3}).block_y(3), lf::max_occupancy().items({4096, 3}).block_y(4),
+        lf::max_occupancy().items({4096, 3}).block_y(3).block_z(2),
+        lf::max_occupancy().items({4096, 3}).block_y(3).per_thread_y(2),
+        lf::max_occupancy().items({4096, 3}).block_x_multiple(64),
+        lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(64),
+        lf::max_occupancy().items({4096, 3}).per_thread_y(4)}) {
+    keys.insert(ld::shape_bits(ld::make_request(s)));
+  }
+  EXPECT_EQ(keys.size(), 8u);
+  // The default multiple spelled out is the same launch, and the same key.
+  EXPECT_EQ(
+      ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(32))),
+      ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3))));
+}
+
+TEST(BlockShape, SettersReachTheRequestAndPlannedPassesItOn) {
+  const auto s = lf::max_occupancy().items({1000, 777}).block_y(8).per_thread_y(4).block_x_multiple(64);
+  const ld::launch_request r = ld::make_request(s);
+  EXPECT_EQ(r.shape_rule, shape_of(8, 64, 4));
+  EXPECT_EQ(lf::fixed(256).block_y(2000).shape_rule().invalid, true);
+  EXPECT_EQ(lf::fixed(256).block_z(65).shape_rule().invalid, true);
+  EXPECT_EQ(lf::fixed(256).per_thread_y(0).shape_rule().per_thread_y, 1u);
+  lf::plan p = plan_of({64, 8, 1}, 4, 132);
+  p.shape_rule = shape_of(8, 64, 4);
+  EXPECT_EQ(lf::planned(p).shape_rule(), p.shape_rule);
+  EXPECT_EQ(lf::max_occupancy().shape(p.shape_rule).shape_rule(), p.shape_rule);
 }
 
 // ---- programmatic dependent launch ----------------------------------------------------------------------

@@ -57,8 +57,9 @@ class spec {
     return *this;
   }
   // 2-D or 3-D work, items({nx, ny}) or items({nx, ny, nz}): the policy's block is shaped {32, threads / 32}
-  // (rows of one warp) unless it chose a shape itself (fixed({32, 32})), and grid = ceil(n / block) per
-  // dimension, each checked against the device (y and z at most 65535).
+  // (rows of one warp), or as block_y() / block_x_multiple() say, unless it chose a shape itself (fixed({32,
+  // 32})), and grid = ceil(n / block) per dimension (y: per_thread_y() rows per thread), each checked against
+  // the device (y and z at most 65535).
   spec items(extent e) && { return std::move(items(e)); }
   spec& items(extent e) & {
     work_.kind = work::shape::items;
@@ -103,6 +104,41 @@ class spec {
   spec blocks(block_rule rule) && { return std::move(blocks(rule)); }
   spec& blocks(block_rule rule) & {
     blocks_ = rule;
+    return *this;
+  }
+  // The block's y as the kernel indexes it (e.g. 3 dimensions in threadIdx.y): blocks are {x, y, z} with x
+  // chosen by the policy (a multiple of 32, or of block_x_multiple(m)); 0: free. Above 1024: no block fits
+  // (refused). 1-D work (items(n), grid_stride(n)) then runs along x, one block row of y per block.
+  spec block_y(unsigned y) && { return std::move(block_y(y)); }
+  spec& block_y(unsigned y) & {
+    shape_.y = static_cast<std::uint16_t>(y > 1024 ? 1024 : y);
+    shape_.invalid = shape_.invalid || y > 1024;
+    return *this;
+  }
+  // The block's z as the kernel indexes it (1 by default; above 64 no block fits).
+  spec block_z(unsigned z) && { return std::move(block_z(z)); }
+  spec& block_z(unsigned z) & {
+    shape_.z = static_cast<std::uint16_t>(z == 0 ? 1 : z > 64 ? 64 : z);
+    shape_.invalid = shape_.invalid || z > 64;
+    return *this;
+  }
+  // Block x is a multiple of m (a tile width); with a free y the block is {m, threads / m}. 0: 32.
+  spec block_x_multiple(unsigned m) && { return std::move(block_x_multiple(m)); }
+  spec& block_x_multiple(unsigned m) & {
+    shape_.x_multiple = static_cast<std::uint16_t>(m > 1024 ? 1024 : m);
+    shape_.invalid = shape_.invalid || m > 1024;
+    return *this;
+  }
+  // k rows along y per thread (a 32x32 tile with 32x8 blocks: 4): grid y = ceil(ny / (block y x k)).
+  spec per_thread_y(std::uint32_t k) && { return std::move(per_thread_y(k)); }
+  spec& per_thread_y(std::uint32_t k) & {
+    shape_.per_thread_y = k > 0 ? k : 1;
+    return *this;
+  }
+  // The whole block shape at once (what plan::shape_rule holds; planned(p) passes it on).
+  spec shape(block_shape b) && { return std::move(shape(b)); }
+  spec& shape(block_shape b) & {
+    shape_ = b;
     return *this;
   }
   // Size resident grids (no work, grid_stride, cooperative) for k SMs, so the kernel can run beside others
@@ -222,6 +258,8 @@ class spec {
   int sm_budget() const noexcept { return options_.sm_budget; }
   // The block rule (any by default).
   const block_rule& block_sizes() const noexcept { return blocks_; }
+  // The block shape (the default: rows of 32 for multi-dimensional work).
+  const block_shape& shape_rule() const noexcept { return shape_; }
   // A tuning policy may time candidates on this launch (rerunnable() or reset()).
   bool is_rerunnable() const noexcept { return rerunnable_ || reset_; }
   // rerunnable() was called: trials may run back to back.
@@ -236,6 +274,7 @@ class spec {
   smem_per_block_fn smem_fn_;  // the rule options_.smem_rule identifies (a function, so not in the value)
   launch_options options_{};
   block_rule blocks_{};
+  block_shape shape_{};
   bool rerunnable_ = false;
   std::shared_ptr<std::function<void()>> reset_;
 };
@@ -281,6 +320,7 @@ inline spec<planned_policy> planned(const plan& p) {
   if (p.cluster.count() > 1 && !p.cluster_from_kernel) s.cluster(p.cluster, p.cluster.count() > 8);
   if (p.programmatic) s.pdl();
   if (p.sm_count > 0) s.sms(p.sm_count);
+  s.shape(p.shape_rule);
   return s;
 }
 // Any policy object (registered, from a plugin, or from a string).
@@ -332,6 +372,7 @@ launch_request make_request(const spec<Policy>& s) {
     r.options.cooperative = r.options.cooperative || dynamic_cast<const cooperative_policy*>(&p) != nullptr;
   }
   r.blocks = s.block_sizes();
+  r.shape_rule = s.shape_rule();
   r.rerunnable = s.is_rerunnable();
   r.back_to_back = s.runs_back_to_back();
   r.reset = s.reset_fn();

@@ -144,6 +144,56 @@ struct LAUNCHFIT_API block_rule {
   std::string to_string() const;
 };
 
+// How a kernel needs its block shaped, for kernels that index more than x: a y the kernel fixes (a
+// quasirandom generator indexing 3 dimensions with threadIdx.y: block {bx, 3}), an x that is a multiple of a
+// tile width, and rows per thread along y (the cuda-samples transpose covers a 32x32 tile with a 32x8 block:
+// 4 rows per thread). A policy chooses only the block's threads, among the totals the shape allows; the block
+// follows: fixed y: {threads / (y z), y, z} with that x a multiple of x_multiple; free y: {x_multiple,
+// threads / (x_multiple z), z}. The grid follows too: ceil(nx / block x) x ceil(ny / (block y x
+// per_thread_y)) x ceil(nz / block z); 1-D work (items(n), grid_stride(n), none) runs along x, one block row
+// of y.
+struct LAUNCHFIT_API block_shape {
+  std::uint16_t y = 0;             // block y the kernel needs; 0: free (the threads left after x and z)
+  std::uint16_t z = 1;             // block z the kernel needs
+  std::uint16_t x_multiple = 0;    // block x is a multiple of this; 0: 32 (rows of one warp)
+  std::uint32_t per_thread_y = 1;  // rows along y each thread covers (0: 1)
+  bool invalid = false;            // y or x_multiple above 1024, or z above 64: no block has that shape
+
+  // No shape asked for: multi-dimensional work gets rows of 32 ({32, threads / 32}).
+  bool is_default() const noexcept {
+    return y == 0 && z == 1 && x_step() == 32 && per_thread_y <= 1 && !invalid;
+  }
+  // What block x must be a multiple of.
+  unsigned x_step() const noexcept { return x_multiple ? x_multiple : 32u; }
+  // What the block's thread count must be a multiple of: y z x_step (fixed y) or x_step z (free y).
+  unsigned thread_step() const noexcept { return (y ? y : 1u) * z * x_step(); }
+  // Whether a block of this many threads can have this shape.
+  bool allows(int threads) const noexcept {
+    return !invalid && threads > 0 && static_cast<unsigned>(threads) % thread_step() == 0;
+  }
+  // The block of this many threads in this shape (threads must be allowed).
+  dims block_for(int threads) const noexcept {
+    const auto t = static_cast<unsigned>(threads);
+    return y ? dims{t / (y * z), y, z} : dims{x_step(), t / (x_step() * z), z};
+  }
+  // Whether a block (a policy's own 2-D or 3-D block, a stored plan's) has this shape.
+  bool fits(dims b) const noexcept {
+    return !invalid && b.z == z && (y == 0 || b.y == y) && b.x % x_step() == 0;
+  }
+  // The same shape (x_multiple 0 and 32 are the same; per_thread_y 0 is 1).
+  friend bool operator==(const block_shape& a, const block_shape& b) noexcept {
+    return a.y == b.y && a.z == b.z && a.x_step() == b.x_step() &&
+           (a.per_thread_y > 1 ? a.per_thread_y : 1) == (b.per_thread_y > 1 ? b.per_thread_y : 1) &&
+           a.invalid == b.invalid;
+  }
+  friend bool operator!=(const block_shape& a, const block_shape& b) noexcept { return !(a == b); }
+  // Stable identity for plan keys (0: the default shape).
+  std::uint64_t hash() const noexcept;
+  // "x=32n,y=3", "x=32n,y=8,per_thread_y=4" ("32n": a multiple of 32; y omitted when free): no spaces, as
+  // stored keys and log lines hold it. "invalid(...)" for a shape out of range.
+  std::string to_string() const;
+};
+
 // What a policy decided for one (device, kernel, policy, smem rule, launch options, size bucket); the grid of
 // each launch is computed from it and the work (grid_for).
 struct LAUNCHFIT_API plan {
@@ -161,6 +211,7 @@ struct LAUNCHFIT_API plan {
                                  // set only by a plan that timed it (autotune), never by a static policy
   bool programmatic = false;     // programmatic dependent launch (sm_90+): may start before its predecessor ends
   std::string blocks;            // the launch's block rule when it has one: "power of two", "multiple of 64"
+  block_shape shape_rule;        // the launch's block shape (block_y, per_thread_y): grid y follows it
   occupancy_result occupancy;    // at block_threads and dynamic_smem_bytes
   std::string policy;            // "bytes_in_flight(per_thread=32,target_per_sm=32768)"
   std::string reason;            // why the policy chose this, one sentence
@@ -204,7 +255,8 @@ struct launched {
   double waves() const noexcept { return plan_ptr ? plan_ptr->waves(grid) : 0.0; }
 };
 
-// Grid for this plan and work, integer arithmetic only: ceil per dimension, rounded up to whole clusters.
+// Grid for this plan and work, integer arithmetic only: ceil per dimension (y over block y x the shape's
+// per_thread_y; with a block shape, 1-D work along block x), rounded up to whole clusters.
 // Throws launchfit::error when the grid would exceed max_grid_x (e.g. a size_t n too large for the chosen
 // block) or 65535 in y or z, a caller's grid is not made of whole clusters, or a cooperative grid would not
 // co-reside.

@@ -165,7 +165,9 @@ typedef struct launchfit_query {
   uint64_t work_n;             /* its items (along x) */
   uint64_t bytes_in_flight_per_sm; /* device default target (per-arch table or calibration) */
   void* ctx;                       /* launchfit's, for the callbacks below */
-  /* Resident blocks per SM for (block threads, dynamic smem); 0 when that configuration cannot run. */
+  /* Resident blocks per SM for (block threads, dynamic smem); 0 when that configuration cannot run, and for a
+     block size the launch's block rule or block shape (block_y, x multiple) does not allow. A plan's block_x
+     alone (block_y = block_z = 1) is given the launch's shape by launchfit, for trials and for the plan. */
   int (*active_blocks)(void* ctx, int block_threads, size_t dynamic_smem_bytes);
   /* Dynamic smem bytes for a block size under the launch's smem rule. */
   size_t (*smem_for_block)(void* ctx, int block_threads);

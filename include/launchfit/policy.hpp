@@ -31,6 +31,7 @@ struct LAUNCHFIT_API query {
   smem_per_block_fn smem_per_block;    // block threads -> dynamic smem bytes
   work work_hint;                      // the work of the launch that missed the cache
   block_rule blocks;                   // block sizes the kernel can run with: active_blocks_for() is 0 for others
+  block_shape shape_rule;              // block shape: active_blocks_for() is 0 for totals it cannot make
   dims cluster;                        // cluster dims of the launch (1x1x1: none)
   // Clusters co-resident on the device for (block threads, dynamic smem) (cuOccupancyMaxActiveClusters); set
   // for cluster launches only. Empty: estimated from active_blocks.
@@ -48,9 +49,12 @@ struct LAUNCHFIT_API query {
   // Resident blocks per SM: the oracle, or the calculator when there is none; 0 for a block the launch's
   // block rule (or a multi-dimensional work's 32-thread rows) does not allow.
   int active_blocks_for(int block_threads) const;
-  // Whether the launch can run blocks of this many threads (block rule; rows of 32 for 2-D and 3-D work).
+  // Whether the launch can run blocks of this many threads (block rule; the block shape, or rows of 32 for
+  // 2-D and 3-D work).
   bool allows(int block_threads) const noexcept {
-    return blocks.allows(block_threads) && (work_hint.rank <= 1 || block_threads % 32 == 0);
+    if (!blocks.allows(block_threads)) return false;
+    if (!shape_rule.is_default()) return shape_rule.allows(block_threads);
+    return work_hint.rank <= 1 || block_threads % 32 == 0;
   }
   // Co-resident clusters of the launch's cluster dims (the oracle, or an estimate); 0 without a cluster.
   int active_clusters_for(int block_threads) const { return active_clusters_for(block_threads, cluster); }
@@ -108,8 +112,9 @@ class LAUNCHFIT_API policy_base : public policy {
 // through here.
 LAUNCHFIT_API void validate_plan(const query& q, plan& p);
 
-// Gives a 1-D block the shape multi-dimensional work needs: {32, threads / 32, 1} (rows of one warp, so a
-// row of the work is read coalesced). Plans with a 2-D or 3-D block, and 1-D work, are left alone.
+// Gives a 1-D block the shape the launch needs: its block shape (query::shape_rule, block_shape::block_for),
+// or for multi-dimensional work {32, threads / 32, 1} (rows of one warp, so a row of the work is read
+// coalesced). Plans with a 2-D or 3-D block, and 1-D work without a block shape, are left alone.
 LAUNCHFIT_API void shape_block(const query& q, plan& p);
 
 namespace detail {

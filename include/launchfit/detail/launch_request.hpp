@@ -42,6 +42,7 @@ struct launch_request {
   CUstream stream = nullptr;
   launch_options options{};   // what the launch requires, decided once in make_request(); no policy changes it
   block_rule blocks{};        // block sizes the kernel can run with
+  block_shape shape_rule{};   // how the kernel needs its block shaped (block_y, x multiple, rows per thread)
   const family_member* family = nullptr;  // a kernel family: the policy chooses the member by its block
   std::size_t family_size = 0;
   // Arguments computed from the plan (lf::from_plan): fills them in for `p` before a launch or a trial.
