@@ -13,16 +13,28 @@
 // first. Grid-stride kernels are also swept at the full grid (one loop iteration per thread), which wins for
 // wide elements.
 //
-// Rows fall in groups (streaming, narrow and wide grid-stride elements, small n, other); the summary gives
-// each policy's geometric mean of time/oracle over all rows and per group. With --calibration FILE (written
-// by launchfit-calibrate --out) a "calibrated" column runs bytes_in_flight with the measured target per SM.
+// Rows fall in groups (streaming, narrow and wide grid-stride elements, small n, 2-D, other); the summary
+// gives each policy's geometric mean of time/oracle over all rows and per group, and each policy's regret
+// (time / the better of naive and max_occupancy on the same row). With --calibration FILE (written by
+// launchfit-calibrate --out) a "calibrated" column runs bytes_in_flight with the measured target per SM.
+//
+// The 2-D group runs real 2-D kernels over nx x ny float images, one pixel per thread, launched through
+// launchfit with items({nx, ny}) (launchfit shapes a policy's block of t threads as {32, t / 32}): a 5-point
+// stencil reading through a shared-memory tile with a one-pixel halo ((bx + 2) x (by + 2) floats of dynamic
+// shared memory, given to launchfit as an smem_per_block rule), and out = a x + y. Images of 1024x1024,
+// 4096x4096 and 8192x8192 (--quick: 512x512; --sizes does not apply). Their naive launch is the classic
+// dim3 block(16, 16) with grid ceil(nx / 16) x ceil(ny / 16); their oracle sweeps block shapes bx in {32, 64,
+// 128, 256} x by in {1, 2, 4, 8, 16, 32} of at most the kernel's max threads, plus 16x16 (19 shapes), the
+// grid covering the image. Their rows print blocks and grids as "32x8"; the JSON gives every row block_y,
+// grid_y, nx and ny, and every sweep point [kernel, n, block, grid, blocks/SM, ms, block_y, grid_y].
 //
 //   policy-quality [--quick] [--json PATH] [--autotune-plugin PATH] [--autotune-policy STRING]
-//                  [--calibration FILE] [--repeats N] [--sizes 20,24,26] [--only reduce1,stencil] [--device
-//                  N]
+//                  [--calibration FILE] [--repeats N] [--sizes 20,24,26] [--only reduce1,stencil2d]
+//                  [--device N]
 //
 // A full run takes about 2 minutes on an H200 (most of it the sweeps of the 2^26-element rows and preparing
-// their inputs); --quick (2^16 and 2^18 elements, n-body at 16,384 bodies, 2 repeats) well under a minute.
+// their inputs; the 2-D group adds about 10 s, most of it preparing the 8192x8192 images);
+// --quick (2^16 and 2^18 elements, n-body at 16,384 bodies, 512x512 images, 2 repeats) well under a minute.
 
 #include <cuda_runtime.h>
 
@@ -259,6 +271,67 @@ __global__ void count_word_mismatches(const unsigned* __restrict__ out, const un
   }
 }
 
+// ---- 2-D kernels: nx x ny float images (row pitch in elements), one pixel per thread
+// -----------------------
+
+// 5-point stencil, out = c0 x centre + c1 x (left + right + up + down), zero outside the image; the same
+// arithmetic on the host (the reference) and the device.
+constexpr float stencil2d_c0 = 0.5f;
+constexpr float stencil2d_c1 = 0.125f;
+__host__ __device__ inline float stencil2d_point(float c, float l, float r, float u, float d) {
+  return fmaf(stencil2d_c1, (l + r) + (u + d), stencil2d_c0 * c);
+}
+
+// Dynamic shared memory of a bx x by block: its tile plus a one-pixel halo on every side.
+constexpr std::size_t stencil2d_tile_bytes(unsigned bx, unsigned by) {
+  return static_cast<std::size_t>(bx + 2) * (by + 2) * sizeof(float);
+}
+
+// launchfit's rule: for 2-D work it shapes a block of t threads as {32, t / 32}.
+struct stencil2d_smem {
+  std::size_t operator()(int threads) const {
+    return stencil2d_tile_bytes(32, static_cast<unsigned>((std::max(threads, 32) + 31) / 32));
+  }
+};
+
+// Every block stages its tile and halo in shared memory (rows read whole, so the loads coalesce for any block
+// shape), then each thread computes its pixel from the tile.
+__global__ void stencil2d(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int pitch) {
+  extern __shared__ float tile[];
+  const int tw = static_cast<int>(blockDim.x) + 2;
+  const int th = static_cast<int>(blockDim.y) + 2;
+  const int x0 = static_cast<int>(blockIdx.x * blockDim.x) - 1;
+  const int y0 = static_cast<int>(blockIdx.y * blockDim.y) - 1;
+  for (int ty = static_cast<int>(threadIdx.y); ty < th; ty += static_cast<int>(blockDim.y)) {
+    const int gy = y0 + ty;
+    for (int tx = static_cast<int>(threadIdx.x); tx < tw; tx += static_cast<int>(blockDim.x)) {
+      const int gx = x0 + tx;
+      tile[ty * tw + tx] = (gx >= 0 && gx < nx && gy >= 0 && gy < ny)
+                               ? in[static_cast<std::size_t>(gy) * static_cast<std::size_t>(pitch) + gx]
+                               : 0.f;
+    }
+  }
+  __syncthreads();
+  const int x = x0 + 1 + static_cast<int>(threadIdx.x);
+  const int y = y0 + 1 + static_cast<int>(threadIdx.y);
+  if (x < nx && y < ny) {
+    const float* t = tile + (static_cast<int>(threadIdx.y) + 1) * tw + static_cast<int>(threadIdx.x) + 1;
+    out[static_cast<std::size_t>(y) * static_cast<std::size_t>(pitch) + x] =
+        stencil2d_point(t[0], t[-1], t[1], t[-tw], t[tw]);
+  }
+}
+
+// out = a x + y per pixel.
+__global__ void axpy2d(float a, const float* __restrict__ x, const float* __restrict__ y,
+                       float* __restrict__ out, int nx, int ny, int pitch) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int j = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (i < nx && j < ny) {
+    const std::size_t k = static_cast<std::size_t>(j) * static_cast<std::size_t>(pitch) + i;
+    out[k] = fmaf(a, x[k], y[k]);
+  }
+}
+
 // ---- benchmark cases
 // -----------------------------------------------------------------------------------------
 
@@ -290,6 +363,10 @@ struct case_base {
   cudaStream_t stream = nullptr;
   std::size_t n = 0;
   int calibrated_target = 0;  // bytes in flight per SM for policy_kind::calibrated
+  // 2: an nx x ny image (n = nx x ny pixels, one per thread), launched through launchfit with items({nx, ny})
+  // and raw with launch_raw_2d; the size a case runs at is then the image's side.
+  int rank = 1;
+  std::size_t nx = 0, ny = 0;
 
   virtual ~case_base() = default;
   // The sizes this case runs at, given the run's size list (a case with sizes of its own ignores it).
@@ -302,6 +379,11 @@ struct case_base {
   virtual void poison() = 0;
   virtual void reset() {}
   virtual void launch_raw(unsigned grid, unsigned block) = 0;
+  // rank 2: a launch of a bx x by block over a gx x gy grid, and that block's dynamic shared memory.
+  virtual void launch_raw_2d(dim3 /*grid*/, dim3 /*block*/) {
+    throw std::logic_error(name + ": not a 2-D case");
+  }
+  virtual std::size_t smem_2d(unsigned /*bx*/, unsigned /*by*/) const { return 0; }
   // Empty when the output of the last sample (`launches` back-to-back launches after a reset) is right.
   virtual std::string verify(int launches) = 0;
   virtual void release() = 0;
@@ -316,7 +398,9 @@ struct case_impl : case_base {
 
   template <class P>
   lf_runner make(lf::spec<P> s) {
-    if (grid_stride) {
+    if (rank == 2) {
+      s.items({nx, ny});
+    } else if (grid_stride) {
       s.grid_stride(n);
     } else {
       s.items(n);
@@ -853,6 +937,157 @@ struct map_case : case_impl<map_case<S>> {
   }
 };
 
+// A 2-D case: a side x side float image (pitch = side, a multiple of 32), one pixel per thread, checked
+// against a CPU reference of the whole image. Its sizes are image sides, not the run's 1-D sizes.
+template <class Derived>
+struct image_case : case_impl<Derived> {
+  bench::device_buffer<float> out, ref;
+  bench::float_checker& checker;
+  float abs_tol, rel_tol;
+
+  image_case(const char* label, cudaStream_t s, bench::float_checker& c, float abs_tol_, float rel_tol_)
+      : checker(c), abs_tol(abs_tol_), rel_tol(rel_tol_) {
+    this->name = label;
+    this->group = "2-D";
+    this->rank = 2;
+    this->grid_stride = false;
+    this->per_thread = 1;
+    this->stream = s;
+  }
+  std::vector<std::size_t> sizes(const std::vector<std::size_t>&, bool quick) const override {
+    if (quick) return {512};
+    return {1024, 4096, 8192};  // 8192 x 8192 floats: 256 MiB per image, >= 4x an H200's L2
+  }
+  int pitch() const { return static_cast<int>(this->nx); }
+  // Sets the image's shape, makes its random input planes and uploads the reference computed from them.
+  std::vector<std::vector<float>> make_image(std::size_t side, std::uint64_t seed, int planes) {
+    this->nx = side;
+    this->ny = side;
+    this->n = side * side;
+    std::vector<std::vector<float>> in;
+    for (int p = 0; p < planes; ++p) {
+      in.push_back(
+          bench::random_vector<float>(this->n, seed + static_cast<std::uint64_t>(p), bench::uniform_pm1));
+    }
+    return in;
+  }
+  void upload_reference(const std::vector<float>& host_ref) {
+    out = bench::device_buffer<float>(this->n);
+    ref = bench::device_buffer<float>(this->n);
+    ref.upload(host_ref);
+  }
+  void launch_raw(unsigned, unsigned) override {
+    throw std::logic_error(this->name + ": a 2-D case launches with launch_raw_2d");
+  }
+  void poison() override { BENCH_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), this->stream)); }
+  std::string verify(int) override {
+    return checker.compare(out.get(), ref.get(), this->n, abs_tol, rel_tol, this->stream);
+  }
+  void release_image() {
+    out = {};
+    ref = {};
+  }
+};
+
+// 5-point stencil through a shared-memory tile with halo: dynamic smem (bx + 2) x (by + 2) floats.
+struct stencil2d_case : image_case<stencil2d_case> {
+  bench::device_buffer<float> in;
+
+  stencil2d_case(cudaStream_t s, bench::float_checker& c) : image_case("stencil2d", s, c, 1e-6f, 1e-6f) {
+    bytes_in_flight = sizeof(float);
+    bytes_per_item = 2 * sizeof(float);
+    fn = reinterpret_cast<const void*>(&stencil2d);
+  }
+  std::size_t smem_2d(unsigned bx, unsigned by) const override { return stencil2d_tile_bytes(bx, by); }
+  template <class S>
+  void add_smem_rule(S& s) const {
+    s.smem_per_block(stencil2d_smem{});
+  }
+  void prepare(std::size_t side, std::uint64_t seed) override {
+    const std::vector<std::vector<float>> planes = make_image(side, seed, 1);
+    const std::vector<float>& hin = planes[0];
+    std::vector<float> hout(n);
+    const auto w = static_cast<long long>(nx), h = static_cast<long long>(ny);
+    auto at = [&](long long x, long long y) {
+      return x >= 0 && x < w && y >= 0 && y < h ? hin[static_cast<std::size_t>(y * w + x)] : 0.f;
+    };
+    bench::parallel_for(ny, [&](std::size_t b, std::size_t e) {
+      for (auto y = static_cast<long long>(b); y < static_cast<long long>(e); ++y) {
+        for (long long x = 0; x < w; ++x) {
+          hout[static_cast<std::size_t>(y * w + x)] =
+              stencil2d_point(at(x, y), at(x - 1, y), at(x + 1, y), at(x, y - 1), at(x, y + 1));
+        }
+      }
+    });
+    in = bench::device_buffer<float>(n);
+    in.upload(hin);
+    upload_reference(hout);
+  }
+  void launch_raw_2d(dim3 grid, dim3 block) override {
+    stencil2d<<<grid, block, smem_2d(block.x, block.y), stream>>>(in.get(), out.get(), static_cast<int>(nx),
+                                                                  static_cast<int>(ny), pitch());
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&stencil2d, s, static_cast<const float*>(in.get()), out.get(), static_cast<int>(nx),
+               static_cast<int>(ny), pitch());
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&stencil2d, s);
+  }
+  void release() override {
+    in = {};
+    release_image();
+  }
+};
+
+// out = a x + y per pixel: a streaming 2-D map with no shared memory.
+struct axpy2d_case : image_case<axpy2d_case> {
+  static constexpr float a = 1.5f;
+  bench::device_buffer<float> x, y;
+
+  axpy2d_case(cudaStream_t s, bench::float_checker& c) : image_case("axpy2d", s, c, 0.f, 1e-6f) {
+    bytes_in_flight = 2 * sizeof(float);
+    bytes_per_item = 3 * sizeof(float);
+    fn = reinterpret_cast<const void*>(&axpy2d);
+  }
+  void prepare(std::size_t side, std::uint64_t seed) override {
+    const std::vector<std::vector<float>> planes = make_image(side, seed, 2);
+    const std::vector<float>& hx = planes[0];
+    const std::vector<float>& hy = planes[1];
+    std::vector<float> hout(n);
+    bench::parallel_for(n, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) hout[i] = std::fma(a, hx[i], hy[i]);
+    });
+    x = bench::device_buffer<float>(n);
+    y = bench::device_buffer<float>(n);
+    x.upload(hx);
+    y.upload(hy);
+    upload_reference(hout);
+  }
+  void launch_raw_2d(dim3 grid, dim3 block) override {
+    axpy2d<<<grid, block, 0, stream>>>(a, x.get(), y.get(), out.get(), static_cast<int>(nx),
+                                       static_cast<int>(ny), pitch());
+    BENCH_CUDA(cudaGetLastError());
+  }
+  template <class S>
+  void launch_with(const S& s) {
+    lf::launch(&axpy2d, s, a, static_cast<const float*>(x.get()), static_cast<const float*>(y.get()),
+               out.get(), static_cast<int>(nx), static_cast<int>(ny), pitch());
+  }
+  template <class S>
+  lf::plan plan_with(const S& s) {
+    return lf::plan_for(&axpy2d, s);
+  }
+  void release() override {
+    x = {};
+    y = {};
+    release_image();
+  }
+};
+
 // ---- measurement
 // -------------------------------------------------------------------------------------------
 
@@ -860,9 +1095,12 @@ struct row {
   std::string kernel;
   std::string group;
   std::size_t n = 0;
+  std::size_t nx = 0, ny = 1;  // the work's shape: n x 1, or an image's nx x ny (n = nx x ny)
   std::string policy;
   int block = 0;
+  int block_y = 1;  // a 2-D block is block x block_y
   long long grid = 0;
+  long long grid_y = 1;
   int blocks_per_sm = 0;
   double ms = 0;
   double gbps = 0;
@@ -900,6 +1138,7 @@ class runner_context {
     unsigned block, grid;
     int bps;
     double ms;  // -1: pruned or failed
+    unsigned block_y, grid_y;
   };
   std::vector<sweep_point> sweep_points;
 
@@ -916,17 +1155,72 @@ std::string config_text(unsigned grid, unsigned block) {
   return "<<<" + std::to_string(grid) + ", " + std::to_string(block) + ">>>";
 }
 
-void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t seed) {
+// A raw launch configuration: block x block_y threads, grid x grid_y blocks (y is 1 for 1-D cases).
+struct config {
+  unsigned block, grid;
+  int bps;  // resident blocks per SM it runs with; 0: the full grid of a grid-stride kernel
+  unsigned block_y = 1, grid_y = 1;
+};
+
+std::string config_text(const config& k) {
+  if (k.block_y == 1 && k.grid_y == 1) return config_text(k.grid, k.block);
+  return "<<<{" + std::to_string(k.grid) + ", " + std::to_string(k.grid_y) + "}, {" +
+         std::to_string(k.block) + ", " + std::to_string(k.block_y) + "}>>>";
+}
+
+void launch_config(case_base& c, const config& k) {
+  if (c.rank == 2) {
+    c.launch_raw_2d(dim3(k.grid, k.grid_y), dim3(k.block, k.block_y));
+  } else {
+    c.launch_raw(k.grid, k.block);
+  }
+}
+
+// The oracle's candidates for a 2-D case: blocks bx in {32, 64, 128, 256} x by in {1, 2, 4, 8, 16, 32} of at
+// most the kernel's max threads, plus the naive 16 x 16 (so the oracle is never slower than it); the grid
+// covers the image, one pixel per thread.
+std::vector<config> image_configs(const bench::device_info& dev, const case_base& c,
+                                  const cudaFuncAttributes& attr, const config& naive) {
+  std::vector<config> configs;
+  std::vector<std::pair<unsigned, unsigned>> shapes = {{naive.block, naive.block_y}};
+  for (unsigned bx : {32u, 64u, 128u, 256u}) {
+    for (unsigned by : {1u, 2u, 4u, 8u, 16u, 32u}) shapes.emplace_back(bx, by);
+  }
+  for (const auto& [bx, by] : shapes) {
+    const int threads = static_cast<int>(bx * by);
+    if (threads > std::min(1024, attr.maxThreadsPerBlock)) continue;
+    const std::size_t smem = c.smem_2d(bx, by);
+    if (smem + attr.sharedSizeBytes > static_cast<std::size_t>(dev.prop.sharedMemPerBlockOptin)) continue;
+    int fit = 0;
+    BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, c.fn, threads, smem));
+    if (fit <= 0) continue;
+    const long long gx = div_up(c.nx, bx), gy = div_up(c.ny, by);
+    if (gx > dev.prop.maxGridSize[0] || gy > dev.prop.maxGridSize[1]) continue;
+    configs.push_back({bx, static_cast<unsigned>(gx), fit, by, static_cast<unsigned>(gy)});
+  }
+  return configs;
+}
+
+// `size`: items, or a 2-D case's image side.
+void run_case(runner_context& ctx, case_base& c, std::size_t size, std::uint64_t seed) {
   const auto t0 = std::chrono::steady_clock::now();
-  c.prepare(n, seed);
+  c.prepare(size, seed);
+  const std::size_t n = c.rank == 2 ? c.n : size;  // items (pixels of an image)
   const auto reset = [&c] { c.reset(); };
-  const std::string label = c.name + " n=" + std::to_string(n);
+  const std::string n_text =
+      c.rank == 2 ? std::to_string(c.nx) + "x" + std::to_string(c.ny) : std::to_string(n);
+  const std::string label = c.name + " n=" + n_text;
   const std::size_t per_block_items = static_cast<std::size_t>(c.per_thread);
 
+  // Naive: today's <<<ceil(n / (256 x items per thread)), 256>>>, or for 2-D work the classic dim3 block(16,
+  // 16) with grid ceil(nx / 16) x ceil(ny / 16).
+  const config naive = c.rank == 2 ? config{16, static_cast<unsigned>(div_up(c.nx, 16)), 0, 16,
+                                            static_cast<unsigned>(div_up(c.ny, 16))}
+                                   : config{256, static_cast<unsigned>(div_up(n, 256 * per_block_items)), 0};
+
   // One sample = `per_sample` back-to-back launches, so short kernels are timed over >= ~0.2 ms.
-  const unsigned naive_grid = static_cast<unsigned>(div_up(n, 256 * per_block_items));
   c.poison();
-  const double pilot = ctx.timer.time([&] { c.launch_raw(naive_grid, 256); }, reset, 1, 1).ms;
+  const double pilot = ctx.timer.time([&] { launch_config(c, naive); }, reset, 1, 1).ms;
   const int per_sample =
       static_cast<int>(std::clamp(std::ceil(ctx.opts.sample_target_ms / std::max(pilot, 1e-4)), 1.0,
                                   static_cast<double>(ctx.opts.max_per_sample)));
@@ -950,22 +1244,25 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     r.kernel = c.name;
     r.group = c.group;
     r.n = n;
+    r.nx = c.rank == 2 ? c.nx : n;
+    r.ny = c.rank == 2 ? c.ny : 1;
     r.policy = policy;
     return r;
   };
 
-  // Naive: today's <<<ceil(n / (256 x items per thread)), 256>>>.
   {
     row r = base_row("naive");
-    r.block = 256;
-    r.grid = naive_grid;
+    r.block = static_cast<int>(naive.block);
+    r.block_y = static_cast<int>(naive.block_y);
+    r.grid = naive.grid;
+    r.grid_y = naive.grid_y;
     const auto [t, ok] = measure(
-        "naive " + config_text(naive_grid, 256), [&] { c.launch_raw(naive_grid, 256); }, ctx.opts.repeats, 0);
+        "naive " + config_text(naive), [&] { launch_config(c, naive); }, ctx.opts.repeats, 0);
     r.ms = t.ms;
     r.samples = t.samples;
     r.ok = ok;
     out.push_back(r);
-    launches.push_back([&c, naive_grid] { c.launch_raw(naive_grid, 256); });
+    launches.push_back([&c, naive] { launch_config(c, naive); });
   }
 
   // launchfit policies.
@@ -986,8 +1283,12 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
       launch = run.launch;
       const auto [t, ok] = measure(policy_name, run.launch, ctx.opts.repeats, 0);
       const lf::plan p = run.plan();  // cached by the warm-up launch
-      r.block = p.block_threads;
-      r.grid = lf::grid_for(p, run.work).x;
+      const lf::dims g = lf::grid_for(p, run.work);
+      // 2-D work: the block as launchfit shaped it ({32, threads / 32} unless the policy chose a shape).
+      r.block = c.rank == 2 ? static_cast<int>(p.block.x) : p.block_threads;
+      r.block_y = c.rank == 2 ? static_cast<int>(p.block.y) : 1;
+      r.grid = g.x;
+      r.grid_y = g.y;
       r.blocks_per_sm = p.blocks_per_sm;
       r.ms = t.ms;
       r.samples = t.samples;
@@ -1004,16 +1305,13 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
   }
 
   // Oracle: every block size x resident blocks per SM (grid-stride) or every block size (one item per
-  // thread).
+  // thread); for 2-D work every block shape of image_configs.
   cudaFuncAttributes attr{};
   BENCH_CUDA(cudaFuncGetAttributes(&attr, c.fn));
-  struct config {
-    unsigned block, grid;
-    int bps;
-  };
   std::vector<config> configs;
+  if (c.rank == 2) configs = image_configs(ctx.dev, c, attr, naive);
   std::set<std::pair<unsigned, unsigned>> seen;
-  for (int block = 32; block <= std::min(1024, attr.maxThreadsPerBlock); block += 32) {
+  for (int block = 32; c.rank == 1 && block <= std::min(1024, attr.maxThreadsPerBlock); block += 32) {
     const std::size_t smem = c.smem(block);
     if (smem + attr.sharedSizeBytes > static_cast<std::size_t>(ctx.dev.prop.sharedMemPerBlockOptin)) continue;
     int fit = 0;
@@ -1046,11 +1344,11 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     const config& k = configs[i];
     const double prune = best.ms > 0 ? best.ms * ctx.opts.prune_factor : 0;
     const auto [t, ok] = measure(
-        "sweep " + config_text(k.grid, k.block) +
+        "sweep " + config_text(k) +
             " blocks/SM=" + (k.bps > 0 ? std::to_string(k.bps) : std::string("full grid")),
-        [&] { c.launch_raw(k.grid, k.block); }, ctx.opts.repeats, prune);
-    ctx.sweep_points.push_back(
-        {c.name, n, k.block, k.grid, k.bps, ok && t.samples == ctx.opts.repeats ? t.ms : -1});
+        [&] { launch_config(c, k); }, ctx.opts.repeats, prune);
+    ctx.sweep_points.push_back({c.name, n, k.block, k.grid, k.bps,
+                                ok && t.samples == ctx.opts.repeats ? t.ms : -1, k.block_y, k.grid_y});
     if (ok && t.samples == ctx.opts.repeats) {
       swept.emplace_back(t.ms, i);
       if (best.ms == 0 || t.ms < best.ms) best.ms = t.ms;
@@ -1075,8 +1373,7 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     for (std::size_t f = 0; f < finalists; ++f) {
       const config& k = configs[swept[f].second];
       const auto [t, ok] = measure(
-          "finalist " + config_text(k.grid, k.block), [&] { c.launch_raw(k.grid, k.block); },
-          ctx.opts.repeats, 0);
+          "finalist " + config_text(k), [&] { launch_config(c, k); }, ctx.opts.repeats, 0);
       if (ok) round_ms[out.size() + f].push_back(t.ms);
     }
   }
@@ -1092,7 +1389,9 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
         const config& k = configs[swept[f].second];
         best.ms = ms;
         best.block = static_cast<int>(k.block);
+        best.block_y = static_cast<int>(k.block_y);
         best.grid = k.grid;
+        best.grid_y = k.grid_y;
         best.blocks_per_sm = k.bps;
         best.samples = ctx.opts.repeats;
       }
@@ -1109,7 +1408,7 @@ void run_case(runner_context& ctx, case_base& c, std::size_t n, std::uint64_t se
     ctx.rows.push_back(r);
   }
   c.release();
-  std::printf("%-14s n=%-10zu %4zu configs, %3d launches/sample, %6.1f s  |", c.name.c_str(), n,
+  std::printf("%-14s n=%-10s %4zu configs, %3d launches/sample, %6.1f s  |", c.name.c_str(), n_text.c_str(),
               configs.size(), per_sample, bench::seconds_since(t0));
   for (const row& r : out) {
     if (r.policy != "oracle") std::printf(" %s %.3f", r.policy.c_str(), r.ratio);
@@ -1131,6 +1430,16 @@ std::string pow2_text(std::size_t n) {
     return "2^" + std::to_string(e);
   }
   return std::to_string(n);
+}
+
+// A row's size: "2^20" (items), or an image's "4096x4096".
+std::string size_text(const row& r) {
+  return r.ny > 1 ? std::to_string(r.nx) + "x" + std::to_string(r.ny) : pow2_text(r.n);
+}
+
+// "256", or "32x8" for a 2-D block (and "gx x gy" for its grid): rows of a 2-D case always have grid_y > 1.
+std::string dims_text(long long x, long long y, const row& r) {
+  return r.block_y > 1 || r.grid_y > 1 ? std::to_string(x) + "x" + std::to_string(y) : std::to_string(x);
 }
 
 struct policy_summary {
@@ -1238,6 +1547,8 @@ int run(int argc, char** argv) {
   cases.push_back(std::make_unique<map_case<24>>("map24", true, stream));
   cases.push_back(std::make_unique<map_case<32>>("map32", true, stream));
   cases.push_back(std::make_unique<nbody_case>(stream, checker));
+  cases.push_back(std::make_unique<stencil2d_case>(stream, checker));
+  cases.push_back(std::make_unique<axpy2d_case>(stream, checker));
   saxpy_case small(("saxpy-small"), stream, checker);
 
   std::set<std::string> only;
@@ -1259,16 +1570,22 @@ int run(int argc, char** argv) {
   }
   std::printf("\nsizes:");
   for (std::size_t n : sizes) std::printf(" %s", pow2_text(n).c_str());
-  std::printf(" (n-body: %s bodies; saxpy-small n=%zu); %d repeats per configuration\n\n",
-              quick ? "16384" : "16384 and 65536", small_n, opts.repeats);
+  std::printf(" (n-body: %s bodies; saxpy-small n=%zu; 2-D: %s images); %d repeats per configuration\n\n",
+              quick ? "16384" : "16384 and 65536", small_n,
+              quick ? "512x512" : "1024x1024, 4096x4096, 8192x8192", opts.repeats);
   std::fflush(stdout);
 
   std::uint64_t seed = 1;
   for (const auto& c : cases) {
-    if (!selected(c->name)) continue;
+    if (!selected(c->name) || c->rank == 2) continue;
     for (std::size_t n : c->sizes(sizes, quick)) run_case(ctx, *c, n, 1000003ULL * (seed++));
   }
   if (selected(small.name)) run_case(ctx, small, small_n, 1000003ULL * (seed++));
+  // The 2-D group last, so the 1-D rows keep their order and inputs.
+  for (const auto& c : cases) {
+    if (!selected(c->name) || c->rank != 2) continue;
+    for (std::size_t side : c->sizes(sizes, quick)) run_case(ctx, *c, side, 1000003ULL * (seed++));
+  }
 
   if (ctx.timer.any_timed_out()) {
     std::printf(
@@ -1289,8 +1606,9 @@ int run(int argc, char** argv) {
     const std::string bps = r.policy == "oracle" && r.blocks_per_sm == 0 && r.block > 0
                                 ? std::string("full")
                                 : std::to_string(r.blocks_per_sm);
-    std::printf("| %s | %s | %s | %s | %d | %lld | %s | %s | %s | %s | %s |\n", r.kernel.c_str(),
-                r.group.c_str(), pow2_text(r.n).c_str(), r.policy.c_str(), r.block, r.grid, bps.c_str(),
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.kernel.c_str(),
+                r.group.c_str(), size_text(r).c_str(), r.policy.c_str(),
+                dims_text(r.block, r.block_y, r).c_str(), dims_text(r.grid, r.grid_y, r).c_str(), bps.c_str(),
                 r.ok ? fmt("%.4f", r.ms).c_str() : "FAILED", fmt("%.1f", r.gbps).c_str(),
                 fmt("%.3f", r.ratio).c_str(), r.note.c_str());
     if (r.policy == "oracle" || !r.ok || r.ratio <= 0) continue;
@@ -1300,7 +1618,7 @@ int run(int argc, char** argv) {
     if (std::find(group_order.begin(), group_order.end(), r.group) == group_order.end()) {
       group_order.push_back(r.group);
     }
-    const std::string where = r.kernel + " n=" + pow2_text(r.n);
+    const std::string where = r.kernel + " n=" + size_text(r);
     for (policy_summary* s : {&by_policy[key], &by_group[{r.group, key}]}) {
       s->ratios.push_back(r.ratio);
       if (r.ratio > s->worst) {
@@ -1337,7 +1655,7 @@ int run(int argc, char** argv) {
       s.over += x > 1.10;
       if (x > s.worst) {
         s.worst = x;
-        s.worst_row = r.kernel + " n=" + pow2_text(r.n);
+        s.worst_row = r.kernel + " n=" + size_text(r);
       }
     }
   }
@@ -1352,7 +1670,8 @@ int run(int argc, char** argv) {
       const row& r = ctx.rows[i];
       js << "{\"kernel\":" << bench::json_string(r.kernel) << ",\"group\":" << bench::json_string(r.group)
          << ",\"n\":" << r.n << ",\"policy\":" << bench::json_string(r.policy) << ",\"block\":" << r.block
-         << ",\"grid\":" << r.grid << ",\"blocks_per_sm\":" << r.blocks_per_sm
+         << ",\"grid\":" << r.grid << ",\"blocks_per_sm\":" << r.blocks_per_sm << ",\"block_y\":" << r.block_y
+         << ",\"grid_y\":" << r.grid_y << ",\"nx\":" << r.nx << ",\"ny\":" << r.ny
          << ",\"ms\":" << bench::json_number(r.ms) << ",\"gbps\":" << bench::json_number(r.gbps)
          << ",\"time_over_oracle\":" << bench::json_number(r.ratio) << ",\"samples\":" << r.samples
          << ",\"configs\":" << r.configs << ",\"ok\":" << (r.ok ? "true" : "false")
@@ -1396,7 +1715,8 @@ int run(int argc, char** argv) {
     for (std::size_t i = 0; i < ctx.sweep_points.size(); ++i) {
       const auto& sp = ctx.sweep_points[i];
       js << (i ? ",\n" : "\n") << "[" << bench::json_string(sp.kernel) << "," << sp.n << "," << sp.block
-         << "," << sp.grid << "," << sp.bps << "," << bench::json_number(sp.ms) << "]";
+         << "," << sp.grid << "," << sp.bps << "," << bench::json_number(sp.ms) << "," << sp.block_y << ","
+         << sp.grid_y << "]";
     }
     js << "],\n\"verification_failures\":" << ctx.failures << ",\n\"total_s\":" << bench::json_number(total_s)
        << "\n}\n";
