@@ -332,15 +332,17 @@ int run(int argc, char** argv) {
             [&] { lf::launch(&empty_kernel, lf::bytes_in_flight(16).items(n).on(stream), 0); });
   time_miss("fixed(256, 1)", [&] { lf::launch(&empty_kernel, lf::fixed(256, 1).on(stream), 0); });
   time_miss("driver kernel fixed(256, 1)", [&] { lf::launch(empty_driver, lf::fixed(256, 1).on(stream), 0); });
-  // The same miss at the default level (info): the plan's line is written (stderr, here a file), synchronously
-  // and through the asynchronous sink (LAUNCHFIT_LOG_ASYNC=1).
+  // The same miss at the default level (info): the plan's line is written (stderr, here a file) through the
+  // asynchronous sink (the default) and synchronously (LAUNCHFIT_LOG_ASYNC=0).
   logger->set_level(spdlog::level::info);
-  time_miss("max_occupancy().items(n), plan logged at info",
-            [&] { lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0); });
+  const bool async_default = lf::log_async();
   lf::set_log_async(true);
-  time_miss("max_occupancy().items(n), plan logged at info, asynchronous",
+  time_miss("max_occupancy().items(n), plan logged at info, asynchronous (default)",
             [&] { lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0); });
   lf::set_log_async(false);
+  time_miss("max_occupancy().items(n), plan logged at info, synchronous",
+            [&] { lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0); });
+  lf::set_log_async(async_default);
   logger->set_level(spdlog::level::warn);
 
   // Where a miss goes: the plan alone (plan_for after clear(), no launch) and its parts, per call.
@@ -399,7 +401,11 @@ int run(int argc, char** argv) {
   const std::vector<fresh_fn> fresh_raw = fresh_table<0>(seq);
   const std::vector<fresh_fn> fresh_lf = fresh_table<fresh_count>(seq);
   const std::vector<fresh_fn> fresh_steps = fresh_table<2 * fresh_count>(seq);
-  std::vector<double> first_raw, first_lf, first_resolve, first_cu_launch;
+  // The same at the default level (info, the plan's line logged), asynchronous (the default) and synchronous.
+  const std::vector<fresh_fn> fresh_info = fresh_table<3 * fresh_count>(seq);
+  const std::vector<fresh_fn> fresh_info_sync = fresh_table<4 * fresh_count>(seq);
+  std::vector<double> first_raw, first_lf, first_resolve, first_cu_launch, first_info, first_info_sync;
+  const bool async_before = lf::log_async();
   for (int i = 0; i < fresh_count; ++i) {
     // The driver path step by step: resolving a never-launched kernel (the runtime loads it here), then its
     // first cuLaunchKernel.
@@ -427,10 +433,22 @@ int run(int argc, char** argv) {
       ++failures;
       std::printf("FAILED: first launch of fresh kernel %d did not build exactly one plan\n", i);
     }
+    for (const bool async : {true, false}) {
+      logger->set_level(spdlog::level::info);
+      lf::set_log_async(async);
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      t0 = clock_type::now();
+      lf::launch(async ? fresh_info[i] : fresh_info_sync[i], lf::max_occupancy().items(256).on(stream), 0);
+      (async ? first_info : first_info_sync).push_back(us_since(t0));
+      lf::logger()->flush();  // the line is out before the next sample
+      logger->set_level(spdlog::level::warn);
+    }
+    lf::set_log_async(async_before);
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
   const double first_raw_us = bench::median(first_raw), first_lf_us = bench::median(first_lf);
   const double first_resolve_us = bench::median(first_resolve), first_cu_launch_us = bench::median(first_cu_launch);
+  const double first_info_us = bench::median(first_info), first_info_sync_us = bench::median(first_info_sync);
   logger->set_level(saved_level);
 
   const double total_s = bench::seconds_since(start);
@@ -461,6 +479,8 @@ int run(int argc, char** argv) {
     }
     js << "],\n\"fresh_first_launch_raw_us\":" << bench::json_number(first_raw_us)
        << ",\n\"fresh_first_launch_launchfit_us\":" << bench::json_number(first_lf_us)
+       << ",\n\"fresh_first_launch_launchfit_info_async_us\":" << bench::json_number(first_info_us)
+       << ",\n\"fresh_first_launch_launchfit_info_sync_us\":" << bench::json_number(first_info_sync_us)
        << ",\n\"fresh_resolve_us\":" << bench::json_number(first_resolve_us)
        << ",\n\"fresh_first_cuLaunchKernel_us\":" << bench::json_number(first_cu_launch_us);
     js << ",\n\"failures\":" << failures << ",\n\"total_s\":" << bench::json_number(total_s) << "\n}\n";
@@ -478,11 +498,14 @@ int run(int argc, char** argv) {
   for (const auto& pr : parts) std::printf("| %s | %.2f |\n", pr.name.c_str(), pr.us);
   std::printf("\n### First launch of a kernel never launched before (median of %d distinct kernels)\n\n"
               "| launch | us |\n|---|---:|\n| <<<1, 256>>> (includes lazy loading) | %.2f |\n"
-              "| launchfit max_occupancy().items(256) (includes lazy loading) | %.2f |\n"
-              "| difference: launchfit's first-launch cost | %.2f |\n"
+              "| launchfit max_occupancy().items(256) (includes lazy loading), logging at warn | %.2f |\n"
+              "| difference: launchfit's first-launch cost at warn | %.2f |\n"
+              "| launchfit, the plan logged at info, asynchronous (the default) | %.2f (+%.2f) |\n"
+              "| launchfit, the plan logged at info, synchronous (LAUNCHFIT_LOG_ASYNC=0) | %.2f (+%.2f) |\n"
               "| parts of the driver path: `cudaGetFuncBySymbol` of a never-launched kernel (loads it) | %.2f |\n"
               "| then its first `cuLaunchKernel` <<<1, 256>>> | %.2f |\n",
-              fresh_count, first_raw_us, first_lf_us, first_lf_us - first_raw_us, first_resolve_us,
+              fresh_count, first_raw_us, first_lf_us, first_lf_us - first_raw_us, first_info_us,
+              first_info_us - first_raw_us, first_info_sync_us, first_info_sync_us - first_raw_us, first_resolve_us,
               first_cu_launch_us);
   std::printf("\nfirst launchfit launch in the process (one sample, includes loading the driver entry points and "
               "the device query): %.1f us\n",
