@@ -19,6 +19,11 @@ constexpr std::size_t queue_max_bytes = 8u << 20;
 // A wait for the logging thread gives up only on a stuck output, never on a slow one or a thread short of
 // CPU: when it has written no line for `still`, or after wait_cap in all.
 constexpr auto wait_cap = std::chrono::seconds(10);
+// While lines keep coming the logging thread looks for them every poll_period, so a line costs its caller no
+// wake-up (a futex call, which made most of a first launch's log cost); after park_after without a line it
+// sleeps until one wakes it.
+constexpr auto poll_period = std::chrono::milliseconds(1);
+constexpr auto park_after = std::chrono::milliseconds(50);
 constexpr auto exit_write_wait = std::chrono::milliseconds(500);
 
 // On the logging thread: what a user sink logs or flushes from there is never queued or waited for there.
@@ -63,6 +68,7 @@ bool async_sink::submit(log_record& r) {
     }
     bytes_ += r.weight();
     items_.push_back(std::move(r));
+    if (!parked_) return true;  // the thread is polling: it finds the line within poll_period
   }
   wake_->notify_one();
   return true;
@@ -71,8 +77,18 @@ bool async_sink::submit(log_record& r) {
 void async_sink::run() {
   on_logging_thread = true;
   std::unique_lock<std::mutex> lock(*mutex_);
+  const auto work = [&] { return !items_.empty() || overflow_ != 0; };
   for (;;) {
-    wake_->wait(lock, [&] { return !items_.empty() || overflow_ != 0; });
+    const auto quiet_since = std::chrono::steady_clock::now();
+    while (!work()) {
+      if (std::chrono::steady_clock::now() - quiet_since >= park_after) {
+        parked_ = true;
+        wake_->wait(lock, work);
+        parked_ = false;
+        break;
+      }
+      wake_->wait_for(lock, poll_period, work);
+    }
     batch_.swap(items_);
     bytes_ = 0;
     const std::uint64_t overflow = std::exchange(overflow_, 0);
@@ -106,6 +122,7 @@ void async_sink::run() {
 bool async_sink::wait_drained(std::chrono::milliseconds still) {
   std::unique_lock<std::mutex> lock(*mutex_);
   if (!thread_alive_ || on_logging_thread) return true;
+  wake_->notify_one();  // a parked or polling thread starts now
   const auto start = std::chrono::steady_clock::now();
   std::uint64_t seen = written_.load(std::memory_order_relaxed);
   const auto done = [&] { return items_.empty() && !writing_; };
@@ -150,6 +167,7 @@ void async_sink::child_after_fork() {
   bytes_ = 0;
   overflow_ = 0;
   writing_ = false;
+  parked_ = false;
   thread_alive_ = false;
   mutex_->unlock();  // taken by this thread, the child's only one, in prepare_fork()
 }

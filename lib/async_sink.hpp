@@ -96,6 +96,7 @@ class async_sink {
   std::size_t bytes_ = 0;
   bool thread_alive_ = false;
   bool writing_ = false;        // the thread holds a batch
+  bool parked_ = false;         // the thread sleeps until a line wakes it (else it polls: see run())
   bool exiting_ = false;        // the exit handler ran: write synchronously from now on
   bool output_stuck_ = false;   // ... or not at all: the exit found the output stuck
   std::uint64_t overflow_ = 0;  // lines dropped from a full queue, not yet reported

@@ -703,13 +703,15 @@ std::string grid_rule_text(const plan& p, const work& w) { return grid_rule(p, w
 
 std::string format_plan(const plan_report& r, log_format f) {
   const plan& p = r.plan;
+  // Demangled here (on the logging thread, when asynchronous) unless the launch had to name the kernel.
+  const std::string kernel = r.kernel.demangled.empty() ? demangle(r.kernel.name) : r.kernel.demangled;
   const std::string cc = std::to_string(r.cc / 10) + "." + std::to_string(r.cc % 10);
   if (f == log_format::json) {
     nlohmann::json j = {
         {"level", "info"},
         {"logger", logger_name},
         {"event", "new_plan"},
-        {"kernel", valid_utf8(r.kernel.demangled, log_field_cap)},
+        {"kernel", valid_utf8(kernel, log_field_cap)},
         {"device", valid_utf8(r.device, log_field_cap)},
         {"device_ordinal", r.device_ordinal},
         {"cc", cc},
@@ -754,7 +756,7 @@ std::string format_plan(const plan_report& r, log_format f) {
   }
   const auto quoted = [](const std::string& v) { return quote_text(v, log_field_cap); };
   std::string s =
-      "new plan: kernel=" + escape_text(r.kernel.demangled, log_field_cap) + " device=" + quoted(r.device) +
+      "new plan: kernel=" + escape_text(kernel, log_field_cap) + " device=" + quoted(r.device) +
       " #" + std::to_string(r.device_ordinal) + " cc=" + cc + " block=" + p.block.to_string() +
       " grid=" + grid_rule(p, r.first_work) + " smem=" + std::to_string(p.dynamic_smem_bytes) +
       "B occupancy=" + pct(p.occupancy.occupancy) + " (" + std::to_string(p.occupancy.active_blocks_per_sm) +

@@ -534,7 +534,7 @@ void report(plan_entry& e, const device_limits& dev, const launch_request& r, co
   const spdlog::logger& l = logger_fast();
   const bool warns = !e.plan.warning.empty() || e.kernel.local_bytes_per_thread > 0;
   if (!l.should_log(spdlog::level::info) && !(warns && l.should_log(spdlog::level::warn))) return;
-  name_kernel(e.kernel);
+  if (warns) name_kernel(e.kernel);  // else the new plan's line demangles the name where it is made
   log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, e.override_glob, dev.sm_count,
                            static_cast<int>(fam.blocks.size())});
 }
