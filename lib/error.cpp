@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "launchfit/error.hpp"
 
+#include "launchfit/detail/throw_error.hpp"
+
 #include <cuda.h>
 
 #include <algorithm>
@@ -301,5 +303,13 @@ error::error(int cuda_result, std::string call, std::string message, std::string
   code_ = code_for_result(cuda_result);
   cuda_result_ = cuda_result;
 }
+
+namespace detail {
+
+void throw_error(const char* call, const char* cuda_error, const char* message) {
+  throw error(call, cuda_error, message);
+}
+
+}  // namespace detail
 
 }  // namespace launchfit

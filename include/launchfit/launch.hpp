@@ -2,6 +2,9 @@
 #pragma once
 // launchfit::launch — replaces kernel<<<grid, block, smem, stream>>>(args...) with
 // launch(kernel, spec, args...), where spec is a policy plus the work shape, stream and smem rule.
+// The spec, its factories and launch() for runtime-API kernels are in launchfit/base.hpp (the cheapest
+// include that launches); this header adds driver-API kernels, use(policy) and planned(plan), and brings
+// plans, policies, kernels and errors whole.
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -13,259 +16,19 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <type_traits>
-#include <typeinfo>
 #include <utility>
 
-#include "launchfit/detail/launch_request.hpp"
+#include "launchfit/base.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/launch_options.hpp"
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
 
-// The default stream is the translation unit's, as for <<<>>>: a file compiled with --default-stream per-thread
-// (nvcc defines CUDA_API_PER_THREAD_DEFAULT_STREAM) launches on the per-thread stream when no stream is given
-// (or 0 is given), any other file on the legacy stream. spec and its factories live in an inline namespace
-// named after that choice, so every template that takes a spec (launch, plan_for, the request made from it) is
-// a different symbol in files compiled each way and the linker never merges one into the other.
-#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
-#define LAUNCHFIT_DEFAULT_STREAM_NS default_stream_per_thread
-#else
-#define LAUNCHFIT_DEFAULT_STREAM_NS default_stream_legacy
-#endif
-
 namespace launchfit {
 inline namespace LAUNCHFIT_DEFAULT_STREAM_NS {
 
-// A policy plus everything about one launch that is not a kernel argument. Build it with the factories
-// below and chain: max_occupancy().items(n).on(stream).smem(bytes). A setter called on a temporary returns
-// a new spec by value (so `const auto& s = fixed(256).items(n);` holds a live spec); on a named spec it
-// changes that spec and returns a reference to it.
-template <class Policy>
-class spec {
- public:
-  // A spec with this policy and nothing else (no work: one full wave). The factories below make these.
-  explicit spec(Policy p) : policy_(std::move(p)) {}
-
-  // One thread per item: grid = ceil(n / block).
-  spec items(std::uint64_t n) && { return std::move(items(n)); }
-  spec& items(std::uint64_t n) & {
-    work_.kind = work::shape::items;
-    work_.n = n;
-    return *this;
-  }
-  // 2-D or 3-D work, items({nx, ny}) or items({nx, ny, nz}): the policy's block is shaped {32, threads / 32}
-  // (rows of one warp) unless it chose a shape itself (fixed({32, 32})), and grid = ceil(n / block) per
-  // dimension, each checked against the device (y and z at most 65535).
-  spec items(extent e) && { return std::move(items(e)); }
-  spec& items(extent e) & {
-    work_.kind = work::shape::items;
-    work_.n = e.x;
-    work_.ny = e.y;
-    work_.nz = e.z;
-    work_.rank = static_cast<std::uint8_t>(e.z > 1 ? 3 : 2);
-    return *this;
-  }
-  // k items per thread: grid = ceil(n / (block x k)).
-  spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
-  spec& per_thread(std::uint32_t k) & {
-    work_.per_thread = k;
-    return *this;
-  }
-  // The kernel loops over n items: grid = min(ceil(n / block), the resident blocks the policy wants).
-  spec grid_stride(std::uint64_t n) && { return std::move(grid_stride(n)); }
-  spec& grid_stride(std::uint64_t n) & {
-    work_.kind = work::shape::grid_stride;
-    work_.n = n;
-    return *this;
-  }
-  // grid_stride(n) only: cap the grid at k waves of resident blocks. Without it the policy decides: one wave,
-  // or for bytes_in_flight with wide elements (12 B or more per thread) the full grid. Give waves(1) to a
-  // kernel whose blocks end in costly work (global atomics, a per-block reduction): more blocks cost more.
-  spec waves(std::uint32_t k) && { return std::move(waves(k)); }
-  spec& waves(std::uint32_t k) & {
-    options_.waves = k > 0 ? k : 1;
-    return *this;
-  }
-  // The caller's grid (e.g. a cooperative solver's), launched as given: checked against the device, for whole
-  // clusters and, cooperative, for co-residency, or refused. The policy still chooses the block.
-  spec grid(dims g) && { return std::move(grid(g)); }
-  spec& grid(dims g) & {
-    work_.kind = work::shape::grid;
-    work_.grid = g;
-    return *this;
-  }
-  // Block sizes the kernel can run with: block_rule::power_of_two(), multiple_of(64), one_of({128, 256}).
-  // Every policy (autotune too) chooses among them; a plan from elsewhere that does not fit is refused.
-  spec blocks(block_rule rule) && { return std::move(blocks(rule)); }
-  spec& blocks(block_rule rule) & {
-    blocks_ = rule;
-    return *this;
-  }
-  // Size resident grids (no work, grid_stride, cooperative) for k SMs, so the kernel can run beside others
-  // (e.g. communication kernels); k above the context's SMs is the context's SMs. 0: all.
-  spec sms(int k) && { return std::move(sms(k)); }
-  spec& sms(int k) & {
-    options_.sm_budget = k > 0 ? k : 0;
-    return *this;
-  }
-  // Programmatic dependent launch (sm_90+): this kernel may start while the previous kernel in the stream is
-  // still running; it must call cudaGridDependencySynchronize() before reading that kernel's output. Opt-in.
-  spec pdl() && { return std::move(pdl()); }
-  spec& pdl() & {
-    options_.programmatic = true;
-    return *this;
-  }
-  // The stream to launch on. None (or 0): this file's default stream, as <<<>>> here (the legacy stream, or the
-  // per-thread stream in a file compiled with --default-stream per-thread).
-  spec on(CUstream s) && { return std::move(on(s)); }
-  spec& on(CUstream s) & {
-    stream_ = s;
-    return *this;
-  }
-  // Fixed dynamic shared memory per block.
-  spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
-  spec& smem(std::size_t bytes) & {
-    options_.smem_bytes = bytes;
-    options_.smem_rule = 0;
-    smem_fn_ = nullptr;  // std::function: no allocation for a small lambda, on every launch that builds a spec
-    return *this;
-  }
-  // Dynamic shared memory as a function of the block size (capturing lambdas welcome). The plan cache
-  // tells rules apart by their type plus `key`: give a different key when captured state changes the result.
-  template <class F>
-  spec smem_per_block(F f, std::uint64_t key = 0) && {
-    return std::move(smem_per_block(std::move(f), key));
-  }
-  // The same, on a named spec (changed in place and returned).
-  template <class F>
-  spec& smem_per_block(F f, std::uint64_t key = 0) & {
-    static_assert(std::is_invocable_r_v<std::size_t, F&, int>, "smem_per_block(f): f(int block) -> bytes");
-    smem_fn_ = smem_per_block_fn(std::move(f));
-    options_.smem_bytes = 0;
-    options_.smem_rule = detail::hash_combine(typeid(F).hash_code(), key) | 1ULL << 63;  // never 0, never bytes
-    return *this;
-  }
-  // Thread-block cluster dimensions (sm_90+). The grid is rounded up to whole clusters and sized by the
-  // clusters that co-reside (cuOccupancyMaxActiveClusters); sizes above 8 blocks need allow_non_portable,
-  // which sets the kernel's non-portable cluster attribute. A kernel with __cluster_dims__ needs no call.
-  spec cluster(dims c, bool allow_non_portable = false) && { return std::move(cluster(c, allow_non_portable)); }
-  spec& cluster(dims c, bool allow_non_portable = false) & {
-    options_.cluster = c;
-    options_.non_portable_cluster = allow_non_portable;
-    return *this;
-  }
-  // The kernel needs a cooperative launch (it calls grid.sync()): whatever policy decides, the launch stays
-  // cooperative and its grid is checked for co-residency, or it is refused. cooperative() implies it.
-  spec cooperative() && { return std::move(cooperative()); }
-  spec& cooperative() & {
-    options_.cooperative = true;
-    return *this;
-  }
-  // The kernel may be run several times, back to back, on the same arguments: lets a tuning policy time
-  // candidate plans on the real arguments. With reset(f) as well: re-running is memory-safe but changes the
-  // data (e.g. it accumulates); trials then run back to back after f, and f restores the data at the end.
-  spec rerunnable() && { return std::move(rerunnable()); }
-  spec& rerunnable() & {
-    rerunnable_ = true;
-    return *this;
-  }
-  // Called before every tuning sample to restore the kernel's inputs/outputs (implies tunable); without
-  // rerunnable(), each sample is a single launch after f.
-  spec reset(std::function<void()> f) && { return std::move(reset(std::move(f))); }
-  spec& reset(std::function<void()> f) & {
-    reset_ = std::make_shared<std::function<void()>>(std::move(f));
-    return *this;
-  }
-
-  // ---- what the spec says (read by launch() and plan_for()) ----
-  // The policy as given.
-  const Policy& policy_value() const noexcept { return policy_; }
-  // The policy as a launchfit::policy, whatever holds it.
-  const launchfit::policy& get_policy() const noexcept {
-    if constexpr (std::is_base_of_v<launchfit::policy, Policy>) {
-      return policy_;
-    } else {
-      return *policy_;
-    }
-  }
-  // The work as policies and the grid rule see it: with the waves cap of the launch options.
-  work work_shape() const noexcept {
-    work w = work_;
-    w.waves = options_.waves;
-    return w;
-  }
-  // The stream (nullptr: this file's default stream).
-  CUstream stream() const noexcept { return stream_; }
-  // Fixed dynamic smem per block (when there is no smem_per_block rule).
-  std::size_t smem_bytes() const noexcept { return options_.smem_bytes; }
-  // The smem_per_block rule, or nullptr.
-  const smem_per_block_fn* smem_fn() const noexcept { return smem_fn_ ? &smem_fn_ : nullptr; }
-  // The smem rule's identity in plan keys (the fixed bytes, or the rule's type and key).
-  std::uint64_t smem_rule() const noexcept { return options_.smem_identity(); }
-  // What the launch requires as the spec says it (make_request adds cooperative for a cooperative policy).
-  const launch_options& options() const noexcept { return options_; }
-  // Cluster dims (1x1x1: none).
-  dims cluster_dims() const noexcept { return options_.cluster; }
-  // Cluster sizes above 8 are allowed.
-  bool allows_non_portable_cluster() const noexcept { return options_.non_portable_cluster; }
-  // .cooperative() was called, or the policy is cooperative().
-  bool requires_cooperative() const noexcept {
-    return options_.cooperative || std::is_same_v<Policy, cooperative_policy>;
-  }
-  // .pdl() was called.
-  bool is_programmatic() const noexcept { return options_.programmatic; }
-  // SMs resident grids are sized for (0: all of the context's).
-  int sm_budget() const noexcept { return options_.sm_budget; }
-  // The block rule (any by default).
-  const block_rule& block_sizes() const noexcept { return blocks_; }
-  // A tuning policy may time candidates on this launch (rerunnable() or reset()).
-  bool is_rerunnable() const noexcept { return rerunnable_ || reset_; }
-  // rerunnable() was called: trials may run back to back.
-  bool runs_back_to_back() const noexcept { return rerunnable_; }
-  // The reset(f) function, or nullptr.
-  const std::function<void()>* reset_fn() const noexcept { return reset_.get(); }
-
- private:
-  Policy policy_;
-  work work_{};
-  CUstream stream_ = nullptr;
-  smem_per_block_fn smem_fn_;  // the rule options_.smem_rule identifies (a function, so not in the value)
-  launch_options options_{};
-  block_rule blocks_{};
-  bool rerunnable_ = false;
-  std::shared_ptr<std::function<void()>> reset_;
-};
-
-// ---- factories --------------------------------------------------------------------------------------
-// Most resident threads; of the block sizes that reach it, the one nearest prefer_block (0: the largest, exactly
-// cuOccupancyMaxPotentialBlockSize's block). block_limit > 0 caps the block size.
-inline spec<max_occupancy_policy> max_occupancy(int prefer_block = max_occupancy_params{}.prefer_block,
-                                                int block_limit = 0) {
-  return spec<max_occupancy_policy>(max_occupancy_policy{max_occupancy_params{prefer_block, block_limit}});
-}
-// Little's law sizing; target_per_sm 0 uses the device default (32 KB on sm_90).
-inline spec<bytes_in_flight_policy> bytes_in_flight(int per_thread_bytes, int target_per_sm = 0,
-                                                    int prefer_block = bytes_in_flight_params{}.prefer_block) {
-  return spec<bytes_in_flight_policy>(
-      bytes_in_flight_policy{bytes_in_flight_params{per_thread_bytes, target_per_sm, prefer_block}});
-}
-// Co-resident grid, launched cooperatively; blocks_per_sm 0 = as many as fit; block 0 = max-occupancy block.
-inline spec<cooperative_policy> cooperative(int blocks_per_sm = 0, int block = 0) {
-  return spec<cooperative_policy>(cooperative_policy{cooperative_params{blocks_per_sm, block}});
-}
-// Today's <<<grid, block>>>; grid 0 = from the work shape.
-inline spec<fixed_policy> fixed(int block, int grid = 0) {
-  return spec<fixed_policy>(fixed_policy{fixed_params{block, grid}});
-}
-// A 2-D or 3-D block: fixed({32, 32}); grid {0}: from the work per dimension.
-inline spec<fixed_dims_policy> fixed(dims block, dims grid = dims{0, 1, 1}) {
-  return spec<fixed_dims_policy>(fixed_dims_policy{fixed_dims_params{
-      static_cast<int>(block.x), static_cast<int>(block.y), static_cast<int>(block.z), static_cast<int>(grid.x),
-      static_cast<int>(grid.y), static_cast<int>(grid.z)}});
-}
 // A plan from plan_for() (or launched().plan()) launched verbatim: its block, grid rule, residency, dynamic
 // smem and launch options (cooperative, cluster, PDL, SM budget), validated again for the kernel launched.
 // Give the work again (items(n), grid_stride(n)); overrides never replace it. With it "plan, compute
@@ -294,144 +57,6 @@ inline spec<std::shared_ptr<const policy>> use(std::string_view policy_string) {
 
 }  // inline namespace LAUNCHFIT_DEFAULT_STREAM_NS
 
-namespace detail {
-
-// A runtime-API __global__ function's CUfunction in the current context, resolved through the caller's
-// CUDA runtime (so the kernel registered by the caller's module is found). Called on cache misses only.
-inline CUfunction resolve_runtime_kernel(const void* stub) {
-  cudaFunction_t f = nullptr;
-  const cudaError_t st = cudaGetFuncBySymbol(&f, stub);
-  if (st != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw error("cudaGetFuncBySymbol", cudaGetErrorName(st), cudaGetErrorString(st));
-  }
-  return reinterpret_cast<CUfunction>(f);
-}
-
-template <class Policy>
-launch_request make_request(const spec<Policy>& s) {
-  launch_request r;
-  const launchfit::policy& p = s.get_policy();
-  r.policy = &p;
-  r.policy_hash = p.hash();
-  r.shape = s.work_shape();
-  r.bucket = p.work_bucket(r.shape);
-  r.smem_fn = s.smem_fn();
-#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
-  r.stream = s.stream() ? s.stream() : CU_STREAM_PER_THREAD;  // 0 here means what <<<>>> means here
-#else
-  r.stream = s.stream();
-#endif
-  r.options = s.options();
-  // The one place that decides whether the launch is cooperative: the spec says so, or its policy is
-  // cooperative() (also when it came from use("cooperative") or a pointer). No later step adds or drops it.
-  if constexpr (std::is_same_v<Policy, cooperative_policy>) {
-    r.options.cooperative = true;
-  } else if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
-    r.options.cooperative = r.options.cooperative || dynamic_cast<const cooperative_policy*>(&p) != nullptr;
-  }
-  r.blocks = s.block_sizes();
-  r.rerunnable = s.is_rerunnable();
-  r.back_to_back = s.runs_back_to_back();
-  r.reset = s.reset_fn();
-  return r;
-}
-
-}  // namespace detail
-
-// An argument computed from the plan at launch time, for arguments that depend on the chosen block (an
-// n-body kernel's tile count, a padded size): launch(k, spec, from_plan([n](const plan& p) { return n /
-// p.block_threads; }), ...). Called once per launch, and for each candidate a tuning policy times.
-template <class F>
-struct plan_argument {
-  F f;  // plan -> the argument's value
-};
-// Makes a plan_argument from f(const plan&).
-template <class F>
-plan_argument<std::decay_t<F>> from_plan(F&& f) {
-  return plan_argument<std::decay_t<F>>{std::forward<F>(f)};
-}
-
-namespace detail {
-
-template <class T>
-struct is_plan_argument : std::false_type {};
-template <class F>
-struct is_plan_argument<plan_argument<F>> : std::true_type {};
-
-template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::value>
-struct argument_converts : std::is_convertible<Arg, Param> {};
-template <class Param, class Arg>
-struct argument_converts<Param, Arg, true>
-    : std::is_convertible<decltype(std::declval<std::decay_t<Arg>&>().f(std::declval<const plan&>())), Param> {};
-
-// One kernel argument: a value converted once, or a plan_argument evaluated for each plan.
-template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::value>
-struct argument_slot {
-  Param value;
-  explicit argument_slot(Arg&& a) : value(static_cast<Param>(std::forward<Arg>(a))) {}
-  void bind(const plan&) noexcept {}
-};
-template <class Param, class Arg>
-struct argument_slot<Param, Arg, true> {
-  std::decay_t<Arg> from;
-  Param value{};
-  explicit argument_slot(Arg&& a) : from(std::forward<Arg>(a)) {}
-  void bind(const plan& p) { value = static_cast<Param>(from.f(p)); }
-};
-
-template <class... Slots>
-void bind_arguments(void* self, const plan& p) {
-  std::apply([&p](auto&... slot) { (slot.bind(p), ...); }, *static_cast<std::tuple<Slots...>*>(self));
-}
-
-// Launches a runtime-API kernel (or a family member chosen by the planner) with converted arguments.
-template <class... Params, class... Args>
-launched launch_runtime(launch_request& r, Args&&... args) {
-  static_assert(sizeof...(Params) == sizeof...(Args), "launchfit::launch: wrong number of kernel arguments");
-  static_assert((argument_converts<Params, Args&&>::value && ...),
-                "launchfit::launch: an argument does not convert to the kernel's parameter type");
-  r.resolve = &resolve_runtime_kernel;
-  r.has_arguments = true;
-  if constexpr ((is_plan_argument<std::decay_t<Args>>::value || ...)) {
-    using slots_type = std::tuple<argument_slot<std::decay_t<Params>, Args&&>...>;
-    slots_type slots(std::forward<Args>(args)...);
-    return std::apply(
-        [&](auto&... slot) {
-          std::array<void*, sizeof...(Params)> ptrs{static_cast<void*>(&slot.value)...};
-          r.args = ptrs.data();
-          r.arg_count = ptrs.size();
-          r.bind = &bind_arguments<argument_slot<std::decay_t<Params>, Args&&>...>;
-          r.bind_self = &slots;
-          return launch(r);
-        },
-        slots);
-  } else {
-    std::tuple<std::decay_t<Params>...> converted(static_cast<Params>(std::forward<Args>(args))...);
-    return std::apply(
-        [&](auto&... a) {
-          std::array<void*, sizeof...(Params)> ptrs{static_cast<void*>(&a)...};
-          r.args = ptrs.data();
-          r.arg_count = ptrs.size();
-          return launch(r);
-        },
-        converted);
-  }
-}
-
-}  // namespace detail
-
-// Runtime-API kernel: argument count and convertibility checked at compile time; every argument is
-// converted to the kernel's parameter type before its address is passed. Returns what was launched.
-template <class... Params, class Policy, class... Args>
-launched launch(void (*k)(Params...), const spec<Policy>& s, Args&&... args) {
-  if (!k) throw error("launchfit::launch", "CUDA_ERROR_INVALID_HANDLE", "null kernel function pointer");
-  detail::launch_request r = detail::make_request(s);
-  r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
-  r.stub = reinterpret_cast<const void*>(k);
-  return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
-}
-
 // Driver-API kernel: each argument is passed as one kernel parameter (a struct too: a kernel may take one by
 // value; lf::args(aggregate) from launchfit/args.hpp passes an aggregate's fields instead). Argument count
 // and sizes are checked against cuFuncGetParamInfo where the driver reports them.
@@ -451,15 +76,6 @@ launched launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
   return detail::launch(r);
 }
 
-// The plan a launch would use, without launching (computed and cached on first use).
-template <class... Params, class Policy>
-const plan& plan_for(void (*k)(Params...), const spec<Policy>& s) {
-  detail::launch_request r = detail::make_request(s);
-  r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
-  r.stub = reinterpret_cast<const void*>(k);
-  r.resolve = &detail::resolve_runtime_kernel;
-  return detail::plan_for(r);
-}
 // The same for a driver-API kernel.
 template <class Policy>
 const plan& plan_for(const kernel& k, const spec<Policy>& s) {
