@@ -44,6 +44,12 @@ void saxpy(float, const float*, float*, int) {
   spec.reset([] {});
   return lf::launch(saxpy, spec, a, x, y, lf::from_plan([n](const auto&) { return n; }));
 }
+void no_arguments() {}
+void wide(std::size_t, double) {}
+[[maybe_unused]] lf::launched launch_others() {
+  lf::launch(no_arguments, lf::cooperative());
+  return lf::launch(wide, lf::fixed(64, 1), 3, 1.5f);  // converted to the parameters' types first
+}
 [[maybe_unused]] const lf::plan& plan_saxpy(int n) { return lf::plan_for(saxpy, lf::fixed(256).items(n)); }
 
 }  // namespace

@@ -393,7 +393,7 @@ template <std::size_t... I, class... Ts>
 struct pack<std::index_sequence<I...>, Ts...> : pack_member<I, Ts>... {
   template <class... Us>
   explicit pack(Us&&... us) : pack_member<I, Ts>{Ts(std::forward<Us>(us))}... {}
-  // Addresses of each member's value (as cuLaunchKernelEx takes them); one slot more, so never empty.
+  // Writes address_of(member) for each member, in order, to out[0..N).
   template <class F>
   void addresses(void** out, F&& address_of) {
     ((out[I] = address_of(static_cast<pack_member<I, Ts>&>(*this).item)), ...);
@@ -419,17 +419,17 @@ launched launch_runtime(launch_request& r, Args&&... args) {
                 "launchfit::launch: an argument does not convert to the kernel's parameter type");
   r.resolve = &resolve_runtime_kernel;
   r.has_arguments = true;
-  void* ptrs[sizeof...(Params) + 1] = {};
+  void* ptrs[sizeof...(Params) + 1] = {};  // + 1: never a zero-length array
   r.args = ptrs;
   r.arg_count = sizeof...(Params);
   if constexpr ((is_plan_argument<std::decay_t<Args>>::value || ...)) {
-    pack_of<argument_slot<std::decay_t<Params>, Args&&>...> slots(std::forward<Args>(args)...);
+    pack_of<argument_slot<std::decay_t<Params>, Args&&>...> slots{std::forward<Args>(args)...};
     slots.addresses(ptrs, [](auto& slot) { return static_cast<void*>(&slot.value); });
     r.bind = &bind_arguments<argument_slot<std::decay_t<Params>, Args&&>...>;
     r.bind_self = &slots;
     return launch(r);
   } else {
-    pack_of<std::decay_t<Params>...> converted(static_cast<Params>(std::forward<Args>(args))...);
+    pack_of<std::decay_t<Params>...> converted{static_cast<Params>(std::forward<Args>(args))...};
     converted.addresses(ptrs, [](auto& a) { return static_cast<void*>(&a); });
     return launch(r);
   }
