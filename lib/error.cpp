@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "launchfit/error.hpp"
 
+#include "launchfit/detail/throw_error.hpp"
+
 #include <cuda.h>
 
 #include <algorithm>
@@ -270,5 +272,15 @@ error error::with_kernel(std::string kernel, std::string config) const {
   return error(call_, cuda_error_, code_, cuda_result_, message_,
                kernel_.empty() ? std::move(kernel) : kernel_, config_.empty() ? std::move(config) : config_);
 }
+
+namespace detail {
+
+void throw_error(const char* call, const char* cuda_error, const char* message) {
+  throw error(call, cuda_error, message);
+}
+
+void throw_null_kernel(const char* call) { throw error(CUDA_ERROR_INVALID_HANDLE, call, "null kernel function pointer"); }
+
+}  // namespace detail
 
 }  // namespace launchfit

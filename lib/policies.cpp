@@ -47,6 +47,16 @@ std::string dims::to_string() const {
   return std::to_string(x) + "x" + std::to_string(y) + "x" + std::to_string(z);
 }
 
+double launched::waves() const noexcept { return plan_ptr ? plan_ptr->waves(grid) : 0.0; }
+
+std::string policy::to_string() const {
+  std::string s = name();
+  s += '(';
+  s += params();
+  s += ')';
+  return s;
+}
+
 std::string plan::to_string() const {
   std::string s = "block=" + block.to_string();
   s += grid.x ? " grid=" + grid.to_string() : std::string(" grid=from-work");

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "launchfit/plan.hpp"
+#include "launchfit/work.hpp"
 
 namespace launchfit {
 

@@ -6,15 +6,17 @@
 #
 #   tests/header-cost/measure.sh [source root, default: this checkout] [runs, default 5]
 #
-# Prints one Markdown table row per header. The "before" figures in RESULTS.md were taken on an older
-# commit checked out with `git worktree add /tmp/lf-before <commit>` and this script pointed at it.
+# Prints one Markdown table row per header (headers the tree lacks are left out). What a whole launching
+# .cu file costs nvcc, against the same file with <<<>>>: tests/bench/compile-cost.sh. The "before" figures
+# in RESULTS.md were taken on an older commit checked out with `git worktree add /tmp/lf-before <commit>`
+# and this script pointed at it.
 set -euo pipefail
 root=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 runs=${2:-5}
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
 cxx=${CXX:-g++}
 nvcc=${NVCC:-nvcc}
-headers=${HEADERS:-"launch.hpp policy.hpp launchfit.hpp"}
+headers=${HEADERS:-"base.hpp launch.hpp policy.hpp launchfit.hpp"}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -27,6 +29,7 @@ seconds() {  # CPU seconds (user + sys) of one run of "$@", output discarded
 echo "| header | g++ -E lines | g++ -fsyntax-only median CPU s | nvcc -E lines (.cu) | nvcc -E median CPU s |"
 echo "|---|---:|---:|---:|---:|"
 for h in $headers; do
+  [[ -f $root/include/launchfit/$h ]] || continue  # an older tree (e.g. without base.hpp)
   printf '#include <launchfit/%s>\nint main() { return 0; }\n' "$h" > "$work/tu.cpp"
   cp "$work/tu.cpp" "$work/tu.cu"
   flags=(-std=c++17 -I "$root/include" -I "$cuda_include")

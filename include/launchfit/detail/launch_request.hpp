@@ -3,25 +3,29 @@
 // Internal: what launch() and plan_for() hand to the compiled library (one launch, everything but the
 // kernel's argument values). Not part of the public API.
 
-#include <cuda.h>
+#include <cuda_runtime_api.h>  // cudaStream_t and cudaFunction_t: the driver's CUstream and CUfunction
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
+#include "launchfit/detail/callable.hpp"
 #include "launchfit/export.hpp"
-#include "launchfit/kernel.hpp"
 #include "launchfit/launch_options.hpp"
-#include "launchfit/occupancy.hpp"
-#include "launchfit/plan.hpp"
+#include "launchfit/work.hpp"
 
 namespace launchfit {
 class policy;
+class kernel;
+struct plan;
 }
 
 namespace launchfit::detail {
 
-using resolve_fn = CUfunction (*)(const void* stub);
+// A block-size -> dynamic smem rule (smem_per_block) and a reset function (reset), as the spec holds them.
+using smem_rule_fn = callable<std::size_t(int)>;
+using reset_fn = callable<void()>;
+
+using resolve_fn = cudaFunction_t (*)(const void* stub);  // a CUfunction
 
 // One instantiation of a kernel family: the block it is written for and its host stub.
 struct family_member {
@@ -37,9 +41,9 @@ struct launch_request {
   const launchfit::policy* policy = nullptr;
   std::uint64_t policy_hash = 0;
   std::uint64_t bucket = 0;
-  const smem_per_block_fn* smem_fn = nullptr;  // the rule options.smem_rule identifies, when it is set
+  const smem_rule_fn* smem_fn = nullptr;       // the rule options.smem_rule identifies, when it is set
   work shape{};                                // with options.waves (spec::work_shape())
-  CUstream stream = nullptr;
+  cudaStream_t stream = nullptr;  // a CUstream
   launch_options options{};   // what the launch requires, decided once in make_request(); no policy changes it
   block_rule blocks{};        // block sizes the kernel can run with
   block_shape shape_rule{};   // how the kernel needs its block shaped (block_y, x multiple, rows per thread)
@@ -53,7 +57,7 @@ struct launch_request {
   std::size_t arg_count = 0;
   bool rerunnable = false;
   bool back_to_back = false;  // rerunnable() was given: trials may repeat the launch between resets
-  const std::function<void()>* reset = nullptr;
+  const reset_fn* reset = nullptr;
   bool has_arguments = false;  // set by launch(): plan_for() has none, so it never offers tuning trials
 };
 

@@ -1,0 +1,501 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// launchfit/base.hpp — launch(kernel, spec, args...) for runtime-API __global__ functions, at the least compile
+// cost: the spec, its factories (max_occupancy, bytes_in_flight, cooperative, fixed), launch() and plan_for().
+// It includes no <string>, <memory> or <functional>. launchfit/launch.hpp adds driver-API kernels, use(policy),
+// planned(plan) and what plans and policies are made of (launchfit/plan.hpp, launchfit/policy.hpp).
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+
+#include "launchfit/builtin_policies.hpp"
+#include "launchfit/detail/callable.hpp"
+#include "launchfit/detail/launch_request.hpp"
+#include "launchfit/detail/throw_error.hpp"
+#include "launchfit/export.hpp"
+#include "launchfit/launch_options.hpp"
+#include "launchfit/work.hpp"
+
+// The default stream is the translation unit's, as for <<<>>>: a file compiled with --default-stream per-thread
+// (nvcc defines CUDA_API_PER_THREAD_DEFAULT_STREAM) launches on the per-thread stream when no stream is given
+// (or 0 is given), any other file on the legacy stream. spec and its factories live in an inline namespace
+// named after that choice, so every template that takes a spec (launch, plan_for, the request made from it) is
+// a different symbol in files compiled each way and the linker never merges one into the other.
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define LAUNCHFIT_DEFAULT_STREAM_NS default_stream_per_thread
+#else
+#define LAUNCHFIT_DEFAULT_STREAM_NS default_stream_legacy
+#endif
+
+namespace launchfit {
+
+namespace detail {
+template <class F, class = void>
+struct has_target_type : std::false_type {};
+template <class F>
+struct has_target_type<F, std::void_t<decltype(std::declval<const F&>().target_type())>> : std::true_type {};
+
+// Whether f is a null function pointer or an empty std::function (what std::function treats as empty).
+template <class F>
+bool is_empty_function(const F& f) noexcept {
+  if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
+    return f == nullptr;
+  } else if constexpr (has_target_type<F>::value) {
+    return !static_cast<bool>(f);
+  } else {
+    return false;
+  }
+}
+}  // namespace detail
+
+inline namespace LAUNCHFIT_DEFAULT_STREAM_NS {
+
+// A policy plus everything about one launch that is not a kernel argument. Build it with the factories
+// below and chain: max_occupancy().items(n).on(stream).smem(bytes). A setter called on a temporary returns
+// a new spec by value (so `const auto& s = fixed(256).items(n);` holds a live spec); on a named spec it
+// changes that spec and returns a reference to it.
+template <class Policy>
+class spec {
+ public:
+  // A spec with this policy and nothing else (no work: one full wave). The factories below make these.
+  explicit spec(Policy p) : policy_(std::move(p)) {}
+
+  // One thread per item: grid = ceil(n / block).
+  spec items(std::uint64_t n) && { return std::move(items(n)); }
+  spec& items(std::uint64_t n) & {
+    work_.kind = work::shape::items;
+    work_.n = n;
+    return *this;
+  }
+  // 2-D or 3-D work, items({nx, ny}) or items({nx, ny, nz}): the policy's block is shaped {32, threads / 32}
+  // (rows of one warp), or as block_y() / block_x_multiple() say, unless it chose a shape itself (fixed({32,
+  // 32})), and grid = ceil(n / block) per dimension (y: per_thread_y() rows per thread), each checked against
+  // the device (y and z at most 65535).
+  spec items(extent e) && { return std::move(items(e)); }
+  spec& items(extent e) & {
+    work_.kind = work::shape::items;
+    work_.n = e.x;
+    work_.ny = e.y;
+    work_.nz = e.z;
+    work_.rank = static_cast<std::uint8_t>(e.z > 1 ? 3 : 2);
+    return *this;
+  }
+  // k items per thread: grid = ceil(n / (block x k)).
+  spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
+  spec& per_thread(std::uint32_t k) & {
+    work_.per_thread = k;
+    return *this;
+  }
+  // The kernel loops over n items: grid = min(ceil(n / block), the resident blocks the policy wants).
+  spec grid_stride(std::uint64_t n) && { return std::move(grid_stride(n)); }
+  spec& grid_stride(std::uint64_t n) & {
+    work_.kind = work::shape::grid_stride;
+    work_.n = n;
+    return *this;
+  }
+  // grid_stride(n) only: cap the grid at k waves of resident blocks. Without it every static policy launches
+  // one wave (a tuned plan may launch more, see plan::full_grid): a block's epilogue (global atomics, a
+  // per-block reduction) costs per block, which no policy can see. A kernel without one whose elements are
+  // wide (12 B or more per thread) may run faster with more blocks: give waves(k), or launch items(n).
+  spec waves(std::uint32_t k) && { return std::move(waves(k)); }
+  spec& waves(std::uint32_t k) & {
+    options_.waves = k > 0 ? k : 1;
+    return *this;
+  }
+  // The caller's grid (e.g. a cooperative solver's), launched as given: checked against the device, for whole
+  // clusters and, cooperative, for co-residency, or refused. The policy still chooses the block.
+  spec grid(dims g) && { return std::move(grid(g)); }
+  spec& grid(dims g) & {
+    work_.kind = work::shape::grid;
+    work_.grid = g;
+    return *this;
+  }
+  // Block sizes the kernel can run with: block_rule::power_of_two(), multiple_of(64), one_of({128, 256}).
+  // Every policy (autotune too) chooses among them; a plan from elsewhere that does not fit is refused.
+  spec blocks(block_rule rule) && { return std::move(blocks(rule)); }
+  spec& blocks(block_rule rule) & {
+    blocks_ = rule;
+    return *this;
+  }
+  // The block's y as the kernel indexes it (e.g. 3 dimensions in threadIdx.y): blocks are {x, y, z} with x
+  // chosen by the policy (a multiple of 32, or of block_x_multiple(m)); 0: free. Above 1024: no block fits
+  // (refused). 1-D work (items(n), grid_stride(n)) then runs along x, one block row of y per block.
+  spec block_y(unsigned y) && { return std::move(block_y(y)); }
+  spec& block_y(unsigned y) & {
+    shape_.y = static_cast<std::uint16_t>(y > 1024 ? 1024 : y);
+    shape_.invalid = shape_.invalid || y > 1024;
+    return *this;
+  }
+  // The block's z as the kernel indexes it (1 by default; above 64 no block fits).
+  spec block_z(unsigned z) && { return std::move(block_z(z)); }
+  spec& block_z(unsigned z) & {
+    shape_.z = static_cast<std::uint16_t>(z == 0 ? 1 : z > 64 ? 64 : z);
+    shape_.invalid = shape_.invalid || z > 64;
+    return *this;
+  }
+  // Block x is a multiple of m (a tile width); with a free y the block is {m, threads / m}. 0: 32.
+  spec block_x_multiple(unsigned m) && { return std::move(block_x_multiple(m)); }
+  spec& block_x_multiple(unsigned m) & {
+    shape_.x_multiple = static_cast<std::uint16_t>(m > 1024 ? 1024 : m);
+    shape_.invalid = shape_.invalid || m > 1024;
+    return *this;
+  }
+  // k rows along y per thread (a 32x32 tile with 32x8 blocks: 4): grid y = ceil(ny / (block y x k)).
+  spec per_thread_y(std::uint32_t k) && { return std::move(per_thread_y(k)); }
+  spec& per_thread_y(std::uint32_t k) & {
+    shape_.per_thread_y = k > 0 ? k : 1;
+    return *this;
+  }
+  // The whole block shape at once (what plan::shape_rule holds; planned(p) passes it on).
+  spec shape(block_shape b) && { return std::move(shape(b)); }
+  spec& shape(block_shape b) & {
+    shape_ = b;
+    return *this;
+  }
+  // Size resident grids (no work, grid_stride, cooperative) for k SMs, so the kernel can run beside others
+  // (e.g. communication kernels); k above the context's SMs is the context's SMs. 0: all.
+  spec sms(int k) && { return std::move(sms(k)); }
+  spec& sms(int k) & {
+    options_.sm_budget = k > 0 ? k : 0;
+    return *this;
+  }
+  // Programmatic dependent launch (sm_90+): this kernel may start while the previous kernel in the stream is
+  // still running; it must call cudaGridDependencySynchronize() before reading that kernel's output. Opt-in.
+  spec pdl() && { return std::move(pdl()); }
+  spec& pdl() & {
+    options_.programmatic = true;
+    return *this;
+  }
+  // The stream to launch on. None (or 0): this file's default stream, as <<<>>> here (the legacy stream, or the
+  // per-thread stream in a file compiled with --default-stream per-thread).
+  spec on(cudaStream_t s) && { return std::move(on(s)); }  // a CUstream
+  spec& on(cudaStream_t s) & {
+    stream_ = s;
+    return *this;
+  }
+  // Fixed dynamic shared memory per block.
+  spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
+  spec& smem(std::size_t bytes) & {
+    options_.smem_bytes = bytes;
+    options_.smem_rule = 0;
+    smem_fn_ = nullptr;  // no allocation for a small lambda, on every launch that builds a spec
+    return *this;
+  }
+  // Dynamic shared memory as a function of the block size (capturing lambdas welcome). The plan cache
+  // tells rules apart by their type plus `key`: give a different key when captured state changes the result.
+  template <class F>
+  spec smem_per_block(F f, std::uint64_t key = 0) && {
+    return std::move(smem_per_block(std::move(f), key));
+  }
+  // The same, on a named spec (changed in place and returned).
+  template <class F>
+  spec& smem_per_block(F f, std::uint64_t key = 0) & {
+    static_assert(std::is_invocable_r_v<std::size_t, F&, int>, "smem_per_block(f): f(int block) -> bytes");
+    if (detail::is_empty_function(f)) {
+      smem_fn_ = nullptr;  // as std::function made from an empty one: no rule to call
+    } else {
+      smem_fn_ = std::move(f);
+    }
+    options_.smem_bytes = 0;
+    options_.smem_rule = detail::hash_combine(typeid(F).hash_code(), key) | 1ULL << 63;  // never 0, never bytes
+    return *this;
+  }
+  // Thread-block cluster dimensions (sm_90+). The grid is rounded up to whole clusters and sized by the
+  // clusters that co-reside (cuOccupancyMaxActiveClusters); sizes above 8 blocks need allow_non_portable,
+  // which sets the kernel's non-portable cluster attribute. A kernel with __cluster_dims__ needs no call.
+  spec cluster(dims c, bool allow_non_portable = false) && { return std::move(cluster(c, allow_non_portable)); }
+  spec& cluster(dims c, bool allow_non_portable = false) & {
+    options_.cluster = c;
+    options_.non_portable_cluster = allow_non_portable;
+    return *this;
+  }
+  // The kernel needs a cooperative launch (it calls grid.sync()): whatever policy decides, the launch stays
+  // cooperative and its grid is checked for co-residency, or it is refused. cooperative() implies it.
+  spec cooperative() && { return std::move(cooperative()); }
+  spec& cooperative() & {
+    options_.cooperative = true;
+    return *this;
+  }
+  // The kernel may be run several times, back to back, on the same arguments: lets a tuning policy time
+  // candidate plans on the real arguments. With reset(f) as well: re-running is memory-safe but changes the
+  // data (e.g. it accumulates); trials then run back to back after f, and f restores the data at the end.
+  spec rerunnable() && { return std::move(rerunnable()); }
+  spec& rerunnable() & {
+    rerunnable_ = true;
+    return *this;
+  }
+  // Called before every tuning sample to restore the kernel's inputs/outputs (implies tunable); without
+  // rerunnable(), each sample is a single launch after f.
+  template <class F>
+  spec reset(F f) && {
+    return std::move(reset(std::move(f)));
+  }
+  // The same, on a named spec (changed in place and returned).
+  template <class F>
+  spec& reset(F f) & {
+    static_assert(std::is_invocable_v<F&>, "reset(f): f() restores the kernel's data");
+    reset_ = std::move(f);
+    has_reset_ = true;
+    return *this;
+  }
+
+  // ---- what the spec says (read by launch() and plan_for()) ----
+  // The policy as given.
+  const Policy& policy_value() const noexcept { return policy_; }
+  // The policy as a launchfit::policy, whatever holds it.
+  const launchfit::policy& get_policy() const noexcept {
+    if constexpr (std::is_base_of_v<launchfit::policy, Policy>) {
+      return policy_;
+    } else {
+      return *policy_;
+    }
+  }
+  // The work as policies and the grid rule see it: with the waves cap of the launch options.
+  work work_shape() const noexcept {
+    work w = work_;
+    w.waves = options_.waves;
+    return w;
+  }
+  // The stream (nullptr: this file's default stream).
+  cudaStream_t stream() const noexcept { return stream_; }
+  // Fixed dynamic smem per block (when there is no smem_per_block rule).
+  std::size_t smem_bytes() const noexcept { return options_.smem_bytes; }
+  // The smem_per_block rule, or nullptr.
+  const detail::smem_rule_fn* smem_fn() const noexcept { return smem_fn_ ? &smem_fn_ : nullptr; }
+  // The smem rule's identity in plan keys (the fixed bytes, or the rule's type and key).
+  std::uint64_t smem_rule() const noexcept { return options_.smem_identity(); }
+  // What the launch requires as the spec says it (make_request adds cooperative for a cooperative policy).
+  const launch_options& options() const noexcept { return options_; }
+  // Cluster dims (1x1x1: none).
+  dims cluster_dims() const noexcept { return options_.cluster; }
+  // Cluster sizes above 8 are allowed.
+  bool allows_non_portable_cluster() const noexcept { return options_.non_portable_cluster; }
+  // .cooperative() was called, or the policy is cooperative().
+  bool requires_cooperative() const noexcept {
+    return options_.cooperative || std::is_same_v<Policy, cooperative_policy>;
+  }
+  // .pdl() was called.
+  bool is_programmatic() const noexcept { return options_.programmatic; }
+  // SMs resident grids are sized for (0: all of the context's).
+  int sm_budget() const noexcept { return options_.sm_budget; }
+  // The block rule (any by default).
+  const block_rule& block_sizes() const noexcept { return blocks_; }
+  // The block shape (the default: rows of 32 for multi-dimensional work).
+  const block_shape& shape_rule() const noexcept { return shape_; }
+  // A tuning policy may time candidates on this launch (rerunnable() or reset()).
+  bool is_rerunnable() const noexcept { return rerunnable_ || has_reset_; }
+  // rerunnable() was called: trials may run back to back.
+  bool runs_back_to_back() const noexcept { return rerunnable_; }
+  // The reset(f) function, or nullptr.
+  const detail::reset_fn* reset_fn() const noexcept { return has_reset_ ? &reset_ : nullptr; }
+
+ private:
+  Policy policy_;
+  work work_{};
+  cudaStream_t stream_ = nullptr;
+  detail::smem_rule_fn smem_fn_;  // the rule options_.smem_rule identifies (a function, so not in the value)
+  launch_options options_{};
+  block_rule blocks_{};
+  block_shape shape_{};
+  bool rerunnable_ = false;
+  bool has_reset_ = false;
+  detail::reset_fn reset_;  // held only when has_reset_
+};
+
+// ---- factories --------------------------------------------------------------------------------------
+// Most resident threads; of the block sizes that reach it, the one nearest prefer_block (0: the largest, exactly
+// cuOccupancyMaxPotentialBlockSize's block). block_limit > 0 caps the block size.
+inline spec<max_occupancy_policy> max_occupancy(int prefer_block = max_occupancy_params{}.prefer_block,
+                                                int block_limit = 0) {
+  return spec<max_occupancy_policy>(max_occupancy_policy{max_occupancy_params{prefer_block, block_limit}});
+}
+// Little's law sizing; target_per_sm 0 uses the device default (32 KB on sm_90).
+inline spec<bytes_in_flight_policy> bytes_in_flight(int per_thread_bytes, int target_per_sm = 0,
+                                                    int prefer_block = bytes_in_flight_params{}.prefer_block) {
+  return spec<bytes_in_flight_policy>(
+      bytes_in_flight_policy{bytes_in_flight_params{per_thread_bytes, target_per_sm, prefer_block}});
+}
+// Co-resident grid, launched cooperatively; blocks_per_sm 0 = as many as fit; block 0 = max-occupancy block.
+inline spec<cooperative_policy> cooperative(int blocks_per_sm = 0, int block = 0) {
+  return spec<cooperative_policy>(cooperative_policy{cooperative_params{blocks_per_sm, block}});
+}
+// Today's <<<grid, block>>>; grid 0 = from the work shape.
+inline spec<fixed_policy> fixed(int block, int grid = 0) {
+  return spec<fixed_policy>(fixed_policy{fixed_params{block, grid}});
+}
+// A 2-D or 3-D block: fixed({32, 32}); grid {0}: from the work per dimension.
+inline spec<fixed_dims_policy> fixed(dims block, dims grid = dims{0, 1, 1}) {
+  return spec<fixed_dims_policy>(fixed_dims_policy{fixed_dims_params{
+      static_cast<int>(block.x), static_cast<int>(block.y), static_cast<int>(block.z), static_cast<int>(grid.x),
+      static_cast<int>(grid.y), static_cast<int>(grid.z)}});
+}
+}  // inline namespace LAUNCHFIT_DEFAULT_STREAM_NS
+
+namespace detail {
+
+// A runtime-API __global__ function's CUfunction in the current context, resolved through the caller's
+// CUDA runtime (so the kernel registered by the caller's module is found). Called on cache misses only.
+inline cudaFunction_t resolve_runtime_kernel(const void* stub) {
+  cudaFunction_t f = nullptr;
+  const cudaError_t st = cudaGetFuncBySymbol(&f, stub);
+  if (st != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw_error("cudaGetFuncBySymbol", cudaGetErrorName(st), cudaGetErrorString(st));
+  }
+  return f;
+}
+
+template <class Policy>
+launch_request make_request(const spec<Policy>& s) {
+  launch_request r;
+  const launchfit::policy& p = s.get_policy();
+  r.policy = &p;
+  r.policy_hash = p.hash();
+  r.shape = s.work_shape();
+  r.bucket = p.work_bucket(r.shape);
+  r.smem_fn = s.smem_fn();
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+  r.stream = s.stream() ? s.stream() : cudaStreamPerThread;  // 0 here means what <<<>>> means here
+#else
+  r.stream = s.stream();
+#endif
+  r.options = s.options();
+  // The one place that decides whether the launch is cooperative: the spec says so, or its policy is
+  // cooperative() (also when it came from use("cooperative") or a pointer). No later step adds or drops it.
+  if constexpr (std::is_same_v<Policy, cooperative_policy>) {
+    r.options.cooperative = true;
+  } else if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
+    r.options.cooperative = r.options.cooperative || dynamic_cast<const cooperative_policy*>(&p) != nullptr;
+  }
+  r.blocks = s.block_sizes();
+  r.shape_rule = s.shape_rule();
+  r.rerunnable = s.is_rerunnable();
+  r.back_to_back = s.runs_back_to_back();
+  r.reset = s.reset_fn();
+  return r;
+}
+
+}  // namespace detail
+
+// An argument computed from the plan at launch time, for arguments that depend on the chosen block (an
+// n-body kernel's tile count, a padded size): launch(k, spec, from_plan([n](const plan& p) { return n /
+// p.block_threads; }), ...). Called once per launch, and for each candidate a tuning policy times.
+template <class F>
+struct plan_argument {
+  F f;  // plan -> the argument's value
+};
+// Makes a plan_argument from f(const plan&).
+template <class F>
+plan_argument<std::decay_t<F>> from_plan(F&& f) {
+  return plan_argument<std::decay_t<F>>{std::forward<F>(f)};
+}
+
+namespace detail {
+
+template <class T>
+struct is_plan_argument : std::false_type {};
+template <class F>
+struct is_plan_argument<plan_argument<F>> : std::true_type {};
+
+template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::value>
+struct argument_converts : std::is_convertible<Arg, Param> {};
+template <class Param, class Arg>
+struct argument_converts<Param, Arg, true>
+    : std::is_convertible<decltype(std::declval<std::decay_t<Arg>&>().f(std::declval<const plan&>())), Param> {};
+
+// One kernel argument: a value converted once, or a plan_argument evaluated for each plan.
+template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::value>
+struct argument_slot {
+  Param value;
+  explicit argument_slot(Arg&& a) : value(static_cast<Param>(std::forward<Arg>(a))) {}
+  void bind(const plan&) noexcept {}
+};
+template <class Param, class Arg>
+struct argument_slot<Param, Arg, true> {
+  std::decay_t<Arg> from;
+  Param value{};
+  explicit argument_slot(Arg&& a) : from(std::forward<Arg>(a)) {}
+  void bind(const plan& p) { value = static_cast<Param>(from.f(p)); }
+};
+
+// The converted arguments (or their slots) of one launch, one member each, without std::tuple.
+template <std::size_t I, class T>
+struct pack_member {
+  T item;
+};
+template <class Indices, class... Ts>
+struct pack;
+template <std::size_t... I, class... Ts>
+struct pack<std::index_sequence<I...>, Ts...> : pack_member<I, Ts>... {
+  template <class... Us>
+  explicit pack(Us&&... us) : pack_member<I, Ts>{Ts(std::forward<Us>(us))}... {}
+  // Writes address_of(member) for each member, in order, to out[0..N).
+  template <class F>
+  void addresses(void** out, F&& address_of) {
+    ((out[I] = address_of(static_cast<pack_member<I, Ts>&>(*this).item)), ...);
+  }
+  template <class F>
+  void each(F&& f) {
+    (f(static_cast<pack_member<I, Ts>&>(*this).item), ...);
+  }
+};
+template <class... Ts>
+using pack_of = pack<std::index_sequence_for<Ts...>, Ts...>;
+
+template <class... Slots>
+void bind_arguments(void* self, const plan& p) {
+  static_cast<pack_of<Slots...>*>(self)->each([&p](auto& slot) { slot.bind(p); });
+}
+
+// Launches a runtime-API kernel (or a family member chosen by the planner) with converted arguments.
+template <class... Params, class... Args>
+launched launch_runtime(launch_request& r, Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "launchfit::launch: wrong number of kernel arguments");
+  static_assert((argument_converts<Params, Args&&>::value && ...),
+                "launchfit::launch: an argument does not convert to the kernel's parameter type");
+  r.resolve = &resolve_runtime_kernel;
+  r.has_arguments = true;
+  void* ptrs[sizeof...(Params) + 1] = {};  // + 1: never a zero-length array
+  r.args = ptrs;
+  r.arg_count = sizeof...(Params);
+  if constexpr ((is_plan_argument<std::decay_t<Args>>::value || ...)) {
+    pack_of<argument_slot<std::decay_t<Params>, Args&&>...> slots{std::forward<Args>(args)...};
+    slots.addresses(ptrs, [](auto& slot) { return static_cast<void*>(&slot.value); });
+    r.bind = &bind_arguments<argument_slot<std::decay_t<Params>, Args&&>...>;
+    r.bind_self = &slots;
+    return launch(r);
+  } else {
+    pack_of<std::decay_t<Params>...> converted{static_cast<Params>(std::forward<Args>(args))...};
+    converted.addresses(ptrs, [](auto& a) { return static_cast<void*>(&a); });
+    return launch(r);
+  }
+}
+
+}  // namespace detail
+
+// Runtime-API kernel: argument count and convertibility checked at compile time; every argument is
+// converted to the kernel's parameter type before its address is passed. Returns what was launched.
+template <class... Params, class Policy, class... Args>
+launched launch(void (*k)(Params...), const spec<Policy>& s, Args&&... args) {
+  if (!k) detail::throw_null_kernel("launchfit::launch");
+  detail::launch_request r = detail::make_request(s);
+  r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
+  r.stub = reinterpret_cast<const void*>(k);
+  return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
+}
+
+// The plan a launch would use, without launching (computed and cached on first use).
+template <class... Params, class Policy>
+const plan& plan_for(void (*k)(Params...), const spec<Policy>& s) {
+  detail::launch_request r = detail::make_request(s);
+  r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
+  r.stub = reinterpret_cast<const void*>(k);
+  r.resolve = &detail::resolve_runtime_kernel;
+  return detail::plan_for(r);
+}
+}  // namespace launchfit

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// launchfit::policy — the interface that turns a query into a plan, and the built-in policies (the types
+// the factories max_occupancy(), bytes_in_flight(), cooperative(), fixed() and planned() hold). Cheap to
+// include: the query, the registry and policy strings are in launchfit/policy.hpp, the machinery that
+// hashes, prints and parses policy parameters (Boost.PFR) in launchfit/param_policy.hpp.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "launchfit/detail/string_fwd.hpp"
+#include "launchfit/export.hpp"
+#include "launchfit/work.hpp"
+
+namespace launchfit {
+
+struct plan;   // launchfit/plan.hpp
+struct query;  // launchfit/policy.hpp
+
+// Turns a query into a plan. Derive from policy_base (or param_policy) rather than from this: see below.
+class LAUNCHFIT_API policy {
+ public:
+  virtual ~policy() = default;
+  // Name as written in policy strings, e.g. "bytes_in_flight".
+  virtual std::string name() const = 0;
+  // Parameters as "k=v,k=v", in declaration order.
+  virtual std::string params() const = 0;
+  // Stable hash of name and parameters; part of every plan-cache key.
+  virtual std::uint64_t hash() const = 0;
+  // Extra cache-key component from the work shape (autotune: a size bucket); 0 means n is irrelevant. A
+  // policy that reads query::work_hint must return a different bucket for every work it may decide
+  // differently for: the bucket is how the plan's identity holds the work.
+  virtual std::uint64_t work_bucket(const work&) const { return 0; }
+  // Whether the choice depends on the work, i.e. work_bucket() is not the same for every work (the default
+  // asks it for a spread of sizes). plan_for() on a spec without work refuses such a policy (errc::missing_work):
+  // a later launch with work could choose another block.
+  virtual bool depends_on_work() const;
+  // Returns a validated plan or throws launchfit::error.
+  virtual plan choose(const query& q) const = 0;
+
+  // "name(params)", as in log lines and policy strings.
+  std::string to_string() const;
+};
+
+// Base for every policy (spdlog's base_sink pattern): choose() checks the query, calls choose_impl(),
+// then validates the plan against the kernel and device and fills in occupancy; authors write only
+// the decision.
+class LAUNCHFIT_API policy_base : public policy {
+ public:
+  plan choose(const query& q) const final;
+
+ protected:
+  // Fill block (and blocks_per_sm, dynamic smem, cooperative, grid, reason); the rest is completed here.
+  virtual plan choose_impl(const query& q) const = 0;
+};
+
+namespace detail {
+LAUNCHFIT_API std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
+// Defined in launchfit/param_policy.hpp (Boost.PFR): a policy deriving from param_policy needs that header.
+template <class Derived, class Params>
+struct param_policy_members;
+}  // namespace detail
+
+// A policy whose parameters are a plain aggregate (a `static constexpr std::array<const char*, N> names`
+// names its fields): name, parameters and hash come from the aggregate, so a new policy gets cache keys,
+// log lines and policy-string parsing for free. Derived classes define choose_impl(). To derive from it,
+// include launchfit/param_policy.hpp, which has what name(), params() and hash() need (the built-in
+// policies' are compiled into the library).
+template <class Derived, class Params>
+class LAUNCHFIT_API param_policy : public policy_base {
+ public:
+  using params_type = Params;  // the parameter aggregate
+  // Default parameters.
+  param_policy() = default;
+  // These parameters.
+  explicit param_policy(Params p) : params_(p) {}
+
+  std::string name() const override;
+  std::string params() const override;
+  std::uint64_t hash() const override;
+  // The parameters.
+  const Params& parameters() const noexcept { return params_; }
+
+ protected:
+  Params params_{};  // the parameters, for choose_impl()
+};
+
+// ---- built-in policies -------------------------------------------------------------------------------
+
+class LAUNCHFIT_API max_occupancy_policy;
+class LAUNCHFIT_API bytes_in_flight_policy;
+class LAUNCHFIT_API cooperative_policy;
+class LAUNCHFIT_API fixed_policy;
+class LAUNCHFIT_API fixed_dims_policy;
+class LAUNCHFIT_API planned_policy;
+class LAUNCHFIT_API constant_block_policy;  // the ten-line reference policy for authors, in launchfit/param_policy.hpp
+
+// The parameters of a policy that has none.
+struct LAUNCHFIT_API no_params {
+  static constexpr std::array<const char*, 0> names{};  // field names, in order
+};
+
+// max_occupancy()'s parameters.
+struct LAUNCHFIT_API max_occupancy_params {
+  // Among the block sizes with the most resident threads, the one nearest prefer_block. 0: the largest, which is
+  // exactly cuOccupancyMaxPotentialBlockSize's choice. On an H200, 1024-thread blocks ran one-item-per-thread
+  // streaming kernels 16-18% slower than 192-512-thread blocks at the same occupancy, hence 256.
+  int prefer_block = 256;
+  int block_limit = 0;  // largest block to consider (cuOccupancyMaxPotentialBlockSize's blockSizeLimit); 0: none
+  static constexpr std::array<const char*, 2> names{"prefer_block", "block_limit"};  // field names, in order
+};
+
+// The most resident threads per SM, as cuOccupancyMaxPotentialBlockSize maximises them (honouring a
+// block -> smem rule); see max_occupancy_params for the tie-break. Small work first fills the SMs: when its
+// blocks would leave SMs idle (16,384 threads in 256-thread blocks: 64 blocks on 132 SMs), the largest block
+// that gives at least 95% of the SMs a block (128 threads: 128 blocks). Small sizes are planned per power of
+// two (work_bucket), from the smallest size of each. max_occupancy(0) is exactly the driver's choice for every
+// work: it never depends on the work.
+class LAUNCHFIT_API max_occupancy_policy final : public param_policy<max_occupancy_policy, max_occupancy_params> {
+ public:
+  static constexpr const char* policy_name = "max_occupancy";  // its name in policy strings
+  using param_policy::param_policy;
+  std::uint64_t work_bucket(const work& w) const override;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+// bytes_in_flight()'s parameters.
+struct LAUNCHFIT_API bytes_in_flight_params {
+  int per_thread = 16;     // bytes each thread keeps in flight (independent loads x width)
+  int target_per_sm = 0;   // bytes per SM to keep in flight; 0: the device default
+  int prefer_block = 256;  // among the plans with the fewest warps, the block nearest this; 0: the largest
+  static constexpr std::array<const char*, 3> names{"per_thread", "target_per_sm",
+                                                    "prefer_block"};  // field names, in order
+};
+
+// Little's law: the fewest resident warps with warps x 32 x per_thread >= target_per_sm. On an H200
+// ~32 KB/SM in flight reached ~97% of peak read bandwidth. If even max occupancy falls short, it uses
+// max occupancy and the plan's reason carries the shortfall (a warning when per_thread is above 4 B: more
+// loads per thread would help). Width-aware: a grid_stride kernel with 12 B or more per thread launches the
+// full grid (one element per thread), where capping it at the resident blocks cost 9-48% on an H200; small
+// work fills the SMs first, as max_occupancy does.
+class LAUNCHFIT_API bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
+ public:
+  static constexpr const char* policy_name = "bytes_in_flight";  // its name in policy strings
+  using param_policy::param_policy;
+  std::uint64_t work_bucket(const work& w) const override;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+// cooperative()'s parameters.
+struct LAUNCHFIT_API cooperative_params {
+  int blocks_per_sm = 0;  // 0: as many as co-reside
+  int block = 0;          // 0: the max-occupancy block
+  static constexpr std::array<const char*, 2> names{"blocks_per_sm", "block"};  // field names, in order
+};
+
+// Grid = co-resident blocks per SM x SMs of the current context, launched cooperatively.
+class LAUNCHFIT_API cooperative_policy final : public param_policy<cooperative_policy, cooperative_params> {
+ public:
+  static constexpr const char* policy_name = "cooperative";  // its name in policy strings
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+// fixed(block, grid)'s parameters.
+struct LAUNCHFIT_API fixed_params {
+  int block = 256;  // block threads
+  int grid = 0;  // 0: computed from the work shape
+  static constexpr std::array<const char*, 2> names{"block", "grid"};  // field names, in order
+};
+
+// Today's <<<grid, block>>> numbers, validated.
+class LAUNCHFIT_API fixed_policy final : public param_policy<fixed_policy, fixed_params> {
+ public:
+  static constexpr const char* policy_name = "fixed";  // its name in policy strings
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+// fixed(dims, dims)'s parameters: a 2-D or 3-D block and grid.
+struct LAUNCHFIT_API fixed_dims_params {
+  int bx = 32;  // block x
+  int by = 8;   // block y
+  int bz = 1;   // block z
+  int gx = 0;   // grid x; 0: computed from the work per dimension
+  int gy = 1;   // grid y
+  int gz = 1;   // grid z
+  static constexpr std::array<const char*, 6> names{"bx", "by", "bz",
+                                                    "gx", "gy", "gz"};  // field names, in order
+};
+
+// A 2-D or 3-D <<<grid, block>>>, validated: fixed({32, 32}) for a 32x32-tile kernel.
+class LAUNCHFIT_API fixed_dims_policy final : public param_policy<fixed_dims_policy, fixed_dims_params> {
+ public:
+  static constexpr const char* policy_name = "fixed_dims";  // its name in policy strings
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+// planned(p)'s parameters: the plan's shape.
+struct LAUNCHFIT_API planned_params {
+  int bx = 0;                  // block x
+  int by = 1;                  // block y
+  int bz = 1;                  // block z
+  int gx = 0;                  // fixed grid x; 0: computed from the work
+  int gy = 1;                  // fixed grid y
+  int gz = 1;                  // fixed grid z
+  int blocks_per_sm = 0;       // resident blocks per SM the plan runs with (caps grid_stride grids)
+  int full_grid = 0;           // 1: grid_stride work launches the full grid unless the spec gives waves(k)
+  // The field names, in order.
+  static constexpr std::array<const char*, 8> names{"bx", "by", "bz", "gx", "gy", "gz", "blocks_per_sm", "full_grid"};
+};
+
+// A plan launched verbatim (launchfit::planned(p)): block, grid rule and residency exactly as planned,
+// validated again for this kernel and device. LAUNCHFIT_POLICY overrides never replace it: the plan was made
+// under them already.
+class LAUNCHFIT_API planned_policy final : public param_policy<planned_policy, planned_params> {
+ public:
+  static constexpr const char* policy_name = "planned";  // its name in policy strings
+  using param_policy::param_policy;
+
+ protected:
+  plan choose_impl(const query& q) const override;
+};
+
+// Built-ins whose param_policy members are compiled into the library (lib/param_policy.cpp).
+extern template class param_policy<max_occupancy_policy, max_occupancy_params>;
+extern template class param_policy<bytes_in_flight_policy, bytes_in_flight_params>;
+extern template class param_policy<cooperative_policy, cooperative_params>;
+extern template class param_policy<fixed_policy, fixed_params>;
+extern template class param_policy<fixed_dims_policy, fixed_dims_params>;
+extern template class param_policy<planned_policy, planned_params>;
+extern template class param_policy<constant_block_policy, no_params>;
+
+
+}  // namespace launchfit
