@@ -105,7 +105,7 @@ void stream_gate::drain() {
 
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
-// samples, each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
+// samples (fewer for slow kernels, see below), each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
 // runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
 // is mostly event and launch jitter); with only a reset, one launch per sample, after the reset.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, const launch_options& o,
@@ -159,13 +159,18 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, cons
     // The pilot is one cold, ungated launch (it overstates): anything near the target still runs twice.
     if (pilot < 1.5 * sample_target_ms) per_sample = std::max(per_sample, 2);
   }
+  // The median of 5 samples; of 3 for a kernel of half a millisecond or more, and 1 from 2 ms, where launch
+  // and event jitter are a small part of a sample: the trials a tuning budget (autotune's max_ms) affords
+  // would otherwise be too few to find the block (an n-body step of 65,536 bodies, 3.3 ms a launch on the
+  // H200, got 3 trials in 50 ms with 5 samples each).
+  const int samples = pilot >= 2.0 ? 1 : pilot >= 0.5 ? 3 : 5;
   std::array<double, 5> times{};
   // Gated with a reset too: the reset runs before the gate is queued (a synchronous reset cannot wait on it),
   // and the one launch then starts as soon as the gate opens instead of when the host gets to it.
-  for (double& t : times) t = sample(per_sample, true);
-  std::sort(times.begin(), times.end());
+  for (int i = 0; i < samples; ++i) times[static_cast<std::size_t>(i)] = sample(per_sample, true);
+  std::sort(times.begin(), times.begin() + samples);
   if (r.reset) (*r.reset)();  // leave the user's data as the real launch expects it
-  return times[times.size() / 2];
+  return times[static_cast<std::size_t>(samples / 2)];
 }
 
 }  // namespace launchfit::detail
