@@ -556,10 +556,7 @@ bool policy::depends_on_work() const {
 std::uint64_t max_occupancy_policy::work_bucket(const work& w) const {
   return params_.prefer_block == 0 ? 0 : small_work_bucket(w);  // 0: exactly the driver's block, for any work
 }
-// items work is planned apart from grid_stride work (and none): see choose_impl.
-std::uint64_t bytes_in_flight_policy::work_bucket(const work& w) const {
-  return small_work_bucket(w) | (w.kind == work::shape::items ? std::uint64_t{1} << 32 : 0);
-}
+std::uint64_t bytes_in_flight_policy::work_bucket(const work& w) const { return small_work_bucket(w); }
 
 plan max_occupancy_policy::choose_impl(const query& q) const {
   require_non_negative(q, "prefer_block", params_.prefer_block, "the largest block");
@@ -597,30 +594,6 @@ plan bytes_in_flight_policy::choose_impl(const query& q) const {
   const int warps_needed = std::max(1, static_cast<int>((target + per_warp - 1) / per_warp));  // a 0 target: 1 warp
 
   require_non_negative(q, "prefer_block", params_.prefer_block, "the largest block");
-
-  // items work (one item per thread, a grid of as many blocks as the work needs): every resident thread holds
-  // its own load, so more residency only adds bytes in flight; fewer warps than the most that fit only take
-  // away latency hiding from what else the kernel does (on the H200 a register-heavy kernel ran 1.13-1.15x
-  // slower at the fewest warps that reached the target than at max occupancy). The target is checked.
-  if (q.work_hint.kind == work::shape::items) {
-    const detail::potential_block b = max_occupancy_block(q, params_.prefer_block);
-    plan p;
-    p.block = dims{static_cast<unsigned>(b.block_threads ? b.block_threads : warp), 1, 1};
-    p.blocks_per_sm = b.blocks_per_sm;
-    const int warps = b.blocks_per_sm * ((b.block_threads + warp - 1) / warp);
-    const std::size_t reached = static_cast<std::size_t>(warps) * per_warp;
-    p.reason = fmt::format("items work: max occupancy, {} warps/SM x {} x {} B = {} in flight per SM ({} target)",
-                           warps, warp, params_.per_thread, kb(reached), kb(target));
-    if (reached < target && params_.per_thread > 4) {
-      p.warning = "bytes in flight " + kb(reached) + "/SM at max occupancy is below the " + kb(target) +
-                  " target; keep more independent loads in flight per thread (need " +
-                  std::to_string((target + static_cast<std::size_t>(std::max(warps, 1)) * warp - 1) /
-                                 (static_cast<std::size_t>(std::max(warps, 1)) * warp)) +
-                  " B/thread, have " + std::to_string(params_.per_thread) + ")";
-    }
-    fill_the_sms(q, p, small_work_bucket(q.work_hint));
-    return p;
-  }
 
   // Fewest resident warps that reach the target; ties go to the block nearest prefer_block (0: the largest).
   int best_warps = 0, best_threads = 0, best_bps = 0;

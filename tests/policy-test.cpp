@@ -200,30 +200,6 @@ TEST(BytesInFlight, WideGridStrideElementsKeepTheOneWaveCap) {
   EXPECT_EQ(lf::grid_for(tuned, capped).x, static_cast<unsigned>(2 * tuned.resident_blocks()));
 }
 
-// items work: every resident thread holds its own load, so bytes_in_flight takes max occupancy there and only
-// checks the target; the fewest warps that reach it are for loops capped at one wave (grid_stride, none).
-TEST(BytesInFlight, ItemsWorkRunsAtMaxOccupancyAndLoopsAtTheFewestWarpsThatReachTheTarget) {
-  lf::query q = make_query("H200", 64);  // 64 registers: at most 1024 threads per SM
-  const lf::bytes_in_flight_policy wide{{64, 0}};  // 64 B per thread: 512 threads reach 32 KB
-  q.work_hint = lf::work{lf::work::shape::items, 1ull << 26, 1};
-  const lf::plan items = wide.choose(q);
-  const lf::plan most = lf::max_occupancy_policy{}.choose(q);
-  EXPECT_EQ(items.blocks_per_sm * items.block_threads, most.blocks_per_sm * most.block_threads) << items.reason;
-  EXPECT_NE(items.reason.find("items work: max occupancy"), std::string::npos) << items.reason;
-  EXPECT_TRUE(items.warning.empty()) << items.warning;
-  q.work_hint = lf::work{lf::work::shape::grid_stride, 1ull << 26, 1};
-  const lf::plan loop = wide.choose(q);
-  EXPECT_EQ(loop.blocks_per_sm * loop.block_threads, 512) << loop.reason;
-  EXPECT_LT(loop.blocks_per_sm * loop.block_threads, items.blocks_per_sm * items.block_threads);
-  // The two are different plans: the work kind is in the policy's bucket, so in the plan key.
-  EXPECT_NE(wide.work_bucket(lf::work{lf::work::shape::items, 1ull << 26, 1}),
-            wide.work_bucket(lf::work{lf::work::shape::grid_stride, 1ull << 26, 1}));
-  // Below the target at max occupancy, items work says so as the loop does.
-  q.work_hint = lf::work{lf::work::shape::items, 1ull << 26, 1};
-  const lf::plan short_of = lf::bytes_in_flight_policy{{8, 0}}.choose(q);
-  EXPECT_NE(short_of.warning.find("below the 32 KB target"), std::string::npos) << short_of.warning;
-}
-
 TEST(MaxOccupancy, SmallWorkFillsTheSmsBeforeMaximisingOccupancy) {
   // An n-body step of 16,384 bodies: 256-thread blocks give 64 blocks for 132 SMs; 128 threads give 128.
   lf::query q = make_query("H200", 32);
