@@ -690,10 +690,9 @@ void log_payload(spdlog::level::level_enum level, const event_payload& p) {
 
 // With asynchronous output a new plan's line is made by the logging thread: the launching thread only queues a
 // copy of the report (the line took 3.2-3.5 us of its CPU time to make). False: make and log it here.
-bool queue_plan_line(log_state& s, const plan_report& r) {
+bool queue_plan_line(log_state& s, const std::shared_ptr<const plan_report>& r) {
   if (!queues_lines(s) || sink_depth > 0) return false;
-  log_record rec{spdlog::level::info, spdlog::log_clock::now(), spdlog::details::os::thread_id(), false, {},
-                 std::make_shared<const plan_report>(r)};
+  log_record rec{spdlog::level::info, spdlog::log_clock::now(), spdlog::details::os::thread_id(), false, {}, r};
   return s.queue.submit(rec);
 }
 
@@ -794,12 +793,15 @@ std::string format_plan(const plan_report& r, log_format f) {
   return s;
 }
 
-void log_new_plan(plan_report r) noexcept {
+void log_new_plan(plan_report report) noexcept {
   try {
     log_state& s = started_state();
     spdlog::logger& l = *s.front;
     const log_format f = s.format.load();
-    if (l.should_log(spdlog::level::info) && !queue_plan_line(s, r))
+    // The report moves once, into what a queued line holds; the lines below read it there.
+    const auto shared = std::make_shared<const plan_report>(std::move(report));
+    const plan_report& r = *shared;
+    if (l.should_log(spdlog::level::info) && !queue_plan_line(s, shared))
       log_payload(spdlog::level::info, {format_plan(r, f), f == log_format::json});
     if (!r.plan.warning.empty() && l.should_log(spdlog::level::warn)) {
       if (f == log_format::json) {
