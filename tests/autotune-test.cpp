@@ -387,9 +387,9 @@ TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
   q.time_plan = timer.callback();
   const lf::plan p = lf::policy_from_string("autotune(max_ms=12)")->choose(q);
   EXPECT_GE(timer.calls(), 1);
-  EXPECT_LE(timer.calls(), 3);  // started at 0, 5 and 10 ms; none after 12 ms
+  // Started at 0 and 5 ms; a third, at 10 ms, would end past 12 ms as the last one took 5: not started.
+  EXPECT_LE(timer.calls(), 2);
   EXPECT_EQ(p.trials, timer.calls());
-  EXPECT_GE(p.tuning_ms, 12.0);
   EXPECT_TRUE(contains(p.reason, "stopped at max_ms=12")) << p.reason;
 }
 

@@ -483,8 +483,8 @@ class search {
     for (std::size_t k = 0; k < ranked.size(); ++k) ms[k].push_back(ranked[k]->ms);
     for (int round = 0; round < 2; ++round) {
       for (std::size_t k = 0; k < ranked.size(); ++k) {
-        if (elapsed_ms() >= p_.max_ms) break;  // the time budget holds for confirmation too
-        const double t = time_once(ranked[k]->block_index, ranked[k]->level_index);
+        if (!time_left()) break;  // the time budget holds for confirmation too
+        const double t = timed_once(ranked[k]->block_index, ranked[k]->level_index);
         ++extra_timings_;
         if (t >= 0) ms[k].push_back(t);
       }
@@ -526,12 +526,15 @@ class search {
       stopped_by_trials_ = more_to_do();
       return false;
     }
-    if (elapsed_ms() >= p_.max_ms) {
+    if (!time_left()) {
       stopped_by_time_ = more_to_do();
       return false;
     }
     return true;
   }
+  // Whether one more trial, as long as the last one took, ends within max_ms: tuning stays within its budget
+  // instead of starting a trial at 49 ms of 50.
+  bool time_left() const { return elapsed_ms() + last_trial_ms_ <= p_.max_ms; }
   // Whether the search would have timed another plan (so the reason mentions the budget only when it bit).
   bool more_to_do() const {
     for (const auto& [bi, li] : coarse_plan())
@@ -540,9 +543,17 @@ class search {
   }
 
   void time(int bi, int li) {
-    const double ms = time_once(bi, li);
+    const double ms = timed_once(bi, li);
     timed_[bi][li] = ms;
     trials_.push_back(trial{bi, li, ms});
+  }
+
+  // time_once(), noting how long the trial took (the host's time, launches and synchronisation included).
+  double timed_once(int bi, int li) {
+    const double before = elapsed_ms();
+    const double ms = time_once(bi, li);
+    last_trial_ms_ = elapsed_ms() - before;
+    return ms;
   }
 
   double time_once(int bi, int li) const {
@@ -569,6 +580,7 @@ class search {
   bool stopped_by_trials_ = false;
   bool stopped_by_time_ = false;
   int confirmed_ = 0;      // plans re-timed by confirm()
+  double last_trial_ms_ = 0;  // how long the last trial took, host time
   int extra_timings_ = 0;  // confirm()'s timings: with trials_, every time_plan call
 };
 
