@@ -68,7 +68,9 @@ bool async_sink::submit(log_record& r) {
     }
     bytes_ += r.weight();
     items_.push_back(std::move(r));
-    if (!parked_) return true;  // the thread is polling: it finds the line within poll_period
+    // The thread is polling: it finds the line within poll_period. A warning or an error wakes it at once (a
+    // program that dies of an error right after it loses no line to the polling).
+    if (!parked_ && r.level < spdlog::level::warn) return true;
   }
   wake_->notify_one();
   return true;

@@ -184,6 +184,8 @@ std::string stored_plan_mismatch(const stored_key_text& key, const plan& p) {
   if (p.cooperative != o.cooperative)
     return std::string("the entry's plan ") + is(p.cooperative) + " cooperative, its key " +
            is(o.cooperative);
+  if (p.full_grid && o.cooperative)
+    return "the entry's plan launches the full grid, its key is cooperative (a cooperative grid co-resides)";
   if (p.programmatic != o.programmatic)
     return std::string("the entry's plan ") + is(p.programmatic) +
            " a programmatic dependent launch (PDL), its key " + is(o.programmatic);

@@ -692,6 +692,8 @@ void log_payload(spdlog::level::level_enum level, const event_payload& p) {
 // copy of the report (the line took 3.2-3.5 us of its CPU time to make). False: make and log it here.
 bool queue_plan_line(log_state& s, const std::shared_ptr<const plan_report>& r) {
   if (!queues_lines(s) || sink_depth > 0) return false;
+  // A sink added to logger() or a backtrace sees lines through the front logger: the line is made here then.
+  if (s.front->sinks().size() != 1 || s.front->should_backtrace()) return false;
   log_record rec{spdlog::level::info, spdlog::log_clock::now(), spdlog::details::os::thread_id(), false, {}, r};
   return s.queue.submit(rec);
 }

@@ -128,21 +128,24 @@ std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_li
   };
 }
 
-// The chosen block's residency asked of the driver: false (once, with a warning; the calculator is no longer
-// trusted) when it differs from the calculator's. True where the driver cannot be asked yet (above the
-// function's smem limit: raise_smem_limit() checks with the driver once it is raised).
-bool calculator_agrees(CUfunction f, const device_limits& dev, const kernel_resources& k, int block, std::size_t smem) {
-  if (block <= 0 || smem > k.max_dynamic_smem_bytes || !calculator_trusted.load(std::memory_order_relaxed)) return true;
+// The plan's residency (what its validation was answered, by the calculator or the driver) asked of the
+// driver for its block: false when they differ (the calculator is then no longer trusted, said once in a
+// warning). Whatever the trust was while the policy ran (another thread may have withdrawn it meanwhile),
+// no plan is kept with a residency the driver did not confirm. True where the driver cannot be asked yet
+// (above the function's smem limit: raise_smem_limit() validates with the driver once it is raised).
+bool driver_confirms(CUfunction f, const device_limits& dev, const kernel_resources& k, const plan& p) {
+  const int block = p.block_threads;
+  const std::size_t smem = p.dynamic_smem_bytes;
+  if (block <= 0 || smem > k.max_dynamic_smem_bytes) return true;
   int n = 0;
   if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem, CU_OCCUPANCY_DEFAULT) !=
       CUDA_SUCCESS)
     return true;  // the launch reports what the driver refuses
-  const int calculated = calculated_blocks(dev, k, block, smem);
-  if (n == calculated) return true;
+  if (n == p.occupancy.active_blocks_per_sm) return true;
   if (calculator_trusted.exchange(false)) {
     logger()->warn("occupancy calculator disagrees with the driver for {} (block {}, {} B dynamic smem: driver {} "
                    "blocks/SM, calculator {}); the driver answers every candidate block from now on",
-                   display_name(k), block, smem, n, calculated);
+                   display_name(k), block, smem, n, calculated_blocks(dev, k, block, smem));
   }
   return false;
 }
@@ -380,6 +383,9 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
   if (!d.cuStreamIsCapturing || d.cuStreamIsCapturing(r.stream, &capturing) != CUDA_SUCCESS) return;
   if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return;
+  // Trials launch what they are validated for: the driver answers their residency (a trial costs far more
+  // than its calls), not the calculator.
+  if (fam.blocks.empty() && e.function) q.active_blocks = driver_oracle(e.function, q.device, q.kernel, true);
   if (!r.has_arguments) {
     q.time_plan = [asked](const plan&) -> double {
       asked->store(true, std::memory_order_relaxed);
@@ -425,8 +431,7 @@ std::string smem_rule_text(const launch_request& r, const plan_key& key) {
 plan choose(const policy& chosen, const query& q, plan_entry& e, bool calculated) {
   try {
     plan p = chosen.choose(q);
-    if (calculated && e.function &&
-        !calculator_agrees(e.function, q.device, q.kernel, p.block_threads, p.dynamic_smem_bytes))
+    if (calculated && e.function && !driver_confirms(e.function, q.device, q.kernel, p))
       p = chosen.choose(q);  // again, with the driver answering every candidate
     return p;
   } catch (const error& bad) {
@@ -483,7 +488,11 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, const policy
     std::string problem;
     bool differs_only = false;
     try {
-      problem = check_stored_plan(q, *stored, need, computed ? &*computed : nullptr, &differs_only);
+      // A stored plan is validated against the driver's residency (the query's oracle may be the calculator,
+      // and no policy's choice passed through driver_confirms() here).
+      query checked = q;
+      if (fam.blocks.empty() && e.function) checked.active_blocks = driver_oracle(e.function, q.device, q.kernel, true);
+      problem = check_stored_plan(checked, *stored, need, computed ? &*computed : nullptr, &differs_only);
     } catch (const error& bad) {
       problem = bad.message();
     }
@@ -767,6 +776,8 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
     p.cluster = need.cluster;
   }
   p.cluster_from_kernel = need.cluster_from_kernel;
+  // A cooperative grid co-resides: never the full grid (a tuner may offer it to any grid_stride launch).
+  if (need.cooperative) p.full_grid = false;
   // Options are the launch's, decided once from the spec: a policy, override or plugin that adds one is
   // refused, never launched with it nor silently stripped of it.
   if (p.programmatic && !need.programmatic) {

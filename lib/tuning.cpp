@@ -163,11 +163,13 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, cons
   // and event jitter are a small part of a sample: the trials a tuning budget (autotune's max_ms) affords
   // would otherwise be too few to find the block (an n-body step of 65,536 bodies, 3.3 ms a launch on the
   // H200, got 3 trials in 50 ms with 5 samples each).
-  const int samples = pilot >= 2.0 ? 1 : pilot >= 0.5 ? 3 : 5;
+  // Judged by the first gated sample, not the pilot (one cold launch, which overstates).
   std::array<double, 5> times{};
   // Gated with a reset too: the reset runs before the gate is queued (a synchronous reset cannot wait on it),
   // and the one launch then starts as soon as the gate opens instead of when the host gets to it.
-  for (int i = 0; i < samples; ++i) times[static_cast<std::size_t>(i)] = sample(per_sample, true);
+  times[0] = sample(per_sample, true);
+  const int samples = times[0] * per_sample >= 2.0 ? 1 : times[0] * per_sample >= 0.5 ? 3 : 5;
+  for (int i = 1; i < samples; ++i) times[static_cast<std::size_t>(i)] = sample(per_sample, true);
   std::sort(times.begin(), times.begin() + samples);
   if (r.reset) (*r.reset)();  // leave the user's data as the real launch expects it
   return times[static_cast<std::size_t>(samples / 2)];

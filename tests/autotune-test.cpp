@@ -387,7 +387,7 @@ TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
   q.time_plan = timer.callback();
   const lf::plan p = lf::policy_from_string("autotune(max_ms=12)")->choose(q);
   EXPECT_GE(timer.calls(), 1);
-  // Started at 0 and 5 ms; a third, at 10 ms, would end past 12 ms as the last one took 5: not started.
+  // Started at 0 and 5 ms; a third, at 10 ms, would end past 12 ms as the longest took 5: not started.
   EXPECT_LE(timer.calls(), 2);
   EXPECT_EQ(p.trials, timer.calls());
   EXPECT_TRUE(contains(p.reason, "stopped at max_ms=12")) << p.reason;

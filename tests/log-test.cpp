@@ -870,3 +870,19 @@ TEST(LogAsync, AUsersLoggerIsAsynchronousOnlyWhenAskedFor) {
   EXPECT_NE(seen[3], std::this_thread::get_id());
   lf::set_logger(nullptr);
 }
+
+// A sink added to logger() (or a backtrace) sees lines through the front logger: a new plan's line reaches
+// it too, asynchronous output or not.
+TEST(LogAsync, ASinkAddedToTheLoggerGetsTheNewPlansLine) {
+  logging_env env;
+  ASSERT_TRUE(lf::log_async());
+  auto extra = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  lf::logger()->sinks().push_back(extra);
+  lf::detail::log_new_plan(sample_report());
+  lf::logger()->flush();
+  lf::logger()->sinks().pop_back();
+  const auto seen = extra->last_formatted();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_NE(seen[0].find("new plan: kernel=reduce"), std::string::npos) << seen[0];
+  EXPECT_EQ(env.lines_with("new plan").size(), 1u);
+}

@@ -117,6 +117,23 @@ TEST(StoredEntry, APlanThatDropsALaunchOptionIsRefused) {
       << problems;
 }
 
+// A cooperative grid co-resides: an entry whose plan launches the full grid under a cooperative key is
+// refused (every launch of it with more work than co-resides would fail); under a plain key it is kept.
+TEST(StoredEntry, AFullGridUnderACooperativeKeyIsRefused) {
+  ld::stored_entry full = entry("_Z4coopPf", plain + " cooperative");
+  full.plan.cooperative = true;
+  full.plan.full_grid = true;
+  ld::stored_entry plain_full = entry("_Z4mapsPf", plain);
+  plain_full.plan.full_grid = true;
+  const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file({full, plain_full}));
+  ASSERT_EQ(c.entries.size(), 1u);
+  EXPECT_TRUE(c.entries[0].plan.full_grid);
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_EQ(c.problems[0],
+            "entry 0 (kernel _Z4coopPf): the entry's plan launches the full grid, its key is cooperative (a "
+            "cooperative grid co-resides)");
+}
+
 TEST(StoredEntry, APlanThatLaunchesAsItsKeySaysIsKept) {
   ld::stored_entry all_options =
       entry("_Z3allPf", plain + " cooperative cluster=2x2 pdl blocks=multiple of 64 rows=32 sms=66");

@@ -197,6 +197,7 @@ struct launchfit_plan {
      blocks_per_sm x SMs; a spec's waves(k) still caps it. For a plan that measured it: a static policy never
      sets it, since more blocks cost more where a block ends in costly work (global atomics). */
   int32_t full_grid;
+  uint32_t reserved2; /* 0; makes the tail padding explicit, so a later field never lands in it */
 };
 
 /* What a plugin's entry function (LAUNCHFIT_PLUGIN_ENTRY_SYMBOL) returns: its name, version and functions. */

@@ -532,9 +532,9 @@ class search {
     }
     return true;
   }
-  // Whether one more trial, as long as the last one took, ends within max_ms: tuning stays within its budget
+  // Whether one more trial, as long as the longest so far, ends within max_ms: tuning stays within its budget
   // instead of starting a trial at 49 ms of 50.
-  bool time_left() const { return elapsed_ms() + last_trial_ms_ <= p_.max_ms; }
+  bool time_left() const { return elapsed_ms() + longest_trial_ms_ <= p_.max_ms; }
   // Whether the search would have timed another plan (so the reason mentions the budget only when it bit).
   bool more_to_do() const {
     for (const auto& [bi, li] : coarse_plan())
@@ -552,7 +552,7 @@ class search {
   double timed_once(int bi, int li) {
     const double before = elapsed_ms();
     const double ms = time_once(bi, li);
-    last_trial_ms_ = elapsed_ms() - before;
+    longest_trial_ms_ = std::max(longest_trial_ms_, elapsed_ms() - before);
     return ms;
   }
 
@@ -580,7 +580,7 @@ class search {
   bool stopped_by_trials_ = false;
   bool stopped_by_time_ = false;
   int confirmed_ = 0;      // plans re-timed by confirm()
-  double last_trial_ms_ = 0;  // how long the last trial took, host time
+  double longest_trial_ms_ = 0;  // the longest trial so far, host time
   int extra_timings_ = 0;  // confirm()'s timings: with trials_, every time_plan call
 };
 
