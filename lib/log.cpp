@@ -373,7 +373,7 @@ log_record log_state::drop_report(std::uint64_t n) {
   event_payload p = f == log_format::json
                         ? build_event(spdlog::level::warn, "log_dropped", message, {{"dropped", count}}, f)
                         : build_event(spdlog::level::warn, "log_dropped", message, {}, f);
-  return {spdlog::level::warn, spdlog::log_clock::now(), 0, p.json, std::move(p.text)};
+  return {spdlog::level::warn, spdlog::log_clock::now(), 0, p.json, std::move(p.text), nullptr};
 }
 
 // Writes a record synchronously, under the write lock.
@@ -491,7 +491,7 @@ class launchfit_sink final : public spdlog::sinks::sink {
     ++sink_depth;
     try {
       log_record r{msg.level, msg.time, msg.thread_id, msg.source.filename == json_marker,
-                   std::string(msg.payload.data(), msg.payload.size())};
+                   std::string(msg.payload.data(), msg.payload.size()), nullptr};
       if (!queues_lines(s) || !s.queue.submit(r)) write_now(s, r);
     } catch (...) {
       s.dropped.fetch_add(1, std::memory_order_relaxed);

@@ -835,7 +835,7 @@ TEST(LogAsync, ByDefaultANewPlansLineIsMadeOnTheLoggingThread) {
   lf::set_log_format(lf::log_format::text);
   ASSERT_EQ(plans.size(), 1u);
   EXPECT_EQ(plans[0].rfind("{\"time\":", 0), 0u) << plans[0];
-  EXPECT_NO_THROW((void)nlohmann::json::parse(plans[0])) << plans[0];
+  EXPECT_TRUE(nlohmann::json::accept(plans[0])) << plans[0];
   // LAUNCHFIT_LOG_ASYNC=0: made and written by the caller, in the format in force then.
   logging_env sync({{"LAUNCHFIT_LOG_ASYNC", "0"}});
   EXPECT_FALSE(lf::log_async());
