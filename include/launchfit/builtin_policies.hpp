@@ -139,9 +139,9 @@ struct LAUNCHFIT_API bytes_in_flight_params {
 // Little's law: the fewest resident warps with warps x 32 x per_thread >= target_per_sm. On an H200
 // ~32 KB/SM in flight reached ~97% of peak read bandwidth. If even max occupancy falls short, it uses
 // max occupancy and the plan's reason carries the shortfall (a warning when per_thread is above 4 B: more
-// loads per thread would help). Width-aware: a grid_stride kernel with 12 B or more per thread launches the
-// full grid (one element per thread), where capping it at the resident blocks cost 9-48% on an H200; small
-// work fills the SMs first, as max_occupancy does.
+// loads per thread would help). grid_stride work gets one wave of resident blocks whatever the width (more
+// only with waves(k) or a tuned plan: a block ending in costly work costs per block, which no policy sees);
+// small work fills the SMs first, as max_occupancy does.
 class LAUNCHFIT_API bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
  public:
   static constexpr const char* policy_name = "bytes_in_flight";  // its name in policy strings
