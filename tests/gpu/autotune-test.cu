@@ -69,14 +69,8 @@ constexpr const char* trials_env = "LAUNCHFIT_AUTOTUNE_TEST_TRIALS";
 constexpr const char* plan_env = "LAUNCHFIT_AUTOTUNE_TEST_PLAN";
 constexpr const char* child_test = "AutotuneGpu.DISABLED_SecondProcessFindsThePlanInTheCacheFile";
 
-std::string plugin_path() {
-#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
-  return LAUNCHFIT_AUTOTUNE_PLUGIN;
-#else
-  return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../../plugins/liblaunchfit-autotune.so";
-#endif
-}
 
+using launchfit_test::autotune_plugin_path;
 using launchfit_test::device_buffer;
 
 // Small random integers as floats: every a*x + y below is exact, so results compare with ==.
@@ -226,11 +220,11 @@ class AutotuneGpu : public ::testing::Test {
   void SetUp() override {
     LAUNCHFIT_REQUIRE_GPU_OR_SKIP();
 #ifndef LAUNCHFIT_AUTOTUNE_PLUGIN
-    if (!std::filesystem::exists(plugin_path()))
+    if (!std::filesystem::exists(autotune_plugin_path()))
       GTEST_SKIP() << "built without the autotune plugin (LAUNCHFIT_BUILD_PLUGINS=OFF)";
 #endif
-    ASSERT_TRUE(std::filesystem::exists(plugin_path())) << plugin_path();
-    const lf::plugin_info info = lf::load_plugin(plugin_path());
+    ASSERT_TRUE(std::filesystem::exists(autotune_plugin_path())) << autotune_plugin_path();
+    const lf::plugin_info info = lf::load_plugin(autotune_plugin_path());
     ASSERT_EQ(info.name, "autotune");
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     sms_ = sm_count();

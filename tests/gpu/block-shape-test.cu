@@ -22,6 +22,7 @@
 
 namespace lf = launchfit;
 using launchfit_test::device_buffer;
+using launchfit_test::load_autotune;
 
 namespace {
 
@@ -133,27 +134,6 @@ std::size_t mismatches(const std::vector<float>& a, const std::vector<float>& b)
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < a.size(); ++i) wrong += !(a[i] == b[i]);
   return wrong;
-}
-
-std::string plugin_path() {
-#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
-  return LAUNCHFIT_AUTOTUNE_PLUGIN;
-#else
-  return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../../plugins/liblaunchfit-autotune.so";
-#endif
-}
-
-bool load_autotune(std::string& why) {
-  const std::string path = plugin_path();
-  if (!std::filesystem::exists(path)) {
-    why = "the autotune plugin is not built (" + path + ")";
-    return false;
-  }
-  if (lf::load_plugin(path).name != "autotune") {
-    why = "the plugin at " + path + " is not autotune";
-    return false;
-  }
-  return true;
 }
 
 class BlockShape : public ::testing::Test {

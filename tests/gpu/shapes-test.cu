@@ -165,6 +165,7 @@ __global__ void fill_checking_block(unsigned* out, std::size_t n, unsigned multi
 // ---- host helpers ----------------------------------------------------------------------------------------
 
 using launchfit_test::device_buffer;
+using launchfit_test::load_autotune;
 
 constexpr unsigned poison_u32 = 0xffffffffu;
 
@@ -201,28 +202,6 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-std::string plugin_path() {
-#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
-  return LAUNCHFIT_AUTOTUNE_PLUGIN;
-#else
-  return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../../plugins/liblaunchfit-autotune.so";
-#endif
-}
-
-// Loads the autotune plugin; false (with the reason in `why`) when this build has none.
-bool load_autotune(std::string& why) {
-  const std::string path = plugin_path();
-  if (!std::filesystem::exists(path)) {
-    why = "the autotune plugin is not built (" + path + ")";
-    return false;
-  }
-  const lf::plugin_info info = lf::load_plugin(path);
-  if (info.name != "autotune") {
-    why = "plugin at " + path + " is '" + info.name + "'";
-    return false;
-  }
-  return true;
-}
 
 class Shapes : public ::testing::Test {
  protected:

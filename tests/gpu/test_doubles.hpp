@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "launchfit/plugin.hpp"
 
 namespace launchfit_test {
 
@@ -44,5 +47,29 @@ struct device_buffer {
   void poison() { fill_bytes(0xff); }  // NaN in every float, 0xffffffff in every unsigned
   void zero() { fill_bytes(0); }
 };
+
+// The autotune plugin this build made (LAUNCHFIT_AUTOTUNE_PLUGIN where the test's CMake names it).
+inline std::string autotune_plugin_path() {
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+  return LAUNCHFIT_AUTOTUNE_PLUGIN;
+#else
+  return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../../plugins/liblaunchfit-autotune.so";
+#endif
+}
+
+// Loads the autotune plugin; false (with the reason in `why`) when this build has none.
+inline bool load_autotune(std::string& why) {
+  const std::string path = autotune_plugin_path();
+  if (!std::filesystem::exists(path)) {
+    why = "the autotune plugin is not built (" + path + ")";
+    return false;
+  }
+  const launchfit::plugin_info info = launchfit::load_plugin(path);
+  if (info.name != "autotune") {
+    why = "plugin at " + path + " is '" + info.name + "'";
+    return false;
+  }
+  return true;
+}
 
 }  // namespace launchfit_test
