@@ -240,15 +240,17 @@ TEST_F(CacheFileFault, AnEntryOnlyReadNeverOverwritesANewerOneFromAnotherProcess
   write_text(file_, lf::detail::serialize_cache_file({{key(0), sample_plan(128)}}));
   LAUNCHFIT_EXPECT_BOUNDED(
       9000, ([&] {
-        captured_log log;
-        lf::set_cache_file(file_.string());  // reads key 0 = 128
-        CHECK_IN_CHILD(lf::find_stored_plan(key(0))->block_threads == 128, log.text.str());
-        // Another process stores a newer plan for key 0.
-        const auto other = lf::fault::run_bounded(milliseconds(5000), [&] {
+        // Another process, forked before this one starts the cache file's writer thread (held_process).
+        lf::fault::held_process other_process([&] {
           lf::set_cache_file(file_.string());
           lf::store_plan(key(0), sample_plan(512));
           return lf::flush_cache_file() ? 0 : 1;
         });
+        captured_log log;
+        lf::set_cache_file(file_.string());  // reads key 0 = 128
+        CHECK_IN_CHILD(lf::find_stored_plan(key(0))->block_threads == 128, log.text.str());
+        // The other process stores a newer plan for key 0.
+        const auto other = other_process.release(milliseconds(5000));
         CHECK_IN_CHILD(other.finished && other.exit_code == 0, log.text.str());
         CHECK_IN_CHILD(block_in_file(file_, key(0)) == 512, log.text.str());
         // This process writes an unrelated plan: key 0 stays 512, on disk and, from now on, here too.
