@@ -297,10 +297,24 @@ size_t smem_for_block_cb(void* ctx, int block_threads) {
   }
 }
 
+// A block of the plugin's own shape (a plan's or a trial's): only where the launch leaves the shape free, and
+// only one a stored plan of this launch may also have (check_stored_plan). A launch with a block shape rule
+// checks its own shape (validate_plan).
+void check_own_shape(const query& q, const plan& p) {
+  if ((p.block.y == 1 && p.block.z == 1) || !q.shape_rule.is_default()) return;
+  if (block_shape_free(q) && free_block_shape(q, p.block)) return;
+  throw error(errc::invalid_plan, "validate(block)",
+              "block " + p.block.to_string() +
+                  (block_shape_free(q) ? " is not a 2-D block of the plugin's own (x a multiple of the warp, y >= 2, z 1)"
+                                       : " has a shape of its own but the launch's work is 1-D"),
+              q.kernel.demangled, p.to_string());
+}
+
 double time_plan_cb(void* ctx, const launchfit_plan* c) {
   const auto& q = *static_cast<const query*>(ctx);
   try {
     plan p = from_c(*c, q);
+    check_own_shape(q, p);
     shape_block(q, p);  // a 1-D candidate in the launch's block shape, as its launch would run it
     validate_plan(q, p);
     return q.time_plan(p);
@@ -401,6 +415,11 @@ class plugin_policy final : public policy_base {
     cq.work_kind = static_cast<std::uint32_t>(q.work_hint.kind);
     cq.work_per_thread = q.work_hint.per_thread;
     cq.work_n = total_items(q.work_hint);  // every dimension of 2-D and 3-D work
+    cq.work_rank = std::max<std::uint32_t>(q.work_hint.rank, 1);
+    cq.block_shape_free = block_shape_free(q) ? 1 : 0;
+    cq.work_nx = q.work_hint.n;
+    cq.work_ny = q.work_hint.rank >= 2 ? q.work_hint.ny : 1;
+    cq.work_nz = q.work_hint.rank >= 3 ? q.work_hint.nz : 1;
     cq.bytes_in_flight_per_sm =
         q.bytes_in_flight_per_sm ? q.bytes_in_flight_per_sm : default_bytes_in_flight_per_sm(q.device);
     cq.ctx = const_cast<query*>(&q);  // the callbacks only call into it (its oracle is thread-safe)
@@ -435,6 +454,7 @@ class plugin_policy final : public policy_base {
     }
     try {
       plan p = from_c(cp, q);
+      check_own_shape(q, p);
       plan checked = p;
       shape_block(q, checked);
       validate_plan(q, checked);  // here, so an invalid plan can fall back; choose() validates again

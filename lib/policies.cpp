@@ -409,6 +409,15 @@ void shape_block(const query& q, plan& p) {
   p.block = dims{32, p.block.x / 32, 1};
 }
 
+bool block_shape_free(const query& q) noexcept { return q.work_hint.rank >= 2 && q.shape_rule.is_default(); }
+
+bool free_block_shape(const query& q, const dims& block) noexcept {
+  const unsigned warp = q.device.warp_size > 0 ? static_cast<unsigned>(q.device.warp_size) : 32u;
+  const auto within = [&](unsigned v, int i) { return q.device.max_block_dim[i] <= 0 || v <= unsigned(q.device.max_block_dim[i]); };
+  return block.x > 0 && block.x % warp == 0 && block.y >= 2 && block.z == 1 && within(block.x, 0) &&
+         within(block.y, 1);
+}
+
 plan policy_base::choose(const query& q) const {
   if (q.device.sm_count <= 0 || q.device.max_threads_per_block <= 0) {
     throw error(errc::invalid_query, "policy::choose", "device limits are empty", q.kernel.demangled);

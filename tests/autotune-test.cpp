@@ -32,6 +32,7 @@
 #include "launchfit/plugin.h"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
+#include "planner.hpp"
 #include "test_query.hpp"
 
 namespace lf = launchfit;
@@ -133,7 +134,7 @@ void expect_distinct(const std::vector<std::pair<int, int>>& timed) { (void)sear
 
 TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
   EXPECT_EQ(info_.name, "autotune");
-  EXPECT_EQ(info_.version, "1.1.0");
+  EXPECT_EQ(info_.version, "1.2.0");
   EXPECT_EQ(info_.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
   const auto names = lf::registered_policies();
   EXPECT_NE(std::find(names.begin(), names.end(), "autotune"), names.end());
@@ -156,7 +157,7 @@ TEST_F(Autotune, RejectsBadParametersByName) {
   EXPECT_TRUE(contains(message("autotune(max_ms=-1)"), "max_ms='-1' is not a positive number"));
   EXPECT_TRUE(contains(message("autotune(bucket=maybe)"), "bucket='maybe' is not on/off"));
   EXPECT_TRUE(contains(message("autotune(colour=red)"),
-                       "unknown parameter 'colour' (known: bucket, max_ms, max_trials)"));
+                       "unknown parameter 'colour' (known: bucket, max_ms, max_trials, shapes)"));
   EXPECT_NO_THROW(lf::policy_from_string("autotune(bucket=off,max_ms=50.5,max_trials=12)"));
 }
 
@@ -236,6 +237,27 @@ TEST_F(Autotune, DeclineMessageTellsHowToAllowTuning) {
   EXPECT_GT(plan.trials, 0);
   EXPECT_LE(plan.trials, 64);
   EXPECT_GE(plan.tuning_ms, 0.0);
+
+  // 2-D work whose shape is free (ABI 1.2): wider blocks are timed, and chosen when faster; from an ABI 1.1
+  // query, which ends before those fields, never (they must not be read).
+  q.work_kind = LAUNCHFIT_WORK_ITEMS;
+  q.work_rank = 2;
+  q.work_nx = q.work_ny = 4096;
+  q.work_nz = 1;
+  q.work_n = 4096ull * 4096ull;
+  q.block_shape_free = 1;
+  q.time_plan = [](void*, const launchfit_plan* p) {
+    return 1.0 + std::abs(int(p->block_x * p->block_y) - 256) / 1024.0 + (p->block_x == 128 ? 0.0 : 0.05);
+  };
+  plan.block_x = 0;
+  ASSERT_EQ(d->choose(state, &q, &plan, err, sizeof err), LAUNCHFIT_PLUGIN_OK) << err;
+  EXPECT_EQ(plan.block_x, 128u) << plan.reason;
+  EXPECT_EQ(plan.block_y, 2u) << plan.reason;
+  q.struct_size = offsetof(launchfit_query, work_rank);
+  plan.block_x = 0;
+  ASSERT_EQ(d->choose(state, &q, &plan, err, sizeof err), LAUNCHFIT_PLUGIN_OK) << err;
+  EXPECT_EQ(plan.block_x, 256u) << plan.reason;
+  EXPECT_EQ(plan.block_y, 1u) << plan.reason;
 
   void* refused = nullptr;  // not `state`: a failed create() clears its output, and `state` must be destroyed
   EXPECT_EQ(d->create("max_trials=abc", &refused, err, sizeof err), LAUNCHFIT_PLUGIN_ERROR);
@@ -693,4 +715,131 @@ TEST_F(Autotune, BucketsMultiDimensionalWorkByAllItems) {
   rows.rank = 3;
   rows.nz = ~0ull;  // saturates, never wraps
   EXPECT_EQ(policy->work_bucket(rows), policy->work_bucket(lf::work{lf::work::shape::items, ~0ull, 1}));
+}
+
+// ---- 2-D blocks of its own, where the launch leaves the shape free
+
+namespace {
+
+// A fake time_plan for 2-D work: a cost of the block's threads (best at 256) plus one of its width, recording
+// every block it timed.
+class shape_timer {
+ public:
+  explicit shape_timer(std::function<double(unsigned x)> width_cost) : width_cost_(std::move(width_cost)) {}
+  std::function<double(const lf::plan&)> callback() {
+    return [this](const lf::plan& p) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      timed_.push_back(p.block);
+      return 1.0 + std::abs(p.block_threads - 256) / 512.0 + width_cost_(p.block.x);
+    };
+  }
+  std::vector<lf::dims> timed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return timed_;
+  }
+
+ private:
+  std::function<double(unsigned)> width_cost_;
+  mutable std::mutex mutex_;
+  std::vector<lf::dims> timed_;
+};
+
+lf::work image(std::uint64_t nx, std::uint64_t ny) {
+  lf::work w{lf::work::shape::items, nx, 1};
+  w.rank = 2;
+  w.ny = ny;
+  return w;
+}
+
+// An axpy over an image on an H200 ran 3.6% slower in 32x8 blocks than in 64x4.
+double axpy_like(unsigned x) { return x == 32 ? 0.04 : x == 64 ? 0.0 : x == 128 ? 0.003 : 0.02; }
+
+}  // namespace
+
+// 2-D work with no block shape: after the search in rows of 32, autotune times wider 2-D blocks of the
+// fastest size ({64, t/64}, {128, t/128}, ...) and keeps one when it is faster; the plan keeps that shape.
+TEST_F(Autotune, WidensTheBlockOfFreeTwoDimensionalWorkWhenFaster) {
+  lf::query q = h200_query(image(4096, 4096));
+  ASSERT_TRUE(lf::block_shape_free(q));
+  shape_timer timer(axpy_like);
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+  EXPECT_EQ(p.block, (lf::dims{64, 4, 1})) << p.to_string() << "; " << p.reason;
+  EXPECT_TRUE(contains(p.reason, "as 64x4")) << p.reason;
+  EXPECT_TRUE(contains(p.reason, "wider 2-D blocks timed")) << p.reason;
+  EXPECT_LE(p.trials, 64);
+  EXPECT_EQ(static_cast<std::size_t>(p.trials), timer.timed().size());
+  int wide = 0;
+  for (const lf::dims& b : timer.timed()) {
+    EXPECT_EQ(b.x % 32, 0u) << b.to_string();
+    EXPECT_EQ(b.z, 1u) << b.to_string();
+    if (b.x != 32) {
+      ++wide;
+      EXPECT_EQ(b.count(), 256u) << b.to_string() << ": only the fastest size is widened";
+      EXPECT_GE(b.y, 2u) << b.to_string();
+    }
+  }
+  EXPECT_GE(wide, 6) << "each width is timed three times";
+  // The launch runs that block and a grid that covers the image.
+  EXPECT_EQ(lf::grid_for(p, image(4096, 4096)), (lf::dims{64, 1024, 1}));
+}
+
+// Where rows of one warp are fastest (a stencil through a shared tile), the plan keeps them.
+TEST_F(Autotune, KeepsRowsOfOneWarpWhenTheyAreFastest) {
+  lf::query q = h200_query(image(4096, 4096));
+  shape_timer timer([](unsigned x) { return x == 32 ? 0.0 : 0.02 * (x / 64.0); });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+  EXPECT_EQ(p.block, (lf::dims{32, 8, 1})) << p.to_string() << "; " << p.reason;
+  EXPECT_FALSE(contains(p.reason, " as ")) << p.reason;
+}
+
+// Never wider than a row of the work, never for 1-D work, a launch with a block shape, or shapes=off.
+TEST_F(Autotune, WiderBlocksOnlyWhereTheShapeIsFreeAndTheRowsAreWideEnough) {
+  {
+    lf::query q = h200_query(image(64, 1u << 16));
+    shape_timer timer(axpy_like);
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.block, (lf::dims{64, 4, 1})) << p.to_string() << "; " << p.reason;
+    for (const lf::dims& b : timer.timed()) EXPECT_LE(b.x, 64u) << b.to_string();
+  }
+  {
+    lf::query q = h200_query(image(4096, 4096));
+    shape_timer timer(axpy_like);
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune(shapes=off)")->choose(q);
+    EXPECT_EQ(p.block, (lf::dims{32, 8, 1})) << p.to_string() << "; " << p.reason;
+    for (const lf::dims& b : timer.timed()) EXPECT_EQ(b.x, 32u) << b.to_string();
+  }
+  {
+    lf::query q = h200_query(items_16m);
+    ASSERT_FALSE(lf::block_shape_free(q));
+    shape_timer timer(axpy_like);
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.block.y, 1u) << p.to_string();
+    for (const lf::dims& b : timer.timed()) EXPECT_EQ(b.y, 1u) << b.to_string();
+  }
+  {
+    lf::query q = h200_query(image(4096, 4096));
+    q.shape_rule.x_multiple = 64;  // a tile 64 wide: the launch shapes {64, t/64} itself
+    ASSERT_FALSE(lf::block_shape_free(q));
+    shape_timer timer(axpy_like);
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.block.x, 64u) << p.to_string();
+    for (const lf::dims& b : timer.timed()) EXPECT_EQ(b.x, 64u) << b.to_string();
+  }
+}
+
+// A tuned 2-D block of its own survives the plan-cache file's round trip (the stored-plan check accepts it for
+// the same launch).
+TEST_F(Autotune, ABlockOfItsOwnIsAcceptedFromStorage) {
+  lf::query q = h200_query(image(4096, 4096));
+  shape_timer timer(axpy_like);
+  q.time_plan = timer.callback();
+  lf::plan p = lf::policy_from_string("autotune")->choose(q);
+  ASSERT_EQ(p.block, (lf::dims{64, 4, 1}));
+  EXPECT_EQ(launchfit::detail::check_stored_plan(q, p, {}, nullptr), "");
 }

@@ -318,6 +318,26 @@ TEST(Shape, AStoredTuningPlanMustHaveTheShapeThisLaunchMakes) {
   EXPECT_TRUE(has(ld::check_stored_plan(q, other, {}, nullptr), "block shape this launch does not make"));
   lf::plan flat = plan_of({256, 1, 1}, 8, 132);
   EXPECT_NE(ld::check_stored_plan(q, flat, {}, nullptr), "");  // a 1-D block for 2-D work
+  // The shape is free here (2-D work, no block shape): a tuned block of its own is x a multiple of 32, y >= 2.
+  ASSERT_TRUE(lf::block_shape_free(q));
+  lf::plan wide = plan_of({64, 4, 1}, 8, 132);
+  EXPECT_EQ(ld::check_stored_plan(q, wide, {}, nullptr), "");
+  EXPECT_EQ(wide.block, (lf::dims{64, 4, 1}));
+  lf::plan deep = plan_of({64, 2, 2}, 8, 132);
+  EXPECT_TRUE(has(ld::check_stored_plan(q, deep, {}, nullptr), "block shape this launch does not make"));
+  lf::plan odd = plan_of({48, 4, 1}, 8, 132);
+  EXPECT_TRUE(has(ld::check_stored_plan(q, odd, {}, nullptr), "block shape this launch does not make"));
+  // 1-D work and a launch with a block shape leave it to launchfit: the same block is refused there.
+  lf::query one = h200_query();
+  one.work_hint = lf::work{lf::work::shape::items, 1u << 24, 1};
+  EXPECT_FALSE(lf::block_shape_free(one));
+  lf::plan wide1 = plan_of({64, 4, 1}, 8, 132);
+  EXPECT_TRUE(has(ld::check_stored_plan(one, wide1, {}, nullptr), "block shape this launch does not make"));
+  lf::query ruled = q;
+  ruled.shape_rule.x_multiple = 64;
+  EXPECT_FALSE(lf::block_shape_free(ruled));
+  lf::plan wide2 = plan_of({128, 2, 1}, 8, 132);  // the launch makes {64, 4}
+  EXPECT_TRUE(has(ld::check_stored_plan(ruled, wide2, {}, nullptr), "block shape this launch does not make"));
 }
 
 // ---- block shapes: a y the kernel fixes, x multiples, rows per thread

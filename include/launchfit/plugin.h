@@ -77,7 +77,7 @@ extern "C" {
 #endif
 
 #define LAUNCHFIT_PLUGIN_ABI_MAJOR 1
-#define LAUNCHFIT_PLUGIN_ABI_MINOR 1
+#define LAUNCHFIT_PLUGIN_ABI_MINOR 2
 #define LAUNCHFIT_PLUGIN_ABI_VERSION \
   ((uint32_t)(((uint32_t)LAUNCHFIT_PLUGIN_ABI_MAJOR << 16) | (uint32_t)LAUNCHFIT_PLUGIN_ABI_MINOR))
 #define LAUNCHFIT_PLUGIN_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
@@ -174,6 +174,17 @@ typedef struct launchfit_query {
   /* Runs the kernel once with `plan` on the real arguments and returns milliseconds, or a negative value
      when that plan cannot run. NULL unless the launch allows re-running the kernel. */
   double (*time_plan)(void* ctx, const launchfit_plan* plan);
+  /* ABI 1.2. The work's rank (1, 2 or 3) and its items per dimension (work_n is their product). */
+  uint32_t work_rank;
+  /* Nonzero for 2-D and 3-D work whose launch sets no block shape (no block_y, block_z, block_x_multiple or
+     shape): a plan, and a plan given to time_plan, may then set its own block_x x block_y (block_x a multiple
+     of the warp, block_y at least 2, block_z 1), which launchfit keeps and the grid follows. Zero: leave
+     block_y and block_z at 1. Either way a plan of block_x alone is given the launch's shape ({32, threads /
+     32} by default). */
+  int32_t block_shape_free;
+  uint64_t work_nx; /* items along x */
+  uint64_t work_ny; /* along y, 1 for 1-D work */
+  uint64_t work_nz; /* along z, 1 for 1-D and 2-D work */
 } launchfit_query;
 
 /* A decision. launchfit fills every field with a default before choose(); the plugin sets what it decides. */

@@ -562,6 +562,32 @@ TEST(PluginPlan, GarbageNumbersAreInvalidPlansThatFallBack) {
   });
 }
 
+// A block of the plugin's own shape: only a 2-D block (x a multiple of the warp, y >= 2, z 1) for 2-D work that
+// sets no block shape, which a stored plan of that launch may also have; anything else is an invalid plan.
+TEST(PluginPlan, ABlockOfItsOwnShapeOnlyWhereTheLaunchLeavesTheShapeFree) {
+  expect_bounded([] {
+    checks check;
+    lf::load_plugin(plugin_path("hostile"));
+    lf::work image{lf::work::shape::items, 4096, 1};
+    image.rank = 2;
+    image.ny = 4096;
+    const lf::query q2 = h200_query(image);
+    lf::plan p;
+    check(error_text([&] { p = lf::policy_from_string("test_hostile(block=64,by=4)")->choose(q2); }) == "none",
+          "64x4 for 2-D work");
+    check(p.block == lf::dims{64, 4, 1}, p.to_string());
+    for (const char* params : {"block=48,by=4", "block=64,by=2,bz=2"}) {
+      const std::string text = std::string("test_hostile(") + params + ")";
+      const std::string e = error_text([&] { lf::policy_from_string(text)->choose(q2); });
+      check(has(e, "LAUNCHFIT_INVALID_PLAN") && has(e, "not a 2-D block of the plugin's own"), text + ": " + e);
+    }
+    const lf::query q1 = h200_query(lf::work{lf::work::shape::items, 1u << 24, 1});
+    const std::string e1 = error_text([&] { lf::policy_from_string("test_hostile(block=64,by=4)")->choose(q1); });
+    check(has(e1, "LAUNCHFIT_INVALID_PLAN") && has(e1, "the launch's work is 1-D"), e1);
+    return check.rc();
+  });
+}
+
 TEST(PluginPlan, HostileTextIsBoundedEscapedAndValidUtf8) {
   expect_bounded([] {
     checks check;

@@ -63,6 +63,13 @@ __global__ void stream_offset(const float* x, float* y, std::size_t n, float b) 
     y[i] = x[i] + b;
 }
 
+// out = a * x + y over an image of nx x ny floats, one thread per pixel (any block shape covers it).
+__global__ void axpy_image(const float* x, const float* y, float* out, unsigned nx, unsigned ny, float a) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned j = blockIdx.y * blockDim.y + threadIdx.y;
+  if (i < nx && j < ny) out[std::size_t(j) * nx + i] = a * x[std::size_t(j) * nx + i] + y[std::size_t(j) * nx + i];
+}
+
 constexpr const char* cache_env = "LAUNCHFIT_AUTOTUNE_TEST_CACHE";  // set for the second process only
 constexpr const char* result_env = "LAUNCHFIT_AUTOTUNE_TEST_RESULT";
 constexpr const char* trials_env = "LAUNCHFIT_AUTOTUNE_TEST_TRIALS";
@@ -289,6 +296,36 @@ TEST_F(AutotuneGpu, RerunnableStreamingKernelIsTunedAndCorrect) {
   }
   EXPECT_EQ(bad, 0u);
   EXPECT_EQ(written_past_n, 0u);
+}
+
+// 2-D work with a free block shape: autotune also times wider 2-D blocks of the fastest size; whichever block
+// it keeps, the launch covers the image exactly (ragged edges: 3000 x 1999), and every pixel is checked.
+TEST_F(AutotuneGpu, TwoDimensionalWorkTimesWiderBlocksAndCoversTheImage) {
+  const unsigned nx = 3000, ny = 1999;
+  const std::size_t n = std::size_t(nx) * ny;
+  const auto hx = random_integers(n, 31), hy = random_integers(n, 32);
+  device_buffer<float> x(n), y(n), out(n);
+  ASSERT_EQ(cudaMemcpy(x.ptr, hx.data(), x.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(y.ptr, hy.data(), y.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  out.poison();
+  const auto spec = lf::use("autotune").items({nx, ny}).rerunnable();
+  const lf::launched l =
+      lf::launch(axpy_image, spec, static_cast<const float*>(x.ptr), static_cast<const float*>(y.ptr), out.ptr, nx,
+                 ny, 3.0f);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const lf::plan& p = l.plan();
+  std::printf("axpy_image %ux%u: %s\n  reason: %s\n  trials=%d tuning_ms=%.2f\n", nx, ny, p.to_string().c_str(),
+              p.reason.c_str(), p.trials, p.tuning_ms);
+  EXPECT_TRUE(contains(p.reason, "wider 2-D blocks timed")) << p.reason;
+  EXPECT_EQ(p.block.x % 32, 0u) << p.to_string();
+  EXPECT_EQ(p.block.z, 1u) << p.to_string();
+  EXPECT_EQ(l.grid.x, (nx + p.block.x - 1) / p.block.x);
+  EXPECT_EQ(l.grid.y, (ny + p.block.y - 1) / p.block.y);
+  std::vector<float> h(n);
+  ASSERT_EQ(cudaMemcpy(h.data(), out.ptr, out.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) bad += !(h[i] == 3.0f * hx[i] + hy[i]);
+  EXPECT_EQ(bad, 0u) << "pixels differ from 3 x + y";
 }
 
 // An accumulating kernel tuned with a reset is applied exactly once, however many trials ran; with
