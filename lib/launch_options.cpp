@@ -128,7 +128,8 @@ std::optional<stored_key_text> parse_key_text(std::string_view text) {
 }
 
 std::optional<block_shape> parse_block_shape(std::string_view text) {
-  // "x=<m>n" then ",y=", ",z=", ",per_thread_y=" in that order, each at most once; numbers without signs.
+  // "x=<m>n" then ",y=", ",z=", ",per_thread_y=", ",free_x" in that order, each at most once; numbers without
+  // signs.
   const auto number = [&text](std::uint64_t most) -> std::optional<std::uint64_t> {
     std::size_t i = 0;
     std::uint64_t v = 0;
@@ -162,6 +163,7 @@ std::optional<block_shape> parse_block_shape(std::string_view text) {
     if (!k || *k == 1) return std::nullopt;
     b.per_thread_y = static_cast<std::uint32_t>(*k);
   }
+  if (word(",free_x")) b.free_x = true;
   if (!text.empty()) return std::nullopt;
   if (b.x_multiple == 32) b.x_multiple = 0;  // to_string() writes the default multiple as 32
   return b;

@@ -301,12 +301,17 @@ size_t smem_for_block_cb(void* ctx, int block_threads) {
 // only one a stored plan of this launch may also have (check_stored_plan). A launch with a block shape rule
 // checks its own shape (validate_plan).
 void check_own_shape(const query& q, const plan& p) {
-  if ((p.block.y == 1 && p.block.z == 1) || !q.shape_rule.is_default()) return;
+  if (p.block.y == 1 && p.block.z == 1) return;
+  plan shaped;
+  shaped.block = dims{static_cast<unsigned>(std::min<unsigned long long>(p.block.count(), 1u << 20)), 1, 1};
+  shape_block(q, shaped);
+  if (shaped.block == p.block) return;  // the block the launch makes of that many threads
   if (block_shape_free(q) && free_block_shape(q, p.block)) return;
   throw error(errc::invalid_plan, "validate(block)",
-              "block " + p.block.to_string() +
-                  (block_shape_free(q) ? " is not a 2-D block of the plugin's own (x a multiple of the warp, y >= 2, z 1)"
-                                       : " has a shape of its own but the launch's work is 1-D"),
+              "block " + p.block.to_string() + " is not a block this launch makes (" + shaped.block.to_string() +
+                  (block_shape_free(q) ? ", or x a multiple of " + std::to_string(q.shape_rule.x_step()) +
+                                             " with y >= 2 and z 1)"
+                                       : "; a wider block needs 2-D work and the spec's block_x_free())"),
               q.kernel.demangled, p.to_string());
 }
 
@@ -420,6 +425,7 @@ class plugin_policy final : public policy_base {
     cq.work_nx = q.work_hint.n;
     cq.work_ny = q.work_hint.rank >= 2 ? q.work_hint.ny : 1;
     cq.work_nz = q.work_hint.rank >= 3 ? q.work_hint.nz : 1;
+    cq.block_x_step = q.shape_rule.x_step();
     cq.bytes_in_flight_per_sm =
         q.bytes_in_flight_per_sm ? q.bytes_in_flight_per_sm : default_bytes_in_flight_per_sm(q.device);
     cq.ctx = const_cast<query*>(&q);  // the callbacks only call into it (its oracle is thread-safe)

@@ -204,6 +204,7 @@ std::uint64_t block_shape::hash() const noexcept {
   h = detail::hash_combine(h, z);
   h = detail::hash_combine(h, x_step());
   h = detail::hash_combine(h, std::max<std::uint32_t>(per_thread_y, 1));
+  h = detail::hash_combine(h, free_x ? 1 : 0);
   return detail::hash_combine(h, invalid ? 1 : 0) | 1;
 }
 
@@ -212,6 +213,7 @@ std::string block_shape::to_string() const {
   if (y) s += ",y=" + std::to_string(y);
   if (z != 1) s += ",z=" + std::to_string(z);
   if (per_thread_y > 1) s += ",per_thread_y=" + std::to_string(per_thread_y);
+  if (free_x) s += ",free_x";
   return invalid ? "invalid(" + s + ")" : s;
 }
 
@@ -409,13 +411,17 @@ void shape_block(const query& q, plan& p) {
   p.block = dims{32, p.block.x / 32, 1};
 }
 
-bool block_shape_free(const query& q) noexcept { return q.work_hint.rank >= 2 && q.shape_rule.is_default(); }
+bool block_shape_free(const query& q) noexcept {
+  const block_shape& s = q.shape_rule;
+  return q.work_hint.rank >= 2 && s.free_x && s.y == 0 && s.z == 1 && !s.invalid;
+}
 
 bool free_block_shape(const query& q, const dims& block) noexcept {
-  const unsigned warp = q.device.warp_size > 0 ? static_cast<unsigned>(q.device.warp_size) : 32u;
-  const auto within = [&](unsigned v, int i) { return q.device.max_block_dim[i] <= 0 || v <= unsigned(q.device.max_block_dim[i]); };
-  return block.x > 0 && block.x % warp == 0 && block.y >= 2 && block.z == 1 && within(block.x, 0) &&
-         within(block.y, 1);
+  const auto within = [&](unsigned v, int i) {
+    return q.device.max_block_dim[i] <= 0 || v <= static_cast<unsigned>(q.device.max_block_dim[i]);
+  };
+  return block.x > 0 && block.x % q.shape_rule.x_step() == 0 && block.y >= 2 && block.z == 1 &&
+         within(block.x, 0) && within(block.y, 1);
 }
 
 plan policy_base::choose(const query& q) const {

@@ -246,6 +246,7 @@ TEST_F(Autotune, DeclineMessageTellsHowToAllowTuning) {
   q.work_nz = 1;
   q.work_n = 4096ull * 4096ull;
   q.block_shape_free = 1;
+  q.block_x_step = 32;
   q.time_plan = [](void*, const launchfit_plan* p) {
     return 1.0 + std::abs(int(p->block_x * p->block_y) - 256) / 1024.0 + (p->block_x == 128 ? 0.0 : 0.05);
   };
@@ -751,22 +752,30 @@ lf::work image(std::uint64_t nx, std::uint64_t ny) {
   return w;
 }
 
+// An image whose kernel indexes by blockDim and sizes nothing by the block's shape: spec block_x_free().
+lf::query free_image_query(std::uint64_t nx, std::uint64_t ny) {
+  lf::query q = h200_query(image(nx, ny));
+  q.shape_rule.free_x = true;
+  return q;
+}
+
 // An axpy over an image on an H200 ran 3.6% slower in 32x8 blocks than in 64x4.
 double axpy_like(unsigned x) { return x == 32 ? 0.04 : x == 64 ? 0.0 : x == 128 ? 0.003 : 0.02; }
 
 }  // namespace
 
-// 2-D work with no block shape: after the search in rows of 32, autotune times wider 2-D blocks of the
-// fastest size ({64, t/64}, {128, t/128}, ...) and keeps one when it is faster; the plan keeps that shape.
+// 2-D work whose launch lets the block widen (block_x_free()): after the search in rows of 32, autotune times
+// wider 2-D blocks of the fastest size ({64, t/64}, {128, t/128}, ...) and keeps one when it is faster; the
+// plan keeps that shape.
 TEST_F(Autotune, WidensTheBlockOfFreeTwoDimensionalWorkWhenFaster) {
-  lf::query q = h200_query(image(4096, 4096));
+  lf::query q = free_image_query(4096, 4096);
   ASSERT_TRUE(lf::block_shape_free(q));
   shape_timer timer(axpy_like);
   q.time_plan = timer.callback();
   const lf::plan p = lf::policy_from_string("autotune")->choose(q);
   EXPECT_EQ(p.block, (lf::dims{64, 4, 1})) << p.to_string() << "; " << p.reason;
   EXPECT_TRUE(contains(p.reason, "as 64x4")) << p.reason;
-  EXPECT_TRUE(contains(p.reason, "wider 2-D blocks timed")) << p.reason;
+  EXPECT_TRUE(contains(p.reason, "wider 2-D block")) << p.reason;
   EXPECT_LE(p.trials, 64);
   EXPECT_EQ(static_cast<std::size_t>(p.trials), timer.timed().size());
   int wide = 0;
@@ -786,7 +795,7 @@ TEST_F(Autotune, WidensTheBlockOfFreeTwoDimensionalWorkWhenFaster) {
 
 // Where rows of one warp are fastest (a stencil through a shared tile), the plan keeps them.
 TEST_F(Autotune, KeepsRowsOfOneWarpWhenTheyAreFastest) {
-  lf::query q = h200_query(image(4096, 4096));
+  lf::query q = free_image_query(4096, 4096);
   shape_timer timer([](unsigned x) { return x == 32 ? 0.0 : 0.02 * (x / 64.0); });
   q.time_plan = timer.callback();
   const lf::plan p = lf::policy_from_string("autotune")->choose(q);
@@ -794,10 +803,21 @@ TEST_F(Autotune, KeepsRowsOfOneWarpWhenTheyAreFastest) {
   EXPECT_FALSE(contains(p.reason, " as ")) << p.reason;
 }
 
-// Never wider than a row of the work, never for 1-D work, a launch with a block shape, or shapes=off.
+// Never without block_x_free() (a kernel may size a shared tile for rows of 32: a wider trial would overrun
+// it), never wider than a row of the work, never for 1-D work, a fixed y, or shapes=off.
 TEST_F(Autotune, WiderBlocksOnlyWhereTheShapeIsFreeAndTheRowsAreWideEnough) {
   {
-    lf::query q = h200_query(image(64, 1u << 16));
+    lf::query q = h200_query(image(4096, 4096));
+    ASSERT_FALSE(lf::block_shape_free(q));
+    shape_timer timer(axpy_like);
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.block.x, 32u) << p.to_string() << "; " << p.reason;
+    EXPECT_FALSE(contains(p.reason, "wider")) << p.reason;
+    for (const lf::dims& b : timer.timed()) EXPECT_EQ(b.x, 32u) << b.to_string();
+  }
+  {
+    lf::query q = free_image_query(64, 1u << 16);
     shape_timer timer(axpy_like);
     q.time_plan = timer.callback();
     const lf::plan p = lf::policy_from_string("autotune")->choose(q);
@@ -805,7 +825,7 @@ TEST_F(Autotune, WiderBlocksOnlyWhereTheShapeIsFreeAndTheRowsAreWideEnough) {
     for (const lf::dims& b : timer.timed()) EXPECT_LE(b.x, 64u) << b.to_string();
   }
   {
-    lf::query q = h200_query(image(4096, 4096));
+    lf::query q = free_image_query(4096, 4096);
     shape_timer timer(axpy_like);
     q.time_plan = timer.callback();
     const lf::plan p = lf::policy_from_string("autotune(shapes=off)")->choose(q);
@@ -822,6 +842,26 @@ TEST_F(Autotune, WiderBlocksOnlyWhereTheShapeIsFreeAndTheRowsAreWideEnough) {
     for (const lf::dims& b : timer.timed()) EXPECT_EQ(b.y, 1u) << b.to_string();
   }
   {
+    lf::query q = free_image_query(4096, 4096);
+    q.shape_rule.y = 4;  // a y the kernel fixes: the block is {t/4, 4}
+    ASSERT_FALSE(lf::block_shape_free(q));
+    shape_timer timer(axpy_like);
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.block.y, 4u) << p.to_string();
+    for (const lf::dims& b : timer.timed()) EXPECT_EQ(b.y, 4u) << b.to_string();
+  }
+  {
+    lf::query q = free_image_query(4096, 4096);
+    q.shape_rule.x_multiple = 64;  // a tile 64 wide, and wider blocks allowed: 128 x t/128, 256 x t/256, ...
+    ASSERT_TRUE(lf::block_shape_free(q));
+    shape_timer timer(axpy_like);
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.block, (lf::dims{64, 4, 1})) << p.to_string() << "; " << p.reason;
+    for (const lf::dims& b : timer.timed()) EXPECT_EQ(b.x % 64, 0u) << b.to_string();
+  }
+  {
     lf::query q = h200_query(image(4096, 4096));
     q.shape_rule.x_multiple = 64;  // a tile 64 wide: the launch shapes {64, t/64} itself
     ASSERT_FALSE(lf::block_shape_free(q));
@@ -836,7 +876,7 @@ TEST_F(Autotune, WiderBlocksOnlyWhereTheShapeIsFreeAndTheRowsAreWideEnough) {
 // A tuned 2-D block of its own survives the plan-cache file's round trip (the stored-plan check accepts it for
 // the same launch).
 TEST_F(Autotune, ABlockOfItsOwnIsAcceptedFromStorage) {
-  lf::query q = h200_query(image(4096, 4096));
+  lf::query q = free_image_query(4096, 4096);
   shape_timer timer(axpy_like);
   q.time_plan = timer.callback();
   lf::plan p = lf::policy_from_string("autotune")->choose(q);

@@ -271,6 +271,7 @@ TEST(PlanIdentity, EveryLaunchOptionAndShapeIsInTheKey) {
       key_of(lf::max_occupancy().items({2048, 2048}).block_y(8)),
       key_of(lf::max_occupancy().items({2048, 2048}).block_y(8).per_thread_y(4)),
       key_of(lf::max_occupancy().items({2048, 2048}).block_x_multiple(64)),
+      key_of(lf::max_occupancy().items({2048, 2048}).block_x_free()),
       key_of(lf::max_occupancy().items({2048, 2048}).block_y(8).block_z(2)),
       key_of(lf::max_occupancy().grid_stride(1 << 22).waves(1)),
       key_of(lf::max_occupancy().grid_stride(1 << 22).waves(2)),

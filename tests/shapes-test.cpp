@@ -318,26 +318,46 @@ TEST(Shape, AStoredTuningPlanMustHaveTheShapeThisLaunchMakes) {
   EXPECT_TRUE(has(ld::check_stored_plan(q, other, {}, nullptr), "block shape this launch does not make"));
   lf::plan flat = plan_of({256, 1, 1}, 8, 132);
   EXPECT_NE(ld::check_stored_plan(q, flat, {}, nullptr), "");  // a 1-D block for 2-D work
-  // The shape is free here (2-D work, no block shape): a tuned block of its own is x a multiple of 32, y >= 2.
-  ASSERT_TRUE(lf::block_shape_free(q));
+  // Without block_x_free() a kernel may rely on rows of one warp (a tile sized for {32, t/32}): a wider block
+  // from a file is refused.
+  EXPECT_FALSE(lf::block_shape_free(q));
+  lf::plan wide0 = plan_of({64, 4, 1}, 8, 132);
+  EXPECT_TRUE(has(ld::check_stored_plan(q, wide0, {}, nullptr), "block shape this launch does not make"));
+  // With it (2-D work whose kernel indexes by blockDim): a tuned block of its own is x a multiple of 32, y >= 2.
+  lf::query open = q;
+  open.shape_rule.free_x = true;
+  ASSERT_TRUE(lf::block_shape_free(open));
   lf::plan wide = plan_of({64, 4, 1}, 8, 132);
-  EXPECT_EQ(ld::check_stored_plan(q, wide, {}, nullptr), "");
+  EXPECT_EQ(ld::check_stored_plan(open, wide, {}, nullptr), "");
   EXPECT_EQ(wide.block, (lf::dims{64, 4, 1}));
+  lf::plan rows = plan_of({32, 8, 1}, 8, 132);
+  EXPECT_EQ(ld::check_stored_plan(open, rows, {}, nullptr), "");
   lf::plan deep = plan_of({64, 2, 2}, 8, 132);
-  EXPECT_TRUE(has(ld::check_stored_plan(q, deep, {}, nullptr), "block shape this launch does not make"));
+  EXPECT_TRUE(has(ld::check_stored_plan(open, deep, {}, nullptr), "block shape this launch does not make"));
   lf::plan odd = plan_of({48, 4, 1}, 8, 132);
-  EXPECT_TRUE(has(ld::check_stored_plan(q, odd, {}, nullptr), "block shape this launch does not make"));
-  // 1-D work and a launch with a block shape leave it to launchfit: the same block is refused there.
+  EXPECT_TRUE(has(ld::check_stored_plan(open, odd, {}, nullptr), "block shape this launch does not make"));
+  // 1-D work, or a fixed y, leave the shape to launchfit even with block_x_free(): refused there.
   lf::query one = h200_query();
   one.work_hint = lf::work{lf::work::shape::items, 1u << 24, 1};
+  one.shape_rule.free_x = true;
   EXPECT_FALSE(lf::block_shape_free(one));
   lf::plan wide1 = plan_of({64, 4, 1}, 8, 132);
   EXPECT_TRUE(has(ld::check_stored_plan(one, wide1, {}, nullptr), "block shape this launch does not make"));
+  lf::query fixed_y = open;
+  fixed_y.shape_rule.y = 4;
+  EXPECT_FALSE(lf::block_shape_free(fixed_y));
   lf::query ruled = q;
   ruled.shape_rule.x_multiple = 64;
   EXPECT_FALSE(lf::block_shape_free(ruled));
   lf::plan wide2 = plan_of({128, 2, 1}, 8, 132);  // the launch makes {64, 4}
   EXPECT_TRUE(has(ld::check_stored_plan(ruled, wide2, {}, nullptr), "block shape this launch does not make"));
+  // A wider x must stay a multiple of the launch's block_x_multiple.
+  ruled.shape_rule.free_x = true;
+  ASSERT_TRUE(lf::block_shape_free(ruled));
+  lf::plan wide3 = plan_of({128, 2, 1}, 8, 132);
+  EXPECT_EQ(ld::check_stored_plan(ruled, wide3, {}, nullptr), "");
+  lf::plan wide4 = plan_of({96, 2, 1}, 6, 132);
+  EXPECT_TRUE(has(ld::check_stored_plan(ruled, wide4, {}, nullptr), "block shape this launch does not make"));
 }
 
 // ---- block shapes: a y the kernel fixes, x multiples, rows per thread
@@ -395,13 +415,20 @@ TEST(BlockShape, NamesItselfWithoutSpacesAndReadsBack) {
   EXPECT_EQ(shape_of(3).to_string(), "x=32n,y=3");
   EXPECT_EQ(shape_of(8, 0, 4).to_string(), "x=32n,y=8,per_thread_y=4");
   EXPECT_EQ(shape_of(4, 8, 1, 2).to_string(), "x=8n,y=4,z=2");
-  for (const lf::block_shape& b : {shape_of(3), shape_of(8, 0, 4), shape_of(4, 8, 1, 2), shape_of(0, 64)}) {
+  lf::block_shape wide;
+  wide.free_x = true;
+  EXPECT_EQ(wide.to_string(), "x=32n,free_x");
+  EXPECT_FALSE(wide.is_default());
+  EXPECT_NE(wide.hash(), 0u);
+  EXPECT_NE(wide, lf::block_shape{});
+  for (const lf::block_shape& b : {shape_of(3), shape_of(8, 0, 4), shape_of(4, 8, 1, 2), shape_of(0, 64), wide}) {
     const auto back = ld::parse_block_shape(b.to_string());
     ASSERT_TRUE(back.has_value()) << b.to_string();
     EXPECT_EQ(*back, b) << b.to_string();
   }
   for (const char* bad : {"", "x=32", "x=0n", "x=2000n", "x=32n,y=3,y=4", "y=3", "x=32n,z=65",
-                          "x=32n,per_thread_y=0", "x=32n,y=3 ", "x=-32n", "invalid(x=32n)"})
+                          "x=32n,per_thread_y=0", "x=32n,y=3 ", "x=-32n", "invalid(x=32n)", "x=32n,free_x,y=3",
+                          "x=32n,free_x,free_x", "x=32n,free"})
     EXPECT_FALSE(ld::parse_block_shape(bad).has_value()) << bad;
 }
 
@@ -512,10 +539,12 @@ TEST(BlockShape, IsPartOfThePlanKey) {
         lf::max_occupancy().items({4096, 3}).block_y(3).per_thread_y(2),
         lf::max_occupancy().items({4096, 3}).block_x_multiple(64),
         lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(64),
-        lf::max_occupancy().items({4096, 3}).per_thread_y(4)}) {
+        lf::max_occupancy().items({4096, 3}).per_thread_y(4), lf::max_occupancy().items({4096, 3}).block_x_free(),
+        lf::max_occupancy().items({4096, 3}).block_x_multiple(64).block_x_free()}) {
     keys.insert(ld::shape_bits(ld::make_request(s)));
   }
-  EXPECT_EQ(keys.size(), 8u);
+  EXPECT_EQ(keys.size(), 10u);
+  EXPECT_TRUE(ld::make_request(lf::max_occupancy().items({4096, 3}).block_x_free()).shape_rule.free_x);
   // The default multiple spelled out is the same launch, and the same key.
   EXPECT_EQ(
       ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(32))),

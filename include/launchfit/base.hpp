@@ -145,6 +145,15 @@ class spec {
     shape_.invalid = shape_.invalid || m > 1024;
     return *this;
   }
+  // 2-D and 3-D work: the block may be wider than block_x_multiple (32 by default) along x, any multiple of it
+  // with y >= 2 ({64, t/64}, {128, t/128}, ...), where a policy chooses so; autotune times them. Opt-in, for a
+  // kernel that indexes with blockDim.x/y and sizes nothing (shared memory above all) by the block's shape:
+  // an smem rule is given the thread count only. Without it a 2-D block is always {32, threads/32}.
+  spec block_x_free() && { return std::move(block_x_free()); }
+  spec& block_x_free() & {
+    shape_.free_x = true;
+    return *this;
+  }
   // k rows along y per thread (a 32x32 tile with 32x8 blocks: 4): grid y = ceil(ny / (block y x k)).
   spec per_thread_y(std::uint32_t k) && { return std::move(per_thread_y(k)); }
   spec& per_thread_y(std::uint32_t k) & {

@@ -176,15 +176,18 @@ typedef struct launchfit_query {
   double (*time_plan)(void* ctx, const launchfit_plan* plan);
   /* ABI 1.2. The work's rank (1, 2 or 3) and its items per dimension (work_n is their product). */
   uint32_t work_rank;
-  /* Nonzero for 2-D and 3-D work whose launch sets no block shape (no block_y, block_z, block_x_multiple or
-     shape): a plan, and a plan given to time_plan, may then set its own block_x x block_y (block_x a multiple
-     of the warp, block_y at least 2, block_z 1), which launchfit keeps and the grid follows. Zero: leave
-     block_y and block_z at 1. Either way a plan of block_x alone is given the launch's shape ({32, threads /
-     32} by default). */
+  /* Nonzero for 2-D and 3-D work whose launch lets the block widen along x (spec block_x_free(): a kernel
+     that indexes with blockDim and sizes nothing by the block's shape): a plan, and a plan given to
+     time_plan, may then set its own block_x x block_y (block_x a multiple of block_x_step, block_y at least
+     2, block_z 1), which launchfit keeps and the grid follows. Zero: leave block_y and block_z at 1; any
+     other block is an invalid plan. Either way a plan of block_x alone is given the launch's shape ({32,
+     threads / 32} by default). */
   int32_t block_shape_free;
   uint64_t work_nx; /* items along x */
   uint64_t work_ny; /* along y, 1 for 1-D work */
   uint64_t work_nz; /* along z, 1 for 1-D and 2-D work */
+  uint32_t block_x_step; /* block x is a multiple of this (block_x_multiple, 32 by default) */
+  uint32_t reserved3;    /* 0; makes the tail padding explicit */
 } launchfit_query;
 
 /* A decision. launchfit fills every field with a default before choose(); the plugin sets what it decides. */

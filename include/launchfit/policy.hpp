@@ -92,13 +92,14 @@ LAUNCHFIT_API void validate_plan(const query& q, plan& p);
 // coalesced). Plans with a 2-D or 3-D block, and 1-D work without a block shape, are left alone.
 LAUNCHFIT_API void shape_block(const query& q, plan& p);
 
-// Whether a policy may choose the block's shape itself: 2-D or 3-D work whose launch sets no block shape
-// (no block_y, block_z, block_x_multiple or shape). Its own block then keeps x a multiple of the warp, y at
-// least 2 and z 1 (free_block_shape); a 1-D block is shaped by shape_block.
+// Whether a policy may widen the block along x itself: 2-D or 3-D work whose launch said so (spec
+// block_x_free(), block_shape::free_x) with y free and z 1. Its own block then keeps x a multiple of
+// block_x_multiple (32 by default), y at least 2 and z 1 (free_block_shape); a 1-D block is shaped by
+// shape_block.
 LAUNCHFIT_API bool block_shape_free(const query& q) noexcept;
 
-// Whether `block` is one a policy may choose where block_shape_free(q): x a multiple of the warp, y >= 2,
-// z 1, within the device's per-dimension limits.
+// Whether `block` is one a policy may choose where block_shape_free(q): x a multiple of the launch's
+// block_x_multiple (32 by default), y >= 2, z 1, within the device's per-dimension limits.
 LAUNCHFIT_API bool free_block_shape(const query& q, const dims& block) noexcept;
 
 namespace detail {

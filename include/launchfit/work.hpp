@@ -151,10 +151,15 @@ struct LAUNCHFIT_API block_shape {
   std::uint16_t x_multiple = 0;    // block x is a multiple of this; 0: 32 (rows of one warp)
   std::uint32_t per_thread_y = 1;  // rows along y each thread covers (0: 1)
   bool invalid = false;            // y or x_multiple above 1024, or z above 64: no block has that shape
+  // With y free and z 1 (2-D and 3-D work): a policy may widen the block along x to any multiple of x_step()
+  // with y >= 2 ({64, threads / 64}, {128, threads / 128}, ...; autotune times them). Only for a kernel that
+  // indexes with blockDim and sizes nothing by the block's shape (an smem rule sees only the thread count).
+  // Default: x is exactly x_step() (rows of one warp).
+  bool free_x = false;
 
   // No shape asked for: multi-dimensional work gets rows of 32 ({32, threads / 32}).
   bool is_default() const noexcept {
-    return y == 0 && z == 1 && x_step() == 32 && per_thread_y <= 1 && !invalid;
+    return y == 0 && z == 1 && x_step() == 32 && per_thread_y <= 1 && !invalid && !free_x;
   }
   // What block x must be a multiple of.
   unsigned x_step() const noexcept { return x_multiple ? x_multiple : 32u; }
@@ -177,13 +182,13 @@ struct LAUNCHFIT_API block_shape {
   friend bool operator==(const block_shape& a, const block_shape& b) noexcept {
     return a.y == b.y && a.z == b.z && a.x_step() == b.x_step() &&
            (a.per_thread_y > 1 ? a.per_thread_y : 1) == (b.per_thread_y > 1 ? b.per_thread_y : 1) &&
-           a.invalid == b.invalid;
+           a.invalid == b.invalid && a.free_x == b.free_x;
   }
   friend bool operator!=(const block_shape& a, const block_shape& b) noexcept { return !(a == b); }
   // Stable identity for plan keys (0: the default shape).
   std::uint64_t hash() const noexcept;
-  // "x=32n,y=3", "x=32n,y=8,per_thread_y=4" ("32n": a multiple of 32; y omitted when free): no spaces, as
-  // stored keys and log lines hold it. "invalid(...)" for a shape out of range.
+  // "x=32n,y=3", "x=32n,y=8,per_thread_y=4", "x=32n,free_x" ("32n": a multiple of 32; y omitted when free):
+  // no spaces, as stored keys and log lines hold it. "invalid(...)" for a shape out of range.
   std::string to_string() const;
 };
 

@@ -181,7 +181,8 @@ class search {
       : q_(q),
         p_(p),
         full_grid_(full_grid),
-        shapes_(p.shapes && LAUNCHFIT_HAS_FIELD(&q, launchfit_query, work_nz) && q.block_shape_free != 0),
+        shapes_(p.shapes && LAUNCHFIT_HAS_FIELD(&q, launchfit_query, block_x_step) && q.block_shape_free != 0 &&
+                q.block_x_step > 0),
         start_(clock::now()) {
     // Wider 2-D blocks are timed after the search: it leaves them a quarter of the time budget.
     limit_ms_ = shapes_ ? p_.max_ms * 0.75 : p_.max_ms;
@@ -327,7 +328,8 @@ class search {
     } else if (stopped_by_time_) {
       reason += "; stopped at max_ms=" + format("%g", p_.max_ms);
     }
-    if (shapes_timed_ > 0) reason += "; " + std::to_string(shapes_timed_) + " wider 2-D blocks timed";
+    if (shapes_timed_ > 0)
+      reason += "; " + std::to_string(shapes_timed_) + (shapes_timed_ == 1 ? " wider 2-D block timed" : " wider 2-D blocks timed");
     if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, trials))
       out.trials = static_cast<std::int32_t>(trials_.size()) + extra_timings_;
     if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, tuning_ms)) out.tuning_ms = elapsed_ms();
@@ -594,11 +596,13 @@ class search {
     return (ms >= 0 && std::isfinite(ms)) ? ms : -1;  // negative, NaN or infinite: cannot run
   }
 
-  // 2-D blocks of the fastest plan's size wider than launchfit's rows of one warp ({64, t/64}, {128, t/128},
-  // {256, t/256}; never wider than a row of the work): an image streamed row by row reads longer runs of a row
-  // per block (on an H200 an axpy over 8192^2 floats ran 3.6% slower in 32x8 blocks than in 64x4 or 128x2,
-  // where a 5-point stencil through a shared tile ran best at 32x4 and 32x8). Each is timed three times,
-  // interleaved with the plan it widens, and keeps its lower median; a shape competes like a confirmed plan.
+  // Where the launch lets the block widen along x (block_x_free()): 2-D blocks of the fastest plan's size
+  // wider than launchfit's rows of block_x_step ({64, t/64}, {128, t/128}, {256, t/256} for rows of 32; never
+  // wider than a row of the work): an image streamed row by row reads longer runs of a row per block (on an
+  // H200 an axpy over 8192^2 floats ran 3.6% slower in 32x8 blocks than in 64x4 or 128x2, where a 5-point
+  // stencil through a shared tile ran best at 32x4 and 32x8, and its tile is sized by the shape: it must not
+  // opt in). Each is timed three times, interleaved with the plan it widens, and keeps its lower median; a
+  // shape competes like a confirmed plan.
   void time_shapes() {
     const trial* base = nullptr;
     for (const trial& t : trials_)
@@ -606,10 +610,10 @@ class search {
     if (!base) return;
     const int bi = base->block_index, li = base->level_index;
     const int threads = blocks_[bi].threads;
-    const int warp = q_.device->warp_size > 0 ? q_.device->warp_size : 32;
+    const int step = static_cast<int>(std::min<std::uint32_t>(q_.block_x_step, 1024));
     const std::uint64_t row = q_.work_nx;
     std::vector<int> widths;
-    for (int x = 2 * warp; x <= threads / 2 && widths.size() < 3; x *= 2) {
+    for (int x = 2 * step; x <= threads / 2 && widths.size() < 3; x *= 2) {
       if (threads % x != 0 || (row > 0 && static_cast<std::uint64_t>(x) > row)) continue;
       if (q_.device->max_block_dim[0] > 0 && x > q_.device->max_block_dim[0]) continue;
       if (q_.device->max_block_dim[1] > 0 && threads / x > q_.device->max_block_dim[1]) continue;

@@ -367,6 +367,9 @@ struct case_base {
   // and raw with launch_raw_2d; the size a case runs at is then the image's side.
   int rank = 1;
   std::size_t nx = 0, ny = 0;
+  // rank 2: the kernel indexes by blockDim and sizes nothing by the block's shape, so its launches say
+  // block_x_free() (autotune then times wider blocks too; static policies still shape {32, t/32}).
+  bool any_block_x = false;
 
   virtual ~case_base() = default;
   // The sizes this case runs at, given the run's size list (a case with sizes of its own ignores it).
@@ -400,6 +403,7 @@ struct case_impl : case_base {
   lf_runner make(lf::spec<P> s) {
     if (rank == 2) {
       s.items({nx, ny});
+      if (any_block_x) s.block_x_free();
     } else if (grid_stride) {
       s.grid_stride(n);
     } else {
@@ -1052,6 +1056,7 @@ struct axpy2d_case : image_case<axpy2d_case> {
     bytes_in_flight = 2 * sizeof(float);
     bytes_per_item = 3 * sizeof(float);
     fn = reinterpret_cast<const void*>(&axpy2d);
+    any_block_x = true;
   }
   void prepare(std::size_t side, std::uint64_t seed) override {
     const std::vector<std::vector<float>> planes = make_image(side, seed, 2);

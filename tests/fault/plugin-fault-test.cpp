@@ -562,8 +562,9 @@ TEST(PluginPlan, GarbageNumbersAreInvalidPlansThatFallBack) {
   });
 }
 
-// A block of the plugin's own shape: only a 2-D block (x a multiple of the warp, y >= 2, z 1) for 2-D work that
-// sets no block shape, which a stored plan of that launch may also have; anything else is an invalid plan.
+// A block of the plugin's own shape: only a 2-D block (x a multiple of 32, y >= 2, z 1) for 2-D work whose spec
+// says block_x_free(), which a stored plan of that launch may also have; anything else is an invalid plan (a
+// kernel may size a shared tile for the rows of 32 it was promised).
 TEST(PluginPlan, ABlockOfItsOwnShapeOnlyWhereTheLaunchLeavesTheShapeFree) {
   expect_bounded([] {
     checks check;
@@ -571,7 +572,13 @@ TEST(PluginPlan, ABlockOfItsOwnShapeOnlyWhereTheLaunchLeavesTheShapeFree) {
     lf::work image{lf::work::shape::items, 4096, 1};
     image.rank = 2;
     image.ny = 4096;
-    const lf::query q2 = h200_query(image);
+    lf::query q2 = h200_query(image);
+    const std::string e0 = error_text([&] { lf::policy_from_string("test_hostile(block=64,by=4)")->choose(q2); });
+    check(has(e0, "LAUNCHFIT_INVALID_PLAN") && has(e0, "not a block this launch makes") && has(e0, "block_x_free()"),
+          "without block_x_free(): " + e0);
+    check(error_text([&] { lf::policy_from_string("test_hostile(block=32,by=8)")->choose(q2); }) == "none",
+          "32x8: the block the launch makes");
+    q2.shape_rule.free_x = true;
     lf::plan p;
     check(error_text([&] { p = lf::policy_from_string("test_hostile(block=64,by=4)")->choose(q2); }) == "none",
           "64x4 for 2-D work");
@@ -579,11 +586,12 @@ TEST(PluginPlan, ABlockOfItsOwnShapeOnlyWhereTheLaunchLeavesTheShapeFree) {
     for (const char* params : {"block=48,by=4", "block=64,by=2,bz=2"}) {
       const std::string text = std::string("test_hostile(") + params + ")";
       const std::string e = error_text([&] { lf::policy_from_string(text)->choose(q2); });
-      check(has(e, "LAUNCHFIT_INVALID_PLAN") && has(e, "not a 2-D block of the plugin's own"), text + ": " + e);
+      check(has(e, "LAUNCHFIT_INVALID_PLAN") && has(e, "not a block this launch makes"), text + ": " + e);
     }
-    const lf::query q1 = h200_query(lf::work{lf::work::shape::items, 1u << 24, 1});
+    lf::query q1 = h200_query(lf::work{lf::work::shape::items, 1u << 24, 1});
+    q1.shape_rule.free_x = true;  // no effect on 1-D work
     const std::string e1 = error_text([&] { lf::policy_from_string("test_hostile(block=64,by=4)")->choose(q1); });
-    check(has(e1, "LAUNCHFIT_INVALID_PLAN") && has(e1, "the launch's work is 1-D"), e1);
+    check(has(e1, "LAUNCHFIT_INVALID_PLAN") && has(e1, "not a block this launch makes"), e1);
     return check.rc();
   });
 }
