@@ -3,6 +3,7 @@
 
 #include "async_sink.hpp"
 
+#include <algorithm>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -11,6 +12,7 @@ namespace launchfit::detail {
 
 std::atomic<void (*)()> log_batch_taken_for_tests{nullptr};
 std::atomic<void (*)()> log_exit_waiting_for_tests{nullptr};
+std::atomic<std::uint64_t> log_polls_for_tests{0};
 
 namespace {
 
@@ -19,10 +21,12 @@ constexpr std::size_t queue_max_bytes = 8u << 20;
 // A wait for the logging thread gives up only on a stuck output, never on a slow one or a thread short of
 // CPU: when it has written no line for `still`, or after wait_cap in all.
 constexpr auto wait_cap = std::chrono::seconds(10);
-// While lines keep coming the logging thread looks for them every poll_period, so a line costs its caller no
-// wake-up (a futex call, which made most of a first launch's log cost); after park_after without a line it
-// sleeps until one wakes it.
-constexpr auto poll_period = std::chrono::milliseconds(1);
+// While lines keep coming the logging thread looks for them, so a line costs its caller no wake-up (a futex
+// call, which made most of a first launch's log cost): 1 ms after the last batch, then 2, 4, 8 and every 16
+// ms, so a program logging a line every few tens of milliseconds wakes it a handful of times per line, not
+// every millisecond; after park_after without a line it sleeps until one wakes it.
+constexpr auto poll_first = std::chrono::milliseconds(1);
+constexpr auto poll_longest = std::chrono::milliseconds(16);
 constexpr auto park_after = std::chrono::milliseconds(50);
 constexpr auto exit_write_wait = std::chrono::milliseconds(500);
 
@@ -82,14 +86,18 @@ void async_sink::run() {
   const auto work = [&] { return !items_.empty() || overflow_ != 0; };
   for (;;) {
     const auto quiet_since = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::duration period = poll_first;
     while (!work()) {
-      if (std::chrono::steady_clock::now() - quiet_since >= park_after) {
+      const auto quiet = std::chrono::steady_clock::now() - quiet_since;
+      if (quiet >= park_after) {
         parked_ = true;
         wake_->wait(lock, work);
         parked_ = false;
         break;
       }
-      wake_->wait_for(lock, poll_period, work);
+      log_polls_for_tests.fetch_add(1, std::memory_order_relaxed);
+      wake_->wait_for(lock, std::min<std::chrono::steady_clock::duration>(period, park_after - quiet), work);
+      period = std::min<std::chrono::steady_clock::duration>(period * 2, poll_longest);
     }
     batch_.swap(items_);
     bytes_ = 0;

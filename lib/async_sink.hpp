@@ -108,5 +108,7 @@ class async_sink {
 extern std::atomic<void (*)()> log_batch_taken_for_tests;
 // Tests: called by the exit drain when it finds lines not yet written and starts waiting for them.
 extern std::atomic<void (*)()> log_exit_waiting_for_tests;
+// Tests: how many times the logging thread has looked for lines while polling (not while parked).
+extern std::atomic<std::uint64_t> log_polls_for_tests;
 
 }  // namespace launchfit::detail

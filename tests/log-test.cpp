@@ -602,6 +602,24 @@ TEST(LogAsync, LinesArriveInOrderAfterAFlush) {
   EXPECT_FALSE(lf::log_async());
 }
 
+// A program that logs a line every 30 ms keeps the logging thread polling, backing off after each batch (1,
+// 2, 4, 8, 16 ms): a few looks per line, not one every millisecond (about 30 per line before).
+TEST(LogAsync, ATrickleOfLinesCostsAFewPollsPerLineNotOnePerMillisecond) {
+  logging_env env({{"LAUNCHFIT_LOG_ASYNC", "1"}});
+  lf::detail::log_event(spdlog::level::info, "test", "first");
+  ASSERT_EQ(env.lines().size(), 1u);  // the logging thread runs
+  const std::uint64_t before = lf::detail::log_polls_for_tests.load();
+  constexpr int lines = 20;
+  for (int i = 0; i < lines; ++i) {
+    lf::detail::log_event(spdlog::level::info, "test", "line " + std::to_string(i));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  const std::uint64_t polls = lf::detail::log_polls_for_tests.load() - before;
+  std::printf("%d lines 30 ms apart: %llu polls\n", lines, static_cast<unsigned long long>(polls));
+  EXPECT_LT(polls, 10u * lines);  // at most 7 looks in a 50 ms gap before it parks
+  EXPECT_EQ(env.lines().size(), 1u + lines);
+}
+
 TEST(LogAsync, JsonAndEscapingHoldOnTheLoggingThread) {
   logging_env env({{"LAUNCHFIT_LOG_ASYNC", "on"}, {"LAUNCHFIT_LOG_FORMAT", "json"}});
   lf::detail::logger()->warn("x\ny");
