@@ -85,9 +85,9 @@ bool parse_key_words(std::string_view rest, stored_key_text& out) {
       if (i != word.size() || i == 6 || k == 0 || k > 0xffffffffu) return false;
       out.options.waves = static_cast<std::uint32_t>(k);
       stage = 3;
-    } else if (word.substr(0, 6) == "shape=" && out.shape.is_default()) {
+    } else if (word.substr(0, 6) == "shape=" && !out.shape.is_set()) {
       const auto shape = parse_block_shape(word.substr(6));
-      if (!shape || shape->is_default()) return false;
+      if (!shape || !shape->is_set()) return false;
       out.shape = *shape;
       out.rest += ' ';
       out.rest += word;

@@ -739,7 +739,7 @@ std::string format_plan(const plan_report& r, log_format f) {
     if (const double w = first_waves(p, r.first_work); w >= 0) j["waves_per_sm"] = w;
     if (const std::string g = first_grid(p, r.first_work); !g.empty()) j["first_grid"] = g;
     if (!p.blocks.empty()) j["block_rule"] = p.blocks;
-    if (!p.shape_rule.is_default()) j["block_shape"] = p.shape_rule.to_string();
+    if (p.shape_rule.is_set()) j["block_shape"] = p.shape_rule.to_string();
     if (p.programmatic) j["pdl"] = true;
     if (r.family_size > 0) j["family_members"] = r.family_size;
     if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count) j["sm_budget"] = p.sm_count;
@@ -774,7 +774,7 @@ std::string format_plan(const plan_report& r, log_format f) {
   }
   if (p.programmatic) s += " pdl";
   if (!p.blocks.empty()) s += " blocks=" + quoted(p.blocks);
-  if (!p.shape_rule.is_default()) s += " shape=" + p.shape_rule.to_string();
+  if (p.shape_rule.is_set()) s += " shape=" + p.shape_rule.to_string();
   if (r.family_size > 0) s += " family=" + std::to_string(r.family_size);
   if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count)
     s += " sms=" + std::to_string(p.sm_count) + "/" + std::to_string(r.device_sm_count);

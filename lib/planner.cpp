@@ -445,7 +445,7 @@ std::string decided_by_text(const std::string& policy_text, const launch_request
   std::string s = policy_text + key_text(need);
   if (!r.blocks.is_any()) s += " blocks=" + r.blocks.to_string();
   if (r.shape.rank >= 2) s += " rows=32";
-  if (!r.shape_rule.is_default()) s += " shape=" + r.shape_rule.to_string();
+  if (r.shape_rule.is_set()) s += " shape=" + r.shape_rule.to_string();
   if (q.device.sm_count > 0 && r.options.sm_budget > 0 && r.options.sm_budget <= q.device.sm_count)
     s += " sms=" + std::to_string(q.device.sm_count);
   if (r.options.waves != 0 && r.shape.kind == work::shape::grid_stride) s += " waves=" + std::to_string(r.options.waves);
@@ -683,7 +683,7 @@ const plan_entry& follow_route(const launch_request& r, const context_ref& ctx, 
                                std::optional<plan_entry>& local) {
   plan_key key = route.key;
   key.policy = route.route_hash;
-  key.bucket = route.route->work_bucket(r.shape);
+  key.bucket = plan_bucket(route.route->work_bucket(r.shape), r.shape, r.shape_rule);
   key.launch |= overridden_bit;
   if (const plan_entry* hit = find(key)) return *hit;
   const std::shared_ptr<const policy> decided_by = route.route;  // `route` may be `local`, rebuilt below

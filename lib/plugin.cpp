@@ -297,9 +297,9 @@ size_t smem_for_block_cb(void* ctx, int block_threads) {
   }
 }
 
-// A block of the plugin's own shape (a plan's or a trial's): only where the launch leaves the shape free, and
-// only one a stored plan of this launch may also have (check_stored_plan). A launch with a block shape rule
-// checks its own shape (validate_plan).
+// A plugin's block (a plan's or a trial's) of more than one row: the block the launch itself makes of that many
+// threads, or, where the launch lets the block widen (block_x_free()), a wider 2-D block of the plugin's own;
+// exactly what a stored plan of this launch may have (check_stored_plan).
 void check_own_shape(const query& q, const plan& p) {
   if (p.block.y == 1 && p.block.z == 1) return;
   plan shaped;
@@ -311,7 +311,8 @@ void check_own_shape(const query& q, const plan& p) {
               "block " + p.block.to_string() + " is not a block this launch makes (" + shaped.block.to_string() +
                   (block_shape_free(q) ? ", or x a multiple of " + std::to_string(q.shape_rule.x_step()) +
                                              " with y >= 2 and z 1)"
-                                       : "; a wider block needs 2-D work and the spec's block_x_free())"),
+                                       : "; a wider block needs 2-D work, a free y and z, and the spec's "
+                                         "block_x_free())"),
               q.kernel.demangled, p.to_string());
 }
 

@@ -66,7 +66,7 @@ std::string plan::to_string() const {
   if (full_grid) s += " full-grid";
   if (programmatic) s += " pdl";
   if (cluster.count() > 1) s += " cluster=" + cluster.to_string();
-  if (!shape_rule.is_default()) s += " shape=" + shape_rule.to_string();
+  if (shape_rule.is_set()) s += " shape=" + shape_rule.to_string();
   if (!policy.empty()) s += " policy=" + policy;
   return s;
 }
@@ -199,7 +199,7 @@ std::uint64_t block_rule::hash() const noexcept {
 }
 
 std::uint64_t block_shape::hash() const noexcept {
-  if (is_default()) return 0;
+  if (!is_set()) return 0;
   std::uint64_t h = detail::hash_combine(0x6c66736861706500ULL, y);
   h = detail::hash_combine(h, z);
   h = detail::hash_combine(h, x_step());

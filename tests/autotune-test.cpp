@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -814,15 +815,28 @@ TEST_F(Autotune, WiderBlocksOnlyWhereTheShapeIsFreeAndTheRowsAreWideEnough) {
     const lf::plan p = lf::policy_from_string("autotune")->choose(q);
     EXPECT_EQ(p.block.x, 32u) << p.to_string() << "; " << p.reason;
     EXPECT_FALSE(contains(p.reason, "wider")) << p.reason;
+    // launchfit would refuse a wider trial before timing it: the plugin must not even ask for one.
+    EXPECT_FALSE(contains(p.reason, "could not run")) << p.reason;
     for (const lf::dims& b : timer.timed()) EXPECT_EQ(b.x, 32u) << b.to_string();
   }
   {
-    lf::query q = free_image_query(64, 1u << 16);
+    lf::query q = free_image_query(100, 8192);  // rows of 100: at most 64 wide
     shape_timer timer(axpy_like);
     q.time_plan = timer.callback();
     const lf::plan p = lf::policy_from_string("autotune")->choose(q);
     EXPECT_EQ(p.block, (lf::dims{64, 4, 1})) << p.to_string() << "; " << p.reason;
     for (const lf::dims& b : timer.timed()) EXPECT_LE(b.x, 64u) << b.to_string();
+  }
+  {
+    // 64 x 4 over 65,536 rows needs 16,384 blocks along y; an image 4 times as tall (the same size bucket)
+    // would need 65,536, past the device's 65,535: not widened.
+    lf::query q = free_image_query(64, 1u << 16);
+    shape_timer timer(axpy_like);
+    q.time_plan = timer.callback();
+    const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+    EXPECT_EQ(p.block, (lf::dims{32, 8, 1})) << p.to_string() << "; " << p.reason;
+    EXPECT_TRUE(contains(p.reason, "no wider 2-D block of this size fits these rows")) << p.reason;
+    for (const lf::dims& b : timer.timed()) EXPECT_NE(b, (lf::dims{64, 4, 1})) << b.to_string();
   }
   {
     lf::query q = free_image_query(4096, 4096);
@@ -873,13 +887,36 @@ TEST_F(Autotune, WiderBlocksOnlyWhereTheShapeIsFreeAndTheRowsAreWideEnough) {
   }
 }
 
-// A tuned 2-D block of its own survives the plan-cache file's round trip (the stored-plan check accepts it for
-// the same launch).
-TEST_F(Autotune, ABlockOfItsOwnIsAcceptedFromStorage) {
+// A tuned 2-D block of its own survives the plan-cache file's round trip, and the stored-plan check accepts it
+// for the same launch; for the same kernel launched without block_x_free() it is refused.
+TEST_F(Autotune, ABlockOfItsOwnSurvivesTheCacheFileForTheSameLaunchOnly) {
   lf::query q = free_image_query(4096, 4096);
   shape_timer timer(axpy_like);
   q.time_plan = timer.callback();
-  lf::plan p = lf::policy_from_string("autotune")->choose(q);
-  ASSERT_EQ(p.block, (lf::dims{64, 4, 1}));
-  EXPECT_EQ(launchfit::detail::check_stored_plan(q, p, {}, nullptr), "");
+  const auto policy = lf::policy_from_string("autotune");
+  const lf::plan tuned = policy->choose(q);
+  ASSERT_EQ(tuned.block, (lf::dims{64, 4, 1}));
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("launchfit-autotune-shape-test-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::filesystem::remove(file);
+  lf::stored_key key{"GPU-autotune-test",           90, q.device.sm_count, 13000, lf::kernel_fingerprint(q.kernel),
+                     policy->to_string() + " rows=32 shape=" + q.shape_rule.to_string(), "bytes=0",
+                     policy->work_bucket(q.work_hint)};
+  lf::set_cache_file(file);
+  lf::store_plan(key, tuned);
+  lf::close_cache_file();
+  lf::set_cache_file(file);  // as a later process would find it
+  std::optional<lf::plan> stored = lf::find_stored_plan(key);
+  lf::close_cache_file();
+  std::filesystem::remove(file);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->block, (lf::dims{64, 4, 1}));
+  lf::plan same = *stored;
+  EXPECT_EQ(launchfit::detail::check_stored_plan(q, same, {}, nullptr), "");
+  lf::query rows_of_32 = q;
+  rows_of_32.shape_rule.free_x = false;
+  lf::plan other = *stored;
+  EXPECT_TRUE(contains(launchfit::detail::check_stored_plan(rows_of_32, other, {}, nullptr),
+                       "block shape this launch does not make"));
 }

@@ -301,6 +301,30 @@ TEST(Shape, PoliciesShapeTwoDimensionalBlocksInRowsOf32) {
   EXPECT_THROW((lf::fixed_policy{lf::fixed_params{48, 0}}.choose(q)), lf::error);
 }
 
+// block_x_free() only lets a policy choose wider 2-D blocks of its own: what launchfit shapes is unchanged, 1-D
+// work keeps its 1-D block (a block of 48 too) and 2-D work its rows of 32.
+TEST(Shape, BlockXFreeChangesNothingLaunchfitShapes) {
+  for (const lf::work& w : {lf::work{lf::work::shape::items, 1u << 20, 1}, items2(1000, 777)}) {
+    lf::query plain = h200_query();
+    plain.work_hint = w;
+    lf::query free = plain;
+    free.shape_rule.free_x = true;
+    for (int block : {48, 96, 256, 1024})
+      EXPECT_EQ(free.active_blocks_for(block), plain.active_blocks_for(block)) << block;
+    const lf::plan a = lf::max_occupancy_policy{}.choose(plain);
+    const lf::plan b = lf::max_occupancy_policy{}.choose(free);
+    EXPECT_EQ(a.block, b.block) << b.to_string();
+    EXPECT_EQ(lf::grid_for(a, w), lf::grid_for(b, w)) << b.to_string();
+    if (w.rank == 1) {
+      EXPECT_EQ(b.block.y, 1u) << b.to_string();
+      EXPECT_EQ((lf::fixed_policy{lf::fixed_params{48, 0}}.choose(free).block), (lf::dims{48, 1, 1}));
+    } else {
+      EXPECT_EQ(b.block, (lf::dims{32, 8, 1})) << b.to_string();
+    }
+    EXPECT_TRUE(has(b.to_string(), "shape=x=32n,free_x")) << b.to_string();  // carried, and said
+  }
+}
+
 TEST(Shape, FixedDimsAreValidatedPerDimension) {
   lf::query q = h200_query();
   EXPECT_THROW((lf::fixed_dims_policy{lf::fixed_dims_params{32, 64, 1, 0, 1, 1}}.choose(q)), lf::error);  // 2048
@@ -418,7 +442,8 @@ TEST(BlockShape, NamesItselfWithoutSpacesAndReadsBack) {
   lf::block_shape wide;
   wide.free_x = true;
   EXPECT_EQ(wide.to_string(), "x=32n,free_x");
-  EXPECT_FALSE(wide.is_default());
+  EXPECT_TRUE(wide.is_default());  // it shapes nothing by itself
+  EXPECT_TRUE(wide.is_set());
   EXPECT_NE(wide.hash(), 0u);
   EXPECT_NE(wide, lf::block_shape{});
   for (const lf::block_shape& b : {shape_of(3), shape_of(8, 0, 4), shape_of(4, 8, 1, 2), shape_of(0, 64), wide}) {
@@ -549,6 +574,27 @@ TEST(BlockShape, IsPartOfThePlanKey) {
   EXPECT_EQ(
       ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3).block_x_multiple(32))),
       ld::shape_bits(ld::make_request(lf::max_occupancy().items({4096, 3}).block_y(3))));
+}
+
+// With block_x_free() a work-dependent plan is keyed by the row width's octave as well as its size bucket: a
+// wide block tuned on 4096-wide rows is never taken for rows of 1024 with as many pixels.
+TEST(BlockShape, AFreeXPlanIsBucketedByItsRowWidth) {
+  lf::block_shape free;
+  free.free_x = true;
+  const lf::block_shape plain;
+  EXPECT_EQ(ld::plan_bucket(25, items2(4096, 4096), plain), 25u);
+  EXPECT_EQ(ld::plan_bucket(0, items2(4096, 4096), free), 0u);  // a plan for every size stays one plan
+  EXPECT_EQ(ld::plan_bucket(25, lf::work{lf::work::shape::items, 1u << 24, 1}, free), 25u);  // 1-D work
+  const std::uint64_t wide = ld::plan_bucket(25, items2(4096, 4096), free);
+  EXPECT_NE(wide, 25u);
+  EXPECT_EQ(ld::plan_bucket(25, items2(4097, 4000), free), wide);  // the same octave
+  EXPECT_EQ(ld::plan_bucket(25, items2(8191, 2048), free), wide);
+  EXPECT_NE(ld::plan_bucket(25, items2(1024, 16384), free), wide);
+  EXPECT_NE(ld::plan_bucket(25, items2(8192, 2048), free), wide);
+  EXPECT_NE(ld::plan_bucket(26, items2(4096, 4096), free), wide);
+  // Through the spec, as launches build it.
+  const auto r = ld::make_request(lf::max_occupancy().items({4096, 4096}).block_x_free());
+  EXPECT_EQ(r.bucket, ld::plan_bucket(lf::max_occupancy_policy{}.work_bucket(r.shape), r.shape, free));
 }
 
 TEST(BlockShape, SettersReachTheRequestAndPlannedPassesItOn) {

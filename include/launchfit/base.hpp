@@ -148,7 +148,9 @@ class spec {
   // 2-D and 3-D work: the block may be wider than block_x_multiple (32 by default) along x, any multiple of it
   // with y >= 2 ({64, t/64}, {128, t/128}, ...), where a policy chooses so; autotune times them. Opt-in, for a
   // kernel that indexes with blockDim.x/y and sizes nothing (shared memory above all) by the block's shape:
-  // an smem rule is given the thread count only. Without it a 2-D block is always {32, threads/32}.
+  // an smem rule is given the thread count only. Without it launchfit never picks another shape by itself:
+  // plugins (autotune), stored and remote plans keep {32, threads/32}; a policy that names its own 2-D block
+  // (fixed({32, 32}), an override) is launched as named. 1-D work and a fixed y or z: no effect.
   spec block_x_free() && { return std::move(block_x_free()); }
   spec& block_x_free() & {
     shape_.free_x = true;
@@ -383,6 +385,7 @@ launch_request make_request(const spec<Policy>& s) {
   }
   r.blocks = s.block_sizes();
   r.shape_rule = s.shape_rule();
+  if (r.shape_rule.free_x) r.bucket = plan_bucket(r.bucket, r.shape, r.shape_rule);
   r.rerunnable = s.is_rerunnable();
   r.back_to_back = s.runs_back_to_back();
   r.reset = s.reset_fn();

@@ -162,7 +162,7 @@ typedef struct launchfit_query {
   int32_t max_block_threads;   /* largest legal block: min(kernel launch bounds, device max) */
   uint32_t work_kind;          /* launchfit_work_kind of the launch that missed the cache */
   uint32_t work_per_thread;    /* items per thread of that launch */
-  uint64_t work_n;             /* its items (along x) */
+  uint64_t work_n;             /* its items: all of them (nx x ny x nz) for 2-D and 3-D work */
   uint64_t bytes_in_flight_per_sm; /* device default target (per-arch table or calibration) */
   void* ctx;                       /* launchfit's, for the callbacks below */
   /* Resident blocks per SM for (block threads, dynamic smem); 0 when that configuration cannot run, and for a
@@ -177,11 +177,13 @@ typedef struct launchfit_query {
   /* ABI 1.2. The work's rank (1, 2 or 3) and its items per dimension (work_n is their product). */
   uint32_t work_rank;
   /* Nonzero for 2-D and 3-D work whose launch lets the block widen along x (spec block_x_free(): a kernel
-     that indexes with blockDim and sizes nothing by the block's shape): a plan, and a plan given to
-     time_plan, may then set its own block_x x block_y (block_x a multiple of block_x_step, block_y at least
-     2, block_z 1), which launchfit keeps and the grid follows. Zero: leave block_y and block_z at 1; any
-     other block is an invalid plan. Either way a plan of block_x alone is given the launch's shape ({32,
-     threads / 32} by default). */
+     that indexes with blockDim and sizes nothing by the block's shape) and fixes neither y nor z: a plan,
+     and a plan given to time_plan, may then set its own block_x x block_y (block_x a multiple of
+     block_x_step, block_y at least 2, block_z 1), which launchfit keeps and the grid follows. Either way a
+     plan of block_x alone (block_y = block_z = 1) is given the launch's shape ({32, threads / 32} by
+     default), and a plan may give that shape itself; any other block is an invalid plan (since ABI 1.2:
+     before, a plugin's own 2-D block was launched as given, which a kernel sized for the launch's shape
+     could not survive). */
   int32_t block_shape_free;
   uint64_t work_nx; /* items along x */
   uint64_t work_ny; /* along y, 1 for 1-D work */

@@ -157,10 +157,11 @@ struct LAUNCHFIT_API block_shape {
   // Default: x is exactly x_step() (rows of one warp).
   bool free_x = false;
 
-  // No shape asked for: multi-dimensional work gets rows of 32 ({32, threads / 32}).
-  bool is_default() const noexcept {
-    return y == 0 && z == 1 && x_step() == 32 && per_thread_y <= 1 && !invalid && !free_x;
-  }
+  // No shape asked for: multi-dimensional work gets rows of 32 ({32, threads / 32}), 1-D work a 1-D block.
+  // free_x alone keeps that (it only lets a policy choose wider 2-D blocks of its own): see is_set().
+  bool is_default() const noexcept { return y == 0 && z == 1 && x_step() == 32 && per_thread_y <= 1 && !invalid; }
+  // Whether anything was asked for, free_x included: what keys, plan text and log lines carry.
+  bool is_set() const noexcept { return !is_default() || free_x; }
   // What block x must be a multiple of.
   unsigned x_step() const noexcept { return x_multiple ? x_multiple : 32u; }
   // What the block's thread count must be a multiple of: y z x_step (fixed y) or x_step z (free y).

@@ -183,10 +183,8 @@ class search {
         full_grid_(full_grid),
         shapes_(p.shapes && LAUNCHFIT_HAS_FIELD(&q, launchfit_query, block_x_step) && q.block_shape_free != 0 &&
                 q.block_x_step > 0),
-        start_(clock::now()) {
-    // Wider 2-D blocks are timed after the search: it leaves them a quarter of the time budget.
-    limit_ms_ = shapes_ ? p_.max_ms * 0.75 : p_.max_ms;
-  }
+        limit_ms_(p.max_ms),
+        start_(clock::now()) {}
 
   // Returns false with a message when there is nothing to tune.
   bool build(std::string& why) {
@@ -254,6 +252,16 @@ class search {
 
   // Coarse pass, then refinement around the fastest plans, within the trial and time budgets.
   void run() {
+    // Wider 2-D blocks are timed after the search, which leaves them a quarter of the time budget and 7 of
+    // the trials (two rounds of three widths and a re-timing of the plan they widen), where any can be made.
+    shapes_ = shapes_ && any_width();
+    if (shapes_) limit_ms_ = p_.max_ms * 0.75;
+    explore();
+    limit_ms_ = p_.max_ms;
+    if (shapes_) time_shapes();
+  }
+
+  void explore() {
     for (const auto& [bi, li] : coarse_plan()) {
       if (!budget_left()) return;
       time(bi, li);
@@ -264,8 +272,6 @@ class search {
       time(next.first, next.second);
     }
     confirm();
-    limit_ms_ = p_.max_ms;
-    if (shapes_) time_shapes();
   }
 
   // The decision, or false when no candidate could run.
@@ -319,6 +325,7 @@ class search {
     } else {
       reason = "most resident warps within 0.2% of the fastest of " + timed_text + " (" + ms_text(chosen->ms) +
                " vs " + ms_text(fastest->ms) + ")";
+      if (chosen->shape_x > 0) reason += format(" as %dx%d", chosen->shape_x, b.threads / chosen->shape_x);
     }
     if (confirmed_ > 0) reason += "; " + std::to_string(confirmed_) + " fastest confirmed by re-timing (median)";
     const int failed = static_cast<int>(trials_.size()) - ran;
@@ -328,8 +335,13 @@ class search {
     } else if (stopped_by_time_) {
       reason += "; stopped at max_ms=" + format("%g", p_.max_ms);
     }
-    if (shapes_timed_ > 0)
-      reason += "; " + std::to_string(shapes_timed_) + (shapes_timed_ == 1 ? " wider 2-D block timed" : " wider 2-D blocks timed");
+    if (shapes_timed_ > 0) {
+      reason += "; " + std::to_string(shapes_timed_) +
+                (shapes_timed_ == 1 ? " wider 2-D block timed" : " wider 2-D blocks timed");
+    } else if (shapes_) {
+      reason += shapes_fit_ ? "; no wider 2-D block timed (budget spent)"
+                            : "; no wider 2-D block of this size fits these rows";
+    }
     if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, trials))
       out.trials = static_cast<std::int32_t>(trials_.size()) + extra_timings_;
     if (LAUNCHFIT_HAS_FIELD(&out, launchfit_plan, tuning_ms)) out.tuning_ms = elapsed_ms();
@@ -547,7 +559,7 @@ class search {
   int confirm_reserve() const { return p_.max_trials >= 16 ? 2 * static_cast<int>(confirm_count) : 0; }
 
   bool budget_left() {
-    if (static_cast<int>(trials_.size()) + confirm_reserve() >= p_.max_trials) {
+    if (static_cast<int>(trials_.size()) + confirm_reserve() + shape_reserve() >= p_.max_trials) {
       stopped_by_trials_ = more_to_do();
       return false;
     }
@@ -609,24 +621,17 @@ class search {
       if (t.ms >= 0 && t.shape_x == 0 && (confirmed_ == 0 || t.confirmed) && (!base || t.ms < base->ms)) base = &t;
     if (!base) return;
     const int bi = base->block_index, li = base->level_index;
-    const int threads = blocks_[bi].threads;
-    const int step = static_cast<int>(std::min<std::uint32_t>(q_.block_x_step, 1024));
-    const std::uint64_t row = q_.work_nx;
-    std::vector<int> widths;
-    for (int x = 2 * step; x <= threads / 2 && widths.size() < 3; x *= 2) {
-      if (threads % x != 0 || (row > 0 && static_cast<std::uint64_t>(x) > row)) continue;
-      if (q_.device->max_block_dim[0] > 0 && x > q_.device->max_block_dim[0]) continue;
-      if (q_.device->max_block_dim[1] > 0 && threads / x > q_.device->max_block_dim[1]) continue;
-      widths.push_back(x);
-    }
+    const std::vector<int> widths = widths_for(blocks_[bi].threads);
+    shapes_fit_ = !widths.empty();
     if (widths.empty()) return;
     std::vector<double> base_ms{base->ms};
     std::vector<std::vector<double>> ms(widths.size());
     auto room = [&] { return time_left() && trial_count() < p_.max_trials; };
     for (int round = 0; round < 3 && room(); ++round) {
       for (std::size_t k = 0; k < widths.size() && room(); ++k) {
+        if (round > 0 && ms[k].empty()) continue;  // could not run: not timed again
         const double t = timed_once(bi, li, widths[k]);
-        if (ms[k].empty() && round == 0) ++shapes_timed_;
+        if (t >= 0 && round == 0) ++shapes_timed_;
         if (round == 0) {
           trials_.push_back(trial{bi, li, t, false, widths[k]});
         } else {
@@ -653,12 +658,41 @@ class search {
     }
   }
 
+  // The widths worth timing for a block of `threads`: 2, 4 and 8 times block_x_step, with y at least 2, no
+  // wider than the largest power of two within a row (so no wider than a row of any image launchfit keys
+  // the plan for: the row width's octave is part of its bucket), and a grid y within the device's limit for
+  // images up to 4 times as tall (those of the same bucket).
+  std::vector<int> widths_for(int threads) const {
+    std::vector<int> widths;
+    const long long step = std::min<std::uint32_t>(q_.block_x_step, 1024);
+    std::uint64_t row = 1;
+    while (row * 2 <= q_.work_nx && row < (1ull << 62)) row *= 2;
+    const launchfit_device& d = *q_.device;
+    for (long long x = 2 * step; x <= threads / 2 && widths.size() < 3; x *= 2) {
+      if (threads % x != 0 || static_cast<std::uint64_t>(x) > row) continue;
+      const long long y = threads / x;
+      if ((d.max_block_dim[0] > 0 && x > d.max_block_dim[0]) || (d.max_block_dim[1] > 0 && y > d.max_block_dim[1]))
+        continue;
+      const std::uint64_t rows = q_.work_ny > (~0ull >> 3) ? ~0ull : q_.work_ny * 4;
+      if (d.max_grid_dim[1] > 0 && (rows + y - 1) / y > static_cast<std::uint64_t>(d.max_grid_dim[1])) continue;
+      widths.push_back(static_cast<int>(x));
+    }
+    return widths;
+  }
+  bool any_width() const {
+    for (const block_option& b : blocks_)
+      if (!widths_for(b.threads).empty()) return true;
+    return false;
+  }
+  int shape_reserve() const { return shapes_ && p_.max_trials >= 16 ? 7 : 0; }
+
   const launchfit_query& q_;
   const params& p_;
   bool full_grid_ = false;
   bool shapes_ = false;      // the launch leaves the block's shape free (ABI 1.2) and shapes=on
   double limit_ms_ = 0;      // time_left()'s budget: max_ms, less a quarter while shapes are still to time
   int shapes_timed_ = 0;
+  bool shapes_fit_ = true;   // time_shapes() found widths for the plan it widens
   clock::time_point start_;
   std::vector<block_option> blocks_;
   std::vector<std::vector<double>> timed_;  // per block, per level: ms, -1 (failed) or untimed

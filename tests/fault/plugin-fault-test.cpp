@@ -576,6 +576,7 @@ TEST(PluginPlan, ABlockOfItsOwnShapeOnlyWhereTheLaunchLeavesTheShapeFree) {
     const std::string e0 = error_text([&] { lf::policy_from_string("test_hostile(block=64,by=4)")->choose(q2); });
     check(has(e0, "LAUNCHFIT_INVALID_PLAN") && has(e0, "not a block this launch makes") && has(e0, "block_x_free()"),
           "without block_x_free(): " + e0);
+    std::fprintf(stderr, "%s\n", e0.c_str());
     check(error_text([&] { lf::policy_from_string("test_hostile(block=32,by=8)")->choose(q2); }) == "none",
           "32x8: the block the launch makes");
     q2.shape_rule.free_x = true;

@@ -33,6 +33,16 @@ struct family_member {
   const void* stub = nullptr;
 };
 
+// The size bucket a plan is keyed by: the policy's (policy::work_bucket), and for 2-D and 3-D work whose
+// block may widen (block_x_free()) the octave of its row width too, so a wide block chosen for one image is
+// never taken for an image whose rows are less than half as wide (a policy widens to at most half a row).
+inline std::uint64_t plan_bucket(std::uint64_t policy_bucket, const work& w, const block_shape& s) noexcept {
+  if (policy_bucket == 0 || !s.free_x || w.rank < 2) return policy_bucket;
+  std::uint64_t octave = 1;
+  for (std::uint64_t n = w.n; n > 1; n >>= 1) ++octave;
+  return policy_bucket ^ (octave * 0x9e3779b97f4a7c15ULL);
+}
+
 struct launch_request {
   std::uintptr_t kernel_id = 0;
   const void* stub = nullptr;       // runtime kernels
