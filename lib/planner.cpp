@@ -832,11 +832,7 @@ std::string check_stored_plan(const query& q, plan& stored, const launch_require
     // Tuning policies and plugins size 1-D blocks (shaped in rows of 32 for multi-dimensional work), or their
     // own 2-D block where the launch leaves the shape free, and grids from the work; a fixed grid or another
     // block shape from a file could leave most of the work undone.
-    plan shaped;
-    shaped.block = dims{static_cast<unsigned>(std::max<unsigned long long>(stored.block.count(), 1)), 1, 1};
-    shape_block(q, shaped);
-    const bool made = stored.block == shaped.block || (block_shape_free(q) && free_block_shape(q, stored.block));
-    if (stored.grid.x != 0 || !made) {
+    if (stored.grid.x != 0 || !launch_makes_block(q, stored.block)) {
       return "the stored plan has a fixed grid or a block shape this launch does not make (" + stored.to_string() +
              ")";
     }

@@ -301,14 +301,10 @@ size_t smem_for_block_cb(void* ctx, int block_threads) {
 // threads, or, where the launch lets the block widen (block_x_free()), a wider 2-D block of the plugin's own;
 // exactly what a stored plan of this launch may have (check_stored_plan).
 void check_own_shape(const query& q, const plan& p) {
-  if (p.block.y == 1 && p.block.z == 1) return;
-  plan shaped;
-  shaped.block = dims{static_cast<unsigned>(std::min<unsigned long long>(p.block.count(), 1u << 20)), 1, 1};
-  shape_block(q, shaped);
-  if (shaped.block == p.block) return;  // the block the launch makes of that many threads
-  if (block_shape_free(q) && free_block_shape(q, p.block)) return;
+  if ((p.block.y == 1 && p.block.z == 1) || launch_makes_block(q, p.block)) return;
   throw error(errc::invalid_plan, "validate(block)",
-              "block " + p.block.to_string() + " is not a block this launch makes (" + shaped.block.to_string() +
+              "block " + p.block.to_string() + " is not a block this launch makes (" +
+                  launch_block(q, p.block.count()).to_string() +
                   (block_shape_free(q) ? ", or x a multiple of " + std::to_string(q.shape_rule.x_step()) +
                                              " with y >= 2 and z 1)"
                                        : "; a wider block needs 2-D work, a free y and z, and the spec's "

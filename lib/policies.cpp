@@ -424,6 +424,17 @@ bool free_block_shape(const query& q, const dims& block) noexcept {
          within(block.x, 0) && within(block.y, 1);
 }
 
+dims launch_block(const query& q, unsigned long long threads) {
+  plan shaped;
+  shaped.block = dims{static_cast<unsigned>(std::clamp<unsigned long long>(threads, 1, 1u << 20)), 1, 1};
+  shape_block(q, shaped);
+  return shaped.block;
+}
+
+bool launch_makes_block(const query& q, const dims& block) {
+  return block == launch_block(q, block.count()) || (block_shape_free(q) && free_block_shape(q, block));
+}
+
 plan policy_base::choose(const query& q) const {
   if (q.device.sm_count <= 0 || q.device.max_threads_per_block <= 0) {
     throw error(errc::invalid_query, "policy::choose", "device limits are empty", q.kernel.demangled);

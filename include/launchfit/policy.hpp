@@ -102,6 +102,13 @@ LAUNCHFIT_API bool block_shape_free(const query& q) noexcept;
 // block_x_multiple (32 by default), y >= 2, z 1, within the device's per-dimension limits.
 LAUNCHFIT_API bool free_block_shape(const query& q, const dims& block) noexcept;
 
+// The block this launch makes of `threads` threads (shape_block of a 1-D block; threads clamped to 1..2^20).
+LAUNCHFIT_API dims launch_block(const query& q, unsigned long long threads);
+
+// Whether a tuning policy's, a plugin's or a stored tuned plan's block is one this launch may run: the block it
+// makes of that many threads (launch_block), or a wider one where block_shape_free(q) (free_block_shape).
+LAUNCHFIT_API bool launch_makes_block(const query& q, const dims& block);
+
 namespace detail {
 LAUNCHFIT_API std::uint64_t hash_string(std::string_view s) noexcept;
 }  // namespace detail

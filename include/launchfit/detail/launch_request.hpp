@@ -35,7 +35,8 @@ struct family_member {
 
 // The size bucket a plan is keyed by: the policy's (policy::work_bucket), and for 2-D and 3-D work whose
 // block may widen (block_x_free()) the octave of its row width too, so a wide block chosen for one image is
-// never taken for an image whose rows are less than half as wide (a policy widens to at most half a row).
+// never taken for an image whose rows are less than half as wide (autotune widens to at most the largest power
+// of two within a row, which every row of the same octave holds).
 inline std::uint64_t plan_bucket(std::uint64_t policy_bucket, const work& w, const block_shape& s) noexcept {
   if (policy_bucket == 0 || !s.free_x || w.rank < 2) return policy_bucket;
   std::uint64_t octave = 1;
