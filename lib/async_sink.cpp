@@ -4,8 +4,6 @@
 #include "async_sink.hpp"
 
 #include <algorithm>
-#include <system_error>
-#include <thread>
 #include <utility>
 
 namespace launchfit::detail {
@@ -30,112 +28,130 @@ constexpr auto poll_longest = std::chrono::milliseconds(16);
 constexpr auto park_after = std::chrono::milliseconds(50);
 constexpr auto exit_write_wait = std::chrono::milliseconds(500);
 
-// On the logging thread: what a user sink logs or flushes from there is never queued or waited for there.
-thread_local bool on_logging_thread = false;
+// Inside the output (a run writing a batch): what a user sink logs or flushes from there is never queued
+// or waited for there.
+thread_local bool in_output = false;
 
 }  // namespace
 
 bool async_sink::start() {
-  std::lock_guard<std::mutex> lock(*mutex_);
-  return start_locked();
-}
-
-bool async_sink::start_locked() {
-  if (thread_alive_) return true;
-  if (exiting_) return false;
-  try {
-    std::thread([this] { run(); }).detach();
-  } catch (const std::system_error&) {
-    return false;
+  {
+    std::lock_guard<std::mutex> lock(*mutex_);
+    if (exiting_) return false;
+    if (started_) return true;
   }
-  thread_alive_ = true;
-  return true;
+  if (!background::add(*this, background::exit_order::log)) return false;
+  std::lock_guard<std::mutex> lock(*mutex_);
+  started_ = true;
+  return !exiting_;
 }
 
 bool async_sink::submit(log_record& r) {
+  bool now = false;
   {
     std::lock_guard<std::mutex> lock(*mutex_);
     if (exiting_ && output_stuck_) {
       out_.count_dropped(1);
       return true;
     }
-    if (on_logging_thread) {  // the thread holds the write lock: neither queue nor write from there
+    if (in_output) {  // a run holds the write lock: neither queue nor write from there
       out_.count_dropped(1);
       return true;
     }
-    // A forked child's thread starts with its first line.
-    if (exiting_ || !start_locked()) return false;
+    if (exiting_ || !started_) return false;
     if (items_.size() >= queue_max_lines || bytes_ + r.weight() > queue_max_bytes) {
       out_.count_dropped(1);
-      ++overflow_;  // reported by the thread once the output moves again
+      ++overflow_;  // reported by the next run once the output moves again
       return true;
     }
     bytes_ += r.weight();
+    const bool warning = r.level >= spdlog::level::warn;
     items_.push_back(std::move(r));
-    // The thread is polling: it finds the line within poll_period. A warning or an error wakes it at once (a
-    // program that dies of an error right after it loses no line to the polling).
-    if (!parked_ && r.level < spdlog::level::warn) return true;
+    // While polling, the background thread looks within poll_longest: the line costs its caller no wake-up.
+    // A warning or an error wakes it at once (a program that dies of an error right after it loses no line
+    // to the polling), as does the first line after a quiet spell.
+    now = parked_ || warning;
+    parked_ = false;
   }
-  wake_->notify_one();
+  // After mutex_ is released (background.cpp's lock rule). While polling, the wake only makes sure a thread
+  // runs in this process (a child of fork() starts its own): the look it has scheduled comes sooner.
+  if (now) {
+    background::wake(*this);
+  } else {
+    background::wake(*this, background::clock::now() + poll_longest, false);
+  }
   return true;
 }
 
-void async_sink::run() {
-  on_logging_thread = true;
-  std::unique_lock<std::mutex> lock(*mutex_);
-  const auto work = [&] { return !items_.empty() || overflow_ != 0; };
-  for (;;) {
-    const auto quiet_since = std::chrono::steady_clock::now();
-    std::chrono::steady_clock::duration period = poll_first;
-    while (!work()) {
-      const auto quiet = std::chrono::steady_clock::now() - quiet_since;
-      if (quiet >= park_after) {
-        parked_ = true;
-        wake_->wait(lock, work);
-        parked_ = false;
-        break;
-      }
-      log_polls_for_tests.fetch_add(1, std::memory_order_relaxed);
-      wake_->wait_for(lock, std::min<std::chrono::steady_clock::duration>(period, park_after - quiet), work);
-      period = std::min<std::chrono::steady_clock::duration>(period * 2, poll_longest);
-    }
-    batch_.swap(items_);
-    bytes_ = 0;
-    const std::uint64_t overflow = std::exchange(overflow_, 0);
-    writing_ = true;
-    lock.unlock();
-    if (void (*hook)() = log_batch_taken_for_tests.load()) hook();
-    {
-      std::lock_guard<std::mutex> write(out_.write_mutex());
-      for (const log_record& r : batch_) {
-        out_.write(r);
-        written_.fetch_add(1, std::memory_order_relaxed);
-      }
-      if (overflow != 0) {
-        try {
-          out_.write(out_.drop_report(overflow));
-        } catch (...) {
-          out_.count_dropped(1);
-        }
-      }
-      out_.flush();
-      // Under the write lock, which a fork takes: a child never inherits the batch half cleared. Keeps the
-      // moved-in buffers of items_ for the next swap.
-      batch_.clear();
-    }
-    lock.lock();
-    writing_ = false;
-    drained_->notify_all();
-  }
+bool async_sink::has_work() const noexcept {
+  std::lock_guard<std::mutex> lock(*mutex_);
+  return !items_.empty() || overflow_ != 0 || writing_;
 }
 
-bool async_sink::wait_drained(std::chrono::milliseconds still) {
+// One batch written, or a look for lines while they keep coming: 1 ms after the last batch, then 2, 4, 8 and
+// every 16 ms; after park_after without a line no look is scheduled until a line wakes the thread.
+background::clock::time_point async_sink::run() noexcept {
   std::unique_lock<std::mutex> lock(*mutex_);
-  if (!thread_alive_ || on_logging_thread) return true;
-  wake_->notify_one();  // a parked or polling thread starts now
+  const auto now = background::clock::now();
+  if (items_.empty() && overflow_ == 0) {
+    const auto quiet = now - quiet_since_;
+    if (parked_ || quiet >= park_after) {
+      parked_ = true;
+      return background::never;
+    }
+    log_polls_for_tests.fetch_add(1, std::memory_order_relaxed);
+    const auto next = now + std::min<background::clock::duration>(period_, park_after - quiet);
+    period_ = std::min<background::clock::duration>(period_ * 2, poll_longest);
+    return next;
+  }
+  batch_.swap(items_);
+  bytes_ = 0;
+  const std::uint64_t overflow = std::exchange(overflow_, 0);
+  writing_ = true;
+  lock.unlock();
+  if (void (*hook)() = log_batch_taken_for_tests.load()) hook();
+  {
+    std::lock_guard<std::mutex> write(out_.write_mutex());
+    in_output = true;
+    for (const log_record& r : batch_) {
+      out_.write(r);
+      written_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (overflow != 0) {
+      try {
+        out_.write(out_.drop_report(overflow));
+      } catch (...) {
+        out_.count_dropped(1);
+      }
+    }
+    out_.flush();
+    in_output = false;
+    // Under the write lock, which a fork takes: a child never inherits the batch half cleared. Keeps the
+    // moved-in buffers of items_ for the next swap.
+    batch_.clear();
+  }
+  lock.lock();
+  writing_ = false;
+  drained_->notify_all();
+  quiet_since_ = background::clock::now();
+  period_ = poll_first;
+  return quiet_since_ + poll_first;
+}
+
+// Waits for the background thread to write what is queued. The output is never run on the waiting thread:
+// lines reach a user's sinks from the background thread only (asynchronous means that), and an exiting
+// thread must never be the one stuck in an output that stopped taking lines.
+bool async_sink::wait_drained(std::chrono::milliseconds still) {
+  if (in_output) return true;
+  std::unique_lock<std::mutex> lock(*mutex_);
+  if (!started_) return true;
+  const auto done = [&] { return items_.empty() && overflow_ == 0 && !writing_; };
+  if (done()) return true;
+  lock.unlock();
+  background::wake(*this);  // a parked or polling queue is looked at now
+  lock.lock();
   const auto start = std::chrono::steady_clock::now();
   std::uint64_t seen = written_.load(std::memory_order_relaxed);
-  const auto done = [&] { return items_.empty() && !writing_; };
   while (!done()) {
     if (exiting_) {
       if (void (*hook)() = log_exit_waiting_for_tests.load()) hook();
@@ -148,10 +164,10 @@ bool async_sink::wait_drained(std::chrono::milliseconds still) {
   return true;
 }
 
-// The exiting thread never writes into the output itself while lines are queued: if the logging thread
+// The exiting thread never writes into the output itself while lines are queued: if the background thread
 // stops moving, the output is stuck, and the lines queued or logged from then on are dropped (counted)
-// rather than block the exit.
-void async_sink::drain_at_exit() {
+// rather than block the exit. The log is drained last, after the plan stores (background.hpp).
+void async_sink::drain_at_exit() noexcept {
   {
     std::lock_guard<std::mutex> lock(*mutex_);
     exiting_ = true;
@@ -164,21 +180,19 @@ void async_sink::drain_at_exit() {
   bytes_ = 0;
 }
 
-void async_sink::prepare_fork() { mutex_->lock(); }
+void async_sink::prepare_fork() noexcept { mutex_->lock(); }
 
-void async_sink::parent_after_fork() { mutex_->unlock(); }
+void async_sink::parent_after_fork() noexcept { mutex_->unlock(); }
 
-void async_sink::child_after_fork() {
-  abandoned_.insert(abandoned_.end(), {static_cast<void*>(wake_), static_cast<void*>(drained_)});
-  wake_ = new std::condition_variable;
+void async_sink::child_after_fork() noexcept {
+  abandoned_.push_back(drained_);
   drained_ = new std::condition_variable;
   items_.clear();
-  batch_.clear();  // what the vanished thread was writing: the parent writes it
+  batch_.clear();  // what the vanished run was writing: the parent writes it
   bytes_ = 0;
   overflow_ = 0;
   writing_ = false;
-  parked_ = false;
-  thread_alive_ = false;
+  parked_ = true;
   mutex_->unlock();  // taken by this thread, the child's only one, in prepare_fork()
 }
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// launchfit's asynchronous output: a bounded queue of finished lines drained by one logging thread, kept
-// apart from the logger (as spdlog keeps its async logger apart from its sinks). The launching thread only
-// queues; when the queue is full a line is dropped and counted, never waited for.
+// launchfit's asynchronous output: a bounded queue of finished lines, written by a task of launchfit's
+// background queue (background.hpp), kept apart from the logger (as spdlog keeps its async logger apart from
+// its sinks). The launching thread only queues; when the queue is full a line is dropped and counted, never
+// waited for. At exit the background queue drains it last, after the plan file and the remote stores.
 
 #include <spdlog/common.h>
 
@@ -16,6 +17,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "background.hpp"
 
 namespace launchfit::detail {
 
@@ -49,14 +52,12 @@ class record_output {
   ~record_output() = default;
 };
 
-class async_sink {
+class async_sink final : public background::task {
  public:
   explicit async_sink(record_output& out) : out_(out) {}
-  async_sink(const async_sink&) = delete;
-  async_sink& operator=(const async_sink&) = delete;
 
-  // Starts the logging thread if this process has none (a forked child starts its own). False when it
-  // cannot (no thread, or the process is exiting).
+  // Registers the queue with the background thread (which a forked child starts again on its first line).
+  // False when the process is exiting (lines are then written by their callers).
   bool start();
   // Queues a record (or drops it from a full queue, counted). False when the caller must write it
   // synchronously: the process is exiting (or no thread could start).
@@ -65,38 +66,42 @@ class async_sink {
   // output) or after wait_cap.
   bool wait_drained(std::chrono::milliseconds still);
 
-  // Normal exit: lines logged from now on are written synchronously, and the thread writes what is queued
-  // while the exit waits; when the output stops moving the rest is dropped (counted), never waited for.
-  void drain_at_exit();
+  // Normal exit (background::shutdown, after the plan file and the remote stores): lines logged from now on
+  // are written synchronously, and what is queued is written while the exit waits; when the output stops
+  // moving the rest is dropped (counted), never waited for.
+  void drain_at_exit() noexcept override;
 
-  // Fork (through the logger's hooks, see lifecycle.hpp). prepare() takes the queue's lock; the logger then
-  // takes its write lock, which the thread holds only while writing. In the child the thread is gone: the
-  // queue is emptied (the parent's lines are the parent's), its locks are new, and the thread starts again
-  // on the child's first line.
-  void prepare_fork();
-  void parent_after_fork();
-  void child_after_fork();
+  // background::task: writes one batch, or looks for lines while they keep coming (see run() in the .cpp).
+  background::clock::time_point run() noexcept override;
+  bool has_work() const noexcept override;
+  const char* name() const noexcept override { return "log"; }
+
+  // Fork (through the logger's hooks, see lifecycle.hpp, not the background queue's: the logger orders its
+  // own locks). prepare() takes the queue's lock; the logger then takes its write lock, which a writer
+  // holds only while writing. In the child the queue is emptied (the parent's lines are the parent's), its
+  // locks are new, and the background thread starts again on the child's first line.
+  void prepare_fork() noexcept;
+  void parent_after_fork() noexcept;
+  void child_after_fork() noexcept;
 
   // Lines the thread has written (with the synchronous writers: tells a slow output from a stuck one).
   std::atomic<std::uint64_t>& written() noexcept { return written_; }
 
  private:
-  void run();
-  bool start_locked();  // under mutex_
-
   record_output& out_;
   // Pointers, so that a forked child can replace what a vanished thread might hold.
   std::mutex* mutex_ = new std::mutex;
-  std::condition_variable* wake_ = new std::condition_variable;     // to the thread: work arrived
-  std::condition_variable* drained_ = new std::condition_variable;  // from the thread: the queue is empty
+  std::condition_variable* drained_ = new std::condition_variable;  // a run ended its batch
   std::deque<log_record> items_;
   // The batch being written (only the thread touches it): a member, not a local, so what a forked child
   // inherits of it stays reachable (LeakSanitizer reported the vanished thread's batch as a leak).
   std::deque<log_record> batch_;
   std::size_t bytes_ = 0;
-  bool thread_alive_ = false;
-  bool writing_ = false;        // the thread holds a batch
-  bool parked_ = false;         // the thread sleeps until a line wakes it (else it polls: see run())
+  bool started_ = false;  // registered with the background queue
+  bool writing_ = false;  // a run holds a batch
+  bool parked_ = true;    // no look is scheduled: a line wakes the background thread (else it polls)
+  background::clock::time_point quiet_since_{};  // the polling's schedule (run() only)
+  background::clock::duration period_{};
   bool exiting_ = false;        // the exit handler ran: write synchronously from now on
   bool output_stuck_ = false;   // ... or not at all: the exit found the output stuck
   std::uint64_t overflow_ = 0;  // lines dropped from a full queue, not yet reported

@@ -1,13 +1,22 @@
 // SPDX-License-Identifier: MIT
+#include "launchfit/cache.hpp"
+
+#include <pthread.h>
+
 #include <array>
+#include <boost/pfr.hpp>
 #include <condition_variable>
-#include <thread>
+#include <cstring>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
+#include <thread>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 
-#include "launchfit/cache.hpp"
 #include "launchfit/policy.hpp"
+#include "lifecycle.hpp"
 #include "plan_cache.hpp"
 #include "plan_inputs.hpp"
 
@@ -29,23 +38,158 @@ struct slot {
   std::shared_ptr<const plan_entry> entry;
 };
 
+// A slot out of the map, waiting until no reader can reach it.
+struct retired_slot {
+  std::shared_ptr<slot> s;
+  // The epoch it was retired in: readers that entered in it or before may hold its entry. 0: not tagged yet.
+  std::uint64_t epoch = 0;
+};
+
+// The map's lock. A child of fork() gets a new one (glibc unlocks a write-locked rwlock only from the thread
+// that locked it, and the child's thread has another id); the one it replaces stays reachable.
+struct store_lock {
+  std::shared_mutex m;
+  store_lock* replaced = nullptr;
+};
+
 struct store {
-  std::shared_mutex mutex;
+  store_lock* lock = new store_lock;
+  std::shared_mutex& mutex() noexcept { return lock->m; }
   std::unordered_map<plan_key, std::shared_ptr<slot>, key_hasher> slots;
-  // Slots dropped by clear() stay alive: a builder may still be filling one, thread-local fronts and the
-  // fault report (last launched plan) may still point into them. Only clear() (tests) grows this.
-  std::vector<std::shared_ptr<slot>> retired;
+  // Slots out of the map, freed by reclaim_locked() once no reader can reach them.
+  std::vector<retired_slot> retired;
+  // The thread-local fronts' generation: bumped before a slot leaves the map, so no front returns it again.
   std::atomic<std::uint64_t> generation{1};
   // The plan-inputs generation the slots were last swept for: slots of older ones are never found again
   // (their keys hold the old generation) and are retired on the next miss.
   std::uint64_t swept_inputs = 0;
   std::atomic<std::uint64_t> builds{0};
   std::atomic<std::uint64_t> map_hits{0};
+  std::atomic<std::uint64_t> retired_now{0};
+  std::atomic<std::uint64_t> freed{0};
 };
 
 store& the_store() {
   static store* s = new store();  // never destroyed: launches may run during static destruction
   return *s;
+}
+
+// ---- readers: epoch-based reclamation -----------------------------------------------------------------
+//
+// A reader publishes the epoch it entered in (`active`, 0 outside) with a sequentially consistent exchange
+// before it reads the fronts' generation or the map. A pass retires slots (out of the map, the fronts'
+// generation bumped), tags them with the epoch (`epoch`'s value before its increment), then reads every
+// reader's `active`. Either the pass sees a reader's entry or that reader sees the bumped generation and the
+// emptied map (the store-buffering pattern, every access seq_cst): a reader the pass did not see cannot
+// reach the retired slots. A slot tagged t is freed once every reader the pass sees entered after t.
+
+struct reader_record {
+  std::atomic<std::uint64_t> active{0};
+  std::atomic<bool> taken{false};
+  reader_record* next = nullptr;  // set before the record is published, never changed
+};
+
+std::atomic<reader_record*> readers{nullptr};  // push-only, never freed; records are reused by new threads
+std::atomic<std::uint64_t> epoch{1};
+// Trivially destructible: a static destructor that launches on the main thread still finds them.
+thread_local reader_record* this_reader = nullptr;
+thread_local int reader_depth = 0;
+
+pthread_key_t reader_key;
+pthread_once_t reader_key_once = PTHREAD_ONCE_INIT;
+
+// At a thread's exit: its record goes back for another thread.
+void give_back_reader(void* record) {
+  auto* r = static_cast<reader_record*>(record);
+  if (this_reader == r) this_reader = nullptr;  // a later destructor that launches takes a record again
+  r->active.store(0, std::memory_order_release);
+  r->taken.store(false, std::memory_order_release);
+}
+
+void make_reader_key() {
+  if (pthread_key_create(&reader_key, give_back_reader) != 0) reader_key = pthread_key_t();
+}
+
+reader_record& reader_of_this_thread() {
+  if (this_reader) return *this_reader;
+  reader_record* r = readers.load(std::memory_order_acquire);
+  for (; r; r = r->next) {
+    if (!r->taken.load(std::memory_order_relaxed) && !r->taken.exchange(true, std::memory_order_acquire))
+      break;
+  }
+  if (!r) {
+    r = new reader_record;  // never freed: a pass may read it at any time
+    r->taken.store(true, std::memory_order_relaxed);
+    r->next = readers.load(std::memory_order_relaxed);
+    while (!readers.compare_exchange_weak(r->next, r, std::memory_order_release, std::memory_order_relaxed)) {
+    }
+  }
+  pthread_once(&reader_key_once, make_reader_key);
+  (void)pthread_setspecific(reader_key, r);  // if it fails, the record is never reused (a thread's worth)
+  this_reader = r;
+  return *r;
+}
+
+// The oldest epoch a reader is in now (max: none).
+std::uint64_t oldest_reader() noexcept {
+  std::uint64_t oldest = std::numeric_limits<std::uint64_t>::max();
+  for (const reader_record* r = readers.load(std::memory_order_seq_cst); r; r = r->next) {
+    const std::uint64_t a = r->active.load(std::memory_order_seq_cst);
+    if (a != 0 && a < oldest) oldest = a;
+  }
+  return oldest;
+}
+
+// In a child of fork() only the forking thread exists: the other threads' records are free again (one that
+// was inside a launch at the fork would otherwise keep every later retired slot alive in the child).
+void reader_records_after_fork() {
+  for (reader_record* r = readers.load(std::memory_order_acquire); r; r = r->next) {
+    if (r == this_reader) continue;
+    r->active.store(0, std::memory_order_relaxed);
+    r->taken.store(false, std::memory_order_relaxed);
+  }
+}
+
+// The map is taken around a fork, so a child never inherits it half changed by another thread.
+void lock_store_for_fork() { the_store().mutex().lock(); }
+void unlock_store_after_fork() { the_store().mutex().unlock(); }
+void unlock_store_in_child() {
+  reader_records_after_fork();
+  store& s = the_store();
+  auto* fresh = new store_lock;
+  fresh->replaced = s.lock;
+  s.lock = fresh;
+  lifecycle::abandoned_in_child(&fresh->replaced->m);
+}
+const bool fork_hooks_registered =
+    lifecycle::on_fork({lock_store_for_fork, unlock_store_after_fork, unlock_store_in_child});
+
+// Caller holds s.mutex() exclusively; `gone` receives the slots to destroy once the lock is released (an
+// entry's policies may be a plugin's, whose code must not run under the lock).
+void reclaim_locked(store& s, std::vector<std::shared_ptr<slot>>& gone) {
+  if (s.retired.empty()) return;
+  const std::uint64_t now = epoch.fetch_add(1, std::memory_order_seq_cst);
+  const std::uint64_t oldest = oldest_reader();
+  std::size_t kept = 0;
+  for (retired_slot& r : s.retired) {
+    if (r.epoch == 0) r.epoch = now;
+    if (r.epoch < oldest) {
+      gone.push_back(std::move(r.s));
+      continue;
+    }
+    if (&s.retired[kept] != &r) s.retired[kept] = std::move(r);
+    ++kept;
+  }
+  s.retired.resize(kept);
+  s.freed.fetch_add(gone.size(), std::memory_order_relaxed);
+  s.retired_now.store(s.retired.size(), std::memory_order_relaxed);
+}
+
+// Caller holds s.mutex() exclusively, has taken the slot out of the map, and bumps the fronts' generation
+// before reclaim_locked() tags it, so that no front returns it again.
+void retire_locked(store& s, std::shared_ptr<slot> sl) {
+  s.retired.push_back(retired_slot{std::move(sl), 0});
+  s.retired_now.store(s.retired.size(), std::memory_order_relaxed);
 }
 
 struct front_line {
@@ -64,15 +208,71 @@ thread_local std::array<front_set, front_sets> front{};
 
 // The front's set for a key: one multiply (the policy hash is already mixed). The shared map uses hash_key.
 inline front_set& front_set_of(const plan_key& k) noexcept {
-  const std::uint64_t x =
-      (k.kernel ^ (k.context << 40) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2) ^ (k.launch << 3) ^ (k.shape << 5) ^
-       (k.inputs << 7)) *
-      0x9e3779b97f4a7c15ULL;
+  const std::uint64_t x = (k.kernel ^ (k.context << 40) ^ k.policy ^ (k.smem_rule << 1) ^ (k.bucket << 2) ^
+                           (k.launch << 3) ^ (k.shape << 5) ^ (k.inputs << 7)) *
+                          0x9e3779b97f4a7c15ULL;
   return front[static_cast<std::size_t>(x >> 60)];  // top 4 bits: 16 sets
 }
 static_assert(front_sets == 16, "front_set_of yields 4 bits");
 
+// ---- kept plans ----
+
+// Bit for bit for floating point (a plan is kept as it was made), == for the rest, field by field for the
+// plan and its occupancy: a field added to either is compared without a change here (PFR), and one of a
+// type without == fails to compile instead of being skipped.
+template <class T>
+bool same_value(const T& a, const T& b) noexcept;
+
+template <class T, std::size_t... I>
+bool same_fields(const T& a, const T& b, std::index_sequence<I...>) noexcept {
+  return (same_value(boost::pfr::get<I>(a), boost::pfr::get<I>(b)) && ...);
+}
+
+template <class T>
+bool same_value(const T& a, const T& b) noexcept {
+  if constexpr (std::is_same_v<T, plan> || std::is_same_v<T, occupancy_result>) {
+    return same_fields(a, b, std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return std::memcmp(&a, &b, sizeof(T)) == 0;
+  } else {
+    return a == b;
+  }
+}
+
+std::uint64_t plan_hash(const plan& p) noexcept {
+  std::uint64_t h = hash_combine(static_cast<std::uint64_t>(p.block_threads), p.dynamic_smem_bytes);
+  h = hash_combine(
+      h, static_cast<std::uint64_t>(p.blocks_per_sm) << 32 | static_cast<std::uint32_t>(p.sm_count));
+  h = hash_combine(h, std::hash<std::string>{}(p.policy));
+  return hash_combine(h, std::hash<std::string>{}(p.reason));
+}
+
+struct kept_plans {
+  std::mutex m;
+  std::unordered_multimap<std::uint64_t, const kept_plan*> by_hash;  // never freed
+};
+
+kept_plans& the_kept_plans() {
+  static kept_plans& k = *new kept_plans;  // never destroyed: a caller's plan lives as long as the process
+  return k;
+}
+
 }  // namespace
+
+plan_reader::plan_reader() {
+  if (reader_depth++ > 0) return;
+  try {
+    reader_record& r = reader_of_this_thread();
+    r.active.exchange(epoch.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
+  } catch (...) {
+    --reader_depth;
+    throw;
+  }
+}
+
+plan_reader::~plan_reader() {
+  if (--reader_depth == 0) this_reader->active.store(0, std::memory_order_release);
+}
 
 std::uint64_t hash_key(const plan_key& k) noexcept {
   std::uint64_t h = hash_combine(k.context, k.kernel);
@@ -86,13 +286,14 @@ std::uint64_t hash_key(const plan_key& k) noexcept {
 
 const plan_entry* find(const plan_key& key) noexcept {
   store& s = the_store();
-  const std::uint64_t gen = s.generation.load(std::memory_order_acquire);
+  // Sequentially consistent: read after this thread's plan_reader announced itself (see readers above).
+  const std::uint64_t gen = s.generation.load(std::memory_order_seq_cst);
   front_set& set = front_set_of(key);
   for (const front_line& line : set.lines)
     if (line.generation == gen && line.entry && line.key == key) return line.entry;
   std::shared_ptr<slot> sl;
   {
-    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    std::shared_lock<std::shared_mutex> lock(s.mutex());
     auto it = s.slots.find(key);
     if (it == s.slots.end()) return nullptr;
     sl = it->second;
@@ -108,25 +309,30 @@ const plan_entry* find_or_build(const plan_key& key, const std::function<plan_en
   if (const plan_entry* e = find(key)) return e;
   store& s = the_store();
   std::shared_ptr<slot> sl;
+  std::vector<std::shared_ptr<slot>> gone;  // destroyed after the lock
   {
-    std::unique_lock<std::shared_mutex> lock(s.mutex);
+    std::unique_lock<std::shared_mutex> lock(s.mutex());
     if (key.inputs > s.swept_inputs) {
-      // The inputs changed since the last sweep: plans of older generations can never be found again. Retired,
-      // not destroyed (thread-local fronts and the fault report may still point into them).
+      // The inputs changed since the last sweep: plans of older generations can never be found again.
+      bool swept = false;
       for (auto it = s.slots.begin(); it != s.slots.end();) {
         if (it->first.inputs < key.inputs && it->second->ready.load(std::memory_order_acquire)) {
-          s.retired.push_back(std::move(it->second));
+          retire_locked(s, std::move(it->second));
           it = s.slots.erase(it);
+          swept = true;
         } else {
           ++it;
         }
       }
+      if (swept) s.generation.fetch_add(1, std::memory_order_seq_cst);
       s.swept_inputs = key.inputs;
     }
+    reclaim_locked(s, gone);
     auto& ref = s.slots[key];
     if (!ref) ref = std::make_shared<slot>();
     sl = ref;
   }
+  gone.clear();
   const std::thread::id me = std::this_thread::get_id();
   {
     std::unique_lock<std::mutex> lock(sl->m);
@@ -148,7 +354,9 @@ const plan_entry* find_or_build(const plan_key& key, const std::function<plan_en
       sl.done.notify_all();
     }
   } released{*sl};
-  auto built = std::make_shared<const plan_entry>(build());
+  plan_entry made = build();
+  if (!made.route) made.kept = &keep_plan(made.plan, made.kernel);  // a route has no plan of its own
+  auto built = std::make_shared<const plan_entry>(std::move(made));
   {
     std::lock_guard<std::mutex> lock(sl->m);
     sl->entry = std::move(built);
@@ -158,20 +366,47 @@ const plan_entry* find_or_build(const plan_key& key, const std::function<plan_en
   return sl->entry.get();
 }
 
+const kept_plan& keep_plan(const plan& p, const kernel_resources& kernel) {
+  kept_plans& k = the_kept_plans();
+  const std::uint64_t h = hash_combine(plan_hash(p), std::hash<std::string>{}(kernel.name));
+  std::lock_guard<std::mutex> lock(k.m);
+  for (auto [it, end] = k.by_hash.equal_range(h); it != end; ++it) {
+    const kept_plan& c = *it->second;
+    if (c.kernel_name == kernel.name && c.kernel_demangled == kernel.demangled && same_value(c.plan, p))
+      return c;
+  }
+  const kept_plan* made = new kept_plan{p, kernel.name, kernel.demangled};
+  k.by_hash.emplace(h, made);
+  return *made;
+}
+
+std::size_t free_retired_plans() {
+  store& s = the_store();
+  std::vector<std::shared_ptr<slot>> gone;
+  std::unique_lock<std::shared_mutex> lock(s.mutex());
+  reclaim_locked(s, gone);
+  const std::size_t left = s.retired.size();
+  lock.unlock();
+  return left;
+}
+
 namespace {
 template <class Pred>
 void forget_if(Pred drop) {
   store& s = the_store();
-  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  std::vector<std::shared_ptr<slot>> gone;
+  std::unique_lock<std::shared_mutex> lock(s.mutex());
   for (auto it = s.slots.begin(); it != s.slots.end();) {
     if (drop(it->first)) {
-      s.retired.push_back(it->second);
+      retire_locked(s, std::move(it->second));
       it = s.slots.erase(it);
     } else {
       ++it;
     }
   }
-  s.generation.fetch_add(1, std::memory_order_acq_rel);
+  s.generation.fetch_add(1, std::memory_order_seq_cst);
+  reclaim_locked(s, gone);
+  lock.unlock();
 }
 }  // namespace
 
@@ -189,7 +424,18 @@ void forget_all_plans() {
 
 cache_stats stats() noexcept {
   store& s = the_store();
-  return {s.builds.load(), s.map_hits.load()};
+  cache_stats out;
+  out.builds = s.builds.load();
+  out.map_hits = s.map_hits.load();
+  out.retired = s.retired_now.load();
+  out.freed = s.freed.load();
+  kept_plans& k = the_kept_plans();
+  try {
+    std::lock_guard<std::mutex> lock(k.m);
+    out.kept_plans = k.by_hash.size();
+  } catch (...) {
+  }
+  return out;
 }
 
 }  // namespace detail
@@ -197,7 +443,7 @@ cache_stats stats() noexcept {
 std::vector<cached_plan> plan_cache::plans() const {
   detail::store& s = detail::the_store();
   std::vector<cached_plan> out;
-  std::shared_lock<std::shared_mutex> lock(s.mutex);
+  std::shared_lock<std::shared_mutex> lock(s.mutex());
   const std::uint64_t inputs = detail::plan_inputs_generation();
   for (const auto& [key, sl] : s.slots) {
     if (!sl->ready.load(std::memory_order_acquire) || sl->entry->route) continue;  // a route has no plan
@@ -212,11 +458,12 @@ std::vector<cached_plan> plan_cache::plans() const {
 
 std::size_t plan_cache::size() const {
   detail::store& s = detail::the_store();
-  std::shared_lock<std::shared_mutex> lock(s.mutex);
+  std::shared_lock<std::shared_mutex> lock(s.mutex());
   const std::uint64_t inputs = detail::plan_inputs_generation();
   std::size_t n = 0;
   for (const auto& kv : s.slots)
-    n += kv.first.inputs == inputs && kv.second->ready.load(std::memory_order_acquire) && !kv.second->entry->route;
+    n += kv.first.inputs == inputs && kv.second->ready.load(std::memory_order_acquire) &&
+         !kv.second->entry->route;
   return n;
 }
 

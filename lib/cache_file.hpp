@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // Internal: the plan store as the planner and the tools see it. The planner looks plans up on a miss
-// (find_stored_plan) and records the plans it makes (store_plan); the layers below (plan_store.hpp) are the
+// (find_stored_plan) and records the plans it makes (store_plan); the layers below (store/chain.hpp) are the
 // loaded table of the plan file (LAUNCHFIT_CACHE) with its background writer, then the optional remote
 // store (remote_store.hpp), asked only when the file has no plan. The file's format is
 // plan_file_format.hpp, its locking and atomic writes file_lock.hpp, what a write keeps plan_merge.hpp.
 //
 // What the store serves is an input of every plan beyond its key: whenever it may have changed (a file
 // opened or closed, a calibration stored, the file changed by another process in an entry this process
-// looked up or in a calibration) the store calls plan_inputs_changed() (plan_inputs.hpp).
+// looked up or in a calibration) the store calls plan_input_changed() (plan_inputs.hpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -39,8 +39,12 @@ std::optional<plan> find_stored_plan(const stored_key& key, bool exact_bucket = 
 // Records a plan: lookups see it at once; a background writer merges it into the file within about
 // 20 ms (flush_cache_file(), set_cache_file(), close_cache_file() and a normal exit wait for it), and the
 // remote store, when there is one, queues it. Never waits for file I/O or another process's lock. Nothing
-// is written to a frozen file, and nothing anywhere for a "fallback" plan.
-void store_plan(const stored_key& key, const plan& p);
+// is written to a frozen file, and nothing anywhere for a "fallback" plan. `measured`: how a tuned plan
+// was measured (detail::plan_measurement; none for a static plan); a plan measured but not clean is kept in
+// the file only, never shared through the remote store. Its conditions text is cleaned and cut; a
+// measurement out of the ranges a reader accepts is dropped (the plan is stored unmeasured).
+void store_plan(const stored_key& key, const plan& p,
+                std::optional<detail::plan_measurement> measured = std::nullopt);
 // Entries currently loaded from / stored to the file.
 std::size_t stored_plan_count();
 

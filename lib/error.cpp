@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "driver.hpp"
+#include "store/layer_failure.hpp"
 
 namespace launchfit {
 namespace {
@@ -220,6 +221,26 @@ const char* to_string(errc code) noexcept {
   }
   return "other";
 }
+
+namespace detail {
+
+const char* failure_name(layer_failure f) noexcept {
+  switch (f) {
+    case layer_failure::none:
+      return "none";
+    case layer_failure::timeout:
+      return "timeout";
+    case layer_failure::io:
+      return "io";
+    case layer_failure::protocol:
+      return "protocol";
+    case layer_failure::refused:
+      return "refused";
+  }
+  return "unknown";
+}
+
+}  // namespace detail
 
 bool is_sticky_cuda_result(int cuda_result) noexcept {
   const code_row* r = row_for_result(cuda_result);

@@ -9,19 +9,26 @@
 namespace launchfit::detail {
 namespace {
 
-// The most recently launched plan: named when a later call reports a sticky (asynchronous) fault.
-std::atomic<const plan_entry*> last_launched{nullptr};
+// The most recently launched plan and kernel: named when a later call reports a sticky (asynchronous) fault.
+// A kept plan, never freed (the entry it came from may be).
+std::atomic<const kept_plan*> last_launched{nullptr};
 
 std::string sticky_note() {
   std::string note = "; the context is unusable after an earlier kernel faulted";
-  if (const plan_entry* last = last_launched.load(std::memory_order_relaxed))
-    note += " (last launched: " + display_name(last->kernel) + " with " + last->plan.to_string() + ")";
+  if (const kept_plan* last = last_launched.load(std::memory_order_acquire)) {
+    kernel_resources k;
+    k.name = last->kernel_name;
+    k.demangled = last->kernel_demangled;
+    note += " (last launched: " + display_name(k) + " with " + last->plan.to_string() + ")";
+  }
   return note;
 }
 
 }  // namespace
 
-void note_launched(const plan_entry& e) noexcept { last_launched.store(&e, std::memory_order_relaxed); }
+void note_launched(const kept_plan& launched) noexcept {
+  last_launched.store(&launched, std::memory_order_release);
+}
 
 bool is_sticky(CUresult r) noexcept { return is_sticky_cuda_result(static_cast<int>(r)); }
 

@@ -11,8 +11,9 @@
 
 namespace launchfit::detail {
 
-// Records the entry just launched (one relaxed store on the hit path).
-void note_launched(const plan_entry& e) noexcept;
+// Records the plan and kernel just launched (one release store on the hit path): a kept plan, valid after its
+// entry is freed.
+void note_launched(const kept_plan& launched) noexcept;
 
 // Whether r leaves the context unusable (every later call returns it).
 bool is_sticky(CUresult r) noexcept;

@@ -23,6 +23,7 @@
 #include "policy_string.hpp"
 #include "remote_store.hpp"
 #include "text.hpp"
+#include "tuning_lease.hpp"
 
 namespace launchfit::detail {
 namespace {
@@ -61,18 +62,14 @@ const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& 
   // A kernel never receives dynamic smem other than rule(block): the key tells rules apart by type only.
   if (r.smem_fn && (*r.smem_fn)(e->plan.block_threads) != e->plan.dynamic_smem_bytes)
     e = &replan_for_smem_rule(r, ctx, *e, local);
+  if (e->overriding) e = &serve_work(r, ctx, *e, local);  // an override never breaks a launch that works
   return *e;
 }
 
-const plan& keep_for_caller(const plan& p) {
-  static std::mutex& m = *new std::mutex();  // never destroyed, as every launchfit singleton
-  static auto& kept = *new std::map<std::string, const plan*>();
-  std::string id = p.to_string() + '|' + p.reason;
-  std::lock_guard<std::mutex> lock(m);
-  auto [it, added] = kept.emplace(std::move(id), nullptr);
-  if (added) it->second = new plan(p);
-  return *it->second;
-}
+// The plan and kernel as the caller and the fault report keep them: valid for the process's lifetime, also
+// once the entry is freed (a plan made for this call only, by re-entrant planning or an smem rule that never
+// settles, is kept the same way).
+const kept_plan& kept_of(const plan_entry& e) { return e.kept ? *e.kept : keep_plan(e.plan, e.kernel); }
 
 void check_arguments(const launch_request& r, const plan_entry& e) {
   if (!r.arg_sizes || !e.param_sizes) return;
@@ -93,54 +90,30 @@ void check_arguments(const launch_request& r, const plan_entry& e) {
   }
 }
 
-// The kernel's readable name for a refusal made before planning; its address where the driver cannot say.
-std::string kernel_label(const launch_request& r) {
-  try {
-    const CUfunction f = r.resolve ? r.resolve(r.stub) : r.driver_kernel ? r.driver_kernel->function() : nullptr;
-    if (f) return display_name(query_resources(f, true));
-  } catch (const error&) {
-  }
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "kernel at %#llx", static_cast<unsigned long long>(r.kernel_id));
-  return buf;
-}
-
 }  // namespace
 
-void require_work_for_plan(const launch_request& r) {
-  if (r.shape.kind != work::shape::none || !r.policy || !r.policy->depends_on_work()) return;
-  if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) return;  // entry_for() refuses it
-  throw error(errc::missing_work, "launchfit::plan_for",
-              "policy " + escape_text(r.policy->to_string()) +
-                  " chooses the block by the work (small work fills the SMs with smaller blocks), and the spec "
-                  "gives none: give plan_for() the launch's work (items(n), grid_stride(n) or grid(g)), or "
-                  "launch the plan it returns verbatim with planned(p)",
-              kernel_label(r));
-}
-
 const plan& plan_for(const launch_request& r) {
-  require_work_for_plan(r);
   std::optional<plan_entry> local;
+  const plan_reader reading;  // no entry is freed while this call uses it
   const plan_entry& e = entry_for(r, local);
-  // An override decided: the rule holds for the policy that decides, not only for the spec's.
-  if (r.shape.kind == work::shape::none && e.overriding && e.overriding->depends_on_work()) {
-    throw error(errc::missing_work, "launchfit::plan_for",
-                "the override " + escape_text(e.override_glob) + " = " + escape_text(e.overriding->to_string()) +
-                    " chooses the block by the work, and the spec gives none: give plan_for() the launch's work "
-                    "(items(n), grid_stride(n) or grid(g)), or launch the plan it returns verbatim with planned(p)",
+  // The plan contract: a static plan launched while another process tunes the key is not what launches will
+  // run once its tuned plan is adopted (tuning_lease.hpp).
+  if (e.plan.match == waiting_match) {
+    throw error(errc::not_planned_yet, "launchfit::plan_for",
+                "another process of the fleet is tuning this plan, and its tuned plan is not published yet: "
+                "launches run the static plan until it is (then plan_for() answers with the tuned plan)",
                 display_name(e.kernel));
   }
-  if (!local || &e != &*local) return e.plan;
-  // A plan made for this call only: the caller holds a reference, so it is kept for the process lifetime,
-  // once per distinct plan (only re-entrant planning and smem rules that never settle make such plans).
-  return keep_for_caller(e.plan);
+  return kept_of(e).plan;
 }
 
 launched launch(const launch_request& r) {
+  const plan_reader reading;  // no entry is freed while this launch uses it
   std::optional<plan_entry> local;
   const plan_entry& e = entry_for(r, local);
   check_arguments(r, e);
-  const plan& p = !local || &e != &*local ? e.plan : keep_for_caller(e.plan);
+  const kept_plan& kept = kept_of(e);
+  const plan& p = kept.plan;
   dims grid;
   try {
     grid = grid_for(e.plan, r.shape, e.max_grid_x);
@@ -162,7 +135,7 @@ launched launch(const launch_request& r) {
   const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (mark) nvtx_pop();
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
-  if (!local || &e != &*local) note_launched(e);  // a plan for this call only is gone after it
+  note_launched(kept);
   return done;
 }
 

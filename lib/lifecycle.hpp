@@ -26,8 +26,21 @@ struct fork_hooks {
 // is full (a fixed table: nothing is allocated at fork).
 bool on_fork(const fork_hooks& hooks) noexcept;
 
+// Registers the background queue's hooks (background.hpp), whose lock any module may take while it holds
+// its own (it queues work for the background thread): prepared after every other module's, given back
+// before them. One slot; false when another holds it.
+bool on_fork_innermost(const fork_hooks& hooks) noexcept;
+
 // Registers a handler run at normal process exit (std::exit, return from main), in the reverse order of
 // registration, interleaved with static destructors as std::atexit handlers are. False if it could not.
+// launchfit registers one: background::shutdown (background.hpp), which drains every writer in order (the
+// plan file, the remote stores, the log) and stops the background thread. Modules do not register their own.
 bool on_exit(void (*handler)()) noexcept;
+
+// A child hook that replaces a lock its prepare hook took (rather than unlocking it: glibc unlocks a
+// write-locked rwlock only from the thread id that locked it, and the child's thread has another) calls this
+// with the abandoned lock's address, so that a thread sanitizer no longer counts it as held by the child's
+// thread (it would read every later lock the child takes as an inversion with it). Does nothing otherwise.
+void abandoned_in_child(void* lock) noexcept;
 
 }  // namespace launchfit::detail::lifecycle

@@ -19,7 +19,6 @@
 #include <ctime>
 #include <deque>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -28,9 +27,10 @@
 #include <vector>
 
 #include "async_sink.hpp"
-#include "env_switch.hpp"
 #include "lifecycle.hpp"
 #include "log_internal.hpp"
+#include "log_line.hpp"
+#include "settings.hpp"
 #include "stderr_sink.hpp"
 #include "text.hpp"
 
@@ -38,216 +38,26 @@ namespace launchfit {
 namespace detail {
 namespace {
 
-constexpr const char* logger_name = "launchfit";
-// Text lines are logfmt: key=value, one quoting rule (logfmt_value), the message in msg. %* and %~ are
-// launchfit's flags (below): the RFC 3339 time and the quoted message.
-constexpr const char* text_pattern = "time=%* level=%l logger=%n pid=%P msg=%~";
-constexpr const char* json_pattern = "%v";
 // A message that is already one launchfit JSON object carries this file name (compared by address, so no
 // message text can claim it); line 0 keeps it out of any %s/%@ pattern field.
 constexpr const char json_marker[] = "launchfit:json";
-constexpr std::size_t line_cap = 64 * 1024;        // any one message, escaped or wrapped
 // A wait for the logging thread (at exit and fork, or in flush()) gives up only on a stuck output, never on
 // a slow one or a thread short of CPU: when the thread has written no line for this long, or after wait_cap
 // in all.
 constexpr auto exit_write_wait = std::chrono::milliseconds(500);
 constexpr auto flush_wait = std::chrono::seconds(1);
 constexpr auto wait_cap = std::chrono::seconds(10);
-constexpr const char* valid_levels = "trace, debug, info, warn, error, critical, off";
-
-std::string dump_json(const nlohmann::json& j) {
-  // ensure_ascii: no raw control, bidirectional or other non-ASCII character reaches a terminal.
-  return j.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
-}
-
-// RFC 3339 in UTC with microseconds: 2026-12-03T20:41:07.123456Z.
-std::string rfc3339_utc(spdlog::log_clock::time_point t) {
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-  const std::time_t secs = static_cast<std::time_t>(us / 1000000 - (us % 1000000 < 0 ? 1 : 0));
-  const long frac = static_cast<long>(((us % 1000000) + 1000000) % 1000000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char out[96];  // room for any int year, so the compiler sees nothing cut
-  std::snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-  return out;
-}
-
-// %*: the line's time, RFC 3339 (spdlog's own time flags are local time and at most nanoseconds as digits).
-class rfc3339_flag final : public spdlog::custom_flag_formatter {
- public:
-  void format(const spdlog::details::log_msg& m, const std::tm&, spdlog::memory_buf_t& out) override {
-    const std::string t = rfc3339_utc(m.time);
-    out.append(t.data(), t.data() + t.size());
-  }
-  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<rfc3339_flag>(); }
-};
-
-// %~: the message as one logfmt value.
-class logfmt_message_flag final : public spdlog::custom_flag_formatter {
- public:
-  void format(const spdlog::details::log_msg& m, const std::tm&, spdlog::memory_buf_t& out) override {
-    // Capped already (render()): quoted whole, so the "...(N bytes)" it may end in stays the full length.
-    const std::string v = logfmt_value(std::string_view(m.payload.data(), m.payload.size()), 2 * line_cap);
-    out.append(v.data(), v.data() + v.size());
-  }
-  std::unique_ptr<custom_flag_formatter> clone() const override {
-    return std::make_unique<logfmt_message_flag>();
-  }
-};
-
-std::unique_ptr<spdlog::formatter> make_formatter(log_format f) {
-  auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<rfc3339_flag>('*').add_flag<logfmt_message_flag>('~');
-  formatter->set_pattern(f == log_format::json ? json_pattern : text_pattern);
-  return formatter;
-}
-
-std::string level_name(spdlog::level::level_enum l) {
-  const auto v = spdlog::level::to_string_view(l);
-  return std::string(v.data(), v.size());
-}
-
-// A message that is not a launchfit JSON object, as one.
-std::string wrap_json(spdlog::level::level_enum level, std::string_view payload) {
-  return dump_json(
-      {{"level", level_name(level)}, {"logger", logger_name}, {"msg", valid_utf8(payload, line_cap)}});
-}
-
-// Text value of a key=value field: quoted when it holds a space, '"', '=' or nothing.
-std::string field_value(std::string_view v) {
-  std::string e = escape_text(v, log_field_cap);
-  if (e.empty() || e.find_first_of(" \"=") != std::string::npos) return quote_text(v, log_field_cap);
-  return e;
-}
-
-struct event_payload {
-  std::string text;
-  bool json = false;
-};
-
-event_payload build_event(spdlog::level::level_enum level, std::string_view event, std::string_view message,
-                          std::initializer_list<log_field> fields, log_format f) {
-  if (f == log_format::json) {
-    nlohmann::json j = {{"level", level_name(level)},
-                        {"logger", logger_name},
-                        {"event", valid_utf8(event, log_field_cap)},
-                        {"msg", valid_utf8(message, log_field_cap)}};
-    for (const auto& [k, v] : fields) {
-      const std::string key = valid_utf8(k, 256);
-      if (!j.contains(key) && key != "time" && key != "pid") j[key] = valid_utf8(v, log_field_cap);
-    }
-    return {dump_json(j), true};
-  }
-  std::string s = escape_line(message, log_field_cap);  // launchfit wrote it, escaping what it quotes
-  for (const auto& [k, v] : fields) s += " " + escape_text(k, 256) + "=" + field_value(v);
-  return {std::move(s), false};
-}
 
 // ---- environment ----
 
-std::string lower_trimmed(std::string_view v) {
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  std::string s(v);
-  for (char& c : s)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return s;
-}
-
-std::optional<spdlog::level::level_enum> parse_level(std::string_view v) {
-  const std::string s = lower_trimmed(v);
-  using namespace spdlog::level;
-  if (s == "trace") return trace;
-  if (s == "debug") return debug;
-  if (s == "info") return info;
-  if (s == "warn" || s == "warning") return warn;
-  if (s == "error" || s == "err") return err;
-  if (s == "critical") return critical;
-  if (s == "off") return off;
-  return std::nullopt;
-}
-
-struct env_warning {
-  std::string variable, value, message;
-};
-
-struct env_config {
-  spdlog::level::level_enum level = spdlog::level::info;
-  log_format format = log_format::text;
-  bool async = true;  // a launch never formats nor writes a line: LAUNCHFIT_LOG_ASYNC=0 writes on the caller
-  bool async_set = false;  // LAUNCHFIT_LOG_ASYNC said so (then it holds for a user's logger too)
-  std::vector<env_warning> warnings;
-};
-
-const char* env_value(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;  // empty means unset (VAR= command)
-}
-
-env_config read_env() {
-  env_config c;
-  std::vector<std::pair<std::string, std::string>> bad_levels;  // variable, value as written
-  std::optional<spdlog::level::level_enum> level;
-  if (const char* v = env_value("LAUNCHFIT_LOG_LEVEL")) {
-    level = parse_level(v);
-    if (!level) bad_levels.emplace_back("LAUNCHFIT_LOG_LEVEL", v);
-  }
-  // SPDLOG_LEVEL="info,launchfit=debug": our entry (the last one), else the bare default level.
-  if (const char* v = env_value("SPDLOG_LEVEL"); v && !level) {
-    std::optional<spdlog::level::level_enum> bare, ours;
-    const std::string s(v);
-    std::size_t pos = 0;
-    while (pos <= s.size()) {
-      const std::size_t comma = std::min(s.find(',', pos), s.size());
-      const std::string item = s.substr(pos, comma - pos);
-      pos = comma + 1;
-      const std::size_t eq = item.find('=');
-      if (eq == std::string::npos) {
-        if (lower_trimmed(item).empty()) continue;
-        if (auto l = parse_level(item)) {
-          bare = l;
-        } else {
-          bad_levels.emplace_back("SPDLOG_LEVEL", item);
-        }
-      } else if (lower_trimmed(item.substr(0, eq)) == logger_name) {
-        if (auto l = parse_level(item.substr(eq + 1))) {
-          ours = l;
-        } else {
-          bad_levels.emplace_back("SPDLOG_LEVEL", item);
-        }
-      }
-    }
-    level = ours ? ours : bare;
-  }
-  c.level = level.value_or(spdlog::level::info);
-  for (const auto& [var, value] : bad_levels) {
-    c.warnings.push_back({var, value,
-                          var + (var == "SPDLOG_LEVEL" ? " entry " : "=") + quote_text(value) +
-                              " is not a level (valid: " + valid_levels + "); ignored, launchfit logs at " +
-                              level_name(c.level)});
-  }
-  if (const char* v = env_value("LAUNCHFIT_LOG_FORMAT")) {
-    const std::string s = lower_trimmed(v);
-    if (s == "json") {
-      c.format = log_format::json;
-    } else if (s != "text") {
-      c.warnings.push_back({"LAUNCHFIT_LOG_FORMAT", v,
-                            "LAUNCHFIT_LOG_FORMAT=" + quote_text(v) +
-                                " is not a format (valid: text, json); ignored, launchfit logs text"});
-    }
-  }
-  if (const char* v = env_value("LAUNCHFIT_LOG_ASYNC")) {
-    if (const std::optional<bool> on = parse_switch(v)) {
-      c.async = *on;
-      c.async_set = true;
-    } else {
-      c.warnings.push_back({"LAUNCHFIT_LOG_ASYNC", v,
-                            "LAUNCHFIT_LOG_ASYNC=" + quote_text(v, 64) + " is not a switch (valid: " +
-                                switch_words + "); ignored, launchfit logs asynchronously"});
-    }
-  }
-  return c;
+// The logging settings (settings.hpp reads LAUNCHFIT_LOG_LEVEL, SPDLOG_LEVEL, LAUNCHFIT_LOG_FORMAT and
+// LAUNCHFIT_LOG_ASYNC with every other variable, and reports the values it refused).
+spdlog::level::level_enum level_of(log_level_setting l) {
+  static_assert(static_cast<int>(log_level_setting::trace) == spdlog::level::trace &&
+                    static_cast<int>(log_level_setting::warn) == spdlog::level::warn &&
+                    static_cast<int>(log_level_setting::off) == spdlog::level::off,
+                "log_level_setting follows spdlog's order");
+  return static_cast<spdlog::level::level_enum>(l);
 }
 
 // ---- output: where a line goes ----
@@ -278,15 +88,12 @@ struct log_state final : record_output {
   // user's, and so is their threading (spdlog has an asynchronous logger for that).
   std::atomic<bool> async_chosen{false};
   std::atomic<bool> user_route{false};  // user_target, read without the lock by the logging path
-  std::atomic<bool> started{false};  // the logging thread was started as the environment says
+  std::atomic<bool> started{false};     // the logging thread was started as the environment says
   std::atomic<std::uint64_t> dropped{0};
   spdlog::level::level_enum default_level = spdlog::level::info;  // restored by set_logger(nullptr)
   bool user_target = false;
   std::set<std::string> spill_warned;
-  std::atomic<bool> warnings_pending{false};
-  std::vector<env_warning> warnings;
   async_sink queue{*this};
-  bool exit_handler_registered = false;
   bool fork_write_locked = false;
   std::vector<void*> abandoned;  // locks a forked child replaced: never freed, kept reachable
 
@@ -308,24 +115,12 @@ route current_route(log_state& s) {
   return s.current;
 }
 
-// A JSON line: the object with the line's time and the process id first (a child of fork() says its own).
-std::string render_json(const log_record& r) {
-  const std::string object = r.json ? r.payload : wrap_json(r.level, r.payload);
-  std::string line = "{\"time\":\"" + rfc3339_utc(r.time) + "\",\"pid\":" + std::to_string(::getpid());
-  line += object.size() > 2 ? "," + object.substr(1) : std::string("}");
-  return line;
-}
-
-std::string render(const log_record& r, log_format f) {
-  if (f == log_format::json) return render_json(r);
-  return escape_line(r.payload, line_cap);
-}
-
 // Writes one record where launchfit's lines go now. May throw (a user's sink or error handler).
 void write_record(log_state& s, const log_record& r) {
   if (r.plan) {  // a new plan's line, made here, on the logging thread, in the format in force
     const log_format f = s.format.load(std::memory_order_relaxed);
-    write_record(s, log_record{r.level, r.time, r.thread_id, f == log_format::json, format_plan(*r.plan, f), nullptr});
+    write_record(
+        s, log_record{r.level, r.time, r.thread_id, f == log_format::json, format_plan(*r.plan, f), nullptr});
     return;
   }
   const route rt = current_route(s);
@@ -461,18 +256,9 @@ void register_fork_hooks() {
 // At load time, before any thread of the program can be inside the first use.
 const bool fork_hooks_at_load = (register_fork_hooks(), true);
 
-void drain_at_exit() {
-  if (log_state* s = the_state.load(std::memory_order_acquire)) s->queue.drain_at_exit();
-}
-
-// Starts the logging thread (again in a forked child). Returns false if it cannot.
-bool ensure_worker(log_state& s) {
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.exit_handler_registered) s.exit_handler_registered = lifecycle::on_exit(drain_at_exit);
-  }
-  return s.queue.start();
-}
+// Puts the queue on the background thread (which drains it at exit, after the plan stores). False if it
+// cannot.
+bool ensure_worker(log_state& s) { return s.queue.start(); }
 
 // Waits until the logging thread has written everything queued.
 bool wait_drained(log_state& s) { return s.queue.wait_drained(flush_wait); }
@@ -490,8 +276,12 @@ class launchfit_sink final : public spdlog::sinks::sink {
     }
     ++sink_depth;
     try {
-      log_record r{msg.level, msg.time, msg.thread_id, msg.source.filename == json_marker,
-                   std::string(msg.payload.data(), msg.payload.size()), nullptr};
+      log_record r{msg.level,
+                   msg.time,
+                   msg.thread_id,
+                   msg.source.filename == json_marker,
+                   std::string(msg.payload.data(), msg.payload.size()),
+                   nullptr};
       if (!queues_lines(s) || !s.queue.submit(r)) write_now(s, r);
     } catch (...) {
       s.dropped.fetch_add(1, std::memory_order_relaxed);
@@ -527,10 +317,10 @@ void apply_pattern(log_state& s) {
 
 // Applies the environment (first use, or a test's reset). Caller holds s.mutex.
 void configure_locked(log_state& s, std::shared_ptr<spdlog::sinks::sink> output) {
-  env_config env = read_env();
+  const settings::log_settings& env = current_settings().log;
   s.format = env.format;
-  s.default_level = env.level;
-  s.front->set_level(env.level);
+  s.default_level = level_of(env.level);
+  s.front->set_level(s.default_level);
   s.spill_warned.clear();
   s.user_target = false;
   {
@@ -542,8 +332,6 @@ void configure_locked(log_state& s, std::shared_ptr<spdlog::sinks::sink> output)
   s.async = env.async;
   s.async_chosen = env.async_set;
   s.user_route = false;
-  s.warnings = std::move(env.warnings);
-  s.warnings_pending = !s.warnings.empty();
 }
 
 std::atomic<spdlog::logger*> fast_logger{nullptr};
@@ -574,25 +362,6 @@ log_state& make_state() {
   return s;
 }
 
-void emit_env_warnings(log_state& s) {
-  if (!s.warnings_pending.exchange(false)) return;
-  std::vector<env_warning> warnings;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    warnings = s.warnings;
-  }
-  // The text line already names the variable and the value; JSON gets them as fields too.
-  const bool json = s.format.load() == log_format::json;
-  for (const env_warning& w : warnings) {
-    if (json) {
-      log_event(spdlog::level::warn, "bad_environment", w.message,
-                {{"variable", w.variable}, {"value", w.value}});
-    } else {
-      log_event(spdlog::level::warn, "bad_environment", w.message);
-    }
-  }
-}
-
 // The state without side effects.
 log_state& state_raw() {
   if (log_state* s = the_state.load(std::memory_order_acquire)) return *s;
@@ -604,14 +373,16 @@ log_state& state_raw() {
   return s;
 }
 
+// The state, once the settings' warnings are logged (their first call logs them: a line through this state).
 log_state& state() {
   log_state& s = state_raw();
-  if (s.warnings_pending.load(std::memory_order_relaxed)) emit_env_warnings(s);
+  report_settings_warnings();
   return s;
 }
 
-log_state& started_state() {
-  log_state& s = state();
+// `report`: log the settings' warnings now (set_logger() logs them once the lines go to the new logger).
+log_state& started_state(bool report = true) {
+  log_state& s = report ? state() : state_raw();
   if (!s.started.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(init_mutex);
     if (!s.started.load(std::memory_order_relaxed)) {
@@ -622,60 +393,7 @@ log_state& started_state() {
   return s;
 }
 
-std::string pct(double v) {
-  char s[16];
-  std::snprintf(s, sizeof s, "%.1f%%", v * 100.0);
-  return s;
-}
-
-std::string work_to_string(const work& w) {
-  if (w.kind == work::shape::none) return "resident";
-  if (w.kind == work::shape::grid) return "caller(" + w.grid.to_string() + ")";
-  std::string per = w.per_thread > 1 ? "per_thread=" + std::to_string(w.per_thread) : std::string();
-  if (w.kind == work::shape::grid_stride && w.waves > 1)
-    per += (per.empty() ? "" : ",") + std::string("waves=") + std::to_string(w.waves);
-  if (w.kind == work::shape::items && w.rank > 1) per += std::string(per.empty() ? "" : ",") + std::to_string(w.rank) + "d";
-  return (w.kind == work::shape::items ? "items" : "grid_stride") + (per.empty() ? per : "(" + per + ")");
-}
-
-std::string grid_rule(const plan& p, const work& w) {
-  if (p.grid.x != 0 && w.kind != work::shape::grid) return "fixed(" + p.grid.to_string() + ")";
-  if (p.cooperative && w.kind == work::shape::none)
-    return "co-resident(" + std::to_string(p.resident_blocks()) + ")";
-  if (w.kind == work::shape::grid_stride && p.full_grid && w.waves == 0) return work_to_string(w) + "(full grid)";
-  return work_to_string(w) + (w.kind == work::shape::grid_stride || w.kind == work::shape::none
-                                  ? "(cap " + std::to_string(p.resident_blocks()) + ")"
-                                  : std::string());
-}
-
-// The grid the first launch ran: grid_for() rounds it up to whole clusters, so the log shows what the driver
-// was given, not the work's ceil. Empty when that grid is not computable here.
-std::string first_grid(const plan& p, const work& w) {
-  try {
-    return grid_for(p, w).to_string();
-  } catch (...) {
-    return {};
-  }
-}
-
-// Waves per SM of the grid the first launch ran (Nsight Compute's launch__waves_per_multiprocessor); -1 when
-// that grid is not computable here.
-double first_waves(const plan& p, const work& w) {
-  try {
-    return p.waves(grid_for(p, w));
-  } catch (...) {
-    return -1;
-  }
-}
-
-// The cluster figures: clusters of the launch co-resident on the device, and the share of the SMs' thread
-// slots their blocks fill ("cluster occupancy").
-double cluster_occupancy(const plan& p, const occupancy_result& o) {
-  if (p.resident_clusters <= 0 || p.sm_count <= 0 || o.active_warps_per_sm <= 0 || o.occupancy <= 0)
-    return 0;
-  const double max_threads_per_sm = 32.0 * o.active_warps_per_sm / o.occupancy;
-  return static_cast<double>(p.resident_blocks()) * p.block_threads / (max_threads_per_sm * p.sm_count);
-}
+}  // namespace
 
 // Logs a payload built by build_event (or format_plan) as is.
 void log_payload(spdlog::level::level_enum level, const event_payload& p) {
@@ -688,164 +406,31 @@ void log_payload(spdlog::level::level_enum level, const event_payload& p) {
   }
 }
 
-// With asynchronous output a new plan's line is made by the logging thread: the launching thread only queues a
-// copy of the report (the line took 3.2-3.5 us of its CPU time to make). False: make and log it here.
-bool queue_plan_line(log_state& s, const std::shared_ptr<const plan_report>& r) {
+log_front started_front() {
+  log_state& s = started_state();
+  return {*s.front, s.format.load()};
+}
+
+bool queue_plan_line(const std::shared_ptr<const plan_report>& r) {
+  log_state& s = started_state();
   if (!queues_lines(s) || sink_depth > 0) return false;
   // A sink added to logger() or a backtrace sees lines through the front logger: the line is made here then.
   if (s.front->sinks().size() != 1 || s.front->should_backtrace()) return false;
-  log_record rec{spdlog::level::info, spdlog::log_clock::now(), spdlog::details::os::thread_id(), false, {}, r};
+  log_record rec{
+      spdlog::level::info, spdlog::log_clock::now(), spdlog::details::os::thread_id(), false, {}, r};
   return s.queue.submit(rec);
 }
 
-}  // namespace
-
-std::string grid_rule_text(const plan& p, const work& w) { return grid_rule(p, w); }
-
-std::string format_plan(const plan_report& r, log_format f) {
-  const plan& p = r.plan;
-  // Demangled here (on the logging thread, when asynchronous) unless the launch had to name the kernel.
-  const std::string kernel = r.kernel.demangled.empty() ? demangle(r.kernel.name) : r.kernel.demangled;
-  const std::string cc = std::to_string(r.cc / 10) + "." + std::to_string(r.cc % 10);
-  if (f == log_format::json) {
-    nlohmann::json j = {
-        {"level", "info"},
-        {"logger", logger_name},
-        {"event", "new_plan"},
-        {"kernel", valid_utf8(kernel, log_field_cap)},
-        {"device", valid_utf8(r.device, log_field_cap)},
-        {"device_ordinal", r.device_ordinal},
-        {"cc", cc},
-        {"block", p.block.to_string()},
-        {"block_threads", p.block_threads},
-        {"grid_rule", grid_rule(p, r.first_work)},
-        {"blocks_per_sm", p.blocks_per_sm},
-        {"sm_count", p.sm_count},
-        {"dynamic_smem_bytes", p.dynamic_smem_bytes},
-        {"cooperative", p.cooperative},
-        {"occupancy", p.occupancy.occupancy},
-        {"active_warps_per_sm", p.occupancy.active_warps_per_sm},
-        {"active_blocks_per_sm", p.occupancy.active_blocks_per_sm},
-        {"limiter", limiter_names(p.occupancy.limiters)},
-        {"registers", r.kernel.regs_per_thread},
-        {"local_bytes_per_thread", r.kernel.local_bytes_per_thread},
-        {"static_smem_bytes", r.kernel.static_smem_bytes},
-        {"policy", valid_utf8(p.policy, log_field_cap)},
-        {"match", valid_utf8(p.match, log_field_cap)},
-        {"reason", valid_utf8(p.reason, log_field_cap)},
-    };
-    if (!p.warning.empty()) j["warning"] = valid_utf8(p.warning, log_field_cap);
-    if (!r.override_glob.empty()) j["override"] = valid_utf8(r.override_glob, log_field_cap);
-    if (const double w = first_waves(p, r.first_work); w >= 0) j["waves_per_sm"] = w;
-    if (const std::string g = first_grid(p, r.first_work); !g.empty()) j["first_grid"] = g;
-    if (!p.blocks.empty()) j["block_rule"] = p.blocks;
-    if (p.shape_rule.is_set()) j["block_shape"] = p.shape_rule.to_string();
-    if (p.programmatic) j["pdl"] = true;
-    if (r.family_size > 0) j["family_members"] = r.family_size;
-    if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count) j["sm_budget"] = p.sm_count;
-    if (p.cluster.count() > 1) {
-      j["cluster"] = p.cluster.to_string();
-      j["clusters_per_wave"] = p.resident_clusters;
-      j["cluster_occupancy"] = cluster_occupancy(p, p.occupancy);
-      if (p.cluster_from_kernel) j["cluster_from_kernel"] = true;
-    }
-    if (p.trials > 0) {
-      j["trials"] = p.trials;
-      j["tuning_ms"] = p.tuning_ms;
-    }
-    return dump_json(j);
-  }
-  const auto quoted = [](const std::string& v) { return quote_text(v, log_field_cap); };
-  std::string s =
-      "new plan: kernel=" + escape_text(kernel, log_field_cap) + " device=" + quoted(r.device) +
-      " #" + std::to_string(r.device_ordinal) + " cc=" + cc + " block=" + p.block.to_string() +
-      " grid=" + grid_rule(p, r.first_work) + " smem=" + std::to_string(p.dynamic_smem_bytes) +
-      "B occupancy=" + pct(p.occupancy.occupancy) + " (" + std::to_string(p.occupancy.active_blocks_per_sm) +
-      " blocks, " + std::to_string(p.occupancy.active_warps_per_sm) + " warps/SM; runs " +
-      std::to_string(p.blocks_per_sm) + " blocks/SM) limiter=" + limiter_names(p.occupancy.limiters) +
-      " regs=" + std::to_string(r.kernel.regs_per_thread) +
-      " local=" + std::to_string(r.kernel.local_bytes_per_thread) +
-      "B policy=" + escape_text(p.policy, log_field_cap);
-  if (p.cooperative) s += " cooperative";
-  if (p.cluster.count() > 1) {
-    s += " cluster=" + p.cluster.to_string() + (p.cluster_from_kernel ? "(kernel)" : "") +
-         " clusters/wave=" + std::to_string(p.resident_clusters) +
-         " cluster_occupancy=" + pct(cluster_occupancy(p, p.occupancy));
-  }
-  if (p.programmatic) s += " pdl";
-  if (!p.blocks.empty()) s += " blocks=" + quoted(p.blocks);
-  if (p.shape_rule.is_set()) s += " shape=" + p.shape_rule.to_string();
-  if (r.family_size > 0) s += " family=" + std::to_string(r.family_size);
-  if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count)
-    s += " sms=" + std::to_string(p.sm_count) + "/" + std::to_string(r.device_sm_count);
-  if (const std::string g = first_grid(p, r.first_work); !g.empty()) s += " first_grid=" + g;
-  if (const double w = first_waves(p, r.first_work); w >= 0) {
-    char t[32];
-    std::snprintf(t, sizeof t, " waves=%.2f", w);
-    s += t;
-  }
-  if (!r.override_glob.empty()) s += " override=" + quoted(r.override_glob);
-  s += " match=" + escape_text(p.match, log_field_cap);
-  if (p.trials > 0) {
-    char t[64];
-    std::snprintf(t, sizeof t, " trials=%d tuning=%.1fms", p.trials, p.tuning_ms);
-    s += t;
-  }
-  s += " reason=" + quoted(p.reason);
-  return s;
+bool first_spill_warning(const std::string& kernel) {
+  log_state& s = started_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.spill_warned.insert(kernel).second;
 }
 
-void log_new_plan(plan_report report) noexcept {
+void count_dropped_line() noexcept {
   try {
-    log_state& s = started_state();
-    spdlog::logger& l = *s.front;
-    const log_format f = s.format.load();
-    // The report moves once, into what a queued line holds; the lines below read it there.
-    const auto shared = std::make_shared<const plan_report>(std::move(report));
-    const plan_report& r = *shared;
-    if (l.should_log(spdlog::level::info) && !queue_plan_line(s, shared))
-      log_payload(spdlog::level::info, {format_plan(r, f), f == log_format::json});
-    if (!r.plan.warning.empty() && l.should_log(spdlog::level::warn)) {
-      if (f == log_format::json) {
-        log_event(spdlog::level::warn, "policy_shortfall",
-                  "kernel " + r.kernel.demangled + ": " + r.plan.warning,
-                  {{"kernel", r.kernel.demangled}, {"policy", r.plan.policy}, {"warning", r.plan.warning}});
-      } else {
-        log_payload(spdlog::level::warn, {"kernel " + escape_text(r.kernel.demangled, log_field_cap) + ": " +
-                                          escape_text(r.plan.warning, log_field_cap)});
-      }
-    }
-    if (r.kernel.local_bytes_per_thread > 0) {
-      bool first = false;
-      {
-        std::lock_guard<std::mutex> lock(s.mutex);
-        first = s.spill_warned.insert(r.kernel.name.substr(0, log_field_cap)).second;
-      }
-      if (first && l.should_log(spdlog::level::warn)) {
-        const std::string spill = std::to_string(r.kernel.local_bytes_per_thread);
-        const std::string regs = std::to_string(r.kernel.regs_per_thread);
-        if (f == log_format::json) {
-          // Numbers stay numbers in the spill object.
-          nlohmann::json j = {{"level", "warning"},
-                              {"logger", logger_name},
-                              {"event", "local_memory"},
-                              {"kernel", valid_utf8(r.kernel.demangled, log_field_cap)},
-                              {"local_bytes_per_thread", r.kernel.local_bytes_per_thread},
-                              {"registers", r.kernel.regs_per_thread}};
-          log_payload(spdlog::level::warn, {dump_json(j), true});
-        } else {
-          log_payload(spdlog::level::warn, {"kernel " + escape_text(r.kernel.demangled, log_field_cap) +
-                                            " uses " + spill + " B of local memory per thread (" + regs +
-                                            " registers; a stack frame or register spills, -Xptxas -v says "
-                                            "which): expect extra memory traffic"});
-        }
-      }
-    }
+    state().dropped.fetch_add(1, std::memory_order_relaxed);
   } catch (...) {
-    try {
-      state().dropped.fetch_add(1, std::memory_order_relaxed);
-    } catch (...) {
-    }
   }
 }
 
@@ -856,22 +441,20 @@ void log_event(spdlog::level::level_enum level, std::string_view event, std::str
     if (!s.front->should_log(level)) return;
     log_payload(level, build_event(level, event, message, fields, s.format.load()));
   } catch (...) {
-    try {
-      state().dropped.fetch_add(1, std::memory_order_relaxed);
-    } catch (...) {
-    }
+    count_dropped_line();
   }
 }
 
 void reset_logging_for_tests(std::shared_ptr<spdlog::sinks::sink> output) {
   log_state& s = state();
   if (s.async) wait_drained(s);
+  settings_reload_for_tests();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     configure_locked(s, std::move(output));
   }
   if (s.async) ensure_worker(s);
-  emit_env_warnings(s);
+  report_settings_warnings();
 }
 
 std::shared_ptr<spdlog::logger> logger() { return started_state().front; }
@@ -886,21 +469,25 @@ spdlog::logger& logger_fast() {
 std::shared_ptr<spdlog::logger> logger() { return detail::logger(); }
 
 void set_logger(std::shared_ptr<spdlog::logger> l) {
-  detail::log_state& s = detail::started_state();
+  // A program that sets its logger first gets the warnings about its environment there.
+  detail::log_state& s = detail::started_state(false);
   if (l == s.front) l = nullptr;         // set_logger(logger()) must not route the logger into itself
   if (s.async) detail::wait_drained(s);  // lines queued so far go where they were logged for
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (l) {
-    if (!s.user_target) s.default_level = s.front->level();
-    s.front->set_level(l->level());
-    s.user_target = true;
-  } else if (s.user_target) {
-    s.front->set_level(s.default_level);
-    s.user_target = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (l) {
+      if (!s.user_target) s.default_level = s.front->level();
+      s.front->set_level(l->level());
+      s.user_target = true;
+    } else if (s.user_target) {
+      s.front->set_level(s.default_level);
+      s.user_target = false;
+    }
+    s.user_route = s.user_target;
+    std::lock_guard<std::mutex> route_lock(s.route_mutex);
+    s.current.target = std::move(l);
   }
-  s.user_route = s.user_target;
-  std::lock_guard<std::mutex> route_lock(s.route_mutex);
-  s.current.target = std::move(l);
+  detail::report_settings_warnings();
 }
 
 void set_log_format(log_format f) {

@@ -15,8 +15,8 @@
 
 #include "launchfit/error.hpp"
 #include "launchfit/log.hpp"
-#include "env_switch.hpp"
 #include "log_internal.hpp"
+#include "settings.hpp"
 #include "text.hpp"
 
 // NVTX_DISABLE is NVTX's own switch, honoured as CUB honours it: a build that defines it (for the whole
@@ -65,19 +65,9 @@ listeners& the_listeners() {
 }
 
 #ifndef LAUNCHFIT_NO_NVTX
-bool nvtx_default() {
-  const switch_reading r = read_switch("LAUNCHFIT_NVTX", true);
-  if (!r.warning.empty()) {
-    try {
-      logger()->warn("{}", r.warning);
-    } catch (...) {
-    }
-  }
-  return r.on;
-}
-
+// LAUNCHFIT_NVTX, until set_nvtx() (a refused word is reported with the other settings' warnings).
 std::atomic<bool>& nvtx_flag() {
-  static std::atomic<bool>& on = *new std::atomic<bool>(nvtx_default());
+  static std::atomic<bool>& on = *new std::atomic<bool>(current_settings().nvtx);
   return on;
 }
 
@@ -85,10 +75,7 @@ std::atomic<bool>& nvtx_flag() {
 // Nsight Compute set it when they start the program): without one, no range can be seen, so none is made and
 // a plan's name is not even built (a miss stays as cheap as without NVTX).
 bool nvtx_tool_present() {
-  static const bool present = [] {
-    const char* v = std::getenv("NVTX_INJECTION64_PATH");
-    return v && *v;
-  }();
+  static const bool present = current_settings().nvtx_tool_attached;
   return present;
 }
 

@@ -3,6 +3,15 @@
 // The in-memory plan cache. Hit path: a thread-local direct-mapped front (no lock, no CUDA call) validated
 // by a global generation; misses go to a shared_mutex map whose per-key slots make concurrent first
 // launches of one key compute exactly one plan.
+//
+// Entries are freed once no thread can reach them. An entry leaves the map when the plan inputs change
+// (plan_inputs.hpp: found again by no key), or when its kernel or context goes, or at clear(); it is then
+// retired, and freed when every thread that could have found it has left the launch (or plan_for) it was
+// in. A thread holds a plan_reader for as long as it uses an entry (epoch-based reclamation: a reader
+// announces the epoch it entered in; a retired entry is freed once no reader of its epoch or an older one
+// is left, and the thread-local fronts are invalidated before). Nothing outside a reader holds an entry:
+// callers keep its plan, and the fault report its plan and kernel, as keep_plan() made them, valid for the
+// process's lifetime, one copy per distinct plan and kernel.
 
 #include <cuda.h>
 
@@ -26,6 +35,14 @@ class policy;
 
 namespace launchfit::detail {
 
+// What outlives a plan entry: its plan (plan_for()'s reference, launched::plan()) and its kernel's name (the
+// fault report's "last launched"). Made by keep_plan(), never freed.
+struct kept_plan {
+  launchfit::plan plan;
+  std::string kernel_name;       // kernel_resources::name
+  std::string kernel_demangled;  // kernel_resources::demangled, where the miss demangled it
+};
+
 // Immutable once published.
 struct plan_entry {
   plan_key key;
@@ -37,8 +54,14 @@ struct plan_entry {
   // The override that made this plan (null: the spec's policy), and the LAUNCHFIT_POLICY glob that chose it.
   std::shared_ptr<const launchfit::policy> overriding;
   std::string override_glob;
+  // Why the override (override_glob, overriding) cannot serve this launch where the spec's own policy made
+  // this plan instead: under the override's key, or under own_policy_bit (planner.hpp). Empty: the override
+  // decided.
+  std::string override_refused;
   launchfit::plan plan;
-  launch_options options;  // what the launch requires (the kernel's __cluster_dims__ included): its attributes
+  const kept_plan* kept = nullptr;  // `plan` and the kernel's name as callers keep them, set when cached
+  launch_options
+      options;  // what the launch requires (the kernel's __cluster_dims__ included): its attributes
   kernel_resources kernel;
   std::string device_name;
   std::string device_uuid;
@@ -59,14 +82,31 @@ std::string display_name(const kernel_resources& k);
 // Fills `demangled` where the miss skipped it, once; returns it.
 const std::string& name_kernel(kernel_resources& k);
 
+// Held by a thread for as long as it uses plan entries (detail::launch() and detail::plan_for() hold one
+// each): no entry this thread found is freed before the outermost plan_reader of the thread is gone.
+// Nestable; cheap (one exchange on entry, one store on exit). Not movable.
+class plan_reader {
+ public:
+  plan_reader();
+  ~plan_reader();
+  plan_reader(const plan_reader&) = delete;
+  plan_reader& operator=(const plan_reader&) = delete;
+};
+
 // Returns the entry for key, calling build exactly once per key across threads (build may throw; then
 // the next caller retries). No lock is held while build runs (it runs policies, plugins and the user's
 // reset callbacks): other threads asking for the key wait for it, and a build that asks for its own key again
 // on the same thread (a reset callback launching the kernel) gets nullptr and must plan without caching.
-// The returned pointer stays valid until process exit.
+// The returned pointer stays valid while the calling thread holds a plan_reader (without one: until the
+// next change of the plan inputs or forget_*() in any thread). The entry's `kept` plan is set.
 const plan_entry* find_or_build(const plan_key& key, const std::function<plan_entry()>& build);
-// Entry if present (front, then map); nullptr otherwise.
+// Entry if present (front, then map); nullptr otherwise. Valid as find_or_build()'s.
 const plan_entry* find(const plan_key& key) noexcept;
+
+// The plan and kernel name as callers keep them: one copy per distinct plan and kernel (every field
+// compared), never freed, so they outlive the entry that made them. Bounded by the number of distinct plans
+// the process makes, not by how often it plans again.
+const kept_plan& keep_plan(const launchfit::plan& p, const kernel_resources& kernel);
 
 // Drops every plan of one kernel (module unload).
 void forget_kernel(std::uintptr_t kernel_id);
@@ -79,7 +119,14 @@ void forget_all_plans();
 struct cache_stats {
   std::uint64_t builds = 0;
   std::uint64_t map_hits = 0;
+  std::uint64_t retired = 0;     // entries out of the map and not freed yet (a reader may still use them)
+  std::uint64_t freed = 0;       // retired entries freed since the process started
+  std::uint64_t kept_plans = 0;  // distinct plans keep_plan() holds
 };
 cache_stats stats() noexcept;
+
+// Frees the retired entries no reader can reach any more (a miss after an input change and every forget_*()
+// do it too); returns how many are left. For tests and for a process that wants its memory back now.
+std::size_t free_retired_plans();
 
 }  // namespace launchfit::detail

@@ -5,6 +5,8 @@
 #include "plan_file_format.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -15,6 +17,8 @@
 #include <utility>
 
 #include "launch_options.hpp"
+#include "launchfit/error.hpp"
+#include "launchfit/policy.hpp"
 #include "plan_json.hpp"
 #include "text.hpp"
 
@@ -58,6 +62,43 @@ T key_int(const json& obj, const char* key) {
   }
 }
 
+// Why an origin text is not one a writer gives, or "": bounded clean text that holds no credentials.
+std::string invalid_origin(const std::string& o) {
+  if (!is_clean_text(o, max_origin_bytes))
+    return "'origin' is longer than " + std::to_string(max_origin_bytes) +
+           " bytes or holds control characters";
+  if (o.find('@') != std::string::npos) return "'origin' names a user or password";
+  return {};
+}
+
+double measurement_number(const json& m, const char* key) {
+  const auto it = m.find(key);
+  if (it == m.end()) throw bad_entry(std::string("'measurement' without '") + key + "'");
+  if (!it->is_number()) throw bad_entry(std::string("'measurement.") + key + "' is not a number");
+  return it->get<double>();
+}
+
+// The shape; the ranges are invalid_measurement()'s (validate_stored_entry() says them again).
+plan_measurement parse_measurement(const json& m) {
+  if (!m.is_object()) throw bad_entry("'measurement' is not an object");
+  plan_measurement out;
+  out.best_ms = measurement_number(m, "time_ms");
+  out.spread = measurement_number(m, "spread");
+  const auto t = m.find("trials");
+  if (t == m.end() || !t->is_number_unsigned() || t->get<std::uint64_t>() > measurement_max_trials)
+    throw bad_entry("'measurement.trials' is not a count in 1.." + std::to_string(measurement_max_trials));
+  out.trials = static_cast<std::uint32_t>(t->get<std::uint64_t>());
+  const auto c = m.find("clean");
+  if (c == m.end() || !c->is_boolean()) throw bad_entry("'measurement.clean' is not true or false");
+  out.clean = c->get<bool>();
+  if (const auto w = m.find("conditions"); w != m.end()) {
+    if (!w->is_string()) throw bad_entry("'measurement.conditions' is not a string");
+    out.conditions = w->get<std::string>();
+  }
+  if (const std::string why = invalid_measurement(out); !why.empty()) throw bad_entry(why);
+  return out;
+}
+
 // The entry's shape and ranges; what it means (validate_stored_entry) is checked by the caller.
 stored_entry parse_entry(const json& e) {
   if (!e.is_object()) throw bad_entry("entry is not an object");
@@ -94,6 +135,18 @@ stored_entry parse_entry(const json& e) {
     }
     out.stored_at_ms = t->get<std::uint64_t>();
   }
+  // Added within version 1: absent in entries of older writers (an unmeasured plan, epoch 0, made here).
+  if (const auto m = e.find("measurement"); m != e.end()) out.measurement = parse_measurement(*m);
+  if (const auto t = e.find("epoch"); t != e.end()) {
+    if (!t->is_number_unsigned() || t->get<std::uint64_t>() > max_epoch)
+      throw bad_entry("'epoch' is not a count in 0..2^53");
+    out.epoch = t->get<std::uint64_t>();
+  }
+  if (const auto o = e.find("origin"); o != e.end()) {
+    if (!o->is_string()) throw bad_entry("'origin' is not a string");
+    out.origin = o->get<std::string>();
+    if (const std::string why = invalid_origin(out.origin); !why.empty()) throw bad_entry(why);
+  }
   return out;
 }
 
@@ -116,12 +169,41 @@ json entry_json(const stored_entry& e) {
               {"stored_at", e.stored_at_ms}};
   if (e.bytes_in_flight_per_sm > 0)
     out["calibration"] = {{"bytes_in_flight_per_sm", e.bytes_in_flight_per_sm}};
+  // Written only when there is something to say, so that an entry without them reads as before.
+  if (e.measurement) {
+    const plan_measurement& m = *e.measurement;
+    out["measurement"] = {{"time_ms", m.best_ms},
+                          {"spread", m.spread},
+                          {"trials", m.trials},
+                          {"clean", m.clean},
+                          {"conditions", m.conditions}};
+  }
+  if (e.epoch > 0) out["epoch"] = e.epoch;
+  if (!e.origin.empty()) out["origin"] = e.origin;
   return out;
 }
 
-// One document's entry: parsed, then validated. A validation failure is a refusal (the entry was read
-// whole, and it lies about its launch); anything else is a bad entry.
-enum class entry_result { ok, bad, refused };
+// One document's entry: parsed, then validated, then its stored_at bounded. A validation failure is a
+// refusal (the entry was read whole, and it lies about its launch); anything else is a bad entry. A stamp
+// beyond the skew is `clamped`: the entry is kept and `why` says what was not believed.
+enum class entry_result { ok, clamped, bad, refused };
+
+std::uint64_t clock_ms() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
+// "7 minutes", "3 hours", "104249 days".
+std::string duration_text(std::uint64_t ms) {
+  const std::uint64_t minutes = ms / 60000;
+  if (minutes < 120) return std::to_string(minutes) + " minutes";
+  if (minutes < 48 * 60) return std::to_string(minutes / 60) + " hours";
+  return std::to_string(minutes / (24 * 60)) + " days";
+}
+
+// Every clamp of this process; a plain atomic: nothing to destroy at exit while a writer thread reads.
+std::atomic<std::uint64_t> stamps_cleared{0};
 
 entry_result read_entry(const json& j, std::size_t index, stored_entry& out, std::string& why) {
   try {
@@ -131,19 +213,111 @@ entry_result read_entry(const json& j, std::size_t index, stored_entry& out, std
     return entry_result::bad;
   }
   const std::string refused = validate_stored_entry(out);
-  if (refused.empty()) return entry_result::ok;
-  why = entry_label(index, out.key) + ": " + refused;
-  return entry_result::refused;
+  if (!refused.empty()) {
+    why = entry_label(index, out.key) + ": " + refused;
+    return entry_result::refused;
+  }
+  // The stamp only orders entries (the newest wins a ranking, a pull and a merge): its plan passed every
+  // check above, so a stamp from the future costs the entry its precedence, not its plan. Refusing it would
+  // drop good plans whenever a reader's clock runs behind a writer's; clamping it to the reader's "now"
+  // would not end the lie, since a stamp at rest (a value in a store, a frozen file, a file no process
+  // rewrites) would be read as the newest again by every later reader. 0, "unknown", is a fixed point: the
+  // entry ranks below every dated one, wherever and whenever it is read, and is written back as 0.
+  const std::uint64_t now = clock_ms();
+  if (out.stored_at_ms > now && out.stored_at_ms - now > max_stored_at_skew_ms) {
+    why = entry_label(index, out.key) + ": 'stored_at' " + std::to_string(out.stored_at_ms) + " is " +
+          duration_text(out.stored_at_ms - now) + " ahead of this clock (more than the " +
+          duration_text(max_stored_at_skew_ms) +
+          " of skew allowed): read as of unknown age, below every dated entry";
+    out.stored_at_ms = 0;
+    return entry_result::clamped;
+  }
+  return entry_result::ok;
 }
 
-// One entry per line between these: compact, yet readable and diffable.
-const std::string& file_head() {
-  static const std::string head = std::string("{\"format\": \"") + cache_file_format +
-                                  "\", \"version\": " + std::to_string(cache_file_version) +
-                                  ", \"entries\": [\n";
-  return head;
+// One entry's JSON text (any layout) through read_entry().
+entry_result read_entry_text(std::string_view json_text, stored_entry& out, std::string* why = nullptr) {
+  std::string ignored;
+  std::string& says = why ? *why : ignored;
+  if (json_text.find('\0') != std::string_view::npos) {
+    says = "holds a NUL byte";
+    return entry_result::bad;
+  }
+  const json entry = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (entry.is_discarded()) {
+    says = "not valid JSON";
+    return entry_result::bad;
+  }
+  return read_entry(entry, 0, out, says);
 }
+
+// One entry per line between these: compact, yet readable and diffable. A constant, never a function-local
+// static string: the file's writer runs on the background thread, which may still be writing while exit()
+// destroys statics (a destroyed head once put 16 bytes of heap garbage at the start of every plan file).
+constexpr std::string_view file_head =
+    "{\"format\": \"launchfit-plan-cache\", \"version\": 1, \"entries\": [\n";
+static_assert(file_head.substr(12, 20) == std::string_view(cache_file_format) && cache_file_version == 1,
+              "file_head spells the format and version of plan_file_format.hpp");
 constexpr std::string_view file_tail = "]}\n";
+
+// What a plan entry states of itself, checked without the live kernel (validate_stored_entry()).
+std::string inconsistent_plan(const stored_entry& e) {
+  const stored_key& k = e.key;
+  const plan& p = e.plan;
+  const std::optional<kernel_resources> kernel = kernel_from_fingerprint(k.kernel);
+  if (!kernel) {
+    return "the key's kernel '" + escape_text(k.kernel, 200) +
+           "' is not a kernel fingerprint (name|registers|static smem|local bytes|max threads|ptx|binary "
+           "version, each in range)";
+  }
+  if (k.sm_count < 1)
+    return "the key's sm_count is " + std::to_string(k.sm_count) + " (a GPU has at least one SM)";
+  if (p.block.x == 0 || p.block.y == 0 || p.block.z == 0)
+    return "the entry's plan has block " + p.block.to_string() + ": a dimension of 0 threads";
+  const unsigned long long threads = p.block.count();
+  if (threads > 1024)
+    return "the entry's plan has block " + p.block.to_string() + " of " + std::to_string(threads) +
+           " threads, above the 1024 of any GPU";
+  if (p.block_threads < 0 || static_cast<unsigned long long>(p.block_threads) != threads)
+    return "the entry's plan says block_threads " + std::to_string(p.block_threads) + " for block " +
+           p.block.to_string() + " of " + std::to_string(threads) + " threads";
+  // The fingerprint is the kernel's, recorded when the plan was made: a launch finds the entry only under
+  // the fingerprint of the kernel it launches (the planner checks the live kernel again).
+  if (threads > static_cast<unsigned long long>(kernel->max_threads_per_block))
+    return "the entry's plan has a block of " + std::to_string(threads) + " threads, above the " +
+           std::to_string(kernel->max_threads_per_block) +
+           " its key's kernel allows (its maxThreadsPerBlock: __launch_bounds__ or register use)";
+  if (p.blocks_per_sm < 0) return "the entry's plan has blocks_per_sm " + std::to_string(p.blocks_per_sm);
+  query q;
+  try {
+    q.device = device_limits::for_arch(std::to_string(k.cc));
+  } catch (const error&) {
+    return {};  // an architecture the table does not know (a newer GPU): the format's bounds only
+  }
+  const device_limits& arch = q.device;
+  const std::string on = " an SM of " + arch.arch() + " holds";
+  if (arch.max_blocks_per_sm > 0 && p.blocks_per_sm > arch.max_blocks_per_sm)
+    return "the entry's plan has blocks_per_sm " + std::to_string(p.blocks_per_sm) + ", above the " +
+           std::to_string(arch.max_blocks_per_sm) + " blocks" + on;
+  const unsigned long long warps = (threads + arch.warp_size - 1) / std::max(arch.warp_size, 1);
+  if (arch.max_warps_per_sm > 0 && static_cast<unsigned long long>(p.blocks_per_sm) * warps >
+                                       static_cast<unsigned long long>(arch.max_warps_per_sm))
+    return "the entry's plan has blocks_per_sm " + std::to_string(p.blocks_per_sm) + " of " +
+           std::to_string(warps) + " warps, above the " + std::to_string(arch.max_warps_per_sm) + " warps" +
+           on;
+  q.device.sm_count = k.sm_count;
+  q.kernel = *kernel;
+  q.kernel.max_dynamic_smem_bytes = q.device.smem_per_block_optin_bytes;
+  q.dynamic_smem_bytes = p.dynamic_smem_bytes;  // the key's smem rule against the plan's: above
+  q.cluster = p.cluster;
+  plan checked = p;
+  try {
+    validate_plan(q, checked);  // block and grid dimensions, smem, a block that fits, co-residency, PDL
+  } catch (const error& bad) {
+    return bad.message();
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -158,8 +332,41 @@ std::string implausible_calibration(std::uint64_t bytes, const device_limits& de
          escape_text(dev.name.empty() ? dev.arch() : dev.name, 64) + ")";
 }
 
+std::string invalid_measurement(const plan_measurement& m) {
+  // Written so that NaN fails every test.
+  if (!(m.best_ms >= measurement_min_ms && m.best_ms < measurement_max_ms))
+    return "'measurement.time_ms' is not a time in 0.0001..1e6 ms";
+  if (!(m.spread >= 0 && m.spread <= measurement_max_spread)) return "'measurement.spread' is not in 0..10";
+  if (m.trials < 1 || m.trials > measurement_max_trials)
+    return "'measurement.trials' is not a count in 1.." + std::to_string(measurement_max_trials);
+  if (!is_clean_text(m.conditions, measurement_max_conditions))
+    return "'measurement.conditions' is longer than " + std::to_string(measurement_max_conditions) +
+           " bytes or holds control characters";
+  return {};
+}
+
+bool better_measured(const std::optional<plan_measurement>& candidate,
+                     const std::optional<plan_measurement>& stored) noexcept {
+  if (!candidate) return false;  // unmeasured never replaces anything
+  if (!stored) return true;      // measured replaces unmeasured
+  const double noise = std::max({stored->spread, candidate->spread, 0.01});
+  return candidate->best_ms < stored->best_ms * (1 - noise);
+}
+
+bool replaces_in_file(const stored_entry& candidate, const stored_entry& stored) noexcept {
+  if (candidate.key.kernel == calibration_kernel || !stored.measurement) return true;
+  // A measurement taken under contention is provisional: any clean one replaces it.
+  if (!stored.measurement->clean && candidate.measurement && candidate.measurement->clean) return true;
+  return better_measured(candidate.measurement, stored.measurement);
+}
+
 std::string validate_stored_entry(const stored_entry& e) {
   const stored_key& k = e.key;
+  if (e.measurement) {
+    if (std::string why = invalid_measurement(*e.measurement); !why.empty()) return why;
+  }
+  if (e.epoch > max_epoch) return "'epoch' is not a count in 0..2^53";
+  if (std::string why = invalid_origin(e.origin); !why.empty()) return why;
   // The parser refuses these already; an entry built elsewhere (a remote store) is held to the same.
   const std::pair<const char*, const std::string*> texts[] = {{"device_uuid", &k.device_uuid},
                                                               {"kernel", &k.kernel},
@@ -188,8 +395,8 @@ std::string validate_stored_entry(const stored_entry& e) {
   std::optional<stored_key_text> key = parse_key_text(k.policy);
   if (!key) {
     return "the key's policy text '" + escape_text(k.policy, 200) +
-           "' is not a policy followed by launch-option words (cooperative, cluster=XxYxZ, pdl, waves=, blocks=, "
-           "rows=32, sms=, family=)";
+           "' is not a policy followed by launch-option words (cooperative, cluster=XxYxZ, pdl, waves=, "
+           "blocks=, rows=32, sms=, family=)";
   }
   // The smem rule is a launch option held in its own key field: fixed bytes bind the plan's smem.
   if (const auto bytes = fixed_smem_of(k.smem_rule)) {
@@ -202,15 +409,19 @@ std::string validate_stored_entry(const stored_entry& e) {
   // Which stored plan a launch may use is decided by its key alone: a plan that launches otherwise than its
   // key says would add or drop what a launch requires.
   const std::string& said = e.plan.policy;
+  std::string mismatch;
   if (said.size() + 4 > max_plan_text_bytes && said.size() < key->policy.size() &&
       key->policy.compare(0, said.size(), said) == 0) {
     // A policy text that long was cut when the plan was read (at a character boundary): its start is the
     // key's.
     plan whole = e.plan;
     whole.policy = key->policy;
-    return stored_plan_mismatch(*key, whole);
+    mismatch = stored_plan_mismatch(*key, whole);
+  } else {
+    mismatch = stored_plan_mismatch(*key, e.plan);
   }
-  return stored_plan_mismatch(*key, e.plan);
+  if (!mismatch.empty()) return mismatch;
+  return inconsistent_plan(e);
 }
 
 std::string entry_label(std::size_t index, const stored_key& key) {
@@ -257,7 +468,8 @@ cache_file_contents parse_cache_file(std::string_view text) {
     stored_entry e;
     std::string why;
     const entry_result r = read_entry((*entries)[i], i, e, why);
-    if (r == entry_result::ok) {
+    if (r == entry_result::clamped && out.clamped++ < cache_file_max_problems) out.clamps.push_back(why);
+    if (r == entry_result::ok || r == entry_result::clamped) {
       out.entries.push_back(std::move(e));
       continue;
     }
@@ -265,6 +477,7 @@ cache_file_contents parse_cache_file(std::string_view text) {
     if (out.problems.size() < cache_file_max_problems) out.problems.push_back(why);
     if (out.skipped++ == 0) out.problem = std::move(why);
   }
+  stamps_cleared.fetch_add(out.clamped, std::memory_order_relaxed);
   return out;
 }
 
@@ -273,7 +486,7 @@ std::string cache_file_line(const stored_entry& e) {
 }
 
 std::string serialize_cache_file(const std::vector<stored_entry>& entries) {
-  std::string out = file_head();
+  std::string out(file_head);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     out += cache_file_line(entries[i]);
     out += i + 1 < entries.size() ? ",\n" : "\n";
@@ -284,7 +497,7 @@ std::string serialize_cache_file(const std::vector<stored_entry>& entries) {
 
 bool parse_cache_file_lines(std::string_view text, const std::function<bool(std::string_view)>& known,
                             std::vector<stored_entry>& out) {
-  const std::string& head = file_head();
+  constexpr std::string_view head = file_head;
   if (text.size() < head.size() + file_tail.size() || text.compare(0, head.size(), head) != 0 ||
       text.compare(text.size() - file_tail.size(), file_tail.size(), file_tail) != 0) {
     return false;
@@ -300,19 +513,21 @@ bool parse_cache_file_lines(std::string_view text, const std::function<bool(std:
     if (!last) line.remove_suffix(1);
     if (known && known(line)) continue;
     stored_entry e;
-    if (!parse_stored_entry(line, e).empty()) return false;
+    // A clamped stamp, too, is left to parse_cache_file(), which counts and names it.
+    if (read_entry_text(line, e) != entry_result::ok) return false;
     out.push_back(std::move(e));
   }
   return true;
 }
 
 std::string parse_stored_entry(std::string_view json_text, stored_entry& out) {
-  if (json_text.find('\0') != std::string_view::npos) return "holds a NUL byte";
-  const json entry = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
-  if (entry.is_discarded()) return "not valid JSON";
   std::string why;
-  return read_entry(entry, 0, out, why) == entry_result::ok ? std::string() : why;
+  const entry_result r = read_entry_text(json_text, out, &why);
+  if (r == entry_result::clamped) stamps_cleared.fetch_add(1, std::memory_order_relaxed);
+  return r == entry_result::ok || r == entry_result::clamped ? std::string() : why;
 }
+
+std::uint64_t future_stamps_cleared() noexcept { return stamps_cleared.load(std::memory_order_relaxed); }
 
 }  // namespace detail
 
@@ -340,22 +555,41 @@ stored_key stored_key_for(const device_limits& dev, int driver_version, const ke
   return k;
 }
 
-bool compatible_driver(int stored_version, int wanted_version) noexcept {
-  return stored_version > 0 && wanted_version > 0 && stored_version / 1000 == wanted_version / 1000;
-}
-
-namespace {
-
-bool is_mig(const stored_key& k) {
-  return k.device_uuid.rfind("MIG-", 0) == 0 || k.device_name.find(" MIG ") != std::string::npos;
-}
-
-}  // namespace
-
-bool same_device_model(const stored_key& stored, const stored_key& wanted) noexcept {
-  return !stored.device_name.empty() && stored.device_name == wanted.device_name && stored.cc == wanted.cc &&
-         stored.sm_count == wanted.sm_count && stored.l2_bytes == wanted.l2_bytes &&
-         is_mig(stored) == is_mig(wanted) && compatible_driver(stored.driver_version, wanted.driver_version);
+std::optional<kernel_resources> kernel_from_fingerprint(std::string_view text) {
+  // Right to left: binary, ptx, max threads, local bytes, static smem, registers; the rest is the name.
+  struct field {
+    long long* to;
+    long long most;
+    long long least;
+  };
+  long long regs = 0, smem = 0, local = 0, threads = 0, ptx = 0, binary = 0;
+  const field fields[] = {{&binary, 9999, 0},     {&ptx, 9999, 0},       {&threads, 1024, 1},
+                          {&local, 1ll << 30, 0}, {&smem, 1ll << 30, 0}, {&regs, 255, 0}};
+  std::size_t end = text.size();
+  for (const field& f : fields) {
+    const std::size_t bar = end == 0 ? std::string_view::npos : text.rfind('|', end - 1);
+    if (bar == std::string_view::npos) return std::nullopt;
+    const std::string_view digits = text.substr(bar + 1, end - bar - 1);
+    if (digits.empty() || digits.size() > 10 ||
+        digits.find_first_not_of("0123456789") != std::string_view::npos)
+      return std::nullopt;
+    long long v = 0;
+    for (const char c : digits) v = v * 10 + (c - '0');
+    if (v < f.least || v > f.most) return std::nullopt;
+    *f.to = v;
+    end = bar;
+  }
+  if (end == 0) return std::nullopt;
+  kernel_resources k;
+  k.name = std::string(text.substr(0, end));
+  k.demangled = k.name;
+  k.regs_per_thread = static_cast<int>(regs);
+  k.static_smem_bytes = static_cast<std::size_t>(smem);
+  k.local_bytes_per_thread = static_cast<std::size_t>(local);
+  k.max_threads_per_block = static_cast<int>(threads);
+  k.ptx_version = static_cast<int>(ptx);
+  k.binary_version = static_cast<int>(binary);
+  return k;
 }
 
 }  // namespace launchfit

@@ -28,9 +28,9 @@ T integer(const json& v, const char* key, long long lo, unsigned long long hi) {
   bool in_range;
   unsigned long long u = 0;
   long long i = 0;
-  if (v.is_number_unsigned()) {
+  if (v.is_number_unsigned()) {  // what the parser makes of every non-negative number in the text
     u = v.get<std::uint64_t>();
-    in_range = u <= hi;
+    in_range = u <= hi && (lo <= 0 || u >= static_cast<unsigned long long>(lo));
   } else {
     i = v.get<std::int64_t>();
     in_range = i >= lo && (i < 0 || static_cast<unsigned long long>(i) <= hi);
@@ -144,6 +144,12 @@ plan plan_from_json(const json& j) {
   // A plan that could never launch is not worth trusting (blocks hold at most 1024 threads everywhere).
   if (p.block.count() > 1024) throw bad_plan_json("block " + p.block.to_string() + " is not a legal block");
   p.block_threads = static_cast<int>(p.block.count());
+  // Written for readers of the file; one that disagrees with the block is not the plan that was made.
+  field(j, "block_threads", [&](const json& v) {
+    if (integer<int>(v, "block_threads", 0, 1024) != p.block_threads)
+      bad("block_threads", v.dump() + ", but block " + p.block.to_string() + " holds " +
+                               std::to_string(p.block_threads) + " threads");
+  });
   int_field(j, "blocks_per_sm", p.blocks_per_sm, 0, 65536);
   int_field(j, "sm_count", p.sm_count, 0, 65536);
   int_field(j, "dynamic_smem_bytes", p.dynamic_smem_bytes, 0, smem_max);

@@ -37,8 +37,9 @@ nlohmann::json occupancy_to_json(const occupancy_result& o);
 // Reads what plan_to_json writes, as untrusted input: "block" is required, other fields keep their
 // defaults when absent, unknown fields are ignored. Throws bad_plan_json for a wrong type, a number out of
 // its range (block 1..1024 threads, grid and cluster dims, counts >= 0, occupancy in 0..1, finite times),
-// or a non-object. Text fields go through sanitize_text(). "match" is never read: where a plan came from is
-// for the reader to say (the result has the default "computed"). block_threads is block.count().
+// a "block_threads" other than the block's product, or a non-object. Text fields go through
+// sanitize_text(). "match" is never read: where a plan came from is for the reader to say (the result has
+// the default "computed"). block_threads is block.count().
 plan plan_from_json(const nlohmann::json& j);
 occupancy_result occupancy_from_json(const nlohmann::json& j);
 

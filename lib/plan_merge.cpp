@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "store/future_stamps.hpp"
+
 namespace launchfit::detail {
 
 key_tuple tie_key(const stored_key& k) {
@@ -140,6 +142,8 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
     disk = std::move(view.entries);
   } else {
     const cache_file_contents contents = read_entries(text, view.valid ? &view : nullptr, disk, &out.others);
+    note_future_stamps(stamp_reader::file, "plan cache file " + job.path, contents.clamped,
+                       contents.clamps.empty() ? std::string_view() : contents.clamps.front());
     if (contents.status == cache_file_status::foreign ||
         contents.status == cache_file_status::wrong_version) {
       out.why = "it was replaced by something else: " + contents.problem;
@@ -153,8 +157,10 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
   own_lines own = std::move(view.own);
   view.own.clear();
   for (const auto& e : mine) {
-    held h{e, cache_file_line(e)};
     key_tuple k = tie_key(e.key);
+    // A measured plan on disk stays unless this one was measured better beyond noise (one rule).
+    if (const auto d = disk.find(k); d != disk.end() && !replaces_in_file(e, d->second.entry)) continue;
+    held h{e, cache_file_line(e)};
     own.insert_or_assign(k, h.line);
     disk.insert_or_assign(std::move(k), std::move(h));
   }
@@ -164,8 +170,8 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
   }
   if (!keep_within_limits(disk, job.max_entries, job.max_bytes, own)) {
     view.own = std::move(own);
-    out.why = "other processes' entries alone exceed this process's limits (" + std::to_string(job.max_entries) +
-              " entries, " + std::to_string(job.max_bytes) +
+    out.why = "other processes' entries alone exceed this process's limits (" +
+              std::to_string(job.max_entries) + " entries, " + std::to_string(job.max_bytes) +
               " bytes; LAUNCHFIT_CACHE_MAX_ENTRIES, LAUNCHFIT_CACHE_MAX_BYTES): a limit never removes what "
               "others wrote, so this process does not add to the file (launchfit-plans prune shrinks it)";
     return out;
@@ -198,6 +204,8 @@ reread_status reread_file(const std::string& path, std::size_t max_bytes, disk_v
   std::vector<stored_entry> found;
   const cache_file_contents contents = read_entries(text, view.valid ? &view : nullptr, disk, &found);
   refused += contents.refused;
+  note_future_stamps(stamp_reader::file, "plan cache file " + path, contents.clamped,
+                     contents.clamps.empty() ? std::string_view() : contents.clamps.front());
   if (contents.status != cache_file_status::ok && contents.status != cache_file_status::empty) {
     view.valid = false;
     return reread_status::refused;

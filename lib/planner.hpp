@@ -11,8 +11,9 @@
 #include <string>
 
 #include "device_query.hpp"
-#include "launchfit/detail/launch_request.hpp"
 #include "launch_options.hpp"
+#include "launchfit/detail/launch_request.hpp"
+#include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
 #include "plan_inputs.hpp"
@@ -24,7 +25,7 @@ using launch_requirements = launch_options;
 
 // The requirements in a plan key: one function owns the encoding (launch_options.hpp).
 // The offline calculator answers a policy's candidate blocks while it has agreed with the driver on every
-// chosen block in this process (see planner.cpp); false after the first disagreement.
+// chosen block in this process (see planner_query.cpp); false after the first disagreement.
 bool calculator_trusted_now() noexcept;
 // Tests: added to each residency the calculator answers, so that it disagrees with the driver.
 extern std::atomic<int> calculator_skew_for_tests;
@@ -32,26 +33,32 @@ extern std::atomic<int> calculator_skew_for_tests;
 inline std::uint64_t launch_bits(const launch_request& r) noexcept { return key_bits(launch_options_of(r)); }
 // Set in the key of a plan made by an override (under its own policy hash and bucket).
 inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
+// Set in the key of the spec's own plan made where an override cannot serve the launch (follow_route()).
+inline constexpr std::uint64_t own_policy_bit = 1ULL << 62;
 
 // What shapes the block and the resident grid beyond the policy: the block rule, the block shape (block_y,
-// x multiple, rows per thread), multi-dimensional work (its blocks are shaped in rows of 32), the SM budget
-// and a grid_stride launch's waves cap (a tuning policy times its candidates under it). 0 when none is given.
-inline std::uint64_t shape_bits(const launch_request& r) noexcept {
+// x multiple, rows per thread), multi-dimensional work (its blocks are shaped in rows of 32), the SM budget,
+// a grid_stride launch's waves cap (a tuning policy times its candidates under it), and a spec without work
+// (its plan says plan::without_work where the policy decides by the work, so it is not the plan of the same
+// spec with work even where their buckets agree). 0 for 1-D work with none of these. `w`: the request's work.
+inline std::uint64_t shape_bits(const launch_request& r, const work& w) noexcept {
   const std::uint64_t rule = r.blocks.k == block_rule::kind::any ? 0 : r.blocks.hash();
   const std::uint64_t shape = r.shape_rule.hash();
-  const std::uint64_t waves = r.shape.kind == work::shape::grid_stride ? r.options.waves : 0;
-  const std::uint64_t extra = (r.shape.rank >= 2 ? 2u : 0u) |
-                              (static_cast<std::uint64_t>(r.options.sm_budget & 0xffffff) << 8) | (waves << 32);
+  const std::uint64_t waves = w.kind == work::shape::grid_stride ? r.options.waves : 0;
+  const std::uint64_t extra = (w.rank >= 2 ? 2u : 0u) | (w.kind == work::shape::none ? 4u : 0u) |
+                              (static_cast<std::uint64_t>(r.options.sm_budget & 0xffffff) << 8) |
+                              (waves << 32);
   if ((rule | extra | shape) == 0) return 0;
   const std::uint64_t h = hash_combine(rule, extra);
   return (shape ? hash_combine(h, shape) : h) | 1;
 }
+inline std::uint64_t shape_bits(const launch_request& r) noexcept { return shape_bits(r, r.shape); }
 
 // Everything a plan depends on: the request's own fields and the generation of the process-wide inputs
 // (plan_inputs.hpp), so no call site ever flushes the cache by hand.
 inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexcept {
-  return plan_key{ctx.id,         r.kernel_id,  r.policy_hash, r.options.smem_identity(), r.bucket, launch_bits(r),
-                  shape_bits(r), plan_inputs_generation()};
+  return plan_key{ctx.id,   r.kernel_id,    r.policy_hash, r.options.smem_identity(),
+                  r.bucket, launch_bits(r), shape_bits(r), plan_inputs_generation()};
 }
 
 // The key of a request missed: plans it (or waits for the thread that does). A request asked again from
@@ -59,20 +66,38 @@ inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexce
 // `local`, not cached.
 const plan_entry& plan_miss(const launch_request& r, const context_ref& ctx, const plan_key& key,
                             std::optional<plan_entry>& local);
-// The entry of an overridden request only routes: the override's plan, under the override's own key.
+// The key of an override's plan for a request keyed `base`: the override's hash and size bucket combined with
+// the spec's, since where the override cannot serve the launch the spec's own policy decides under this key.
+plan_key override_key(const plan_key& base, std::uint64_t override_hash,
+                      std::uint64_t override_bucket) noexcept;
+// The entry of an overridden request only routes: the override's plan (override_key()), or the spec's own
+// where the override cannot serve the launch (a bad parameter, a plan outside the launch's limits, a plugin's
+// failure, a first-run tuning plan_for() cannot wait for), made once with one warning naming the override and
+// why.
 const plan_entry& follow_route(const launch_request& r, const context_ref& ctx, const plan_entry& route,
                                std::optional<plan_entry>& local);
+// An override's entry whose plan cannot serve this launch's work (its grid would exceed the device's limits
+// or co-residency, or its fixed grid would leave items undone): the spec's own plan instead, made once with
+// one warning naming the kernel, the override and why. Any other entry is returned as it is.
+const plan_entry& serve_work(const launch_request& r, const context_ref& ctx, const plan_entry& e,
+                             std::optional<plan_entry>& local);
 // The cached plan's dynamic smem is not what this launch's smem_per_block rule gives for its block (a rule of
 // the same type with other captured values): plans again, keyed by the rule's answer.
-const plan_entry& replan_for_smem_rule(const launch_request& r, const context_ref& ctx, const plan_entry& stale,
-                                       std::optional<plan_entry>& local);
+const plan_entry& replan_for_smem_rule(const launch_request& r, const context_ref& ctx,
+                                       const plan_entry& stale, std::optional<plan_entry>& local);
 
 // ---- pure steps, tested on the CPU ----------------------------------------------------------------------
 
-// The plan contract: plan_for(k, spec) answers with exactly what launch(k, spec) runs. A spec without work
-// whose policy decides by the work (policy::depends_on_work()) has no answer a later launch with work would
-// keep: refused with errc::missing_work, naming the kernel and the policy, before any plan is made.
-void require_work_for_plan(const launch_request& r);
+// Whether an error says that a policy's plan cannot serve this launch (a bad parameter, a plan outside the
+// kernel's, device's or launch's limits, a plugin's failure, a first-run tuning that plan_for() cannot wait
+// for), rather than a failure of the device, the driver or launchfit itself (those are thrown as they are).
+// An override that cannot serve a launch gives way to the spec's own policy.
+bool cannot_serve(const error& e) noexcept;
+
+// Why an override's plan cannot serve this work (an empty string: it can): the grid it gives is refused
+// (grid_for(): above the device's limits, not co-resident), or its fixed grid covers fewer blocks than
+// items(n) needs (one thread per item: the rest would be left undone). Other errors are thrown.
+std::string override_work_refusal(const plan& p, const work& w, long long max_grid_x = 2147483647LL);
 
 // What the launch requires: the request's options (decided in make_request()).
 launch_requirements requirements_of(const launch_request& r);
@@ -89,6 +114,11 @@ void require_kernel_cluster(launch_requirements& need, const kernel_resources& k
 // blocks that do not co-reside).
 void apply_requirements(const query& q, plan& p, const launch_requirements& need);
 
+// Whether a plan stored for this policy (cache file, remote store) is checked against the policy's own answer
+// before it is used: for the built-ins (policy::builtin(): cheap, deterministic). A plugin's or a tuning
+// policy's stored plan is validated only (it may have been timed).
+bool cross_checks_stored_plans(const policy& chosen) noexcept;
+
 // Whether two plans launch the same way (block, grid rule, residency, smem, cooperative, cluster).
 bool same_launch(const plan& a, const plan& b) noexcept;
 
@@ -99,6 +129,5 @@ bool same_launch(const plan& a, const plan& b) noexcept;
 // view (another bytes-in-flight target, another version), not a broken entry.
 std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need,
                               const plan* computed, bool* differs_only = nullptr);
-
 
 }  // namespace launchfit::detail

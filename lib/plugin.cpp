@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Shared-object policies: loading, ABI checks, and the policy_base that converts query/plan to the C ABI.
+// Shared-object policies: loading a plugin (its path, its descriptor's ABI checks), the table of loaded
+// plugins and LAUNCHFIT_PLUGINS. The policy a plugin decides in is plugin_policy.cpp's; the C structs it
+// reads are plugin_abi.cpp's.
 
 #include "launchfit/plugin.h"
 
@@ -8,72 +10,39 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "env_switch.hpp"
 #include "launchfit/error.hpp"
-#if __has_include("launchfit/param_policy.hpp")
-#include "launchfit/param_policy.hpp"  // param_policy, parameter_error (before: in policy.hpp)
-#endif
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
+#include "plugin_internal.hpp"
 #include "plugin_loader.hpp"
+#include "settings.hpp"
 #include "text.hpp"
 
 namespace launchfit {
 namespace {
 
-// dlopen/dlclose one at a time, as the dynamic loader itself does (its own lock is recursive too, so a
-// plugin's constructor may load another plugin): makes the ordering visible to ThreadSanitizer. Only the
-// loader calls run under it; never a plugin's entry points.
-std::recursive_mutex& loader_mutex() {
-  static std::recursive_mutex& m = *new std::recursive_mutex();  // never destroyed
-  return m;
-}
+using detail::plugin_internal::call_plugin;
+using detail::plugin_internal::factory_for;
+using detail::plugin_internal::library;
+using detail::plugin_internal::loaded_plugin;
+using detail::plugin_internal::loader_mutex;
+using detail::plugin_internal::text_cap_bytes;
 
-
-constexpr std::size_t errbuf_size = 512;
-constexpr std::size_t text_cap_bytes = 1024;  // escaped plugin text kept (a reason, a message)
 constexpr std::size_t name_scan_bytes = 256;  // longest descriptor name read (policy names are shorter)
 constexpr std::size_t version_scan_bytes = 4096;
 constexpr std::size_t version_cap_bytes = 64;
-constexpr int max_plugin_nesting = 4;  // plugin code calling launchfit calling plugin code ...
-
-// The shared object, closed when the last plugin entry and policy that refer to its code are gone.
-struct library {
-  void* handle = nullptr;
-  explicit library(void* h) : handle(h) {}
-  library(const library&) = delete;
-  library& operator=(const library&) = delete;
-  ~library() {
-    if (handle) {
-      std::lock_guard<std::recursive_mutex> lock(loader_mutex());
-      ::dlclose(handle);
-    }
-  }
-};
-
-struct loaded_plugin {
-  plugin_info info;
-  std::shared_ptr<library> lib;  // keeps the code and the descriptor loaded
-  const launchfit_plugin_descriptor* descriptor = nullptr;
-  dev_t device = 0;  // the file, so symlinks and hard links to it are the same plugin
-  ino_t inode = 0;
-};
 
 // Never destroyed (a policy dropped from a static destructor still finds it). Lock order: this table, then
 // the policy registry. No lock is held while plugin code runs, nor while a library is closed.
@@ -94,433 +63,21 @@ plugin_table& plugins() {
 thread_local std::vector<std::pair<dev_t, ino_t>> loading_here;
 // This thread is loading LAUNCHFIT_PLUGINS (a plugin calling back sees the registry as it stands).
 thread_local bool loading_env_here = false;
-// Depth of plugin calls on this thread.
-thread_local int plugin_nesting = 0;
 
-bool env_fallback() {
-  static const bool on = [] {
-    const detail::switch_reading r = detail::read_switch("LAUNCHFIT_PLUGIN_FALLBACK", false);
-    if (!r.warning.empty()) logger()->warn("{}", r.warning);
-    return r.on;
-  }();
-  return on;
+}  // namespace
+
+namespace detail::plugin_internal {
+
+std::recursive_mutex& loader_mutex() {
+  static std::recursive_mutex& m = *new std::recursive_mutex();  // never destroyed
+  return m;
 }
 
-std::string version_string(std::uint32_t v) {
-  return std::to_string(LAUNCHFIT_PLUGIN_ABI_MAJOR_OF(v)) + "." +
-         std::to_string(LAUNCHFIT_PLUGIN_ABI_MINOR_OF(v));
-}
-
-// Text from a plugin buffer of `size` bytes (NUL or not), escaped and bounded; `otherwise` when empty.
-std::string plugin_text(const char* buf, std::size_t size, const char* otherwise = "") {
-  const std::size_t n = buf ? strnlen(buf, size) : 0;
-  if (n == 0) return otherwise;
-  return detail::escape_text(std::string_view(buf, n), text_cap_bytes);
-}
-
-// Runs plugin code: an exception becomes `failure` ("threw: ..."), and calls nested deeper than
-// max_plugin_nesting on one thread (a plugin calling back into itself) are refused instead of recursing.
-template <class F>
-bool call_plugin(F&& f, std::string& failure) {
-  if (plugin_nesting >= max_plugin_nesting) {
-    failure = "not called: plugin calls nested " + std::to_string(plugin_nesting) +
-              " deep (a plugin calling back into itself?)";
-    return false;
+library::~library() {
+  if (handle) {
+    std::lock_guard<std::recursive_mutex> lock(loader_mutex());
+    ::dlclose(handle);
   }
-  ++plugin_nesting;
-  struct leave {
-    ~leave() { --plugin_nesting; }
-  } guard;
-  try {
-    f();
-    return true;
-  } catch (const std::exception& e) {
-    try {
-      failure = "threw: " + detail::escape_text(e.what(), text_cap_bytes);
-    } catch (...) {
-      failure = "threw";
-    }
-  } catch (...) {
-    failure = "threw an exception of unknown type";
-  }
-  return false;
-}
-
-// ---- query <-> C structs ------------------------------------------------------------------------------
-
-// A zeroed ABI struct stamped with its size and this build's ABI version, which the plugin checks first.
-template <class C>
-C abi_struct() {
-  C c{};
-  c.struct_size = sizeof c;
-  c.abi_version = LAUNCHFIT_PLUGIN_ABI_VERSION;
-  return c;
-}
-
-launchfit_device to_c(const device_limits& d) {
-  auto c = abi_struct<launchfit_device>();
-  c.name = d.name.c_str();
-  c.uuid = d.uuid.c_str();
-  c.cc_major = d.cc_major;
-  c.cc_minor = d.cc_minor;
-  c.sm_count = d.sm_count;
-  c.regs_per_sm = d.regs_per_sm;
-  c.regs_per_block = d.regs_per_block;
-  c.max_regs_per_thread = d.max_regs_per_thread;
-  c.max_threads_per_sm = d.max_threads_per_sm;
-  c.max_warps_per_sm = d.max_warps_per_sm;
-  c.max_blocks_per_sm = d.max_blocks_per_sm;
-  c.max_threads_per_block = d.max_threads_per_block;
-  c.warp_size = d.warp_size;
-  c.smem_per_sm_bytes = d.smem_per_sm_bytes;
-  c.smem_per_block_bytes = d.smem_per_block_bytes;
-  c.smem_per_block_optin_bytes = d.smem_per_block_optin_bytes;
-  c.smem_reserved_per_block_bytes = d.smem_reserved_per_block_bytes;
-  for (int i = 0; i < 3; ++i) {
-    c.max_block_dim[i] = d.max_block_dim[i];
-    c.max_grid_dim[i] = d.max_grid_dim[i];
-  }
-  c.l2_bytes = d.l2_bytes;
-  c.peak_bandwidth_bytes_per_s = d.peak_bandwidth_bytes_per_s();
-  c.cooperative_launch = d.cooperative_launch;
-  c.cluster_launch = d.cluster_launch;
-  return c;
-}
-
-launchfit_kernel to_c(const kernel_resources& k) {
-  auto c = abi_struct<launchfit_kernel>();
-  c.name = k.name.c_str();
-  c.demangled = k.demangled.c_str();
-  c.regs_per_thread = k.regs_per_thread;
-  c.max_threads_per_block = k.max_threads_per_block;
-  c.static_smem_bytes = k.static_smem_bytes;
-  c.local_bytes_per_thread = k.local_bytes_per_thread;
-  c.const_bytes = k.const_bytes;
-  c.max_dynamic_smem_bytes = k.max_dynamic_smem_bytes;
-  c.ptx_version = k.ptx_version;
-  c.binary_version = k.binary_version;
-  return c;
-}
-
-launchfit_plan to_c(const plan& p) {
-  auto c = abi_struct<launchfit_plan>();
-  c.block_x = p.block.x;
-  c.block_y = p.block.y;
-  c.block_z = p.block.z;
-  c.blocks_per_sm = p.blocks_per_sm;
-  c.dynamic_smem_bytes = p.dynamic_smem_bytes;
-  c.grid_x = p.grid.x;
-  c.grid_y = p.grid.y;
-  c.grid_z = p.grid.z;
-  c.cooperative = p.cooperative;
-  c.full_grid = p.full_grid ? 1 : 0;
-  c.trials = p.trials;
-  c.tuning_ms = p.tuning_ms;
-  std::snprintf(c.reason, sizeof c.reason, "%s", p.reason.c_str());
-  return c;
-}
-
-// What the plugin finds before it decides: block 0x1x1, smem from the query, grid from the work.
-launchfit_plan blank_plan() {
-  auto c = abi_struct<launchfit_plan>();
-  c.dynamic_smem_bytes = LAUNCHFIT_SMEM_FROM_QUERY;
-  c.block_y = c.block_z = c.grid_y = c.grid_z = 1;
-  return c;
-}
-
-// Throws launchfit::error (LAUNCHFIT_INVALID_PLAN) for what validate_plan() cannot see in a C++ plan: a
-// negative blocks_per_sm, block dims whose product overflows, dynamic smem other than the launch's.
-// Informational numbers are cleaned: negative trials and non-finite or negative times become 0.
-plan from_c(const launchfit_plan& c, const query& q) {
-  plan p;
-  p.block = dims{c.block_x, c.block_y, c.block_z};
-  p.blocks_per_sm = c.blocks_per_sm;
-  p.grid = dims{c.grid_x, c.grid_x ? c.grid_y : 1, c.grid_x ? c.grid_z : 1};
-  p.cooperative = c.cooperative != 0;
-  p.full_grid = LAUNCHFIT_HAS_FIELD(&c, launchfit_plan, full_grid) && c.full_grid != 0;  // ABI 1.1
-  p.trials = c.trials > 0 ? c.trials : 0;
-  p.tuning_ms = std::isfinite(c.tuning_ms) && c.tuning_ms > 0 ? c.tuning_ms : 0;
-  p.reason = plugin_text(c.reason, sizeof c.reason);
-  if (c.blocks_per_sm < 0) {
-    throw error(errc::invalid_plan, "validate(blocks_per_sm)",
-                "blocks_per_sm " + std::to_string(c.blocks_per_sm) + " is negative (0: as many as fit)",
-                q.kernel.demangled, p.to_string());
-  }
-  // x*y*z of three 32-bit numbers can wrap 64 bits back to a small, legal-looking count.
-  const unsigned long long xy = static_cast<unsigned long long>(c.block_x) * c.block_y;
-  if (c.block_z != 0 && xy > ~0ULL / c.block_z) {
-    throw error(errc::invalid_plan, "validate(block)",
-                "block " + std::to_string(c.block_x) + "x" + std::to_string(c.block_y) + "x" +
-                    std::to_string(c.block_z) + " has more threads than any device allows",
-                q.kernel.demangled, p.to_string());
-  }
-  const bool legal = p.block.count() > 0 && p.block.count() <= static_cast<unsigned>(q.max_block_threads());
-  p.block_threads = legal ? static_cast<int>(p.block.count()) : 0;  // validation names the bad block
-  p.dynamic_smem_bytes = legal ? q.smem_for(p.block_threads) : q.dynamic_smem_bytes;
-  if (legal && c.dynamic_smem_bytes != LAUNCHFIT_SMEM_FROM_QUERY &&
-      c.dynamic_smem_bytes != p.dynamic_smem_bytes) {
-    throw error(errc::invalid_plan, "validate(smem)",
-                "dynamic smem " + std::to_string(c.dynamic_smem_bytes) + " B differs from the launch's " +
-                    std::to_string(p.dynamic_smem_bytes) + " B (leave LAUNCHFIT_SMEM_FROM_QUERY)",
-                q.kernel.demangled, p.to_string());
-  }
-  return p;
-}
-
-// Items of the work in every dimension (saturating): what a plugin sizes and buckets by.
-std::uint64_t total_items(const work& w) noexcept {
-  if (w.rank <= 1) return w.n;
-  std::uint64_t t = 0;
-  const std::uint64_t z = w.rank >= 3 ? w.nz : 1;
-  if (__builtin_mul_overflow(w.n, w.ny, &t) || __builtin_mul_overflow(t, z, &t)) return ~std::uint64_t{0};
-  return t;
-}
-
-// Callbacks: `ctx` is the C++ query; nothing may throw across the C boundary.
-int active_blocks_cb(void* ctx, int block_threads, size_t dynamic_smem_bytes) {
-  const auto& q = *static_cast<const query*>(ctx);
-  try {
-    if (block_threads <= 0 || block_threads > q.max_block_threads()) return 0;
-    if (!q.allows(block_threads)) return 0;  // the launch's block rule: never a candidate, never a trial
-    if (q.active_blocks) return q.active_blocks(block_threads, dynamic_smem_bytes);
-    return occupancy(q.device, q.kernel, block_threads, dynamic_smem_bytes).active_blocks_per_sm;
-  } catch (...) {
-    return 0;
-  }
-}
-
-size_t smem_for_block_cb(void* ctx, int block_threads) {
-  try {
-    return static_cast<const query*>(ctx)->smem_for(block_threads);
-  } catch (...) {
-    return SIZE_MAX;
-  }
-}
-
-// A plugin's block (a plan's or a trial's) of more than one row: the block the launch itself makes of that many
-// threads, or, where the launch lets the block widen (block_x_free()), a wider 2-D block of the plugin's own;
-// exactly what a stored plan of this launch may have (check_stored_plan).
-void check_own_shape(const query& q, const plan& p) {
-  if ((p.block.y == 1 && p.block.z == 1) || launch_makes_block(q, p.block)) return;
-  throw error(errc::invalid_plan, "validate(block)",
-              "block " + p.block.to_string() + " is not a block this launch makes (" +
-                  launch_block(q, p.block.count()).to_string() +
-                  (block_shape_free(q) ? ", or x a multiple of " + std::to_string(q.shape_rule.x_step()) +
-                                             " with y >= 2 and z 1)"
-                                       : "; a wider block needs 2-D work, a free y and z, and the spec's "
-                                         "block_x_free())"),
-              q.kernel.demangled, p.to_string());
-}
-
-double time_plan_cb(void* ctx, const launchfit_plan* c) {
-  const auto& q = *static_cast<const query*>(ctx);
-  try {
-    plan p = from_c(*c, q);
-    check_own_shape(q, p);
-    shape_block(q, p);  // a 1-D candidate in the launch's block shape, as its launch would run it
-    validate_plan(q, p);
-    return q.time_plan(p);
-  } catch (...) {
-    return -1;
-  }
-}
-
-// "k=v,k=v" in key order; for the plugin without launchfit's own `fallback`.
-std::string join_params(const std::map<std::string, std::string>& params, bool for_plugin) {
-  std::string out;
-  for (const auto& [k, v] : params) {
-    if (for_plugin && k == "fallback") continue;
-    if (!out.empty()) out += ',';
-    out.append(k).append("=").append(v);
-  }
-  return out;
-}
-
-// ---- the policy --------------------------------------------------------------------------------------
-
-class plugin_policy final : public policy_base {
- public:
-  plugin_policy(std::shared_ptr<const loaded_plugin> plugin, std::map<std::string, std::string> all_params,
-                std::shared_ptr<const policy> fallback)
-      : plugin_(std::move(plugin)), all_params_(std::move(all_params)), fallback_(std::move(fallback)) {
-    const std::string for_plugin = join_params(all_params_, true);
-    char err[errbuf_size] = "";
-    int status = LAUNCHFIT_PLUGIN_ERROR;
-    std::string failure;
-    if (!call_plugin([&] { status = desc().create(for_plugin.c_str(), &state_, err, sizeof err); },
-                     failure)) {
-      state_ = nullptr;
-      throw error(errc::plugin, "plugin " + name() + " create",
-                  "plugin '" + name() + "' (" + path_text() + ") create() " + failure);
-    }
-    if (status != LAUNCHFIT_PLUGIN_OK) {
-      state_ = nullptr;
-      throw error(errc::plugin, "plugin " + name() + " create",
-                  "plugin '" + name() + "' (" + path_text() + ") rejected parameters " +
-                      detail::quote_text(for_plugin, text_cap_bytes, '\'') + ": " +
-                      plugin_text(err, sizeof err, "no message"));
-    }
-  }
-  ~plugin_policy() override {
-    std::string failure;
-    if (!call_plugin([&] { desc().destroy(state_); }, failure)) {
-      try {
-        detail::logger()->error("plugin '{}' ({}) destroy() {}; its state may be lost", name(), path_text(),
-                                failure);
-      } catch (...) {
-      }
-    }
-  }
-  plugin_policy(const plugin_policy&) = delete;
-  plugin_policy& operator=(const plugin_policy&) = delete;
-
-  std::string name() const override { return plugin_->info.name; }
-  std::string params() const override { return join_params(all_params_, false); }
-  std::uint64_t hash() const override {
-    std::uint64_t h = detail::hash_string(plugin_->info.name);
-    h = detail::hash_combine(h, detail::hash_string(plugin_->info.version));
-    return detail::hash_combine(h, detail::hash_string(params()));
-  }
-  // On the launch path: no nesting bound here, only the exception barrier.
-  std::uint64_t work_bucket(const work& w) const override {
-    const auto& d = desc();
-    if (!LAUNCHFIT_HAS_FIELD(&d, launchfit_plugin_descriptor, work_bucket) || !d.work_bucket) return 0;
-    try {
-      return d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), total_items(w), w.per_thread);
-    } catch (const std::exception& e) {
-      log_call_failure("work_bucket() threw: " + detail::escape_text(e.what(), text_cap_bytes) +
-                       "; using bucket 0");
-    } catch (...) {
-      log_call_failure("work_bucket() threw an exception of unknown type; using bucket 0");
-    }
-    return 0;
-  }
-
-  void feedback(const plan& p, double ms) const {
-    if (!desc().feedback) return;
-    const launchfit_plan c = to_c(p);
-    std::string failure;
-    if (!call_plugin([&] { desc().feedback(state_, &c, ms); }, failure))
-      log_call_failure("feedback() " + failure);
-  }
-
- protected:
-  plan choose_impl(const query& q) const override {
-    const launchfit_device device = to_c(q.device);
-    const launchfit_kernel kernel = to_c(q.kernel);
-    auto cq = abi_struct<launchfit_query>();
-    cq.device = &device;
-    cq.kernel = &kernel;
-    cq.dynamic_smem_bytes = q.dynamic_smem_bytes;
-    cq.has_smem_rule = static_cast<bool>(q.smem_per_block);
-    cq.max_block_threads = q.max_block_threads();
-    cq.work_kind = static_cast<std::uint32_t>(q.work_hint.kind);
-    cq.work_per_thread = q.work_hint.per_thread;
-    cq.work_n = total_items(q.work_hint);  // every dimension of 2-D and 3-D work
-    cq.work_rank = std::max<std::uint32_t>(q.work_hint.rank, 1);
-    cq.block_shape_free = block_shape_free(q) ? 1 : 0;
-    cq.work_nx = q.work_hint.n;
-    cq.work_ny = q.work_hint.rank >= 2 ? q.work_hint.ny : 1;
-    cq.work_nz = q.work_hint.rank >= 3 ? q.work_hint.nz : 1;
-    cq.block_x_step = q.shape_rule.x_step();
-    cq.bytes_in_flight_per_sm =
-        q.bytes_in_flight_per_sm ? q.bytes_in_flight_per_sm : default_bytes_in_flight_per_sm(q.device);
-    cq.ctx = const_cast<query*>(&q);  // the callbacks only call into it (its oracle is thread-safe)
-    cq.active_blocks = active_blocks_cb;
-    cq.smem_for_block = smem_for_block_cb;
-    cq.time_plan = q.time_plan ? time_plan_cb : nullptr;
-
-    launchfit_plan cp = blank_plan();
-    char err[errbuf_size] = "";
-    int status = LAUNCHFIT_PLUGIN_ERROR;
-    std::string failure;
-    if (!call_plugin([&] { status = desc().choose(state_, &cq, &cp, err, sizeof err); }, failure)) {
-      return failed(q, error(errc::plugin, "plugin " + name() + " choose",
-                             "plugin '" + name() + "' choose() " + failure, q.kernel.demangled));
-    }
-
-    if (status == LAUNCHFIT_PLUGIN_DECLINE) {
-      std::string why = plugin_text(err, sizeof err);
-      if (why.empty()) why = plugin_text(cp.reason, sizeof cp.reason);
-      plan p = fallback_or_default().choose(q);
-      p.reason = "declined by " + name() + (why.empty() ? "" : " (" + why + ")") + "; " +
-                 fallback_or_default().name() + ": " + p.reason;
-      p.match = "fallback";
-      return p;
-    }
-    if (status != LAUNCHFIT_PLUGIN_OK) {
-      std::string message = plugin_text(err, sizeof err, "no message");
-      if (status != LAUNCHFIT_PLUGIN_ERROR)
-        message = "unknown status " + std::to_string(status) + ": " + message;
-      return failed(q, error(errc::plugin, "plugin " + name() + " choose",
-                             "plugin '" + name() + "' failed: " + message, q.kernel.demangled));
-    }
-    try {
-      plan p = from_c(cp, q);
-      check_own_shape(q, p);
-      plan checked = p;
-      shape_block(q, checked);
-      validate_plan(q, checked);  // here, so an invalid plan can fall back; choose() validates again
-      return p;
-    } catch (const error& e) {
-      const std::string message = "plugin '" + name() + "' returned an invalid plan: " + e.message();
-      return failed(q, e.cuda_result() ? error(e.cuda_result(), e.call(), message, e.kernel(), e.config())
-                                       : error(e.code(), e.call(), message, e.kernel(), e.config()));
-    }
-  }
-
- private:
-  const launchfit_plugin_descriptor& desc() const { return *plugin_->descriptor; }
-  std::string path_text() const { return detail::escape_text(plugin_->info.resolved_path, text_cap_bytes); }
-  const policy& fallback_or_default() const { return fallback_ ? *fallback_ : default_fallback(); }
-  static const policy& default_fallback() {
-    static const policy& p = *new max_occupancy_policy;
-    return p;
-  }
-
-  // A failed call that does not change a decision (feedback, work_bucket): one error line per policy.
-  void log_call_failure(const std::string& what) const {
-    try {
-      if (!call_failure_logged_.exchange(true)) {
-        detail::logger()->error("plugin '{}' ({}) {} (further failures of {} are logged at debug level)",
-                                name(), path_text(), what, to_string());
-      } else {
-        detail::logger()->debug("plugin '{}' {}", name(), what);
-      }
-    } catch (...) {
-    }
-  }
-
-  // An error or invalid plan: thrown, or (fallback=<name> / LAUNCHFIT_PLUGIN_FALLBACK=1) logged once
-  // per policy and replaced by the fallback's plan.
-  plan failed(const query& q, const error& e) const {
-    if (!fallback_ && !env_fallback()) throw e;
-    const policy& instead = fallback_or_default();
-    if (!logged_.exchange(true)) {
-      detail::logger()->error("{}; using {} instead (further failures of {} are logged at debug level)",
-                              e.what(), instead.to_string(), to_string());
-    } else {
-      detail::logger()->debug("{}; using {} instead", e.what(), instead.to_string());
-    }
-    plan p = instead.choose(q);
-    p.reason = "plugin " + name() + " failed (" + e.message() + "); " + instead.name() + ": " + p.reason;
-    p.match = "fallback";
-    return p;
-  }
-
-  std::shared_ptr<const loaded_plugin> plugin_;
-  std::map<std::string, std::string> all_params_;
-  std::shared_ptr<const policy> fallback_;
-  void* state_ = nullptr;
-  mutable std::atomic<bool> logged_{false};
-  mutable std::atomic<bool> call_failure_logged_{false};
-};
-
-// The policy-string name grammar [A-Za-z_][A-Za-z0-9_]*, read at most `max` bytes far.
-bool valid_name(const char* s, std::size_t max) {
-  if (!s) return false;
-  const std::size_t n = strnlen(s, max);
-  return n > 0 && n < max && detail::is_policy_name(std::string_view(s, n));
 }
 
 bool is_plugin_name(const std::string& name) {
@@ -532,28 +89,20 @@ bool is_plugin_name(const std::string& name) {
   return false;
 }
 
-policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {
-  return [plugin](const std::map<std::string, std::string>& params) -> std::shared_ptr<const policy> {
-    std::shared_ptr<const policy> fallback;
-    if (auto it = params.find("fallback"); it != params.end()) {
-      // Plugins cannot be fallbacks: two plugins declining to each other would never end.
-      // parameter_error carries the key, so a policy string points at the fallback's value.
-      const auto bad_fallback = [&](const std::string& why) {
-        return detail::parameter_error(plugin->info.name,
-                                       detail::bad_parameter("fallback", detail::bad_parameter::part::value,
-                                                             "parameter 'fallback': " + why));
-      };
-      if (is_plugin_name(it->second)) {
-        throw bad_fallback("'" + it->second + "' is a plugin; the fallback must be a built-in or C++ policy");
-      }
-      try {
-        fallback = make_policy(it->second);
-      } catch (const error& e) {
-        throw bad_fallback(e.message());
-      }
-    }
-    return std::make_shared<const plugin_policy>(plugin, params, std::move(fallback));
-  };
+}  // namespace detail::plugin_internal
+
+namespace {
+
+std::string version_string(std::uint32_t v) {
+  return std::to_string(LAUNCHFIT_PLUGIN_ABI_MAJOR_OF(v)) + "." +
+         std::to_string(LAUNCHFIT_PLUGIN_ABI_MINOR_OF(v));
+}
+
+// The policy-string name grammar [A-Za-z_][A-Za-z0-9_]*, read at most `max` bytes far.
+bool valid_name(const char* s, std::size_t max) {
+  if (!s) return false;
+  const std::size_t n = strnlen(s, max);
+  return n > 0 && n < max && detail::is_policy_name(std::string_view(s, n));
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
@@ -734,14 +283,12 @@ bool is_policy_name(std::string_view name) {
   return true;
 }
 
-
-
 void load_env_plugins() {
   auto& table = plugins();
   // A plugin loading from LAUNCHFIT_PLUGINS that calls back into launchfit sees the registry as it stands.
   if (table.env_done.load(std::memory_order_acquire) || loading_env_here) return;
-  static const char* const env = std::getenv("LAUNCHFIT_PLUGINS");
-  if (!env) {
+  const std::string& list = current_settings().plugins.paths;
+  if (list.empty()) {
     table.env_done.store(true, std::memory_order_release);
     return;
   }
@@ -751,7 +298,6 @@ void load_env_plugins() {
   } guard;
   // Threads arriving before the list is done each go through it (loading a loaded file is harmless), so
   // none waits on another thread's plugin code; each failure is recorded and logged once.
-  const std::string list = env;
   std::size_t begin = 0;
   while (begin <= list.size()) {
     std::size_t end = list.find(':', begin);
@@ -818,10 +364,6 @@ std::vector<plugin_info> loaded_plugins() {
   std::vector<plugin_info> out;
   for (const auto& p : table.plugins) out.push_back(p->info);
   return out;
-}
-
-void plugin_feedback(const policy& chooser, const plan& chosen, double ms) {
-  if (const auto* p = dynamic_cast<const plugin_policy*>(&chooser)) p->feedback(chosen, ms);
 }
 
 }  // namespace launchfit

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// policy_from_string() and per-kernel overrides (LAUNCHFIT_POLICY).
+// policy_from_string(): the policy-string parser, its syntax errors and the cache of resolved strings.
+// Per-kernel overrides (LAUNCHFIT_POLICY) are policy_overrides.cpp's.
 
 #include "policy_string.hpp"
 
@@ -19,6 +20,7 @@
 #include "launchfit/error.hpp"
 #include "plan_cache.hpp"
 #include "plan_inputs.hpp"
+#include "settings.hpp"
 #include "text.hpp"
 
 namespace launchfit {
@@ -30,6 +32,8 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
+}  // namespace
+
 // "'x'", or "end of string" — what the parser found where it expected something else.
 std::string found(std::string_view text, std::size_t pos) {
   if (pos >= text.size()) return "end of string";
@@ -39,6 +43,16 @@ std::string found(std::string_view text, std::size_t pos) {
   const auto byte = static_cast<unsigned char>(c);
   return std::string("byte 0x") + hex[byte >> 4] + hex[byte & 15];
 }
+
+std::string_view trim(std::string_view s, std::size_t* offset) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && is_space(s[b])) ++b;
+  while (e > b && is_space(s[e - 1])) --e;
+  if (offset) *offset += b;
+  return s.substr(b, e - b);
+}
+
+namespace {
 
 class parser {
  public:
@@ -50,6 +64,13 @@ class parser {
     if (!is_name_start(peek())) fail("expected a policy name, got " + found(text_, pos_));
     out.name_pos = pos_;
     out.name = name();
+    // As written in C++: launchfit::max_occupancy(0), lf::fixed(256).
+    if ((out.name == "launchfit" || out.name == "lf") && text_.substr(pos_, 2) == "::") {
+      pos_ += 2;
+      if (!is_name_start(peek())) fail("expected a policy name after '::', got " + found(text_, pos_));
+      out.name_pos = pos_;
+      out.name = name();
+    }
     skip_space();
     if (at_end()) return out;
     if (peek() != '(') fail("expected '(' or the end, got " + found(text_, pos_));
@@ -59,22 +80,41 @@ class parser {
       ++pos_;
     } else {
       std::unordered_set<std::string_view> keys;  // views into text_: one hash per key, not a scan
+      int groups = 0;                             // brace groups so far
       for (;;) {
-        if (!is_name_start(peek())) fail("expected a parameter name or ')', got " + found(text_, pos_));
-        policy_param p;
-        p.key_pos = pos_;
-        p.key = name();
-        if (!keys.insert(text_.substr(p.key_pos, p.key.size())).second) {
-          fail("parameter " + quote_text(p.key, 64, '\'') + " given twice", p.key_pos);
+        const bool positional = peek() == '{' || is_number_start(peek());
+        if (!positional && !is_name_start(peek()))
+          fail("expected a parameter name or ')', got " + found(text_, pos_));
+        if (!out.params.empty() && positional != out.params.front().key.empty()) {
+          fail(positional
+                   ? "a value in the factory's order after name=value parameters: give every parameter "
+                     "by name, or every one in order as in C++"
+                   : "a name=value parameter after values in the factory's order: give every parameter "
+                     "by name, or every one in order as in C++");
         }
-        skip_space();
-        if (peek() != '=')
-          fail("expected '=' after " + quote_text(p.key, 64, '\'') + ", got " + found(text_, pos_));
-        ++pos_;
-        skip_space();
-        p.value_pos = pos_;
-        p.value = value();
-        out.params.push_back(std::move(p));
+        if (peek() == '{') {
+          brace_group(out, groups++);
+        } else if (positional) {
+          policy_param p;
+          p.key_pos = p.value_pos = pos_;
+          p.value = number();
+          out.params.push_back(std::move(p));
+        } else {
+          policy_param p;
+          p.key_pos = pos_;
+          p.key = name();
+          if (!keys.insert(text_.substr(p.key_pos, p.key.size())).second) {
+            fail("parameter " + quote_text(p.key, 64, '\'') + " given twice", p.key_pos);
+          }
+          skip_space();
+          if (peek() != '=')
+            fail("expected '=' after " + quote_text(p.key, 64, '\'') + ", got " + found(text_, pos_));
+          ++pos_;
+          skip_space();
+          p.value_pos = pos_;
+          p.value = value();
+          out.params.push_back(std::move(p));
+        }
         skip_space();
         if (peek() == ',') {
           ++pos_;
@@ -106,6 +146,40 @@ class parser {
     const std::size_t start = pos_;
     while (!at_end() && is_name_char(text_[pos_])) ++pos_;
     return std::string(text_.substr(start, pos_ - start));
+  }
+
+  static bool is_number_start(char c) { return is_digit(c) || c == '+' || c == '-' || c == '.'; }
+
+  // {x}, {x, y} or {x, y, z}: dims as written in C++ (fixed({16, 16})), one positional parameter per
+  // component.
+  void brace_group(parsed_policy& out, int group) {
+    const std::size_t open = pos_;
+    ++pos_;
+    skip_space();
+    int components = 0;
+    for (;;) {
+      if (!is_number_start(peek())) fail("expected a number in {x, y, z}, got " + found(text_, pos_));
+      if (components == 3) fail("dims have at most 3 components (x, y, z)");
+      policy_param p;
+      p.key_pos = open;  // an error about the dims points at their '{', one about a value at the value
+      p.value_pos = pos_;
+      p.value = number();
+      p.braces = group;
+      out.params.push_back(std::move(p));
+      ++components;
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        skip_space();
+        continue;
+      }
+      if (peek() == '}') {
+        ++pos_;
+        return;
+      }
+      fail(at_end() ? "expected ',' or '}' to close the '{' at col " + std::to_string(open + 1)
+                    : "expected ',' or '}', got " + found(text_, pos_));
+    }
   }
 
   std::string value() {
@@ -171,19 +245,89 @@ class parser {
   std::size_t pos_ = 0;
 };
 
-std::string_view trim(std::string_view s, std::size_t* offset = nullptr) {
-  std::size_t b = 0, e = s.size();
-  while (b < e && is_space(s[b])) ++b;
-  while (e > b && is_space(s[e - 1])) --e;
-  if (offset) *offset += b;
-  return s.substr(b, e - b);
-}
-
 }  // namespace
 
 parsed_policy parse_policy_string(std::string_view text) { return parser(text).parse(); }
 
-std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& parsed) {
+namespace {
+
+// A policy's parameter names in order: the keys of params() ("k=v,k=v") of the policy made without any.
+std::vector<std::string> parameter_names(const std::string& policy_name) {
+  const std::string listed = make_policy(policy_name, {})->params();
+  std::vector<std::string> names;
+  for (std::size_t begin = 0; begin < listed.size();) {
+    std::size_t end = listed.find(',', begin);
+    if (end == std::string::npos) end = listed.size();
+    const std::string item = listed.substr(begin, end - begin);
+    names.push_back(item.substr(0, item.find('=')));
+    begin = end + 1;
+  }
+  return names;
+}
+
+// Arguments in the factory's order (fixed(256, 80), fixed({16, 16}), max_occupancy(0)) given their names.
+parsed_policy name_arguments(parsed_policy parsed) {
+  if (parsed.params.empty() || !parsed.params.front().key.empty()) return parsed;
+  // The C++ overload fixed(dims block, dims grid = {0}) makes fixed_dims.
+  if (parsed.name == "fixed" && parsed.params.front().braces >= 0) parsed.name = "fixed_dims";
+  std::vector<std::string> names;
+  try {
+    names = parameter_names(parsed.name);
+  } catch (const error& e) {
+    throw syntax_error(parsed.name_pos, e.message());
+  }
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < parsed.params.size();) {
+    policy_param& first = parsed.params[i];
+    if (first.braces < 0) {
+      if (next >= names.size()) {
+        throw syntax_error(first.value_pos, "policy " + quote_text(parsed.name, 64, '\'') +
+                                                " takes at most " + std::to_string(names.size()) +
+                                                " arguments (" +
+                                                (known.empty() ? std::string("none") : known) + ")");
+      }
+      first.key = names[next++];
+      ++i;
+      continue;
+    }
+    // {x, y, z}: three parameters named for the same dims, <p>x, <p>y and <p>z.
+    const auto dims_at = [&](std::size_t at) {
+      if (at + 3 > names.size()) return false;
+      const std::string& x = names[at];
+      if (x.empty() || x.back() != 'x') return false;
+      const std::string prefix = x.substr(0, x.size() - 1);
+      return names[at + 1] == prefix + "y" && names[at + 2] == prefix + "z";
+    };
+    if (!dims_at(next)) {
+      throw syntax_error(first.key_pos,
+                         "policy " + quote_text(parsed.name, 64, '\'') +
+                             " has no dims {x, y, z} at argument " + std::to_string(next + 1) +
+                             " (its parameters: " + (known.empty() ? std::string("none") : known) + ")");
+    }
+    const int group = first.braces;
+    const std::size_t at = first.key_pos;
+    int component = 0;
+    for (; i < parsed.params.size() && parsed.params[i].braces == group; ++i)
+      parsed.params[i].key = names[next + static_cast<std::size_t>(component++)];
+    for (; component < 3; ++component) {  // {16, 16} is {16, 16, 1}, as dims are in C++
+      policy_param one;
+      one.key = names[next + static_cast<std::size_t>(component)];
+      one.value = "1";
+      one.key_pos = one.value_pos = at;
+      one.braces = group;
+      parsed.params.insert(parsed.params.begin() + static_cast<std::ptrdiff_t>(i++), std::move(one));
+    }
+    next += 3;
+  }
+  return parsed;
+}
+
+}  // namespace
+
+std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& given) {
+  const parsed_policy parsed = name_arguments(given);
   std::map<std::string, std::string> params;
   for (const auto& p : parsed.params) params.emplace(p.key, p.value);
   try {
@@ -293,123 +437,6 @@ void check_length(std::string_view text, std::string_view what) {
   }
 }
 
-bool glob_match(std::string_view pattern, std::string_view text) noexcept {
-  // Iterative, backtracking only to the last '*': O(|pattern| x |text|) at worst.
-  std::size_t p = 0, t = 0, star = std::string_view::npos, star_t = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {  // before the literal test: '*' also matches a '*'
-      star = p++;
-      star_t = t;
-    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      t = ++star_t;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-kernel_match_names match_names(std::string_view demangled) {
-  std::string_view s = trim(demangled);
-  if (!s.empty() && s.back() == ')') {  // the parameter list: back to its matching '('
-    int depth = 0;
-    for (std::size_t i = s.size(); i-- > 0;) {
-      if (s[i] == ')') ++depth;
-      if (s[i] == '(' && --depth == 0) {
-        s = trim(s.substr(0, i));
-        break;
-      }
-    }
-  }
-  // The return type ends at the last space outside <...> and (...): "void ns::k<float, 4>".
-  int depth = 0;
-  std::size_t name_start = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<' || s[i] == '(') ++depth;
-    if ((s[i] == '>' || s[i] == ')') && depth > 0) --depth;
-    if (s[i] == ' ' && depth == 0) name_start = i + 1;
-  }
-  kernel_match_names names;
-  names.with_template_args = std::string(s.substr(name_start));
-  depth = 0;
-  for (char c : names.with_template_args) {
-    if (c == '<')
-      ++depth;
-    else if (c == '>' && depth > 0)
-      --depth;
-    else if (depth == 0)
-      names.without_template_args += c;
-  }
-  return names;
-}
-
-std::optional<syntax_error> glob_refusal(std::string_view glob) {
-  for (std::size_t i = 0; i < glob.size(); ++i) {
-    const auto c = static_cast<unsigned char>(glob[i]);
-    if (c < 0x20 || c == 0x7f) {
-      return syntax_error(i, "the glob cannot match: a kernel name never holds " + found(glob, i));
-    }
-  }
-  // Up to the first wildcard the glob is the start of the name itself, so its nesting is known: a space
-  // outside <...> and (...) there would end a return type, which match names never keep.
-  int depth = 0;
-  for (std::size_t i = 0; i < glob.size() && glob[i] != '*' && glob[i] != '?'; ++i) {
-    if (glob[i] == '<' || glob[i] == '(') ++depth;
-    if ((glob[i] == '>' || glob[i] == ')') && depth > 0) --depth;
-    if (glob[i] == ' ' && depth == 0) {
-      return syntax_error(i, "the glob cannot match: kernel names are matched without their return type ('" +
-                                 std::string(glob.substr(0, std::min<std::size_t>(i, 48))) +
-                                 "'), e.g. \"ns::kernel<float>\" or \"ns::kernel\"");
-    }
-  }
-  // A kernel's parameter list is dropped before matching: no match name ends with ')'.
-  if (glob.back() == ')') {
-    std::size_t open = glob.size() - 1;
-    for (std::size_t i = glob.size(), d = 0; i-- > 0;) {
-      if (glob[i] == ')') ++d;
-      if (glob[i] == '(' && --d == 0) {
-        open = i;
-        break;
-      }
-    }
-    return syntax_error(open, "the glob cannot match: kernel names are matched without their parameter list");
-  }
-  return std::nullopt;
-}
-
-std::vector<policy_override> parse_policy_overrides(std::string_view spec) {
-  std::vector<policy_override> out;
-  std::size_t begin = 0;
-  while (begin <= spec.size()) {
-    std::size_t end = spec.find(';', begin);
-    if (end == std::string_view::npos) end = spec.size();
-    std::size_t entry_pos = begin;
-    const std::string_view entry = trim(spec.substr(begin, end - begin), &entry_pos);
-    if (!entry.empty()) {
-      const std::size_t eq = entry.find('=');
-      if (eq == std::string_view::npos) {
-        throw syntax_error(entry_pos, "expected <kernel glob>=<policy>, found no '='");
-      }
-      const std::string_view glob = trim(entry.substr(0, eq));  // starts at entry_pos: entry is trimmed
-      if (glob.empty()) throw syntax_error(entry_pos, "expected a kernel name glob before '='");
-      if (auto refused = glob_refusal(glob)) throw syntax_error(entry_pos + refused->pos, refused->what());
-      const std::size_t policy_pos = entry_pos + eq + 1;
-      try {
-        out.push_back({std::string(glob), make_parsed_policy(parse_policy_string(entry.substr(eq + 1)))});
-      } catch (const syntax_error& e) {
-        throw syntax_error(policy_pos + e.pos, e.what());
-      }
-    }
-    begin = end + 1;
-  }
-  return out;
-}
-
 }  // namespace detail
 
 namespace {
@@ -441,7 +468,9 @@ std::atomic<std::uint64_t> policy_string_parses{0};
 }  // namespace
 
 namespace detail {
-std::uint64_t policy_string_parse_count() noexcept { return policy_string_parses.load(std::memory_order_relaxed); }
+std::uint64_t policy_string_parse_count() noexcept {
+  return policy_string_parses.load(std::memory_order_relaxed);
+}
 }  // namespace detail
 
 std::shared_ptr<const policy> policy_from_string(std::string_view text) {
@@ -460,7 +489,8 @@ std::shared_ptr<const policy> policy_from_string(std::string_view text) {
   try {
     detail::check_length(text, "a policy string");
     policy_string_parses.fetch_add(1, std::memory_order_relaxed);
-    made = detail::make_parsed_policy(detail::parse_policy_string(text));  // no lock held: a factory may parse
+    made =
+        detail::make_parsed_policy(detail::parse_policy_string(text));  // no lock held: a factory may parse
   } catch (const detail::syntax_error& e) {
     detail::throw_syntax_error("policy_from_string", "policy string", text, e);
   }
@@ -472,105 +502,9 @@ std::shared_ptr<const policy> policy_from_string(std::string_view text) {
       r.generation = generation;
     }
     auto& e = r.by_text[std::string(text)];
-    e = detail::is_builtin_policy(*made) ? resolved_policies::entry{made, {}} : resolved_policies::entry{{}, made};
+    e = made->builtin() ? resolved_policies::entry{made, {}} : resolved_policies::entry{{}, made};
   }
   return made;
-}
-
-namespace {
-
-struct override_table {
-  std::shared_mutex mutex;
-  bool loaded = false;  // from LAUNCHFIT_POLICY or set_policy_overrides()
-  std::vector<detail::policy_override> entries;
-  std::optional<error> env_error;  // a bad LAUNCHFIT_POLICY is reported on every lookup, not once
-};
-
-// Created on first use and never destroyed: a plan miss from a static destructor still finds it.
-override_table& overrides() {
-  static override_table& table = *new override_table;
-  return table;
-}
-
-// Constant-initialised and trivially destructible: readable at any point of the process's life.
-std::atomic<std::uint64_t> generation{0};
-
-// `label` names the source in the message, `what` in a refusal of its length.
-std::vector<detail::policy_override> parse_overrides(std::string_view spec, std::string_view label,
-                                                     std::string_view what) {
-  try {
-    detail::check_length(spec, what);
-    return detail::parse_policy_overrides(spec);
-  } catch (const detail::syntax_error& e) {
-    detail::throw_syntax_error("policy overrides", label, spec, e);
-  }
-}
-
-}  // namespace
-
-std::uint64_t detail::policy_overrides_generation() noexcept {
-  return generation.load(std::memory_order_acquire);
-}
-
-void set_policy_overrides(std::string_view spec) {
-  auto entries = parse_overrides(spec, "policy overrides", "a policy override spec");
-  auto& table = overrides();
-  std::unique_lock lock(table.mutex);
-  std::swap(table.entries, entries);  // the old policies are destroyed below, after the lock (plugin code)
-  table.env_error.reset();
-  table.loaded = true;
-  generation.fetch_add(1, std::memory_order_acq_rel);
-  lock.unlock();
-  detail::plan_inputs_changed("policy overrides");  // every plan was chosen under the old overrides
-}
-
-namespace {
-
-// The override table, LAUNCHFIT_POLICY loaded on first use; held by the returned shared lock.
-std::shared_lock<std::shared_mutex> loaded_overrides(override_table& table) {
-  std::shared_lock lock(table.mutex);
-  if (!table.loaded) {
-    lock.unlock();
-    {
-      std::unique_lock write(table.mutex);
-      if (!table.loaded) {
-        const char* env = std::getenv("LAUNCHFIT_POLICY");
-        try {
-          if (env) table.entries = parse_overrides(env, "LAUNCHFIT_POLICY", "LAUNCHFIT_POLICY");
-        } catch (const error& e) {
-          table.env_error = e;
-        }
-        table.loaded = true;
-        generation.fetch_add(1, std::memory_order_acq_rel);
-      }
-    }
-    lock.lock();
-  }
-  if (table.env_error) throw *table.env_error;
-  return lock;
-}
-
-}  // namespace
-
-bool detail::policy_overrides_configured() {
-  auto& table = overrides();
-  const auto lock = loaded_overrides(table);
-  return !table.entries.empty();
-}
-
-std::shared_ptr<const policy> policy_override_for(std::string_view demangled_kernel, std::string* matched) {
-  auto& table = overrides();
-  const auto lock = loaded_overrides(table);
-  if (table.entries.empty()) return nullptr;
-  const auto names = detail::match_names(demangled_kernel);
-  for (const auto& entry : table.entries) {
-    if (detail::glob_match(entry.glob, names.with_template_args) ||
-        detail::glob_match(entry.glob, names.without_template_args)) {
-      if (matched) *matched = entry.glob;
-      return entry.chosen;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace launchfit

@@ -2,8 +2,11 @@
 #pragma once
 // Internal: the policy-string and LAUNCHFIT_POLICY parsers, split into pieces the fuzz targets call directly.
 //
-//   policy := ws name ws [ '(' ws [ param ws { ',' ws param ws } ] ')' ] ws
+//   policy := ws [ ( 'launchfit' | 'lf' ) '::' ] name ws [ '(' ws [ params | args ] ')' ] ws
+//   params := param ws { ',' ws param ws }
 //   param  := name ws '=' ws value
+//   args   := arg ws { ',' ws arg ws }       (as in C++: the factory's parameters in order)
+//   arg    := number | '{' ws number ws [ ',' ws number ws [ ',' ws number ws ] ] '}'   (dims: x, y, z)
 //   name   := [A-Za-z_][A-Za-z0-9_]*
 //   value  := name | number
 //   number := [+-]? ( digits [ '.' digits* ] | '.' digits ) [ [eE] [+-]? digits ]
@@ -27,8 +30,9 @@
 namespace launchfit::detail {
 
 struct policy_param {
-  std::string key, value;
-  std::size_t key_pos = 0, value_pos = 0;  // byte offsets in the parsed text
+  std::string key, value;                  // key empty: an argument in the factory's order (args above)
+  std::size_t key_pos = 0, value_pos = 0;  // byte offsets in the parsed text (the value's, for an argument)
+  int braces = -1;                         // an argument inside {x, y, z}: its group's number
 };
 
 struct parsed_policy {
@@ -49,10 +53,19 @@ inline constexpr std::size_t max_policy_text_bytes = 64 * 1024;
 // Throws syntax_error at max_policy_text_bytes when `text` is longer; `what` names it ("a policy string").
 void check_length(std::string_view text, std::string_view what);
 
+// The parsers' text helpers: `s` without surrounding white space (`offset`, when given, advanced by what the
+// front lost), and what a parser found at `pos` where it expected something else ("'x'", "byte 0x1b", "end
+// of string").
+std::string_view trim(std::string_view s, std::size_t* offset = nullptr);
+std::string found(std::string_view text, std::size_t pos);
+
 // Throws syntax_error. Values come back normalised ("32K" -> "32768"); keys are unique.
 parsed_policy parse_policy_string(std::string_view text);
 
 // make_policy() for a parsed string; an unknown name or bad parameter is a syntax_error at its position.
+// Arguments in the factory's order take the policy's parameter names in order (policy::params() of the policy
+// made with none); {x, y, z} fills three parameters named <p>x, <p>y, <p>z (missing components: 1), and
+// fixed({x, y}, ...) is fixed_dims, as the C++ factory fixed(dims, dims) makes it.
 std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& parsed);
 
 // Throws launchfit::error: `<label> "<source>" col <pos + 1>: <what>`, then the source and a caret under it.
@@ -93,10 +106,6 @@ bool policy_overrides_configured();
 // Changes whenever the overrides may have: each successful set_policy_overrides() and the first read of
 // LAUNCHFIT_POLICY add one. A plan chosen after reading generation G is stale once this differs from G.
 std::uint64_t policy_overrides_generation() noexcept;
-
-// fixed, max_occupancy, bytes_in_flight and cooperative: policies that read the kernel's name only to
-// report an error, so a miss may skip demangling it for them.
-bool is_builtin_policy(const policy& p) noexcept;
 
 // Whether set_bytes_in_flight_per_sm() set a target for this architecture (it wins over a calibration).
 bool bytes_in_flight_overridden(int cc);

@@ -34,6 +34,12 @@ registry& instance() {
   return r;
 }
 
+// The registry as a plan input: a name registered or removed may change which policy decides a plan.
+detail::plan_input registry_input() noexcept {
+  static const detail::plan_input input = detail::register_plan_input("policy registry");
+  return input;
+}
+
 // register_policy<P>() goes through the public register_policy(), which ensures the built-ins first;
 // this flag stops that recursion while the built-ins themselves are being registered.
 thread_local bool registering_builtins = false;
@@ -84,7 +90,7 @@ void register_policy(const std::string& name, policy_factory factory) {
   lock.unlock();
   // A new policy or plugin can decide where none did (a name an override or a declining plugin falls back to).
   // The built-ins are there before anything is planned by name: no new generation for them.
-  if (!registering_builtins) detail::plan_inputs_changed("policy registered");
+  if (!registering_builtins) detail::plan_input_changed(registry_input());
 }
 
 bool unregister_policy(const std::string& name) {
@@ -105,7 +111,7 @@ bool unregister_policy(const std::string& name) {
     }
     forgotten = detail::forget_plugin_locked(name);  // its file may be loaded again
   }
-  detail::plan_inputs_changed("policy unregistered");
+  detail::plan_input_changed(registry_input());
   return true;
 }
 

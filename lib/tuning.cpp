@@ -12,6 +12,7 @@
 
 #include "driver.hpp"
 #include "launch_config.hpp"
+#include "settings.hpp"
 
 namespace launchfit::detail {
 
@@ -22,8 +23,7 @@ namespace launchfit::detail {
 stream_gate::stream_gate() {
   // With blocking launches (CUDA_LAUNCH_BLOCKING, or a profiler that serialises them) the first launch
   // behind a held stream would wait for ever: no gate.
-  if (const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING"); blocking && *blocking && std::strcmp(blocking, "0") != 0)
-    return;
+  if (current_settings().cuda_launch_blocking) return;
   const driver_api& d = driver();
   if (!d.cuMemHostAlloc || !d.cuMemHostGetDevicePointer || !d.cuMemFreeHost || !d.cuStreamWaitValue32) return;
   void* p = nullptr;

@@ -8,6 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "cache_file.hpp"
+#include "settings.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/log.hpp"
 #include "plan_json.hpp"
@@ -55,7 +59,7 @@ lf::plan sample_plan(int block) {
   lf::plan p;
   p.block = lf::dims{static_cast<unsigned>(block), 1, 1};
   p.block_threads = block;
-  p.blocks_per_sm = 2048 / block;
+  p.blocks_per_sm = std::min(2048 / block, 32);  // an SM of sm_90 holds 32 blocks
   p.sm_count = 132;
   p.dynamic_smem_bytes = 4096;
   p.grid = lf::dims{0, 1, 1};
@@ -418,6 +422,7 @@ TEST_F(CacheFileEnv, ReadWriteFromTheEnvironment) {
   EXPECT_EXIT(
       {
         setenv("LAUNCHFIT_CACHE", file_.c_str(), 1);
+        lf::detail::settings_reload_for_tests();  // the environment is read once per process
         const bool found = lf::find_stored_plan(key(0)).has_value();
         lf::store_plan(key(1), sample_plan(256));
         lf::flush_cache_file();
@@ -431,6 +436,7 @@ TEST_F(CacheFileEnv, FrozenFromTheEnvironment) {
       {
         setenv("LAUNCHFIT_CACHE", file_.c_str(), 1);
         setenv("LAUNCHFIT_CACHE_MODE", "frozen", 1);
+        lf::detail::settings_reload_for_tests();
         const std::string before = slurp(file_);
         const bool found = lf::find_stored_plan(key(0)).has_value();
         lf::store_plan(key(1), sample_plan(256));
@@ -537,4 +543,28 @@ TEST(PlanJson, SanitizedTextCannotForgeLogLines) {
   EXPECT_EQ(safe_text("\xc3\xa9\xc3\xa9", 3), "\xc3\xa9");  // never half a character
   const std::string once = safe_text("x\n\xff\xe2\x80\xa8y");
   EXPECT_EQ(safe_text(once), once);
+}
+
+// A stored_at from the future wins no ranking: two plans for buckets equally near the one looked up are
+// ranked newest first, and a stamp beyond the skew (2^53 ms: year 287396) is read as of unknown age.
+TEST_F(CacheFile, AStampFromTheFutureDoesNotMakeAPlanTheNewest) {
+  const std::uint64_t now =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  lf::detail::stored_entry honest{key(1, 10), sample_plan(128), now - 3600 * 1000};
+  lf::detail::stored_entry forged{key(1, 30), sample_plan(512), std::uint64_t(1) << 53};
+  write_text(file_, lf::detail::serialize_cache_file({honest, forged}));
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::frozen);
+  const auto p = lf::find_stored_plan(key(1, 20), /*exact=*/false);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->block_threads, 128) << "the forged stamp won the ranking";
+  EXPECT_EQ(lf::find_stored_plan(key(1, 30))->block_threads, 512)
+      << "its plan is still served for its own key";
+
+  // Within the skew a stamp is believed: a writer whose clock runs a minute ahead is still the newest.
+  forged.stored_at_ms = now + 60 * 1000;
+  write_text(file_, lf::detail::serialize_cache_file({honest, forged}));
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::frozen);
+  EXPECT_EQ(lf::find_stored_plan(key(1, 20), false)->block_threads, 512);
 }

@@ -304,30 +304,38 @@ TEST_F(CacheModel, AModelFieldOfTheWrongShapeSkipsItsEntry) {
 }
 
 // A forged entry claiming the model gets no further than a plan found on this GPU: one that launches
-// otherwise than its key says (cooperative under a plain key) is refused when the file is read, and the
-// planner checks every stored plan it finds against the launch (block within the kernel's limit, smem,
-// cooperative, co-residency).
+// otherwise than its key says (cooperative under a plain key) or whose block is above its key's kernel's
+// limit is refused when the file is read, and the planner checks every stored plan it finds against the
+// launch (the block this launch makes, smem, cooperative, co-residency).
 TEST_F(CacheModel, AHostileEntryClaimingTheModelStillFacesValidation) {
   lf::plan forged = plan_of(1024);
   forged.blocks_per_sm = 2;
   lf::plan forged_coop = plan_of(256);
   forged_coop.cooperative = true;
+  lf::plan forged_rows = plan_of(256);
+  forged_rows.block = lf::dims{32, 8, 1};  // rows of 32 for a launch of 1-D work
   const lf::kernel_resources small = lf::kernel_resources::manual(32, 0, 256, "_Z5saxpyfPKfPfi");
   lf::stored_key k1 = lf::stored_key_for(h200(uuid_b), 12080, small, policy_text, "bytes=0", 0);
   lf::stored_key k2 = lf::stored_key_for(h200(uuid_b), 12080, small, policy_text, "bytes=0", 1);
-  ship({{k1, forged, 1}, {k2, forged_coop, 1}});
+  lf::stored_key k3 = lf::stored_key_for(h200(uuid_b), 12080, small, policy_text, "bytes=0", 2);
+  ship({{k1, forged, 1}, {k2, forged_coop, 1}, {k3, forged_rows, 1}});
 
   lf::query q;
   q.device = h200(uuid_a);
   q.kernel = small;
   q.kernel.demangled = "saxpy(float, float const*, float*, int)";
   EXPECT_EQ(lf::stored_plan_count(), 1u);
+  EXPECT_NE(log_.str().find("entry 0 (kernel _Z5saxpyfPKfPfi): the entry's plan has a block of 1024 threads, "
+                            "above the 256 its key's kernel allows"),
+            std::string::npos)
+      << log_.str();
   EXPECT_NE(
       log_.str().find("entry 1 (kernel _Z5saxpyfPKfPfi): the entry's plan is cooperative, its key is not"),
       std::string::npos)
       << log_.str();
+  EXPECT_FALSE(lf::find_stored_plan(lf::stored_key_for(q.device, 12080, small, policy_text, "bytes=0", 0)));
   EXPECT_FALSE(lf::find_stored_plan(lf::stored_key_for(q.device, 12080, small, policy_text, "bytes=0", 1)));
-  auto found = lf::find_stored_plan(lf::stored_key_for(q.device, 12080, small, policy_text, "bytes=0", 0));
+  auto found = lf::find_stored_plan(lf::stored_key_for(q.device, 12080, small, policy_text, "bytes=0", 2));
   ASSERT_TRUE(found);
   EXPECT_EQ(found->match, "cache-file-same-model");
   std::string problem;

@@ -1,15 +1,25 @@
 // SPDX-License-Identifier: MIT
-// The in-memory plan cache: one plan per key under concurrency, snapshots, clear, forget.
+// The in-memory plan cache: one plan per key under concurrency, snapshots, clear, forget; retired plans freed
+// once no thread can reach them, what callers keep outliving them.
+
+#include "launchfit/cache.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include "launchfit/cache.hpp"
+#include "fault.hpp"
+#include "launchfit/error.hpp"
 #include "plan_cache.hpp"
 #include "plan_inputs.hpp"
 
@@ -50,7 +60,8 @@ TEST(PlanCache, ConcurrentFirstLaunchesBuildOnePlanPerKey) {
             out.plan.blocks_per_sm = p + 1;
             return out;
           });
-          if (e.plan.block.x != static_cast<unsigned>(32 * (k + 1)) || e.plan.blocks_per_sm != p + 1) ++mismatches;
+          if (e.plan.block.x != static_cast<unsigned>(32 * (k + 1)) || e.plan.blocks_per_sm != p + 1)
+            ++mismatches;
         }
       }
     });
@@ -64,7 +75,8 @@ TEST(PlanCache, ConcurrentFirstLaunchesBuildOnePlanPerKey) {
 
 TEST(PlanCache, AFailedBuildIsRetriedByTheNextCaller) {
   lf::cache().clear();
-  EXPECT_THROW(lf::detail::find_or_build(key_of(1, 1), []() -> lf::detail::plan_entry { throw std::runtime_error("x"); }),
+  EXPECT_THROW(lf::detail::find_or_build(key_of(1, 1),
+                                         []() -> lf::detail::plan_entry { throw std::runtime_error("x"); }),
                std::runtime_error);
   EXPECT_EQ(lf::detail::find(key_of(1, 1)), nullptr);
   const auto& e = *lf::detail::find_or_build(key_of(1, 1), [] {
@@ -140,4 +152,241 @@ TEST(PlanCache, APlanBuiltWithoutDemanglingIsListedByItsReadableName) {
   k.name = "extern_c_kernel";  // already named: name_kernel keeps what is there
   EXPECT_EQ(lf::detail::name_kernel(k), "saxpy(float, float const*, float*, int)");
   lf::cache().clear();
+}
+
+// ---- retired plans are freed once no thread can reach them ------------------------------------------------
+
+namespace {
+
+namespace ld = launchfit::detail;
+
+// An entry whose strings live on the heap (so a use after free is one AddressSanitizer sees).
+ld::plan_entry entry_named(int kernel, int block) {
+  ld::plan_entry out;
+  out.kernel.name = "retired_plan_kernel_" + std::to_string(kernel) + std::string(48, 'k');
+  out.plan.block = {static_cast<unsigned>(block), 1, 1};
+  out.plan.block_threads = block;
+  out.plan.reason = "reason of kernel " + std::to_string(kernel) + std::string(48, 'r');
+  return out;
+}
+
+// Every entry of the current inputs is the one built for its kernel.
+bool entry_is_whole(const ld::plan_entry& e, int kernel, int block) {
+  return e.kernel.name == "retired_plan_kernel_" + std::to_string(kernel) + std::string(48, 'k') &&
+         e.plan.block_threads == block && e.kept && e.kept->plan.reason == e.plan.reason &&
+         e.kept->kernel_name == e.kernel.name;
+}
+
+// One thread's signal to another (no sleeps: the waiting side waits for exactly this).
+class latch {
+ public:
+  void open() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [this] { return open_; });
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Frees what can be freed now: the retired entries left.
+std::uint64_t retired_after_a_pass() {
+  ld::free_retired_plans();
+  return ld::stats().retired;
+}
+
+// Clears the cache and frees what an earlier test left.
+void settle() {
+  lf::cache().clear();
+  ld::free_retired_plans();
+}
+
+}  // namespace
+
+TEST(RetiredPlans, AReaderKeepsWhatItFoundAndNothingElse) {
+  settle();
+  const std::uint64_t freed = ld::stats().freed;
+  latch found, retired, done;
+  std::atomic<bool> whole{false};
+  std::thread reader([&] {
+    const ld::plan_reader reading;
+    const ld::plan_entry* e = ld::find_or_build(key_of(1, 0), [] { return entry_named(1, 64); });
+    found.open();
+    retired.wait();
+    whole = entry_is_whole(*e, 1, 64);  // retired meanwhile, not freed: this thread may still use it
+    done.open();
+  });
+  found.wait();
+  ld::plan_input_changed(ld::register_plan_input("test retired plans"));
+  ld::find_or_build(key_of(2, 0), [] { return entry_named(2, 128); });  // a miss under the new inputs sweeps
+  EXPECT_GE(retired_after_a_pass(), 1u);
+  // A reader that enters after the entry left the map cannot reach it, and keeps nothing alive.
+  {
+    latch in, out;
+    std::thread late([&] {
+      const ld::plan_reader reading;
+      in.open();
+      out.wait();
+    });
+    in.wait();
+    const std::uint64_t before = ld::stats().retired;
+    retired.open();
+    done.wait();
+    reader.join();
+    EXPECT_LT(retired_after_a_pass(), before);  // the first reader is gone: its entry is freed
+    out.open();
+    late.join();
+  }
+  EXPECT_TRUE(whole);
+  EXPECT_EQ(retired_after_a_pass(), 0u);
+  EXPECT_GE(ld::stats().freed, freed + 1);
+  lf::cache().clear();
+}
+
+// The fault report names the last plan launched from what outlives its entry.
+TEST(RetiredPlans, TheFaultReportNamesTheLastLaunchOnceItsEntryIsFreed) {
+  settle();
+  {
+    const ld::plan_reader reading;  // as a launch
+    const ld::plan_entry* e = ld::find_or_build(key_of(3, 0), [] {
+      ld::plan_entry out = entry_named(3, 96);
+      out.kernel.name = "_Z11faulty_stepPfi";  // demangled when the fault is reported
+      return out;
+    });
+    ld::note_launched(*e->kept);
+  }
+  lf::cache().clear();
+  EXPECT_EQ(retired_after_a_pass(), 0u);  // the entry is freed
+  const lf::error sticky =
+      ld::with_fault_note(lf::error(CUDA_ERROR_ILLEGAL_ADDRESS, "cuMemcpy", "illegal address"));
+  EXPECT_NE(sticky.message().find("(last launched: faulty_step(float*, int) with block=96"),
+            std::string::npos)
+      << sticky.message();
+}
+
+// plan_for()'s reference and launched::plan() are the entry's kept plan: it outlives the entry, and a plan
+// made again after an input change is the same object, so memory does not grow with the changes.
+TEST(RetiredPlans, APlanACallerKeepsOutlivesItsEntryAndIsKeptOnce) {
+  settle();
+  static int run = 0;  // a kernel of its own on each run (--gtest_repeat): kept plans are never dropped
+  const int k = 500 + 2 * run++;
+  const auto make = [k] { return entry_named(k, 224); };
+  const lf::plan* kept = &ld::find_or_build(key_of(k, 0), make)->kept->plan;
+  const std::uint64_t plans = ld::stats().kept_plans;
+  lf::cache().clear();
+  EXPECT_EQ(retired_after_a_pass(), 0u);
+  EXPECT_EQ(kept->block_threads, 224);  // the entry is freed; the caller's plan is not
+  EXPECT_EQ(kept->reason, "reason of kernel " + std::to_string(k) + std::string(48, 'r'));
+  EXPECT_EQ(&ld::find_or_build(key_of(k, 0), make)->kept->plan, kept);
+  EXPECT_EQ(ld::stats().kept_plans, plans);
+  // Any field that differs is another plan, the floating-point ones bit for bit; another kernel another one.
+  const ld::plan_entry made = make();
+  lf::plan p = made.plan;
+  EXPECT_EQ(&ld::keep_plan(p, made.kernel).plan, kept);
+  p.tuning_ms = 0.5;
+  EXPECT_NE(&ld::keep_plan(p, made.kernel).plan, kept);
+  p = made.plan;
+  p.occupancy.why_no_block = "x";
+  EXPECT_NE(&ld::keep_plan(p, made.kernel).plan, kept);
+  p = made.plan;
+  p.match = "cache-file";
+  EXPECT_NE(&ld::keep_plan(p, made.kernel).plan, kept);
+  EXPECT_NE(&ld::keep_plan(made.plan, entry_named(k + 1, 224).kernel).plan, kept);
+  EXPECT_EQ(ld::stats().kept_plans, plans + 4);
+  lf::cache().clear();
+}
+
+// The stress: readers look plans up (as launches do) while another thread changes the inputs 10,000 times.
+// Every entry a reader reads is whole (AddressSanitizer: no use after free; ThreadSanitizer: no race), and
+// the retired entries do not pile up: afterwards none is left.
+TEST(RetiredPlans, TenThousandInputChangesWithReadersLeaveNothingBehind) {
+  settle();
+  constexpr int readers = 4, kernels = 4, changes = 10000;
+  const ld::plan_input input = ld::register_plan_input("test retired plans stress");
+  const std::uint64_t freed = ld::stats().freed;
+  const std::uint64_t plans_before = ld::stats().kept_plans;
+  std::atomic<bool> stop{false};
+  std::atomic<int> broken{0};
+  std::atomic<std::uint64_t> lookups{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < readers; ++t) {
+    pool.emplace_back([&, t] {
+      const lf::plan* kept[kernels] = {};
+      for (std::uint64_t n = 0; !stop.load(std::memory_order_relaxed); ++n) {
+        const int k = static_cast<int>((n + t) % kernels);
+        {
+          const ld::plan_reader reading;
+          const ld::plan_entry* e =
+              ld::find_or_build(key_of(k, 0), [k] { return entry_named(k, 32 * (k + 1)); });
+          if (!e || !entry_is_whole(*e, k, 32 * (k + 1))) ++broken;
+          if (e) {
+            ld::note_launched(*e->kept);
+            kept[k] = &e->kept->plan;
+          }
+        }
+        // What a caller keeps is valid outside any reader, whatever was freed meanwhile.
+        if (kept[k] && kept[k]->block_threads != 32 * (k + 1)) ++broken;
+        lookups.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  std::uint64_t peak = 0;
+  for (int c = 0; c < changes; ++c) {
+    ld::plan_input_changed(input);
+    const ld::plan_reader reading;  // a launch in between, on this thread too
+    ld::find_or_build(key_of(c % kernels, 0),
+                      [c] { return entry_named(c % kernels, 32 * (c % kernels + 1)); });
+    peak = std::max(peak, ld::stats().retired);
+  }
+  stop = true;
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(broken.load(), 0);
+  EXPECT_GT(lookups.load(), 0u);
+  // Every generation's entries were retired and freed but the last ones: nothing piles up.
+  ld::plan_input_changed(input);
+  ld::find_or_build(key_of(0, 0), [] { return entry_named(0, 32); });
+  EXPECT_EQ(retired_after_a_pass(), 0u);
+  EXPECT_GE(ld::stats().freed - freed, static_cast<std::uint64_t>(changes));
+  // The plans callers keep are one per distinct plan, however often each was made again.
+  EXPECT_LE(ld::stats().kept_plans - plans_before, static_cast<std::uint64_t>(kernels));
+  std::printf("retired entries: peak %llu during %d input changes, %llu lookups\n",
+              static_cast<unsigned long long>(peak), changes,
+              static_cast<unsigned long long>(lookups.load()));
+  lf::cache().clear();
+}
+
+// In a child of fork() only the forking thread exists: a thread of the parent that was inside a lookup at the
+// fork keeps nothing alive in the child.
+TEST(RetiredPlans, AReaderOfTheParentKeepsNothingAliveInAChildOfFork) {
+  settle();
+  latch inside, leave;
+  std::thread reader([&] {
+    const ld::plan_reader reading;
+    ld::find_or_build(key_of(6, 0), [] { return entry_named(6, 64); });
+    inside.open();
+    leave.wait();
+  });
+  inside.wait();
+  lf::cache().clear();
+  const pid_t child = fork();
+  if (child == 0) {
+    ld::free_retired_plans();
+    _exit(ld::stats().retired == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(retired_after_a_pass(), 1u);  // in the parent the reader is still inside
+  leave.open();
+  reader.join();
+  EXPECT_EQ(retired_after_a_pass(), 0u);
 }

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 // launchfit-calc --cubin: the figures read from real nvcc output equal what ptxas said while compiling it,
 // for a cubin, a two-architecture fatbin, an object file, relocatable-device-code objects (plain and
-// zstd-compressed), and debug (-G) builds; the gates and the command line's exit codes.
+// zstd-compressed), and debug (-G) builds; the largest block a kernel may have; the gates and the command
+// line's exit codes.
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -19,7 +21,6 @@
 // The reader is pure and lives with launchfit-calc (demos/calc); compiled in here so this test builds
 // whether or not the demos are.
 #include "../demos/calc/cubin_report.cpp"
-
 #include "tool_run.hpp"
 
 namespace calc = launchfit::calc;
@@ -225,7 +226,7 @@ TEST(CubinReport, RowsOnTheCubinsOwnArchOnAnotherAndOnAll) {
     EXPECT_EQ(row.device->cc(), row.cubin_sm);
     // The row's occupancy is the calculator's for the kernel's own figures.
     auto k = launchfit::kernel_resources::manual(row.kernel->regs_per_thread, row.kernel->static_smem_bytes,
-                                                 row.kernel->max_threads_per_block);
+                                                 row.max_threads_per_block);
     EXPECT_EQ(row.occupancy->active_blocks_per_sm,
               launchfit::occupancy(*row.device, k, row.block_threads, 0).active_blocks_per_sm);
     // __launch_bounds__(128): the block is the kernel's maximum, said so.
@@ -241,6 +242,94 @@ TEST(CubinReport, RowsOnTheCubinsOwnArchOnAnotherAndOnAll) {
   EXPECT_EQ(archs, (std::set<int>{80, 86, 87, 89, 90}));
   o.arch = "sm_75";
   EXPECT_THROW(calc::occupancy_rows(contents, o), calc::cubin_error);
+}
+
+// The most threads a block may have, as the driver computes CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK (the
+// GPU test gpu-occupancy-agreement-test compares the two on a device): the kernel's launch bounds, or fewer
+// where its registers do not fit. Worked out here from the sm_90 facts, independently of the library: a warp
+// holds regs x 32 rounded up to 256 registers, and a block's warps are spread over 4 sub-partitions of 16,384
+// registers each.
+int sm90_max_threads(int regs, int launch_bound) {
+  const int regs_per_warp = (regs * 32 + 255) / 256 * 256;
+  const int warps = 4 * (16384 / regs_per_warp);
+  return std::min({launch_bound, 1024, warps * 32});
+}
+
+TEST(CubinReport, MaxThreadsAreTheLaunchBoundsOrWhatTheRegistersAllow) {
+  SKIP_WITHOUT_SAMPLES();
+  EXPECT_EQ(compare_with_ptxas("launch_limits_sm90.cubin", {90}), 6);
+  const auto contents = calc::read_cubin_file(samples + "launch_limits_sm90.cubin");
+  calc::row_options o;
+  o.block_threads = 1024;
+  const auto rows = calc::occupancy_rows(contents, o);
+  ASSERT_EQ(rows.size(), 6u);
+  std::map<std::string, const calc::kernel_row*> by_name;
+  for (const auto& row : rows) {
+    by_name[row.kernel->demangled.substr(0, row.kernel->demangled.find('('))] = &row;
+    const int expected = sm90_max_threads(row.kernel->regs_per_thread, row.kernel->max_threads_per_block);
+    EXPECT_EQ(row.max_threads_per_block, expected)
+        << row.kernel->demangled << ", " << row.kernel->regs_per_thread << " registers";
+    // A block of the maximum always has an occupancy; --block 1024 is cut to it, said so.
+    EXPECT_EQ(row.block_threads, expected) << row.kernel->demangled;
+    EXPECT_EQ(row.block_clamped, expected < 1024) << row.kernel->demangled;
+    ASSERT_TRUE(row.occupancy) << row.kernel->demangled << ": " << row.refusal;
+    EXPECT_GE(row.occupancy->active_blocks_per_sm, 1) << row.kernel->demangled;
+  }
+  ASSERT_EQ(by_name.count("regs_96"), 1u);
+  // The case the driver answers 640 for: 96 x 32 = 3072 registers a warp, 5 warps per sub-partition.
+  ASSERT_EQ(by_name["regs_96"]->kernel->regs_per_thread, 96);
+  EXPECT_EQ(by_name["regs_96"]->max_threads_per_block, 640);
+  EXPECT_STREQ(by_name["regs_96"]->max_threads_from, "registers");
+  EXPECT_EQ(by_name["regs_168"]->max_threads_per_block, 384);
+  EXPECT_STREQ(by_name["regs_uncapped"]->max_threads_from, "registers");
+  // __launch_bounds__(256) below the 512 threads its 128 registers allow: the bounds decide.
+  EXPECT_EQ(by_name["bounded_256"]->max_threads_per_block, 256);
+  EXPECT_STREQ(by_name["bounded_256"]->max_threads_from, "maxntid");
+  EXPECT_EQ(by_name["pdl_waits"]->max_threads_per_block, 1024);
+  EXPECT_STREQ(by_name["pdl_waits"]->max_threads_from, "default");
+}
+
+TEST(CubinCalc, TheTableAndJsonShowTheMaxThreadsTheRegistersAllow) {
+  SKIP_WITHOUT_CALC();
+  const std::string file = "'" + samples + "launch_limits_sm90.cubin'";
+  const outcome table = run_calc("--cubin " + file + " --block 1024");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("640 registers"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("256 maxntid"), std::string::npos) << table.out;
+  EXPECT_EQ(table.out.find("   1024 registers"), std::string::npos) << table.out;
+  const outcome json = run_calc("--cubin " + file + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  int seen = 0;
+  const auto report = nlohmann::json::parse(json.out);
+  for (const auto& k : report["kernels"]) {
+    if (k["name"] != "_Z7regs_96PKfPf") continue;
+    ++seen;
+    EXPECT_EQ(k["max_threads_per_block"], 640) << k.dump();
+    EXPECT_EQ(k["max_threads_from"], "registers") << k.dump();
+  }
+  EXPECT_EQ(seen, 1) << json.out;
+}
+
+// Whether a kernel waits for its predecessor matters only to a .pdl() launch: said with --pdl, not for every
+// kernel of every file.
+TEST(CubinCalc, ThePdlNoteIsSaidOnlyWhenAskedFor) {
+  SKIP_WITHOUT_CALC();
+  const std::string file = "'" + samples + "launch_limits_sm90.cubin'";
+  const outcome plain = run_calc("--cubin " + file);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("griddepcontrol"), std::string::npos) << plain.out;
+  const outcome pdl = run_calc("--cubin " + file + " --pdl");
+  ASSERT_EQ(pdl.exit_code, 0) << pdl.err;
+  EXPECT_NE(pdl.out.find("pdl_never_waits(float const*, float*) (sm_90): never executes griddepcontrol.wait"),
+            std::string::npos)
+      << pdl.out;
+  EXPECT_EQ(pdl.out.find("pdl_waits(float const*, float*) (sm_90): never"), std::string::npos) << pdl.out;
+  // Code that is not read for the wait is said to be unchecked, not to wait.
+  const outcome fatbin = run_calc("--cubin '" + samples + "samples.fatbin' --pdl");
+  ASSERT_EQ(fatbin.exit_code, 0) << fatbin.err;
+  EXPECT_NE(fatbin.out.find("--pdl: sm_80 code is not read for griddepcontrol.wait"), std::string::npos)
+      << fatbin.out;
+  EXPECT_EQ(run_calc("--pdl").exit_code, 2);  // --pdl applies to --cubin
 }
 
 TEST(CubinReport, GatesNameTheKernelAndTheFigure) {
@@ -315,15 +404,16 @@ TEST(CubinCalc, TheTableAndJsonSayWhenTheStackCannotBeSized) {
   EXPECT_EQ(k["stack_undetermined"], true) << k.dump();
 }
 
-TEST(CubinCalc, ABadFileIsABadInputNamingTheFile) {
+TEST(CubinCalc, ABadFileIsABadInputAndAMissingOneTheEnvironmentNamingTheFile) {
   SKIP_WITHOUT_CALC();
   const outcome text = run_calc("--cubin '" + samples + "samples.fatbin.ptxas.txt'");
   EXPECT_EQ(text.exit_code, 2);
   EXPECT_NE(text.err.find("samples.fatbin.ptxas.txt': not a cubin, a fatbin or an ELF file"),
             std::string::npos)
       << text.err;
+  // A file that cannot be opened is the environment's answer (3), as the tool's exit code table says.
   const outcome missing = run_calc("--cubin '" + samples + "no-such.cubin'");
-  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.exit_code, 3);
   EXPECT_NE(missing.err.find("no-such.cubin': cannot open: No such file or directory"), std::string::npos)
       << missing.err;
   EXPECT_EQ(run_calc("--cubin '" + samples + "samples.o' --regs 32").exit_code, 2);

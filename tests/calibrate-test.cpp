@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../demos/calibrate/calibration.cpp"
+#include "launchfit/device.hpp"
 
 namespace {
 
@@ -295,7 +296,8 @@ TEST(CalibrationFile, FieldsThatContradictEachOtherAreRefused) {
   expect_refused(edited([](auto& j) { j["device"]["cc"] = 900; }), "\"cc\" 900 is not a compute capability");
   expect_refused(edited([](auto& j) { j["device"]["sm_count"] = 50000; }), "more than any GPU has");
   expect_refused(edited([](auto& j) { j["device"]["driver_version"] = 0; }), "is not a CUDA driver version");
-  expect_refused(edited([](auto& j) { j["device"]["driver_version"] = 12345; }), "is not a CUDA driver version");
+  expect_refused(edited([](auto& j) { j["device"]["driver_version"] = 12345; }),
+                 "is not a CUDA driver version");
   // An H200 (cc 9.0) measured under a driver that predates it.
   expect_refused(edited([](auto& j) { j["device"]["driver_version"] = 11020; }),
                  "11020 predates compute capability 9.0 (first supported by 11080)");
@@ -311,6 +313,61 @@ TEST(CalibrationFile, FieldsThatContradictEachOtherAreRefused) {
     j["device"]["driver_version"] = 12080;
   }));
   EXPECT_EQ(b200.cc, 100);
+}
+
+// Each device field in a plausible range: at least one SM, a compute capability of launchfit's architecture
+// table (the one the calculator and the plan cache use), a driver version of at least 1.0.
+TEST(CalibrationFile, DeviceFieldsOutsidePlausibleRangesAreRefused) {
+  expect_refused(edited([](auto& j) { j["device"]["sm_count"] = 0; }),
+                 "device: \"sm_count\" must be an integer in 1..");
+  expect_refused(edited([](auto& j) { j["device"]["sm_count"] = -1; }),
+                 "device: \"sm_count\" must be an integer in 1..");
+  expect_refused(edited([](auto& j) { j["device"]["cc"] = 0; }), "device: \"cc\"");
+  expect_refused(edited([](auto& j) { j["device"]["cc"] = 99; }),
+                 "\"cc\" 99 is not a compute capability (major x 10 + minor, e.g. 90 for 9.0) of launchfit's "
+                 "architecture table");
+  expect_refused(edited([](auto& j) { j["device"]["driver_version"] = -1; }), "device: \"driver_version\"");
+  // Every architecture of the table is one a calibration may name.
+  for (const auto& arch : launchfit::device_limits::builtin_table()) {
+    const int cc = arch.cc();
+    const std::string text = edited([&](auto& j) {
+      j["device"]["cc"] = cc;
+      j["device"]["driver_version"] = 13000;
+      // A curve every architecture holds (an SM of cc 7.5 keeps 32 warps).
+      nlohmann::json curve = nlohmann::json::array();
+      for (const auto& p : j["curve"])
+        if (p["warps_per_sm"].template get<int>() <= arch.max_warps_per_sm) curve.push_back(p);
+      j["curve"] = curve;
+    });
+    EXPECT_NO_THROW(cal::calibration_from_json(text)) << arch.arch();
+  }
+}
+
+// The target is what the plan cache stores (store_calibration): a file is held to the cache's own bound, from
+// four warps of 4-byte loads (512 B) to what an SM of its architecture holds (its registers and shared
+// memory; never more than 4 MiB), even where the curve measured such a point.
+TEST(CalibrationFile, ATargetTheCacheWouldRefuseIsRefused) {
+  const auto with_target = [](int warps, int loads, int width) {
+    return edited([=](auto& j) {
+      const std::size_t bytes = cal::bytes_in_flight_of(warps, loads, width);
+      j["curve"].push_back({{"warps_per_sm", warps},
+                            {"loads_in_flight", loads},
+                            {"width_bytes", width},
+                            {"bytes_in_flight_per_sm", bytes},
+                            {"gbps", 1000.0}});
+      j["target_bytes_per_sm"] = bytes;
+    });
+  };
+  // 2 MiB: above the 484 KiB an SM of sm_90 holds (64 K registers x 4 B + 228 KiB).
+  expect_refused(with_target(64, 64, 16),
+                 "\"target_bytes_per_sm\": a target of 2097152 B in flight per SM is not in 512..");
+  // 8 MiB and 2 GiB: above the cache's bound for any architecture.
+  expect_refused(with_target(64, 256, 16), "a target of 8388608 B in flight per SM is not in 512..");
+  expect_refused(with_target(64, 1024, 1024), "a target of 2147483648 B in flight per SM is not in 512..");
+  // 128 B: one warp of one 4-byte load each, below any useful measurement.
+  expect_refused(with_target(1, 1, 4), "a target of 128 B in flight per SM is not in 512..");
+  // Within the bound (48 KiB, as CUB's sm_90 table says): kept.
+  EXPECT_EQ(cal::calibration_from_json(with_target(48, 2, 16)).target_bytes_per_sm, 48u * 1024);
 }
 
 TEST(CalibrationFile, UnreadableFilesAreRefusedWithoutWaiting) {

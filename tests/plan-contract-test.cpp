@@ -5,14 +5,16 @@
 // finds the old one, with no call site flushing the cache by hand.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
-#include <unistd.h>
+#include <vector>
 
 #include "cache_file.hpp"
 #include "error_of.hpp"
@@ -41,32 +43,111 @@ ld::launch_request request(const lf::spec<Policy>& s) {
   return r;
 }
 
+const ld::context_ref& ctx_for_keys() {
+  static const ld::context_ref c{nullptr, 0x78};
+  return c;
+}
+
 }  // namespace
 
 // ---- the contract ----------------------------------------------------------------------------------------
 
-TEST(PlanContract, APolicyThatDecidesByTheWorkNeedsTheWorkToPlan) {
-  // The classic port: plan first (block-dependent arguments), launch with items(n) later. Small work fills the
-  // SMs with smaller blocks, so a plan made without the work would not be the one launched.
-  const lf::error e = error_of([] { ld::require_work_for_plan(request(lf::max_occupancy())); });
-  EXPECT_EQ(e.code(), lf::errc::missing_work) << e.what();
-  EXPECT_NE(e.message().find("max_occupancy(prefer_block=256"), std::string::npos) << e.what();
-  EXPECT_NE(e.message().find("items(n)"), std::string::npos) << e.what();
-  EXPECT_NE(e.kernel().find("0x5a5a00"), std::string::npos) << e.what();  // no driver here: named by address
-  EXPECT_EQ(error_of([] { ld::require_work_for_plan(request(lf::bytes_in_flight(16))); }).code(),
-            lf::errc::missing_work);
-  EXPECT_EQ(error_of([] { ld::require_work_for_plan(request(lf::use("bytes_in_flight(per_thread=8)"))); }).code(),
-            lf::errc::missing_work);
+TEST(PlanContract, ASpecWithoutWorkIsOneFullWaveUnderEveryPolicy) {
+  // The rule: plan_for(k, spec) answers what launch(k, spec) runs for every spec launch() accepts, and a spec
+  // without work runs one full wave of its plan's resident blocks whatever the policy (a fixed grid: that
+  // grid).
+  const lf::query q = h200_query();
+  for (const char* text : {"max_occupancy()", "max_occupancy(0)", "bytes_in_flight(16)", "bytes_in_flight(4)",
+                           "cooperative()", "cooperative(1)", "fixed(256)", "fixed({32, 8})",
+                           "constant_block()", "planned(bx=128,blocks_per_sm=3)"}) {
+    SCOPED_TRACE(text);
+    const lf::plan p = lf::policy_from_string(text)->choose(q);
+    EXPECT_GT(p.resident_blocks(), 0);
+    EXPECT_EQ(lf::grid_for(p, lf::work{}), (lf::dims{static_cast<unsigned>(p.resident_blocks()), 1, 1}));
+  }
+  const lf::plan fixed_grid = lf::fixed(256, 80).policy_value().choose(q);
+  EXPECT_EQ(lf::grid_for(fixed_grid, lf::work{}), (lf::dims{80, 1, 1}));
 }
 
-TEST(PlanContract, WorkIndependentPoliciesAndSpecsWithWorkPlanWithoutIt) {
-  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::max_occupancy().items(16384))));
-  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::bytes_in_flight(16).grid_stride(1 << 20))));
-  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::max_occupancy().grid({132, 1, 1}))));
-  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::max_occupancy(0))));
-  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::fixed(256))));
-  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::cooperative())));
-  EXPECT_NO_THROW(ld::require_work_for_plan(request(lf::fixed({32, 8}))));
+TEST(PlanContract, APlanMadeWithoutWorkSizesNoWorkItsPolicyWouldPlanAnotherWay) {
+  // Plan without the work, then launch with it: safe where the grid comes from the plan. The n-body port
+  // (planned without work, launched with .grid(grid_for(p, spec.work_shape()))) runs the plan's full wave;
+  // sizing items(n) with that plan is refused, since the spec with items(n) may run another block.
+  const lf::query q = h200_query();
+  const auto spec = lf::max_occupancy();
+  lf::plan p = spec.policy_value().choose(q);
+  p.without_work = true;  // as the planner marks it: a spec without work, a policy that decides by the work
+  const lf::dims wave = lf::grid_for(p, spec.work_shape());
+  EXPECT_EQ(wave.x, static_cast<unsigned>(p.resident_blocks()));
+  EXPECT_EQ(lf::grid_for(p, lf::max_occupancy().grid(wave).work_shape()), wave);
+  for (const lf::work& w :
+       {lf::max_occupancy().items(16384).work_shape(), lf::max_occupancy().items(1 << 26).work_shape(),
+        lf::max_occupancy().grid_stride(16384).work_shape()}) {
+    const lf::error e = error_of([&] { lf::grid_for(p, w); });
+    EXPECT_EQ(e.code(), lf::errc::missing_work) << e.what();
+    EXPECT_NE(e.message().find("planned(p)"), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find("max_occupancy(prefer_block=256"), std::string::npos) << e.what();
+  }
+  // The same plan with the work (or launched verbatim, whose plan is planned()'s) sizes it.
+  const lf::plan with_work = lf::planned(p).policy_value().choose(q);
+  EXPECT_FALSE(with_work.without_work);
+  EXPECT_EQ(lf::grid_for(with_work, lf::max_occupancy().items(16384).work_shape()).x,
+            static_cast<unsigned>((16384 + p.block_threads - 1) / p.block_threads));
+}
+
+TEST(PlanContract, ASpecWithoutWorkHasAPlanOfItsOwn) {
+  // Its plan says without_work; the same spec with work in the same size bucket must not find that plan.
+  const auto key_of = [](auto spec) { return ld::base_key(request(spec), ctx_for_keys()); };
+  const lf::plan_key none = key_of(lf::max_occupancy());
+  EXPECT_TRUE(none == key_of(lf::max_occupancy())) << "the same spec is the same key";
+  for (const lf::plan_key& other :
+       {key_of(lf::max_occupancy().items(1 << 22)), key_of(lf::max_occupancy().grid({132})),
+        key_of(lf::max_occupancy().grid_stride(1 << 22))}) {
+    EXPECT_EQ(other.bucket, none.bucket) << "the same size bucket";
+    EXPECT_FALSE(other == none) << "but not the same plan";
+  }
+}
+
+TEST(PlanContract, EveryRegisteredBuiltInHasItsStoredPlansCrossChecked) {
+  // A stored plan (cache file, remote store) for a built-in policy is checked against what the policy chooses
+  // now; whether a policy is built in is its own trait (policy::builtin()), so none can be left out of a
+  // list. This binary's other tests register a policy of their own only for a moment: here every one is
+  // launchfit's.
+  const lf::query q = h200_query();
+  const std::vector<std::string> names = lf::registered_policies();
+  ASSERT_GE(names.size(), 7u);
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    // planned() has no default block (it is a plan's copy): give it one.
+    const auto policy =
+        lf::make_policy(name, name == "planned" ? std::map<std::string, std::string>{{"bx", "128"}}
+                                                : std::map<std::string, std::string>{});
+    EXPECT_TRUE(policy->builtin());
+    ASSERT_TRUE(ld::cross_checks_stored_plans(*policy));
+    const lf::plan computed = policy->choose(q);
+    // A valid plan of another block, as another process (or an edited file) may have stored.
+    lf::plan stored = computed;
+    stored.block = lf::dims{computed.block.x == 64 ? 96u : 64u, computed.block.y, computed.block.z};
+    stored.blocks_per_sm = 0;
+    ld::launch_requirements need;
+    need.cooperative = computed.cooperative;  // cooperative() is: its launch requires it
+    bool differs_only = false;
+    const std::string why = ld::check_stored_plan(q, stored, need, &computed, &differs_only);
+    EXPECT_NE(why.find("is not what"), std::string::npos) << why;
+    EXPECT_TRUE(differs_only);
+  }
+  // A policy of a user or a plugin is not built in: its stored plans (perhaps timed) are validated only.
+  class users_policy final : public lf::policy_base {
+   public:
+    std::string name() const override { return "users"; }
+    std::string params() const override { return {}; }
+    std::uint64_t hash() const override { return 42; }
+
+   protected:
+    lf::plan choose_impl(const lf::query&) const override { return {}; }
+  };
+  EXPECT_FALSE(users_policy{}.builtin());
+  EXPECT_FALSE(ld::cross_checks_stored_plans(users_policy{}));
 }
 
 TEST(PlanContract, MaxOccupancyZeroIsTheDriversBlockForEveryWork) {
@@ -87,7 +168,8 @@ TEST(PlanContract, MaxOccupancyZeroIsTheDriversBlockForEveryWork) {
   // The default (prefer 256) does fill the SMs for small work: the reason it needs the work.
   lf::query small = q;
   small.work_hint = lf::work{lf::work::shape::items, 16384, 1};
-  EXPECT_LT(lf::max_occupancy_policy{}.choose(small).block_threads, lf::max_occupancy_policy{}.choose(q).block_threads);
+  EXPECT_LT(lf::max_occupancy_policy{}.choose(small).block_threads,
+            lf::max_occupancy_policy{}.choose(q).block_threads);
 }
 
 TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
@@ -110,7 +192,8 @@ TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
 
   // The planned policy chooses exactly the plan's block, grid rule and residency (validated again).
   lf::query again = h200_query();
-  again.work_hint = lf::work{lf::work::shape::items, 1 << 26, 1};  // other work: the plan is kept all the same
+  again.work_hint =
+      lf::work{lf::work::shape::items, 1 << 26, 1};  // other work: the plan is kept all the same
   const lf::plan p0 = lf::max_occupancy_policy{}.choose(q);
   const lf::plan verbatim = lf::planned(p0).policy_value().choose(again);
   EXPECT_EQ(verbatim.block, p0.block);
@@ -118,14 +201,17 @@ TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
   EXPECT_EQ(verbatim.blocks_per_sm, p0.blocks_per_sm);
   EXPECT_EQ(verbatim.full_grid, p0.full_grid);
   // A planned spec is a built-in: the stored plan check compares it with what it chooses.
-  EXPECT_TRUE(ld::is_builtin_policy(lf::planned(p0).policy_value()));
+  EXPECT_TRUE(lf::planned(p0).policy_value().builtin());
+  EXPECT_TRUE(ld::cross_checks_stored_plans(lf::planned(p0).policy_value()));
   // A hand-made plan is validated like any other.
   lf::plan zero = p0;
   zero.block = lf::dims{0, 1, 1};
-  EXPECT_EQ(error_of([&] { lf::planned(zero).policy_value().choose(again); }).code(), lf::errc::invalid_policy);
+  EXPECT_EQ(error_of([&] { lf::planned(zero).policy_value().choose(again); }).code(),
+            lf::errc::invalid_policy);
   lf::plan too_big = p0;
   too_big.block = lf::dims{2048, 1, 1};
-  EXPECT_EQ(error_of([&] { lf::planned(too_big).policy_value().choose(again); }).code(), lf::errc::invalid_plan);
+  EXPECT_EQ(error_of([&] { lf::planned(too_big).policy_value().choose(again); }).code(),
+            lf::errc::invalid_plan);
 }
 
 TEST(PlanContract, AStoredPlanThatAddsALaunchOptionIsRefused) {
@@ -169,8 +255,9 @@ TEST(PlanContract, APolicyPlanThatAddsALaunchOptionIsRefusedNotStripped) {
   EXPECT_EQ(e.kernel(), launchfit_test::h200_kernel_demangled);
   lf::plan pdl = lf::max_occupancy_policy{}.choose(q);
   pdl.programmatic = true;
-  EXPECT_NE(error_of([&] { ld::apply_requirements(q, pdl, ld::launch_requirements{}); }).message().find("PDL"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { ld::apply_requirements(q, pdl, ld::launch_requirements{}); }).message().find("PDL"),
+      std::string::npos);
   // What the launch requires is kept whatever the policy chose.
   lf::plan plain = lf::max_occupancy_policy{}.choose(q);
   ld::launch_requirements need;
@@ -235,7 +322,8 @@ TEST(PlanIdentity, EveryProcessWideInputIsInTheKey) {
   expect_new_plan("match level exact", [] { lf::set_cache_match(lf::cache_match::exact); });
   expect_new_plan("match level model", [] { lf::set_cache_match(lf::cache_match::model); });
   expect_new_plan("remote store configured", [] { lf::set_remote_store("redis://127.0.0.1:1"); });
-  if (lf::remote_store_statistics().enabled) {  // without libhiredis no store was made: closing changes nothing
+  if (lf::remote_store_statistics()
+          .enabled) {  // without libhiredis no store was made: closing changes nothing
     expect_new_plan("remote store closed", [] { lf::close_remote_store(); });
   }
   lf::close_remote_store();
@@ -320,7 +408,7 @@ TEST(PlanIdentity, NoCallSiteFlushesByHandAndReportsShowCurrentPlansOnly) {
     return false;
   };
   EXPECT_TRUE(listed());
-  ld::plan_inputs_changed("test");
+  ld::plan_input_changed(ld::register_plan_input("test"));
   EXPECT_FALSE(listed());
   const int builds = probe.builds;
   probe.entry(ld::base_key(r, ctx));  // the launch's next lookup: a new plan under the new inputs

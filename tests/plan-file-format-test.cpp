@@ -9,6 +9,8 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -216,7 +218,8 @@ TEST(StoredEntry, APlanWhoseSmemIsNotItsKeysFixedBytesIsRefused) {
     e.key.smem_rule = bad;
     EXPECT_TRUE(has(ld::validate_stored_entry(e), "is neither bytes=N nor fn=ID")) << bad;
   }
-  const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file({entry("_Z4smemPf", plain), e}));
+  const ld::cache_file_contents c =
+      ld::parse_cache_file(ld::serialize_cache_file({entry("_Z4smemPf", plain), e}));
   EXPECT_EQ(c.entries.size(), 1u);
   EXPECT_EQ(c.refused, 1u);
 }
@@ -244,7 +247,8 @@ TEST(StoredEntry, CalibrationsAreCheckedAsCalibrations) {
   for (std::uint64_t bytes : {std::uint64_t(0), std::uint64_t(1), ld::min_calibration_bytes_per_sm - 1,
                               ld::max_calibration_bytes_per_sm + 1}) {
     calibration.bytes_in_flight_per_sm = bytes;
-    EXPECT_EQ(ld::validate_stored_entry(calibration), "'bytes_in_flight_per_sm' is not in 512 B..4 MiB") << bytes;
+    EXPECT_EQ(ld::validate_stored_entry(calibration), "'bytes_in_flight_per_sm' is not in 512 B..4 MiB")
+        << bytes;
   }
   calibration.bytes_in_flight_per_sm = ld::min_calibration_bytes_per_sm;
   EXPECT_EQ(ld::validate_stored_entry(calibration), "");
@@ -288,15 +292,32 @@ TEST(StoredEntry, TheNamedKernelIsCut) {
 }
 
 // The library refuses such an entry when it opens the file, with one warning naming it, and uses the others.
-TEST(StoredEntry, TheLibraryWarnsOnceNamingEachRefusedEntry) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("launchfit-plan-file-format-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const fs::path file = dir / "plans.json";
+namespace {
+
+// A plan file in a directory of its own, and what launchfit logs meanwhile; both undone at the end.
+struct file_and_log {
+  fs::path dir = fs::temp_directory_path() / ("launchfit-plan-file-format-" + std::to_string(::getpid()));
+  fs::path file = dir / "plans.json";
   std::ostringstream log;
-  lf::set_logger(std::make_shared<spdlog::logger>("launchfit-test",
-                                                  std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  file_and_log() {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    lf::set_logger(std::make_shared<spdlog::logger>("launchfit-test",
+                                                    std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  }
+  ~file_and_log() {
+    lf::close_cache_file();
+    lf::set_logger(nullptr);
+    fs::remove_all(dir);
+  }
+};
+
+}  // namespace
+
+TEST(StoredEntry, TheLibraryWarnsOnceNamingEachRefusedEntry) {
+  file_and_log t;
+  const fs::path& file = t.file;
+  std::ostringstream& log = t.log;
   ld::stored_entry cooperative = entry("_Z4coopPf", plain);
   cooperative.plan.cooperative = true;
   std::ofstream(file, std::ios::binary) << ld::serialize_cache_file({entry("_Z4goodPf", plain), cooperative});
@@ -323,7 +344,93 @@ TEST(StoredEntry, TheLibraryWarnsOnceNamingEachRefusedEntry) {
   lf::set_cache_file(file.string(), lf::cache_file_mode::frozen);
   EXPECT_TRUE(has(log.str(), "entry 1 (kernel _Z4coopPf): the entry's plan is cooperative")) << log.str();
   EXPECT_TRUE(has(log.str(), "skipped 1 bad entry (entry 2: entry is not an object)")) << log.str();
-  lf::close_cache_file();
-  lf::set_logger(nullptr);
-  fs::remove_all(dir);
+}
+
+// Past the refusals named one by one, the rest are counted in one warning that says what they failed: the
+// stored-entry check, whatever part of it (a launch option the key does not say, an epoch out of range, ...).
+TEST(StoredEntry, RefusalsBeyondThoseNamedAreCountedAsFailingTheStoredEntryCheck) {
+  file_and_log t;
+  std::vector<ld::stored_entry> entries{entry("_Z4goodPf", plain)};
+  for (int i = 0; i < 9; ++i) {  // 8 are named one by one
+    entries.push_back(entry("_Z5coop" + std::to_string(i) + "Pf", plain));
+    entries.back().plan.cooperative = true;
+  }
+  entries.push_back(entry("_Z4smemPf", plain));
+  entries.back().key.smem_rule = "bytes=x";  // no launch option: another part of the check
+  std::ofstream(t.file, std::ios::binary) << ld::serialize_cache_file(entries);
+  lf::set_cache_file(t.file.string(), lf::cache_file_mode::frozen);
+  EXPECT_EQ(lf::stored_plan_count(), 1u);
+  const std::string text = t.log.str();
+  EXPECT_TRUE(has(text,
+                  "2 more entries refused: they fail the stored-entry check (launchfit-plans check names "
+                  "each and why)"))
+      << text;
+  EXPECT_FALSE(has(text, "launch as their keys say")) << text;
+}
+
+// ---- stored_at: untrusted like the rest -------------------------------------------------------------------
+
+namespace {
+
+std::uint64_t now_ms() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
+}  // namespace
+
+// A stamp within the skew is kept as written (clocks of hosts differ a little); one beyond it is read as 0,
+// "unknown", below every dated entry: the plan is kept, the claim to be the newest is not. Counted and named.
+TEST(StoredEntry, AStoredAtFromTheFutureIsReadAsOfUnknownAgeCountedAndNamed) {
+  const std::uint64_t now = now_ms();
+  ld::stored_entry near = entry("_Z4nearPf", plain);
+  near.stored_at_ms = now + 60 * 1000;  // a minute ahead: skew
+  ld::stored_entry ahead = entry("_Z5aheadPf", plain);
+  ahead.stored_at_ms = now + ld::max_stored_at_skew_ms + 10 * 60 * 1000;
+  ld::stored_entry forged = entry("_Z6forgedPf", plain);
+  forged.stored_at_ms = std::uint64_t(1) << 53;  // year 287396
+  ld::stored_entry old = entry("_Z3oldPf", plain);
+  old.stored_at_ms = now - 3600 * 1000;
+
+  const std::uint64_t before = ld::future_stamps_cleared();
+  const ld::cache_file_contents c =
+      ld::parse_cache_file(ld::serialize_cache_file({near, ahead, forged, old}));
+  EXPECT_EQ(c.status, ld::cache_file_status::ok);
+  ASSERT_EQ(c.entries.size(), 4u) << "no plan is lost for its stamp";
+  EXPECT_EQ(c.skipped, 0u);
+  EXPECT_EQ(c.entries[0].stored_at_ms, near.stored_at_ms);
+  EXPECT_EQ(c.entries[1].stored_at_ms, 0u);
+  EXPECT_EQ(c.entries[2].stored_at_ms, 0u);
+  EXPECT_EQ(c.entries[3].stored_at_ms, old.stored_at_ms);
+  EXPECT_EQ(c.clamped, 2u);
+  ASSERT_EQ(c.clamps.size(), 2u);
+  // How many whole minutes ahead depends on when the test runs (14 or 15 under load): not asserted.
+  EXPECT_TRUE(has(c.clamps[0],
+                  "entry 1 (kernel _Z5aheadPf): 'stored_at' " + std::to_string(ahead.stored_at_ms) + " is 1"))
+      << c.clamps[0];
+  EXPECT_TRUE(has(c.clamps[0],
+                  " minutes ahead of this clock (more than the 5 minutes of skew allowed): read as "
+                  "of unknown age, below every dated entry"))
+      << c.clamps[0];
+  EXPECT_TRUE(has(c.clamps[1], "entry 2 (kernel _Z6forgedPf): 'stored_at' 9007199254740992 is "))
+      << c.clamps[1];
+  EXPECT_TRUE(has(c.clamps[1], " days ahead of this clock")) << c.clamps[1];
+  EXPECT_EQ(ld::future_stamps_cleared() - before, 2u);
+
+  // Written back, the lie is gone: the entry stays "unknown" wherever it is read next.
+  const ld::cache_file_contents again = ld::parse_cache_file(ld::serialize_cache_file(c.entries));
+  EXPECT_EQ(again.clamped, 0u);
+  EXPECT_EQ(again.entries[2].stored_at_ms, 0u);
+
+  // One entry read alone is bounded the same way; the line layout leaves such a file to the full parser,
+  // which counts it.
+  ld::stored_entry out;
+  EXPECT_EQ(ld::parse_stored_entry(ld::cache_file_line(forged), out), "");
+  EXPECT_EQ(out.stored_at_ms, 0u);
+  EXPECT_EQ(ld::future_stamps_cleared() - before, 3u);
+  std::vector<ld::stored_entry> fast;
+  EXPECT_FALSE(ld::parse_cache_file_lines(ld::serialize_cache_file({old, forged}), {}, fast));
+  fast.clear();
+  EXPECT_TRUE(ld::parse_cache_file_lines(ld::serialize_cache_file({old, near}), {}, fast));
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The plan store (lib/plan_store.hpp, lib/cache_file.hpp): what it serves is an input of every plan. Opening
+// The plan store (lib/store/chain.hpp, lib/cache_file.hpp): what it serves is an input of every plan. Opening
 // or closing a file, storing a calibration, and another process changing an entry this process looked up
 // (found or not) or a calibration make a new plan-inputs generation (plan_inputs.hpp), so a plan made from
 // what the store served before is never reused; nothing else does, so plans are not made again for nothing.
@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -25,7 +26,8 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/log.hpp"
 #include "plan_inputs.hpp"
-#include "plan_store.hpp"
+#include "store/chain.hpp"
+#include "store/future_stamps.hpp"
 
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
@@ -53,7 +55,7 @@ lf::plan plan_of(unsigned block) {
   lf::plan p;
   p.block = lf::dims{block, 1, 1};
   p.block_threads = static_cast<int>(block);
-  p.blocks_per_sm = 2048 / static_cast<int>(block);
+  p.blocks_per_sm = std::min(2048 / static_cast<int>(block), 32);  // an SM of sm_90 holds 32 blocks
   p.sm_count = 132;
   p.policy = policy_text;
   p.reason = "sample";
@@ -121,6 +123,45 @@ class PlanStore : public testing::Test {
 };
 
 }  // namespace
+
+// A stored_at beyond the allowed skew is read as of unknown age: the file layer counts each one in its stats,
+// and the first of the process is said once, naming its file (escaped: a path is untrusted text too).
+TEST_F(PlanStore, StampsFromTheFutureAreCountedInTheLayersStatsAndSaidOnce) {
+  ld::reset_future_stamp_warning_for_tests();
+  const std::uint64_t now_ms =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  ld::stored_entry ahead = entry(0, 256);
+  ahead.stored_at_ms = now_ms + 24ull * 3600 * 1000;  // a day ahead: far beyond max_stored_at_skew_ms
+  const fs::path hostile = dir_ / "plans\n[error] forged.json";
+  std::ofstream(hostile, std::ios::binary) << ld::serialize_cache_file({ahead, entry(1, 64)});
+  ld::plan_store_layer& file = ld::file_layer();
+  const std::uint64_t before = file.stats().future_stamps;
+  lf::set_cache_file(hostile.string(), lf::cache_file_mode::frozen);
+  EXPECT_EQ(file.stats().future_stamps, before + 1);
+  EXPECT_EQ(lf::stored_plan_count(), 2u);  // kept, only its age is not believed
+  const auto said = [&] {
+    std::size_t n = 0;
+    const std::string text = log_.str();
+    for (auto at = text.find("said once per process"); at != std::string::npos;
+         at = text.find("said once per process", at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(said(), 1u) << log_.str();
+  EXPECT_NE(log_.str().find("plan cache file " + (dir_ / "plans\\n[error] forged.json").string() +
+                            ": entry 0 (kernel _Z6kernel0Pf): 'stored_at'"),
+            std::string::npos)
+      << log_.str();
+  EXPECT_EQ(log_.str().find("plans\n[error]"), std::string::npos) << "the path is escaped: " << log_.str();
+
+  // Another file's stamp from the future: counted too, not said again.
+  std::ofstream(file_, std::ios::binary) << ld::serialize_cache_file({ahead});
+  lf::set_cache_file(file_.string(), lf::cache_file_mode::frozen);
+  EXPECT_EQ(file.stats().future_stamps, before + 2);
+  EXPECT_EQ(said(), 1u) << log_.str();
+}
 
 TEST_F(PlanStore, OpeningClosingAndCalibratingChangeThePlanInputs) {
   generation_watch inputs;

@@ -3,6 +3,8 @@
 // and every stored plan; stored plans are checked as untrusted input; the store never holds a lock while a
 // plan is built, so a build that launches its own kernel again cannot deadlock.
 
+#include "planner.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,16 +12,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <map>
 #include <thread>
 #include <vector>
 
-#include "launchfit/launch.hpp"
-
 #include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
+#include "launchfit/launch.hpp"
+#include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
-#include "planner.hpp"
 #include "test_query.hpp"
 
 namespace lf = launchfit;
@@ -82,7 +84,8 @@ TEST(Requirements, CooperativeIsDecidedOnceFromTheSpecAndItsPolicy) {
   // One place decides it (make_request): cooperative(), .cooperative(), or a cooperative policy object.
   EXPECT_TRUE(ld::requirements_of(ld::make_request(lf::cooperative())).cooperative);
   EXPECT_TRUE(ld::requirements_of(ld::make_request(lf::use("cooperative"))).cooperative);
-  EXPECT_TRUE(ld::requirements_of(ld::make_request(lf::use(std::make_shared<lf::cooperative_policy>()))).cooperative);
+  EXPECT_TRUE(
+      ld::requirements_of(ld::make_request(lf::use(std::make_shared<lf::cooperative_policy>()))).cooperative);
   EXPECT_TRUE(ld::requirements_of(ld::make_request(lf::max_occupancy().cooperative())).cooperative);
   EXPECT_FALSE(ld::requirements_of(ld::make_request(lf::max_occupancy())).cooperative);
   EXPECT_FALSE(ld::requirements_of(ld::make_request(lf::use("max_occupancy"))).cooperative);
@@ -95,8 +98,8 @@ TEST(Requirements, KeysTellApartWhatLaunchesRequire) {
   clustered.options.cluster = lf::dims{2, 1, 1};
   clustered4.options.cluster = lf::dims{4, 1, 1};
   const ld::context_ref ctx{nullptr, 7};
-  const lf::plan_key a = ld::base_key(plain, ctx), b = ld::base_key(coop, ctx), c = ld::base_key(clustered, ctx),
-                     d = ld::base_key(clustered4, ctx);
+  const lf::plan_key a = ld::base_key(plain, ctx), b = ld::base_key(coop, ctx),
+                     c = ld::base_key(clustered, ctx), d = ld::base_key(clustered4, ctx);
   EXPECT_FALSE(a == b);
   EXPECT_FALSE(a == c);
   EXPECT_FALSE(c == d);
@@ -157,7 +160,8 @@ TEST(StoredPlans, AnAcceptedEntryShowsNoFileTextRaw) {
   lf::plan stored = stored_from(computed);
   EXPECT_EQ(ld::check_stored_plan(q, stored, {}, &computed), "");
   EXPECT_EQ(stored.reason.find('\n'), std::string::npos) << stored.reason;
-  EXPECT_NE(stored.reason.find("tuned\\n[error]"), std::string::npos) << stored.reason;  // escaped, as every log shows it
+  EXPECT_NE(stored.reason.find("tuned\\n[error]"), std::string::npos)
+      << stored.reason;  // escaped, as every log shows it
 }
 
 TEST(StoredPlans, ABlockAboveTheKernelsLimitIsRejected) {
@@ -222,9 +226,15 @@ TEST(PlanStore, OtherThreadsWaitForTheOneBuildWithoutItHoldingALock) {
   });
   started.get_future().wait();
   // Another key is served while the build runs.
-  auto other = std::async(std::launch::async, [&] { return ld::find_or_build(key_of(3), [] { return entry_with_block(32); }); });
+  auto other = std::async(std::launch::async,
+                          [&] { return ld::find_or_build(key_of(3), [] { return entry_with_block(32); }); });
   wait_or_die(other, "another key during a build");
-  auto waiter = std::async(std::launch::async, [&] { return ld::find_or_build(k, [&] { ++builds; return entry_with_block(1); }); });
+  auto waiter = std::async(std::launch::async, [&] {
+    return ld::find_or_build(k, [&] {
+      ++builds;
+      return entry_with_block(1);
+    });
+  });
   EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
   finish.set_value();
   builder.join();
@@ -235,7 +245,8 @@ TEST(PlanStore, OtherThreadsWaitForTheOneBuildWithoutItHoldingALock) {
 
 TEST(PlanStore, AFailedBuildLetsTheNextCallerRetry) {
   const lf::plan_key k = key_of(4);
-  EXPECT_THROW(ld::find_or_build(k, []() -> ld::plan_entry { throw lf::error("test", "LAUNCHFIT_INVALID_PLAN", "no"); }),
+  EXPECT_THROW(ld::find_or_build(
+                   k, []() -> ld::plan_entry { throw lf::error("test", "LAUNCHFIT_INVALID_PLAN", "no"); }),
                lf::error);
   const ld::plan_entry* e = ld::find_or_build(k, [] { return entry_with_block(128); });
   ASSERT_NE(e, nullptr);
@@ -257,7 +268,8 @@ TEST(PlanStore, SettingPolicyOverridesMakesEveryLaunchPlanAgain) {
   const ld::context_ref ctx{nullptr, 3};
   const lf::plan_key before = ld::base_key(r, ctx);
   lf::set_policy_overrides("some_kernel=fixed(block=96)");
-  EXPECT_FALSE(ld::base_key(r, ctx) == before) << "a plan chosen under the old overrides would be found again";
+  EXPECT_FALSE(ld::base_key(r, ctx) == before)
+      << "a plan chosen under the old overrides would be found again";
   lf::set_policy_overrides("");
 }
 
@@ -316,6 +328,130 @@ TEST(PlanStore, HotPlansThatShareAFrontSetStillHitWithoutTheSharedMap) {
     for (const auto& k : keys) ASSERT_NE(ld::find(k), nullptr);
   // 12 keys over 16 sets of 4: at most a set overflows by chance; never a third of the lookups.
   EXPECT_LT(ld::stats().map_hits - before, 12u);
+}
+
+// ---- overrides never break a launch that works ----------------------------------------------------------
+
+// A plugin built for the tests (tests/plugins), loaded once per process.
+void load_test_plugin(const std::string& name) {
+  static std::map<std::string, bool> loaded;
+  if (loaded[name]) return;
+  lf::load_plugin(std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/plugins/liblf_" + name + ".so");
+  loaded[name] = true;
+}
+
+// The planner's steps for an override's plan on this query and launch: choose, what the launch requires, the
+// grid of `w`. Empty when the override serves the launch, else why not (an error the planner gives way on).
+std::string override_outcome(const lf::policy& over, const lf::query& q, const ld::launch_requirements& need,
+                             const lf::work& w, lf::plan* served) {
+  try {
+    lf::plan p = over.choose(q);
+    ld::apply_requirements(q, p, need);
+    const std::string refused = ld::override_work_refusal(p, w);
+    if (refused.empty()) *served = p;
+    return refused;
+  } catch (const lf::error& e) {
+    EXPECT_TRUE(ld::cannot_serve(e)) << over.to_string()
+                                     << " failed in a way no override may fail: " << e.what();
+    return e.message();
+  }
+}
+
+TEST(Overrides, EveryBuiltInAndPluginAsAnOverrideOfACooperativeProgramServesItOrGivesWay) {
+  // The cuda-samples conjugate-gradient pattern: plan_for(k, cooperative()) (no work: the co-resident wave),
+  // then a cooperative launch of that plan. Under LAUNCHFIT_POLICY='k=<any policy>' the override's plan
+  // serves it (cooperative, co-resident, one full wave) or fails in a way the planner gives way on, and the
+  // spec's own policy serves it: no override makes plan_for() or launch() throw.
+  for (const char* plugin : {"good", "error", "invalid", "decline"}) load_test_plugin(plugin);
+  const lf::query q = h200_query();
+  const ld::launch_requirements need = cooperative_launch();
+  const lf::work no_work{};
+  lf::plan own = lf::cooperative().policy_value().choose(q);
+  ld::apply_requirements(q, own, need);
+  ASSERT_EQ(ld::override_work_refusal(own, no_work), "");
+  EXPECT_EQ(lf::grid_for(own, no_work).count(), static_cast<unsigned long long>(own.resident_blocks()));
+
+  const std::vector<std::string> overrides = {
+      // every built-in, in C++ spelling and by name, and with parameters it cannot serve the launch with
+      "max_occupancy()", "max_occupancy(0)", "max_occupancy(128, 512)", "max_occupancy(prefer_block=-1)",
+      "bytes_in_flight(16)", "bytes_in_flight(4, 8K)", "bytes_in_flight(per_thread=0)", "cooperative()",
+      "cooperative(1)", "cooperative(64)", "cooperative(0, 2048)", "fixed(256)", "fixed(256, 100)",
+      "fixed(1024, 100000)", "fixed(2048)", "fixed({32, 8})", "fixed({16, 16}, {4, 4})", "fixed({64, 64})",
+      "fixed_dims(bx=32,by=4)", "planned(bx=256)", "planned()", "planned(bx=256,blocks_per_sm=64)",
+      "constant_block()",
+      // plugins: a plan, a plan of another block, an error, an invalid plan, a refusal to decide
+      "test_good", "test_good(block=96)", "test_good(block=4096)", "test_error", "test_invalid",
+      "test_decline"};
+  for (const std::string& name : lf::registered_policies()) {
+    bool named = false;
+    for (const std::string& o : overrides)
+      named = named || o.compare(0, name.size() + 1, name + "(") == 0 || o == name;
+    EXPECT_TRUE(named) << "no override case for the registered policy '" << name << "'";
+  }
+  int served = 0, gave_way = 0;
+  for (const std::string& text : overrides) {
+    SCOPED_TRACE(text);
+    const auto over = lf::policy_from_string(text);
+    lf::plan p;
+    const std::string why = override_outcome(*over, q, need, no_work, &p);
+    if (!why.empty()) {
+      ++gave_way;  // the planner warns once and plans with cooperative() (checked above)
+      continue;
+    }
+    ++served;
+    EXPECT_TRUE(p.cooperative);
+    const lf::dims g = lf::grid_for(p, no_work);
+    EXPECT_GT(g.count(), 0u);
+    EXPECT_LE(static_cast<long long>(g.count()), p.resident_blocks()) << "co-resident";
+  }
+  EXPECT_GE(served, 15);
+  EXPECT_GE(gave_way, 8);
+}
+
+TEST(Overrides, AnOverridesGridThatCannotServeTheWorkGivesWay) {
+  const lf::query q = h200_query();
+  const auto work_of = [](auto spec) { return spec.work_shape(); };
+  // A fixed grid on items(n): one thread per item, so fewer blocks than the work needs would leave items
+  // undone.
+  const lf::plan fixed = lf::fixed(256, 80).policy_value().choose(q);
+  EXPECT_EQ(ld::override_work_refusal(fixed, work_of(lf::fixed(1).items(80 * 256))), "");
+  const std::string undone = ld::override_work_refusal(fixed, work_of(lf::fixed(1).items(80 * 256 + 1)));
+  EXPECT_NE(undone.find("fixed grid 80"), std::string::npos) << undone;
+  EXPECT_NE(undone.find("left undone"), std::string::npos) << undone;
+  EXPECT_EQ(ld::override_work_refusal(fixed, work_of(lf::fixed(1).grid_stride(1ull << 30))), "")
+      << "the kernel loops";
+  EXPECT_EQ(ld::override_work_refusal(fixed, lf::work{}), "");
+  EXPECT_EQ(ld::override_work_refusal(fixed, work_of(lf::fixed(1).grid({100}))), "") << "the caller's grid";
+  // A cooperative items(n) launch whose work co-resides in cooperative()'s grid but not in the override's.
+  const ld::launch_requirements need = cooperative_launch();
+  lf::plan own = lf::cooperative().policy_value().choose(q);
+  ld::apply_requirements(q, own, need);
+  lf::plan thin = lf::bytes_in_flight(64).policy_value().choose(q);  // 32 KB in flight: 16 warps/SM
+  ld::apply_requirements(q, thin, need);
+  const long long own_threads = own.resident_blocks() * own.block_threads;
+  ASSERT_LT(thin.resident_blocks() * thin.block_threads, own_threads);
+  const lf::work all = work_of(lf::cooperative().items(static_cast<std::uint64_t>(own_threads)));
+  EXPECT_EQ(ld::override_work_refusal(own, all), "");
+  const std::string too_large = ld::override_work_refusal(thin, all);
+  EXPECT_NE(too_large.find("co-reside"), std::string::npos) << too_large;
+  // A block too small for the grid's limit where the spec's own is not.
+  const lf::plan tiny = lf::fixed(32).policy_value().choose(q);
+  const lf::work huge = work_of(lf::fixed(1).items(std::uint64_t{1} << 37));
+  EXPECT_NE(ld::override_work_refusal(tiny, huge).find("grid limit"), std::string::npos);
+  EXPECT_EQ(ld::override_work_refusal(lf::fixed(1024).policy_value().choose(q), huge), "");
+}
+
+TEST(Overrides, OnlyAFailureOfThePlanGivesWayNotOneOfTheDeviceOrLaunchfit) {
+  EXPECT_TRUE(
+      ld::cannot_serve(lf::error(lf::errc::invalid_plan, "validate(block)", "block of 2048 threads")));
+  EXPECT_TRUE(ld::cannot_serve(lf::error(lf::errc::bad_policy_parameter, "make_policy", "bad")));
+  EXPECT_TRUE(ld::cannot_serve(lf::error(lf::errc::plugin, "plugin", "no tuning data")));
+  EXPECT_TRUE(
+      ld::cannot_serve(lf::error(lf::errc::not_planned_yet, "launchfit::plan_for", "tuned on first launch")));
+  EXPECT_TRUE(ld::cannot_serve(lf::error(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "grid_for", "too large")));
+  EXPECT_FALSE(ld::cannot_serve(lf::error(CUDA_ERROR_ILLEGAL_ADDRESS, "cuLaunchKernelEx", "sticky")));
+  EXPECT_FALSE(ld::cannot_serve(lf::error(lf::errc::no_driver, "driver", "no libcuda")));
+  EXPECT_FALSE(ld::cannot_serve(lf::error(lf::errc::internal, "launchfit::launch", "a bug")));
 }
 
 }  // namespace

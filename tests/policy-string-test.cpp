@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "launchfit/base.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 #if __has_include("launchfit/param_policy.hpp")
@@ -35,14 +36,98 @@ std::string parse_error(const std::string& text) {
 }  // namespace
 
 TEST(PolicyString, ParsesNamesAndParameters) {
-  EXPECT_EQ(lf::policy_from_string("max_occupancy")->to_string(), "max_occupancy(prefer_block=256,block_limit=0)");
-  EXPECT_EQ(lf::policy_from_string("max_occupancy()")->to_string(), "max_occupancy(prefer_block=256,block_limit=0)");
+  EXPECT_EQ(lf::policy_from_string("max_occupancy")->to_string(),
+            "max_occupancy(prefer_block=256,block_limit=0)");
+  EXPECT_EQ(lf::policy_from_string("max_occupancy()")->to_string(),
+            "max_occupancy(prefer_block=256,block_limit=0)");
   EXPECT_EQ(lf::policy_from_string("fixed(block=256,grid=80)")->to_string(), "fixed(block=256,grid=80)");
   EXPECT_EQ(lf::policy_from_string("fixed(block=128)")->to_string(), "fixed(block=128,grid=0)");
   // Whitespace anywhere between tokens, parameters in any order.
   EXPECT_EQ(
       lf::policy_from_string(" \tbytes_in_flight ( target_per_sm = 65536 ,per_thread= 32 ) \n")->to_string(),
       "bytes_in_flight(per_thread=32,target_per_sm=65536,prefer_block=256)");
+}
+
+TEST(PolicyString, TakesEveryBuiltInFactoryAsWrittenInCpp) {
+  // An operator copies the spec from the code: LAUNCHFIT_POLICY='k=max_occupancy(0)'. Arguments in the
+  // factory's order (include/launchfit/base.hpp) make exactly the policy the C++ factory makes.
+  struct spelling {
+    const char* text;
+    std::uint64_t hash;  // the C++ factory's policy
+  };
+  for (const spelling& c : {
+           spelling{"max_occupancy()", lf::max_occupancy().policy_value().hash()},
+           spelling{"max_occupancy(0)", lf::max_occupancy(0).policy_value().hash()},
+           spelling{"max_occupancy(128, 512)", lf::max_occupancy(128, 512).policy_value().hash()},
+           spelling{"bytes_in_flight(32)", lf::bytes_in_flight(32).policy_value().hash()},
+           spelling{"bytes_in_flight(32, 32768)", lf::bytes_in_flight(32, 32768).policy_value().hash()},
+           spelling{"bytes_in_flight(16, 48K, 128)",
+                    lf::bytes_in_flight(16, 48 * 1024, 128).policy_value().hash()},
+           spelling{"cooperative()", lf::cooperative().policy_value().hash()},
+           spelling{"cooperative(2)", lf::cooperative(2).policy_value().hash()},
+           spelling{"cooperative(0, 256)", lf::cooperative(0, 256).policy_value().hash()},
+           spelling{"fixed(256)", lf::fixed(256).policy_value().hash()},
+           spelling{"fixed(256, 80)", lf::fixed(256, 80).policy_value().hash()},
+           spelling{"fixed({16, 16})", lf::fixed({16, 16}).policy_value().hash()},
+           spelling{"fixed({32})", lf::fixed(lf::dims{32}).policy_value().hash()},
+           spelling{"fixed({32, 8, 2})", lf::fixed({32, 8, 2}).policy_value().hash()},
+           spelling{"fixed({16, 16}, {4, 4})", lf::fixed({16, 16}, {4, 4}).policy_value().hash()},
+           spelling{"fixed({16,16},{8})", lf::fixed({16, 16}, {8}).policy_value().hash()},
+           spelling{"fixed({16, 16}, 8)", lf::fixed({16, 16}, 8).policy_value().hash()},
+           spelling{"constant_block()", lf::constant_block_policy{}.hash()},
+           spelling{"lf::max_occupancy(0)", lf::max_occupancy(0).policy_value().hash()},
+           spelling{" launchfit::fixed( { 32 , 8 } ) ", lf::fixed({32, 8}).policy_value().hash()},
+       }) {
+    SCOPED_TRACE(c.text);
+    const auto p = lf::policy_from_string(c.text);
+    EXPECT_EQ(p->hash(), c.hash) << p->to_string();
+    // What it prints parses back to itself: the name=value form stays.
+    EXPECT_EQ(lf::policy_from_string(p->to_string())->hash(), c.hash);
+  }
+  EXPECT_EQ(lf::policy_from_string("fixed({16, 16})")->to_string(),
+            "fixed_dims(bx=16,by=16,bz=1,gx=0,gy=1,gz=1)");
+  // Any registered policy takes its parameters in order: planned's are bx, by, bz, gx, gy, gz, blocks_per_sm.
+  EXPECT_EQ(lf::policy_from_string("planned({128}, {0}, 3)")->to_string(),
+            "planned(bx=128,by=1,bz=1,gx=0,gy=1,gz=1,blocks_per_sm=3,full_grid=0)");
+  EXPECT_EQ(lf::policy_from_string("fixed_dims(64, 4)")->to_string(),
+            "fixed_dims(bx=64,by=4,bz=1,gx=0,gy=1,gz=1)");
+  // In an override too, beside the name=value form.
+  lf::set_policy_overrides(
+      "gpuConjugateGradient=max_occupancy(0); transpose*=fixed({32, 8}); k=fixed(block=64)");
+  EXPECT_EQ(lf::policy_override_for("void gpuConjugateGradient(int*, float*)")->hash(),
+            lf::max_occupancy(0).policy_value().hash());
+  EXPECT_EQ(lf::policy_override_for("transpose_tile")->hash(), lf::fixed({32, 8}).policy_value().hash());
+  EXPECT_EQ(lf::policy_override_for("k")->hash(), lf::fixed(64).policy_value().hash());
+  lf::set_policy_overrides("");
+}
+
+TEST(PolicyString, CppSpellingsThatDoNotFitAreRefusedAtTheirColumn) {
+  struct bad {
+    const char* text;
+    const char* expected;
+  };
+  for (const bad& b : {
+           bad{"max_occupancy(0, 512, 3)",
+               "col 23: policy 'max_occupancy' takes at most 2 arguments (prefer_block, block_limit)"},
+           bad{"fixed(256, block=64)", "col 12: a name=value parameter after values in the factory's order"},
+           bad{"fixed(block=64, 256)", "col 17: a value in the factory's order after name=value parameters"},
+           bad{"fixed(256, {4, 4})", "col 12: policy 'fixed' has no dims {x, y, z} at argument 2"},
+           bad{"max_occupancy({1, 2})", "col 15: policy 'max_occupancy' has no dims {x, y, z} at argument 1"},
+           bad{"fixed({1, 2, 3, 4})", "col 17: dims have at most 3 components (x, y, z)"},
+           bad{"fixed({16, 16)", "col 14: expected ',' or '}', got ')'"},
+           bad{"fixed({16, 16", "col 14: expected ',' or '}' to close the '{' at col 7"},
+           bad{"fixed({})", "col 8: expected a number in {x, y, z}, got '}'"},
+           bad{"fixed({x})", "col 8: expected a number in {x, y, z}, got 'x'"},
+           bad{"fixed({16, 16}, {4, 4}, {1})",
+               "col 25: policy 'fixed_dims' has no dims {x, y, z} at argument 7"},
+           bad{"cuda::fixed(256)", "col 5: expected '(' or the end, got ':'"},
+           bad{"lf::", "col 5: expected a policy name after '::', got end of string"},
+           bad{"fixed({16, 99999999999})", "col 12: policy 'fixed_dims': parameter 'by': out of range"},
+       }) {
+    SCOPED_TRACE(b.text);
+    const std::string message = parse_error(b.text);
+    EXPECT_NE(message.find(b.expected), std::string::npos) << message;
+  }
 }
 
 TEST(PolicyString, SizeSuffixesAreBinaryMultiples) {
@@ -96,9 +181,9 @@ TEST(PolicyString, FloatParametersRoundTripIncludingInfinities) {
 
 TEST(PolicyString, RoundTripsEveryBuiltin) {
   for (const char* text :
-       {"max_occupancy", "bytes_in_flight", "bytes_in_flight(per_thread=64,target_per_sm=16384,prefer_block=256)",
-        "cooperative", "cooperative(blocks_per_sm=2,block=512)", "fixed", "fixed(block=96,grid=7)",
-        "constant_block()"}) {
+       {"max_occupancy", "bytes_in_flight",
+        "bytes_in_flight(per_thread=64,target_per_sm=16384,prefer_block=256)", "cooperative",
+        "cooperative(blocks_per_sm=2,block=512)", "fixed", "fixed(block=96,grid=7)", "constant_block()"}) {
     SCOPED_TRACE(text);
     auto p = lf::policy_from_string(text);
     auto again = lf::policy_from_string(p->to_string());
@@ -361,7 +446,8 @@ TEST_F(PolicyOverridesEnv, ReadOnFirstUse) {
         setenv("LAUNCHFIT_POLICY", "reduce*=bytes_in_flight(per_thread=32);saxpy=fixed(block=256)", 1);
         std::string matched;
         auto p = lf::policy_override_for("void reduce<float>(float const*, int)", &matched);
-        const bool ok = p && p->to_string() == "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)" &&
+        const bool ok = p &&
+                        p->to_string() == "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)" &&
                         matched == "reduce*" && !lf::policy_override_for("scan(int*)");
         std::exit(ok ? 0 : 1);
       },
@@ -667,10 +753,12 @@ TEST(PolicyString, AStringIsResolvedOnceAndAgainAfterTheRegistryChanges) {
   // (A plugin's instance is reused while held, never kept alive by the cache: its destroy() runs when its
   // users let go, fault/plugin-fault-test.cpp.)
   lf::unregister_policy("test_late");
-  EXPECT_THROW(lf::policy_from_string("test_late"), lf::error) << "an unregistered name is not answered from memory";
+  EXPECT_THROW(lf::policy_from_string("test_late"), lf::error)
+      << "an unregistered name is not answered from memory";
   // Bounded: many distinct strings never grow the memory without end (and each still resolves).
   for (int i = 1; i <= 600; ++i)
-    EXPECT_EQ(lf::policy_from_string("fixed(block=" + std::to_string(32 * (i % 32 + 1)) + ",grid=" + std::to_string(i) + ")")
+    EXPECT_EQ(lf::policy_from_string("fixed(block=" + std::to_string(32 * (i % 32 + 1)) +
+                                     ",grid=" + std::to_string(i) + ")")
                   ->to_string(),
               "fixed(block=" + std::to_string(32 * (i % 32 + 1)) + ",grid=" + std::to_string(i) + ")");
 }
@@ -703,7 +791,8 @@ TEST(PolicyFactory, RecursionIntoItsOwnNameIsRefused) {
     (void)lf::policy_from_string("test_loop_b()");
     ADD_FAILURE() << "test_loop_b was made";
   } catch (const lf::error& e) {
-    EXPECT_NE(std::string(e.what()).find("'test_loop_b' -> 'test_loop_a' -> 'test_loop_b'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("'test_loop_b' -> 'test_loop_a' -> 'test_loop_b'"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_NE(lf::make_policy("test_delegates", {}), nullptr);

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,8 +27,15 @@
 #include "captured_log.hpp"
 #include "fault/bounded.hpp"
 #include "launchfit/cache.hpp"
+#include "raw_redis.hpp"
 #include "remote_store.hpp"
-
+#include "settings.hpp"
+#include "store/future_stamps.hpp"
+#include "store/kv_scheme.hpp"
+#include "store/plan_tools.hpp"
+#include "store/remote_layer.hpp"
+#include "store/slow_store.hpp"
+#include "store_samples.hpp"
 #include "tool_run.hpp"
 
 namespace lf = launchfit;
@@ -38,59 +46,18 @@ using launchfit_test::has;
 
 namespace {
 
-const std::string policy_text = "max_occupancy(prefer_block=256,block_limit=0)";
+const std::string policy_text = launchfit_test::sample_policy;
 
-// A key of a device model no other test uses, so that tests sharing one server never see each other.
 lf::stored_key key(const std::string& model, int kernel, std::uint64_t bucket = 0) {
-  lf::stored_key k;
-  // A GPU of this model (a UUID names one GPU, so no two models share one).
-  k.device_uuid = "GPU-" + std::to_string(std::hash<std::string>{}(model)) + "-" + std::to_string(kernel);
-  k.cc = 90;
-  k.sm_count = 132;
-  k.driver_version = 12080;
-  k.kernel = lf::kernel_fingerprint(
-      lf::kernel_resources::manual(32, 0, 1024, "_Z6kernel" + std::to_string(kernel) + "Pf"));
-  k.policy = policy_text;
-  k.smem_rule = "bytes=0";
-  k.bucket = bucket;
-  k.device_name = model;
-  k.l2_bytes = 62914560;
-  return k;
+  return launchfit_test::sample_key(model, kernel, bucket);
 }
-
-lf::plan sample_plan(int block) {
-  lf::plan p;
-  p.block = lf::dims{static_cast<unsigned>(block), 1, 1};
-  p.block_threads = block;
-  p.blocks_per_sm = 2048 / block;
-  p.sm_count = 132;
-  p.policy = policy_text;
-  p.reason = "sample";
-  return p;
-}
+using launchfit_test::sample_plan;
 
 ld::stored_entry entry(const lf::stored_key& k, int block, std::uint64_t at_ms = 1700000000000) {
   return ld::stored_entry{k, sample_plan(block), at_ms, 0};
 }
 
-std::string unique_model(const std::string& what) {
-  return "Test GPU " + std::to_string(::getpid()) + " " + what + " " +
-         testing::UnitTest::GetInstance()->current_test_info()->name();
-}
-
-// The server tests/run.sh started, if any.
-std::optional<ld::remote_url> test_server() {
-  const char* v = std::getenv("LAUNCHFIT_TEST_REDIS");
-  if (!v || !*v) return std::nullopt;
-  std::string why;
-  return ld::parse_remote_url(v, why);
-}
-
-#define NEEDS_REDIS(url)                                                                          \
-  const std::optional<ld::remote_url> url = test_server();                                        \
-  if (!url)                                                                                       \
-  GTEST_SKIP() << "LAUNCHFIT_TEST_REDIS is not set: tests/run.sh starts a redis-server and sets " \
-                  "it"
+std::string unique_model(const std::string& what) { return launchfit_test::unique_model("Test GPU", what); }
 
 // A failed check inside a forked body: print it and make the child's exit code say so.
 #define CHECK_IN_CHILD(cond)                                                        \
@@ -101,77 +68,26 @@ std::optional<ld::remote_url> test_server() {
     }                                                                               \
   } while (0)
 
-// A few commands over a plain socket, independent of the library: to look at what it wrote.
-class raw_redis {
+// A few commands over a plain socket, independent of the library (tests/raw_redis.hpp), opened from the
+// store's URL; call() answers the reply's first line ("+OK", ":42", "$-1", "-ERR ...") and, for a bulk
+// string, its text.
+class raw_redis : public launchfit_test::raw_redis {
  public:
-  explicit raw_redis(const ld::remote_url& url) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(url.port));
-    ::inet_pton(AF_INET, url.host == "localhost" ? "127.0.0.1" : url.host.c_str(), &a.sin_addr);
-    timeval tv{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-    if (url.db != 0) call({"SELECT", std::to_string(url.db)});
-  }
-  ~raw_redis() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  // The reply's first line ("+OK", ":42", "$-1", "-ERR ...") and, for a bulk string, its text.
+  explicit raw_redis(const ld::remote_url& url) : launchfit_test::raw_redis(url.host, url.port, url.db) {}
   std::string call(const std::vector<std::string>& args, std::string* bulk = nullptr) {
-    std::string out = "*" + std::to_string(args.size()) + "\r\n";
-    for (const auto& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
-    for (std::size_t done = 0; done < out.size();) {
-      const ssize_t n = ::send(fd_, out.data() + done, out.size() - done, MSG_NOSIGNAL);
-      if (n <= 0) return "";
-      done += static_cast<std::size_t>(n);
-    }
-    std::string line = read_line();
-    if (bulk && line.size() > 1 && line[0] == '$' && line != "$-1") {
-      const std::size_t n = std::stoul(line.substr(1));
-      *bulk = read_exact(n + 2).substr(0, n);
-    }
-    return line;
+    const launchfit_test::redis_reply r = command(args);
+    if (r.type == 0) return "";
+    if (r.type != '$')
+      return std::string(1, r.type) + (r.type == '*' ? std::to_string(r.elements.size()) : r.text);
+    if (r.nil) return "$-1";
+    if (bulk) *bulk = r.text;
+    return "$" + std::to_string(r.text.size());
   }
-
- private:
-  std::string read_line() {
-    std::string line;
-    while (line.size() < 2 || line.compare(line.size() - 2, 2, "\r\n") != 0) {
-      const std::string c = read_exact(1);
-      if (c.empty()) return line;
-      line += c;
-    }
-    return line.substr(0, line.size() - 2);
-  }
-  std::string read_exact(std::size_t n) {
-    std::string out;
-    while (out.size() < n) {
-      if (buf_.empty()) {
-        char tmp[65536];
-        const ssize_t got = ::recv(fd_, tmp, sizeof tmp, 0);
-        if (got <= 0) return out;
-        buf_.assign(tmp, static_cast<std::size_t>(got));
-      }
-      const std::size_t take = std::min(n - out.size(), buf_.size());
-      out += buf_.substr(0, take);
-      buf_.erase(0, take);
-    }
-    return out;
-  }
-  int fd_ = -1;
-  std::string buf_;
 };
 
-ld::remote_options options(const ld::remote_url& url) {
-  ld::remote_options o;
-  o.url = url;
-  return o;
-}
+using launchfit_test::test_connect_ms;
+using launchfit_test::test_op_ms;
+ld::remote_options options(const ld::remote_url& url) { return launchfit_test::test_store_options(url); }
 
 const std::string tool = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../demos/launchfit-plans";
 
@@ -220,7 +136,9 @@ TEST(RemoteUrl, RefusesWhatIsNotRedisHostPortDb) {
       {"redis://" + std::string(300, 'h') + ":1", "longer than 256"},
       {"redis://host:6379\n", "control character"},
       {"redis://ho\x1bst:6379", "control character"},
-      {"redis://user:secret@host:6379", "password"},
+      {"redis://user:@host:6379", "empty password"},
+      {"redis://@host:6379", "empty user"},
+      {"redis://user:%zz@host:6379", "hex digits"},
       {"redis://:6379", "no host"},
       {"redis://host:6379/x", "database"},
       {"redis://host:6379/1/2", "database"},
@@ -329,22 +247,65 @@ TEST(RemoteValue, AForgedPlanThatChangesTheLaunchOptionsIsRefused) {
   EXPECT_TRUE(has(why, "names policy")) << why;
 }
 
+// The store's TTL is the settings' LAUNCHFIT_REMOTE_TTL (read once, with the settings' one number parser):
+// garbage falls back to 30 days with one warning, which launchfit-plans prints too.
 TEST(RemoteTtl, GarbageFallsBackToThirtyDaysWithAWarning) {
-  std::string warning;
-  ::unsetenv("LAUNCHFIT_REMOTE_TTL");
-  EXPECT_EQ(ld::remote_ttl_from_env(warning), 30u * 24 * 3600);
-  EXPECT_EQ(warning, "");
-  ::setenv("LAUNCHFIT_REMOTE_TTL", "3600", 1);
-  EXPECT_EQ(ld::remote_ttl_from_env(warning), 3600u);
-  EXPECT_EQ(warning, "");
-  for (const char* bad : {"0", "-5", "1h", "99999999999", " 60", "6\n0"}) {
-    warning.clear();
-    ::setenv("LAUNCHFIT_REMOTE_TTL", bad, 1);
-    EXPECT_EQ(ld::remote_ttl_from_env(warning), ld::remote_default_ttl_s) << bad;
-    EXPECT_TRUE(has(warning, "LAUNCHFIT_REMOTE_TTL=")) << bad;
-    EXPECT_EQ(warning.find('\n'), std::string::npos) << warning;
+  LAUNCHFIT_EXPECT_BOUNDED(
+      5000, ([] {
+        ::unsetenv("LAUNCHFIT_REMOTE_TTL");
+        std::string warning;
+        ld::settings_reload_for_tests();
+        CHECK_IN_CHILD(ld::plan_tools::ttl_from_env(warning) == 30u * 24 * 3600);
+        CHECK_IN_CHILD(warning.empty());
+        ::setenv("LAUNCHFIT_REMOTE_TTL", "3600", 1);
+        ld::settings_reload_for_tests();
+        CHECK_IN_CHILD(ld::plan_tools::ttl_from_env(warning) == 3600u);
+        CHECK_IN_CHILD(warning.empty());
+        for (const char* bad : {"0", "-5", "1h", "99999999999", " 6 0", "6\n0"}) {
+          warning.clear();
+          ::setenv("LAUNCHFIT_REMOTE_TTL", bad, 1);
+          ld::settings_reload_for_tests();
+          CHECK_IN_CHILD(ld::plan_tools::ttl_from_env(warning) == ld::remote_default_ttl_s);
+          CHECK_IN_CHILD(has(warning, "LAUNCHFIT_REMOTE_TTL="));
+          CHECK_IN_CHILD(warning.find('\n') == std::string::npos);
+        }
+        return 0;
+      }));
+}
+
+// ---- when a live store is too slow to keep ---------------------------------------------------------------
+
+// Three exchanges in a row over half the operation bound drop a store; a fast one between starts again.
+TEST(SlowStore, ThreeSlowAnswersInARowDropTheStore) {
+  using std::chrono::milliseconds;
+  ld::slow_store_rule rule(milliseconds(200));
+  const auto t0 = ld::slow_store_rule::clock::time_point{} + std::chrono::hours(1);
+  EXPECT_EQ(rule.record(milliseconds(150), t0), "");
+  EXPECT_EQ(rule.record(milliseconds(190), t0 + milliseconds(200)), "");
+  EXPECT_EQ(rule.record(milliseconds(5), t0 + milliseconds(400)), "");  // a fast one: the count starts again
+  EXPECT_EQ(rule.record(milliseconds(101), t0 + milliseconds(600)), "");
+  EXPECT_EQ(rule.record(milliseconds(199), t0 + milliseconds(800)), "");
+  const std::string why = rule.record(milliseconds(120), t0 + milliseconds(1000));
+  EXPECT_TRUE(has(why, "3 answers in a row took more than 100 ms")) << why;
+}
+
+// More than 1 s spent in exchanges within 10 s drops a store, even when no answer is over half the bound;
+// the same time spread over longer is kept.
+TEST(SlowStore, MoreThanOneSecondWithinTenSecondsDropsTheStore) {
+  using std::chrono::milliseconds;
+  const auto t0 = ld::slow_store_rule::clock::time_point{} + std::chrono::hours(1);
+  ld::slow_store_rule spread(milliseconds(200));
+  for (int i = 0; i < 40; ++i)  // 90 ms every 1.1 s: ~820 ms in any 10 s
+    EXPECT_EQ(spread.record(milliseconds(90), t0 + milliseconds(1100 * i)), "") << i;
+  ld::slow_store_rule dense(milliseconds(200));
+  std::string why;
+  int answers = 0;
+  while (why.empty() && answers < 100) {  // 90 ms every 0.5 s
+    why = dense.record(milliseconds(90), t0 + milliseconds(500 * answers));
+    ++answers;
   }
-  ::unsetenv("LAUNCHFIT_REMOTE_TTL");
+  EXPECT_EQ(answers, 12) << why;  // 12 x 90 ms = 1,080 ms within 6 s
+  EXPECT_TRUE(has(why, "more than 1000 ms within 10 s")) << why;
 }
 
 // ---- configuration --------------------------------------------------------------------------------------
@@ -352,6 +313,7 @@ TEST(RemoteTtl, GarbageFallsBackToThirtyDaysWithAWarning) {
 TEST(RemoteConfig, OffByDefault) {
   LAUNCHFIT_EXPECT_BOUNDED(5000, ([] {
                              ::unsetenv("LAUNCHFIT_REMOTE");
+                             ld::settings_reload_for_tests();  // the environment is read once per process
                              CHECK_IN_CHILD(ld::remote_layer() == nullptr);
                              CHECK_IN_CHILD(!lf::remote_store_statistics().enabled);
                              CHECK_IN_CHILD(lf::flush_remote_store(10));
@@ -364,6 +326,7 @@ TEST(RemoteConfig, AMalformedUrlIsRefusedWithOneEscapedWarningAndTheStoreStaysOf
       5000, ([] {
         captured_log log(spdlog::level::debug);
         ::setenv("LAUNCHFIT_REMOTE", "redis://cache\x1b[31m:6379", 1);
+        ld::settings_reload_for_tests();  // the environment is read once per process
         CHECK_IN_CHILD(ld::remote_layer() == nullptr);
         CHECK_IN_CHILD(ld::remote_layer() == nullptr);  // read once
         CHECK_IN_CHILD(log.warnings() == 1);
@@ -379,9 +342,10 @@ TEST(RemoteConfig, AMalformedUrlIsRefusedWithOneEscapedWarningAndTheStoreStaysOf
 
 TEST(RemoteConfig, TheEnvironmentTurnsItOnAtFirstUse) {
   LAUNCHFIT_EXPECT_BOUNDED(5000, ([] {
-                             captured_log log(spdlog::level::info);
                              ::setenv("LAUNCHFIT_REMOTE", "redis://127.0.0.1:6390/1", 1);
                              ::setenv("LAUNCHFIT_REMOTE_TTL", "soon", 1);
+                             ld::settings_reload_for_tests();  // the environment is read once per process
+                             captured_log log(spdlog::level::info);  // logs the settings' warnings
                              ld::plan_store_layer* l = ld::remote_layer();
                              CHECK_IN_CHILD(l != nullptr);
                              CHECK_IN_CHILD(std::string(l->name()) == "redis");
@@ -437,6 +401,35 @@ TEST(RemoteStore, AnEntryWrittenByOneStoreIsFoundByAnotherAsRemote) {
   EXPECT_LE(left, long(ld::remote_default_ttl_s));
 }
 
+// A value whose stored_at lies a day ahead is served (its plan passed every check) but read as of unknown
+// age: the remote layer counts it in its stats and says the first of the process once, naming the store and
+// the key.
+TEST(RemoteStore, AStampFromTheFutureIsCountedInTheLayersStatsAndNamed) {
+  NEEDS_REDIS(url);
+  ld::reset_future_stamp_warning_for_tests();
+  captured_log log(spdlog::level::warn);
+  const std::string model = unique_model("future stamp");
+  const std::uint64_t now_ms =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  const lf::stored_key k = key(model, 1);
+  raw_redis raw(*url);
+  ASSERT_EQ(
+      raw.call({"SET", ld::remote_key(k), ld::remote_value(entry(k, 128, now_ms + 24ull * 3600 * 1000))}),
+      "+OK");
+  ld::redis_store store(options(*url));
+  const std::uint64_t before = store.stats().future_stamps;
+  const auto found = store.find(k);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].stored_at_ms, 0u);  // of unknown age
+  EXPECT_EQ(store.stats().future_stamps, before + 1);
+  EXPECT_EQ(log.warnings(), 1u) << log.text();
+  EXPECT_TRUE(has(log.text(), "remote plan store " + url->text + " key " + ld::remote_key(k) +
+                                  ": entry 0 (kernel _Z6kernel1Pf): 'stored_at'"))
+      << log.text();
+}
+
 TEST(RemoteStore, TheFirstWriterWins) {
   NEEDS_REDIS(url);
   const std::string model = unique_model("first");
@@ -485,6 +478,7 @@ TEST(RemoteStore, ProcessBReadsTheProcessAPlanWrittenAtExit) {
   LAUNCHFIT_EXPECT_BOUNDED(10000, ([&] {
                              const pid_t a = ::fork();
                              if (a == 0) {
+                               ld::set_remote_bounds_for_tests(test_connect_ms, test_op_ms);
                                lf::set_remote_store(text);
                                ld::remote_layer()->put(entry(key(model, 7), 96));
                                std::exit(0);  // no flush: the exit handler writes it
@@ -492,6 +486,7 @@ TEST(RemoteStore, ProcessBReadsTheProcessAPlanWrittenAtExit) {
                              int status = 0;
                              ::waitpid(a, &status, 0);
                              CHECK_IN_CHILD(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+                             ld::set_remote_bounds_for_tests(test_connect_ms, test_op_ms);
                              lf::set_remote_store(text);
                              const auto found = ld::remote_layer()->find(key(model, 7));
                              CHECK_IN_CHILD(found.size() == 1);
@@ -513,6 +508,7 @@ TEST(RemoteStore, SixteenProcessesWritingAtOnceLoseNothingAndTearNothing) {
   for (int p = 0; p < processes; ++p) {
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ld::set_remote_bounds_for_tests(test_connect_ms, test_op_ms);
       lf::set_remote_store(text);
       ld::plan_store_layer* l = ld::remote_layer();
       for (int i = 0; i < each; ++i) l->put(entry(key(model, 1000 * (p + 1) + i), 32 * (1 + (p + i) % 32)));
@@ -528,10 +524,11 @@ TEST(RemoteStore, SixteenProcessesWritingAtOnceLoseNothingAndTearNothing) {
     ::waitpid(pid, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer " << pid;
   }
-  const ld::remote_listing all = ld::list_remote_entries(*url, {}, ld::remote_model_prefix(key(model, 0)));
-  EXPECT_EQ(all.failure, "");
-  EXPECT_EQ(all.refused, 0u);
-  EXPECT_FALSE(all.truncated);
+  const ld::plan_tools::listing all =
+      ld::plan_tools::list_entries(url->text, {}, ld::remote_model_prefix(key(model, 0)));
+  EXPECT_FALSE(all.failed) << all.failed.text;
+  EXPECT_EQ(all.refused, 0u) << (all.problems.empty() ? ""
+                                                      : all.problems[0].key + ": " + all.problems[0].why);
   EXPECT_EQ(all.entries.size(), std::size_t(processes * each + shared));
   ld::redis_store reader(options(*url));
   for (int p = 0; p < processes; ++p) {
@@ -556,6 +553,7 @@ TEST(RemoteStore, AForkedChildUsesItsOwnConnection) {
   const std::string model = unique_model("fork");
   const std::string text = url->text;
   LAUNCHFIT_EXPECT_BOUNDED(20000, ([&] {
+                             ld::set_remote_bounds_for_tests(test_connect_ms, test_op_ms);
                              lf::set_remote_store(text);
                              ld::plan_store_layer* l = ld::remote_layer();
                              l->put(entry(key(model, 0), 64));
@@ -584,6 +582,115 @@ TEST(RemoteStore, AForkedChildUsesItsOwnConnection) {
                            }));
 }
 
+// ---- an invalid value never blocks a valid writer -------------------------------------------------------
+
+// What a key holds, checked as a lookup checks it: the entry, or nullopt with `why`.
+std::optional<ld::stored_entry> stored_under(raw_redis& raw, const std::string& k, std::string& why) {
+  std::string value;
+  const std::string head = raw.call({"GET", k}, &value);
+  if (head.empty() || head[0] != '$' || head == "$-1") {
+    why = "GET answered " + head;
+    return std::nullopt;
+  }
+  return ld::parse_remote_value(value, k, why);
+}
+
+// Garbage, a forged plan (cooperative under a plain key), a torn value and a list under this process's keys
+// (before: SET NX kept them, and every reader refused them, for the 30 days of the TTL): each is replaced
+// by the valid plan, counted, and expires like any entry. A valid value of another writer stays.
+TEST(RemoteStore, AnInvalidValueUnderAKeyIsReplacedByAValidWriter) {
+  NEEDS_REDIS(url);
+  const std::string model = unique_model("invalid");
+  raw_redis raw(*url);
+  ld::stored_entry forged = entry(key(model, 2), 128);
+  forged.plan.cooperative = true;
+  const std::string whole = ld::remote_value(entry(key(model, 3), 128));
+  ASSERT_EQ(raw.call({"SET", ld::remote_key(key(model, 1)), "garbage"}), "+OK");
+  ASSERT_EQ(raw.call({"SET", ld::remote_key(key(model, 2)), ld::remote_value(forged)}), "+OK");
+  ASSERT_EQ(raw.call({"SET", ld::remote_key(key(model, 3)), whole.substr(0, whole.size() / 2)}), "+OK");
+  ASSERT_EQ(raw.call({"LPUSH", ld::remote_key(key(model, 4)), "not a plan"}), ":1");
+  ASSERT_EQ(raw.call({"SET", ld::remote_key(key(model, 5)), ld::remote_value(entry(key(model, 5), 64))}),
+            "+OK");
+
+  ld::redis_store s(options(*url));
+  for (int k = 1; k <= 5; ++k) s.put(entry(key(model, k), 256));
+  ASSERT_TRUE(s.flush(5000));
+  const lf::remote_store_stats st = s.statistics();
+  EXPECT_EQ(st.replaced, 4u);
+  EXPECT_EQ(st.already_stored, 1u);
+  EXPECT_EQ(st.writes, 0u);
+  EXPECT_EQ(st.write_drops, 0u);
+  EXPECT_FALSE(st.dead);
+  for (int k = 1; k <= 5; ++k) {
+    std::string why;
+    const auto e = stored_under(raw, ld::remote_key(key(model, k)), why);
+    ASSERT_TRUE(e) << k << ": " << why;
+    EXPECT_EQ(e->plan.block_threads, k == 5 ? 64 : 256) << k;
+    if (k == 5) continue;  // the other writer's, as it wrote it
+    const std::string ttl = raw.call({"TTL", ld::remote_key(key(model, k))});
+    ASSERT_EQ(ttl.substr(0, 1), ":") << ttl;
+    EXPECT_GT(std::stol(ttl.substr(1)), 0) << k;
+  }
+  // A reader of another process now finds them.
+  ld::redis_store reader(options(*url));
+  EXPECT_EQ(reader.find(key(model, 1)).size(), 1u);
+  EXPECT_EQ(reader.statistics().refused, 0u);
+}
+
+// Two processes write different valid plans under the same 50 keys, each holding garbage, at once: every key
+// ends with one valid value, replaced exactly once (the writer that finds a key changed since it read it
+// reads it again and keeps what it finds), and neither undoes the other.
+TEST(RemoteStore, TwoWritersReplacingTheSameInvalidValuesConverge) {
+  NEEDS_REDIS(url);
+  const std::string model = unique_model("converge");
+  constexpr int keys = 50;
+  raw_redis raw(*url);
+  for (int k = 0; k < keys; ++k) ASSERT_EQ(raw.call({"SET", ld::remote_key(key(model, k)), "torn{"}), "+OK");
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  int results[2];
+  ASSERT_EQ(::pipe(results), 0);
+  std::vector<pid_t> writers;
+  for (int w = 0; w < 2; ++w) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      char c = 0;
+      if (::read(go[0], &c, 1) != 1) _exit(2);  // both start together
+      ld::redis_store s(options(*url));
+      for (int k = 0; k < keys; ++k) s.put(entry(key(model, k), w == 0 ? 128 : 512));
+      const bool flushed = s.flush(20000);
+      const lf::remote_store_stats st = s.statistics();
+      const long long line[3] = {static_cast<long long>(st.replaced),
+                                 static_cast<long long>(st.already_stored),
+                                 static_cast<long long>(st.writes + st.write_drops + (flushed ? 0 : 1000))};
+      _exit(::write(results[1], line, sizeof line) == sizeof line ? 0 : 3);
+    }
+    writers.push_back(pid);
+  }
+  ASSERT_EQ(::write(go[1], "gg", 2), 2);
+  long long replaced = 0, present = 0, other = 0;
+  for (const pid_t pid : writers) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    long long line[3] = {0, 0, 0};
+    ASSERT_EQ(::read(results[0], line, sizeof line), static_cast<ssize_t>(sizeof line));
+    replaced += line[0];
+    present += line[1];
+    other += line[2];
+  }
+  for (const int fd : {go[0], go[1], results[0], results[1]}) ::close(fd);
+  EXPECT_EQ(replaced, keys);  // each key replaced once, by one of the two
+  EXPECT_EQ(present, keys);   // and found valid by the other
+  EXPECT_EQ(other, 0);        // nothing written as new, dropped or unflushed
+  for (int k = 0; k < keys; ++k) {
+    std::string why;
+    const auto e = stored_under(raw, ld::remote_key(key(model, k)), why);
+    ASSERT_TRUE(e) << k << ": " << why;
+    EXPECT_TRUE(e->plan.block_threads == 128 || e->plan.block_threads == 512) << k;
+  }
+}
+
 // ---- launchfit-plans push / pull / list / check -------------------------------------------------------
 
 TEST(RemotePlansTool, PushPullListAndCheckARedisUrl) {
@@ -609,7 +716,11 @@ TEST(RemotePlansTool, PushPullListAndCheckARedisUrl) {
   EXPECT_EQ(r.exit_code, 1) << r.out;  // one entry has no device model: refused, counted
   EXPECT_TRUE(has(r.out, "2 written, 0 already stored, 1 refused")) << r.out;
   r = run_tool("push '" + in.string() + "' " + url->text);
-  EXPECT_TRUE(has(r.out, "0 written, 2 already stored, 1 refused")) << r.out;
+  EXPECT_TRUE(has(r.out, "0 written, 2 already stored, 1 refused, 0 invalid values replaced")) << r.out;
+  // push writes as the library does: garbage under a key is replaced.
+  raw_redis(*url).call({"SET", ld::remote_key(key(model, 1)), "garbage"});
+  r = run_tool("push '" + in.string() + "' " + url->text);
+  EXPECT_TRUE(has(r.out, "0 written, 1 already stored, 1 refused, 1 invalid values replaced")) << r.out;
 
   r = run_tool("pull " + url->text + " '" + out.string() + "'");
   EXPECT_EQ(r.exit_code, 0) << r.out;

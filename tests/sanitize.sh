@@ -7,7 +7,8 @@
 # children start threads skip under ThreadSanitizer, which cannot follow them). The storm with the remote
 # plan store's writer and resolver busy needs a redis-server and runs in the test command (tests/run.sh), not
 # here: GCC 12's sanitizer allocator has no fork handlers, so a child forked while a parent thread is inside
-# it can hang there, which a storm of forks against a store thread busy allocating would hit.
+# it can hang there, which a storm of forks against a store thread busy allocating would hit. The exit suite
+# (tests/fault/exit-test.cpp) runs with a redis-server of its own, file, Redis and both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${LAUNCHFIT_JOBS:-2}
@@ -18,9 +19,22 @@ run() {
   [[ -f $dir/build.ninja ]] || cmake -S . -B "$dir" "${common[@]}" -DLAUNCHFIT_SANITIZE="$sanitizers"
   cmake --build "$dir" -j"$jobs"
   local built=$SECONDS
-  ctest --test-dir "$dir" -L cpu -E find-package-consumer --output-on-failure -j"$jobs"
+  ctest --test-dir "$dir" -L cpu -E "find-package-consumer|fault-exit-test" --output-on-failure -j"$jobs"
+  # The exit suite, with a Redis of its own (database 9; the other tests run without one, see above): every
+  # way of ending, every store, 2 runs of each combination (the test command runs 20).
+  LAUNCHFIT_TEST_REDIS=$redis_url LAUNCHFIT_EXIT_REPS=2 LAUNCHFIT_EXIT_REPS_LARGE=1 \
+    ctest --test-dir "$dir" -R fault-exit-test --output-on-failure
   echo "sanitize.sh: $sanitizers: build $((built - start)) s, tests $((SECONDS - built)) s ($dir)"
 }
+# shellcheck source=tests/redis.sh
+source "$(dirname "$0")/redis.sh"
+redis_url=
+if start_redis; then
+  redis_url=$LAUNCHFIT_TEST_REDIS
+  unset LAUNCHFIT_TEST_REDIS
+else
+  echo "sanitize.sh: no redis-server could start; the exit suite runs its file runs only" >&2
+fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # die_after_fork=0: the cache file's writer thread, the logging thread and the remote store's writer start
 # again in forked children (the fork tests).

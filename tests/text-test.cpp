@@ -349,6 +349,7 @@ TEST(TextCallers, AnUnknownPolicyNameIsQuotedByTheRuleSet) {
 TEST(TextCallers, PlanTextReadFromAFileIsSanitized) {
   nlohmann::json j = ld::plan_to_json(lf::plan{});
   j["block"] = {128, 1, 1};
+  j["block_threads"] = 128;  // a plan whose threads disagree with its block is refused when read
   j["reason"] = "read\xe2\x80\xae\nback";
   j["warning"] = std::string(10000, 'w');
   const lf::plan p = ld::plan_from_json(j);

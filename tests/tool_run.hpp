@@ -13,6 +13,11 @@
 #include <sstream>
 #include <string>
 
+// Skips the rest of a test whose tool (a path) was not built: the sanitizer builds build no demos, so neither
+// launchfit-plans nor launchfit-calc.
+#define NEEDS_BUILT_TOOL(path) \
+  if (!std::ifstream(path).good()) GTEST_SKIP() << (path) << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)"
+
 namespace launchfit_test {
 
 struct tool_outcome {

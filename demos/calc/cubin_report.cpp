@@ -202,8 +202,12 @@ class elf_file {
                                                "ELF",
                                                4))
       throw cubin_error(v.where() + ": not an ELF file (no \\x7fELF magic)");
-    if (static_cast<std::uint8_t>(ident[4]) != 2)
+    if (static_cast<std::uint8_t>(ident[4]) == 1)
       throw cubin_error(v.where() + ": a 32-bit ELF file; only 64-bit ELF files hold CUDA code read here");
+    if (static_cast<std::uint8_t>(ident[4]) != 2)
+      throw cubin_error(v.where() + ": an invalid ELF class " +
+                        std::to_string(static_cast<std::uint8_t>(ident[4])) +
+                        " (EI_CLASS is 1 for 32-bit and 2 for 64-bit ELF files)");
     if (static_cast<std::uint8_t>(ident[5]) != 1)
       throw cubin_error(v.where() + ": a big-endian ELF file; CUDA code is little-endian");
     abi_version_ = static_cast<std::uint8_t>(ident[8]);
@@ -510,7 +514,8 @@ void read_cubin_elf(const elf_file& elf, const std::string& where, int fatbin_sm
   for (const kernel_facts& f : kernels) kernel_texts.insert(f.text_section);
   const auto executes_wait = [](std::string_view code) {
     for (std::size_t at = 0; at + 16 <= code.size(); at += 16)
-      if (((static_cast<std::uint8_t>(code[at]) | static_cast<std::uint8_t>(code[at + 1]) << 8) & 0xfff) == 0x82e)
+      if (((static_cast<std::uint8_t>(code[at]) | static_cast<std::uint8_t>(code[at + 1]) << 8) & 0xfff) ==
+          0x82e)
         return true;
     return false;
   };
@@ -755,13 +760,13 @@ cubin_contents read_cubin_file(const std::string& path, const cubin_limits& limi
   const std::string name = "--cubin " + launchfit::detail::quote_text(path, 200, '\'');
   // O_NONBLOCK: opening a FIFO with no writer must not wait; only regular files are read.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) throw cubin_error(name + ": cannot open: " + std::strerror(errno));
+  if (fd < 0) throw cubin_file_error(name + ": cannot open: " + std::strerror(errno));
   struct closer {
     int fd;
     ~closer() { ::close(fd); }
   } close_fd{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw cubin_error(name + ": cannot stat: " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0) throw cubin_file_error(name + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode))
     throw cubin_error(name + ": not a regular file (a directory, device, FIFO or socket)");
   const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -773,7 +778,7 @@ cubin_contents read_cubin_file(const std::string& path, const cubin_limits& limi
   while (got < bytes.size()) {
     const ssize_t n = ::read(fd, &bytes[got], bytes.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw cubin_error(name + ": cannot read: " + std::strerror(errno));
+    if (n < 0) throw cubin_file_error(name + ": cannot read: " + std::strerror(errno));
     if (n == 0) break;  // the file shrank while read: what is there is read (and checked) as it is
     got += static_cast<std::size_t>(n);
   }
@@ -803,9 +808,28 @@ kernel_row make_row(const cubin_kernel& k, const cubin_image& image, std::option
   row.cubin_sm = image.sm;
   row.image_where = image.where;
   row.device = std::move(device);
+  row.max_threads_per_block = k.max_threads_per_block;
+  row.max_threads_from = k.max_threads_from;
+  if (row.device) {
+    // As the driver computes CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: a block whose registers do not fit
+    // (96 registers per thread allow 640 threads on sm_90, not 1024) cannot be launched at all.
+    if (row.device->max_threads_per_block < row.max_threads_per_block) {
+      row.max_threads_per_block = row.device->max_threads_per_block;
+      row.max_threads_from = "device";
+    }
+    try {
+      const register_block_limit regs = registers_per_block_limit(*row.device, k.regs_per_thread);
+      if (regs.max_threads < row.max_threads_per_block) {
+        row.max_threads_per_block = regs.max_threads;
+        row.max_threads_from = "registers";
+      }
+    } catch (const launchfit::error&) {
+      // Registers the architecture cannot hold: the occupancy below is refused, saying why.
+    }
+  }
   row.block_threads = o.block_threads;
-  if (k.max_threads_per_block < row.block_threads) {
-    row.block_threads = k.max_threads_per_block;
+  if (row.max_threads_per_block < row.block_threads) {
+    row.block_threads = row.max_threads_per_block;
     row.block_clamped = true;
   }
   if (!row.device) {
@@ -813,7 +837,7 @@ kernel_row make_row(const cubin_kernel& k, const cubin_image& image, std::option
     return row;
   }
   auto resources =
-      kernel_resources::manual(k.regs_per_thread, k.static_smem_bytes, k.max_threads_per_block, k.name);
+      kernel_resources::manual(k.regs_per_thread, k.static_smem_bytes, row.max_threads_per_block, k.name);
   resources.demangled = k.demangled;
   resources.local_bytes_per_thread = k.local_bytes_per_thread;
   try {

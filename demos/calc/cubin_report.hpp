@@ -26,13 +26,20 @@ class cubin_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A file that could not be opened or read at all (missing, no permission, an I/O error): the machine's
+// answer, not the file's contents, so launchfit-calc exits 3 for it where a malformed file exits 2.
+class cubin_file_error : public cubin_error {
+ public:
+  using cubin_error::cubin_error;
+};
+
 struct cubin_kernel {
   std::string name;         // as the symbol table has it (mangled)
   std::string demangled;    // readable; equals name when it is not mangled (or too long to demangle)
   int regs_per_thread = 0;  // EIATTR_REGCOUNT
-  std::size_t static_smem_bytes = 0;         // .nv.shared.<kernel>, less the toolkit's reserve on sm_90+
-  std::size_t local_bytes_per_thread = 0;    // EIATTR_FRAME_SIZE: the stack frame, spills included
-  std::size_t stack_bytes_per_thread = 0;    // EIATTR_MIN_STACK_SIZE: the stack with the callees' frames
+  std::size_t static_smem_bytes = 0;       // .nv.shared.<kernel>, less the toolkit's reserve on sm_90+
+  std::size_t local_bytes_per_thread = 0;  // EIATTR_FRAME_SIZE: the stack frame, spills included
+  std::size_t stack_bytes_per_thread = 0;  // EIATTR_MIN_STACK_SIZE: the stack with the callees' frames
   // ptxas could not bound the stack (recursion, calls through pointers): EIATTR_MIN_STACK_SIZE 0xffffffff.
   // stack_bytes_per_thread is then the kernel's own frame; the driver's default stack size applies.
   bool stack_undetermined = false;
@@ -81,6 +88,7 @@ cubin_contents read_cubin(std::string_view bytes, const cubin_limits& limits = {
                           const std::string& name = "the input");
 
 // Reads a regular file (at most limits.max_file_bytes) and its contents; errors start "--cubin '<path>'".
+// Throws cubin_file_error when the file cannot be opened or read, cubin_error for anything else.
 cubin_contents read_cubin_file(const std::string& path, const cubin_limits& limits = {});
 
 // ---- occupancy rows and CI gates ----
@@ -100,7 +108,12 @@ struct kernel_row {
   const cubin_kernel* kernel = nullptr;
   int cubin_sm = 0;
   std::string image_where;
-  std::optional<device_limits> device;        // empty: the table has no entry for cubin_sm
+  std::optional<device_limits> device;  // empty: the table has no entry for cubin_sm
+  // The most threads a block of this kernel may have on `device`, as the driver states it
+  // (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK): the least of the kernel's launch bounds, the device's limit
+  // and what its registers allow (registers_per_block_limit). Without a table entry: the launch bounds.
+  int max_threads_per_block = 0;
+  const char* max_threads_from = "default";   // "maxntid", "reqntid", "registers", "device" or "default"
   int block_threads = 0;                      // the block used: the requested one, or the kernel's maximum
   bool block_clamped = false;                 // the requested block is larger than the kernel allows
   std::optional<occupancy_result> occupancy;  // empty when the calculator refuses (see refusal)

@@ -8,8 +8,8 @@
 //
 // Exit codes (demos/common/tool.hpp, as every launchfit tool): 0 done; 1 a --cubin gate failed
 // (--fail-on-spill, --min-occupancy, --max-regs: every kernel that crossed one is named on stderr); 2 bad
-// or impossible input (an unreadable or malformed --cubin file included); 3 the device could not be queried
-// (no driver or GPU) or the SVG not written.
+// or impossible input (a --cubin file that is not compiled CUDA code, or is malformed); 3 the device could
+// not be queried (no driver or GPU), a --cubin file could not be opened or read, or the SVG not written.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -25,6 +25,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -63,6 +64,7 @@ struct options {
   std::string cubin;
   bool arch_given = false;
   int block = 256;
+  bool pdl = false;  // the kernels are launched with .pdl(): say which never wait for their predecessor
   launchfit::calc::gates gates;
 };
 
@@ -131,7 +133,7 @@ options parse(int argc, char** argv) {
   app.allow_extras();  // reported below as "unknown option", with the option's name
   std::string arch = "sm_90", device, threads, regs, smem, static_smem, svg, cubin, block, min_occupancy,
               max_regs;
-  bool json = false, fail_on_spill = false;
+  bool json = false, fail_on_spill = false, pdl = false;
   const auto last_wins = [](CLI::Option* o) {
     return o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   };
@@ -167,6 +169,9 @@ options parse(int argc, char** argv) {
   last_wins(app.add_option("--max-regs", max_regs,
                            "with --cubin: exit 1 if a kernel uses more than N registers per thread"))
       ->type_name("N");
+  app.add_flag("--pdl", pdl,
+               "with --cubin: the kernels are launched with .pdl(): name those whose sm_90 code never "
+               "executes griddepcontrol.wait (cudaGridDependencySynchronize), which would wait for nothing");
   // --help, --version and what CLI11 refuses are answered (and said) as every launchfit tool answers them.
   if (const std::optional<int> code = launchfit_tool::parse(app, argc, argv)) std::exit(*code);
   if (!app.remaining().empty()) throw usage_error{"unknown option " + shown(app.remaining().front(), true)};
@@ -184,7 +189,7 @@ options parse(int argc, char** argv) {
   o.arch_given = app.count("--arch") > 0;
   const bool cubin_mode = app.count("--cubin") > 0;
   if (!cubin_mode) {
-    for (const char* flag : {"--block", "--fail-on-spill", "--min-occupancy", "--max-regs"})
+    for (const char* flag : {"--block", "--fail-on-spill", "--min-occupancy", "--max-regs", "--pdl"})
       if (app.count(flag) > 0) throw usage_error{std::string(flag) + " applies to --cubin FILE"};
     return o;
   }
@@ -197,6 +202,7 @@ options parse(int argc, char** argv) {
   o.cubin = cubin;
   if (app.count("--block") > 0) o.block = static_cast<int>(parse_integer("--block", block, 1, 1024));
   o.gates.fail_on_spill = fail_on_spill;
+  o.pdl = pdl;
   if (app.count("--min-occupancy") > 0) {
     std::string pct = min_occupancy;
     if (!pct.empty() && pct.back() == '%') pct.pop_back();
@@ -619,6 +625,35 @@ std::string sm_list(const launchfit::calc::cubin_contents& contents) {
   return text;
 }
 
+// --pdl: each kernel once (a kernel shown on several architectures is one kernel), whether its code waits.
+void print_pdl_notes(const std::vector<launchfit::calc::kernel_row>& rows) {
+  using launchfit::detail::escape_text;
+  std::set<const launchfit::calc::cubin_kernel*> seen;
+  std::set<int> unread;
+  int waiting = 0, never = 0;
+  for (const auto& row : rows) {
+    if (!seen.insert(row.kernel).second) continue;
+    const std::optional<bool> waits = row.kernel->waits_for_predecessor;
+    if (!waits) {
+      unread.insert(row.cubin_sm);
+    } else if (*waits) {
+      ++waiting;
+    } else {
+      ++never;
+      std::printf(
+          "\n%s (sm_%d): never executes griddepcontrol.wait (cudaGridDependencySynchronize): launched "
+          "with .pdl() it waits for nothing\n",
+          escape_text(row.kernel->demangled, 200).c_str(), row.cubin_sm);
+    }
+  }
+  if (waiting > 0 && never == 0) std::printf("\n--pdl: every kernel read executes griddepcontrol.wait\n");
+  for (const int sm : unread)
+    std::printf(
+        "\n--pdl: sm_%d code is not read for griddepcontrol.wait (sm_90 code only): its kernels are not "
+        "checked\n",
+        sm);
+}
+
 void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& contents,
                        const std::vector<launchfit::calc::kernel_row>& rows) {
   using launchfit::detail::escape_text;
@@ -639,20 +674,20 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
         "sm_" + std::to_string(row.cubin_sm) + " cubin (" + row.image_where + "), on " + on;
     if (this_group != group) {
       group = this_group;
-      std::printf("\n%s:\n  %4s %12s %13s %12s %6s %10s  %-22s %s\n", escape_text(group, 400).c_str(), "regs",
+      std::printf("\n%s:\n  %4s %12s %13s %13s %6s %10s  %-22s %s\n", escape_text(group, 400).c_str(), "regs",
                   "static smem", "local/thread", "max threads", "block", "occupancy", "limited by", "kernel");
     }
     const auto& k = *row.kernel;
     const std::string max_threads =
-        std::to_string(k.max_threads_per_block) +
-        (std::string_view(k.max_threads_from) == "default" ? "" : " " + std::string(k.max_threads_from));
+        std::to_string(row.max_threads_per_block) +
+        (std::string_view(row.max_threads_from) == "default" ? "" : " " + std::string(row.max_threads_from));
     const std::string block = std::to_string(row.block_threads) + (row.block_clamped ? "*" : "");
     // Local memory: the kernel's own frame, and the stack its callees add (when they do).
     const std::string local = launchfit::calc::local_memory_text(k);
     const std::string occ = row.occupancy ? launchfit::detail::percent_text(row.occupancy->occupancy) : "-";
     const std::string limited =
         row.occupancy ? launchfit::limiter_names(row.occupancy->limiters) : "refused: " + row.refusal;
-    std::printf("  %4d %12s %13s %12s %6s %10s  %-22s %s\n", k.regs_per_thread,
+    std::printf("  %4d %12s %13s %13s %6s %10s  %-22s %s\n", k.regs_per_thread,
                 bytes_text(k.static_smem_bytes).c_str(), local.c_str(), max_threads.c_str(), block.c_str(),
                 occ.c_str(), escape_text(limited, 200).c_str(), escape_text(k.demangled, 200).c_str());
   }
@@ -664,11 +699,7 @@ void print_cubin_table(const options& o, const launchfit::calc::cubin_contents& 
     std::printf(
         "\n+?: the stack size cannot be determined (recursion or calls through pointers); the driver's stack "
         "size limit (cudaLimitStackSize) applies\n");
-  for (const auto& row : rows)
-    if (row.kernel->waits_for_predecessor == false)
-      std::printf("\n%s (sm_%d): never executes griddepcontrol.wait (cudaGridDependencySynchronize): launched "
-                  "with .pdl() it waits for nothing\n",
-                  escape_text(row.kernel->demangled, 200).c_str(), row.cubin_sm);
+  if (o.pdl) print_pdl_notes(rows);
   for (const auto& row : rows)
     if (row.occupancy && !row.occupancy->why_no_block.empty())
       std::printf("\n%s on %s: %s\n", escape_text(row.kernel->demangled, 200).c_str(),
@@ -705,8 +736,8 @@ nlohmann::ordered_json cubin_json(const options& o, const launchfit::calc::cubin
         {"stack_bytes_per_thread", k.stack_undetermined ? json(nullptr) : json(k.stack_bytes_per_thread)},
         {"stack_undetermined", k.stack_undetermined},
         {"waits_for_predecessor", k.waits_for_predecessor ? json(*k.waits_for_predecessor) : json(nullptr)},
-        {"max_threads_per_block", k.max_threads_per_block},
-        {"max_threads_from", k.max_threads_from},
+        {"max_threads_per_block", row.max_threads_per_block},
+        {"max_threads_from", row.max_threads_from},
         {"max_reg_count", k.max_reg_count > 0 ? json(k.max_reg_count) : json(nullptr)},
         {"block_threads", row.block_threads},
         {"block_clamped", row.block_clamped},
@@ -740,6 +771,8 @@ int run_cubin(const options& o) {
   launchfit::calc::cubin_contents contents;
   try {
     contents = launchfit::calc::read_cubin_file(o.cubin);
+  } catch (const launchfit::calc::cubin_file_error& e) {
+    throw environment_error(e.what());
   } catch (const launchfit::calc::cubin_error& e) {
     throw usage_error{e.what()};
   }

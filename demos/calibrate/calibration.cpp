@@ -17,6 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "launchfit/device.hpp"
+#include "launchfit/error.hpp"
+#include "plan_file_format.hpp"
+
 namespace launchfit_calibrate {
 
 namespace {
@@ -62,19 +66,18 @@ void check_curve(const std::vector<point>& curve) {
   for (std::size_t i = 0; i < curve.size(); ++i) check_point(curve[i], i);
 }
 
-// What a device of one compute capability can be: the first driver (CUDA version) that knew it, and the
-// warps one SM keeps resident. A calibration file is checked against these, so that a file edited by hand or
-// copied from another machine cannot claim numbers no such device produces.
-struct arch_facts {
+// The first driver (CUDA version) that knew a compute capability. What an SM of it holds is launchfit's
+// table's (device_limits::for_arch), the one the calculator and the plan cache use. A calibration file is
+// checked against both, so that a file edited by hand or copied from another machine cannot claim numbers
+// no such device produces.
+struct first_driver_of {
   int cc;
-  int first_driver;  // cudaDriverGetVersion of the first CUDA release with the architecture
-  int warps_per_sm;  // resident warps per SM at most
+  int driver;  // cudaDriverGetVersion of the first CUDA release with the architecture
 };
-constexpr arch_facts known_archs[] = {
-    {50, 6000, 64},  {52, 6050, 64},  {53, 7000, 64},  {60, 8000, 64},  {61, 8000, 64},   {62, 8000, 64},
-    {70, 9000, 64},  {72, 10000, 64}, {75, 10000, 32}, {80, 11000, 64}, {86, 11010, 48},  {87, 11040, 48},
-    {89, 11080, 48}, {90, 11080, 64}, {100, 12080, 64}, {101, 12080, 64}, {103, 12090, 64}, {110, 13000, 64},
-    {120, 12080, 48}, {121, 12090, 48},
+constexpr first_driver_of first_drivers[] = {
+    {50, 6000},  {52, 6050},  {53, 7000},   {60, 8000},   {61, 8000},   {62, 8000},
+    {70, 9000},  {72, 10000}, {75, 10000},  {80, 11000},  {86, 11010},  {87, 11040},
+    {89, 11080}, {90, 11080}, {100, 12080}, {103, 12090}, {120, 12080},
 };
 // Read bandwidth one SM draws at most: about 34 GB/s on an H200 (4.8 TB/s over 132 SMs), 55 GB/s on a
 // B200; six times the highest leaves room for any part to come and still refuses a mistyped SM count.
@@ -85,35 +88,47 @@ constexpr int max_sm_count = 1024;
 // Checks the device fields and the curve against each other; throws calibration_error naming the first
 // contradiction.
 void check_consistent(const calibration& c) {
-  const arch_facts* arch = nullptr;
-  for (const arch_facts& a : known_archs)
-    if (a.cc == c.cc) arch = &a;
-  if (!arch) {
-    throw calibration_error("device: \"cc\" " + std::to_string(c.cc) +
-                            " is not a compute capability (major x 10 + minor, e.g. 90 for 9.0) of any CUDA GPU");
+  launchfit::device_limits arch;
+  try {
+    arch = launchfit::device_limits::for_arch(std::to_string(c.cc));
+  } catch (const launchfit::error&) {
+    throw calibration_error(
+        "device: \"cc\" " + std::to_string(c.cc) +
+        " is not a compute capability (major x 10 + minor, e.g. 90 for 9.0) of launchfit's "
+        "architecture table");
   }
+  int first_driver = 0;
+  for (const first_driver_of& f : first_drivers)
+    if (f.cc == c.cc) first_driver = f.driver;
   if (c.sm_count > max_sm_count) {
-    throw calibration_error("device: \"sm_count\" " + std::to_string(c.sm_count) + " is more than any GPU has (" +
-                            std::to_string(max_sm_count) + ")");
+    throw calibration_error("device: \"sm_count\" " + std::to_string(c.sm_count) +
+                            " is more than any GPU has (" + std::to_string(max_sm_count) + ")");
   }
   // cudaDriverGetVersion: major x 1000 + minor x 10.
   if (c.driver_version % 10 != 0 || c.driver_version < 1000 || c.driver_version > 99990) {
     throw calibration_error("device: \"driver_version\" " + std::to_string(c.driver_version) +
                             " is not a CUDA driver version (major x 1000 + minor x 10, e.g. 13000)");
   }
-  if (c.driver_version < arch->first_driver) {
+  if (c.driver_version < first_driver) {
     throw calibration_error("device: \"driver_version\" " + std::to_string(c.driver_version) +
                             " predates compute capability " + std::to_string(c.cc / 10) + "." +
                             std::to_string(c.cc % 10) + " (first supported by " +
-                            std::to_string(arch->first_driver) + ")");
+                            std::to_string(first_driver) + ")");
+  }
+  // The target is stored in the plan cache, which holds it to its own bound (store_calibration): a file the
+  // cache would refuse is refused here, with the cache's reason.
+  if (const std::string why = launchfit::detail::implausible_calibration(c.target_bytes_per_sm, arch);
+      !why.empty()) {
+    throw calibration_error("\"target_bytes_per_sm\": " + why);
   }
   const double most_gbps = max_gbps_per_sm * c.sm_count;
   for (std::size_t i = 0; i < c.curve.size(); ++i) {
     const point& p = c.curve[i];
     const std::string where = "curve point " + std::to_string(i) + ": ";
-    if (p.warps_per_sm > arch->warps_per_sm) {
-      throw calibration_error(where + std::to_string(p.warps_per_sm) + " warps per SM, more than an SM of cc " +
-                              std::to_string(c.cc) + " holds (" + std::to_string(arch->warps_per_sm) + ")");
+    if (p.warps_per_sm > arch.max_warps_per_sm) {
+      throw calibration_error(where + std::to_string(p.warps_per_sm) +
+                              " warps per SM, more than an SM of cc " + std::to_string(c.cc) + " holds (" +
+                              std::to_string(arch.max_warps_per_sm) + ")");
     }
     if (p.gbps > most_gbps) {
       throw calibration_error(where + std::to_string(p.gbps) + " GB/s is more than " +

@@ -64,11 +64,13 @@ inline constexpr std::size_t max_curve_points = 4096;
 
 // The calibration as JSON text (pretty-printed, UTF-8; names that are not valid UTF-8 are replaced).
 std::string to_json(const calibration& c);
-// Parses and checks a calibration: every field present, of its type and range, the curve valid for
-// smallest_target, the target one of the curve's bytes in flight, and the fields consistent with each other
-// (a compute capability of a CUDA GPU, a driver version of that form that knows it, no point with more
-// warps than an SM of it holds, no bandwidth its SM count cannot read). Throws calibration_error naming the
-// first problem; unknown fields are ignored.
+// Parses and checks a calibration: every field present, of its type and range (at least one SM), the curve
+// valid for smallest_target, the target one of the curve's bytes in flight and within the plan cache's bound
+// on a stored target (detail::implausible_calibration: 512 B up to what an SM of the architecture holds, at
+// most 4 MiB), and the fields consistent with each other (a compute capability of launchfit's architecture
+// table, a driver version of that form that knows it, no point with more warps than an SM of it holds, no
+// bandwidth its SM count cannot read). Throws calibration_error naming the first problem; unknown fields are
+// ignored.
 calibration calibration_from_json(std::string_view text);
 // Reads a calibration file (a regular file of at most max_calibration_file_bytes); throws calibration_error.
 calibration read_calibration(const std::string& path);

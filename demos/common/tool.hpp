@@ -9,6 +9,7 @@
 #include <launchfit/version.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace launchfit_tool {
 
@@ -33,8 +34,11 @@ inline void add_version(CLI::App& app) {
 }
 
 // Parses the command line: nullopt to go on, else the exit code. --help and --version print on stdout and
-// exit 0; anything CLI11 refuses is said on stderr with the tool's name and exits exit_usage.
-inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
+// exit 0; anything CLI11 refuses is said on stderr with the tool's name and exits exit_usage. CLI11 quotes
+// the arguments as given: `shown`, when set, is applied to what it says (launchfit-plans hides the password
+// of a store URL there as everywhere).
+inline std::optional<int> parse(CLI::App& app, int argc, char** argv,
+                                std::string (*shown)(std::string_view) = nullptr) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -47,7 +51,8 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
     std::cout << e.what() << '\n';
     return exit_ok;
   } catch (const CLI::ParseError& e) {
-    std::cerr << app.get_name() << ": error: " << e.what() << " (see " << app.get_name() << " --help)\n";
+    const std::string what = shown ? shown(e.what()) : std::string(e.what());
+    std::cerr << app.get_name() << ": error: " << what << " (see " << app.get_name() << " --help)\n";
     return exit_usage;
   }
   return std::nullopt;

@@ -42,13 +42,15 @@
 #include "launchfit/plan.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_json.hpp"
-#include "remote_store.hpp"
+#include "store/kv_scheme.hpp"
+#include "store/plan_tools.hpp"
 #include "text.hpp"
 #include "tool.hpp"
 
 namespace {
 
 namespace ld = launchfit::detail;
+namespace tools = launchfit::detail::plan_tools;
 using launchfit::stored_key;
 using ld::stored_entry;
 using nlohmann::json;
@@ -67,8 +69,13 @@ struct environment_error {
 // Calibrations are entries of the file as plans are (the library writes both): every command knows them.
 bool is_calibration(const stored_entry& e) { return e.key.kernel == ld::calibration_kernel; }
 
-// Text from a file as this tool prints it: escaped as launchfit's log lines escape it (text.hpp).
-std::string shown(std::string_view s, std::size_t max_bytes = 4096) { return ld::escape_text(s, max_bytes); }
+// Text from a file as this tool prints it: escaped as launchfit's log lines escape it (text.hpp), and a
+// store URL's password (redis://user:pw@...) replaced by *** wherever a URL is printed (ld::redact_url).
+std::string shown(std::string_view s, std::size_t max_bytes = 4096) {
+  if (s.find("://") != std::string_view::npos && s.find('@') != std::string_view::npos)
+    return ld::escape_text(ld::redact_url(s), max_bytes);
+  return ld::escape_text(s, max_bytes);
+}
 
 // ---- reading ----------------------------------------------------------------------------------------------
 
@@ -104,22 +111,25 @@ std::vector<stored_entry> unique_entries(std::vector<stored_entry> in) {
 // scheme is reported as such rather than as a missing file).
 bool is_remote_url(const std::string& path) { return path.find("://") != std::string::npos; }
 
-ld::remote_url remote_url_of(const std::string& text) {
-  std::string why;
-  std::optional<ld::remote_url> url = ld::parse_remote_url(text, why);
-  if (!url) throw usage_error{shown(text, 300) + " is not redis://host:port[/db] (" + why + ")"};
-  return *url;
+// A URL that is not one is the command line's (exit 2).
+void check_store_url(const std::string& text) {
+  if (const std::string why = tools::url_problem(text); !why.empty())
+    throw usage_error{shown(text, 300) + " is not redis://[user[:password]@]host:port[/db] (" + why + ")"};
 }
 
-// Every valid entry at the URL, as load() reads a file; an unreachable store is a usage_error (exit 2).
+// What a store command says when it failed: the store that cannot be reached, that answered an error, or the
+// bound (keys, bytes, time) that stopped it (exit 3: the environment, as a file that cannot be read).
+[[noreturn]] void store_failed(const std::string& text, const tools::failure& f) {
+  throw environment_error{shown(text, 300) + ": " + shown(f.text, 1024)};
+}
+
+// Every valid entry at the URL, as load() reads a file; a store that cannot be read whole within the bounds
+// is an environment_error (exit 3).
 loaded load_remote(const std::string& text) {
-  const ld::remote_listing l = ld::list_remote_entries(remote_url_of(text));
-  if (!l.failure.empty()) throw environment_error{shown(text, 300) + ": " + shown(l.failure, 1024)};
-  if (l.truncated) {
-    std::cerr << "launchfit-plans: warning: " << shown(text, 300) << ": stopped after " << l.keys
-              << " keys (a bound on keys, bytes or time); the listing is partial\n";
-  }
-  loaded out{text, unique_entries(l.entries), l.refused, {}};
+  check_store_url(text);
+  const tools::listing l = tools::list_entries(text);
+  if (l.failed) store_failed(text, l.failed);
+  loaded out{ld::redact_url(text), unique_entries(l.entries), l.refused, {}};
   for (const auto& p : l.problems) out.problems.push_back(shown(p.key, 128) + ": " + shown(p.why, 1024));
   return out;
 }
@@ -178,26 +188,20 @@ struct fingerprint {
   bool ok = false;
 };
 
+// Read by the library's one reader of fingerprints (every entry the tool shows passed it).
 fingerprint parse_fingerprint(const std::string& text) {
   fingerprint f;
-  long long* fields[] = {&f.binary, &f.ptx, &f.max_threads, &f.local_bytes, &f.static_smem, &f.regs};
-  std::size_t end = text.size();
-  for (long long* field : fields) {
-    const std::size_t bar = end == 0 ? std::string::npos : text.rfind('|', end - 1);
-    if (bar == std::string::npos) {
-      f.name = text;
-      return f;
-    }
-    const std::string digits = text.substr(bar + 1, end - bar - 1);
-    if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) {
-      f.name = text;
-      return f;
-    }
-    *field = std::stoll(digits);
-    end = bar;
+  f.name = text;
+  if (const std::optional<launchfit::kernel_resources> k = launchfit::kernel_from_fingerprint(text)) {
+    f.name = k->name;
+    f.regs = k->regs_per_thread;
+    f.static_smem = static_cast<long long>(k->static_smem_bytes);
+    f.local_bytes = static_cast<long long>(k->local_bytes_per_thread);
+    f.max_threads = k->max_threads_per_block;
+    f.ptx = k->ptx_version;
+    f.binary = k->binary_version;
+    f.ok = true;
   }
-  f.name = text.substr(0, end);
-  f.ok = !f.name.empty();
   return f;
 }
 
@@ -220,6 +224,25 @@ std::string grid_rule(const launchfit::plan& p) {
 
 std::string percent(double occupancy) {
   return std::to_string(static_cast<int>(occupancy * 100 + 0.5)) + "%";
+}
+
+// "0.225 ms ±1.2%, 16 trials" (then ", not clean: <conditions>"), or "-" for a static or untuned plan.
+std::string measurement_text(const stored_entry& e) {
+  if (!e.measurement) return "-";
+  const ld::plan_measurement& m = *e.measurement;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.4g ms \u00b1%.1f%%, %u trials", m.best_ms, m.spread * 100, m.trials);
+  std::string out = buf;
+  if (!m.clean)
+    out += ", not clean" + (m.conditions.empty() ? std::string() : ": " + shown(m.conditions, 256));
+  return out;
+}
+
+// "redis://host:6379/0 epoch 2": where a remote or backfilled entry came from; "-" for a plan made here.
+std::string origin_text(const stored_entry& e) {
+  if (e.origin.empty() && e.epoch == 0) return "-";
+  return (e.origin.empty() ? std::string("here") : shown(e.origin, 300)) + " epoch " +
+         std::to_string(e.epoch);
 }
 
 std::string device_text(const stored_key& k) {
@@ -258,9 +281,30 @@ struct selection {
   }
 };
 
-std::string pad(std::string s, std::size_t width) {
-  if (s.size() < width) s.append(width - s.size(), ' ');
-  return s;
+// Columns of text as a terminal shows them: UTF-8 continuation bytes take no column.
+std::size_t columns(const std::string& s) {
+  std::size_t n = 0;
+  for (const char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// Rows of cells, each column as wide as its widest cell (the last cell of a row is not padded) and two spaces
+// apart: a value never runs into the next one, however long (a policy's 45-byte parameter string included).
+void print_columns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows)
+    for (std::size_t i = 0; i + 1 < row.size(); ++i) {
+      if (width.size() <= i) width.resize(i + 1, 0);
+      width[i] = std::max(width[i], columns(row[i]));
+    }
+  for (const auto& row : rows) {
+    std::string line = "  ";
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(width[i] - columns(row[i]) + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
 }
 
 int run_list(const std::vector<std::string>& files, const selection& sel, bool as_json,
@@ -269,36 +313,37 @@ int run_list(const std::vector<std::string>& files, const selection& sel, bool a
   for (const auto& path : files) {
     const loaded f = load(path, max_bytes);
     warn_skipped(f);
+    std::vector<std::vector<std::string>> rows;
     if (!as_json) {
       std::cout << shown(path, 512) << ": " << f.entries.size() << " entr"
                 << (f.entries.size() == 1 ? "y" : "ies") << "\n";
-      std::cout << "  " << pad("device", 30) << pad("cc", 5) << pad("SMs", 5) << pad("driver", 8)
-                << pad("kernel", 34) << pad("policy", 34) << pad("block", 7) << pad("blk/SM", 7)
-                << pad("occ", 6) << "limiter\n";
+      rows.push_back({"device", "cc", "SMs", "driver", "kernel", "policy", "block", "blk/SM", "occ",
+                      "limiter", "measured", "origin"});
     }
     for (const auto& e : f.entries) {
       if (!sel.selects(e)) continue;
       if (as_json) {
         json j = entry_as_json(e);
-        j["file"] = path;
+        j["file"] = is_remote_url(path) ? ld::redact_url(path) : path;
         all.push_back(std::move(j));
         continue;
       }
       const auto& k = e.key;
       const auto& p = e.plan;
-      std::cout << "  "
-                << pad(k.device_name.empty() ? shown(k.device_uuid, 28) : shown(k.device_name, 28), 30)
-                << pad(cc_text(k.cc), 5) << pad(std::to_string(k.sm_count), 5)
-                << pad(driver_text(k.driver_version), 8);
+      std::vector<std::string> row = {
+          k.device_name.empty() ? shown(k.device_uuid, 28) : shown(k.device_name, 28), cc_text(k.cc),
+          std::to_string(k.sm_count), driver_text(k.driver_version)};
       if (is_calibration(e)) {  // a measured target, not a plan: no block, occupancy or limiter
-        std::cout << "(calibration: " << e.bytes_in_flight_per_sm << " B in flight per SM)\n";
-        continue;
+        row.push_back("(calibration: " + std::to_string(e.bytes_in_flight_per_sm) + " B in flight per SM)");
+      } else {
+        row.insert(row.end(),
+                   {shown(parse_fingerprint(k.kernel).name, 32), shown(k.policy, 32), p.block.to_string(),
+                    std::to_string(p.blocks_per_sm), percent(p.occupancy.occupancy),
+                    launchfit::limiter_names(p.occupancy.limiters), measurement_text(e), origin_text(e)});
       }
-      std::cout << pad(shown(parse_fingerprint(k.kernel).name, 32), 34) << pad(shown(k.policy, 32), 34)
-                << pad(p.block.to_string(), 7) << pad(std::to_string(p.blocks_per_sm), 7)
-                << pad(percent(p.occupancy.occupancy), 6) << launchfit::limiter_names(p.occupancy.limiters)
-                << "\n";
+      rows.push_back(std::move(row));
     }
+    if (!as_json) print_columns(rows);
   }
   if (as_json) print_json(all);
   return 0;
@@ -316,7 +361,7 @@ int run_show(const std::vector<std::string>& files, const selection& sel, bool a
       if (!sel.selects(e)) continue;
       if (as_json) {
         json j = entry_as_json(e);
-        j["file"] = path;
+        j["file"] = is_remote_url(path) ? ld::redact_url(path) : path;
         all.push_back(std::move(j));
         continue;
       }
@@ -359,6 +404,8 @@ int run_show(const std::vector<std::string>& files, const selection& sel, bool a
                 << (p.trials > 0 ? "  tuning       " + std::to_string(p.trials) + " trials, " +
                                        std::to_string(p.tuning_ms) + " ms\n"
                                  : "")
+                << "  measured     " << measurement_text(e) << "\n"
+                << "  origin       " << origin_text(e) << "\n"
                 << "  stored       " << time_text(e.stored_at_ms) << "\n";
     }
   }
@@ -554,8 +601,11 @@ int run_merge(const std::string& out_path, const std::vector<std::string>& input
             if (e.stored_at_ms > h.e.stored_at_ms) h = held{e, from};
             return;
           }
-          // Conflict: the newest wins; on a tie, the later file on the command line.
-          const bool replace = e.stored_at_ms >= h.e.stored_at_ms;
+          // Conflict: where either plan was measured, the library's rule (ld::replaces_in_file: a measured
+          // plan stays unless one measured better beyond noise comes); else the newest wins, on a tie the
+          // later file on the command line.
+          const bool replace = e.measurement || h.e.measurement ? ld::replaces_in_file(e, h.e)
+                                                                : e.stored_at_ms >= h.e.stored_at_ms;
           const held& kept = replace ? held{e, from} : h;
           const held& dropped = replace ? h : held{e, from};
           std::string what;
@@ -587,8 +637,8 @@ int run_merge(const std::string& out_path, const std::vector<std::string>& input
     return 1;
   }
   std::cout << (dry_run ? "would merge " : "merged ") << inputs.size() << " file(s) into "
-            << shown(out_path, 512) << ": " << total
-            << " entries, " << conflicts << " conflict(s) resolved\n";
+            << shown(out_path, 512) << ": " << total << " entries, " << conflicts
+            << " conflict(s) resolved\n";
   return 0;
 }
 
@@ -704,43 +754,18 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
 
 // ---- check ------------------------------------------------------------------------------------------------
 
-// The entry checked offline as the library checks a stored plan before using it: the store's own check
-// (ld::validate_stored_entry: a plan launches as its key says, a calibration is plausible), then the plan
-// (launchfit::validate_plan) against the built-in limits of its compute capability with its SM count, and
-// the kernel its fingerprint describes. Empty when it passes; "" with `unchecked` set when there is no
-// table entry for its cc.
+// The entry checked offline by the check every reader of the library applies (ld::validate_stored_entry: its
+// key and plan hold together, and on its architecture when the built-in table knows it), so that check
+// passes exactly the entries a lookup serves. Files and stores were read through it already; said again so
+// that no change of a reader skips it. Empty when it passes; `unchecked` set when its compute capability has
+// no table entry (its plan was held to the format's bounds only).
 std::string check_entry(const stored_entry& e, bool& unchecked) {
   if (std::string why = ld::validate_stored_entry(e); !why.empty()) return why;
   if (e.key.kernel == ld::calibration_kernel) return "";  // a measured target: no plan is launched from it
-  const fingerprint f = parse_fingerprint(e.key.kernel);
-  if (!f.ok) return "the kernel fingerprint is not name|regs|smem|local|threads|ptx|binary";
-  if (f.regs > 255 || f.max_threads > 1024 || f.max_threads < 1 || f.static_smem > (1 << 30) ||
-      f.local_bytes > (1 << 30))
-    return "the kernel fingerprint's numbers are out of range";
-  launchfit::query q;
   try {
-    q.device = launchfit::device_limits::for_arch(std::to_string(e.key.cc));
+    launchfit::device_limits::for_arch(std::to_string(e.key.cc));
   } catch (const launchfit::error&) {
     unchecked = true;
-    return "";
-  }
-  if (e.key.sm_count <= 0) return "sm_count is 0";
-  q.device.sm_count = e.key.sm_count;
-  q.kernel =
-      launchfit::kernel_resources::manual(static_cast<int>(f.regs), static_cast<std::size_t>(f.static_smem),
-                                          static_cast<int>(f.max_threads), f.name);
-  q.kernel.local_bytes_per_thread = static_cast<std::size_t>(f.local_bytes);
-  q.kernel.ptx_version = static_cast<int>(f.ptx);
-  q.kernel.binary_version = static_cast<int>(f.binary);
-  q.kernel.max_dynamic_smem_bytes = q.device.smem_per_block_optin_bytes;
-  q.dynamic_smem_bytes = e.plan.dynamic_smem_bytes;
-  // The smem rule against the plan's smem is part of validate_stored_entry (a launch option like any other).
-  q.cluster = e.plan.cluster;
-  launchfit::plan p = e.plan;
-  try {
-    launchfit::validate_plan(q, p);
-  } catch (const launchfit::error& bad) {
-    return bad.message().empty() ? bad.what() : bad.message();
   }
   return "";
 }
@@ -771,6 +796,15 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
     for (const auto& p : c.problems) problem(shown(p, 1024));
     if (c.skipped > c.problems.size())
       problem("and " + std::to_string(c.skipped - c.problems.size()) + " more bad entries");
+    // Kept, as a lookup keeps them, but an operator wants to know of a clock or a file that lies.
+    file["notes"] = json::array();
+    for (const auto& n : c.clamps) {
+      file["notes"].push_back(n);
+      if (!as_json) std::cout << shown(path, 512) << ": note: " << shown(n, 1024) << "\n";
+    }
+    if (c.clamped > c.clamps.size() && !as_json)
+      std::cout << shown(path, 512) << ": note: and " << c.clamped - c.clamps.size()
+                << " more stored_at stamps read as of unknown age\n";
     std::size_t unchecked = 0;
     for (std::size_t i = 0; i < c.entries.size(); ++i) {
       bool no_table = false;
@@ -797,24 +831,29 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
 
 // ---- push / pull / check against a remote store -------------------------------------------------
 
-// Every valid entry of FILE to the store, SET NX: a key some process wrote first keeps its plan.
+// Every valid entry of FILE to the store as the library writes: a key holding a valid plan keeps it, an
+// invalid value under a key is replaced.
 int run_push(const std::string& path, const std::string& target, std::uint64_t ttl_s, bool dry_run,
              std::size_t max_bytes) {
-  const ld::remote_url url = remote_url_of(target);
+  check_store_url(target);
   const loaded f = load(path, max_bytes);
   warn_skipped(f);
   if (dry_run) {  // the store is not even contacted
     std::cout << "would push " << f.entries.size() << " entries of " << shown(path, 512) << " to "
-              << shown(target, 300) << " (keys already stored keep their plans)"
+              << shown(target, 300) << " (keys already stored keep their plans unless measured worse)"
               << (f.skipped ? ", " + std::to_string(f.skipped) + " bad entries skipped" : "") << "\n";
     return f.skipped == 0 ? 0 : 1;
   }
-  const ld::remote_push_result r = ld::push_remote_entries(url, f.entries, ttl_s);
+  const tools::push_result r = tools::push_entries(target, f.entries, ttl_s);
   for (const auto& p : r.problems) std::cout << shown(path, 512) << ": " << shown(p, 1024) << "\n";
-  if (!r.failure.empty()) throw environment_error{shown(target, 300) + ": " + shown(r.failure, 1024)};
+  if (r.failed) {
+    throw environment_error{shown(target, 300) + ": " + shown(r.failed.text, 1024) + " (" +
+                            std::to_string(r.written + r.replaced) + " entries written before)"};
+  }
   std::cout << "pushed " << f.entries.size() << " entries of " << shown(path, 512) << " to "
             << shown(target, 300) << ": " << r.written << " written, " << r.present << " already stored, "
-            << r.refused << " refused"
+            << r.refused << " refused, " << r.replaced << " invalid values replaced, " << r.superseded
+            << " replaced by plans measured better"
             << (f.skipped ? ", " + std::to_string(f.skipped) + " bad entries skipped" : "") << "\n";
   return r.refused + f.skipped == 0 ? 0 : 1;
 }
@@ -846,7 +885,9 @@ int run_pull(const std::string& source, const std::string& path, bool dry_run, u
             at.emplace(tie_key(e.key), out.size());
             out.push_back(std::move(copy));
             ++added;
-          } else if (e.stored_at_ms > out[it->second].stored_at_ms) {
+          } else if (e.measurement || out[it->second].measurement
+                         ? ld::replaces_in_file(e, out[it->second])  // measured: the library's rule
+                         : e.stored_at_ms > out[it->second].stored_at_ms) {
             out[it->second] = std::move(copy);
             ++updated;
           } else {
@@ -858,29 +899,28 @@ int run_pull(const std::string& source, const std::string& path, bool dry_run, u
       });
   if (!why.empty()) write_failed(path, why, max_bytes);
   if (!problem.empty()) throw usage_error{shown(path, 512) + ": " + problem};
-  std::cout << (dry_run ? "would pull " : "pulled ") << remote.entries.size() << " entries of " << shown(source, 300) << " into "
-            << shown(path, 512) << ": " << added << " added, " << updated << " newer, " << kept
-            << " kept as they were"
+  std::cout << (dry_run ? "would pull " : "pulled ") << remote.entries.size() << " entries of "
+            << shown(source, 300) << " into " << shown(path, 512) << ": " << added << " added, " << updated
+            << " newer, " << kept << " kept as they were"
             << (remote.skipped ? ", " + std::to_string(remote.skipped) + " refused" : "") << "\n";
   return remote.skipped == 0 ? 0 : 1;
 }
 
 // check for a store: every value validated as a lookup validates it, then each entry as check_entry() checks
-// an entry of a file. Bad entries: exit 1; an unreachable store: exit 2.
+// an entry of a file. Bad entries: exit 1; a store that cannot be read within the bounds: exit 3.
 int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
   std::size_t bad = 0;
   bool unreachable = false, malformed = false;
   json report = json::array();
   for (const auto& text : urls) {
-    json store = {{"store", text}, {"problems", json::array()}};
+    json store = {{"store", ld::redact_url(text)}, {"problems", json::array()}};
     auto problem = [&](const std::string& line) {
       ++bad;
       store["problems"].push_back(line);
       if (!as_json) std::cout << shown(text, 300) << ": " << line << "\n";
     };
-    std::optional<ld::remote_url> url;
     try {
-      url = remote_url_of(text);
+      check_store_url(text);
     } catch (const usage_error& e) {
       malformed = true;
       store["error"] = e.message;
@@ -888,11 +928,11 @@ int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
       report.push_back(std::move(store));
       continue;
     }
-    const ld::remote_listing l = ld::list_remote_entries(*url);
-    if (!l.failure.empty()) {
+    const tools::listing l = tools::list_entries(text);
+    if (l.failed) {
       unreachable = true;
-      store["error"] = l.failure;
-      if (!as_json) std::cout << shown(text, 300) << ": " << shown(l.failure, 1024) << "\n";
+      store["error"] = l.failed.text;
+      if (!as_json) std::cout << shown(text, 300) << ": " << shown(l.failed.text, 1024) << "\n";
     }
     for (const auto& p : l.problems) problem(shown(p.key, 128) + ": " + shown(p.why, 1024));
     if (l.refused > l.problems.size())
@@ -903,27 +943,121 @@ int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
       const std::string why_bad = check_entry(e, no_table);
       unchecked += no_table;
       if (!why_bad.empty())
-        problem(shown(ld::remote_key(e.key), 128) + " (" + entry_name(e) + "): " + shown(why_bad, 1024));
+        problem(shown(tools::store_key(e.key), 128) + " (" + entry_name(e) + "): " + shown(why_bad, 1024));
     }
     store["entries"] = l.entries.size();
     store["not_checked_offline"] = unchecked;
-    store["truncated"] = l.truncated;
-    if (!as_json && store["problems"].empty() && l.failure.empty())
+    store["truncated"] = l.failed.what == tools::failure::kind::bound;
+    if (!as_json && store["problems"].empty() && !l.failed)
       std::cout << shown(text, 300) << ": " << l.entries.size()
                 << (l.entries.size() == 1 ? " entry" : " entries") << ", all valid"
                 << (unchecked ? " (" + std::to_string(unchecked) +
                                     " of a compute capability without a table entry: parsed only)"
                               : "")
-                << (l.truncated ? " (partial: a bound on keys, bytes or time was reached)" : "") << "\n";
+                << "\n";
     report.push_back(std::move(store));
   }
   if (as_json) print_json(report);
   // A store that cannot be reached is the environment; a URL that is not one is the command line.
-  return unreachable ? launchfit_tool::exit_environment : malformed ? launchfit_tool::exit_usage : bad == 0 ? 0 : 1;
+  return unreachable ? launchfit_tool::exit_environment
+         : malformed ? launchfit_tool::exit_usage
+         : bad == 0  ? 0
+                     : 1;
 }
 
 // check of files and stores together: files as run_check() checks them, stores as run_check_remote(); the
 // worse exit code. --json gives one report, so it takes either files or stores.
+// ---- stats ------------------------------------------------------------------------------------------------
+
+// Per device model (name, compute capability, SMs, driver): how many plans, of which tuned (measured) or not.
+struct model_counts {
+  std::size_t plans = 0, tuned = 0, unclean = 0, untuned = 0, calibrations = 0;
+};
+
+int run_stats(const std::string& target, bool as_json, std::size_t max_bytes) {
+  std::vector<stored_entry> entries;
+  std::size_t refused = 0;
+  std::optional<tools::store_view> store;
+  std::string name = target;
+  if (is_remote_url(target)) {
+    check_store_url(target);
+    store = tools::view_store(target);
+    if (store->plans.failed) store_failed(target, store->plans.failed);
+    entries = std::move(store->plans.entries);
+    refused = store->plans.refused;
+    name = ld::redact_url(target);
+  } else {
+    loaded f = load(target, max_bytes);
+    entries = std::move(f.entries);
+    refused = f.skipped;
+  }
+  using model_id = std::tuple<std::string, int, int, int>;
+  std::map<model_id, model_counts> models;
+  for (const auto& e : entries) {
+    const stored_key& k = e.key;
+    model_counts& c =
+        models[model_id{k.device_name.empty() ? "(model not recorded) " + k.device_uuid : k.device_name, k.cc,
+                        k.sm_count, k.driver_version}];
+    if (is_calibration(e)) {
+      ++c.calibrations;
+      continue;
+    }
+    ++c.plans;
+    if (!e.measurement) {
+      ++c.untuned;
+    } else {
+      ++c.tuned;
+      if (!e.measurement->clean) ++c.unclean;
+    }
+  }
+  if (as_json) {
+    json j = {{"store", name}, {"entries", entries.size()}, {"refused", refused}, {"models", json::array()}};
+    for (const auto& [id, c] : models)
+      j["models"].push_back({{"device_name", std::get<0>(id)},
+                             {"cc", std::get<1>(id)},
+                             {"sm_count", std::get<2>(id)},
+                             {"driver_version", std::get<3>(id)},
+                             {"plans", c.plans},
+                             {"tuned", c.tuned},
+                             {"not_clean", c.unclean},
+                             {"static", c.untuned},
+                             {"calibrations", c.calibrations}});
+    if (store) {
+      j["lease_count"] = store->lease_count;
+      j["leases"] = json::array();
+      for (const auto& l : store->leases)
+        j["leases"].push_back({{"plan_key", l.plan_key}, {"owner", l.owner}, {"ttl_ms", l.ttl_ms}});
+    }
+    print_json(j);
+    return 0;
+  }
+  std::cout << shown(name, 300) << ": " << entries.size() << " entr" << (entries.size() == 1 ? "y" : "ies")
+            << ", " << refused << " refused (bad or forged values, not counted below)";
+  if (store)
+    std::cout << ", " << store->lease_count << " tuning lease" << (store->lease_count == 1 ? "" : "s");
+  std::cout << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"device model", "cc", "SMs", "driver", "plans", "tuned", "not clean", "static", "calibrations"}};
+  for (const auto& [id, c] : models)
+    rows.push_back({shown(std::get<0>(id), 64), cc_text(std::get<1>(id)), std::to_string(std::get<2>(id)),
+                    driver_text(std::get<3>(id)), std::to_string(c.plans), std::to_string(c.tuned),
+                    std::to_string(c.unclean), std::to_string(c.untuned), std::to_string(c.calibrations)});
+  print_columns(rows);
+  if (store && !store->leases.empty()) {
+    std::cout << "tuning leases (a process tuning the plan under that key now):\n";
+    std::vector<std::vector<std::string>> lease_rows = {{"plan key", "owner", "left"}};
+    for (const auto& l : store->leases)
+      lease_rows.push_back({shown(l.plan_key, 128), shown(l.owner, 128),
+                            l.ttl_ms >= 0    ? std::to_string(l.ttl_ms) + " ms"
+                            : l.ttl_ms == -1 ? "no expiry"
+                                             : "gone"});
+    print_columns(lease_rows);
+    if (store->lease_count > store->leases.size())
+      std::cout << "  ... and " << store->lease_count - store->leases.size() << " more\n";
+  }
+  return 0;
+}
+
 int run_check_with_stores(const std::vector<std::string>& args, bool as_json, std::size_t max_bytes) {
   std::vector<std::string> urls, paths;
   for (const auto& a : args) (is_remote_url(a) ? urls : paths).push_back(a);
@@ -933,10 +1067,20 @@ int run_check_with_stores(const std::vector<std::string>& args, bool as_json, st
   return paths.empty() ? stores : std::max(stores, run_check(paths, as_json, max_bytes));
 }
 
+// What every redis:// command says of exit code 3 in its --help, with the bounds it runs under.
+std::string store_exit_code_text() {
+  const tools::store_bounds b;
+  return "3 when the store cannot be reached, answers an error (NOAUTH, OOM, ...) or is not Redis, or a "
+         "bound "
+         "stopped the command (" +
+         std::to_string(b.max_ms / 1000) + " s, " + std::to_string(b.max_bytes >> 20) + " MiB of answers, " +
+         std::to_string(b.max_keys) + " keys)";
+}
+
 // LAUNCHFIT_REMOTE_TTL, as the library reads it.
 std::uint64_t remote_ttl() {
   std::string warning;
-  const std::uint64_t ttl = ld::remote_ttl_from_env(warning);
+  const std::uint64_t ttl = tools::ttl_from_env(warning);
   if (!warning.empty()) std::cerr << "launchfit-plans: warning: " << warning << "\n";
   return ttl;
 }
@@ -945,9 +1089,9 @@ std::uint64_t remote_ttl() {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "launchfit-plans: list, show, diff, merge, prune and check launchfit plan-cache files "
-      "(LAUNCHFIT_CACHE) or a remote store (redis://host:port[/db], LAUNCHFIT_REMOTE); push and pull between "
-      "the two.\n" +
+      "launchfit-plans: list, show, diff, merge, prune, check and count (stats) launchfit plan-cache files "
+      "(LAUNCHFIT_CACHE) or a remote store (redis://[user[:password]@]host:port[/db], LAUNCHFIT_REMOTE; "
+      "LAUNCHFIT_REDIS_PASSWORD or LAUNCHFIT_REDIS_PASSWORD_FILE); push and pull between the two.\n" +
           std::string(launchfit_tool::exit_codes_text),
       "launchfit-plans"};
   launchfit_tool::add_version(app);
@@ -964,8 +1108,10 @@ int main(int argc, char** argv) {
   std::string a, b, out;
   std::optional<std::string> driver_below, keep_kernels;
 
-  auto* list =
-      app.add_subcommand("list", "one line per plan: device, kernel, policy, block, occupancy, limiter");
+  auto* list = app.add_subcommand(
+      "list",
+      "one line per plan: device, kernel, policy, block, occupancy, limiter; for a redis:// URL exit code " +
+          store_exit_code_text());
   list->add_option("files", files, "plan-cache files or redis:// URLs")->required();
   list->add_option("--kernel", sel.kernel, "only kernels whose name contains this");
   list->add_option("--device", sel.device, "only devices whose name or UUID contains this");
@@ -990,8 +1136,9 @@ int main(int argc, char** argv) {
   auto* merge = app.add_subcommand(
       "merge",
       "merges the entries of IN... into OUT (created when missing; its own entries count as the first "
-      "input) under the library's file lock; of two different plans for one key the newer wins, then "
-      "the later file; every conflict is reported");
+      "input) under the library's file lock; of two different plans for one key a measured plan stays "
+      "unless one measured better beyond noise comes, else the newer wins, then the later file; every "
+      "conflict is reported");
   merge->add_option("OUT", out, "plan-cache file written")->required();
   merge->add_option("IN", files, "plan-cache files read")->required();
   merge->add_flag("--fail-on-conflict", fail_on_conflict,
@@ -1006,10 +1153,11 @@ int main(int argc, char** argv) {
   prune->add_option("FILE", out, "plan-cache file")->required();
   prune->add_option("--driver-below", driver_below,
                     "remove entries stored with a driver older than this (12.4 or 12040)");
-  prune->add_option("--keep-kernels", keep_kernels,
-                    "keep only kernels named in this file (one mangled name per line, as in the fingerprint; "
-                    "e.g. nm --defined-only app | awk '{print $3}'); calibrations are kept; a list that names "
-                    "no kernel of FILE is refused (exit 1) unless --force");
+  prune->add_option(
+      "--keep-kernels", keep_kernels,
+      "keep only kernels named in this file (one mangled name per line, as in the fingerprint; "
+      "e.g. nm --defined-only app | awk '{print $3}'); calibrations are kept; a list that names "
+      "no kernel of FILE is refused (exit 1) unless --force");
   bool force = false;
   prune->add_flag("--force", force, "with --keep-kernels: prune even when the list names no kernel of FILE");
   prune->add_flag("--dry-run", dry_run, "say what would be removed, change nothing");
@@ -1019,7 +1167,8 @@ int main(int argc, char** argv) {
       "check",
       "validates every entry as the library would (the file format, then each plan against the built-in "
       "limits of its compute capability and SM count and the kernel its fingerprint describes); exit code 1 "
-      "naming each bad entry");
+      "naming each bad entry; for a redis:// URL " +
+          store_exit_code_text());
   check->add_option("files", files, "plan-cache files or redis:// URLs")->required();
   check->add_flag("--json", as_json, "print the report as JSON");
 
@@ -1027,8 +1176,10 @@ int main(int argc, char** argv) {
   std::uint64_t ttl_s = 0;
   auto* push = app.add_subcommand(
       "push",
-      "writes every valid entry of FILE to a remote store (SET NX: a key already stored keeps its plan); "
-      "exit code 1 when FILE has bad entries or some were refused, 2 when the store cannot be reached");
+      "writes every valid entry of FILE to a remote store as the library does (a key holding a valid plan "
+      "keeps it unless the entry was measured better beyond noise; an invalid value is replaced); exit code "
+      "1 when FILE has bad entries or some were refused, " +
+          store_exit_code_text());
   push->add_option("FILE", out, "plan-cache file read")->required();
   push->add_option("URL", url, "redis://host:port[/db]")->required();
   push->add_flag("--dry-run", dry_run, "say what would be pushed, contact no store");
@@ -1038,14 +1189,26 @@ int main(int argc, char** argv) {
   auto* pull = app.add_subcommand(
       "pull",
       "merges every valid entry of a remote store into FILE (created when missing) under the library's file "
-      "lock: keys FILE lacks are added, of two plans for one key the newer stays; exit code 1 when the store "
-      "holds bad entries, 2 when it cannot be reached");
+      "lock: keys FILE lacks are added, of two plans for one key a measured plan stays unless one measured "
+      "better beyond noise comes, else the newer stays; entries record the store as their origin; exit code "
+      "1 when the store holds bad entries, " +
+          store_exit_code_text());
   pull->add_option("URL", url, "redis://host:port[/db]")->required();
   pull->add_option("FILE", out, "plan-cache file written")->required();
   pull->add_flag("--dry-run", dry_run, "say what would be pulled, change nothing");
   pull->add_option("--lock-wait-ms", lock_wait_ms, "how long to wait for the file's lock (default 5000)");
 
-  if (const std::optional<int> code = launchfit_tool::parse(app, argc, argv)) return *code;
+  std::string store_arg;
+  auto* stats = app.add_subcommand(
+      "stats",
+      "per device model of a plan-cache file or a remote store: plans, tuned (measured) or static, not "
+      "clean, calibrations; refused values counted; for a store its tuning leases (owner, time left); for a "
+      "redis:// URL exit code " +
+          store_exit_code_text());
+  stats->add_option("STORE", store_arg, "plan-cache file or redis:// URL")->required();
+  stats->add_flag("--json", as_json, "print the counts as JSON");
+
+  if (const std::optional<int> code = launchfit_tool::parse(app, argc, argv, launchfit::detail::redact_url)) return *code;
   try {
     if (list->parsed()) return run_list(files, sel, as_json, max_bytes);
     if (show->parsed()) return run_show(files, sel, as_json, max_bytes);
@@ -1058,6 +1221,7 @@ int main(int argc, char** argv) {
     if (check->parsed()) return run_check(files, as_json, max_bytes);
     if (push->parsed()) return run_push(out, url, ttl_s ? ttl_s : remote_ttl(), dry_run, max_bytes);
     if (pull->parsed()) return run_pull(url, out, dry_run, lock_wait_ms, max_bytes);
+    if (stats->parsed()) return run_stats(store_arg, as_json, max_bytes);
   } catch (const usage_error& e) {
     std::cerr << "launchfit-plans: error: " << e.message << "\n";
     return launchfit_tool::exit_usage;

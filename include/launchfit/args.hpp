@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup launch
+/// \brief An aggregate's fields as a kernel's arguments (launchfit::args); it brings Boost.PFR, so
+/// launchfit.hpp leaves it out.
+///
 // launchfit::args — an aggregate's fields as a kernel's arguments:
 //   struct saxpy_args { float a; const float* x; float* y; int n; };
 //   lf::launch(k, lf::max_occupancy().items(n), lf::args(saxpy_args{a, x, y, n}));

@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// launchfit/base.hpp — launch(kernel, spec, args...) for runtime-API __global__ functions, at the least compile
-// cost: the spec, its factories (max_occupancy, bytes_in_flight, cooperative, fixed), launch() and plan_for().
-// It includes no <string>, <memory> or <functional>. launchfit/launch.hpp adds driver-API kernels, use(policy),
-// planned(plan) and what plans and policies are made of (launchfit/plan.hpp, launchfit/policy.hpp).
+/// \file
+/// \ingroup launch
+/// \brief launch() and plan_for() for runtime-API `__global__` functions, the spec and its factories: the
+/// cheapest include that launches.
+///
+// launchfit/base.hpp — launch(kernel, spec, args...) for runtime-API __global__ functions, at the least
+// compile cost: the spec, its factories (max_occupancy, bytes_in_flight, cooperative, fixed), launch() and
+// plan_for(). It includes no `<string>`, `<memory>` or `<functional>`. launchfit/launch.hpp adds driver-API
+// kernels, use(policy), planned(plan) and what plans and policies are made of (launchfit/plan.hpp,
+// launchfit/policy.hpp).
 
 #include <cuda_runtime_api.h>
 
@@ -21,11 +27,12 @@
 #include "launchfit/launch_options.hpp"
 #include "launchfit/work.hpp"
 
-// The default stream is the translation unit's, as for <<<>>>: a file compiled with --default-stream per-thread
-// (nvcc defines CUDA_API_PER_THREAD_DEFAULT_STREAM) launches on the per-thread stream when no stream is given
-// (or 0 is given), any other file on the legacy stream. spec and its factories live in an inline namespace
-// named after that choice, so every template that takes a spec (launch, plan_for, the request made from it) is
-// a different symbol in files compiled each way and the linker never merges one into the other.
+// The default stream is the translation unit's, as for <<<>>>: a file compiled with --default-stream
+// per-thread (nvcc defines CUDA_API_PER_THREAD_DEFAULT_STREAM) launches on the per-thread stream when no
+// stream is given (or 0 is given), any other file on the legacy stream. spec and its factories live in an
+// inline namespace named after that choice, so every template that takes a spec (launch, plan_for, the
+// request made from it) is a different symbol in files compiled each way and the linker never merges one into
+// the other.
 #if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
 #define LAUNCHFIT_DEFAULT_STREAM_NS default_stream_per_thread
 #else
@@ -35,6 +42,31 @@
 namespace launchfit {
 
 namespace detail {
+// A class whose get() gives a cudaStream_t (cuda::stream_ref, cuda::stream, a unique_ptr holding a stream).
+template <class S, class = void>
+struct is_stream_wrapper : std::false_type {};
+template <class S>
+struct is_stream_wrapper<
+    S, std::enable_if_t<std::is_class_v<S>, std::void_t<decltype(std::declval<const S&>().get())>>>
+    : std::is_same<std::decay_t<decltype(std::declval<const S&>().get())>, cudaStream_t> {};
+
+// A dimension as a policy parameter (int): one above INT_MAX throws launchfit::error naming it.
+constexpr int int_parameter(unsigned v, const char* what) {
+  if (v > 0x7fffffffu) throw_too_large(what, v, 0x7fffffffu);
+  return static_cast<int>(v);
+}
+// An integer policy parameter of any type as an int: never wrapped (out of range: launchfit::error naming
+// it).
+template <class T>
+constexpr int int_parameter(T v, const char* what) {
+  if constexpr (std::is_signed_v<T>) {
+    if (v < -0x7fffffffLL - 1) throw_negative(what, static_cast<long long>(v));
+  }
+  if (v > static_cast<T>(0) && static_cast<unsigned long long>(v) > 0x7fffffffULL)
+    throw_too_large(what, static_cast<unsigned long long>(v), 0x7fffffffULL);
+  return static_cast<int>(v);
+}
+
 template <class F, class = void>
 struct has_target_type : std::false_type {};
 template <class F>
@@ -65,12 +97,22 @@ class spec {
   // A spec with this policy and nothing else (no work: one full wave). The factories below make these.
   explicit spec(Policy p) : policy_(std::move(p)) {}
 
-  // One thread per item: grid = ceil(n / block).
+  // One thread per item: grid = ceil(n / block). A negative n (an int) throws launchfit::error naming it.
   spec items(std::uint64_t n) && { return std::move(items(n)); }
   spec& items(std::uint64_t n) & {
     work_.kind = work::shape::items;
     work_.n = n;
     return *this;
+  }
+  // The same with a signed count (an int variable): a negative one throws launchfit::error naming it.
+  template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
+  spec items(N n) && {
+    return std::move(items(detail::size_value(n, "items n")));
+  }
+  // The same, on a named spec (changed in place and returned).
+  template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
+  spec& items(N n) & {
+    return items(detail::size_value(n, "items n"));
   }
   // 2-D or 3-D work, items({nx, ny}) or items({nx, ny, nz}): the policy's block is shaped {32, threads / 32}
   // (rows of one warp), or as block_y() / block_x_multiple() say, unless it chose a shape itself (fixed({32,
@@ -98,6 +140,16 @@ class spec {
     work_.n = n;
     return *this;
   }
+  // The same with a signed count (an int variable): a negative one throws launchfit::error naming it.
+  template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
+  spec grid_stride(N n) && {
+    return std::move(grid_stride(detail::size_value(n, "grid_stride n")));
+  }
+  // The same, on a named spec (changed in place and returned).
+  template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
+  spec& grid_stride(N n) & {
+    return grid_stride(detail::size_value(n, "grid_stride n"));
+  }
   // grid_stride(n) only: cap the grid at k waves of resident blocks. Without it every static policy launches
   // one wave (a tuned plan may launch more, see plan::full_grid): a block's epilogue (global atomics, a
   // per-block reduction) costs per block, which no policy can see. A kernel without one whose elements are
@@ -108,7 +160,8 @@ class spec {
     return *this;
   }
   // The caller's grid (e.g. a cooperative solver's), launched as given: checked against the device, for whole
-  // clusters and, cooperative, for co-residency, or refused. The policy still chooses the block.
+  // clusters and, cooperative, for co-residency, or refused. The policy still chooses the block. {gx, gy} of
+  // any integer types, or a dim3.
   spec grid(dims g) && { return std::move(grid(g)); }
   spec& grid(dims g) & {
     work_.kind = work::shape::grid;
@@ -145,12 +198,12 @@ class spec {
     shape_.invalid = shape_.invalid || m > 1024;
     return *this;
   }
-  // 2-D and 3-D work: the block may be wider than block_x_multiple (32 by default) along x, any multiple of it
-  // with y >= 2 ({64, t/64}, {128, t/128}, ...), where a policy chooses so; autotune times them. Opt-in, for a
-  // kernel that indexes with blockDim.x/y and sizes nothing (shared memory above all) by the block's shape:
-  // an smem rule is given the thread count only. Without it launchfit never picks another shape by itself:
-  // plugins (autotune), stored and remote plans keep {32, threads/32}; a policy that names its own 2-D block
-  // (fixed({32, 32}), an override) is launched as named. 1-D work and a fixed y or z: no effect.
+  // 2-D and 3-D work: the block may be wider than block_x_multiple (32 by default) along x, any multiple of
+  // it with y >= 2 ({64, t/64}, {128, t/128}, ...), where a policy chooses so; autotune times them. Opt-in,
+  // for a kernel that indexes with blockDim.x/y and sizes nothing (shared memory above all) by the block's
+  // shape: an smem rule is given the thread count only. Without it launchfit never picks another shape by
+  // itself: plugins (autotune), stored and remote plans keep {32, threads/32}; a policy that names its own
+  // 2-D block (fixed({32, 32}), an override) is launched as named. 1-D work and a fixed y or z: no effect.
   spec block_x_free() && { return std::move(block_x_free()); }
   spec& block_x_free() & {
     shape_.free_x = true;
@@ -182,12 +235,25 @@ class spec {
     options_.programmatic = true;
     return *this;
   }
-  // The stream to launch on. None (or 0): this file's default stream, as <<<>>> here (the legacy stream, or the
-  // per-thread stream in a file compiled with --default-stream per-thread).
-  spec on(cudaStream_t s) && { return std::move(on(s)); }  // a CUstream
+  // The stream to launch on: a cudaStream_t or a CUstream (the same type). None (or 0): this file's default
+  // stream, as <<<>>> here (the legacy stream, or the per-thread stream in a file compiled with
+  // --default-stream per-thread).
+  spec on(cudaStream_t s) && { return std::move(on(s)); }
   spec& on(cudaStream_t s) & {
     stream_ = s;
     return *this;
+  }
+  // A stream wrapper whose get() gives its cudaStream_t: CCCL's cuda::stream_ref and cuda::stream (included
+  // by the caller: launchfit does not include CCCL), or any such handle. Not owned: it must outlive the
+  // launch.
+  template <class S, std::enable_if_t<detail::is_stream_wrapper<S>::value, int> = 0>
+  spec on(const S& s) && {
+    return std::move(on(static_cast<cudaStream_t>(s.get())));
+  }
+  // The same, on a named spec (changed in place and returned).
+  template <class S, std::enable_if_t<detail::is_stream_wrapper<S>::value, int> = 0>
+  spec& on(const S& s) & {
+    return on(static_cast<cudaStream_t>(s.get()));
   }
   // Fixed dynamic shared memory per block.
   spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
@@ -213,13 +279,16 @@ class spec {
       smem_fn_ = std::move(f);
     }
     options_.smem_bytes = 0;
-    options_.smem_rule = detail::hash_combine(typeid(F).hash_code(), key) | 1ULL << 63;  // never 0, never bytes
+    // Never 0, never a number of bytes.
+    options_.smem_rule = detail::hash_combine(typeid(F).hash_code(), key) | 1ULL << 63;
     return *this;
   }
   // Thread-block cluster dimensions (sm_90+). The grid is rounded up to whole clusters and sized by the
   // clusters that co-reside (cuOccupancyMaxActiveClusters); sizes above 8 blocks need allow_non_portable,
   // which sets the kernel's non-portable cluster attribute. A kernel with __cluster_dims__ needs no call.
-  spec cluster(dims c, bool allow_non_portable = false) && { return std::move(cluster(c, allow_non_portable)); }
+  spec cluster(dims c, bool allow_non_portable = false) && {
+    return std::move(cluster(c, allow_non_portable));
+  }
   spec& cluster(dims c, bool allow_non_portable = false) & {
     options_.cluster = c;
     options_.non_portable_cluster = allow_non_portable;
@@ -319,15 +388,15 @@ class spec {
 };
 
 // ---- factories --------------------------------------------------------------------------------------
-// Most resident threads; of the block sizes that reach it, the one nearest prefer_block (0: the largest, exactly
-// cuOccupancyMaxPotentialBlockSize's block). block_limit > 0 caps the block size.
+// Most resident threads; of the block sizes that reach it, the one nearest prefer_block (0: the largest,
+// exactly cuOccupancyMaxPotentialBlockSize's block). block_limit > 0 caps the block size.
 inline spec<max_occupancy_policy> max_occupancy(int prefer_block = max_occupancy_params{}.prefer_block,
                                                 int block_limit = 0) {
   return spec<max_occupancy_policy>(max_occupancy_policy{max_occupancy_params{prefer_block, block_limit}});
 }
 // Little's law sizing; target_per_sm 0 uses the device default (32 KB on sm_90).
-inline spec<bytes_in_flight_policy> bytes_in_flight(int per_thread_bytes, int target_per_sm = 0,
-                                                    int prefer_block = bytes_in_flight_params{}.prefer_block) {
+inline spec<bytes_in_flight_policy> bytes_in_flight(
+    int per_thread_bytes, int target_per_sm = 0, int prefer_block = bytes_in_flight_params{}.prefer_block) {
   return spec<bytes_in_flight_policy>(
       bytes_in_flight_policy{bytes_in_flight_params{per_thread_bytes, target_per_sm, prefer_block}});
 }
@@ -339,13 +408,24 @@ inline spec<cooperative_policy> cooperative(int blocks_per_sm = 0, int block = 0
 inline spec<fixed_policy> fixed(int block, int grid = 0) {
   return spec<fixed_policy>(fixed_policy{fixed_params{block, grid}});
 }
-// A 2-D or 3-D block: fixed({32, 32}); grid {0}: from the work per dimension.
+// The same with other integer types (unsigned, size_t): a value above INT_MAX throws launchfit::error naming
+// it.
+template <class B, class G = int,
+          std::enable_if_t<detail::is_integer_v<B> && detail::is_integer_v<G> &&
+                               !(std::is_same_v<B, int> && std::is_same_v<G, int>),
+                           int> = 0>
+spec<fixed_policy> fixed(B block, G grid = 0) {
+  return fixed(detail::int_parameter(block, "fixed block"), detail::int_parameter(grid, "fixed grid"));
+}
+// A 2-D or 3-D block: fixed({32, 32}) (of any integer types, or a dim3); grid {0}: from the work per
+// dimension.
 inline spec<fixed_dims_policy> fixed(dims block, dims grid = dims{0, 1, 1}) {
   return spec<fixed_dims_policy>(fixed_dims_policy{fixed_dims_params{
-      static_cast<int>(block.x), static_cast<int>(block.y), static_cast<int>(block.z), static_cast<int>(grid.x),
-      static_cast<int>(grid.y), static_cast<int>(grid.z)}});
+      detail::int_parameter(block.x, "fixed block x"), detail::int_parameter(block.y, "fixed block y"),
+      detail::int_parameter(block.z, "fixed block z"), detail::int_parameter(grid.x, "fixed grid x"),
+      detail::int_parameter(grid.y, "fixed grid y"), detail::int_parameter(grid.z, "fixed grid z")}});
 }
-}  // inline namespace LAUNCHFIT_DEFAULT_STREAM_NS
+}  // namespace LAUNCHFIT_DEFAULT_STREAM_NS
 
 namespace detail {
 
@@ -418,7 +498,8 @@ template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::va
 struct argument_converts : std::is_convertible<Arg, Param> {};
 template <class Param, class Arg>
 struct argument_converts<Param, Arg, true>
-    : std::is_convertible<decltype(std::declval<std::decay_t<Arg>&>().f(std::declval<const plan&>())), Param> {};
+    : std::is_convertible<decltype(std::declval<std::decay_t<Arg>&>().f(std::declval<const plan&>())),
+                          Param> {};
 
 // One kernel argument: a value converted once, or a plan_argument evaluated for each plan.
 template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::value>

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup policies
+/// \brief The policy interface (launchfit::policy, launchfit::policy_base) and the built-in policies that the
+/// factories hold.
+///
 // launchfit::policy — the interface that turns a query into a plan, and the built-in policies (the types
 // the factories max_occupancy(), bytes_in_flight(), cooperative(), fixed() and planned() hold). Cheap to
 // include: the query, the registry and policy strings are in launchfit/policy.hpp, the machinery that
@@ -33,11 +38,17 @@ class LAUNCHFIT_API policy {
   // differently for: the bucket is how the plan's identity holds the work.
   virtual std::uint64_t work_bucket(const work&) const { return 0; }
   // Whether the choice depends on the work, i.e. work_bucket() is not the same for every work (the default
-  // asks it for a spread of sizes). plan_for() on a spec without work refuses such a policy (errc::missing_work):
-  // a later launch with work could choose another block.
+  // asks it for a spread of sizes). A plan such a policy makes for a spec without work says
+  // plan::without_work: the same spec with work could run another block (see launchfit/plan.hpp).
   virtual bool depends_on_work() const;
   // Returns a validated plan or throws launchfit::error.
   virtual plan choose(const query& q) const = 0;
+  // Whether this is one of launchfit's own policies, which promise what a plugin or a user's policy need not:
+  // choose() is a pure, cheap function of the query (no timing, no state), so a stored plan is checked
+  // against its answer; it reads the kernel's name only to name it in an error, so a miss need not demangle
+  // it; and no plugin sees its objects destroyed, so a parsed policy string may keep one. Each built-in type
+  // says so itself.
+  virtual bool builtin() const noexcept { return false; }
 
   // "name(params)", as in log lines and policy strings.
   std::string to_string() const;
@@ -94,7 +105,8 @@ class LAUNCHFIT_API cooperative_policy;
 class LAUNCHFIT_API fixed_policy;
 class LAUNCHFIT_API fixed_dims_policy;
 class LAUNCHFIT_API planned_policy;
-class LAUNCHFIT_API constant_block_policy;  // the ten-line reference policy for authors, in launchfit/param_policy.hpp
+// The ten-line reference policy for authors, in launchfit/param_policy.hpp.
+class LAUNCHFIT_API constant_block_policy;
 
 // The parameters of a policy that has none.
 struct LAUNCHFIT_API no_params {
@@ -103,11 +115,13 @@ struct LAUNCHFIT_API no_params {
 
 // max_occupancy()'s parameters.
 struct LAUNCHFIT_API max_occupancy_params {
-  // Among the block sizes with the most resident threads, the one nearest prefer_block. 0: the largest, which is
-  // exactly cuOccupancyMaxPotentialBlockSize's choice. On an H200, 1024-thread blocks ran one-item-per-thread
-  // streaming kernels 16-18% slower than 192-512-thread blocks at the same occupancy, hence 256.
+  // Among the block sizes with the most resident threads, the one nearest prefer_block. 0: the largest, which
+  // is exactly cuOccupancyMaxPotentialBlockSize's choice. On an H200, 1024-thread blocks ran
+  // one-item-per-thread streaming kernels 16-18% slower than 192-512-thread blocks at the same occupancy,
+  // hence 256.
   int prefer_block = 256;
-  int block_limit = 0;  // largest block to consider (cuOccupancyMaxPotentialBlockSize's blockSizeLimit); 0: none
+  // The largest block to consider (cuOccupancyMaxPotentialBlockSize's blockSizeLimit); 0: none.
+  int block_limit = 0;
   static constexpr std::array<const char*, 2> names{"prefer_block", "block_limit"};  // field names, in order
 };
 
@@ -115,12 +129,14 @@ struct LAUNCHFIT_API max_occupancy_params {
 // block -> smem rule); see max_occupancy_params for the tie-break. Small work first fills the SMs: when its
 // blocks would leave SMs idle (16,384 threads in 256-thread blocks: 64 blocks on 132 SMs), the largest block
 // that gives at least 95% of the SMs a block (128 threads: 128 blocks). Small sizes are planned per power of
-// two (work_bucket), from the smallest size of each. max_occupancy(0) is exactly the driver's choice for every
-// work: it never depends on the work.
-class LAUNCHFIT_API max_occupancy_policy final : public param_policy<max_occupancy_policy, max_occupancy_params> {
+// two (work_bucket), from the smallest size of each. max_occupancy(0) is exactly the driver's choice for
+// every work: it never depends on the work.
+class LAUNCHFIT_API max_occupancy_policy final
+    : public param_policy<max_occupancy_policy, max_occupancy_params> {
  public:
   static constexpr const char* policy_name = "max_occupancy";  // its name in policy strings
   using param_policy::param_policy;
+  bool builtin() const noexcept override { return true; }
   std::uint64_t work_bucket(const work& w) const override;
 
  protected:
@@ -142,10 +158,12 @@ struct LAUNCHFIT_API bytes_in_flight_params {
 // loads per thread would help). grid_stride work gets one wave of resident blocks whatever the width (more
 // only with waves(k) or a tuned plan: a block ending in costly work costs per block, which no policy sees);
 // small work fills the SMs first, as max_occupancy does.
-class LAUNCHFIT_API bytes_in_flight_policy final : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
+class LAUNCHFIT_API bytes_in_flight_policy final
+    : public param_policy<bytes_in_flight_policy, bytes_in_flight_params> {
  public:
   static constexpr const char* policy_name = "bytes_in_flight";  // its name in policy strings
   using param_policy::param_policy;
+  bool builtin() const noexcept override { return true; }
   std::uint64_t work_bucket(const work& w) const override;
 
  protected:
@@ -154,8 +172,8 @@ class LAUNCHFIT_API bytes_in_flight_policy final : public param_policy<bytes_in_
 
 // cooperative()'s parameters.
 struct LAUNCHFIT_API cooperative_params {
-  int blocks_per_sm = 0;  // 0: as many as co-reside
-  int block = 0;          // 0: the max-occupancy block
+  int blocks_per_sm = 0;                                                        // 0: as many as co-reside
+  int block = 0;                                                                // 0: the max-occupancy block
   static constexpr std::array<const char*, 2> names{"blocks_per_sm", "block"};  // field names, in order
 };
 
@@ -164,6 +182,7 @@ class LAUNCHFIT_API cooperative_policy final : public param_policy<cooperative_p
  public:
   static constexpr const char* policy_name = "cooperative";  // its name in policy strings
   using param_policy::param_policy;
+  bool builtin() const noexcept override { return true; }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -171,8 +190,8 @@ class LAUNCHFIT_API cooperative_policy final : public param_policy<cooperative_p
 
 // fixed(block, grid)'s parameters.
 struct LAUNCHFIT_API fixed_params {
-  int block = 256;  // block threads
-  int grid = 0;  // 0: computed from the work shape
+  int block = 256;                                                     // block threads
+  int grid = 0;                                                        // 0: computed from the work shape
   static constexpr std::array<const char*, 2> names{"block", "grid"};  // field names, in order
 };
 
@@ -181,6 +200,7 @@ class LAUNCHFIT_API fixed_policy final : public param_policy<fixed_policy, fixed
  public:
   static constexpr const char* policy_name = "fixed";  // its name in policy strings
   using param_policy::param_policy;
+  bool builtin() const noexcept override { return true; }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -203,6 +223,7 @@ class LAUNCHFIT_API fixed_dims_policy final : public param_policy<fixed_dims_pol
  public:
   static constexpr const char* policy_name = "fixed_dims";  // its name in policy strings
   using param_policy::param_policy;
+  bool builtin() const noexcept override { return true; }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -210,16 +231,17 @@ class LAUNCHFIT_API fixed_dims_policy final : public param_policy<fixed_dims_pol
 
 // planned(p)'s parameters: the plan's shape.
 struct LAUNCHFIT_API planned_params {
-  int bx = 0;                  // block x
-  int by = 1;                  // block y
-  int bz = 1;                  // block z
-  int gx = 0;                  // fixed grid x; 0: computed from the work
-  int gy = 1;                  // fixed grid y
-  int gz = 1;                  // fixed grid z
-  int blocks_per_sm = 0;       // resident blocks per SM the plan runs with (caps grid_stride grids)
-  int full_grid = 0;           // 1: grid_stride work launches the full grid unless the spec gives waves(k)
+  int bx = 0;             // block x
+  int by = 1;             // block y
+  int bz = 1;             // block z
+  int gx = 0;             // fixed grid x; 0: computed from the work
+  int gy = 1;             // fixed grid y
+  int gz = 1;             // fixed grid z
+  int blocks_per_sm = 0;  // resident blocks per SM the plan runs with (caps grid_stride grids)
+  int full_grid = 0;      // 1: grid_stride work launches the full grid unless the spec gives waves(k)
   // The field names, in order.
-  static constexpr std::array<const char*, 8> names{"bx", "by", "bz", "gx", "gy", "gz", "blocks_per_sm", "full_grid"};
+  static constexpr std::array<const char*, 8> names{"bx",       "by", "bz", "gx", "gy", "gz", "blocks_per_sm",
+                                                    "full_grid"};
 };
 
 // A plan launched verbatim (launchfit::planned(p)): block, grid rule and residency exactly as planned,
@@ -229,6 +251,7 @@ class LAUNCHFIT_API planned_policy final : public param_policy<planned_policy, p
  public:
   static constexpr const char* policy_name = "planned";  // its name in policy strings
   using param_policy::param_policy;
+  bool builtin() const noexcept override { return true; }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -242,6 +265,5 @@ extern template class param_policy<fixed_policy, fixed_params>;
 extern template class param_policy<fixed_dims_policy, fixed_dims_params>;
 extern template class param_policy<planned_policy, planned_params>;
 extern template class param_policy<constant_block_policy, no_params>;
-
 
 }  // namespace launchfit

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup plans
+/// \brief The plan cache: plans per device context, kernel, policy and smem rule, in memory, in a cache file
+/// shared by processes, and the remote plan store.
+///
 // launchfit::cache — plans per (device context, kernel, policy + parameters, smem rule[, size bucket]),
 // in memory and, optionally, in a versioned JSON file shared by processes.
 
@@ -107,15 +112,17 @@ LAUNCHFIT_API std::optional<std::size_t> bytes_in_flight_calibration();
 // ---- remote plan store (Redis) ---------------------------------------------------------------------------
 
 // Shares plans among the processes and hosts of a fleet through Redis: looked up when neither memory nor
-// the cache file has a plan (never on a cache hit), and written back in the background (the first writer
-// of a key wins; entries expire after LAUNCHFIT_REMOTE_TTL seconds, default 30 days). A plan is shared by
-// every GPU of one model (name, compute capability, SM count, L2, driver and toolkit versions) and is
-// validated like an entry of the cache file; its match level is "remote". Off by default;
-// LAUNCHFIT_REMOTE=redis://host:port[/db] does the same at first use. A malformed URL is refused with one
-// warning and the store stays off. The store fails open: one that is down, hangs (connect 100 ms, each
-// operation 200 ms) or misbehaves is dropped for the process after one warning, and launches go on with
-// local planning. libhiredis is loaded at run time: a machine without it gets one warning. A store set
-// before is flushed (at most 1 s) and replaced.
+// the cache file has a plan (never on a cache hit), and written back in the background (a stored plan is
+// replaced only by one measured better beyond noise, compare-and-set; an invalid value under a key is
+// replaced; entries expire LAUNCHFIT_REMOTE_TTL seconds, default 30 days, after they were last written or
+// read). A plan is shared by every GPU of one model (name, compute capability, SM count,
+// L2, driver and toolkit versions) and is validated like an entry of the cache file; its match level is
+// "remote". Off by default; LAUNCHFIT_REMOTE=redis://host:port[/db] (Redis or Valkey) does the same at
+// first use. A malformed URL is refused with one warning and the store stays off. The store fails open: a
+// lookup ends within 200 ms (connect 100 ms), whatever the store answers; one that is down, hangs, is slow
+// or misbehaves is dropped for the process after one warning, and launches go on with local planning.
+// libhiredis is loaded at run time: a machine without it gets one warning. A store set before is flushed
+// (at most 1 s) and replaced.
 LAUNCHFIT_API void set_remote_store(const std::string& url);
 // Flushes (at most 1 s) and stops using the remote store.
 LAUNCHFIT_API void close_remote_store();
@@ -135,6 +142,10 @@ struct remote_store_stats {
   std::uint64_t already_stored = 0;  // writes another writer had made first (kept as they are)
   std::uint64_t write_drops = 0;     // not written: queue full, store dead, too large, no device model
   std::uint64_t failures = 0;        // operations that failed (connect, timeout, error or wrong-type reply)
+  std::uint64_t replaced = 0;        // invalid values (garbage, forged, torn) under its keys replaced by its plans
+  std::uint64_t busy = 0;            // lookups that stopped waiting for another thread's lookup (fail open)
+  std::uint64_t superseded = 0;      // stored plans replaced by its plans measured better beyond noise
+  std::uint64_t ttl_refreshes = 0;   // keys whose time to live a read of theirs renewed (once an hour a key)
 };
 // The remote plan store's counters since the process started (all 0 without LAUNCHFIT_REMOTE).
 LAUNCHFIT_API remote_store_stats remote_store_statistics();

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup devices
+/// \brief What a GPU offers (launchfit::device_limits), from the driver or from the built-in per-architecture
+/// table.
+///
 // launchfit::device_limits — what a GPU offers, from the driver or from a built-in per-architecture table.
 
 #include <cstddef>

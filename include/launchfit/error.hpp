@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup errors
+/// \brief launchfit::error, the one exception type launchfit throws, and launchfit::errc, what went wrong.
+///
 // launchfit::error — the one exception type launchfit throws, and launchfit::errc, what went wrong.
 
 #include <stdexcept>
@@ -28,7 +32,7 @@ enum class errc : int {
   unknown_arch,           // no limits are known for this compute capability (offline calculator)
   plugin,                 // a loaded plugin failed or returned an error (refused to load: plugin_refused)
   internal,               // a launchfit bug
-  missing_work,           // plan_for() on a spec without work whose policy decides by the work: give it items(n)
+  missing_work,           // grid_for() sizing items(n) with a plan made without work by a policy that decides by it
   not_planned_yet,        // plan_for() before the first launch of a launch that is tuned on its first run
   pdl_unsupported,        // .pdl() on a kernel whose running binary cannot wait for the previous kernel
   invalid_query,          // a policy was asked with a query it cannot answer (empty device limits)

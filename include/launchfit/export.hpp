@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup version
+/// \brief LAUNCHFIT_API: what the shared library exports.
+///
 // LAUNCHFIT_API marks what liblaunchfit exports. The library is compiled with hidden visibility, so only
 // declarations carrying it are part of the shared library's ABI. CMake defines LAUNCHFIT_SHARED for users
 // of the shared library (and LAUNCHFIT_LIB_EXPORT while building it); a static library needs nothing.

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup launch
+/// \brief launchfit::family: a kernel written once per block size (reduce<64>, reduce<128>, ...), launched as
+/// one kernel.
+///
 // launchfit::family — a kernel written once per block size (reduce<64>, reduce<128>, ...), launched as one:
 // the policy chooses the member by its block, each member's resources queried, the choice cached and logged.
 

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup devices
+/// \brief What a kernel uses (launchfit::kernel_resources), and driver-API kernels and modules
+/// (launchfit::kernel, launchfit::module).
+///
 // launchfit::kernel_resources — what a kernel uses; launchfit::kernel — a driver-API kernel handle.
 
 #include <cuda.h>

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup launch
+/// \brief launch() and plan_for() for every kind of kernel, with use(policy) and planned(plan):
+/// launchfit/base.hpp plus driver-API kernels, plans and policies.
+///
 // launchfit::launch — replaces kernel<<<grid, block, smem, stream>>>(args...) with
 // launch(kernel, spec, args...), where spec is a policy plus the work shape, stream and smem rule.
 // The spec, its factories and launch() for runtime-API kernels are in launchfit/base.hpp (the cheapest

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup launch
+/// \brief launchfit::launch_options: what a launch requires whatever policy decides (cooperative, cluster,
+/// PDL, SM budget, dynamic smem), as one value.
+///
 // launchfit::launch_options — what a launch requires whatever policy decides, as one value: made once from
 // the spec, part of the plan's identity, applied to the plan once and marshalled once into the driver's
 // CUlaunchConfig (its attributes, its dynamic smem, its grid). No policy, override, plugin, stored or remote

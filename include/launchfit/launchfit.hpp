@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup launch
+/// \brief The one include for launching, policies, plans, the cache, logging, the occupancy calculator and
+/// plugins.
+///
 // launchfit — launches sized right on every GPU. One include for launching, policies, plans, the cache and
 // logging. Two headers bring Boost.PFR and are included on their own: launchfit/args.hpp (lf::args, an
 // aggregate's fields as the kernel's arguments) and launchfit/param_policy.hpp (writing a policy).

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup logging
+/// \brief Production logging: one line per new plan through the spdlog logger named "launchfit", its format,
+/// level and output.
+///
 // launchfit's production logging: one line per new plan through the spdlog logger named "launchfit".
 // Cheap to include: neither spdlog nor fmt comes with it (include <spdlog/spdlog.h> to call the logger's
 // methods).

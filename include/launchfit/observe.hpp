@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup logging
+/// \brief Plan listeners (metrics, export) and NVTX ranges: what launchfit decided, for tools beside the log.
+///
 // launchfit::observe — what launchfit decided, for tools beside the log: a listener called on every new
 // plan and tuning result (metrics, export), and NVTX ranges that show in Nsight Systems what each launch ran
 // with and why.

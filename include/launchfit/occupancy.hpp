@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup devices
+/// \brief The offline occupancy calculator: occupancy, the resource that binds and what to cut for one more
+/// block, without a GPU.
+///
 // launchfit::occupancy — the offline occupancy calculator (no GPU needed), built on NVIDIA's cuda_occupancy.h.
 
 #include <cstddef>

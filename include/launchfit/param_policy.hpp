@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup policies
+/// \brief Writing a policy: launchfit::param_policy, register_policy<P>() and the ten-line reference policy
+/// launchfit::constant_block_policy (it brings Boost.PFR).
+///
 // launchfit::param_policy for policy authors: the parameters of a policy are a plain aggregate, and
 // Boost.PFR hashes, prints and parses them, so a new policy gets cache keys, log lines and policy-string
 // parsing for free. Include this header to write a policy; launching needs only launch.hpp.
@@ -102,6 +107,7 @@ class LAUNCHFIT_API constant_block_policy final : public param_policy<constant_b
  public:
   static constexpr const char* policy_name = "constant_block";  // its name in policy strings
   using param_policy::param_policy;
+  bool builtin() const noexcept override { return true; }  // registered with the built-ins: launchfit ships it
 
  protected:
   plan choose_impl(const query& q) const override {

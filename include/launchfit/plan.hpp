@@ -1,16 +1,28 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup plans
+/// \brief launchfit::plan, what a policy decided for one kernel in one device context, and grid_for(), the
+/// grid a launch with it runs.
+///
 // launchfit::plan — what a policy decided for one (device, kernel, policy, smem rule, launch options, size
 // bucket), and the work shape that turns a plan into a grid at launch time.
 //
-// The plan contract: what plan_for(k, spec) returns is exactly what launch(k, spec, ...) with the same spec
-// runs, and planned(p) launches a plan verbatim. A plan depends on the work only through its policy's size
-// bucket (policy::work_bucket; e.g. small work fills the SMs with smaller blocks) and the work's rank; the
-// grid is computed per launch. So a spec without work whose policy decides by the work
-// (policy::depends_on_work()) cannot be planned: plan_for() refuses it with errc::missing_work instead of
-// answering with a block a later launch with work would not use. max_occupancy(0) (the driver's block),
-// fixed, cooperative and planned never depend on the work. A launch tuned on its first run has no plan
-// before it: plan_for() then refuses with errc::not_planned_yet.
+// The rule: plan_for(k, spec) answers exactly what launch(k, spec, ...) runs, for every spec launch()
+// accepts, and a spec without work runs one full wave of its plan's resident blocks under every policy.
+//
+// planned(p) launches a plan verbatim. A plan depends on the work only through its policy's size bucket
+// (policy::work_bucket; e.g. small work fills the SMs with smaller blocks) and the work's rank; the grid is
+// computed per launch. So the same spec with work may run another block than without it where the policy
+// decides by the work (policy::depends_on_work(): max_occupancy() and bytes_in_flight() do; max_occupancy(0),
+// fixed, cooperative and planned never do). "Plan without the work, then launch with it" stays safe: such a
+// plan says plan::without_work, grid_for() refuses to size items(n) or grid_stride(n) with it
+// (errc::missing_work; the grid of the plan's own wave, or a caller's grid(g) made from it, is fine), and a
+// launch with work whose block differs from that plan's logs a warning once. Plan with the launch's work, or
+// launch the plan verbatim with planned(p). A launch tuned on its first run has no plan before it: plan_for()
+// then refuses with errc::not_planned_yet. An operator's LAUNCHFIT_POLICY override never turns a launch or a
+// plan_for() that works into an exception: where its plan cannot serve the launch, the spec's own policy
+// decides, with one warning naming the kernel, the override and why.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,30 +37,37 @@ namespace launchfit {
 // What a policy decided for one (device, kernel, policy, smem rule, launch options, size bucket); the grid of
 // each launch is computed from it and the work (grid_for).
 struct LAUNCHFIT_API plan {
-  dims block;                    // block dimensions
-  int block_threads = 0;         // block.count()
-  int blocks_per_sm = 0;         // resident blocks per SM this plan runs with (caps grid_stride grids)
-  int sm_count = 0;              // SMs the plan is sized for: the context's, or the launch's SM budget (sms(k))
+  dims block;             // block dimensions
+  int block_threads = 0;  // block.count()
+  int blocks_per_sm = 0;  // resident blocks per SM this plan runs with (caps grid_stride grids)
+  int sm_count = 0;       // SMs the plan is sized for: the context's, or the launch's SM budget (sms(k))
   std::size_t dynamic_smem_bytes = 0;  // dynamic shared memory per block
-  dims grid{0, 1, 1};            // fixed grids only (grid.x == 0: computed from the work)
-  dims cluster;                  // thread-block cluster dims (1x1x1: none)
-  int resident_clusters = 0;     // clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster
-  bool cluster_from_kernel = false;  // the kernel's compile-time __cluster_dims__ (no launch attribute is set)
-  bool cooperative = false;          // launched cooperatively, the grid checked for co-residency
-  bool full_grid = false;        // grid_stride work launches one thread per item unless the spec gives waves(k);
-                                 // set only by a plan that timed it (autotune), never by a static policy
-  bool programmatic = false;     // programmatic dependent launch (sm_90+): may start before its predecessor ends
-  std::string blocks;            // the launch's block rule when it has one: "power of two", "multiple of 64"
-  block_shape shape_rule;        // the launch's block shape (block_y, per_thread_y): grid y follows it
-  occupancy_result occupancy;    // at block_threads and dynamic_smem_bytes
-  std::string policy;            // "bytes_in_flight(per_thread=32,target_per_sm=32768)"
-  std::string reason;            // why the policy chose this, one sentence
-  std::string warning;           // set when the policy could not meet its goal (logged once as a warning)
-  // computed | cache-file | cache-file-same-model | cache-file-other-bucket | cache-file-same-model-other-bucket
-  // | remote (the remote plan store: another GPU of this model) | fallback
+  dims grid{0, 1, 1};                  // fixed grids only (grid.x == 0: computed from the work)
+  dims cluster;                        // thread-block cluster dims (1x1x1: none)
+  // Clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster.
+  int resident_clusters = 0;
+  // The kernel's compile-time __cluster_dims__ (no launch attribute is set).
+  bool cluster_from_kernel = false;
+  bool cooperative = false;   // launched cooperatively, the grid checked for co-residency
+  bool full_grid = false;     // grid_stride work launches one thread per item unless the spec gives waves(k);
+                              // set only by a plan that timed it (autotune), never by a static policy
+  bool programmatic = false;  // programmatic dependent launch (sm_90+): may start before its predecessor ends
+  // Planned for a spec without work by a policy that chooses the block by the work
+  // (policy::depends_on_work()): the same spec with items(n) or grid_stride(n) may run another block, so
+  // grid_for() sizes no such work with this plan (give plan_for() the launch's work, or launch this plan
+  // verbatim with planned(p)).
+  bool without_work = false;
+  std::string blocks;          // the launch's block rule when it has one: "power of two", "multiple of 64"
+  block_shape shape_rule;      // the launch's block shape (block_y, per_thread_y): grid y follows it
+  occupancy_result occupancy;  // at block_threads and dynamic_smem_bytes
+  std::string policy;          // "bytes_in_flight(per_thread=32,target_per_sm=32768)"
+  std::string reason;          // why the policy chose this, one sentence
+  std::string warning;         // set when the policy could not meet its goal (logged once as a warning)
+  // computed | cache-file | cache-file-same-model | cache-file-other-bucket |
+  // cache-file-same-model-other-bucket | remote (the remote plan store: another GPU of this model) | fallback
   std::string match = "computed";
-  int trials = 0;                // candidate plans timed (autotune)
-  double tuning_ms = 0;          // time spent timing them
+  int trials = 0;        // candidate plans timed (autotune)
+  double tuning_ms = 0;  // time spent timing them
 
   // Resident-block cap: the co-resident clusters' blocks for a cluster launch, else blocks_per_sm x sm_count.
   long long resident_blocks() const noexcept {

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-/* launchfit plugin ABI — a policy in a shared object, behind a small versioned C interface.
+/* \file
+ * \ingroup plugin_abi
+ * launchfit plugin ABI — a policy in a shared object, behind a small versioned C interface.
  *
  * A plugin exports one symbol:
  *
@@ -76,28 +78,37 @@
 extern "C" {
 #endif
 
+/* The ABI's major version: launchfit refuses a plugin built for another one. */
 #define LAUNCHFIT_PLUGIN_ABI_MAJOR 1
+/* The ABI's minor version: a minor version only appends fields. */
 #define LAUNCHFIT_PLUGIN_ABI_MINOR 2
+/* (major << 16) | minor: what the abi_version of every struct carries. */
 #define LAUNCHFIT_PLUGIN_ABI_VERSION \
   ((uint32_t)(((uint32_t)LAUNCHFIT_PLUGIN_ABI_MAJOR << 16) | (uint32_t)LAUNCHFIT_PLUGIN_ABI_MINOR))
+/* The major version of an abi_version value. */
 #define LAUNCHFIT_PLUGIN_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
+/* The minor version of an abi_version value. */
 #define LAUNCHFIT_PLUGIN_ABI_MINOR_OF(v) ((uint32_t)(v)&0xffffu)
 
 /* Nonzero when the struct behind `ptr` (as sized by its producer) contains `field`. */
 #define LAUNCHFIT_HAS_FIELD(ptr, type, field) \
   ((ptr)->struct_size >= offsetof(type, field) + sizeof(((const type*)0)->field))
 
+/* The name of the one symbol a plugin exports (a launchfit_plugin_entry_fn). */
 #define LAUNCHFIT_PLUGIN_ENTRY_SYMBOL "launchfit_plugin_entry"
+/* Bytes of a plan's reason, its terminating NUL included. */
 #define LAUNCHFIT_PLAN_REASON_SIZE 256
 /* dynamic_smem_bytes in a plan: use the query's smem rule (dynamic_smem_bytes or smem_for_block). */
 #define LAUNCHFIT_SMEM_FROM_QUERY UINT64_MAX
 
+/* What choose() returns (see "Decisions" above). */
 typedef enum launchfit_plugin_status {
-  LAUNCHFIT_PLUGIN_OK = 0,
-  LAUNCHFIT_PLUGIN_DECLINE = 1,
-  LAUNCHFIT_PLUGIN_ERROR = 2
+  LAUNCHFIT_PLUGIN_OK = 0,      /* the plan is used, once launchfit has validated it */
+  LAUNCHFIT_PLUGIN_DECLINE = 1, /* no opinion: the fallback policy decides */
+  LAUNCHFIT_PLUGIN_ERROR = 2    /* the plugin failed: an error, or the fallback where one is asked for */
 } launchfit_plugin_status;
 
+/* How the launch's work is given (the query's work_kind). */
 typedef enum launchfit_work_kind {
   LAUNCHFIT_WORK_NONE = 0,       /* no work given: one full wave of resident blocks */
   LAUNCHFIT_WORK_ITEMS = 1,      /* grid = ceil(n / (block x per_thread)) */
@@ -149,6 +160,7 @@ typedef struct launchfit_kernel {
   int32_t binary_version;          /* SASS architecture of the loaded code, e.g. 90 */
 } launchfit_kernel;
 
+/* A decision (defined below). */
 typedef struct launchfit_plan launchfit_plan;
 
 /* Everything a plugin may look at. Callbacks receive `ctx` as their first argument. */
@@ -240,6 +252,7 @@ typedef struct launchfit_plugin_descriptor {
 #define LAUNCHFIT_PLUGIN_DESCRIPTOR_MIN_SIZE \
   (offsetof(launchfit_plugin_descriptor, destroy) + sizeof(void (*)(void*)))
 
+/* The type of launchfit_plugin_entry, the symbol a plugin exports. */
 typedef const launchfit_plugin_descriptor* (*launchfit_plugin_entry_fn)(void);
 
 /* Put before the definition of launchfit_plugin_entry so it is exported even with -fvisibility=hidden. */

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup plugin_abi
+/// \brief Loading plugins (load_plugin(), LAUNCHFIT_PLUGINS), the plugins loaded, and feedback to the plugin
+/// that chose a plan.
+///
 // launchfit::load_plugin — shared-object policies behind the C ABI of launchfit/plugin.h.
 
 #include <cstdint>

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup policies
+/// \brief The query a policy answers, validate_plan(), the policy registry, policy strings and
+/// LAUNCHFIT_POLICY overrides.
+///
 // launchfit::policy — the extension point that turns a query into a plan, the built-in policies, and the
 // registry that makes policies selectable by name at run time. Light to include: the machinery that hashes,
 // prints and parses policy parameters (Boost.PFR) is in launchfit/param_policy.hpp, for policy authors. The

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// \file
+/// \ingroup version
+/// \brief launchfit's version, written once: LAUNCHFIT_VERSION_MAJOR, _MINOR, _PATCH, LAUNCHFIT_VERSION and
+/// launchfit::version().
+///
 // launchfit's version: the one place it is written. CMake reads the project version, the shared library's
 // soname and the package version from these lines; every tool's --version prints launchfit::version().
 

@@ -18,17 +18,23 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <new>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 namespace {
 
 constexpr const char* plugin_name = "autotune";
-constexpr const char* plugin_version = "1.2.0";
-constexpr double tie_fraction = 0.002;           // plans within 0.2% of the fastest count as equally fast
-constexpr std::size_t confirm_count = 3;         // fastest plans re-timed before deciding
+constexpr const char* plugin_version = "1.3.0";
+// The noise rule, stated once: plans within max(the re-timing rounds' relative spread, min_noise) of the
+// fastest are equally fast, and the fixed order of better_in_tie() decides among them, so two independent
+// tunings of one kernel on one GPU model pick the same plan whichever of the near-equal plans their noise
+// ranked first (three tunings of one axpy picked 64, 1024 and 256 threads when noise decided).
+constexpr double min_noise = 0.01;
+constexpr std::size_t confirm_count = 3;  // fastest plans re-timed before deciding
 
 // ---- messages ----------------------------------------------------------------------------------------
 
@@ -63,7 +69,7 @@ struct params {
   int max_trials = 64;  // timings at most: candidate plans, plus confirm()'s 6 when this is >= 16
   double max_ms = 50;   // no new trial starts once tuning has taken this long
   bool bucket = true;   // plans per size bucket (floor(log2 n) + 1); off: one plan for every n
-  bool shapes = true;   // 2-D and 3-D work with a free block shape: time wider 2-D blocks of the best size too
+  bool shapes = true;  // 2-D and 3-D work with a free block shape: time wider 2-D blocks of the best size too
 };
 
 bool parse_bool(const std::string& v, bool& out) {
@@ -181,8 +187,8 @@ class search {
       : q_(q),
         p_(p),
         full_grid_(full_grid),
-        shapes_(p.shapes && LAUNCHFIT_HAS_FIELD(&q, launchfit_query, block_x_step) && q.block_shape_free != 0 &&
-                q.block_x_step > 0),
+        shapes_(p.shapes && LAUNCHFIT_HAS_FIELD(&q, launchfit_query, block_x_step) &&
+                q.block_shape_free != 0 && q.block_x_step > 0),
         limit_ms_(p.max_ms),
         start_(clock::now()) {}
 
@@ -233,7 +239,8 @@ class search {
           // Wide elements can run faster one per thread than in a capped loop (on an H200 24-byte elements
           // over 256 MiB: 1.25x slower in one wave of 256-thread blocks); a block ending in atomics runs far
           // slower. Only a timing tells them apart.
-          if (full_grid_ && static_cast<std::uint64_t>(b.levels.back()) * static_cast<std::uint64_t>(sms) < needed) {
+          if (full_grid_ &&
+              static_cast<std::uint64_t>(b.levels.back()) * static_cast<std::uint64_t>(sms) < needed) {
             b.full = static_cast<int>(b.levels.size());
             b.levels.push_back(full_grid_level);
           }
@@ -287,13 +294,14 @@ class search {
             " candidate plans could run (time_plan failed for each)";
       return false;
     }
-    // Among plans within 0.2% of the fastest (a tie at event resolution), the one with the most resident warps.
-    // A wider band trades measured speed for occupancy; on an H200 a copy ran 4% slower at 52 warps/SM than at 48.
-    const trial* chosen = fastest;
+    // Equally fast within the noise band: the fixed order decides (better_in_tie), never the timing.
+    const double band = noise_band();
+    const trial* chosen = nullptr;
+    int tied = 0;
     for (const trial& t : trials_) {
-      if (!competes(t) || t.ms > fastest->ms * (1 + tie_fraction)) continue;
-      const int w = resident_warps(t), wc = resident_warps(*chosen);
-      if (w > wc || (w == wc && t.ms < chosen->ms)) chosen = &t;
+      if (!competes(t) || t.ms > fastest->ms * (1 + band)) continue;
+      ++tied;
+      if (!chosen || better_in_tie(t, *chosen)) chosen = &t;
     }
     const trial* second = nullptr;
     int ran = 0;
@@ -317,17 +325,20 @@ class search {
 
     const std::string timed_text = std::to_string(ran) + (ran == 1 ? " timed plan" : " timed plans");
     std::string reason;
-    if (chosen == fastest) {
-      reason = "fastest of " + timed_text + " (" + ms_text(chosen->ms) + ")";
-      if (chosen->shape_x > 0) reason += format(" as %dx%d", chosen->shape_x, b.threads / chosen->shape_x);
-      if (chosen->level_index == b.full) reason += ", the full grid";
-      if (second) reason += ", 2nd " + ms_text(second->ms);
-    } else {
-      reason = "most resident warps within 0.2% of the fastest of " + timed_text + " (" + ms_text(chosen->ms) +
-               " vs " + ms_text(fastest->ms) + ")";
-      if (chosen->shape_x > 0) reason += format(" as %dx%d", chosen->shape_x, b.threads / chosen->shape_x);
+    reason =
+        (tied > 1 ? "tied with the fastest of " : "fastest of ") + timed_text + " (" + ms_text(chosen->ms);
+    if (chosen->ms != fastest->ms) reason += " vs " + ms_text(fastest->ms);
+    reason += ")";
+    if (chosen->shape_x > 0) reason += format(" as %dx%d", chosen->shape_x, b.threads / chosen->shape_x);
+    if (chosen->level_index == b.full) reason += ", the full grid";
+    if (tied > 1) {
+      reason += format("; tie of %d within %.2g%% (%s) broken by fixed order: %s", tied, band * 100,
+                       band_source(band), tie_order_text);
+    } else if (second) {
+      reason += ", 2nd " + ms_text(second->ms) + format(" (beyond %.2g%% noise)", band * 100);
     }
-    if (confirmed_ > 0) reason += "; " + std::to_string(confirmed_) + " fastest confirmed by re-timing (median)";
+    if (confirmed_ > 0)
+      reason += "; " + std::to_string(confirmed_) + " fastest confirmed by re-timing (median)";
     const int failed = static_cast<int>(trials_.size()) - ran;
     if (failed > 0) reason += "; " + std::to_string(failed) + " could not run";
     if (stopped_by_trials_) {
@@ -349,6 +360,10 @@ class search {
       std::snprintf(out.reason, sizeof out.reason, "%s", reason.c_str());
     return true;
   }
+
+  // The band within which plans count as equally fast: the re-timing rounds' relative spread (confirmation
+  // and block shapes: the largest (max - min) / lower median of one plan's timings), at least min_noise.
+  double noise_band() const { return std::max(spread_, min_noise); }
 
   int trial_count() const { return static_cast<int>(trials_.size()) + extra_timings_; }
   double elapsed_ms() const {
@@ -379,6 +394,32 @@ class search {
   }
   int resident_warps(const trial& t) const {
     return blocks_at(t.block_index, t.level_index) * blocks_[t.block_index].warps_per_block;
+  }
+
+  // The fixed order among plans equally fast within the noise band, total over distinct plans: the most
+  // resident warps per SM (a plan that hides latency best when the timings cannot tell), then the fewest
+  // threads per block, then the smallest grid (fewest resident blocks per SM; a full grid last), then the
+  // narrowest block row (launchfit's own shape, x = 0, first).
+  bool better_in_tie(const trial& a, const trial& b) const {
+    const block_option& ba = blocks_[a.block_index];
+    const block_option& bb = blocks_[b.block_index];
+    const auto grid_rank = [](const block_option& o, int li) {
+      return li == o.full ? std::numeric_limits<long long>::max() : static_cast<long long>(o.levels[li]);
+    };
+    const auto key = [&](const trial& t, const block_option& o) {
+      return std::make_tuple(-resident_warps(t), o.threads, grid_rank(o, t.level_index), t.shape_x);
+    };
+    return key(a, ba) < key(b, bb);
+  }
+  // The order as the reason names it (a plan's reason holds 255 bytes).
+  static constexpr const char* tie_order_text = "most warps/SM, fewest threads, smallest grid";
+  static const char* band_source(double band) { return band > min_noise ? "re-timing spread" : "1% floor"; }
+  // Notes the spread of one plan's re-timings (at least 2 timings).
+  void note_spread(const std::vector<double>& ms) {
+    if (ms.size() < 2) return;
+    const auto [lo, hi] = std::minmax_element(ms.begin(), ms.end());
+    const double median = lower_median(ms);
+    if (median > 0) spread_ = std::max(spread_, (*hi - *lo) / median);
   }
 
   int index_of_threads(int threads) const {
@@ -514,7 +555,8 @@ class search {
     std::vector<trial*> ranked;
     for (trial& t : trials_)
       if (t.ms >= 0) ranked.push_back(&t);
-    std::stable_sort(ranked.begin(), ranked.end(), [](const trial* a, const trial* b) { return a->ms < b->ms; });
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const trial* a, const trial* b) { return a->ms < b->ms; });
     if (ranked.size() < 2 || confirm_reserve() == 0) return;
     ranked.resize(std::min<std::size_t>(ranked.size(), confirm_count));
     std::vector<std::vector<double>> ms(ranked.size());
@@ -532,6 +574,7 @@ class search {
     int confirmed = 0;
     for (std::size_t k = 0; k < ranked.size(); ++k) {
       if (ms[k].size() < 2) continue;
+      note_spread(ms[k]);
       ranked[k]->ms = lower_median(ms[k]);
       ranked[k]->confirmed = true;
       timed_[ranked[k]->block_index][ranked[k]->level_index] = ranked[k]->ms;
@@ -555,7 +598,8 @@ class search {
     return {-1, -1};
   }
 
-  // Timings kept back from max_trials for confirm(): none for small budgets, where every trial should explore.
+  // Timings kept back from max_trials for confirm(): none for small budgets, where every trial should
+  // explore.
   int confirm_reserve() const { return p_.max_trials >= 16 ? 2 * static_cast<int>(confirm_count) : 0; }
 
   bool budget_left() {
@@ -618,7 +662,8 @@ class search {
   void time_shapes() {
     const trial* base = nullptr;
     for (const trial& t : trials_)
-      if (t.ms >= 0 && t.shape_x == 0 && (confirmed_ == 0 || t.confirmed) && (!base || t.ms < base->ms)) base = &t;
+      if (t.ms >= 0 && t.shape_x == 0 && (confirmed_ == 0 || t.confirmed) && (!base || t.ms < base->ms))
+        base = &t;
     if (!base) return;
     const int bi = base->block_index, li = base->level_index;
     const std::vector<int> widths = widths_for(blocks_[bi].threads);
@@ -645,6 +690,8 @@ class search {
         if (t >= 0) base_ms.push_back(t);
       }
     }
+    note_spread(base_ms);
+    for (const auto& m : ms) note_spread(m);
     // Pointers into trials_ are stable from here on: nothing is added below.
     for (trial& t : trials_) {
       if (t.shape_x == 0 && t.block_index == bi && t.level_index == li && t.ms >= 0 && base_ms.size() > 1)
@@ -671,10 +718,12 @@ class search {
     for (long long x = 2 * step; x <= threads / 2 && widths.size() < 3; x *= 2) {
       if (threads % x != 0 || static_cast<std::uint64_t>(x) > row) continue;
       const long long y = threads / x;
-      if ((d.max_block_dim[0] > 0 && x > d.max_block_dim[0]) || (d.max_block_dim[1] > 0 && y > d.max_block_dim[1]))
+      if ((d.max_block_dim[0] > 0 && x > d.max_block_dim[0]) ||
+          (d.max_block_dim[1] > 0 && y > d.max_block_dim[1]))
         continue;
       const std::uint64_t rows = q_.work_ny > (~0ull >> 3) ? ~0ull : q_.work_ny * 4;
-      if (d.max_grid_dim[1] > 0 && (rows + y - 1) / y > static_cast<std::uint64_t>(d.max_grid_dim[1])) continue;
+      if (d.max_grid_dim[1] > 0 && (rows + y - 1) / y > static_cast<std::uint64_t>(d.max_grid_dim[1]))
+        continue;
       widths.push_back(static_cast<int>(x));
     }
     return widths;
@@ -689,19 +738,20 @@ class search {
   const launchfit_query& q_;
   const params& p_;
   bool full_grid_ = false;
-  bool shapes_ = false;      // the launch leaves the block's shape free (ABI 1.2) and shapes=on
-  double limit_ms_ = 0;      // time_left()'s budget: max_ms, less a quarter while shapes are still to time
+  bool shapes_ = false;  // the launch leaves the block's shape free (ABI 1.2) and shapes=on
+  double limit_ms_ = 0;  // time_left()'s budget: max_ms, less a quarter while shapes are still to time
   int shapes_timed_ = 0;
-  bool shapes_fit_ = true;   // time_shapes() found widths for the plan it widens
+  bool shapes_fit_ = true;  // time_shapes() found widths for the plan it widens
   clock::time_point start_;
   std::vector<block_option> blocks_;
   std::vector<std::vector<double>> timed_;  // per block, per level: ms, -1 (failed) or untimed
   std::vector<trial> trials_;
   bool stopped_by_trials_ = false;
   bool stopped_by_time_ = false;
-  int confirmed_ = 0;      // plans re-timed by confirm()
+  int confirmed_ = 0;            // plans re-timed by confirm()
   double longest_trial_ms_ = 0;  // the longest trial so far, host time
-  int extra_timings_ = 0;  // confirm()'s timings: with trials_, every time_plan call
+  int extra_timings_ = 0;        // confirm()'s timings: with trials_, every time_plan call
+  double spread_ = 0;            // the re-timing rounds' relative spread (note_spread)
 };
 
 // ---- the C interface ---------------------------------------------------------------------------------

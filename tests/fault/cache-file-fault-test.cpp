@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -65,7 +66,7 @@ lf::plan sample_plan(int block, std::string reason = "sample") {
   lf::plan p;
   p.block = lf::dims{static_cast<unsigned>(block), 1, 1};
   p.block_threads = block;
-  p.blocks_per_sm = 2048 / block;
+  p.blocks_per_sm = std::min(2048 / block, 32);  // an SM of sm_90 holds 32 blocks
   p.sm_count = 132;
   p.policy = "max_occupancy(prefer_block=256,block_limit=0)";
   p.reason = std::move(reason);

@@ -374,6 +374,11 @@ TEST(CubinFault, ThirtyTwoBitBigEndianAndForeignFilesAreNamed) {
   std::string b = good_cubin();
   b[4] = 1;
   EXPECT_REFUSED(b, "a 32-bit ELF file");
+  for (const char elf_class : {'\0', '\3', '\xff'}) {  // neither 32- nor 64-bit: invalid, never "32-bit"
+    b[4] = elf_class;
+    EXPECT_REFUSED(b, "an invalid ELF class " + std::to_string(static_cast<std::uint8_t>(elf_class)) +
+                          " (EI_CLASS is 1 for 32-bit and 2 for 64-bit ELF files)");
+  }
   b = good_cubin();
   b[5] = 2;
   EXPECT_REFUSED(b, "a big-endian ELF file");

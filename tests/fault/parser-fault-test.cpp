@@ -11,6 +11,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 #include "policy_string.hpp"
+#include "settings.hpp"
 
 namespace lf = launchfit;
 
@@ -95,6 +96,7 @@ TEST(ParserFault, InputAboveTheCapIsRefusedAtOnceWithAShortMessage) {
 TEST(ParserFault, TenMegabyteLaunchfitPolicyIsRefusedOnEveryLookup) {
   LAUNCHFIT_EXPECT_BOUNDED(deadline_ms, [] {
     setenv("LAUNCHFIT_POLICY", ("k=fixed;" + std::string(10 << 20, ';')).c_str(), 1);
+    launchfit::detail::settings_reload_for_tests();  // the environment is read once per process
     for (int i = 0; i < 2; ++i) {
       const int rc =
           refused_briefly([] { lf::policy_override_for("k"); },

@@ -27,6 +27,7 @@
 #include "launchfit/plugin.h"
 #include "launchfit/plugin.hpp"
 #include "launchfit/policy.hpp"
+#include "settings.hpp"
 #include "../test_query.hpp"
 
 namespace lf = launchfit;
@@ -177,6 +178,7 @@ TEST(PluginReentry, PluginsFromTheEnvironmentMayCallBackWhileTheyLoad) {
         failures += call_everything();
       });
       setenv("LAUNCHFIT_PLUGINS", plugin_path("reenter").c_str(), 1);
+      launchfit::detail::settings_reload_for_tests();  // the environment is read once per process
       check(registered("test_reenter"), "test_reenter from LAUNCHFIT_PLUGINS is registered");
       check(registered("test_good"), "test_good, loaded from inside, is registered");
       check(std::find(seen_inside.begin(), seen_inside.end(), "max_occupancy") != seen_inside.end(),
@@ -258,6 +260,7 @@ TEST(PluginReentry, ConcurrentFirstUsesAllSeeTheEnvironmentPlugins) {
       lf::registered_policies();
     });
     setenv("LAUNCHFIT_PLUGINS", plugin_path("reenter").c_str(), 1);
+    launchfit::detail::settings_reload_for_tests();  // the environment is read once per process
     std::atomic<int> made{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < 8; ++t) {
@@ -285,6 +288,7 @@ TEST(PluginThrow, AThrowingEntryInTheEnvironmentBreaksNothingElse) {
     const std::string list =
         plugin_path("throw_entry") + ":" + plugin_path("throw_int") + ":" + plugin_path("good");
     setenv("LAUNCHFIT_PLUGINS", list.c_str(), 1);
+    launchfit::detail::settings_reload_for_tests();  // the environment is read once per process
     for (int i = 0; i < 2; ++i) {
       check(error_text([] { lf::make_policy("max_occupancy")->choose(h200_query()); }) == "none",
             "built-in policies work");

@@ -401,14 +401,19 @@ TEST_F(BadLaunch, ZeroItemsLaunchesNothingUnderEveryPolicyAndShape) {
 
 // ---- policies from operators: overrides and LAUNCHFIT_POLICY ------------------------------------------------------------
 
-TEST_F(BadLaunch, AnOverrideWithAnInvalidPlanRefusesOnlyTheKernelItNames) {
+TEST_F(BadLaunch, AnOverrideWithAnInvalidPlanGivesWayToTheSpecsOwnPolicyWithAWarning) {
+  // An operator's override never breaks a launch that works: its invalid plan is not launched, the spec's own
+  // policy decides, and the plan's warning names the override and why.
   lf::set_policy_overrides("*write_index=fixed(block=2048)");
   lf::cache().clear();  // overrides apply to plans made after they are set
-  const lf::error e = error_of([&] { lf::launch(write_index, lf::max_occupancy().items(n), sentinel_, n); });
-  expect_refusal(e, "validate(block)", "LAUNCHFIT_INVALID_PLAN", "write_index",
-                 "block dimension x=2048 exceeds the device maximum 1024");
-  EXPECT_TRUE(has(e.config(), "policy=fixed(block=2048,grid=0)")) << e.what();
-  expect_untouched("override with an invalid plan");
+  const lf::launched ran = lf::launch(write_index, lf::max_occupancy().items(n), sentinel_, n);
+  expect_written("override with an invalid plan: the spec's own plan");
+  EXPECT_EQ(ran.plan().policy.rfind("max_occupancy(", 0), 0u) << ran.plan().policy;
+  EXPECT_TRUE(has(ran.plan().warning, "LAUNCHFIT_POLICY override '*write_index' = fixed(block=2048,grid=0) cannot "
+                                      "serve this launch"))
+      << ran.plan().warning;
+  EXPECT_TRUE(has(ran.plan().warning, "block dimension x=2048 exceeds the device maximum 1024")) << ran.plan().warning;
+  poison_sentinel();
   // Another kernel is not affected.
   lf::launch(smem_write, lf::max_occupancy().items(n).smem_per_block([](int b) { return std::size_t(b) * 4; }),
              sentinel_, n);
@@ -585,7 +590,9 @@ TEST_F(BadCacheFile, AnInvalidStoredPlanIsIgnoredWithAWarningAndReplaced) {
   EXPECT_TRUE(has(log.text(), "plan cache file entry for")) << log.text();
   EXPECT_TRUE(has(log.text(), "write_index")) << log.text();
   EXPECT_TRUE(has(log.text(), "block dimension z=128 exceeds the device maximum 64")) << log.text();
-  const lf::plan& p = lf::plan_for(write_index, lf::fixed(128));
+  // The launch's own plan (the same spec: a spec without work has a plan of its own, which would read the
+  // replaced entry back from the file).
+  const lf::plan& p = lf::plan_for(write_index, lf::fixed(128).items(n));
   EXPECT_EQ(p.block, (lf::dims{128, 1, 1}));
   EXPECT_EQ(p.match, "computed");
   const auto replaced = lf::find_stored_plan(key);

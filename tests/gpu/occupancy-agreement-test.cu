@@ -6,7 +6,13 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -244,6 +250,53 @@ TEST(OccupancyAgreement, MaxPotentialBlockSize) {
                 choice.block_threads, choice.min_grid_blocks, bytes_per_thread, variable.block_threads,
                 variable.min_grid_blocks);
   }
+}
+
+// launchfit-calc --cubin on this very program (its embedded sm_90 cubin): the largest block it shows for each
+// kernel is the driver's (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, as cudaFuncGetAttributes reports it), for
+// kernels bounded by their registers (heavy, capped_168, bounded_96), by their launch bounds, and by neither.
+TEST(OccupancyAgreement, CalculatorMaxThreadsPerBlockIsTheDrivers) {
+  LAUNCHFIT_REQUIRE_SM90_OR_SKIP();
+  const std::string calc = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../../demos/launchfit-calc";
+  if (!std::ifstream(calc).good()) GTEST_SKIP() << calc << " not built (LAUNCHFIT_BUILD_DEMOS=OFF)";
+  char self[PATH_MAX] = {};
+  ASSERT_GT(::readlink("/proc/self/exe", self, sizeof self - 1), 0);
+  const std::string out = ::testing::TempDir() + "calc-max-threads-" + std::to_string(::getpid()) + ".json";
+  const std::string command = "'" + calc + "' --cubin '" + self + "' --arch sm_90 --json >'" + out + "' 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  // The JSON, one field per line: each kernel's demangled name, then its max_threads_per_block.
+  std::map<std::string, int> shown;
+  std::ifstream json(out);
+  std::string demangled;
+  for (std::string line; std::getline(json, line);) {
+    const auto value = [&line] { return line.substr(line.find(':') + 1); };
+    if (line.find("\"demangled\":") != std::string::npos) {
+      demangled = value();
+      demangled = demangled.substr(demangled.find('"') + 1);
+      demangled = demangled.substr(0, demangled.rfind('"'));
+    } else if (line.find("\"max_threads_per_block\":") != std::string::npos) {
+      shown[demangled] = std::atoi(value().c_str());
+    }
+  }
+  std::remove(out.c_str());
+  int compared = 0, bound_by_registers = 0;
+  for (const compiled& k : kernels()) {
+    cudaFuncAttributes attr{};
+    ASSERT_EQ(cudaFuncGetAttributes(&attr, k.function), cudaSuccess) << k.name;
+    const std::string prefix = std::string("(anonymous namespace)::") + k.name + "(";
+    int calc_max = -1;
+    for (const auto& [name, threads] : shown)
+      if (name.rfind(prefix, 0) == 0) calc_max = threads;
+    ASSERT_NE(calc_max, -1) << k.name << ": not in launchfit-calc's report";
+    EXPECT_EQ(calc_max, attr.maxThreadsPerBlock) << k.name << " (" << attr.numRegs << " registers)";
+    std::printf("%-15s %3d regs: launchfit-calc max threads %4d, driver %4d\n", k.name, attr.numRegs,
+                calc_max, attr.maxThreadsPerBlock);
+    ++compared;
+    bound_by_registers += attr.maxThreadsPerBlock < 1024 && attr.numRegs > 64;
+  }
+  EXPECT_EQ(compared, static_cast<int>(kernels().size()));
+  EXPECT_GT(bound_by_registers, 0)
+      << "no kernel whose registers bound its block: the comparison proves little";
 }
 
 // Planning asks the calculator about candidate blocks and the driver about the chosen one. Plans carry the

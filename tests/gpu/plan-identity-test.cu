@@ -190,8 +190,8 @@ TEST_F(PlanIdentity, SmemRulesOfOneTypeWithOtherCapturesGiveTheKernelItsOwnBytes
 // ---- 3/4. overrides ---------------------------------------------------------------------------------------------
 
 TEST_F(PlanIdentity, AnOverrideOnACooperativeLaunchKeepsItCooperative) {
-  // (prefer_block=0: an override that decides by the work would refuse a plan_for() without work)
-  lf::set_policy_overrides("*exchange_after_sync=max_occupancy(prefer_block=0)");  // an anonymous-namespace kernel
+  // (the conjugate-gradient pattern: plan_for() of a cooperative spec without work, under the override)
+  lf::set_policy_overrides("*exchange_after_sync=max_occupancy()");  // an anonymous-namespace kernel
   const lf::plan& p = lf::plan_for(exchange_after_sync, lf::cooperative());
   EXPECT_TRUE(p.cooperative) << p.to_string();
   EXPECT_EQ(p.policy.rfind("max_occupancy", 0), 0u) << p.policy;
@@ -479,27 +479,28 @@ TEST_F(PlanContract, ThePlanOfASpecIsWhatItsLaunchRuns) {
   std::printf("plan_for(max_occupancy().items(%d)): %s (%s)\n", n, p.to_string().c_str(), p.reason.c_str());
 }
 
-TEST_F(PlanContract, PlanForWithoutTheWorkIsRefusedWhereTheLaunchWouldDiverge) {
+TEST_F(PlanContract, PlanForWithoutTheWorkAnswersItsWaveAndSizesNoOtherWork) {
   // The port that used to diverge: plan_for() without the work answered 256 threads, the launch with
-  // items(16384) ran 128, and the kernel got a tile computed for the wrong block.
+  // items(16384) ran 128, and the kernel got a tile computed for the wrong block. Now plan_for() answers the
+  // spec without work (one full wave) as its launch runs it, and that plan sizes no items(n): the spec with
+  // items(n) plans another block here.
+  const lf::plan& p = lf::plan_for(scale_tiles, lf::max_occupancy());
+  EXPECT_TRUE(p.without_work) << p.to_string();
   try {
-    (void)lf::plan_for(scale_tiles, lf::max_occupancy());
-    ADD_FAILURE() << "plan_for(max_occupancy()) answered without the work";
+    (void)lf::grid_for(p, lf::max_occupancy().items(n).work_shape());
+    ADD_FAILURE() << "grid_for() sized items(n) with a plan made without the work";
   } catch (const lf::error& e) {
     EXPECT_EQ(e.code(), lf::errc::missing_work) << e.what();
-    EXPECT_NE(e.kernel().find("scale_tiles"), std::string::npos) << e.what();
   }
-  // An override that decides by the work is held to the same rule.
+  // An override that decides by the work plans the spec without work the same way.
   lf::set_policy_overrides("*scale_tiles*=max_occupancy(prefer_block=256)");
-  try {
-    (void)lf::plan_for(scale_tiles, lf::max_occupancy(0));
-    ADD_FAILURE() << "plan_for() answered without the work under an override that decides by it";
-  } catch (const lf::error& e) {
-    EXPECT_EQ(e.code(), lf::errc::missing_work) << e.what();
-  }
+  const lf::plan& overridden = lf::plan_for(scale_tiles, lf::max_occupancy(0));
+  EXPECT_TRUE(overridden.without_work) << overridden.to_string();
+  EXPECT_EQ(overridden.policy.rfind("max_occupancy(prefer_block=256", 0), 0u) << overridden.policy;
   lf::set_policy_overrides("");
   // max_occupancy(0) is the driver's block for every work: planned without it, launched with it, the same.
   const lf::plan& driver = lf::plan_for(scale_tiles, lf::max_occupancy(0));
+  EXPECT_FALSE(driver.without_work);
   const lf::launched ran = lf::launch(scale_tiles, lf::max_occupancy(0).items(n), out, in, n, driver.block_threads);
   EXPECT_EQ(ran.block, driver.block);
   EXPECT_EQ(wrong(), 0u);

@@ -21,6 +21,8 @@ built_at=$(cat .device/.source-dir)
 if [[ $built_at != "$root" && ! -e $built_at ]]; then mkdir -p "$(dirname "$built_at")" && ln -s "$root" "$built_at"; fi
 export LD_LIBRARY_PATH="$root/.device/_runtime:${LD_LIBRARY_PATH:-}"
 export LAUNCHFIT_REQUIRE_GPU=1
+# The fleet tuning test starts its own redis-server: the staged one (stage-for-device.sh).
+[[ -x $root/.device/_runtime/redis-server ]] && export LAUNCHFIT_REDIS_SERVER=$root/.device/_runtime/redis-server
 export PATH="/usr/local/cuda/bin:$PATH"
 b=$root/build-device
 summary=$out/summary.md
@@ -109,6 +111,11 @@ if want bench; then
     rc=$?
     [[ -f $out/plan-store.json ]] && cp "$out/plan-store.json" "$logs/"
     row "bench plan-store" "$(status $rc)" "$(tail -1 "$logs/bench-plan-store.log" | cut -c1-110)"
+  fi
+  if [[ -x $b/tests/gpu/gpu-fleet-tuning-test ]]; then
+    # N processes at once on the GPU, one Redis: one tuner per kernel, identical plans, 0 trials with files.
+    tests/bench/fleet-tuning.sh "$b" "$logs/fleet-tuning" 8 16 >"$logs/bench-fleet-tuning.log" 2>&1
+    row "bench fleet-tuning" "$(status $?)" "$(head -1 "$logs/bench-fleet-tuning.log" | cut -c1-110)"
   fi
   if [[ -x $b/demos/launchfit-calibrate ]]; then
     "$b/demos/launchfit-calibrate" ${CALIBRATE_ARGS-} --out "$logs/calibration.json" --svg "$out/calibration.svg" \

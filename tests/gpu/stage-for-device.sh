@@ -9,7 +9,7 @@ build=build-device
 if [[ ! -f $build/build.ninja ]]; then
   cmake -G Ninja -S . -B $build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 fi
-cmake --build $build -j"${LAUNCHFIT_JOBS:-2}"
+cmake --build $build -j"${LAUNCHFIT_JOBS:-2}" --target all benchmarks
 rm -rf .device
 mkdir -p .device
 cp -a $build/. .device/

@@ -1,8 +1,13 @@
 # SPDX-License-Identifier: MIT
 # tests/bench/results holds one summary per GPU and date (<gpu>-<date>.md) and the raw files it quotes:
 # every other file there is named, in full, by the summary of its date, and every file a summary names is
-# there. cmake -DRESULTS_DIR=<launchfit>/tests/bench/results -P bench-results.cmake
+# there; at most MAX_FILES files in all (40 by default): the raw data a summary names, the rest in git
+# history (the summaries say how to find it).
+#   cmake -DRESULTS_DIR=<launchfit>/tests/bench/results [-DMAX_FILES=40] -P bench-results.cmake
 cmake_minimum_required(VERSION 3.24)
+if(NOT DEFINED MAX_FILES)
+  set(MAX_FILES 40)
+endif()
 set(errors "")
 file(GLOB entries LIST_DIRECTORIES true RELATIVE ${RESULTS_DIR} ${RESULTS_DIR}/*)
 set(summary_re "^([a-z0-9]+-[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9])\\.md$")
@@ -43,9 +48,14 @@ foreach(f IN LISTS entries)
   endif()
 endforeach()
 
+list(LENGTH entries count)
+if(count GREATER MAX_FILES)
+  list(APPEND errors "${count} files, more than ${MAX_FILES}: keep the raw data a summary names, and leave the "
+                     "rest to git history (name it there as run N's JSON, not by its file name)")
+endif()
+
 if(errors)
   list(JOIN errors "\n  " text)
   message(FATAL_ERROR "tests/bench/results:\n  ${text}")
 endif()
-list(LENGTH entries count)
-message(STATUS "tests/bench/results: ${count} files, each summary's raw files present and named")
+message(STATUS "tests/bench/results: ${count} files (at most ${MAX_FILES}), each summary's raw files present and named")

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: MIT
+// A plan (launchfit/plan.hpp) as text, and grid_for(): the grid of one launch from its plan and its work,
+// the only arithmetic a launch does per call.
+
+#include "launchfit/plan.hpp"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <string>
+
+#include "launchfit/error.hpp"
+
+namespace launchfit {
+
+std::string plan::to_string() const {
+  std::string s = "block=" + block.to_string();
+  s += grid.x ? " grid=" + grid.to_string() : std::string(" grid=from-work");
+  s += " blocks/SM=" + std::to_string(blocks_per_sm) + " SMs=" + std::to_string(sm_count);
+  s += " smem=" + std::to_string(dynamic_smem_bytes);
+  if (cooperative) s += " cooperative";
+  if (full_grid) s += " full-grid";
+  if (programmatic) s += " pdl";
+  if (cluster.count() > 1) s += " cluster=" + cluster.to_string();
+  if (shape_rule.is_set()) s += " shape=" + shape_rule.to_string();
+  if (!policy.empty()) s += " policy=" + policy;
+  return s;
+}
+
+namespace {
+
+std::uint64_t ceil_div(std::uint64_t n, std::uint64_t d) noexcept {
+  // 32-bit when both fit (a 64-bit divide costs several times more on common x86 cores).
+  if (((n | d) >> 32) == 0) {
+    const auto n32 = static_cast<std::uint32_t>(n), d32 = static_cast<std::uint32_t>(d);
+    return n32 / d32 + (n32 % d32 != 0);
+  }
+  return n / d + (n % d != 0);
+}
+
+std::uint64_t round_up(std::uint64_t v, unsigned multiple) noexcept {
+  return multiple > 1 ? ceil_div(v, multiple) * multiple : v;
+}
+
+constexpr std::uint64_t max_grid_yz = 65535;  // every CUDA device
+
+// In the driver's terms (what cuLaunchKernelEx would return) where the driver has one, else launchfit's.
+[[noreturn]] void grid_error(const plan& p, CUresult code, const std::string& what) {
+  throw error(code, "grid_for", what, {}, p.to_string());
+}
+[[noreturn]] void grid_error(const plan& p, errc code, const std::string& what) {
+  throw error(code, "grid_for", what, {}, p.to_string());
+}
+
+std::string items_text(const work& w) {
+  if (w.rank <= 1) return "items(" + std::to_string(w.n) + ")";
+  std::string s = "items({" + std::to_string(w.n) + ", " + std::to_string(w.ny);
+  if (w.rank == 3) s += ", " + std::to_string(w.nz);
+  return s + "})";
+}
+
+// A caller's grid: every dimension within the device's limits and made of whole clusters.
+dims caller_grid(const plan& p, const work& w, long long max_grid_x) {
+  const dims g = w.grid;
+  if (g.x == 0 || g.y == 0 || g.z == 0) return dims{0, 1, 0};
+  if (g.x > static_cast<unsigned long long>(max_grid_x) || g.y > max_grid_yz || g.z > max_grid_yz) {
+    grid_error(p, CUDA_ERROR_INVALID_VALUE,
+               "grid " + g.to_string() + " exceeds the device's grid limits (" + std::to_string(max_grid_x) +
+                   " x 65535 x 65535)");
+  }
+  if (p.cluster.count() > 1 && (g.x % p.cluster.x || g.y % p.cluster.y || g.z % p.cluster.z)) {
+    grid_error(p, CUDA_ERROR_INVALID_CLUSTER_SIZE,
+               "grid " + g.to_string() + " is not made of whole clusters of " + p.cluster.to_string());
+  }
+  return g;
+}
+
+}  // namespace
+
+dims grid_for(const plan& p, const work& w, long long max_grid_x) {
+  if (p.without_work && (w.kind == work::shape::items || w.kind == work::shape::grid_stride)) {
+    // The plan-then-launch pattern kept safe: this plan answers the spec without work, and its policy would
+    // plan the spec with this work by the work (small work fills the SMs with smaller blocks).
+    grid_error(
+        p, errc::missing_work,
+        "this plan was made for a spec without work by " + p.policy +
+            ", which chooses the block by the work: the same spec with " +
+            (w.kind == work::shape::grid_stride ? "grid_stride(" + std::to_string(w.n) + ")"
+                                                : items_text(w)) +
+            " may run another block. Plan with the work (plan_for(k, spec.items(n))), or launch this plan "
+            "verbatim (planned(p).items(n)) and size with plan_for(k, planned(p).items(n))");
+  }
+  // items(0) / grid_stride(0): nothing to do, whatever the plan (a fixed grid too). A documented no-op.
+  if (w.kind == work::shape::items || w.kind == work::shape::grid_stride) {
+    if (w.n == 0 || w.ny == 0 || w.nz == 0) return dims{0, 1, 0};
+  }
+  const long long resident = p.resident_blocks();
+  dims g;
+  if (w.kind == work::shape::grid) {
+    g = caller_grid(p, w, max_grid_x);
+  } else if (p.grid.x != 0) {
+    return p.grid;  // a policy's fixed grid, validated when the plan was made
+  } else if (p.block_threads <= 0) {
+    grid_error(p, errc::invalid_plan, "plan without a block");
+  } else if (w.kind == work::shape::none) {
+    g = dims{static_cast<unsigned>(resident), 1, 1};  // whole clusters: resident is a multiple of the cluster
+  } else {
+    // With a block shape the block's x covers x (1-D work too); without, a 1-D work's block is its threads.
+    const bool shaped = !p.shape_rule.is_default();
+    const unsigned bx = w.rank <= 1 && !shaped ? static_cast<unsigned>(p.block_threads) : p.block.x;
+    const std::uint64_t per_block = static_cast<std::uint64_t>(bx) * std::max<std::uint32_t>(w.per_thread, 1);
+    const std::uint64_t rows =
+        static_cast<std::uint64_t>(p.block.y) * std::max<std::uint32_t>(p.shape_rule.per_thread_y, 1);
+    std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.cluster.x);
+    std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, rows), p.cluster.y) : 1;
+    std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.cluster.z) : 1;
+    if (w.kind == work::shape::grid_stride && (!p.full_grid || w.waves != 0)) {
+      const std::uint64_t cap = static_cast<std::uint64_t>(resident) * std::max<std::uint32_t>(w.waves, 1);
+      gx = std::max<std::uint64_t>(std::min<std::uint64_t>(gx, cap), 1);
+    } else if (w.kind == work::shape::grid_stride) {
+      gx = std::min<std::uint64_t>(
+          gx, static_cast<std::uint64_t>(max_grid_x));  // full grid: the loop covers the rest
+    }
+    if ((gy % p.cluster.y) != 0 || (gz % p.cluster.z) != 0) {
+      grid_error(p, CUDA_ERROR_INVALID_CLUSTER_SIZE,
+                 "cluster " + p.cluster.to_string() + " needs a grid whose y and z are multiples of " +
+                     std::to_string(p.cluster.y) + " and " + std::to_string(p.cluster.z) +
+                     ": give the work in " + (p.cluster.z > 1 ? "3" : "2") + " dimensions, items({nx, ny" +
+                     (p.cluster.z > 1 ? ", nz" : "") + "})");
+    }
+    if (gx > static_cast<std::uint64_t>(max_grid_x)) {
+      grid_error(p, CUDA_ERROR_INVALID_VALUE,
+                 items_text(w) + " with " + std::to_string(per_block) + " items per block needs " +
+                     std::to_string(gx) + " blocks, above the grid limit " + std::to_string(max_grid_x) +
+                     "; use grid_stride() or per_thread()");
+    }
+    if (gy > max_grid_yz || gz > max_grid_yz) {
+      grid_error(p, CUDA_ERROR_INVALID_VALUE,
+                 items_text(w) + " with block " + p.block.to_string() + " needs " + std::to_string(gy) +
+                     " x " + std::to_string(gz) + " blocks in y and z, above the grid limit 65535");
+    }
+    g = dims{static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)};
+  }
+  if (p.cooperative && static_cast<long long>(g.count()) > resident) {
+    grid_error(
+        p, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+        (w.kind == work::shape::grid ? "grid " + g.to_string() : items_text(w)) + " needs " +
+            std::to_string(g.count()) + " blocks but only " + std::to_string(resident) + " co-reside" +
+            (w.kind == work::shape::grid ? std::string() : "; use grid_stride() or more items per thread"));
+  }
+  return g;
+}
+
+}  // namespace launchfit

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: MIT
+// Steps 1 and 3 of the miss path: the kernel resolved in this context, and the query a policy answers with
+// its occupancy oracles (the offline calculator while it agrees with the driver, the driver after).
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cache_file.hpp"
+#include "driver.hpp"
+#include "launchfit/log.hpp"
+#include "log_internal.hpp"
+#include "planner_steps.hpp"
+#include "policy_string.hpp"
+
+namespace launchfit::detail {
+
+std::atomic<int> calculator_skew_for_tests{0};
+
+namespace {
+
+// Whether the offline calculator has agreed with the driver on every plan checked in this process. A policy
+// asks the residency of tens of candidate blocks per plan, and a driver call for each made most of a first
+// launch's planning time; the calculator answers them, and the chosen block's residency is then asked of the
+// driver (calculator_agrees). The first disagreement is said in a warning and the driver answers every
+// candidate from then on, so a calculator that is wrong for some GPU costs time, never a wrong plan.
+std::atomic<bool> calculator_trusted{true};
+
+int calculated_blocks(const device_limits& dev, const kernel_resources& k, int block, std::size_t smem) {
+  try {
+    const int n = occupancy(dev, k, block, smem).active_blocks_per_sm;
+    return n > 0 ? n + calculator_skew_for_tests.load(std::memory_order_relaxed) : n;
+  } catch (const error&) {
+    return 0;  // impossible configuration
+  }
+}
+
+// Clusters co-resident on the device (cuOccupancyMaxActiveClusters), scaled to an SM budget. Above the
+// function's current dynamic-smem limit the driver counts nothing: the query then estimates.
+std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_requirements& need,
+                                                    std::size_t smem_limit, int device_sms, int budget_sms) {
+  if (!driver().cuOccupancyMaxActiveClusters) return {};
+  return [f, c = need.cluster, from_kernel = need.cluster_from_kernel, cooperative = need.cooperative,
+          smem_limit, device_sms, budget_sms](int block, std::size_t smem) {
+    if (smem > smem_limit) return -1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = c.x;
+    cfg.gridDimY = c.y;
+    cfg.gridDimZ = c.z;
+    cfg.blockDimX = static_cast<unsigned>(block);
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(smem);
+    CUlaunchAttribute a{};
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = c.x;
+    a.value.clusterDim.y = c.y;
+    a.value.clusterDim.z = c.z;
+    if (!from_kernel) {
+      cfg.attrs = &a;
+      cfg.numAttrs = 1;
+    }
+    int n = 0;
+    if (cooperative) {
+      // Asked as it will launch: a cooperative cluster launch may co-reside fewer clusters. A driver that
+      // does not take the attribute here is asked without it.
+      CUlaunchAttribute both[2] = {a, CUlaunchAttribute{}};
+      both[1].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      both[1].value.cooperative = 1;
+      CUlaunchConfig coop = cfg;
+      coop.attrs = from_kernel ? &both[1] : both;
+      coop.numAttrs = from_kernel ? 1 : 2;
+      if (driver().cuOccupancyMaxActiveClusters(&n, f, &coop) != CUDA_SUCCESS &&
+          driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS)
+        return 0;
+    } else if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) {
+      return 0;
+    }
+    if (budget_sms < device_sms && device_sms > 0)
+      n = static_cast<int>(static_cast<long long>(n) * budget_sms / device_sms);
+    return n;
+  };
+}
+
+}  // namespace
+
+bool calculator_trusted_now() noexcept { return calculator_trusted.load(std::memory_order_relaxed); }
+
+namespace planning {
+
+void resolve_kernel(const launch_request& r, plan_entry& e, family_members& fam) {
+  if (r.family) {
+    // Planned with the member of the largest block (the query's launch bounds cover every member); the
+    // chosen member replaces it in choose_member().
+    std::size_t widest = 0;
+    for (std::size_t i = 0; i < r.family_size; ++i) {
+      fam.blocks.push_back(r.family[i].block);
+      fam.functions.push_back(r.resolve(r.family[i].stub));
+      fam.kernels.push_back(query_resources(fam.functions.back(), false));
+      if (r.family[i].block > r.family[widest].block) widest = i;
+    }
+    e.function = fam.functions[widest];
+    e.kernel = fam.kernels[widest];
+    return;
+  }
+  e.function = r.resolve ? r.resolve(r.stub) : r.driver_kernel->function();
+  e.kernel = query_resources(e.function, false);  // the readable name only where it is shown
+  if (r.driver_kernel) e.param_sizes = query_param_sizes(e.function);
+}
+
+// The occupancy oracle: the calculator while it is trusted (see above), else the driver, which counts nothing
+// as resident above the function's current dynamic-smem limit. Candidates above that limit are answered by
+// the calculator (it agrees with the driver once the limit is raised): probing never changes the user's
+// function attributes; only the launched plan's smem is set, in raise_smem_limit(). `driver_only`: never the
+// calculator below the limit (the check after the limit is raised).
+std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_limits& dev,
+                                                   const kernel_resources& k, bool driver_only) {
+  struct memo {
+    std::mutex m;                              // a plugin may call the oracle from several threads
+    std::array<long long, 3> last{-1, -1, 0};  // block, smem, active blocks (the driver's)
+  };
+  return [f, &dev, k, driver_only, st = std::make_shared<memo>()](int block, std::size_t smem) {
+    if (smem > k.max_dynamic_smem_bytes ||
+        (!driver_only && calculator_trusted.load(std::memory_order_relaxed)))
+      return calculated_blocks(dev, k, block, smem);
+    std::lock_guard<std::mutex> lock(st->m);
+    auto& last = st->last;
+    if (last[0] == block && last[1] == static_cast<long long>(smem)) return static_cast<int>(last[2]);
+    int n = 0;
+    if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem,
+                                                                      CU_OCCUPANCY_DEFAULT) != CUDA_SUCCESS) {
+      return 0;
+    }
+    last = {block, static_cast<long long>(smem), n};
+    return n;
+  };
+}
+
+// The plan's residency (what its validation was answered, by the calculator or the driver) asked of the
+// driver for its block: false when they differ (the calculator is then no longer trusted, said once in a
+// warning). Whatever the trust was while the policy ran (another thread may have withdrawn it meanwhile),
+// no plan is kept with a residency the driver did not confirm. True where the driver cannot be asked yet
+// (above the function's smem limit: raise_smem_limit() validates with the driver once it is raised).
+bool driver_confirms(CUfunction f, const device_limits& dev, const kernel_resources& k, const plan& p) {
+  const int block = p.block_threads;
+  const std::size_t smem = p.dynamic_smem_bytes;
+  if (block <= 0 || smem > k.max_dynamic_smem_bytes) return true;
+  int n = 0;
+  if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem,
+                                                                    CU_OCCUPANCY_DEFAULT) != CUDA_SUCCESS)
+    return true;  // the launch reports what the driver refuses
+  if (n == p.occupancy.active_blocks_per_sm) return true;
+  if (calculator_trusted.exchange(false)) {
+    logger()->warn(
+        "occupancy calculator disagrees with the driver for {} (block {}, {} B dynamic smem: driver {} "
+        "blocks/SM, calculator {}); the driver answers every candidate block from now on",
+        display_name(k), block, smem, n, calculated_blocks(dev, k, block, smem));
+  }
+  return false;
+}
+query make_query(const launch_request& r, const plan_entry& e, const device_limits& dev,
+                 const launch_requirements& need, const family_members& fam) {
+  query q;
+  q.device = dev;
+  if (r.options.sm_budget > 0 && r.options.sm_budget < dev.sm_count) q.device.sm_count = r.options.sm_budget;
+  q.kernel = e.kernel;
+  q.dynamic_smem_bytes = r.options.smem_bytes;
+  if (r.smem_fn) q.smem_per_block = *r.smem_fn;
+  q.work_hint = r.shape;
+  q.blocks = r.blocks;
+  q.shape_rule = r.shape_rule;
+  q.cluster = need.cluster;
+  q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
+  if (cache_file_open() && !bytes_in_flight_overridden(dev.cc())) {
+    if (const auto measured = find_calibration(dev, driver().version)) q.bytes_in_flight_per_sm = *measured;
+  }
+  if (fam.blocks.empty()) {
+    q.active_blocks = driver_oracle(e.function, dev, e.kernel);  // dev lives as long as the process
+    if (need.cluster.count() > 1) {
+      auto clusters =
+          cluster_oracle(e.function, need, e.kernel.max_dynamic_smem_bytes, dev.sm_count, q.device.sm_count);
+      if (clusters) {
+        // Estimated (from the blocks per SM) where the driver cannot answer yet: above the smem limit.
+        q.active_clusters = [clusters, est = q](int block, std::size_t smem) mutable {
+          const int n = clusters(block, smem);
+          if (n >= 0) return n;
+          est.active_clusters = nullptr;
+          return est.active_clusters_for(block);
+        };
+      }
+    }
+    return q;
+  }
+  // A family: each block is its member's, asked of that member; other blocks are not allowed.
+  block_rule members = block_rule::one_of({});
+  members.invalid = false;
+  for (int b : fam.blocks)
+    if (r.blocks.allows(b) && (r.shape_rule.is_default() || r.shape_rule.allows(b)) && members.count < 16)
+      members.values[members.count++] = static_cast<std::uint16_t>(b);
+  if (members.count == 0) {
+    throw error(
+        errc::invalid_policy, "launchfit::family",
+        "no member of the family has a block the launch's block rule (" + r.blocks.to_string() + ") allows",
+        display_name(e.kernel));
+  }
+  q.blocks = members;
+  std::vector<std::function<int(int, std::size_t)>> oracles;
+  std::vector<std::function<int(int, std::size_t)>> cluster_oracles;
+  for (std::size_t i = 0; i < fam.blocks.size(); ++i) {
+    oracles.push_back(driver_oracle(fam.functions[i], dev, fam.kernels[i], true));
+    if (need.cluster.count() > 1)
+      cluster_oracles.push_back(cluster_oracle(fam.functions[i], need, fam.kernels[i].max_dynamic_smem_bytes,
+                                               dev.sm_count, q.device.sm_count));
+  }
+  q.active_blocks = [oracles, blocks = fam.blocks](int block, std::size_t smem) {
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      if (blocks[i] == block) return oracles[i](block, smem);
+    return 0;
+  };
+  if (need.cluster.count() > 1) {
+    q.active_clusters = [cluster_oracles, blocks = fam.blocks](int block, std::size_t smem) {
+      for (std::size_t i = 0; i < blocks.size(); ++i)
+        if (blocks[i] == block && cluster_oracles[i]) return std::max(cluster_oracles[i](block, smem), 0);
+      return 0;
+    };
+  }
+  return q;
+}
+
+// The member the policy chose: its function and resources replace the planning stand-in, and the plan is
+// validated against that member's own limits.
+void choose_member(query& q, plan_entry& e, const family_members& fam) {
+  if (fam.blocks.empty()) return;
+  const int i = fam.index_of(e.plan.block_threads);
+  if (i < 0) {
+    throw error(errc::invalid_plan, "launchfit::family",
+                "the plan's block " + std::to_string(e.plan.block_threads) + " is no member's",
+                display_name(e.kernel), e.plan.to_string());
+  }
+  e.function = fam.functions[static_cast<std::size_t>(i)];
+  e.kernel = fam.kernels[static_cast<std::size_t>(i)];
+  q.kernel = e.kernel;
+  const std::string reason = e.plan.reason;
+  try {
+    validate_plan(q, e.plan);
+  } catch (const error& bad) {
+    throw bad.with_kernel(display_name(e.kernel));
+  }
+  std::string list;
+  for (int b : fam.blocks) list += (list.empty() ? "" : ",") + std::to_string(b);
+  e.plan.reason = reason + "; the family's member for block " + std::to_string(e.plan.block_threads) +
+                  " (of " + list + ")";
+}
+
+}  // namespace planning
+}  // namespace launchfit::detail

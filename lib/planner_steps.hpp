@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Internal to the planner: the steps build_entry() (planner.cpp) calls in order, each in the file that owns
+// its job. planner_query.cpp: the kernel, the query and its occupancy oracles; planner_tuning.cpp: tuning
+// trials; planner_stored.cpp: a stored plan or the policy's; planner_requirements.cpp: what the launch
+// requires of the plan and of the function; planner_report.cpp: the plan's warnings, log line and listeners.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "planner.hpp"
+#include "tuning_record.hpp"
+
+namespace launchfit::detail::planning {
+
+// ---- step 1: the kernel (planner_query.cpp) ---------------------------------------------------------------
+
+// A kernel family's members, resolved in this context: the policy chooses among their blocks.
+struct family_members {
+  std::vector<int> blocks;
+  std::vector<CUfunction> functions;
+  std::vector<kernel_resources> kernels;
+  int index_of(int block) const noexcept {
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      if (blocks[i] == block) return static_cast<int>(i);
+    return -1;
+  }
+};
+
+// The request's function (or, for a family, every member's) resolved in this context, with its resources.
+void resolve_kernel(const launch_request& r, plan_entry& e, family_members& fam);
+
+// ---- step 3: the query (planner_query.cpp) ----------------------------------------------------------------
+
+// The occupancy oracle for f: the offline calculator while it agrees with the driver, else the driver.
+// `driver_only`: never the calculator below the function's smem limit (trials, checks after a raise).
+std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_limits& dev,
+                                                   const kernel_resources& k, bool driver_only = false);
+// Whether the driver confirms the residency p was validated with; false (and the calculator withdrawn, said
+// once in a warning) when it does not.
+bool driver_confirms(CUfunction f, const device_limits& dev, const kernel_resources& k, const plan& p);
+// The query a policy answers: the device (within an SM budget), the kernel, the rules, the oracles.
+query make_query(const launch_request& r, const plan_entry& e, const device_limits& dev,
+                 const launch_requirements& need, const family_members& fam);
+// The member the policy chose replaces the planning stand-in; the plan is validated against its limits.
+void choose_member(query& q, plan_entry& e, const family_members& fam);
+
+// ---- step 4: tuning trials (planner_tuning.cpp) -----------------------------------------------------------
+
+// Gives q a time_plan for a re-runnable spec; `asked` is set where plan_for() was asked for a trial. Every
+// trial is noted in `record` (its timing, and the GPU's conditions before the first).
+void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need,
+                  const family_members& fam, const std::shared_ptr<std::atomic<bool>>& asked,
+                  const std::shared_ptr<tuning_record>& record);
+
+// ---- step 5: a stored plan, or the policy's (planner_stored.cpp) ------------------------------------------
+
+// The plan store's checked entry for this launch, else the policy's choice (stored when `may_store` and no
+// trial was refused). A tuned plan is stored with its measurement from `record`.
+plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_t bucket,
+                      const policy& chosen, const query& q, const launch_requirements& need, plan_entry& e,
+                      const device_limits& dev, const family_members& fam, bool may_store,
+                      const std::atomic<bool>& asked, tuning_record& record);
+
+// ---- what the launch requires of the function (planner_requirements.cpp) ----------------------------------
+
+// Allows a non-portable cluster size where the launch does; throws above the device's own maximum.
+void allow_cluster_size(const launch_requirements& need, const plan_entry& e, const family_members& fam);
+// Throws where the plan's clusters cannot co-schedule (cuOccupancyMaxPotentialClusterSize).
+void check_cluster_size(const launch_requirements& need, const plan_entry& e);
+// The function's dynamic-smem limit raised to `needed`, never lowered; returns the limit in force.
+std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const kernel_resources& k,
+                                      const plan& p);
+// Step 6: the limit raised to the launched plan's smem and the plan validated again with the driver.
+void raise_smem_limit(const query& q, plan_entry& e);
+
+// ---- steps 7-8: what is said about the plan (planner_report.cpp) ------------------------------------------
+
+// Adds one sentence to what the plan's line warns about (logged once, with the plan).
+void add_warning(plan& p, const std::string& sentence);
+// What the plan's line says about the launch beyond the policy: a PDL kernel that never waits, an SM
+// budget, co-resident clusters.
+void add_launch_notes(plan_entry& e, const launch_request& r, const query& q, const device_limits& dev,
+                      const launch_requirements& need);
+// Warns where the same spec without work was planned with another block (see planner_report.cpp).
+void warn_if_planned_without_work(const launch_request& r, const plan_key& key, const policy& chosen,
+                                  plan& p);
+// Step 7: the plan's log line, once.
+void report(plan_entry& e, const device_limits& dev, const launch_request& r, const family_members& fam);
+// Step 8: the NVTX range name and the plan listeners.
+void observe(plan_entry& e, const device_limits& dev, const launch_request& r);
+
+}  // namespace launchfit::detail::planning

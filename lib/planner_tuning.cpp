@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+// Step 4 of the miss path: the query's time_plan, which runs tuning trials of the kernel (lib/tuning.cpp
+// times one) for a re-runnable spec with real arguments.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "driver.hpp"
+#include "planner_steps.hpp"
+#include "tuning.hpp"
+
+namespace launchfit::detail::planning {
+
+// Trials re-run the kernel: only when the spec allows it, with real arguments, outside a stream capture.
+// Every trial launches as the launch requires (a grid.sync() kernel is never timed non-cooperatively).
+// plan_for() has no arguments to time with: a policy that asks for a trial there is told no and `asked` is
+// set, so the caller refuses instead of answering with a plan the first launch would not run.
+void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need,
+                  const family_members& fam, const std::shared_ptr<std::atomic<bool>>& asked,
+                  const std::shared_ptr<tuning_record>& record) {
+  if (!r.rerunnable) return;
+  const driver_api& d = driver();
+  // Any doubt (no entry point, an error such as the legacy stream while another stream captures) is a no.
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!d.cuStreamIsCapturing || d.cuStreamIsCapturing(r.stream, &capturing) != CUDA_SUCCESS) return;
+  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return;
+  // Trials launch what they are validated for: the driver answers their residency (a trial costs far more
+  // than its calls), not the calculator.
+  if (fam.blocks.empty() && e.function) q.active_blocks = driver_oracle(e.function, q.device, q.kernel, true);
+  if (!r.has_arguments) {
+    q.time_plan = [asked](const plan&) -> double {
+      asked->store(true, std::memory_order_relaxed);
+      throw error(errc::not_planned_yet, "time_plan",
+                  "plan_for() has no kernel arguments to time a trial with");
+    };
+    return;
+  }
+  // One stream gate per tuning (a pinned word and a watchdog thread), made by the first trial. The trials
+  // share the launch's stream: a plugin that times from several threads is served one trial at a time.
+  struct tuning {
+    std::mutex m;
+    std::optional<stream_gate> gate;
+  };
+  q.time_plan = [f = e.function, &r, max_grid_x = e.max_grid_x, need, q_for_checks = q, fam,
+                 t = std::make_shared<tuning>(), record](const plan& candidate) {
+    plan p = candidate;
+    apply_requirements(q_for_checks, p, need);  // throws: this candidate cannot run as required
+    CUfunction run = f;
+    kernel_resources k = q_for_checks.kernel;
+    if (!fam.blocks.empty()) {  // a family: the member written for this block
+      const int i = fam.index_of(p.block_threads);
+      if (i < 0)
+        throw error(errc::invalid_plan, "time_plan", "no family member for this block", {}, p.to_string());
+      run = fam.functions[static_cast<std::size_t>(i)];
+      k = fam.kernels[static_cast<std::size_t>(i)];
+    }
+    raise_function_smem_limit(run, p.dynamic_smem_bytes, k, p);  // as its real launch would
+    // One tuner per plan: the first trial takes the key's lease (tuning_lease.hpp); where another process
+    // holds it no candidate runs here, the policy declines, and the launch runs the static plan.
+    if (!record->allow_trial()) return -1.0;
+    record->before_trial();  // the GPU's conditions, before the first trial only
+    std::lock_guard<std::mutex> lock(t->m);
+    if (!t->gate) t->gate.emplace();
+    if (r.bind) r.bind(r.bind_self, p);  // from_plan() arguments for this candidate
+    const double ms = time_candidate(run, r, p, need, max_grid_x, *t->gate);
+    record->add(p, ms);
+    return ms;
+  };
+}
+
+}  // namespace launchfit::detail::planning

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: MIT
+// The policy of a loaded plugin: its parameters and hash, the plugin's choose() called through the C ABI
+// behind an exception barrier, and what a decline, an error or an invalid plan becomes (the fallback's plan,
+// or a thrown launchfit::error).
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "launchfit/builtin_policies.hpp"
+#include "launchfit/error.hpp"
+#if __has_include("launchfit/param_policy.hpp")
+#include "launchfit/param_policy.hpp"  // param_policy, parameter_error (before: in policy.hpp)
+#endif
+#include "log_internal.hpp"
+#include "plugin_internal.hpp"
+#include "settings.hpp"
+
+namespace launchfit::detail::plugin_internal {
+
+namespace {
+
+constexpr std::size_t errbuf_size = 512;
+
+// LAUNCHFIT_PLUGIN_FALLBACK (a refused word is reported with the other settings' warnings).
+bool env_fallback() { return detail::current_settings().plugins.fallback; }
+
+// "k=v,k=v" in key order; for the plugin without launchfit's own `fallback`.
+std::string join_params(const std::map<std::string, std::string>& params, bool for_plugin) {
+  std::string out;
+  for (const auto& [k, v] : params) {
+    if (for_plugin && k == "fallback") continue;
+    if (!out.empty()) out += ',';
+    out.append(k).append("=").append(v);
+  }
+  return out;
+}
+
+// ---- the policy --------------------------------------------------------------------------------------
+
+class plugin_policy final : public policy_base {
+ public:
+  plugin_policy(std::shared_ptr<const loaded_plugin> plugin, std::map<std::string, std::string> all_params,
+                std::shared_ptr<const policy> fallback)
+      : plugin_(std::move(plugin)), all_params_(std::move(all_params)), fallback_(std::move(fallback)) {
+    const std::string for_plugin = join_params(all_params_, true);
+    char err[errbuf_size] = "";
+    int status = LAUNCHFIT_PLUGIN_ERROR;
+    std::string failure;
+    if (!call_plugin([&] { status = desc().create(for_plugin.c_str(), &state_, err, sizeof err); },
+                     failure)) {
+      state_ = nullptr;
+      throw error(errc::plugin, "plugin " + name() + " create",
+                  "plugin '" + name() + "' (" + path_text() + ") create() " + failure);
+    }
+    if (status != LAUNCHFIT_PLUGIN_OK) {
+      state_ = nullptr;
+      throw error(errc::plugin, "plugin " + name() + " create",
+                  "plugin '" + name() + "' (" + path_text() + ") rejected parameters " +
+                      detail::quote_text(for_plugin, text_cap_bytes, '\'') + ": " +
+                      plugin_text(err, sizeof err, "no message"));
+    }
+  }
+  ~plugin_policy() override {
+    std::string failure;
+    if (!call_plugin([&] { desc().destroy(state_); }, failure)) {
+      try {
+        detail::logger()->error("plugin '{}' ({}) destroy() {}; its state may be lost", name(), path_text(),
+                                failure);
+      } catch (...) {
+      }
+    }
+  }
+  plugin_policy(const plugin_policy&) = delete;
+  plugin_policy& operator=(const plugin_policy&) = delete;
+
+  std::string name() const override { return plugin_->info.name; }
+  std::string params() const override { return join_params(all_params_, false); }
+  std::uint64_t hash() const override {
+    std::uint64_t h = detail::hash_string(plugin_->info.name);
+    h = detail::hash_combine(h, detail::hash_string(plugin_->info.version));
+    return detail::hash_combine(h, detail::hash_string(params()));
+  }
+  // On the launch path: no nesting bound here, only the exception barrier.
+  std::uint64_t work_bucket(const work& w) const override {
+    const auto& d = desc();
+    if (!LAUNCHFIT_HAS_FIELD(&d, launchfit_plugin_descriptor, work_bucket) || !d.work_bucket) return 0;
+    try {
+      return d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), total_items(w), w.per_thread);
+    } catch (const std::exception& e) {
+      log_call_failure("work_bucket() threw: " + detail::escape_text(e.what(), text_cap_bytes) +
+                       "; using bucket 0");
+    } catch (...) {
+      log_call_failure("work_bucket() threw an exception of unknown type; using bucket 0");
+    }
+    return 0;
+  }
+
+  void feedback(const plan& p, double ms) const {
+    if (!desc().feedback) return;
+    const launchfit_plan c = to_c(p);
+    std::string failure;
+    if (!call_plugin([&] { desc().feedback(state_, &c, ms); }, failure))
+      log_call_failure("feedback() " + failure);
+  }
+
+ protected:
+  plan choose_impl(const query& q) const override {
+    const launchfit_device device = to_c(q.device);
+    const launchfit_kernel kernel = to_c(q.kernel);
+    const launchfit_query cq = to_c(q, device, kernel);
+
+    launchfit_plan cp = blank_plan();
+    char err[errbuf_size] = "";
+    int status = LAUNCHFIT_PLUGIN_ERROR;
+    std::string failure;
+    if (!call_plugin([&] { status = desc().choose(state_, &cq, &cp, err, sizeof err); }, failure)) {
+      return failed(q, error(errc::plugin, "plugin " + name() + " choose",
+                             "plugin '" + name() + "' choose() " + failure, q.kernel.demangled));
+    }
+
+    if (status == LAUNCHFIT_PLUGIN_DECLINE) {
+      std::string why = plugin_text(err, sizeof err);
+      if (why.empty()) why = plugin_text(cp.reason, sizeof cp.reason);
+      plan p = fallback_or_default().choose(q);
+      p.reason = "declined by " + name() + (why.empty() ? "" : " (" + why + ")") + "; " +
+                 fallback_or_default().name() + ": " + p.reason;
+      p.match = "fallback";
+      return p;
+    }
+    if (status != LAUNCHFIT_PLUGIN_OK) {
+      std::string message = plugin_text(err, sizeof err, "no message");
+      if (status != LAUNCHFIT_PLUGIN_ERROR)
+        message = "unknown status " + std::to_string(status) + ": " + message;
+      return failed(q, error(errc::plugin, "plugin " + name() + " choose",
+                             "plugin '" + name() + "' failed: " + message, q.kernel.demangled));
+    }
+    try {
+      plan p = from_c(cp, q);
+      check_own_shape(q, p);
+      plan checked = p;
+      shape_block(q, checked);
+      validate_plan(q, checked);  // here, so an invalid plan can fall back; choose() validates again
+      return p;
+    } catch (const error& e) {
+      const std::string message = "plugin '" + name() + "' returned an invalid plan: " + e.message();
+      return failed(q, e.cuda_result() ? error(e.cuda_result(), e.call(), message, e.kernel(), e.config())
+                                       : error(e.code(), e.call(), message, e.kernel(), e.config()));
+    }
+  }
+
+ private:
+  const launchfit_plugin_descriptor& desc() const { return *plugin_->descriptor; }
+  std::string path_text() const { return detail::escape_text(plugin_->info.resolved_path, text_cap_bytes); }
+  const policy& fallback_or_default() const { return fallback_ ? *fallback_ : default_fallback(); }
+  static const policy& default_fallback() {
+    static const policy& p = *new max_occupancy_policy;
+    return p;
+  }
+
+  // A failed call that does not change a decision (feedback, work_bucket): one error line per policy.
+  void log_call_failure(const std::string& what) const {
+    try {
+      if (!call_failure_logged_.exchange(true)) {
+        detail::logger()->error("plugin '{}' ({}) {} (further failures of {} are logged at debug level)",
+                                name(), path_text(), what, to_string());
+      } else {
+        detail::logger()->debug("plugin '{}' {}", name(), what);
+      }
+    } catch (...) {
+    }
+  }
+
+  // An error or invalid plan: thrown, or (fallback=<name> / LAUNCHFIT_PLUGIN_FALLBACK=1) logged once
+  // per policy and replaced by the fallback's plan.
+  plan failed(const query& q, const error& e) const {
+    if (!fallback_ && !env_fallback()) throw e;
+    const policy& instead = fallback_or_default();
+    if (!logged_.exchange(true)) {
+      detail::logger()->error("{}; using {} instead (further failures of {} are logged at debug level)",
+                              e.what(), instead.to_string(), to_string());
+    } else {
+      detail::logger()->debug("{}; using {} instead", e.what(), instead.to_string());
+    }
+    plan p = instead.choose(q);
+    p.reason = "plugin " + name() + " failed (" + e.message() + "); " + instead.name() + ": " + p.reason;
+    p.match = "fallback";
+    return p;
+  }
+
+  std::shared_ptr<const loaded_plugin> plugin_;
+  std::map<std::string, std::string> all_params_;
+  std::shared_ptr<const policy> fallback_;
+  void* state_ = nullptr;
+  mutable std::atomic<bool> logged_{false};
+  mutable std::atomic<bool> call_failure_logged_{false};
+};
+
+}  // namespace
+
+policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {
+  return [plugin](const std::map<std::string, std::string>& params) -> std::shared_ptr<const policy> {
+    std::shared_ptr<const policy> fallback;
+    if (auto it = params.find("fallback"); it != params.end()) {
+      // Plugins cannot be fallbacks: two plugins declining to each other would never end.
+      // parameter_error carries the key, so a policy string points at the fallback's value.
+      const auto bad_fallback = [&](const std::string& why) {
+        return detail::parameter_error(plugin->info.name,
+                                       detail::bad_parameter("fallback", detail::bad_parameter::part::value,
+                                                             "parameter 'fallback': " + why));
+      };
+      if (is_plugin_name(it->second)) {
+        throw bad_fallback("'" + it->second + "' is a plugin; the fallback must be a built-in or C++ policy");
+      }
+      try {
+        fallback = make_policy(it->second);
+      } catch (const error& e) {
+        throw bad_fallback(e.message());
+      }
+    }
+    return std::make_shared<const plugin_policy>(plugin, params, std::move(fallback));
+  };
+}
+
+}  // namespace launchfit::detail::plugin_internal
+
+namespace launchfit {
+
+void plugin_feedback(const policy& chooser, const plan& chosen, double ms) {
+  using detail::plugin_internal::plugin_policy;
+  if (const auto* p = dynamic_cast<const plugin_policy*>(&chooser)) p->feedback(chosen, ms);
+}
+
+}  // namespace launchfit

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: MIT
+// Per-kernel policy overrides (LAUNCHFIT_POLICY, set_policy_overrides()): the spec's parser, the globs and
+// the names a kernel is matched by, and the table the planner asks.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launchfit/error.hpp"
+#include "plan_inputs.hpp"
+#include "policy_string.hpp"
+#include "settings.hpp"
+
+namespace launchfit {
+namespace detail {
+
+bool glob_match(std::string_view pattern, std::string_view text) noexcept {
+  // Iterative, backtracking only to the last '*': O(|pattern| x |text|) at worst.
+  std::size_t p = 0, t = 0, star = std::string_view::npos, star_t = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {  // before the literal test: '*' also matches a '*'
+      star = p++;
+      star_t = t;
+    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++star_t;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+kernel_match_names match_names(std::string_view demangled) {
+  std::string_view s = trim(demangled);
+  if (!s.empty() && s.back() == ')') {  // the parameter list: back to its matching '('
+    int depth = 0;
+    for (std::size_t i = s.size(); i-- > 0;) {
+      if (s[i] == ')') ++depth;
+      if (s[i] == '(' && --depth == 0) {
+        s = trim(s.substr(0, i));
+        break;
+      }
+    }
+  }
+  // The return type ends at the last space outside <...> and (...): "void ns::k<float, 4>".
+  int depth = 0;
+  std::size_t name_start = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<' || s[i] == '(') ++depth;
+    if ((s[i] == '>' || s[i] == ')') && depth > 0) --depth;
+    if (s[i] == ' ' && depth == 0) name_start = i + 1;
+  }
+  kernel_match_names names;
+  names.with_template_args = std::string(s.substr(name_start));
+  depth = 0;
+  for (char c : names.with_template_args) {
+    if (c == '<')
+      ++depth;
+    else if (c == '>' && depth > 0)
+      --depth;
+    else if (depth == 0)
+      names.without_template_args += c;
+  }
+  return names;
+}
+
+std::optional<syntax_error> glob_refusal(std::string_view glob) {
+  for (std::size_t i = 0; i < glob.size(); ++i) {
+    const auto c = static_cast<unsigned char>(glob[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return syntax_error(i, "the glob cannot match: a kernel name never holds " + found(glob, i));
+    }
+  }
+  // Up to the first wildcard the glob is the start of the name itself, so its nesting is known: a space
+  // outside <...> and (...) there would end a return type, which match names never keep.
+  int depth = 0;
+  for (std::size_t i = 0; i < glob.size() && glob[i] != '*' && glob[i] != '?'; ++i) {
+    if (glob[i] == '<' || glob[i] == '(') ++depth;
+    if ((glob[i] == '>' || glob[i] == ')') && depth > 0) --depth;
+    if (glob[i] == ' ' && depth == 0) {
+      return syntax_error(i, "the glob cannot match: kernel names are matched without their return type ('" +
+                                 std::string(glob.substr(0, std::min<std::size_t>(i, 48))) +
+                                 "'), e.g. \"ns::kernel<float>\" or \"ns::kernel\"");
+    }
+  }
+  // A kernel's parameter list is dropped before matching: no match name ends with ')'.
+  if (glob.back() == ')') {
+    std::size_t open = glob.size() - 1;
+    for (std::size_t i = glob.size(), d = 0; i-- > 0;) {
+      if (glob[i] == ')') ++d;
+      if (glob[i] == '(' && --d == 0) {
+        open = i;
+        break;
+      }
+    }
+    return syntax_error(open, "the glob cannot match: kernel names are matched without their parameter list");
+  }
+  return std::nullopt;
+}
+
+std::vector<policy_override> parse_policy_overrides(std::string_view spec) {
+  std::vector<policy_override> out;
+  std::size_t begin = 0;
+  while (begin <= spec.size()) {
+    std::size_t end = spec.find(';', begin);
+    if (end == std::string_view::npos) end = spec.size();
+    std::size_t entry_pos = begin;
+    const std::string_view entry = trim(spec.substr(begin, end - begin), &entry_pos);
+    if (!entry.empty()) {
+      const std::size_t eq = entry.find('=');
+      if (eq == std::string_view::npos) {
+        throw syntax_error(entry_pos, "expected <kernel glob>=<policy>, found no '='");
+      }
+      const std::string_view glob = trim(entry.substr(0, eq));  // starts at entry_pos: entry is trimmed
+      if (glob.empty()) throw syntax_error(entry_pos, "expected a kernel name glob before '='");
+      if (auto refused = glob_refusal(glob)) throw syntax_error(entry_pos + refused->pos, refused->what());
+      const std::size_t policy_pos = entry_pos + eq + 1;
+      try {
+        out.push_back({std::string(glob), make_parsed_policy(parse_policy_string(entry.substr(eq + 1)))});
+      } catch (const syntax_error& e) {
+        throw syntax_error(policy_pos + e.pos, e.what());
+      }
+    }
+    begin = end + 1;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+namespace {
+
+struct override_table {
+  std::shared_mutex mutex;
+  bool loaded = false;  // from LAUNCHFIT_POLICY or set_policy_overrides()
+  std::vector<detail::policy_override> entries;
+  std::optional<error> env_error;  // a bad LAUNCHFIT_POLICY is reported on every lookup, not once
+};
+
+// Created on first use and never destroyed: a plan miss from a static destructor still finds it.
+override_table& overrides() {
+  static override_table& table = *new override_table;
+  return table;
+}
+
+// Constant-initialised and trivially destructible: readable at any point of the process's life.
+std::atomic<std::uint64_t> generation{0};
+
+// `label` names the source in the message, `what` in a refusal of its length.
+std::vector<detail::policy_override> parse_overrides(std::string_view spec, std::string_view label,
+                                                     std::string_view what) {
+  try {
+    detail::check_length(spec, what);
+    return detail::parse_policy_overrides(spec);
+  } catch (const detail::syntax_error& e) {
+    detail::throw_syntax_error("policy overrides", label, spec, e);
+  }
+}
+
+}  // namespace
+
+std::uint64_t detail::policy_overrides_generation() noexcept {
+  return generation.load(std::memory_order_acquire);
+}
+
+void set_policy_overrides(std::string_view spec) {
+  auto entries = parse_overrides(spec, "policy overrides", "a policy override spec");
+  auto& table = overrides();
+  std::unique_lock lock(table.mutex);
+  std::swap(table.entries, entries);  // the old policies are destroyed below, after the lock (plugin code)
+  table.env_error.reset();
+  table.loaded = true;
+  generation.fetch_add(1, std::memory_order_acq_rel);
+  lock.unlock();
+  static const detail::plan_input overrides_input = detail::register_plan_input("policy overrides");
+  detail::plan_input_changed(overrides_input);  // every plan was chosen under the old overrides
+}
+
+namespace {
+
+// The override table, LAUNCHFIT_POLICY loaded on first use; held by the returned shared lock.
+std::shared_lock<std::shared_mutex> loaded_overrides(override_table& table) {
+  std::shared_lock lock(table.mutex);
+  if (!table.loaded) {
+    lock.unlock();
+    {
+      std::unique_lock write(table.mutex);
+      if (!table.loaded) {
+        const std::string& env = detail::current_settings().policy_overrides;
+        try {
+          if (!env.empty()) table.entries = parse_overrides(env, "LAUNCHFIT_POLICY", "LAUNCHFIT_POLICY");
+        } catch (const error& e) {
+          table.env_error = e;
+        }
+        table.loaded = true;
+        generation.fetch_add(1, std::memory_order_acq_rel);
+      }
+    }
+    lock.lock();
+  }
+  if (table.env_error) throw *table.env_error;
+  return lock;
+}
+
+}  // namespace
+
+bool detail::policy_overrides_configured() {
+  auto& table = overrides();
+  const auto lock = loaded_overrides(table);
+  return !table.entries.empty();
+}
+
+std::shared_ptr<const policy> policy_override_for(std::string_view demangled_kernel, std::string* matched) {
+  auto& table = overrides();
+  const auto lock = loaded_overrides(table);
+  if (table.entries.empty()) return nullptr;
+  const auto names = detail::match_names(demangled_kernel);
+  for (const auto& entry : table.entries) {
+    if (detail::glob_match(entry.glob, names.with_template_args) ||
+        detail::glob_match(entry.glob, names.without_template_args)) {
+      if (matched) *matched = entry.glob;
+      return entry.chosen;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace launchfit

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+// The plan file's writer: a task of the background queue (background.hpp) that merges this process's
+// plans into the file and reads what other processes wrote (file_store.hpp).
+
+#include <exception>
+
+#include "../plan_inputs.hpp"
+#include "file_store.hpp"
+
+namespace launchfit::detail::plan_file {
+namespace {
+
+// What this file changes of every plan's inputs (plan_inputs.hpp), registered once.
+const plan_input changed_elsewhere_input = register_plan_input("plan file changed by another process");
+
+}  // namespace
+
+bool refresh(file_store& f, std::unique_lock<std::mutex>& lk, disk_view& view) {
+  const std::string path = f.real;
+  const std::size_t max_bytes = f.max_bytes;
+  file_identity seen = f.known;
+  const unsigned epoch = f.epoch;
+  f.refresh_wanted = false;
+  lk.unlock();
+  std::vector<stored_entry> changed;
+  std::size_t refused = 0;
+  reread_file(path, max_bytes, view, seen, changed, refused);
+  lk.lock();
+  bool relied_on = false;
+  if (epoch == f.epoch) {
+    f.known = seen;
+    f.counts.refused += refused;
+    relied_on = f.table.take_from_disk(changed, [&](const stored_key& k) { return f.ours(k); });
+  }
+  return relied_on;
+}
+
+// One step of the writer: a batch written when one is due (at once while a flush waits or the process
+// exits), else the file looked at again when it is due. Returns when the writer wants to run next.
+background::clock::time_point file_store::run() noexcept {
+  file_store& f = *this;
+  std::unique_lock lk(f.memory);
+  if (f.epoch != f.view_epoch) {  // another file (or none): the writer starts from the file as it was loaded
+    if (f.view_epoch == ~0u - 1) {
+      *f.view = disk_view{};  // a child of fork(): what the parent's writer saw is read again
+    } else {
+      *f.view = std::move(f.seed);
+    }
+    f.seed = disk_view{};
+    f.view_epoch = f.epoch;
+    f.first_write = true;
+  }
+  const auto now = steady::now();
+  if (f.next_check == steady::time_point{}) f.next_check = now + refresh_every;
+  const bool batch = f.open && f.writable && !f.pending.empty();
+  const bool reads = f.refreshed_from_disk() && !f.exiting;
+  if (!batch || (f.flushing == 0 && !f.exiting && now < f.not_before)) {
+    if (reads && (f.refresh_wanted || now >= f.next_check)) {
+      f.next_check = now + refresh_every;
+      const std::uint64_t asked = f.refresh_asked;
+      f.writing = true;
+      const bool relied_on = refresh(f, lk, *f.view);
+      f.writing = false;
+      if (relied_on) {
+        lk.unlock();  // after the table changed: a plan made from what a lookup saw before is never reused
+        plan_input_changed(changed_elsewhere_input);
+        lk.lock();
+      }
+      f.refreshed = std::max(f.refreshed, asked);  // refresh_cache_file() returns after the change is known
+      f.done->notify_all();
+    }
+    if (batch) return reads ? std::min(f.not_before, f.next_check) : f.not_before;
+    return reads ? f.next_check : background::never;
+  }
+  f.in_flight = std::move(f.pending);
+  f.pending.clear();
+  std::vector<stored_entry> batch_entries;
+  try {
+    batch_entries.reserve(f.in_flight.size());
+    for (const auto& [k, e] : f.in_flight) batch_entries.push_back(e);
+  } catch (const std::bad_alloc&) {
+    for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));
+    f.in_flight.clear();
+    f.not_before = steady::now() + lock_retry_after;
+    return f.not_before;
+  }
+  const std::uint64_t seq = f.stored;
+  const unsigned epoch = f.epoch;
+  milliseconds attempt = lock_wait;
+  if (f.flushing > 0) {  // a waiting flush (or the exit) gives up at its deadline: so does this attempt
+    const auto left = std::chrono::duration_cast<milliseconds>(f.flush_deadline - steady::now());
+    attempt = std::clamp(left, milliseconds(10), lock_wait);
+  }
+  write_job job{f.real, f.max_bytes, f.max_entries, f.first_write, attempt};
+  if (steady::now() - f.last_sweep > temp_sweep_every) job.sweep_temps = true;
+  if (job.sweep_temps) f.last_sweep = steady::now();
+  f.first_write = false;
+  f.writing = true;
+  lk.unlock();
+  write_outcome out;
+  try {
+    out = write_file(job, batch_entries, *f.view);
+  } catch (const std::exception& e) {  // no memory for the merge: nothing half written (temp, then rename)
+    out.status = write_status::failed;
+    out.why = e.what();
+  }
+  lk.lock();
+  f.writing = false;
+  std::string warning;
+  bool relied_on = false;
+  if (epoch == f.epoch) {
+    switch (out.status) {
+      case write_status::written:
+        f.known = f.view->id;
+        f.counts.writes += batch_entries.size();
+        relied_on = f.table.take_from_disk(out.others, [&](const stored_key& k) { return f.ours(k); });
+        break;
+      case write_status::lock_busy:
+        for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));  // a newer store wins
+        f.not_before = steady::now() + lock_retry_after;
+        if (!f.lock_warned) warning = out.why;
+        f.lock_warned = true;
+        break;
+      case write_status::failed:
+        f.writable = false;
+        f.failure = out.why;
+        ++f.counts.failures;
+        f.counts.write_drops += f.pending.size() + f.in_flight.size();
+        f.pending.clear();
+        warning = "cannot write it (" + out.why + "); plans are kept in memory only";
+        break;
+    }
+    f.in_flight.clear();
+  }
+  const bool say = !warning.empty() && !f.exiting;
+  if (say || relied_on) {  // before a waiting flush returns: its caller may look
+    const std::string path = f.path;
+    lk.unlock();
+    if (say) warn(path, warning);
+    if (relied_on) plan_input_changed(changed_elsewhere_input);
+    lk.lock();
+  }
+  if (out.status == write_status::written && epoch == f.epoch) f.written = std::max(f.written, seq);
+  f.done->notify_all();
+  if (f.open && f.writable && !f.pending.empty()) return f.not_before;
+  return f.refreshed_from_disk() && !f.exiting ? f.next_check : background::never;
+}
+
+// Under memory (lk). Waits for everything stored so far to be written; false when it was not. The writer
+// runs on this thread when the background thread is busy with another task (an output stuck in a pipe
+// must not keep plans from their file).
+bool flush_locked(file_store& f, std::unique_lock<std::mutex>& lk, milliseconds max_wait) {
+  if (!f.open || f.mode == cache_file_mode::frozen || f.all_written()) return true;
+  if (!f.writable) return false;  // plans stored, kept in memory only
+  const std::uint64_t target = f.stored;
+  const unsigned epoch = f.epoch;
+  const auto deadline = steady::now() + max_wait;
+  const auto settled = [&] { return f.written >= target || !f.writable || f.epoch != epoch; };
+  ++f.flushing;
+  f.flush_deadline = std::max(f.flush_deadline, deadline);
+  while (!settled() && steady::now() < deadline) {
+    lk.unlock();
+    // `max_wait` bounds the attempts (a lock another process holds); a write under way is waited for to its
+    // end, which the file's size bound keeps short (a 16 MiB file of 10,000 plans: about 1 s).
+    const bool ran =
+        !background::on_background_thread() && background::run_here(f, steady::now() + write_wait_cap);
+    lk.lock();
+    if (!ran || (f.pending.empty() && f.in_flight.empty() && !settled())) {
+      // From a task's own run, or the writer stayed busy on another thread: wait for it.
+      f.done->wait_until(lk, deadline, settled);
+      break;
+    }
+    // A busy lock: the next attempt comes at once (flushing), after lock_wait of this one.
+  }
+  --f.flushing;
+  return f.epoch == epoch && f.writable && f.written >= target;
+}
+
+void file_store::drain_at_exit() noexcept {
+  file_store& f = *this;
+  std::unique_lock lk(f.memory);
+  f.exiting = true;  // from now on a batch is written at once, by whoever stores it (background.hpp)
+  if (!flush_locked(f, lk, exit_wait) && f.writable && (!f.pending.empty() || !f.in_flight.empty())) {
+    const std::string path = f.path;
+    const std::size_t left = f.pending.size() + f.in_flight.size();
+    lk.unlock();
+    warn(path,
+         std::to_string(left) + " plan(s) not written at exit: the file stayed locked by another process");
+  }
+}
+
+bool file_store::flush(unsigned max_wait_ms) {
+  std::unique_lock lk(memory);
+  return flush_locked(*this, lk, milliseconds(max_wait_ms));
+}
+
+bool file_store::enqueue(stored_entry e) {
+  background::clock::time_point when{};
+  {
+    std::lock_guard lock(memory);
+    if (!queue_locked(std::move(e))) return false;
+    when = exiting ? background::clock::time_point::min() : not_before;
+  }
+  background::wake(*this, when);  // after memory is released (background.cpp's lock rule)
+  return true;
+}
+
+bool file_store::queue_locked(stored_entry e) {
+  key_tuple k = tie_key(e.key);
+  if (!open || mode == cache_file_mode::frozen) return false;
+  // The rule the write applies against the disk (plan_merge.cpp), applied to what lookups see here.
+  if (const stored_entry* there = table.exact(e.key); there && !replaces_in_file(e, *there)) return false;
+  table.put(e);
+  ++stored;
+  if (!writable) return true;
+  const bool first = pending.empty();
+  pending.insert_or_assign(std::move(k), std::move(e));
+  const auto soon = steady::now() + batch_delay;
+  if (first && not_before < soon) not_before = soon;
+  return true;
+}
+
+}  // namespace launchfit::detail::plan_file

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: MIT
+// Leases on a plan's tuning in Redis (lease.hpp), and the remote layer's lease operations through them.
+
+#include "lease.hpp"
+
+#include <chrono>
+#include <memory>
+
+#include "remote_layer.hpp"
+
+namespace launchfit::detail {
+namespace {
+
+using redis::reply;
+
+// Deletes the lease only while it holds the owner's token: a lease that expired and was taken by another
+// owner is never deleted by the first. 1: deleted; 0: not the owner's.
+constexpr std::string_view release_script =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
+    "return 0\n";
+
+constexpr unsigned connect_ms = 100;
+constexpr unsigned op_ms = 200;
+
+lease_answer failed(layer_failure f) {
+  lease_answer a;
+  a.status = lease_status::failed;
+  a.failure = f;
+  return a;
+}
+
+// An owner token is printable ASCII within its bound: what a store answers beyond that is not one.
+bool plausible_owner(const std::string& s) {
+  if (s.empty() || s.size() > max_lease_owner_bytes) return false;
+  for (const unsigned char c : s)
+    if (c < 0x21 || c > 0x7e) return false;
+  return true;
+}
+
+// One connection for one operation, within the remote store's bounds.
+template <class OnFailure, class Op>
+auto on_connection(const remote_url& url, OnFailure on_failure, Op op) -> decltype(op(redis_exchange{})) {
+  const auto start = redis::clock::now();
+  store_failure failure;
+  std::unique_ptr<redis::connection> c = connect_store(url, start + std::chrono::milliseconds(connect_ms),
+                                                       start + std::chrono::milliseconds(op_ms), failure);
+  if (!c) return on_failure(layer_failure_of(failure.kind));
+  const redis_exchange exchange = [&](const std::vector<redis::command>& cmds, std::vector<reply>& replies) {
+    std::string why;
+    const redis::fault f =
+        c->exchange(cmds, replies, redis::clock::now() + std::chrono::milliseconds(op_ms), {}, why);
+    return f == redis::fault::none ? store_failure{} : store_failure{fault_of(f), why};
+  };
+  return op(exchange);
+}
+
+}  // namespace
+
+std::string lease_key(const stored_key& k) {
+  const std::string key = remote_key(k);
+  constexpr std::string_view launchfit = "launchfit:";
+  if (key.compare(0, launchfit.size(), launchfit) != 0) return {};
+  return lease_key_prefix + key.substr(launchfit.size());
+}
+
+lease_answer redis_take_lease(const redis_exchange& exchange, const std::string& lease_key,
+                              const std::string& owner, std::uint64_t ttl_ms) {
+  if (lease_key.empty() || !plausible_owner(owner) || ttl_ms == 0) return failed(layer_failure::refused);
+  std::vector<reply> r;
+  const store_failure f = exchange({{"SET", lease_key, owner, "NX", "PX", std::to_string(ttl_ms)},
+                                    {"GET", lease_key},
+                                    {"PTTL", lease_key}},
+                                   r);
+  if (f) return failed(layer_failure_of(f.kind));
+  if (r.size() != 3) return failed(layer_failure::protocol);
+  lease_answer a;
+  if (r[0].type == reply::kind::status) {
+    a.status = lease_status::taken;
+    return a;
+  }
+  if (r[0].type != reply::kind::nil) return failed(layer_failure_of(store_fault::refused));  // an error reply
+  a.status = lease_status::held;
+  if (r[1].type == reply::kind::string && plausible_owner(r[1].text)) a.holder = r[1].text;
+  if (r[2].type == reply::kind::integer && r[2].integer >= 0) a.remaining_ms = r[2].integer;
+  return a;
+}
+
+lease_answer redis_release_lease(const redis_exchange& exchange, const std::string& lease_key,
+                                 const std::string& owner) {
+  if (lease_key.empty() || !plausible_owner(owner)) return failed(layer_failure::refused);
+  std::vector<reply> r;
+  const store_failure f = exchange({{"EVAL", std::string(release_script), "1", lease_key, owner}}, r);
+  if (f) return failed(layer_failure_of(f.kind));
+  if (r.size() != 1 || r[0].type != reply::kind::integer) return failed(layer_failure::protocol);
+  lease_answer a;
+  a.status = r[0].integer == 1 ? lease_status::released : lease_status::not_owner;
+  return a;
+}
+
+std::vector<lease_poll> redis_poll_leases(const redis_exchange& exchange,
+                                          const std::vector<std::pair<std::string, stored_key>>& items) {
+  std::vector<lease_poll> out(items.size());
+  std::vector<redis::command> cmds;
+  std::vector<std::string> keys;
+  for (const auto& [lease, key] : items) {
+    keys.push_back(remote_key(key));
+    cmds.push_back(read_value_command(keys.back()));
+    cmds.push_back({"EXISTS", lease});
+  }
+  if (cmds.empty()) return out;
+  std::vector<reply> r;
+  const store_failure f = exchange(cmds, r);
+  if (f || r.size() != cmds.size()) {
+    for (lease_poll& p : out) p.failure = f ? layer_failure_of(f.kind) : layer_failure::protocol;
+    return out;
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const reply& value = r[2 * i];
+    const reply& exists = r[2 * i + 1];
+    if (value.type == reply::kind::string) {
+      std::string why;
+      // Untrusted like any lookup's value: the one check every reader and writer applies.
+      out[i].published = parse_remote_value(value.text, keys[i], why);
+    }
+    out[i].held = exists.type == reply::kind::integer && exists.integer > 0;
+    if (exists.type == reply::kind::error) out[i].failure = layer_failure::protocol;
+  }
+  return out;
+}
+
+lease_answer redis_take_lease(const remote_url& url, const std::string& lease_key, const std::string& owner,
+                              std::uint64_t ttl_ms) {
+  return on_connection(
+      url, failed, [&](const redis_exchange& x) { return redis_take_lease(x, lease_key, owner, ttl_ms); });
+}
+
+lease_answer redis_release_lease(const remote_url& url, const std::string& lease_key,
+                                 const std::string& owner) {
+  return on_connection(url, failed,
+                       [&](const redis_exchange& x) { return redis_release_lease(x, lease_key, owner); });
+}
+
+std::vector<lease_poll> redis_poll_leases(const remote_url& url,
+                                          const std::vector<std::pair<std::string, stored_key>>& items) {
+  const auto all_failed = [&](layer_failure f) {
+    return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, f});
+  };
+  return on_connection(url, all_failed, [&](const redis_exchange& x) { return redis_poll_leases(x, items); });
+}
+
+// ---- the remote layer's leases ----------------------------------------------------------------------------
+
+// A store dead for the process takes no leases: every process then decides alone, as without a store.
+lease_answer redis_store::take_lease(const std::string& lease_key, const std::string& owner,
+                                     std::uint64_t ttl_ms) {
+  if (stats().dead) return failed(layer_failure::refused);
+  return redis_take_lease(url(), lease_key, owner, ttl_ms);
+}
+
+lease_answer redis_store::release_lease(const std::string& lease_key, const std::string& owner) {
+  if (stats().dead) return failed(layer_failure::refused);
+  return redis_release_lease(url(), lease_key, owner);
+}
+
+std::vector<lease_poll> redis_store::poll_leases(
+    const std::vector<std::pair<std::string, stored_key>>& items) {
+  if (stats().dead)
+    return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, layer_failure::refused});
+  return redis_poll_leases(url(), items);
+}
+
+}  // namespace launchfit::detail

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+// What one tuning measured and whether it may be shared (tuning_record.hpp).
+
+#include "tuning_record.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace launchfit::detail {
+
+tuning_record::key tuning_record::key_of(const plan& p) {
+  return {p.block.x, p.block.y, p.block.z, p.blocks_per_sm, p.full_grid};
+}
+
+void tuning_record::set_trial_gate(std::function<bool()> gate) {
+  std::lock_guard<std::mutex> lock(m_);
+  gate_ = std::move(gate);
+  gate_answer_ = -1;
+}
+
+bool tuning_record::allow_trial() {
+  std::lock_guard<std::mutex> lock(m_);
+  if (gate_answer_ < 0) gate_answer_ = !gate_ || gate_() ? 1 : 0;
+  return gate_answer_ == 1;
+}
+
+bool tuning_record::trials_refused() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return gate_answer_ == 0;
+}
+
+void tuning_record::before_trial() {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    if (read_before_) return;
+    read_before_ = true;
+  }
+  // Busy before: in the last second's samples.
+  const std::uint64_t now = nvml::now_us();
+  nvml::gpu_conditions c = read_ ? read_(now - 1000000) : nvml::gpu_conditions{};
+  if (!read_) c.unknown = "not read";
+  std::lock_guard<std::mutex> lock(m_);
+  before_ = std::move(c);
+  started_us_ = now;
+}
+
+void tuning_record::add(const plan& p, double ms) {
+  std::lock_guard<std::mutex> lock(m_);
+  ++trials_;
+  if (ms >= 0 && std::isfinite(ms)) timings_[key_of(p)].push_back(ms);
+}
+
+bool tuning_record::tuned() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return trials_ > 0;
+}
+
+std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
+  nvml::gpu_conditions before;
+  std::uint64_t since = 0;
+  std::vector<double> mine;
+  double spread = 0;
+  plan_measurement m;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    const auto it = timings_.find(key_of(chosen));
+    if (it == timings_.end() || it->second.empty()) return std::nullopt;
+    mine = it->second;
+    for (const auto& [k, ms] : timings_) {
+      if (ms.size() < 2) continue;
+      const auto [lo, hi] = std::minmax_element(ms.begin(), ms.end());
+      if (*lo > 0) spread = std::max(spread, (*hi - *lo) / *lo);
+    }
+    m.trials = trials_;
+    before = before_;
+    since = started_us_;
+  }
+  std::sort(mine.begin(), mine.end());
+  m.best_ms = mine[(mine.size() - 1) / 2];
+  m.spread = spread;
+  // Busy during the trials: the samples since the first began.
+  const nvml::gpu_conditions after = read_ ? read_(since) : nvml::gpu_conditions{};
+  std::string why = nvml::contention(before);
+  const std::string after_why = nvml::contention(after);
+  if (why.empty()) {
+    why = after_why.empty() ? "" : after_why + " while tuning";
+  } else {
+    why += " before tuning";
+  }
+  if (spread > max_shared_spread) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "re-timings spread by %.3g%%, above the %.3g%% bound", spread * 100,
+                  max_shared_spread * 100);
+    why += (why.empty() ? "" : "; ") + std::string(buf);
+  }
+  m.clean = why.empty();
+  {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "spread %.3g%%; ", spread * 100);
+    std::lock_guard<std::mutex> lock(m_);
+    conditions_text_ = buf + nvml::describe(after);
+  }
+  if (!m.clean) {
+    m.conditions = why;
+  } else if (!before.known) {
+    m.conditions = "GPU conditions unknown: " + before.unknown;
+  }
+  return m;
+}
+
+std::string tuning_record::conditions_text() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return conditions_text_;
+}
+
+tuning_record::conditions_reader gpu_conditions_reader(const device_limits& dev) {
+  return [uuid = dev.uuid](std::uint64_t since_us) { return nvml::read(uuid, since_us); };
+}
+
+std::string tuning_record::provisional_note(const plan_measurement& m) {
+  return "provisional (" + m.conditions + "): kept in the local plan file, not published to the remote store";
+}
+
+}  // namespace launchfit::detail

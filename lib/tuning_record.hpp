@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Internal: what one tuning measured, kept beside its trials (planner_tuning.cpp records every timing, the
+// plan store step turns the record into the stored plan's measurement): the timings of each candidate, the
+// GPU's conditions before the first trial and after the choice (nvml.hpp), and the rule that decides whether
+// the measurement is clean enough to share with other processes (plan_measurement::clean). Pure logic: the
+// conditions are read through a function the caller gives, so tests give theirs.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "launchfit/device.hpp"
+#include "launchfit/plan.hpp"
+#include "nvml.hpp"
+#include "plan_file_format.hpp"
+
+namespace launchfit::detail {
+
+// A measurement whose re-timings spread by more than this (max - min) / min is kept local and provisional:
+// another process's tuning could rank the plans differently.
+inline constexpr double max_shared_spread = 0.05;
+
+class tuning_record {
+ public:
+  // Reads the GPU's conditions, busy processes by their samples since a time stamp (nvml::now_us()).
+  using conditions_reader = std::function<nvml::gpu_conditions(std::uint64_t since_us)>;
+  explicit tuning_record(conditions_reader read) : read_(std::move(read)) {}
+
+  // A gate asked once, before the first trial, where trials may be refused (another process of the fleet
+  // tunes this key: tuning_lease.hpp): the gate takes the lease when the policy first asks for a trial, so
+  // a policy that never times anything never takes one. Without a gate every trial is allowed.
+  void set_trial_gate(std::function<bool()> gate);
+  // Whether trials may run: the gate's answer, asked at the first call (under the record's lock).
+  bool allow_trial();
+  // Whether the gate refused the trials.
+  bool trials_refused() const;
+
+  // One timing of a candidate as it launches (after the launch's requirements were applied); ms < 0: the
+  // candidate could not run. The first call reads the GPU's conditions before it is timed.
+  void before_trial();
+  void add(const plan& p, double ms);
+  // Whether any trial was timed.
+  bool tuned() const;
+
+  // The chosen plan's measurement: its time (the lower median of its timings, as the tuner ranked it), the
+  // spread of the re-timings (the largest (max - min) / min of a candidate timed more than once), every
+  // timing counted, and whether it is clean: no other process on the GPU and no self-slowdown, before the
+  // first trial or after the choice (the conditions are read again now), and a spread within
+  // max_shared_spread. nullopt when the chosen plan was never timed (the tuner declined, a stored plan).
+  std::optional<plan_measurement> measure(const plan& chosen);
+  // The sentence the plan's line carries for a measurement that is not clean: why it stays local.
+  static std::string provisional_note(const plan_measurement& m);
+  // What the plan's line says of every measurement: its spread and the conditions read after the choice
+  // ("spread 0.8%; 7 other processes (0 busy); SM 1980/1980 MHz; throttle 0x0"). "" before measure().
+  std::string conditions_text() const;
+
+ private:
+  using key = std::tuple<unsigned, unsigned, unsigned, int, bool>;  // block x, y, z, blocks/SM, full grid
+  static key key_of(const plan& p);
+
+  conditions_reader read_;
+  mutable std::mutex m_;
+  std::function<bool()> gate_;
+  int gate_answer_ = -1;  // -1: not asked yet; 0: refused; 1: allowed
+  bool read_before_ = false;
+  nvml::gpu_conditions before_;
+  std::uint64_t started_us_ = 0;  // when the first trial began
+  std::string conditions_text_;
+  std::map<key, std::vector<double>> timings_;
+  std::uint32_t trials_ = 0;
+};
+
+// The reader of the launch's GPU's conditions (NVML, by the device's UUID).
+tuning_record::conditions_reader gpu_conditions_reader(const device_limits& dev);
+
+}  // namespace launchfit::detail

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+// Misuse of a spec's types, one case per LAUNCHFIT_MISUSE value: each must fail to compile at its marked line
+// (compile-fail.cmake checks the line). Without LAUNCHFIT_MISUSE the file compiles: the failures are the
+// cases'.
+
+#include <launchfit/base.hpp>
+#include <string>
+
+namespace lf = launchfit;
+
+namespace {
+
+struct not_a_stream {
+  int get() const { return 0; }  // a get() that gives no cudaStream_t
+};
+
+[[maybe_unused]] void misuse(float f, double d) {
+  (void)f;
+  (void)d;
+#if LAUNCHFIT_MISUSE == 1
+  (void)lf::fixed({f, 2.0});  // MISUSE 1: floating-point block dimensions
+#elif LAUNCHFIT_MISUSE == 2
+  (void)lf::max_occupancy().items({d, 16});  // MISUSE 2: floating-point work sizes
+#elif LAUNCHFIT_MISUSE == 3
+  (void)lf::max_occupancy().on(42);  // MISUSE 3: an integer is no stream
+#elif LAUNCHFIT_MISUSE == 4
+  (void)lf::max_occupancy().on(not_a_stream{});  // MISUSE 4: get() gives no cudaStream_t
+#elif LAUNCHFIT_MISUSE == 5
+  constexpr lf::dims negative{-1, 2};  // MISUSE 5: a negative dimension in a constant expression
+#elif LAUNCHFIT_MISUSE == 6
+  (void)lf::fixed({1, 2, 3, 4});  // MISUSE 6: dims have three components
+#elif LAUNCHFIT_MISUSE == 7
+  (void)lf::max_occupancy().grid({true, 2});  // MISUSE 7: a bool is no dimension
+#elif LAUNCHFIT_MISUSE == 8
+  const lf::dims from_extent = lf::extent{64, 64};  // MISUSE 8: a work extent is not a block or grid
+#elif LAUNCHFIT_MISUSE == 9
+  (void)lf::max_occupancy().on(std::string("stream"));  // MISUSE 9: a stream's name is no stream
+#elif LAUNCHFIT_MISUSE == 10
+  constexpr lf::dims too_large{std::size_t{1} << 33};  // MISUSE 10: above 2^32 - 1 in a constant expression
+#endif
+}
+
+}  // namespace
+
+int main() { return 0; }

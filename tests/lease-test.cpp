@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: MIT
+// One tuner per plan (lib/store/lease.hpp, lib/tuning_lease.hpp) against a real redis-server
+// (LAUNCHFIT_TEST_REDIS=redis://127.0.0.1:PORT, started by tests/run.sh; skipped without one): a lease is
+// taken by one owner and honoured by every other; it is released only by its owner; a holder killed with
+// SIGKILL costs the others its lease time, then one of them takes it; a process that finds the lease held
+// watches the key from the background queue and adopts the plan once published, or takes the lease once it
+// ended without one. Without a server: the typed failure of an unreachable store (fail open).
+
+#include "store/lease.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launchfit/cache.hpp"
+#include "launchfit/kernel.hpp"
+#include "plan_inputs.hpp"
+#include "raw_redis.hpp"
+#include "store/chain.hpp"
+#include "store/kv_scheme.hpp"
+#include "store/remote_layer.hpp"
+#include "store_samples.hpp"
+#include "tuning_lease.hpp"
+
+namespace lf = launchfit;
+namespace ld = launchfit::detail;
+using launchfit_test::raw_redis;
+
+namespace {
+
+constexpr const char* lease_policy = "autotune(max_trials=64)";
+
+lf::stored_key key(const std::string& what, std::uint64_t bucket = 0) {
+  return launchfit_test::sample_key(launchfit_test::unique_model("Lease GPU", what), 0, bucket, lease_policy);
+}
+
+ld::stored_entry tuned_entry(const lf::stored_key& k, int block) {
+  return ld::stored_entry{k, launchfit_test::sample_plan(block, lease_policy, "tuned elsewhere"),
+                          1700000000000, 0};
+}
+
+// Waits for `done` to hold, checking every 5 ms, at most `limit`: the condition is the synchronisation (a
+// lease's expiry in the server, the watcher's next poll), the limit only ends a broken test.
+bool eventually(const std::function<bool()>& done, std::chrono::seconds limit = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A test's key starts empty, so that --gtest_repeat and a shared server find no lease or plan of a run
+// before.
+void fresh(raw_redis& raw, const lf::stored_key& k) {
+  raw.command({"DEL", ld::lease_key(k), ld::remote_key(k)});
+}
+
+ld::redis_store store_at(const ld::remote_url& url) {
+  ld::remote_options o;
+  o.url = url;
+  o.connect_timeout_ms = 2000;  // generous: a loaded test host must not fail the store open
+  o.op_timeout_ms = 2000;
+  return ld::redis_store(o);
+}
+
+}  // namespace
+
+TEST(LeaseKey, NamesThePlanKeyAndNeverMatchesAPlanScan) {
+  const lf::stored_key k = key("scheme");
+  const std::string plan_key = ld::remote_key(k);
+  const std::string lease = ld::lease_key(k);
+  EXPECT_EQ(lease, "launchfit:lease:" + plan_key.substr(std::string("launchfit:").size()));
+  EXPECT_EQ(lease.rfind(std::string(ld::remote_key_base), 0), std::string::npos);
+  EXPECT_FALSE(ld::is_remote_key(lease));
+  EXPECT_NE(ld::lease_key(key("scheme", 5)), lease);  // one lease per size bucket
+  lf::stored_key no_model = k;
+  no_model.device_name.clear();
+  EXPECT_EQ(ld::lease_key(no_model), "");  // never shared, never leased
+}
+
+TEST(LeaseOwner, IsPrintableAndNamesThisProcess) {
+  const std::string owner = ld::lease_owner();
+  EXPECT_LE(owner.size(), ld::max_lease_owner_bytes);
+  EXPECT_NE(owner.find(":" + std::to_string(::getpid()) + ":"), std::string::npos) << owner;
+  for (const unsigned char c : owner) EXPECT_TRUE(c > 0x20 && c < 0x7f) << owner;
+}
+
+TEST(Lease, AnUnreachableStoreFailsTyped) {
+  ld::remote_url nowhere;
+  nowhere.host = "127.0.0.1";
+  nowhere.port = 1;  // nothing listens there
+  const ld::lease_answer a = ld::redis_take_lease(nowhere, "launchfit:lease:x", "me:1:0", 1000);
+  EXPECT_EQ(a.status, ld::lease_status::failed);
+  EXPECT_EQ(a.failure, ld::layer_failure::io);
+}
+
+TEST(Lease, TheFileLayerHoldsNone) {
+  const ld::lease_answer a = ld::file_layer().take_lease("launchfit:lease:x", "me:1:0", 1000);
+  EXPECT_EQ(a.status, ld::lease_status::unsupported);
+}
+
+TEST(Lease, TakenByOneOwnerAndHonouredByAnother) {
+  NEEDS_REDIS(url);
+  ld::redis_store store = store_at(*url);
+  raw_redis raw(url->host, url->port, url->db);
+  fresh(raw, key("taken"));
+  const std::string lease = ld::lease_key(key("taken"));
+  const ld::lease_answer a = store.take_lease(lease, "host-a:1:00000000000000aa", 5000);
+  EXPECT_EQ(a.status, ld::lease_status::taken);
+  const ld::lease_answer b = store.take_lease(lease, "host-b:2:00000000000000bb", 5000);
+  EXPECT_EQ(b.status, ld::lease_status::held);
+  EXPECT_EQ(b.holder, "host-a:1:00000000000000aa");
+  EXPECT_GT(b.remaining_ms, 0);
+  EXPECT_LE(b.remaining_ms, 5000);
+  // The same owner asking again does not take it twice either: a lease is one SET NX.
+  EXPECT_EQ(store.take_lease(lease, "host-a:1:00000000000000aa", 5000).status, ld::lease_status::held);
+  const auto ttl = raw.command({"PTTL", lease});
+  EXPECT_GT(std::stoll(ttl.text), 0);  // it expires: a dead holder costs its lease time at most
+}
+
+TEST(Lease, ReleasedOnlyByItsOwner) {
+  NEEDS_REDIS(url);
+  ld::redis_store store = store_at(*url);
+  raw_redis raw(url->host, url->port, url->db);
+  fresh(raw, key("release"));
+  const std::string lease = ld::lease_key(key("release"));
+  ASSERT_EQ(store.take_lease(lease, "host-a:1:00000000000000aa", 5000).status, ld::lease_status::taken);
+  EXPECT_EQ(store.release_lease(lease, "host-b:2:00000000000000bb").status, ld::lease_status::not_owner);
+  EXPECT_EQ(raw.command({"GET", lease}).text, "host-a:1:00000000000000aa");  // still A's
+  EXPECT_EQ(store.release_lease(lease, "host-a:1:00000000000000aa").status, ld::lease_status::released);
+  EXPECT_EQ(raw.command({"EXISTS", lease}).text, "0");
+  // Released twice: nothing of anyone's is deleted.
+  ASSERT_EQ(store.take_lease(lease, "host-b:2:00000000000000bb", 5000).status, ld::lease_status::taken);
+  EXPECT_EQ(store.release_lease(lease, "host-a:1:00000000000000aa").status, ld::lease_status::not_owner);
+  EXPECT_EQ(raw.command({"GET", lease}).text, "host-b:2:00000000000000bb");
+}
+
+TEST(Lease, APollReadsThePublishedPlanAndWhetherTheLeaseIsHeld) {
+  NEEDS_REDIS(url);
+  ld::redis_store store = store_at(*url);
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("poll");
+  fresh(raw, k);
+  const std::string lease = ld::lease_key(k);
+  ASSERT_EQ(store.take_lease(lease, "host-a:1:00000000000000aa", 5000).status, ld::lease_status::taken);
+  auto polled = store.poll_leases({{lease, k}});
+  ASSERT_EQ(polled.size(), 1u);
+  EXPECT_TRUE(polled[0].held);
+  EXPECT_FALSE(polled[0].published);
+  // A forged value is no plan: refused as a lookup refuses it.
+  raw.command({"SET", ld::remote_key(k), "{\"format\": \"launchfit-plan-cache\"}"});
+  polled = store.poll_leases({{lease, k}});
+  EXPECT_FALSE(polled[0].published);
+  raw.command({"SET", ld::remote_key(k), ld::remote_value(tuned_entry(k, 256))});
+  raw.command({"DEL", lease});
+  polled = store.poll_leases({{lease, k}});
+  EXPECT_FALSE(polled[0].held);
+  ASSERT_TRUE(polled[0].published);
+  EXPECT_EQ(polled[0].published->plan.block_threads, 256);
+}
+
+// The process's side: a lease held by another process is honoured (no tuning turn), the key watched from
+// the background queue, and the plan adopted once published, the plan inputs changed so that the next
+// launch of the key plans again and finds it.
+TEST(TuningLease, AWaiterAdoptsThePlanOncePublished) {
+  NEEDS_REDIS(url);
+  lf::set_remote_store(url->text);
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("adopt");
+  fresh(raw, k);
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("launchfit-lease-test-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::filesystem::remove(file);
+  lf::set_cache_file(file);
+  const std::string lease = ld::lease_key(k);
+  ASSERT_EQ(raw.command({"SET", lease, "tuner-host:4242:00000000000000cc", "PX", "60000"}).text, "OK");
+  ld::tuning_lease t = ld::tuning_lease::take(k);
+  ASSERT_EQ(t.what(), ld::tuning_lease::turn::wait);
+  EXPECT_EQ(t.holder(), "tuner-host:4242:00000000000000cc");
+  const ld::lease_watch_stats before = ld::lease_watch_statistics();
+  const std::uint64_t generation = ld::plan_inputs_generation();
+  t.watch();
+  // Held, nothing published: the watcher polls and adopts nothing (and a miss asks no store again).
+  ASSERT_TRUE(eventually([&] { return ld::lease_watch_statistics().polls >= before.polls + 2; }));
+  EXPECT_FALSE(ld::adopted_plan(k));
+  EXPECT_EQ(ld::lease_watch_statistics().adopted, before.adopted);
+  EXPECT_EQ(ld::tuning_lease::take(k).what(), ld::tuning_lease::turn::wait);
+  // The tuner publishes, then releases.
+  raw.command({"SET", ld::remote_key(k), ld::remote_value(tuned_entry(k, 384))});
+  raw.command({"DEL", lease});
+  ASSERT_TRUE(eventually([&] { return ld::adopted_plan(k).has_value(); }));
+  EXPECT_EQ(ld::adopted_plan(k)->block_threads, 384);
+  // Backfilled: the local file keeps the adopted plan, its origin recorded, for a store restarted empty.
+  ASSERT_TRUE(lf::flush_cache_file());
+  const std::vector<ld::stored_entry> in_file = ld::file_layer().find(k);
+  ASSERT_EQ(in_file.size(), 1u);
+  EXPECT_EQ(in_file[0].plan.block_threads, 384);
+  EXPECT_EQ(in_file[0].origin, "redis");
+  lf::close_cache_file();
+  std::filesystem::remove(file);
+  EXPECT_EQ(ld::adopted_plan(k)->match, "remote");
+  EXPECT_GT(ld::plan_inputs_generation(), generation);
+  EXPECT_EQ(ld::lease_watch_statistics().adopted, before.adopted + 1);
+  lf::close_remote_store();
+}
+
+// A lease that ends with nothing published (the tuner kept a noisy measurement local, or died) lets the next
+// miss take it: the watcher changes the plan inputs and stops watching.
+TEST(TuningLease, ALeaseEndedWithoutAPlanIsTakenByTheNextMiss) {
+  NEEDS_REDIS(url);
+  lf::set_remote_store(url->text);
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("ended");
+  fresh(raw, k);
+  const std::string lease = ld::lease_key(k);
+  ASSERT_EQ(raw.command({"SET", lease, "tuner-host:4243:00000000000000dd", "PX", "60000"}).text, "OK");
+  ld::tuning_lease waiting = ld::tuning_lease::take(k);
+  ASSERT_EQ(waiting.what(), ld::tuning_lease::turn::wait);
+  const ld::lease_watch_stats before = ld::lease_watch_statistics();
+  const std::uint64_t generation = ld::plan_inputs_generation();
+  waiting.watch();
+  raw.command({"DEL", lease});
+  ASSERT_TRUE(eventually([&] { return ld::lease_watch_statistics().expired > before.expired; }));
+  EXPECT_GT(ld::plan_inputs_generation(), generation);
+  EXPECT_FALSE(ld::adopted_plan(k));
+  {
+    ld::tuning_lease mine = ld::tuning_lease::take(k);
+    ASSERT_EQ(mine.what(), ld::tuning_lease::turn::tune);
+    EXPECT_EQ(raw.command({"GET", lease}).text, ld::lease_owner());
+    mine.publish_and_release(0);
+    EXPECT_EQ(raw.command({"EXISTS", lease}).text, "0");
+  }
+  {
+    // A tuning that ends without publishing (it threw) gives the lease back too.
+    ld::tuning_lease mine = ld::tuning_lease::take(k);
+    ASSERT_EQ(mine.what(), ld::tuning_lease::turn::tune);
+  }
+  EXPECT_EQ(raw.command({"EXISTS", lease}).text, "0");
+  lf::close_remote_store();
+}
+
+// A holder killed with SIGKILL never releases: the others wait its lease time, then one takes the lease.
+TEST(TuningLease, AHolderKilledCostsItsLeaseTime) {
+  NEEDS_REDIS(url);
+  lf::set_remote_store(url->text);
+  const lf::stored_key k = key("killed");
+  {
+    raw_redis raw(url->host, url->port, url->db);
+    fresh(raw, k);
+  }
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ld::set_lease_ms_for_tests(1500);
+    ld::tuning_lease t = ld::tuning_lease::take(k);
+    const char c = t.what() == ld::tuning_lease::turn::tune ? 'T' : 'F';
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();  // tuning for ever, until killed
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'T') << "the child did not get the lease";
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ::close(ready[0]);
+  ::close(ready[1]);
+  // Held by the dead child for the rest of its lease time: honoured.
+  ld::tuning_lease first = ld::tuning_lease::take(k);
+  ASSERT_EQ(first.what(), ld::tuning_lease::turn::wait);
+  EXPECT_NE(first.holder().find(":" + std::to_string(child) + ":"), std::string::npos) << first.holder();
+  EXPECT_LE(first.remaining_ms(), 1500);
+  // Then free: this process tunes.
+  std::optional<ld::tuning_lease::turn> turn;
+  ASSERT_TRUE(eventually([&] {
+    ld::tuning_lease t = ld::tuning_lease::take(k);
+    turn = t.what();
+    if (t.what() == ld::tuning_lease::turn::tune) t.publish_and_release(0);
+    return turn == ld::tuning_lease::turn::tune;
+  })) << "last turn "
+      << static_cast<int>(*turn) << ", holder " << ld::tuning_lease::take(k).holder();
+  lf::close_remote_store();
+}
+
+// A process whose lookup answered from what it remembered of an earlier read may take a lease whose plan was
+// published meanwhile: holding it, it reads the key once, adopts the plan and releases the lease instead of
+// tuning again.
+TEST(TuningLease, AHolderThatFindsThePlanPublishedAdoptsItInsteadOfTuning) {
+  NEEDS_REDIS(url);
+  lf::set_remote_store(url->text);
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("published");
+  fresh(raw, k);
+  {
+    ld::tuning_lease nothing_yet = ld::tuning_lease::take(k);
+    ASSERT_EQ(nothing_yet.what(), ld::tuning_lease::turn::tune);
+    EXPECT_FALSE(nothing_yet.adopt_if_published());  // nothing published: this process tunes
+    EXPECT_EQ(nothing_yet.what(), ld::tuning_lease::turn::tune);
+  }
+  raw.command({"SET", ld::remote_key(k), ld::remote_value(tuned_entry(k, 192))});
+  ld::tuning_lease t = ld::tuning_lease::take(k);
+  ASSERT_EQ(t.what(), ld::tuning_lease::turn::tune);
+  EXPECT_TRUE(t.adopt_if_published());
+  EXPECT_EQ(t.what(), ld::tuning_lease::turn::alone);
+  EXPECT_EQ(raw.command({"EXISTS", ld::lease_key(k)}).text, "0");  // released at once
+  ASSERT_TRUE(ld::adopted_plan(k));
+  EXPECT_EQ(ld::adopted_plan(k)->block_threads, 192);
+  lf::close_remote_store();
+}

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: MIT
+// Specs as CUDA programs write them, compiled by nvcc (which makes a narrowing conversion in braces an
+// error): block, grid and work dimensions from int, unsigned and size_t variables, dim3 wherever dims go, and
+// every stream handle in .on(). Compiling is most of the test; it runs on the CPU and checks what the specs
+// hold, and that a value that does not fit is refused, naming it, never wrapped.
+
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cuda/stream_ref>
+#include <string>
+
+#include "launchfit/base.hpp"
+#include "launchfit/error.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+static_assert(lf::dims{16, 16}.count() == 256, "dims from int literals are constant expressions");
+static_assert(lf::dims{dim3(8, 4, 2)}.count() == 64, "and from a dim3");
+constexpr lf::dims constant_block{std::size_t{32}, 8u, 1};
+static_assert(constant_block.x == 32 && constant_block.y == 8, "mixed integer types in one list");
+
+template <class T>
+class SpecTypes : public testing::Test {};
+using integer_types = testing::Types<int, unsigned, std::size_t, long long, unsigned short>;
+TYPED_TEST_SUITE(SpecTypes, integer_types);
+
+TYPED_TEST(SpecTypes, BlockGridAndWorkDimensionsFromVariables) {
+  const TypeParam bx = 16, by = 8, bz = 2, gx = 40, gy = 30, nx = 1000, ny = 700, nz = 3;
+  const auto two = lf::fixed({bx, by}).policy_value().parameters();
+  EXPECT_EQ(two.bx, 16);
+  EXPECT_EQ(two.by, 8);
+  EXPECT_EQ(two.bz, 1);
+  EXPECT_EQ(two.gx, 0);  // from the work
+  const auto three = lf::fixed({bx, by, bz}, {gx, gy}).policy_value().parameters();
+  EXPECT_EQ(three.bz, 2);
+  EXPECT_EQ(three.gx, 40);
+  EXPECT_EQ(three.gy, 30);
+  EXPECT_EQ(three.gz, 1);
+  const auto grid = lf::max_occupancy().grid({gx, gy}).work_shape();
+  EXPECT_EQ(grid.kind, lf::work::shape::grid);
+  EXPECT_EQ(grid.grid, (lf::dims{40u, 30u, 1u}));
+  const auto items2 = lf::max_occupancy().items({nx, ny}).work_shape();
+  EXPECT_EQ(items2.rank, 2);
+  EXPECT_EQ(items2.n, 1000u);
+  EXPECT_EQ(items2.ny, 700u);
+  const auto items3 = lf::fixed({bx, by}).items({nx, ny, nz}).work_shape();
+  EXPECT_EQ(items3.rank, 3);
+  EXPECT_EQ(items3.nz, 3u);
+  const auto one = lf::fixed(bx).items(nx).work_shape();
+  EXPECT_EQ(one.n, 1000u);
+  EXPECT_EQ(lf::fixed(bx, gx).policy_value().parameters().grid, 40);
+  EXPECT_EQ(lf::max_occupancy().grid_stride(nx).work_shape().n, 1000u);
+  // On a named spec too (the & setters).
+  auto named = lf::cooperative();
+  named.grid({gx, gy}).cluster({TypeParam{2}, TypeParam{1}});
+  EXPECT_EQ(named.work_shape().grid, (lf::dims{40u, 30u, 1u}));
+  EXPECT_EQ(named.cluster_dims(), (lf::dims{2u, 1u, 1u}));
+}
+
+TEST(SpecTypes, MixedIntegerTypesInOneList) {
+  const int bx = 32;
+  const std::size_t by = 4;
+  const unsigned gx = 7;
+  const long long ny = 1 << 20;
+  const auto p = lf::fixed({bx, by}, {gx}).policy_value().parameters();
+  EXPECT_EQ(p.bx, 32);
+  EXPECT_EQ(p.by, 4);
+  EXPECT_EQ(p.gx, 7);
+  EXPECT_EQ(lf::max_occupancy().items({bx, ny}).work_shape().ny, std::uint64_t{1} << 20);
+}
+
+TEST(SpecTypes, Dim3WhereverDimsGo) {
+  const dim3 block(16, 8), grid(40, 30, 2), cluster(2);
+  const auto p = lf::fixed(block, grid).policy_value().parameters();
+  EXPECT_EQ(p.bx, 16);
+  EXPECT_EQ(p.by, 8);
+  EXPECT_EQ(p.bz, 1);
+  EXPECT_EQ(p.gx, 40);
+  EXPECT_EQ(p.gz, 2);
+  EXPECT_EQ(lf::fixed(dim3(256)).policy_value().parameters().bx, 256);
+  const auto s = lf::max_occupancy().grid(grid).cluster(cluster);
+  EXPECT_EQ(s.work_shape().grid, (lf::dims{40u, 30u, 2u}));
+  EXPECT_EQ(s.cluster_dims(), (lf::dims{2u, 1u, 1u}));
+  const lf::dims from_uint3 = make_uint3(3, 4, 5);
+  EXPECT_EQ(from_uint3, (lf::dims{3u, 4u, 5u}));
+  const lf::dims from_int3 = make_int3(3, 4, 5);
+  EXPECT_EQ(from_int3.count(), 60u);
+  EXPECT_EQ(lf::dims(dim3(7, 1, 1)), lf::dims(7));
+}
+
+TEST(SpecTypes, EveryStreamHandleInOn) {
+  const auto s = reinterpret_cast<cudaStream_t>(std::uintptr_t{0x5a5a0});
+  const auto cu = reinterpret_cast<CUstream>(std::uintptr_t{0x5a5b0});
+  EXPECT_EQ(lf::max_occupancy().on(s).stream(), s);
+  EXPECT_EQ(lf::max_occupancy().on(cu).stream(), reinterpret_cast<cudaStream_t>(cu));
+  const cuda::stream_ref ref(s);
+  EXPECT_EQ(lf::max_occupancy().on(ref).stream(), s);
+  EXPECT_EQ(lf::fixed(128).items(10).on(cuda::stream_ref(cu)).stream(), reinterpret_cast<cudaStream_t>(cu));
+  auto named = lf::bytes_in_flight(16);
+  named.on(ref);
+  EXPECT_EQ(named.stream(), s);
+  EXPECT_EQ(lf::max_occupancy().on(0).stream(), nullptr);  // the file's default stream, as <<<>>>
+  EXPECT_EQ(lf::max_occupancy().on(nullptr).stream(), nullptr);
+}
+
+// A value that does not fit is refused with launchfit::error naming it: never wrapped into a huge dimension.
+std::string refusal(void (*f)()) {
+  try {
+    f();
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.code(), lf::errc::invalid_argument) << e.what();
+    return e.message();
+  }
+  ADD_FAILURE() << "accepted";
+  return {};
+}
+
+volatile int minus_one = -1;  // run-time values: a constant would not compile
+volatile long long minus_five = -5;
+volatile std::size_t eight_g = std::size_t{1} << 33;
+volatile unsigned three_g = 3000000000u;
+
+TEST(SpecTypes, NegativeOrOutOfRangeValuesAreRefusedNamingThem) {
+  EXPECT_EQ(refusal([] { (void)lf::fixed({minus_one, 4}); }), "dims x = -1 is negative");
+  EXPECT_EQ(refusal([] { (void)lf::fixed({16, 16}, {4, minus_one}); }), "dims y = -1 is negative");
+  EXPECT_EQ(refusal([] { (void)lf::max_occupancy().grid({std::size_t{eight_g}}); }),
+            "dims x = 8589934592 is above 4294967295");
+  EXPECT_EQ(refusal([] {
+              (void)lf::max_occupancy().items({int{minus_one}, 16});
+            }),
+            "items nx = -1 is negative");
+  EXPECT_EQ(refusal([] {
+              (void)lf::max_occupancy().items({16, 16, static_cast<long long>(minus_five)});
+            }),
+            "items nz = -5 is negative");
+  EXPECT_EQ(refusal([] { (void)lf::max_occupancy().items(int{minus_one}); }), "items n = -1 is negative");
+  EXPECT_EQ(refusal([] { (void)lf::max_occupancy().grid_stride(static_cast<long long>(minus_five)); }),
+            "grid_stride n = -5 is negative");
+  EXPECT_EQ(refusal([] {
+              (void)lf::fixed({unsigned{three_g}, 1u});
+            }),
+            "fixed block x = 3000000000 is above 2147483647");
+  EXPECT_EQ(refusal([] { (void)lf::fixed(std::size_t{eight_g}); }),
+            "fixed block = 8589934592 is above 2147483647");
+  EXPECT_EQ(refusal([] { (void)lf::max_occupancy().cluster(make_int3(minus_one, 1, 1)); }),
+            "dims x = -1 is negative");
+}
+
+}  // namespace

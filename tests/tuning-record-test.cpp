@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT
+// What a tuning measured and whether it may be shared (lib/tuning_record.hpp), with injected timings and
+// injected GPU conditions: a measurement under contention, with a spread above the bound, or both stays local
+// and says why; a clean one is shared; unknown conditions are recorded, not a reason to keep a plan local.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tuning_record.hpp"
+
+namespace lf = launchfit;
+using launchfit::detail::max_shared_spread;
+using launchfit::detail::plan_measurement;
+using launchfit::detail::tuning_record;
+namespace nvml = launchfit::detail::nvml;
+
+namespace {
+
+lf::plan plan_of(unsigned block, int bps) {
+  lf::plan p;
+  p.block = lf::dims{block};
+  p.block_threads = static_cast<int>(block);
+  p.blocks_per_sm = bps;
+  return p;
+}
+
+nvml::gpu_conditions quiet() {
+  nvml::gpu_conditions c;
+  c.known = true;
+  c.other_processes = 0;
+  return c;
+}
+
+nvml::gpu_conditions busy(int others) {
+  nvml::gpu_conditions c = quiet();
+  c.other_processes = others;
+  c.busy_processes = others;
+  return c;
+}
+
+// A reader that answers `before` for the first read and `after` for later ones, counting reads.
+struct scripted {
+  nvml::gpu_conditions before, after;
+  int reads = 0;
+  std::vector<std::uint64_t> since;
+  tuning_record::conditions_reader reader() {
+    return [this](std::uint64_t since_us) {
+      since.push_back(since_us);
+      return reads++ == 0 ? before : after;
+    };
+  }
+};
+
+void tune(tuning_record& r, const std::vector<std::pair<lf::plan, double>>& timings) {
+  for (const auto& [p, ms] : timings) {
+    r.before_trial();
+    r.add(p, ms);
+  }
+}
+
+}  // namespace
+
+TEST(TuningRecord, ACleanMeasurementIsShared) {
+  scripted s{quiet(), quiet()};
+  tuning_record r(s.reader());
+  tune(
+      r,
+      {{plan_of(256, 8), 1.00}, {plan_of(128, 16), 1.10}, {plan_of(256, 8), 1.01}, {plan_of(256, 8), 1.005}});
+  const auto m = r.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+  EXPECT_EQ(m->conditions, "");
+  EXPECT_DOUBLE_EQ(m->best_ms, 1.005);                             // the lower median of its three timings
+  EXPECT_EQ(r.conditions_text(), "spread 1%; 0 other processes");  // recorded even when clean
+  EXPECT_NEAR(m->spread, 0.01, 1e-12);                             // (1.01 - 1.00) / 1.00
+  EXPECT_EQ(m->trials, 4u);
+  EXPECT_EQ(s.reads, 2);  // before the first trial, after the choice
+  // Before: the last second's samples; after: those since the first trial began.
+  ASSERT_EQ(s.since.size(), 2u);
+  EXPECT_GE(s.since[1], s.since[0] + 1000000);
+}
+
+// Other processes that only hold a context do not keep a measurement local.
+TEST(TuningRecord, IdleOtherProcessesAreNoContention) {
+  nvml::gpu_conditions idle = quiet();
+  idle.other_processes = 7;
+  idle.busy_processes = 0;
+  scripted s{idle, idle};
+  tuning_record r(s.reader());
+  tune(r, {{plan_of(256, 8), 1.0}});
+  const auto m = r.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+}
+
+TEST(TuningRecord, ABusyProcessBeforeTuningKeepsItLocal) {
+  scripted s{busy(1), quiet()};
+  tuning_record r(s.reader());
+  tune(r, {{plan_of(256, 8), 1.0}});
+  const auto m = r.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->clean);
+  EXPECT_EQ(m->conditions, "1 other process busy on the GPU before tuning");
+  EXPECT_EQ(tuning_record::provisional_note(*m),
+            "provisional (1 other process busy on the GPU before tuning): kept in the local plan file, not "
+            "published "
+            "to the remote store");
+}
+
+TEST(TuningRecord, ABusyProcessWhileTuningKeepsItLocal) {
+  scripted s{quiet(), busy(3)};
+  tuning_record r(s.reader());
+  tune(r, {{plan_of(256, 8), 1.0}});
+  const auto m = r.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->clean);
+  EXPECT_EQ(m->conditions, "3 other processes busy on the GPU while tuning");
+}
+
+TEST(TuningRecord, ASpreadAboveTheBoundKeepsItLocal) {
+  scripted s{quiet(), quiet()};
+  tuning_record r(s.reader());
+  // 128x16's re-timings spread by 8%: the bound is the largest spread of any re-timed candidate.
+  tune(r,
+       {{plan_of(256, 8), 1.0}, {plan_of(128, 16), 1.00}, {plan_of(128, 16), 1.08}, {plan_of(256, 8), 1.0}});
+  const auto m = r.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->clean);
+  EXPECT_NEAR(m->spread, 0.08, 1e-12);
+  EXPECT_EQ(m->conditions, "re-timings spread by 8%, above the 5% bound");
+}
+
+TEST(TuningRecord, ASpreadWithinTheBoundIsShared) {
+  scripted s{quiet(), quiet()};
+  tuning_record r(s.reader());
+  tune(r, {{plan_of(256, 8), 1.0}, {plan_of(256, 8), 1.0 + 0.8 * max_shared_spread}});
+  const auto m = r.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+}
+
+TEST(TuningRecord, ContentionAndSpreadAreBothSaid) {
+  scripted s{busy(2), busy(2)};
+  tuning_record r(s.reader());
+  tune(r, {{plan_of(64, 32), 0.5}, {plan_of(64, 32), 0.6}});
+  const auto m = r.measure(plan_of(64, 32));
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->clean);
+  EXPECT_EQ(m->conditions,
+            "2 other processes busy on the GPU before tuning; re-timings spread by 20%, above the 5% bound");
+}
+
+TEST(TuningRecord, UnknownConditionsAreRecordedAndShared) {
+  nvml::gpu_conditions unknown;
+  unknown.unknown = "libnvidia-ml.so.1 could not be loaded (no NVIDIA driver's NVML here)";
+  scripted s{unknown, unknown};
+  tuning_record r(s.reader());
+  tune(r, {{plan_of(256, 8), 1.0}});
+  const auto m = r.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean);
+  EXPECT_EQ(m->conditions, "GPU conditions unknown: " + unknown.unknown);
+}
+
+TEST(TuningRecord, NoMeasurementForAPlanNeverTimed) {
+  scripted s{quiet(), quiet()};
+  tuning_record r(s.reader());
+  EXPECT_FALSE(r.tuned());
+  EXPECT_FALSE(r.measure(plan_of(256, 8)));
+  tune(r, {{plan_of(256, 8), 1.0}, {plan_of(512, 4), -1}});
+  EXPECT_TRUE(r.tuned());
+  EXPECT_FALSE(r.measure(plan_of(512, 4)));   // could not run
+  EXPECT_FALSE(r.measure(plan_of(128, 16)));  // never timed
+  EXPECT_EQ(s.reads, 1);                      // a measure() that finds nothing reads nothing
+}
+
+TEST(TuningRecord, ConditionsAreReadOnceBeforeTrials) {
+  scripted s{quiet(), quiet()};
+  tuning_record r(s.reader());
+  tune(r, {{plan_of(256, 8), 1.0}, {plan_of(128, 16), 1.0}, {plan_of(512, 4), 1.0}});
+  EXPECT_EQ(s.reads, 1);
+}
+
+// The trial gate (the tuning lease) is asked once, at the first trial: a refusal holds for every later trial.
+TEST(TuningRecord, TheTrialGateIsAskedOnceAtTheFirstTrial) {
+  scripted s{quiet(), quiet()};
+  tuning_record free_record(s.reader());
+  EXPECT_TRUE(free_record.allow_trial());  // no gate: every trial allowed
+  EXPECT_FALSE(free_record.trials_refused());
+
+  tuning_record r(s.reader());
+  int asked = 0;
+  r.set_trial_gate([&] {
+    ++asked;
+    return false;
+  });
+  EXPECT_FALSE(r.trials_refused());  // not asked before the first trial
+  EXPECT_EQ(asked, 0);
+  EXPECT_FALSE(r.allow_trial());
+  EXPECT_FALSE(r.allow_trial());
+  EXPECT_EQ(asked, 1);
+  EXPECT_TRUE(r.trials_refused());
+  EXPECT_FALSE(r.tuned());
+
+  tuning_record allowed(s.reader());
+  allowed.set_trial_gate([&] {
+    ++asked;
+    return true;
+  });
+  EXPECT_TRUE(allowed.allow_trial());
+  EXPECT_TRUE(allowed.allow_trial());
+  EXPECT_EQ(asked, 2);
+  EXPECT_FALSE(allowed.trials_refused());
+}
