@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: MIT
+# The API reference's structure, read from Doxygen's XML output (the docs target runs it after Doxygen):
+#   - every public header (include/launchfit/*.hpp, *.h) has a page of its own: a `/// \file` block with a
+#     summary (a file with no documented block gets no page, and Doxygen says nothing about it);
+#   - every public header belongs to a group (`\ingroup`), and no group (cmake/docs/groups.dox) is empty;
+#   - the main page (cmake/docs/mainpage.md) is there and says something.
+# Doxygen's warnings catch an undocumented name; they cannot catch these, which is why this exists.
+#   cmake -DXML_DIR=<docs>/xml -DHEADER_DIR=<launchfit>/include/launchfit [-DSTAMP=<file>] -P launchfit-docs-check.cmake
+# STAMP is written when every check passes (the docs target's output, so a failed check runs again).
+cmake_minimum_required(VERSION 3.24)
+foreach(var XML_DIR HEADER_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "launchfit-docs-check: -D${var}=... is required")
+  endif()
+endforeach()
+if(NOT EXISTS ${XML_DIR}/index.xml)
+  message(FATAL_ERROR "launchfit-docs-check: no ${XML_DIR}/index.xml (Doxygen's GENERATE_XML output)")
+endif()
+set(errors "")
+
+# The text of an element's content, tags removed and whitespace trimmed.
+function(plain_text xml out_var)
+  string(REGEX REPLACE "<[^>]*>" " " text "${xml}")
+  string(REGEX REPLACE "[ \t\r\n]+" " " text "${text}")
+  string(STRIP "${text}" text)
+  set(${out_var} "${text}" PARENT_SCOPE)
+endfunction()
+
+# A compound's own brief description: the last <briefdescription> of its file (members' come first).
+function(compound_brief xml_file out_var)
+  file(READ ${xml_file} text)
+  string(FIND "${text}" "</sectiondef>" last REVERSE)
+  if(last GREATER -1)
+    string(SUBSTRING "${text}" ${last} -1 text)
+  endif()
+  string(REGEX MATCH "<briefdescription>(.*)</briefdescription>" brief "${text}")
+  plain_text("${CMAKE_MATCH_1}" brief)
+  set(${out_var} "${brief}" PARENT_SCOPE)
+endfunction()
+
+file(READ ${XML_DIR}/index.xml index)
+string(REGEX MATCHALL "<compound refid=\"[^\"]*\" kind=\"(file|group)\">" compounds "${index}")
+
+# Files: the header each page documents (its location, launchfit/<name>), and the page's brief.
+# Groups: their members, and which files they hold.
+set(grouped_files "")
+set(documented_headers "")
+foreach(c IN LISTS compounds)
+  string(REGEX MATCH "refid=\"([^\"]*)\" kind=\"([a-z]*)\"" _ "${c}")
+  set(refid ${CMAKE_MATCH_1})
+  set(kind ${CMAKE_MATCH_2})
+  set(xml ${XML_DIR}/${refid}.xml)
+  if(NOT EXISTS ${xml})
+    list(APPEND errors "${refid}.xml is named in index.xml but missing")
+    continue()
+  endif()
+  file(READ ${xml} text)
+  if(kind STREQUAL "file")
+    string(REGEX MATCHALL "<location file=\"[^\"]*\"" locations "${text}")
+    list(POP_BACK locations location)  # the compound's own, after its members'
+    string(REGEX REPLACE "^<location file=\"(.*)\"$" "\\1" location "${location}")
+    if(location MATCHES "^launchfit/[^/]+$")
+      compound_brief(${xml} brief)
+      if(brief STREQUAL "")
+        list(APPEND errors "include/${location} has no page of its own: no `/// \\file` block with a \\brief")
+      else()
+        list(APPEND documented_headers ${location})
+        string(MAKE_C_IDENTIFIER "${location}" id)
+        set(page_of_${id} ${refid})
+      endif()
+    endif()
+  else()
+    string(REGEX MATCH "<compoundname>([^<]*)</compoundname>" _ "${text}")
+    set(group ${CMAKE_MATCH_1})
+    string(REGEX MATCHALL "<(innerfile|innerclass|innernamespace|innergroup|memberdef)[ >]" members "${text}")
+    list(LENGTH members member_count)
+    if(member_count EQUAL 0)
+      list(APPEND errors "group '${group}' is empty: no header, type or function names it (\\ingroup ${group})")
+    endif()
+    string(REGEX MATCHALL "<innerfile refid=\"[^\"]*\"" files "${text}")
+    foreach(f IN LISTS files)
+      string(REGEX REPLACE "^<innerfile refid=\"(.*)\"$" "\\1" f "${f}")
+      list(APPEND grouped_files ${f})
+    endforeach()
+  endif()
+endforeach()
+
+# Every public header: a page with a summary, in a group.
+file(GLOB headers RELATIVE ${HEADER_DIR} ${HEADER_DIR}/*.hpp ${HEADER_DIR}/*.h)
+if(NOT headers)
+  list(APPEND errors "no public header in ${HEADER_DIR}")
+endif()
+foreach(h IN LISTS headers)
+  set(location launchfit/${h})
+  if(NOT location IN_LIST documented_headers)
+    if(NOT errors MATCHES "include/${location} has no page")
+      list(APPEND errors "include/${location} has no page of its own: no `/// \\file` block with a \\brief and "
+                         "an \\ingroup (cmake/docs/groups.dox lists the groups)")
+    endif()
+    continue()
+  endif()
+  string(MAKE_C_IDENTIFIER "${location}" id)
+  if(NOT page_of_${id} IN_LIST grouped_files)
+    list(APPEND errors "include/${location} is in no group: add an \\ingroup to its \\file block")
+  endif()
+endforeach()
+
+# The main page.
+if(NOT index MATCHES "<compound refid=\"indexpage\" kind=\"page\">")
+  list(APPEND errors "no main page (cmake/docs/mainpage.md, USE_MDFILE_AS_MAINPAGE)")
+else()
+  file(READ ${XML_DIR}/indexpage.xml page)
+  string(REGEX MATCH "<detaileddescription>(.*)</detaileddescription>" _ "${page}")
+  plain_text("${CMAKE_MATCH_1}" main_text)
+  if(main_text STREQUAL "")
+    list(APPEND errors "the main page is empty")
+  endif()
+endif()
+
+if(errors)
+  list(JOIN errors "\n  " text)
+  message(FATAL_ERROR "launchfit API reference:\n  ${text}")
+endif()
+list(LENGTH headers header_count)
+message(STATUS "launchfit API reference: ${header_count} public headers, each with a page in a group; no empty group")
+if(STAMP)
+  file(TOUCH ${STAMP})
+endif()
