@@ -410,6 +410,21 @@ void forget_if(Pred drop) {
 }
 }  // namespace
 
+bool forget_entry(const plan_key& key, const plan_entry* expected) {
+  store& s = the_store();
+  std::vector<std::shared_ptr<slot>> gone;
+  std::unique_lock<std::shared_mutex> lock(s.mutex());
+  const auto it = s.slots.find(key);
+  if (it == s.slots.end() || !it->second->ready.load(std::memory_order_acquire) ||
+      it->second->entry.get() != expected)
+    return false;
+  retire_locked(s, std::move(it->second));
+  s.slots.erase(it);
+  s.generation.fetch_add(1, std::memory_order_seq_cst);
+  reclaim_locked(s, gone);
+  return true;
+}
+
 void forget_kernel(std::uintptr_t kernel_id) {
   forget_if([kernel_id](const plan_key& k) { return k.kernel == kernel_id; });
 }

@@ -21,7 +21,9 @@ namespace launchfit::detail {
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)                      \
   X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuCtxGetDevResource) X(cuStreamIsCapturing)           \
   X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuCtxGetId)           \
-  X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxPotentialClusterSize)
+  X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxPotentialClusterSize) X(cuStreamGetCaptureInfo)          \
+  X(cuGraphAddNode) X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)                     \
+  X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType)
 
 struct driver_api {
 #define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

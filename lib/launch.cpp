@@ -13,6 +13,7 @@
 #include "device_query.hpp"
 #include "driver.hpp"
 #include "fault.hpp"
+#include "graph_capture.hpp"
 #include "launch_config.hpp"
 #include "launchfit/launch.hpp"
 #include "log_internal.hpp"
@@ -43,7 +44,7 @@ void load_environment_inputs() {
 
 // The entry this request launches with. `local` holds a plan made for this call only (a request asked
 // again from inside its own planning, or an smem rule that never settles).
-const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& local) {
+const plan_entry& entry_or_miss(const launch_request& r, std::optional<plan_entry>& local) {
   if (!r.policy) throw error(errc::invalid_policy, "launchfit::launch", "no policy");
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
     throw error(CUDA_ERROR_INVALID_HANDLE, "launchfit::launch", "null or empty kernel");
@@ -92,12 +93,29 @@ void check_arguments(const launch_request& r, const plan_entry& e) {
 
 }  // namespace
 
+const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& local) {
+  const plan_entry& e = entry_or_miss(r, local);
+  // A plan a stream capture kept from its trials: the first launch that may time them outside a capture
+  // plans again (once: the new entry is the tuned plan, or a stored one).
+  if (!e.tuning_deferred || !r.rerunnable || !r.has_arguments || stream_capturing(r.stream)) return e;
+  (void)forget_entry(e.key, &e);  // false: another thread planned it again first
+  local.reset();
+  return entry_or_miss(r, local);
+}
+
 const plan& plan_for(const launch_request& r) {
   std::optional<plan_entry> local;
   const plan_reader reading;  // no entry is freed while this call uses it
   const plan_entry& e = entry_for(r, local);
   // The plan contract: a static plan launched while another process tunes the key is not what launches will
   // run once its tuned plan is adopted (tuning_lease.hpp).
+  if (e.tuning_deferred) {
+    throw error(errc::not_planned_yet, "launchfit::plan_for",
+                "this plan was made inside a stream capture, which kept its policy from timing candidates: the "
+                "first launch outside a capture (or tune_graph() on the graph) tunes it, then plan_for() "
+                "answers with the tuned plan",
+                display_name(e.kernel));
+  }
   if (e.plan.match == waiting_match) {
     throw error(errc::not_planned_yet, "launchfit::plan_for",
                 "another process of the fleet is tuning this plan, and its tuned plan is not published yet: "
@@ -130,11 +148,16 @@ launched launch(const launch_request& r) {
   if (lf_logger.should_log(spdlog::level::trace)) {
     lf_logger.trace("launch {} grid={} {}", display_name(e.kernel), grid.to_string(), e.plan.to_string());
   }
+  if (r.node) {  // add_kernel_node(): a node of this plan instead of a launch
+    add_planned_node(cfg, e.function, r.args, *r.node, e);
+    return done;
+  }
   const void* mark = e.nvtx && nvtx_on() ? e.nvtx : nullptr;  // null: NVTX was off when this plan was made
   if (mark) nvtx_push(mark, grid.count());
   const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (mark) nvtx_pop();
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
+  if (e.captured) note_captured_launch(r, e, grid);  // a capture's node, for tune_graph()
   note_launched(kept);
   return done;
 }

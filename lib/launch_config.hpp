@@ -19,4 +19,22 @@ using launch_attributes = std::array<CUlaunchAttribute, 3>;
 void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, const launch_options& o,
                         dims grid, CUstream stream);
 
+// A kernel node's parameters (CUDA_KERNEL_NODE_PARAMS or its _v3 in CUgraphNodeParams) for what `cfg`
+// launches: the function, grid, block, dynamic smem and arguments, from the one marshal step above; the
+// attributes stay in `cfg` (set on the node, or as programmatic edges, by the caller).
+template <class NodeParams>
+NodeParams kernel_node_params(const CUlaunchConfig& cfg, CUfunction f, void** args) {
+  NodeParams k{};
+  k.func = f;
+  k.gridDimX = cfg.gridDimX;
+  k.gridDimY = cfg.gridDimY;
+  k.gridDimZ = cfg.gridDimZ;
+  k.blockDimX = cfg.blockDimX;
+  k.blockDimY = cfg.blockDimY;
+  k.blockDimZ = cfg.blockDimZ;
+  k.sharedMemBytes = cfg.sharedMemBytes;
+  k.kernelParams = args;
+  return k;
+}
+
 }  // namespace launchfit::detail

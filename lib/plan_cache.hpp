@@ -69,6 +69,12 @@ struct plan_entry {
   int max_grid_x = 2147483647;
   std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
   const void* nvtx = nullptr;  // registered NVTX name of this plan's launches (null: NVTX off when planned)
+  // Made while its stream was being captured into a CUDA graph, by a policy that is not a built-in: launches
+  // of it inside a capture are remembered for tune_graph() (graph_capture.hpp).
+  bool captured = false;
+  // The policy asked for trials that the capture did not allow: its static plan is launched inside captures,
+  // and the first launch outside one (or tune_graph()) plans again with trials.
+  bool tuning_deferred = false;
 };
 
 std::uint64_t hash_key(const plan_key& k) noexcept;
@@ -108,6 +114,9 @@ const plan_entry* find(const plan_key& key) noexcept;
 // the process makes, not by how often it plans again.
 const kept_plan& keep_plan(const launchfit::plan& p, const kernel_resources& kernel);
 
+// Drops the entry under `key` if it is still `expected` (a plan made inside a stream capture, planned again
+// with trials outside it); false when another thread replaced or dropped it first.
+bool forget_entry(const plan_key& key, const plan_entry* expected);
 // Drops every plan of one kernel (module unload).
 void forget_kernel(std::uintptr_t kernel_id);
 // Drops every plan made in one context (it was destroyed or reset).

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "fault.hpp"
+#include "graph_capture.hpp"
 #include "log_internal.hpp"
 #include "planner_steps.hpp"
 #include "policy_string.hpp"
@@ -61,6 +62,12 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
   const auto record = std::make_shared<tuning_record>(gpu_conditions_reader(dev));
   if (may_tune) offer_tuning(q, r, e, need, fam, asked, record);
   e.plan = stored_or_chosen(r, key, bucket, chosen, q, need, e, dev, fam, may_tune, *asked, *record);
+  // A launch inside a stream capture: a policy that may tune has its launches remembered for tune_graph(),
+  // and one that asked for trials is planned again with them outside the capture.
+  e.captured = !r.node && !chosen.builtin() && stream_capturing(r.stream);
+  e.tuning_deferred = record->trials_captured();
+  if (e.tuning_deferred && e.plan.reason.find(planning::capture_prevents_trials) == std::string::npos)
+    e.plan.reason += "; " + std::string(planning::capture_prevents_trials);
   if (asked->load(std::memory_order_relaxed)) {
     // The plan contract: plan_for() answers only with what the launch will run, and this launch is tuned on
     // its first run (nothing stored for it yet). Nothing is cached: the first launch tunes.

@@ -12,6 +12,7 @@
 
 #include "cache_file.hpp"
 #include "driver.hpp"
+#include "launch_config.hpp"
 #include "launchfit/log.hpp"
 #include "log_internal.hpp"
 #include "planner_steps.hpp"
@@ -44,40 +45,26 @@ int calculated_blocks(const device_limits& dev, const kernel_resources& k, int b
 std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_requirements& need,
                                                     std::size_t smem_limit, int device_sms, int budget_sms) {
   if (!driver().cuOccupancyMaxActiveClusters) return {};
-  return [f, c = need.cluster, from_kernel = need.cluster_from_kernel, cooperative = need.cooperative,
-          smem_limit, device_sms, budget_sms](int block, std::size_t smem) {
+  launch_options asked = need;
+  asked.programmatic = false;  // no bearing on residency
+  return [f, asked, smem_limit, device_sms, budget_sms](int block, std::size_t smem) {
     if (smem > smem_limit) return -1;
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = c.x;
-    cfg.gridDimY = c.y;
-    cfg.gridDimZ = c.z;
-    cfg.blockDimX = static_cast<unsigned>(block);
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = static_cast<unsigned>(smem);
-    CUlaunchAttribute a{};
-    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    a.value.clusterDim.x = c.x;
-    a.value.clusterDim.y = c.y;
-    a.value.clusterDim.z = c.z;
-    if (!from_kernel) {
-      cfg.attrs = &a;
-      cfg.numAttrs = 1;
-    }
+    // Asked as it will launch (fill_launch_config(), as launches and trials are): a grid of one cluster, its
+    // dims and, for a cooperative launch, the cooperative attribute (a cooperative cluster launch may
+    // co-reside fewer clusters; a driver that does not take the attribute here is asked without it).
+    plan probe;
+    probe.block = dims{static_cast<unsigned>(block), 1, 1};
+    probe.dynamic_smem_bytes = smem;
+    launch_options o = asked;
+    CUlaunchConfig cfg;
+    launch_attributes attrs;
+    fill_launch_config(cfg, attrs, probe, o, o.cluster, nullptr);
     int n = 0;
-    if (cooperative) {
-      // Asked as it will launch: a cooperative cluster launch may co-reside fewer clusters. A driver that
-      // does not take the attribute here is asked without it.
-      CUlaunchAttribute both[2] = {a, CUlaunchAttribute{}};
-      both[1].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-      both[1].value.cooperative = 1;
-      CUlaunchConfig coop = cfg;
-      coop.attrs = from_kernel ? &both[1] : both;
-      coop.numAttrs = from_kernel ? 1 : 2;
-      if (driver().cuOccupancyMaxActiveClusters(&n, f, &coop) != CUDA_SUCCESS &&
-          driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS)
-        return 0;
-    } else if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) {
-      return 0;
+    if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) {
+      if (!o.cooperative) return 0;
+      o.cooperative = false;
+      fill_launch_config(cfg, attrs, probe, o, o.cluster, nullptr);
+      if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) return 0;
     }
     if (budget_sms < device_sms && device_sms > 0)
       n = static_cast<int>(static_cast<long long>(n) * budget_sms / device_sms);

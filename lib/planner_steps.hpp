@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "planner.hpp"
@@ -52,7 +53,14 @@ void choose_member(query& q, plan_entry& e, const family_members& fam);
 
 // ---- step 4: tuning trials (planner_tuning.cpp) -----------------------------------------------------------
 
-// Gives q a time_plan for a re-runnable spec; `asked` is set where plan_for() was asked for a trial. Every
+// What a plan made inside a stream capture says of its missing trials (the query's no_trials).
+inline constexpr std::string_view capture_prevents_trials =
+    "not tuned: the launch is being captured into a CUDA graph, where no trial can run; it runs this static "
+    "plan until launchfit::tune_graph() tunes the instantiated graph in place, or a launch outside a capture "
+    "tunes it";
+
+// Gives q a time_plan for a re-runnable spec (inside a stream capture, one that answers "cannot run" and notes
+// it in `record`: the launch is tuned later); `asked` is set where plan_for() was asked for a trial. Every
 // trial is noted in `record` (its timing, and the GPU's conditions before the first).
 void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need,
                   const family_members& fam, const std::shared_ptr<std::atomic<bool>>& asked,

@@ -180,7 +180,8 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
     // entry and make each other plan again, forever.
     if (differs_only) return *computed;
   }
-  if (may_store && !asked.load(std::memory_order_relaxed))
+  // A plan made inside a capture is the static one the capture forced: never stored as the policy's.
+  if (may_store && !asked.load(std::memory_order_relaxed) && !record.trials_captured())
     store_plan(sk, *computed, measured(record, *computed));
   if (lease) lease->publish_and_release();  // the others adopt what the store holds
   return *computed;

@@ -25,7 +25,18 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
   // Any doubt (no entry point, an error such as the legacy stream while another stream captures) is a no.
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
   if (!d.cuStreamIsCapturing || d.cuStreamIsCapturing(r.stream, &capturing) != CUDA_SUCCESS) return;
-  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return;
+  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+    // A capture records the kernel, it runs nothing: a policy that asks for a trial is answered "cannot run",
+    // its static plan is launched inside the capture and never stored, and the launch is tuned later
+    // (tune_graph() on the instantiated graph, or the first launch outside a capture).
+    if (r.node) return;
+    q.no_trials = std::string(capture_prevents_trials);
+    q.time_plan = [record](const plan&) {
+      record->refuse_captured();
+      return -1.0;
+    };
+    return;
+  }
   // Trials launch what they are validated for: the driver answers their residency (a trial costs far more
   // than its calls), not the calculator.
   if (fam.blocks.empty() && e.function) q.active_blocks = driver_oracle(e.function, q.device, q.kernel, true);

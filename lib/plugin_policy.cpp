@@ -126,6 +126,8 @@ class plugin_policy final : public policy_base {
     if (status == LAUNCHFIT_PLUGIN_DECLINE) {
       std::string why = plugin_text(err, sizeof err);
       if (why.empty()) why = plugin_text(cp.reason, sizeof cp.reason);
+      // The library knows why no trial could run (a stream capture); the plugin saw only failed trials.
+      if (!q.no_trials.empty()) why = q.no_trials;
       plan p = fallback_or_default().choose(q);
       p.reason = "declined by " + name() + (why.empty() ? "" : " (" + why + ")") + "; " +
                  fallback_or_default().name() + ": " + p.reason;

@@ -30,6 +30,16 @@ bool tuning_record::trials_refused() const {
   return gate_answer_ == 0;
 }
 
+void tuning_record::refuse_captured() {
+  std::lock_guard<std::mutex> lock(m_);
+  captured_ = true;
+}
+
+bool tuning_record::trials_captured() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return captured_;
+}
+
 void tuning_record::before_trial() {
   {
     std::lock_guard<std::mutex> lock(m_);

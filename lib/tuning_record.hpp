@@ -40,6 +40,10 @@ class tuning_record {
   bool allow_trial();
   // Whether the gate refused the trials.
   bool trials_refused() const;
+  // A trial asked for while the launch's stream is being captured into a CUDA graph (the capture records
+  // kernels, it runs none): the plan is not stored, and is made again with trials outside the capture.
+  void refuse_captured();
+  bool trials_captured() const;
 
   // One timing of a candidate as it launches (after the launch's requirements were applied); ms < 0: the
   // candidate could not run. The first call reads the GPU's conditions before it is timed.
@@ -68,6 +72,7 @@ class tuning_record {
   mutable std::mutex m_;
   std::function<bool()> gate_;
   int gate_answer_ = -1;  // -1: not asked yet; 0: refused; 1: allowed
+  bool captured_ = false;
   bool read_before_ = false;
   nvml::gpu_conditions before_;
   std::uint64_t started_us_ = 0;  // when the first trial began

@@ -252,6 +252,20 @@ TEST(Plugin, DeclineFallsBackToMaxOccupancy) {
       << why.reason;
 }
 
+TEST(Plugin, ADeclineInsideAStreamCaptureSaysTheCaptureNotThePluginsGuess) {
+  // Inside a capture the plugin sees only failed trials; the library knows why, and the plan says it.
+  load("decline");
+  auto q = h200_query();
+  q.no_trials = "not tuned: the launch is being captured into a CUDA graph";
+  const lf::plan p = lf::policy_from_string("test_decline(block=32)")->choose(q);
+  EXPECT_EQ(p.reason.rfind("declined by test_decline (not tuned: the launch is being captured into a CUDA graph); "
+                           "max_occupancy: ",
+                           0),
+            0u)
+      << p.reason;
+  EXPECT_EQ(p.reason.find("no opinion"), std::string::npos) << p.reason;
+}
+
 TEST(Plugin, FallbackOptionReplacesErrorsAndInvalidPlans) {
   load("error");
   load("invalid");

@@ -441,11 +441,34 @@ inline cudaFunction_t resolve_runtime_kernel(const void* stub) {
   return f;
 }
 
+// Copies a spec's policy for the library to own (policy_copy): a launch captured into a CUDA graph is planned
+// again by tune_graph() after the launch has returned. A policy held by pointer is shared, not copied.
+template <class Policy>
+policy_copy copy_policy_of(const void* holder) {
+  if constexpr (std::is_copy_constructible_v<Policy>) {
+    auto* owner = new Policy(*static_cast<const Policy*>(holder));
+    policy_copy c;
+    c.owner = owner;
+    c.free_owner = [](void* o) noexcept { delete static_cast<Policy*>(o); };
+    if constexpr (std::is_base_of_v<launchfit::policy, Policy>) {
+      c.policy = owner;
+    } else {
+      c.policy = &**owner;  // a shared_ptr shares the policy
+    }
+    return c;
+  } else {
+    (void)holder;
+    return policy_copy{};
+  }
+}
+
 template <class Policy>
 launch_request make_request(const spec<Policy>& s) {
   launch_request r;
   const launchfit::policy& p = s.get_policy();
   r.policy = &p;
+  r.policy_holder = &s.policy_value();
+  r.copy_policy = &copy_policy_of<Policy>;
   r.policy_hash = p.hash();
   r.shape = s.work_shape();
   r.bucket = p.work_bucket(r.shape);
@@ -554,7 +577,9 @@ launched launch_runtime(launch_request& r, Args&&... args) {
   r.resolve = &resolve_runtime_kernel;
   r.has_arguments = true;
   void* ptrs[sizeof...(Params) + 1] = {};  // + 1: never a zero-length array
+  static constexpr std::size_t sizes[sizeof...(Params) + 1] = {sizeof(std::decay_t<Params>)..., 0};
   r.args = ptrs;
+  r.arg_sizes = sizes;
   r.arg_count = sizeof...(Params);
   if constexpr ((is_plan_argument<std::decay_t<Args>>::value || ...)) {
     pack_of<argument_slot<std::decay_t<Params>, Args&&>...> slots{std::forward<Args>(args)...};

@@ -13,6 +13,7 @@
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/family.hpp"
+#include "launchfit/graph.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/log.hpp"

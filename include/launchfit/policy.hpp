@@ -48,6 +48,9 @@ struct LAUNCHFIT_API query {
   std::function<int(int, std::size_t)> active_blocks;
   // Times one candidate plan on the real arguments in ms; empty unless the launch allows re-running.
   std::function<double(const plan&)> time_plan;
+  // Why time_plan answers no trial although the spec allows re-running (the launch is being captured into a
+  // CUDA graph: a capture runs nothing); empty otherwise. A tuning policy that declines says it.
+  std::string no_trials;
 
   // Dynamic smem per block for a block of this many threads, under the launch's smem rule.
   std::size_t smem_for(int block_threads) const {

@@ -112,6 +112,11 @@ if want bench; then
     [[ -f $out/plan-store.json ]] && cp "$out/plan-store.json" "$logs/"
     row "bench plan-store" "$(status $rc)" "$(tail -1 "$logs/bench-plan-store.log" | cut -c1-110)"
   fi
+  if [[ -x $bb/graph-tuning ]]; then
+    "$bb/graph-tuning" --json "$logs/graph-tuning.json" --autotune-plugin "$b/plugins/liblaunchfit-autotune.so" \
+      >"$logs/bench-graph-tuning.log" 2>&1
+    row "bench graph-tuning" "$(status $?)" "$(tail -1 "$logs/bench-graph-tuning.log" | cut -c1-110)"
+  fi
   if [[ -x $b/tests/gpu/gpu-fleet-tuning-test ]]; then
     # N processes at once on the GPU, one Redis: one tuner per kernel, identical plans, 0 trials with files.
     tests/bench/fleet-tuning.sh "$b" "$logs/fleet-tuning" 8 16 >"$logs/bench-fleet-tuning.log" 2>&1

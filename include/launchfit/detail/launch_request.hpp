@@ -44,12 +44,32 @@ inline std::uint64_t plan_bucket(std::uint64_t policy_bucket, const work& w, con
   return policy_bucket ^ (octave * 0x9e3779b97f4a7c15ULL);
 }
 
+// A copy of the spec's policy that the library owns, for a launch captured into a CUDA graph (tune_graph()
+// plans it again after the launch has returned): made on that path only, never on a launch's hit path.
+struct policy_copy {
+  const launchfit::policy* policy = nullptr;
+  void* owner = nullptr;                     // what holds it (the policy, or a shared_ptr to it)
+  void (*free_owner)(void*) noexcept = nullptr;  // frees `owner`
+};
+using copy_policy_fn = policy_copy (*)(const void* holder);
+
+// Where a kernel node goes instead of a launch (launchfit/graph.hpp): the graph, the node's dependencies, and
+// the node made.
+struct node_target {
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* dependencies = nullptr;
+  std::size_t dependency_count = 0;
+  cudaGraphNode_t node = nullptr;  // set by launch()
+};
+
 struct launch_request {
   std::uintptr_t kernel_id = 0;
   const void* stub = nullptr;       // runtime kernels
   resolve_fn resolve = nullptr;     // runtime kernels
   const launchfit::kernel* driver_kernel = nullptr;
   const launchfit::policy* policy = nullptr;
+  const void* policy_holder = nullptr;  // the spec's policy as the spec holds it (a value or a pointer)
+  copy_policy_fn copy_policy = nullptr;  // copies *policy_holder (null where the policy cannot be copied)
   std::uint64_t policy_hash = 0;
   std::uint64_t bucket = 0;
   const smem_rule_fn* smem_fn = nullptr;       // the rule options.smem_rule identifies, when it is set
@@ -70,6 +90,7 @@ struct launch_request {
   bool back_to_back = false;  // rerunnable() was given: trials may repeat the launch between resets
   const reset_fn* reset = nullptr;
   bool has_arguments = false;  // set by launch(): plan_for() has none, so it never offers tuning trials
+  node_target* node = nullptr;  // add a kernel node to this graph instead of launching (add_kernel_node())
 };
 
 // The cached plan for this request (computing, validating and logging it on a miss).

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// \file
+/// \ingroup launch
+/// \brief CUDA graphs: tune_graph() tunes a captured graph's kernel nodes in place, and add_kernel_node()
+/// adds a kernel node from a spec, planned and logged as its launch would be.
+///
+// A launch captured into a graph (cudaStreamBeginCapture ... launchfit::launch ... cudaStreamEndCapture) cannot
+// time candidate plans: the capture records the kernel, it does not run it. A tuning policy's launch first seen
+// inside a capture therefore runs its static plan, says so in its plan's line, and is remembered with its
+// arguments; once the graph is instantiated, tune_graph(graph, exec) tunes those kernels outside any capture
+// and sets the executable graph's kernel nodes to the tuned plans (block, grid, dynamic smem), without
+// instantiating it again. Tuned plans are cached, stored and published as any tuned plan is, so the next
+// capture of the same kernels gets them directly.
+//
+//   cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+//   lf::launch(axpy, lf::use("autotune").items(n).on(s).rerunnable(), a, x, y, n);  // static plan, remembered
+//   cudaStreamEndCapture(s, &graph);
+//   cudaGraphInstantiate(&exec, graph, 0);
+//   lf::graph_tuning t = lf::tune_graph(graph, exec, s);  // trials run on s; exec's nodes now tuned
+//
+// A node is tuned only where its spec allows re-running (.rerunnable(): trials run the kernel on the captured
+// arguments, back to back). Nodes whose spec resets state between runs (.reset(f) without .rerunnable()),
+// computes arguments from the plan (from_plan()), or does not allow re-running are left as they are and
+// reported with the reason.
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "launchfit/base.hpp"
+#include "launchfit/export.hpp"
+#include "launchfit/kernel.hpp"
+
+namespace launchfit {
+
+/// What tune_graph() did with one kernel node that launchfit captured into the graph.
+struct LAUNCHFIT_API graph_node_report {
+  /// What became of the node.
+  enum class outcome {
+    tuned,      ///< planned again with trials; the node runs the tuned plan now (`after`)
+    unchanged,  ///< its plan needs no trials (already tuned, stored, or its policy times nothing)
+    left,       ///< not tuned, for the reason `why` (its spec does not allow re-running, ...)
+  };
+  cudaGraphNode_t node = nullptr;  ///< the node in the graph tune_graph() was given
+  std::string kernel;              ///< the kernel's name
+  std::string before;              ///< the plan the node ran with (plan::to_string())
+  std::string after;               ///< the plan it runs with now (`before` where untouched)
+  outcome result = outcome::unchanged;  ///< what became of it
+  std::string why;  ///< why it was left or unchanged; empty for a tuned node
+};
+
+/// What tune_graph() did: a report per kernel node that launchfit captured into the graph.
+struct LAUNCHFIT_API graph_tuning {
+  std::size_t tuned = 0;      ///< nodes set to a tuned plan
+  std::size_t unchanged = 0;  ///< nodes whose plan needs no trials
+  std::size_t left = 0;       ///< nodes that could not be tuned (see graph_node_report::why)
+  std::vector<graph_node_report> nodes;  ///< one per node, in the graph's order
+  /// One line per node: "tuned k: <before> -> <after>", "left k: <why>".
+  std::string to_string() const;
+};
+
+/// Tunes, outside any capture, the kernels launchfit captured into `graph` with a plan that would have been
+/// tuned, and sets `exec` (instantiated from `graph`, which must still exist) to the tuned plans in place:
+/// cudaGraphExecKernelNodeSetParams, never a new instantiation; the graph's own nodes are updated too, so a
+/// later instantiation runs them. Cooperative, cluster and programmatic (PDL) nodes keep their attributes and
+/// edges. Trials run on `stream` with the captured arguments. Call it where the graph is not running (trials
+/// and the update race a replay in flight). Throws launchfit::error when a node cannot be updated (the
+/// driver's refusal, naming the kernel and the plan); nodes updated before it keep their tuned plans.
+LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
+
+/// The dependencies of a node add_kernel_node() adds: `{a, b}` (copied), or an array and its size (not
+/// copied: valid for the call it is given to).
+class node_dependencies {
+ public:
+  /// No dependency: a root node.
+  node_dependencies() = default;
+  /// The nodes listed (`{a, b}`).
+  node_dependencies(std::initializer_list<cudaGraphNode_t> nodes)  // NOLINT(google-explicit-constructor)
+      : list_(nodes) {}
+  /// `count` nodes from `nodes`.
+  node_dependencies(const cudaGraphNode_t* nodes, std::size_t count) : nodes_(nodes), count_(count) {}
+  /// The nodes.
+  const cudaGraphNode_t* data() const noexcept { return nodes_ ? nodes_ : list_.data(); }
+  /// How many.
+  std::size_t size() const noexcept { return nodes_ ? count_ : list_.size(); }
+
+ private:
+  std::vector<cudaGraphNode_t> list_;
+  const cudaGraphNode_t* nodes_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// A kernel node add_kernel_node() added, and the plan it runs.
+struct kernel_node {
+  cudaGraphNode_t node = nullptr;  ///< null where the work was empty (no node is added)
+  launched what;                   ///< grid, block, dynamic smem and plan, as launch() returns them
+};
+
+/// Adds to `graph` a kernel node of runtime-API kernel `k` as launch(k, s, args...) would launch it: planned
+/// (and logged) by the spec's policy, with the plan's block, grid and dynamic smem, cooperative and cluster
+/// attributes, and for a `.pdl()` spec programmatic edges from `deps` (the kernel may start while they finish;
+/// each dependency must then be a kernel node). The arguments are copied into the node. A tuning policy times
+/// its candidates on the spec's stream first, as a launch would (the spec must allow re-running).
+template <class... Params, class Policy, class... Args>
+kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, void (*k)(Params...),
+                            const spec<Policy>& s, Args&&... args) {
+  if (!k) detail::throw_null_kernel("launchfit::add_kernel_node");
+  detail::launch_request r = detail::make_request(s);
+  r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
+  r.stub = reinterpret_cast<const void*>(k);
+  detail::node_target target;
+  target.graph = graph;
+  target.dependencies = deps.data();
+  target.dependency_count = deps.size();
+  r.node = &target;
+  kernel_node out;
+  out.what = detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
+  out.node = target.node;
+  return out;
+}
+
+/// The same for a driver-API kernel (each argument one kernel parameter, as launch() passes them).
+template <class Policy, class... Args>
+kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, const kernel& k, const spec<Policy>& s,
+                            Args&&... args) {
+  static_assert(!(detail::is_plan_argument<std::decay_t<Args>>::value || ...),
+                "launchfit::add_kernel_node: from_plan() arguments need a runtime-API kernel");
+  std::array<void*, sizeof...(Args) + 1> ptrs{const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
+  std::array<std::size_t, sizeof...(Args) + 1> sizes{sizeof(std::decay_t<Args>)..., 0};
+  detail::launch_request r = detail::make_request(s);
+  r.kernel_id = k.id();
+  r.driver_kernel = &k;
+  r.args = ptrs.data();
+  r.arg_sizes = sizes.data();
+  r.arg_count = sizeof...(Args);
+  r.has_arguments = true;
+  detail::node_target target;
+  target.graph = graph;
+  target.dependencies = deps.data();
+  target.dependency_count = deps.size();
+  r.node = &target;
+  kernel_node out;
+  out.what = detail::launch(r);
+  out.node = target.node;
+  return out;
+}
+
+}  // namespace launchfit

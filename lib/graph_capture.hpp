@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Internal: launches inside a CUDA stream capture, and kernel nodes from specs (launchfit/graph.hpp).
+//
+// A plan made while its stream is captured by a policy that is not a built-in is marked (plan_entry::captured);
+// each launch of it inside a capture is remembered here with its node, a copy of its arguments and what its
+// request needs to be planned again (the policy, the kernel, the smem rule's answers), so that tune_graph()
+// can tune it after the launch has returned and set the instantiated graph's node to the tuned plan.
+
+#include <cuda.h>
+
+#include <optional>
+
+#include "launchfit/detail/launch_request.hpp"
+#include "launchfit/work.hpp"
+
+namespace launchfit::detail {
+
+struct plan_entry;
+
+// Whether `stream` is being captured into a CUDA graph (false where the driver cannot say).
+bool stream_capturing(CUstream stream) noexcept;
+
+// After a launch of an entry marked captured: where its stream is being captured, remembers the node the
+// launch added. Never throws (a launch that cannot be remembered is left out of tune_graph(), said once).
+void note_captured_launch(const launch_request& r, const plan_entry& e, dims grid) noexcept;
+
+// Adds the kernel node r.node asks for, as `cfg` describes the launch (launch_config.hpp): its attributes set
+// on the node (cooperative, cluster dims), a programmatic launch as programmatic edges from its dependencies.
+void add_planned_node(const CUlaunchConfig& cfg, CUfunction f, void** args, node_target& target,
+                      const plan_entry& e);
+
+// The entry a request launches with (launch.cpp): the cached plan, or the miss path's.
+const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& local);
+
+}  // namespace launchfit::detail

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT
+// CUDA graphs on a GPU: a chain of 60 launches of five small kernels at four sizes, captured at start-up with
+// autotune (first use inside the capture: static plans), replayed; tuned in place by tune_graph() (its wall
+// time) and replayed again; then the same chain captured after tuning, replayed: the tuned-in-place graph
+// against it. And the per-node cost of a graph of kernel nodes built by add_kernel_node() against the same
+// nodes built by cudaGraphAddKernelNode. Every replay's result is checked against the host.
+//   graph-tuning [--json PATH] [--autotune-plugin PATH] [--replays N] [--device N]
+
+#include <launchfit/graph.hpp>
+#include <launchfit/launch.hpp>
+#include <launchfit/plugin.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_common.cuh"
+
+namespace lf = launchfit;
+
+namespace {
+
+__global__ void b_scale(const float* x, float* y, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i];
+}
+__global__ void b_offset(const float* x, float* y, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + 1.0f;
+}
+__global__ void b_square(const float* x, float* y, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 0.5f * x[i] * x[i] - 3.0f;
+}
+__global__ void b_negate(const float* x, float* y, unsigned n) {
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = -x[i];
+}
+__global__ void b_axpy(const float* x, float* y, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 1.5f * x[i] + 0.25f;
+}
+using kernel_fn = void (*)(const float*, float*, unsigned);
+constexpr kernel_fn kernels[] = {b_scale, b_offset, b_square, b_negate, b_axpy};
+float host_apply(int k, float x) {
+  switch (k) {
+    case 0: return 2.0f * x;
+    case 1: return x + 1.0f;
+    case 2: return 0.5f * x * x - 3.0f;
+    case 3: return -x;
+    default: return 1.5f * x + 0.25f;
+  }
+}
+constexpr unsigned sizes[] = {1u << 14, 1u << 16, 1u << 18, 1u << 20};
+constexpr int links = 60;
+int kernel_of(int j) { return j % 5; }
+unsigned size_of(int j) { return sizes[(j / 5) % 4]; }
+
+__global__ void noop(int* p) {
+  if (p && threadIdx.x == 1024) *p = 0;  // never true: keeps the parameter
+}
+
+struct chain {
+  std::vector<bench::device_buffer<float>> buffers;
+  chain() {
+    for (int j = 0; j <= links; ++j) buffers.emplace_back(sizes[3]);
+  }
+};
+
+cudaGraph_t capture(chain& c, cudaStream_t s) {
+  cudaGraph_t g = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int j = 0; j < links; ++j) {
+    const unsigned n = size_of(j);
+    lf::launch(kernels[kernel_of(j)], lf::use("autotune").items(n).on(s).rerunnable(), c.buffers[j].get(),
+               c.buffers[j + 1].get(), n);
+  }
+  BENCH_CUDA(cudaStreamEndCapture(s, &g));
+  return g;
+}
+
+// Median time of one replay (us): `reps` batches of `replays` back-to-back graph launches, event-timed.
+double replay_us(cudaGraphExec_t exec, cudaStream_t s, int replays, int reps = 9) {
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  for (int w = 0; w < 20; ++w) BENCH_CUDA(cudaGraphLaunch(exec, s));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CUDA(cudaEventRecord(a, s));
+    for (int i = 0; i < replays; ++i) BENCH_CUDA(cudaGraphLaunch(exec, s));
+    BENCH_CUDA(cudaEventRecord(b, s));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(1000.0 * ms / replays);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return bench::median(t);
+}
+
+// Replays once from a fresh input and compares the last link with the host: the number of wrong elements.
+std::size_t check(chain& c, cudaGraphExec_t exec, cudaStream_t s) {
+  std::vector<float> in(sizes[3]);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(static_cast<int>(i % 61) - 30) * 0.0625f;
+  for (auto& b : c.buffers) BENCH_CUDA(cudaMemset(b.get(), 0xff, b.bytes()));
+  BENCH_CUDA(cudaMemcpy(c.buffers[0].get(), in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaGraphLaunch(exec, s));
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  std::vector<float> want = in, next(in.size());
+  for (int j = 0; j < links; ++j) {
+    for (unsigned i = 0; i < size_of(j); ++i) next[i] = host_apply(kernel_of(j), want[i]);
+    want.swap(next);
+  }
+  const unsigned n = size_of(links - 1);
+  std::vector<float> got(n);
+  BENCH_CUDA(cudaMemcpy(got.data(), c.buffers[links].get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  std::size_t wrong = 0;
+  for (unsigned i = 0; i < n; ++i) wrong += got[i] != want[i];
+  return wrong;
+}
+
+int run(int argc, char** argv) {
+  const bench::args a(argc, argv);
+  const bench::device_info dev = bench::open_device(a.int_value("--device", 0));
+  const std::string json_path = a.value("--json");
+  const int replays = a.int_value("--replays", 200);
+  std::string plugin = a.value("--autotune-plugin");
+  if (plugin.empty()) plugin = "plugins/liblaunchfit-autotune.so";
+  lf::load_plugin(plugin);
+  std::printf("graph-tuning on %s\n", dev.describe().c_str());
+  int failures = 0;
+  cudaStream_t s = nullptr;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  chain c;
+
+  // Captured first: static plans.
+  cudaGraph_t g = capture(c, s);
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  std::size_t wrong = check(c, exec, s);
+  failures += wrong != 0;
+  const double static_us = replay_us(exec, s, replays);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const lf::graph_tuning t = lf::tune_graph(g, exec, s);
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  const double tune_ms = 1000.0 * bench::seconds_since(t0);
+  wrong = check(c, exec, s);
+  failures += wrong != 0;
+  const double tuned_us = replay_us(exec, s, replays);
+
+  // Captured after tuning: the tuned plans directly.
+  cudaGraph_t g2 = capture(c, s);
+  cudaGraphExec_t exec2 = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&exec2, g2, 0));
+  failures += check(c, exec2, s) != 0;
+  // Interleaved, so that clock drift favours neither.
+  std::vector<double> in_place, recaptured;
+  for (int r = 0; r < 5; ++r) {
+    in_place.push_back(replay_us(exec, s, replays, 3));
+    recaptured.push_back(replay_us(exec2, s, replays, 3));
+  }
+  const double in_place_us = bench::median(in_place), recaptured_us = bench::median(recaptured);
+  std::printf("chain of %d launches (5 kernels x 4 sizes, 2^14..2^20 floats), %d replays x 9, median per replay:\n",
+              links, replays);
+  std::printf("  static plans (first use inside the capture): %8.2f us\n", static_us);
+  std::printf("  tune_graph: %zu tuned, %zu unchanged, %zu left in %.1f ms (wall, trials included)\n", t.tuned,
+              t.unchanged, t.left, tune_ms);
+  std::printf("  tuned in place:                              %8.2f us (%.3f of static)\n", tuned_us,
+              tuned_us / static_us);
+  std::printf("  in place vs captured after tuning (interleaved): %.2f vs %.2f us = %.4f\n", in_place_us,
+              recaptured_us, in_place_us / recaptured_us);
+
+  // Per-node cost: 1,000 one-block nodes in a line, built by launchfit and by hand.
+  constexpr int nodes = 1000;
+  const auto spec = lf::fixed(64).items(64);
+  cudaGraph_t built = nullptr, raw = nullptr;
+  BENCH_CUDA(cudaGraphCreate(&built, 0));
+  BENCH_CUDA(cudaGraphCreate(&raw, 0));
+  int* nothing = nullptr;
+  const auto b0 = std::chrono::steady_clock::now();
+  cudaGraphNode_t prev = nullptr;
+  lf::launched shape{};
+  for (int i = 0; i < nodes; ++i) {
+    const lf::kernel_node k = prev ? lf::add_kernel_node(built, {prev}, noop, spec, nothing)
+                                   : lf::add_kernel_node(built, {}, noop, spec, nothing);
+    prev = k.node;
+    shape = k.what;
+  }
+  const double build_lf_us = 1e6 * bench::seconds_since(b0) / nodes;
+  const auto b1 = std::chrono::steady_clock::now();
+  prev = nullptr;
+  for (int i = 0; i < nodes; ++i) {
+    cudaKernelNodeParams p{};
+    p.func = reinterpret_cast<void*>(noop);
+    p.gridDim = dim3(shape.grid.x, shape.grid.y, shape.grid.z);
+    p.blockDim = dim3(shape.block.x, shape.block.y, shape.block.z);
+    void* args[] = {&nothing};
+    p.kernelParams = args;
+    cudaGraphNode_t n = nullptr;
+    BENCH_CUDA(cudaGraphAddKernelNode(&n, raw, prev ? &prev : nullptr, prev ? 1 : 0, &p));
+    prev = n;
+  }
+  const double build_raw_us = 1e6 * bench::seconds_since(b1) / nodes;
+  cudaGraphExec_t eb = nullptr, er = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&eb, built, 0));
+  BENCH_CUDA(cudaGraphInstantiate(&er, raw, 0));
+  std::vector<double> node_lf, node_raw;
+  for (int r = 0; r < 5; ++r) {
+    node_lf.push_back(replay_us(eb, s, 20, 3) / nodes);
+    node_raw.push_back(replay_us(er, s, 20, 3) / nodes);
+  }
+  const double per_node_lf = bench::median(node_lf), per_node_raw = bench::median(node_raw);
+  std::printf("graph of %d one-block kernel nodes in a line (block %u): per node %.3f us (launchfit-built) vs "
+              "%.3f us (cudaGraphAddKernelNode) = %.3f; building %.2f vs %.2f us per node\n",
+              nodes, shape.block.x, per_node_lf, per_node_raw, per_node_lf / per_node_raw, build_lf_us,
+              build_raw_us);
+
+  if (!json_path.empty()) {
+    std::ostringstream js;
+    js << "{\n\"benchmark\":\"graph-tuning\",\n\"device\":" << dev.json() << ",\n\"links\":" << links
+       << ",\"replays\":" << replays << ",\n\"static_us\":" << bench::json_number(static_us)
+       << ",\"tune_graph_ms\":" << bench::json_number(tune_ms) << ",\"tuned\":" << t.tuned
+       << ",\"unchanged\":" << t.unchanged << ",\"left\":" << t.left
+       << ",\n\"tuned_us\":" << bench::json_number(tuned_us)
+       << ",\"in_place_us\":" << bench::json_number(in_place_us)
+       << ",\"recaptured_us\":" << bench::json_number(recaptured_us)
+       << ",\"in_place_over_recaptured\":" << bench::json_number(in_place_us / recaptured_us)
+       << ",\n\"nodes\":" << nodes << ",\"per_node_us_launchfit\":" << bench::json_number(per_node_lf)
+       << ",\"per_node_us_raw\":" << bench::json_number(per_node_raw)
+       << ",\"build_us_per_node_launchfit\":" << bench::json_number(build_lf_us)
+       << ",\"build_us_per_node_raw\":" << bench::json_number(build_raw_us)
+       << ",\n\"report\":" << bench::json_string(t.to_string()) << ",\n\"failures\":" << failures << "\n}\n";
+    bench::write_file(json_path, js.str());
+    std::printf("wrote %s\n", json_path.c_str());
+  }
+  std::printf("%s\n", bench::verification_summary(failures, "all replays exact").c_str());
+  cudaGraphExecDestroy(eb);
+  cudaGraphExecDestroy(er);
+  cudaGraphDestroy(built);
+  cudaGraphDestroy(raw);
+  cudaGraphExecDestroy(exec2);
+  cudaGraphDestroy(g2);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return bench::run_main("graph-tuning", run, argc, argv); }

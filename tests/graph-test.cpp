@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: MIT
+// CUDA graphs without a GPU: what a launch captured into a graph keeps so that tune_graph() can plan it again
+// after the launch returned (a copy of its policy that outlives the spec, its arguments' sizes), the
+// dependencies a node is given, refusals before any driver call, and the tuning record of a capture.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launchfit/graph.hpp"
+#include "launchfit/launch.hpp"
+#include "tuning_record.hpp"
+
+namespace lf = launchfit;
+
+namespace {
+
+TEST(GraphRequest, AValuePolicyIsCopiedAndOutlivesItsSpec) {
+  lf::detail::policy_copy c;
+  std::uint64_t hash = 0;
+  {
+    const auto s = lf::max_occupancy(128).items(1000);
+    const lf::detail::launch_request r = lf::detail::make_request(s);
+    ASSERT_NE(r.copy_policy, nullptr);
+    ASSERT_EQ(r.policy_holder, static_cast<const void*>(&s.policy_value()));
+    c = r.copy_policy(r.policy_holder);
+    hash = r.policy_hash;
+    ASSERT_NE(c.policy, nullptr);
+    EXPECT_NE(c.policy, r.policy);  // a copy, not the spec's own
+  }
+  // The spec is gone; the copy answers as it did.
+  EXPECT_EQ(c.policy->hash(), hash);
+  EXPECT_EQ(c.policy->to_string(), lf::max_occupancy(128).get_policy().to_string());
+  c.free_owner(c.owner);
+}
+
+TEST(GraphRequest, APolicyHeldByPointerIsSharedNotCopied) {
+  const std::shared_ptr<const lf::policy> p = lf::policy_from_string("fixed(64)");
+  const long before = p.use_count();
+  lf::detail::policy_copy c;
+  {
+    const auto s = lf::use(p).items(10);
+    const lf::detail::launch_request r = lf::detail::make_request(s);
+    c = r.copy_policy(r.policy_holder);
+  }
+  EXPECT_EQ(c.policy, p.get());
+  EXPECT_EQ(p.use_count(), before + 1);  // the copy keeps it alive
+  c.free_owner(c.owner);
+  EXPECT_EQ(p.use_count(), before);
+}
+
+TEST(GraphNodes, ListedDependenciesAreCopiedAnArrayIsNot) {
+  const auto a = reinterpret_cast<cudaGraphNode_t>(0x10);
+  const auto b = reinterpret_cast<cudaGraphNode_t>(0x20);
+  const lf::node_dependencies listed{a, b};
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed.data()[0], a);
+  EXPECT_EQ(listed.data()[1], b);
+  std::vector<cudaGraphNode_t> mine{b};
+  const lf::node_dependencies viewed(mine.data(), mine.size());
+  EXPECT_EQ(viewed.data(), mine.data());
+  EXPECT_EQ(viewed.size(), 1u);
+  EXPECT_EQ(lf::node_dependencies{}.size(), 0u);
+}
+
+TEST(GraphNodes, ANodeWithoutADriverIsALaunchfitErrorAndNoNode) {
+  lf::kernel k(reinterpret_cast<CUfunction>(0x1234));
+  try {
+    (void)lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(0x1), {}, k, lf::max_occupancy().items(10), 1, 2.0f);
+    GTEST_SKIP() << "a CUDA driver and device are present";
+  } catch (const lf::error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(what.find("no CUDA driver") != std::string::npos || what.find("no CUDA device") != std::string::npos)
+        << what;
+  }
+}
+
+TEST(TuneGraph, ANullGraphOrExecIsRefusedBeforeAnyDriverCall) {
+  for (int which = 0; which < 2; ++which) {
+    try {
+      (void)lf::tune_graph(which ? reinterpret_cast<cudaGraph_t>(0x1) : nullptr, nullptr);
+      FAIL() << "no error";
+    } catch (const lf::error& e) {
+      EXPECT_EQ(e.cuda_error(), "CUDA_ERROR_INVALID_VALUE") << e.what();
+      EXPECT_EQ(e.call(), "launchfit::tune_graph");
+    }
+  }
+}
+
+TEST(TuneGraph, AReportSaysWhatBecameOfEachNode) {
+  lf::graph_tuning t;
+  t.tuned = 1;
+  t.left = 1;
+  t.nodes.push_back({nullptr, "scale", "block=128", "block=512", lf::graph_node_report::outcome::tuned, ""});
+  t.nodes.push_back({nullptr, "count", "block=256", "block=256", lf::graph_node_report::outcome::left,
+                     "its spec does not allow re-running (.rerunnable())"});
+  EXPECT_EQ(t.to_string(),
+            "1 tuned, 0 unchanged, 1 left\ntuned scale: block=128 -> block=512\n"
+            "left count: its spec does not allow re-running (.rerunnable())");
+}
+
+TEST(TuningRecordCapture, ATrialRefusedByACaptureIsRemembered) {
+  lf::detail::tuning_record record([](std::uint64_t) { return lf::detail::nvml::gpu_conditions{}; });
+  EXPECT_FALSE(record.trials_captured());
+  record.refuse_captured();
+  EXPECT_TRUE(record.trials_captured());
+  EXPECT_FALSE(record.tuned());
+  EXPECT_FALSE(record.trials_refused());  // the lease's gate was never asked
+}
+
+}  // namespace
