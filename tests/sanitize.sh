@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: MIT
 # The CPU part (calculator, policies, cache, registry, parsers, plugin loading, cache file) under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer, each in its own build directory.
-# The fault suite (label cpu;fault) runs too, with the fork storms of tests/fault/fork-test.cpp: forks while
-# threads log (synchronously and through the logging thread) and during the logger's first use (those whose
-# children start threads skip under ThreadSanitizer, which cannot follow them). The storm with the remote
+# The fault suite (label cpu;fault) runs too, with the fork storms of tests/fault/fork-test.cpp: forks of a
+# process whose threads log (synchronously and through the logging thread; here they pause between two log
+# calls for each fork, since GCC 12's sanitizer allocator has no fork handlers; the test command forks through
+# their logging) and during the logger's first use (those whose children start threads skip under
+# ThreadSanitizer, which cannot follow them). The storm with the remote
 # plan store's writer and resolver busy needs a redis-server and runs in the test command (tests/run.sh), not
 # here: GCC 12's sanitizer allocator has no fork handlers, so a child forked while a parent thread is inside
 # it can hang there, which a storm of forks against a store thread busy allocating would hit. The exit suite

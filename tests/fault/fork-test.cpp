@@ -135,6 +135,11 @@ int fork_storm(int threads, child_end end) {
   logging_threads loggers(threads);
   int failed = 0;
   for (int i = 0; i < storm_forks; ++i) {
+    // Under a sanitizer the threads stop between two log calls for the fork: GCC 12's sanitizer allocator
+    // has no fork handlers, and a child forked while a thread is inside it waits for ever on its lock (seen
+    // under ASan in CI: fork 31 of a storm). launchfit's own locks are taken by its fork handlers either way;
+    // without a sanitizer the threads log through every fork.
+    if (sanitized) loggers.pause();
     const auto r = lf::fault::run_bounded(child_limit, [end] {
       in_storm_child = true;
       ld::log_event(spdlog::level::info, "test", "child line");
@@ -146,6 +151,7 @@ int fork_storm(int threads, child_end end) {
       std::exit(0);  // exit handlers run in the child too
       return 1;
     });
+    if (sanitized) loggers.resume();
     if (!r.finished || r.signal != 0 || r.exit_code != 0) {
       ::dprintf(report_fd, "fork %d: finished=%d signal=%d exit=%d\n", i, r.finished, r.signal, r.exit_code);
       ++failed;
@@ -288,8 +294,7 @@ TEST(Fork, AnAsyncChildLoggingIntoAStuckPipeNeverWaitsAndExits) {
       // SizeClassAllocator64::GetFromAllocator, its logging thread in the stuck pipe as it should be). This
       // child allocates for 24,000 lines, so it meets such a lock; under a sanitizer the threads stop between
       // two log calls for the fork (launchfit's own logging thread is held out of its writes by the fork
-      // handlers), without one they log through it. The storms, whose children log one line, fork through
-      // the logging under the sanitizers too.
+      // handlers), without one they log through it, as in the storms.
       if (sanitized) loggers.pause();
       const auto r = lf::fault::run_bounded(5000ms * slow_factor, [] {
         in_storm_child = true;
@@ -318,7 +323,10 @@ TEST(Fork, AnAsyncChildLoggingIntoAStuckPipeNeverWaitsAndExits) {
         }
         // _exit on a failure: the harness's fflush(nullptr) would wait for stderr, which the logging thread
         // holds while stuck in it.
-        if (waited > 0) {
+        // Under a sanitizer its allocator's own page faults and locks may make a call give up the CPU now and
+        // then (one call in 24,000, seen under ASan at load on two cores); a call that waited for the stuck
+        // output would wait for ever, which the watchdog catches either way.
+        if (waited > (sanitized ? 3 : 0)) {
           ::dprintf(report_fd, "stuck-pipe child: %d of 24000 log calls waited (the first: call %d)\n",
                     waited, first_wait);
           _exit(5);
