@@ -23,7 +23,8 @@ namespace launchfit::detail {
   X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuCtxGetId)           \
   X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxPotentialClusterSize) X(cuStreamGetCaptureInfo)          \
   X(cuGraphAddNode) X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)                     \
-  X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType)
+  X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType)\
+  X(cuGraphDestroyNode) X(cuUserObjectCreate) X(cuUserObjectRelease) X(cuGraphRetainUserObject)
 
 struct driver_api {
 #define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

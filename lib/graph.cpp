@@ -26,42 +26,56 @@
 #include "log_internal.hpp"
 #include "plan_cache.hpp"
 #include "text.hpp"
+#include "tuning_lease.hpp"
 
 namespace launchfit::detail {
 namespace {
 
-// Launches remembered at most: a program that captures without ever tuning keeps this much (each one a copy
-// of its arguments, a few hundred bytes), and is told once when more are left out.
+// Launches remembered at most: a program that captures graphs it never tunes, and never destroys, keeps this
+// many (each a copy of its arguments and of its smem rule's answers, about 1 KB), told once when more are
+// left out. A destroyed graph's launches are dropped (a user object the graph holds tells when).
 constexpr std::size_t max_captured_launches = 1 << 16;
-// An smem rule is asked at the capture for every block size (its callable may not outlive the launch).
+// An smem rule is asked at the capture for the block sizes a policy may choose (the callable may not outlive
+// the launch): every multiple of 32 up to this and every size below 32, or every size its block rule allows.
 constexpr int max_block_threads = 1024;
+// What a block the rule was not asked for gets: more than any SM holds, so no plan can choose it.
+constexpr std::size_t unknown_smem = std::size_t{1} << 40;
 
-// One launch inside a capture, with everything its request needs to be planned again after the launch has
-// returned: owned copies of the policy, the kernel, the family, the smem rule's answers and the arguments.
+// One launch inside a capture. A launch whose policy asked for trials (`deferred`) keeps everything its
+// request needs to be planned again after the launch has returned: owned copies of the policy, the kernel,
+// the family, the smem rule's answers and the arguments; another keeps only what the report says of it.
 struct captured_launch {
   CUgraph graph = nullptr;
   CUgraphNode node = nullptr;
+  std::uint64_t graph_serial = 0;  // the graph as launchfit knows it (a destroyed graph's handle is reused)
   std::uint64_t context_id = 0;
-  CUfunction function = nullptr;  // what the node runs now
-  std::string kernel;             // its name
-  std::string plan_text;          // the plan the node runs now
-  bool deferred = false;          // its policy asked for trials the capture did not allow
-  std::string left;               // why it cannot be tuned in place; empty: it can
+  // What the node runs now (under the captures' lock once remembered).
+  CUfunction function = nullptr;
+  dims grid, block;
+  std::size_t smem = 0;
+  std::string plan_text;
+  std::string kernel;     // its name
+  bool deferred = false;  // its policy asked for trials the capture did not allow, and it is not tuned yet
+  std::string left;       // why it cannot be tuned in place; empty: it can
 
   std::shared_ptr<const policy> owned_policy;
   std::optional<launchfit::kernel> driver_kernel;
   std::vector<family_member> family;
-  std::vector<std::size_t> smem_answers;  // the smem rule's answer per block size (index: threads)
-  smem_rule_fn smem;                      // answers from smem_answers
+  std::vector<std::pair<int, std::size_t>> smem_answers;  // (block threads, dynamic smem), sorted
+  smem_rule_fn smem_rule;                                 // answers from smem_answers
   std::vector<std::max_align_t> arg_storage;
   std::vector<void*> arg_ptrs;
   std::vector<std::size_t> arg_sizes;
-  launch_request request;  // pointers into the members above; stream, node and bind unset
+  launch_request request;  // pointers into the members above; stream, node, bind and reset unset
 };
 
 struct captures {
   std::mutex m;
   std::map<std::pair<CUgraph, CUgraphNode>, std::shared_ptr<captured_launch>> by_node;
+  // Graphs launchfit holds a user object in, by (graph, capture id), and the serials still alive.
+  std::map<std::pair<CUgraph, std::uint64_t>, std::uint64_t> serial_of;
+  std::set<std::uint64_t> alive;
+  std::uint64_t next_serial = 1;
   bool told_full = false;
 };
 
@@ -76,6 +90,64 @@ captures& the_captures() {
     return made;
   }();
   return c;
+}
+
+// Moves the launches of graphs destroyed since out of the table (destroyed by the caller, outside the lock:
+// a policy copy's destructor is the user's code).
+void drop_dead_locked(captures& all, std::vector<std::shared_ptr<captured_launch>>& gone) {
+  for (auto it = all.by_node.begin(); it != all.by_node.end();) {
+    if (all.alive.count(it->second->graph_serial)) {
+      ++it;
+    } else {
+      gone.push_back(std::move(it->second));
+      it = all.by_node.erase(it);
+    }
+  }
+}
+
+// Called by the driver (any thread, no CUDA call allowed) when the last reference to a graph launchfit
+// remembers launches of is gone: the graph and every graph exec instantiated from it are destroyed.
+void graph_destroyed(void* serial) noexcept {
+  captures& all = the_captures();
+  std::lock_guard<std::mutex> lock(all.m);
+  const auto n = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(serial));
+  all.alive.erase(n);
+  for (auto it = all.serial_of.begin(); it != all.serial_of.end();) {
+    it = it->second == n ? all.serial_of.erase(it) : std::next(it);
+  }
+}
+
+// The serial of the graph a capture records into, holding a user object in it whose release says when the
+// graph is gone; 0 when the driver cannot (then nothing of this capture is remembered).
+std::uint64_t graph_serial(CUgraph graph, std::uint64_t capture_id) {
+  captures& all = the_captures();
+  {
+    std::lock_guard<std::mutex> lock(all.m);
+    const auto it = all.serial_of.find({graph, capture_id});
+    if (it != all.serial_of.end()) return it->second;
+  }
+  const driver_api& d = driver();
+  if (!d.cuUserObjectCreate || !d.cuGraphRetainUserObject || !d.cuUserObjectRelease) return 0;
+  std::uint64_t serial = 0;
+  {
+    std::lock_guard<std::mutex> lock(all.m);
+    serial = all.next_serial++;
+  }
+  CUuserObject object = nullptr;
+  void* tag = reinterpret_cast<void*>(static_cast<std::uintptr_t>(serial));
+  if (d.cuUserObjectCreate(&object, tag, graph_destroyed, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) != CUDA_SUCCESS)
+    return 0;
+  {
+    std::lock_guard<std::mutex> lock(all.m);
+    all.alive.insert(serial);
+    all.serial_of[{graph, capture_id}] = serial;
+  }
+  // The graph takes the one reference (executable graphs instantiated from it take their own).
+  if (d.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE) != CUDA_SUCCESS) {
+    d.cuUserObjectRelease(object, 1);  // calls graph_destroyed: the serial is dead at once
+    return 0;
+  }
+  return serial;
 }
 
 // Why a launch cannot be tuned once it has returned; empty: it can.
@@ -93,9 +165,30 @@ std::string why_not_tunable_later(const launch_request& r) {
   return {};
 }
 
+// The smem rule's answers for the block sizes a policy may choose; false (with `why`) where the rule throws.
+bool ask_smem_rule(const launch_request& r, captured_launch& c, std::string& why) {
+  for (int t = 1; t <= max_block_threads; ++t) {
+    const bool asked = r.blocks.k == block_rule::kind::any ? (t < 32 || t % 32 == 0) : r.blocks.allows(t);
+    if (!asked) continue;
+    try {
+      c.smem_answers.emplace_back(t, (*r.smem_fn)(t));
+    } catch (...) {
+      why = "its smem rule threw for a block of " + std::to_string(t) + " threads";
+      return false;
+    }
+  }
+  const auto* answers = &c.smem_answers;
+  c.smem_rule = [answers](int t) {
+    const auto it = std::lower_bound(answers->begin(), answers->end(), std::make_pair(t, std::size_t{0}));
+    return it != answers->end() && it->first == t ? it->second : unknown_smem;
+  };
+  c.request.smem_fn = &c.smem_rule;
+  return true;
+}
+
 // The launch's request with owned copies of what it points to (the policy, the kernel, the arguments...);
-// false where the policy cannot be copied (a policy type without a copy constructor).
-bool copy_request(const launch_request& r, captured_launch& c) {
+// false (with `why`) where one cannot be made.
+bool copy_request(const launch_request& r, captured_launch& c, std::string& why) {
   c.request = r;
   c.request.stream = nullptr;
   c.request.node = nullptr;
@@ -103,7 +196,11 @@ bool copy_request(const launch_request& r, captured_launch& c) {
   c.request.bind_self = nullptr;
   c.request.reset = nullptr;
   const policy_copy pc = r.copy_policy(r.policy_holder);
-  if (!pc.policy) return false;
+  if (!pc.policy) {
+    why = "its policy cannot be copied (held by a raw pointer, or a type without a copy constructor), so it "
+          "cannot be planned again after the launch has returned";
+    return false;
+  }
   c.owned_policy = std::shared_ptr<const policy>(pc.policy, [owner = pc.owner, free = pc.free_owner](
                                                                 const policy*) noexcept { free(owner); });
   c.request.policy = c.owned_policy.get();
@@ -117,15 +214,7 @@ bool copy_request(const launch_request& r, captured_launch& c) {
     c.family.assign(r.family, r.family + r.family_size);
     c.request.family = c.family.data();
   }
-  if (r.smem_fn) {
-    c.smem_answers.resize(max_block_threads + 1);
-    for (int t = 1; t <= max_block_threads; ++t) c.smem_answers[static_cast<std::size_t>(t)] = (*r.smem_fn)(t);
-    const std::vector<std::size_t>* answers = &c.smem_answers;
-    c.smem = [answers](int t) {
-      return t >= 1 && t <= max_block_threads ? (*answers)[static_cast<std::size_t>(t)] : std::size_t{0};
-    };
-    c.request.smem_fn = &c.smem;
-  }
+  if (r.smem_fn && !ask_smem_rule(r, c, why)) return false;
   std::size_t words = 0;
   std::vector<std::size_t> offsets(r.arg_count);
   for (std::size_t i = 0; i < r.arg_count; ++i) {
@@ -145,15 +234,28 @@ bool copy_request(const launch_request& r, captured_launch& c) {
   return true;
 }
 
-// Whether `node` of `graph` is still the node `c` remembers: a kernel node of the graph, running c's function
-// on c's arguments (a handle of a graph destroyed since may have been given to another).
-bool still_the_node(const captured_launch& c, const std::set<CUgraphNode>& nodes) {
+// What a remembered node runs now, as read under the captures' lock.
+struct node_state {
+  CUfunction function = nullptr;
+  dims grid, block;
+  std::size_t smem = 0;
+  std::string plan_text;
+  bool deferred = false;
+};
+
+// Whether `c.node` is still the node `c` remembers: a kernel node of the graph, running what c says it runs
+// (function, grid, block, dynamic smem) on c's arguments (a node the caller removed and a new one given its
+// handle, or set to other parameters, is not).
+bool still_the_node(const captured_launch& c, const node_state& now, const std::set<CUgraphNode>& nodes) {
   const driver_api& d = driver();
   if (!nodes.count(c.node)) return false;
   CUgraphNodeType type{};
   if (d.cuGraphNodeGetType(c.node, &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL) return false;
   CUDA_KERNEL_NODE_PARAMS p{};
-  if (d.cuGraphKernelNodeGetParams(c.node, &p) != CUDA_SUCCESS || p.func != c.function) return false;
+  if (d.cuGraphKernelNodeGetParams(c.node, &p) != CUDA_SUCCESS || p.func != now.function) return false;
+  if (dims{p.gridDimX, p.gridDimY, p.gridDimZ} != now.grid || dims{p.blockDimX, p.blockDimY, p.blockDimZ} != now.block ||
+      p.sharedMemBytes != now.smem)
+    return false;
   if (c.arg_sizes.empty()) return true;
   if (!p.kernelParams) return false;
   for (std::size_t i = 0; i < c.arg_sizes.size(); ++i) {
@@ -162,24 +264,38 @@ bool still_the_node(const captured_launch& c, const std::set<CUgraphNode>& nodes
   return true;
 }
 
-
+// Whether the graph allocates or frees memory in its own nodes (cudaMallocAsync inside the capture): buffers
+// that exist only while it runs, which a trial outside it would read as an illegal address.
+bool allocates_in_graph(const std::vector<CUgraphNode>& nodes) {
+  const driver_api& d = driver();
+  for (CUgraphNode n : nodes) {
+    CUgraphNodeType type{};
+    if (d.cuGraphNodeGetType(n, &type) != CUDA_SUCCESS) return true;  // any doubt: do not run trials
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || type == CU_GRAPH_NODE_TYPE_MEM_FREE) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
-bool stream_capturing(CUstream stream) noexcept {
+capture_state stream_capture(CUstream stream) noexcept {
   const driver_api* d = nullptr;
   try {
     d = &driver();
   } catch (...) {
-    return false;
+    return capture_state::unknown;
   }
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (!d->cuStreamIsCapturing || d->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) return false;
-  return status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (!d->cuStreamIsCapturing || d->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS)
+    return capture_state::unknown;
+  switch (status) {
+    case CU_STREAM_CAPTURE_STATUS_NONE: return capture_state::none;
+    case CU_STREAM_CAPTURE_STATUS_ACTIVE: return capture_state::active;
+    default: return capture_state::invalidated;
+  }
 }
 
 void note_captured_launch(const launch_request& r, const plan_entry& e, dims grid) noexcept {
-  (void)grid;
   try {
     const driver_api& d = driver();
     if (!d.cuStreamGetCaptureInfo) return;
@@ -202,27 +318,36 @@ void note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
     c->graph = graph;
     c->node = deps[0];
     c->function = e.function;
+    c->grid = grid;
+    c->block = e.plan.block;
+    c->smem = e.plan.dynamic_smem_bytes;
     c->kernel = display_name(e.kernel);
     c->plan_text = e.plan.to_string();
     c->deferred = e.tuning_deferred;
     c->context_id = e.key.context;
     c->left = why_not_tunable_later(r);
-    if (c->left.empty() && !copy_request(r, *c))
-      c->left = "its policy cannot be copied (a policy type without a copy constructor), so it cannot be "
-                "planned again after the launch has returned";
+    if (c->left.empty() && c->deferred && !copy_request(r, *c, c->left)) {
+      c->owned_policy.reset();
+      c->smem_answers.clear();
+    }
+    c->graph_serial = graph_serial(graph, id);
+    if (c->graph_serial == 0) return;
     captures& all = the_captures();
+    std::vector<std::shared_ptr<captured_launch>> gone;  // destroyed after the lock
     std::lock_guard<std::mutex> lock(all.m);
+    if (all.by_node.size() >= max_captured_launches) drop_dead_locked(all, gone);
     const auto key = std::make_pair(c->graph, c->node);
     if (all.by_node.size() >= max_captured_launches && !all.by_node.count(key)) {
       if (!all.told_full) {
         all.told_full = true;
-        logger()->warn("{} launches inside stream captures are remembered for tune_graph() already: later ones "
-                       "(from {} on) are not, and their graphs' nodes keep their static plans",
+        logger()->warn("{} launches inside stream captures of graphs not destroyed yet are remembered for "
+                       "tune_graph() already: later ones (from {} on) are not, and their nodes keep their "
+                       "static plans",
                        max_captured_launches, escape_text(c->kernel));
       }
       return;
     }
-    all.by_node[key] = std::move(c);
+    all.by_node[key].swap(c);  // c: the launch it replaces, destroyed after the lock
   } catch (...) {
     // Out of memory or a driver without graphs: this launch stays out of tune_graph(); the launch itself ran.
   }
@@ -235,10 +360,11 @@ void add_planned_node(const CUlaunchConfig& cfg, CUfunction f, void** args, node
     throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::add_kernel_node", "null graph", display_name(e.kernel),
                 e.plan.to_string());
   }
-  if (!d.cuGraphAddNode || !d.cuGraphKernelNodeSetAttribute) {
+  if (!d.cuGraphAddNode || !d.cuGraphKernelNodeSetAttribute || !d.cuGraphDestroyNode) {
     throw error(CUDA_ERROR_NOT_SUPPORTED, "launchfit::add_kernel_node",
-                "the CUDA driver has no cuGraphAddNode (CUDA 12.3 or newer is needed)", display_name(e.kernel),
-                e.plan.to_string());
+                "the CUDA driver lacks cuGraphAddNode or cuGraphKernelNodeSetAttribute (a CUDA 13 driver is "
+                "needed)",
+                display_name(e.kernel), e.plan.to_string());
   }
   CUgraphNodeParams params{};
   params.type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -262,8 +388,11 @@ void add_planned_node(const CUlaunchConfig& cfg, CUfunction f, void** args, node
   check(added, "cuGraphAddNode", display_name(e.kernel), e.plan.to_string());
   for (unsigned i = 0; i < cfg.numAttrs; ++i) {
     if (cfg.attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) continue;
-    check(d.cuGraphKernelNodeSetAttribute(node, cfg.attrs[i].id, &cfg.attrs[i].value),
-          "cuGraphKernelNodeSetAttribute", display_name(e.kernel), e.plan.to_string());
+    const CUresult set = d.cuGraphKernelNodeSetAttribute(node, cfg.attrs[i].id, &cfg.attrs[i].value);
+    if (set != CUDA_SUCCESS) {
+      d.cuGraphDestroyNode(node);  // never a node without the attributes its launch requires
+      check(set, "cuGraphKernelNodeSetAttribute", display_name(e.kernel), e.plan.to_string());
+    }
   }
   target.node = node;
 }
@@ -306,47 +435,63 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
   if (count) check(d.cuGraphGetNodes(graph, listed.data(), &count), "cuGraphGetNodes");
   listed.resize(std::min(count, listed.size()));
   const std::set<CUgraphNode> nodes(listed.begin(), listed.end());
+  const bool allocates = allocates_in_graph(listed);
 
-  // This graph's launches, in the order of their nodes in the graph; records of a node the graph no longer
-  // has (a graph destroyed since, whose handle another was given) are dropped.
-  std::vector<std::shared_ptr<captured_launch>> mine;
+  // This graph's launches (of a graph alive: a destroyed one's handle may be this graph's now), with what
+  // each node runs now, read under the lock; then checked against the graph without it (driver calls).
+  captures& all = the_captures();
+  std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> mine;
   {
-    captures& all = the_captures();
+    std::vector<std::shared_ptr<captured_launch>> gone;
     std::lock_guard<std::mutex> lock(all.m);
-    for (auto it = all.by_node.begin(); it != all.by_node.end();) {
-      if (it->first.first != graph) {
-        ++it;
-        continue;
-      }
-      if (!still_the_node(*it->second, nodes)) {
-        it = all.by_node.erase(it);
-        continue;
-      }
-      mine.push_back(it->second);
-      ++it;
+    drop_dead_locked(all, gone);
+    for (const auto& [key, c] : all.by_node) {
+      if (key.first != graph) continue;
+      mine.push_back({c, node_state{c->function, c->grid, c->block, c->smem, c->plan_text, c->deferred}});
+    }
+  }
+  std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> valid;
+  std::vector<std::shared_ptr<captured_launch>> stale;
+  for (auto& m : mine) {
+    if (still_the_node(*m.first, m.second, nodes)) {
+      valid.push_back(std::move(m));
+    } else {
+      stale.push_back(m.first);
+    }
+  }
+  if (!stale.empty()) {
+    std::lock_guard<std::mutex> lock(all.m);
+    for (const auto& c : stale) {
+      const auto it = all.by_node.find({c->graph, c->node});
+      if (it != all.by_node.end() && it->second == c) all.by_node.erase(it);
     }
   }
   std::map<CUgraphNode, std::size_t> order;
   for (std::size_t i = 0; i < listed.size(); ++i) order[listed[i]] = i;
-  std::sort(mine.begin(), mine.end(), [&order](const auto& a, const auto& b) { return order[a->node] < order[b->node]; });
+  std::sort(valid.begin(), valid.end(),
+            [&order](const auto& a, const auto& b) { return order[a.first->node] < order[b.first->node]; });
 
   graph_tuning out;
-  for (const std::shared_ptr<captured_launch>& c : mine) {
+  for (const auto& [c, now] : valid) {
     graph_node_report rep;
     rep.node = c->node;
     rep.kernel = c->kernel;
-    rep.before = c->plan_text;
-    rep.after = c->plan_text;
-    if (!c->left.empty()) {
-      rep.result = graph_node_report::outcome::left;
+    rep.before = now.plan_text;
+    rep.after = now.plan_text;
+    rep.result = graph_node_report::outcome::left;
+    if (!now.deferred) {
+      rep.result = c->left.empty() ? graph_node_report::outcome::unchanged : graph_node_report::outcome::left;
+      rep.why = !c->left.empty() ? c->left
+                                 : c->owned_policy ? "tuned in place already"
+                                                   : "its plan was not kept from trials by the capture (a stored "
+                                                     "or tuned plan, or a policy that times nothing)";
+    } else if (!c->left.empty()) {
       rep.why = c->left;
+    } else if (allocates) {
+      rep.why = "the graph allocates memory in its own nodes (cudaMallocAsync inside the capture), which exists "
+                "only while it runs: a trial outside it could not read its kernels' buffers";
     } else if (current_context(c->request).id != c->context_id) {
-      rep.result = graph_node_report::outcome::left;
       rep.why = "captured in another CUDA context: make that context current to tune it";
-    } else if (!c->deferred) {
-      rep.result = graph_node_report::outcome::unchanged;
-      rep.why = "its plan was not kept from trials by the capture (a stored or tuned plan, or a policy that "
-                "times nothing)";
     } else {
       launch_request r = c->request;
       r.stream = stream;
@@ -354,8 +499,10 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
       std::optional<plan_entry> local;
       const plan_entry& e = entry_for(r, local);
       if (e.tuning_deferred) {
-        rep.result = graph_node_report::outcome::left;
-        rep.why = "its stream is being captured, so its policy could not time candidates";
+        rep.why = "the stream given to tune_graph() is being captured, so no trial could run";
+      } else if (e.plan.match == waiting_match) {
+        rep.why = "another process of the fleet is tuning this plan: call tune_graph() again once it has "
+                  "published it";
       } else {
         const dims grid = grid_for(e.plan, r.shape, e.max_grid_x);
         CUlaunchConfig cfg;
@@ -369,9 +516,13 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
               text);
         rep.result = graph_node_report::outcome::tuned;
         rep.after = text;
-        std::lock_guard<std::mutex> lock(the_captures().m);
+        std::lock_guard<std::mutex> lock(all.m);
         c->function = e.function;
+        c->grid = grid;
+        c->block = e.plan.block;
+        c->smem = e.plan.dynamic_smem_bytes;
         c->plan_text = text;
+        c->deferred = false;
       }
     }
     switch (rep.result) {
@@ -381,9 +532,9 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
     }
     out.nodes.push_back(std::move(rep));
   }
-  detail::logger()->info("tune_graph: {}", out.tuned + out.unchanged + out.left == 0
-                                       ? std::string("no launch of launchfit's was captured into this graph")
-                                       : escape_text(out.to_string(), 1 << 16));
+  detail::logger()->info("tune_graph: {}", out.nodes.empty()
+                                               ? std::string("no launch of launchfit's was captured into this graph")
+                                               : escape_text(out.to_string(), 1 << 16));
   return out;
 }
 

@@ -18,8 +18,10 @@ namespace launchfit::detail {
 
 struct plan_entry;
 
-// Whether `stream` is being captured into a CUDA graph (false where the driver cannot say).
-bool stream_capturing(CUstream stream) noexcept;
+// Whether `stream` is being captured into a CUDA graph: one answer for every step that asks (trials are
+// offered only at none, a launch is remembered only at active, a deferred plan is planned again only at none).
+enum class capture_state { none, active, invalidated, unknown };
+capture_state stream_capture(CUstream stream) noexcept;
 
 // After a launch of an entry marked captured: where its stream is being captured, remembers the node the
 // launch added. Never throws (a launch that cannot be remembered is left out of tune_graph(), said once).

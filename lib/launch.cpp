@@ -97,7 +97,8 @@ const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& 
   const plan_entry& e = entry_or_miss(r, local);
   // A plan a stream capture kept from its trials: the first launch that may time them outside a capture
   // plans again (once: the new entry is the tuned plan, or a stored one).
-  if (!e.tuning_deferred || !r.rerunnable || !r.has_arguments || stream_capturing(r.stream)) return e;
+  if (!e.tuning_deferred || !r.rerunnable || !r.has_arguments || stream_capture(r.stream) != capture_state::none)
+    return e;
   (void)forget_entry(e.key, &e);  // false: another thread planned it again first
   local.reset();
   return entry_or_miss(r, local);

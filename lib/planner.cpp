@@ -62,10 +62,12 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
   const auto record = std::make_shared<tuning_record>(gpu_conditions_reader(dev));
   if (may_tune) offer_tuning(q, r, e, need, fam, asked, record);
   e.plan = stored_or_chosen(r, key, bucket, chosen, q, need, e, dev, fam, may_tune, *asked, *record);
-  // A launch inside a stream capture: a policy that may tune has its launches remembered for tune_graph(),
-  // and one that asked for trials is planned again with them outside the capture.
-  e.captured = !r.node && !chosen.builtin() && stream_capturing(r.stream);
+  // A launch inside a stream capture whose policy asked for trials is planned again with them outside the
+  // capture, and its launches inside captures are remembered for tune_graph(); so are those of a spec that
+  // does not allow re-running under a policy that is not a built-in (reported, never tuned).
   e.tuning_deferred = record->trials_captured();
+  e.captured = e.tuning_deferred || (!r.node && !r.rerunnable && !chosen.builtin() &&
+                                     stream_capture(r.stream) == capture_state::active);
   if (e.tuning_deferred && e.plan.reason.find(planning::capture_prevents_trials) == std::string::npos)
     e.plan.reason += "; " + std::string(planning::capture_prevents_trials);
   if (asked->load(std::memory_order_relaxed)) {

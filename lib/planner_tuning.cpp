@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "driver.hpp"
+#include "graph_capture.hpp"
 #include "planner_steps.hpp"
 #include "tuning.hpp"
 
@@ -21,11 +22,10 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
                   const family_members& fam, const std::shared_ptr<std::atomic<bool>>& asked,
                   const std::shared_ptr<tuning_record>& record) {
   if (!r.rerunnable) return;
-  const driver_api& d = driver();
-  // Any doubt (no entry point, an error such as the legacy stream while another stream captures) is a no.
-  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (!d.cuStreamIsCapturing || d.cuStreamIsCapturing(r.stream, &capturing) != CUDA_SUCCESS) return;
-  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+  // Any doubt (no entry point, an error such as the legacy stream while another stream captures, a capture
+  // invalidated) is a no.
+  const capture_state capturing = stream_capture(r.stream);
+  if (capturing == capture_state::active) {
     // A capture records the kernel, it runs nothing: a policy that asks for a trial is answered "cannot run",
     // its static plan is launched inside the capture and never stored, and the launch is tuned later
     // (tune_graph() on the instantiated graph, or the first launch outside a capture).
@@ -37,6 +37,7 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     };
     return;
   }
+  if (capturing != capture_state::none) return;
   // Trials launch what they are validated for: the driver answers their residency (a trial costs far more
   // than its calls), not the calculator.
   if (fam.blocks.empty() && e.function) q.active_blocks = driver_oracle(e.function, q.device, q.kernel, true);

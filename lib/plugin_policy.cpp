@@ -126,8 +126,9 @@ class plugin_policy final : public policy_base {
     if (status == LAUNCHFIT_PLUGIN_DECLINE) {
       std::string why = plugin_text(err, sizeof err);
       if (why.empty()) why = plugin_text(cp.reason, sizeof cp.reason);
-      // The library knows why no trial could run (a stream capture); the plugin saw only failed trials.
-      if (!q.no_trials.empty()) why = q.no_trials;
+      // The library knows why no trial could run (a stream capture), which the plugin saw as failed trials:
+      // said first, the plugin's own words after.
+      if (!q.no_trials.empty()) why = q.no_trials + (why.empty() ? "" : "; the plugin: " + why);
       plan p = fallback_or_default().choose(q);
       p.reason = "declined by " + name() + (why.empty() ? "" : " (" + why + ")") + "; " +
                  fallback_or_default().name() + ": " + p.reason;

@@ -445,7 +445,8 @@ inline cudaFunction_t resolve_runtime_kernel(const void* stub) {
 // again by tune_graph() after the launch has returned. A policy held by pointer is shared, not copied.
 template <class Policy>
 policy_copy copy_policy_of(const void* holder) {
-  if constexpr (std::is_copy_constructible_v<Policy>) {
+  // A raw pointer's policy may be gone by then: not copied (its launches are left as they are).
+  if constexpr (std::is_copy_constructible_v<Policy> && !std::is_pointer_v<Policy>) {
     auto* owner = new Policy(*static_cast<const Policy*>(holder));
     policy_copy c;
     c.owner = owner;

@@ -17,12 +17,16 @@
 //   lf::launch(axpy, lf::use("autotune").items(n).on(s).rerunnable(), a, x, y, n);  // static plan, remembered
 //   cudaStreamEndCapture(s, &graph);
 //   cudaGraphInstantiate(&exec, graph, 0);
+//   cudaGraphLaunch(exec, s);                             // once: every buffer holds what the graph makes
 //   lf::graph_tuning t = lf::tune_graph(graph, exec, s);  // trials run on s; exec's nodes now tuned
 //
-// A node is tuned only where its spec allows re-running (.rerunnable(): trials run the kernel on the captured
-// arguments, back to back). Nodes whose spec resets state between runs (.reset(f) without .rerunnable()),
-// computes arguments from the plan (from_plan()), or does not allow re-running are left as they are and
-// reported with the reason.
+// Trials run each kernel again on its captured arguments, on what the buffers hold when tune_graph() is
+// called: replay the graph once first where a kernel reads what an earlier node writes (an index, a count).
+// A node is tuned only where its spec allows re-running with .rerunnable() alone. Nodes whose spec restores
+// data with .reset(f) (the callback cannot be called once the launch has returned), computes arguments from
+// the plan (from_plan()) or does not allow re-running, and every node of a graph that allocates memory in its
+// own nodes (cudaMallocAsync inside the capture: buffers that exist only while it runs), are left as they
+// are and reported with the reason.
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -71,9 +75,11 @@ struct LAUNCHFIT_API graph_tuning {
 /// tuned, and sets `exec` (instantiated from `graph`, which must still exist) to the tuned plans in place:
 /// cudaGraphExecKernelNodeSetParams, never a new instantiation; the graph's own nodes are updated too, so a
 /// later instantiation runs them. Cooperative, cluster and programmatic (PDL) nodes keep their attributes and
-/// edges. Trials run on `stream` with the captured arguments. Call it where the graph is not running (trials
-/// and the update race a replay in flight). Throws launchfit::error when a node cannot be updated (the
-/// driver's refusal, naming the kernel and the plan); nodes updated before it keep their tuned plans.
+/// edges. Trials run on `stream` with the captured arguments, on what the buffers hold now (replay the graph
+/// once first). Call it where the graph is not running (trials and the update race a replay in flight).
+/// A node tuned already is reported unchanged; one whose plan another process of the fleet is tuning is left
+/// (call again once it is published). Throws launchfit::error when a node cannot be updated (the driver's
+/// refusal, naming the kernel and the plan); nodes updated before it keep their tuned plans.
 LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
 
 /// The dependencies of a node add_kernel_node() adds: `{a, b}` (copied), or an array and its size (not

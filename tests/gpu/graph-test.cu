@@ -10,11 +10,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "gpu_test.hpp"
 #include "test_doubles.hpp"
+#include "launchfit/cache.hpp"
 #include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/plugin.hpp"
@@ -24,27 +27,39 @@ namespace cg = cooperative_groups;
 
 namespace {
 
-// Five kernels, each re-runnable (its output depends on its input only), each over n floats.
-__global__ void g_scale(const float* x, float* y, unsigned n) {
+// Five kernels, each re-runnable (its output depends on its input only), each over n floats. Block 0's
+// first thread writes the block and grid it runs with to seen[2 * link]: what the executable graph launched.
+__device__ void note_dims(unsigned* seen, int link) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    seen[2 * link] = blockDim.x;
+    seen[2 * link + 1] = gridDim.x;
+  }
+}
+__global__ void g_scale(const float* x, float* y, unsigned n, unsigned* seen, int link) {
+  note_dims(seen, link);
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = 2.0f * x[i];
 }
-__global__ void g_offset(const float* x, float* y, unsigned n) {
+__global__ void g_offset(const float* x, float* y, unsigned n, unsigned* seen, int link) {
+  note_dims(seen, link);
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i] + 1.0f;
 }
-__global__ void g_square_half(const float* x, float* y, unsigned n) {
+__global__ void g_square_half(const float* x, float* y, unsigned n, unsigned* seen, int link) {
+  note_dims(seen, link);
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = 0.5f * x[i] * x[i] - 3.0f;
 }
-__global__ void g_negate_stride(const float* x, float* y, unsigned n) {
+__global__ void g_negate_stride(const float* x, float* y, unsigned n, unsigned* seen, int link) {
+  note_dims(seen, link);
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = -x[i];
 }
-__global__ void g_mix(const float* x, float* y, unsigned n) {
+__global__ void g_mix(const float* x, float* y, unsigned n, unsigned* seen, int link) {
+  note_dims(seen, link);
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i] - 0.25f * static_cast<float>(i % 7);
 }
-using kernel_fn = void (*)(const float*, float*, unsigned);
+using kernel_fn = void (*)(const float*, float*, unsigned, unsigned*, int);
 constexpr kernel_fn kernels[] = {g_scale, g_offset, g_square_half, g_negate_stride, g_mix};
 float host_apply(int k, float x, unsigned i) {
   switch (k) {
@@ -67,9 +82,11 @@ struct chain {
   // One buffer pair per launch: launch j reads in[j] (the chain's input for j = 0, else out[j - 1]).
   std::vector<float*> buffers;  // chain_length + 1 buffers of the largest size
   unsigned* runs = nullptr;
+  unsigned* seen = nullptr;  // 2 * chain_length: each link's block and grid as it ran
   ~chain() {
     for (float* b : buffers) cudaFree(b);
     cudaFree(runs);
+    cudaFree(seen);
   }
 };
 int kernel_of(int j) { return j % 5; }
@@ -78,7 +95,7 @@ unsigned size_of(int j) { return sizes[(j / 5) % 4]; }
 lf::launched launch_link(const chain& c, int j, cudaStream_t s) {
   const unsigned n = size_of(j);
   return lf::launch(kernels[kernel_of(j)], lf::use("autotune(max_trials=16)").items(n).on(s).rerunnable(),
-                    c.buffers[j], c.buffers[j + 1], n);
+                    c.buffers[j], c.buffers[j + 1], n, c.seen, j);
 }
 
 // The chain as one capture: 64 autotuned links and, in the middle, one launch whose spec is not re-runnable.
@@ -128,16 +145,17 @@ void replay_and_check(const chain& c, cudaGraphExec_t exec, cudaStream_t s, cons
   EXPECT_EQ(wrong, 0u) << when << ": " << wrong << " of " << n << " elements differ";
 }
 
-// The kernel nodes of a graph in their order, with the launch configuration each runs.
+// The chain's kernel nodes by link (read from each node's last argument), with the launch configuration each
+// runs; the counting node (one parameter) under -1.
 struct node_config {
-  void* func;
-  unsigned grid, block;
+  void* func = nullptr;
+  unsigned grid = 0, block = 0;
 };
-std::vector<node_config> kernel_configs(cudaGraph_t g) {
+std::map<int, node_config> kernel_configs(cudaGraph_t g) {
   auto get_nodes = LF_DRIVER(cuGraphGetNodes);
   auto get_type = LF_DRIVER(cuGraphNodeGetType);
   auto get_params = LF_DRIVER(cuGraphKernelNodeGetParams);
-  std::vector<node_config> out;
+  std::map<int, node_config> out;
   if (!get_nodes || !get_type || !get_params) return out;
   std::size_t n = 0;
   get_nodes(reinterpret_cast<CUgraph>(g), nullptr, &n);
@@ -148,7 +166,14 @@ std::vector<node_config> kernel_configs(cudaGraph_t g) {
     if (get_type(node, &t) != CUDA_SUCCESS || t != CU_GRAPH_NODE_TYPE_KERNEL) continue;
     CUDA_KERNEL_NODE_PARAMS p{};
     if (get_params(node, &p) != CUDA_SUCCESS) continue;
-    out.push_back({reinterpret_cast<void*>(p.func), p.gridDimX, p.blockDimX});
+    cudaFunction_t count_fn = nullptr;
+    if (cudaGetFuncBySymbol(&count_fn, reinterpret_cast<const void*>(g_count)) != cudaSuccess) continue;
+    int index = -1;  // the counting kernel has one parameter; a link's fifth is its index
+    if (reinterpret_cast<CUfunction>(count_fn) != p.func) {
+      if (!p.kernelParams || !p.kernelParams[4]) continue;
+      index = *static_cast<const int*>(p.kernelParams[4]);
+    }
+    out[index] = {reinterpret_cast<void*>(p.func), p.gridDimX, p.blockDimX};
   }
   return out;
 }
@@ -168,6 +193,7 @@ TEST_F(GraphGpu, ACapturedChainIsTunedInPlaceAndRunsExactlyAsTheChainCapturedAft
   for (float*& b : c.buffers) ASSERT_EQ(cudaMalloc(&b, sizes[3] * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&c.runs, sizeof(unsigned)), cudaSuccess);
   ASSERT_EQ(cudaMemset(c.runs, 0, sizeof(unsigned)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&c.seen, 2 * chain_length * sizeof(unsigned)), cudaSuccess);
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const std::vector<float> in = input_values();
@@ -185,8 +211,9 @@ TEST_F(GraphGpu, ACapturedChainIsTunedInPlaceAndRunsExactlyAsTheChainCapturedAft
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   replay_and_check(c, exec, s, in, want, "static plans");
-  const std::vector<node_config> before = kernel_configs(graph);
+  const std::map<int, node_config> before = kernel_configs(graph);
   ASSERT_EQ(before.size(), static_cast<std::size_t>(chain_length + 1));
+  ASSERT_EQ(before.count(-1), 1u);
 
   cudaStream_t tuning = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&tuning, cudaStreamNonBlocking), cudaSuccess);
@@ -210,13 +237,26 @@ TEST_F(GraphGpu, ACapturedChainIsTunedInPlaceAndRunsExactlyAsTheChainCapturedAft
   EXPECT_EQ(runs_after, runs_before) << "the node whose spec does not allow re-running was run by tuning";
   EXPECT_EQ(exec, same);
 
-  // The same executable graph, exact, on the tuned plans.
+  // The same executable graph, exact, on the tuned plans: what each link ran with is what its tuned node
+  // says (the graph's nodes were updated with the executable's), so the update reached the executable.
   replay_and_check(c, exec, s, in, want, "tuned in place");
-  const std::vector<node_config> after = kernel_configs(graph);
+  const std::map<int, node_config> after = kernel_configs(graph);
   ASSERT_EQ(after.size(), before.size());
+  std::vector<unsigned> seen(2 * chain_length);
+  ASSERT_EQ(cudaMemcpy(seen.data(), c.seen, seen.size() * sizeof(unsigned), cudaMemcpyDeviceToHost), cudaSuccess);
   int changed = 0;
-  for (std::size_t i = 0; i < after.size(); ++i) changed += after[i].block != before[i].block;
-  std::printf("tune_graph changed the block of %d of %zu nodes\n", changed, after.size());
+  for (int j = 0; j < chain_length; ++j) {
+    ASSERT_EQ(after.count(j), 1u) << "link " << j;
+    changed += after.at(j).block != before.at(j).block;
+    EXPECT_EQ(seen[2 * j], after.at(j).block) << "link " << j << ": the executable graph ran another block";
+    EXPECT_EQ(seen[2 * j + 1], after.at(j).grid) << "link " << j << ": the executable graph ran another grid";
+  }
+  EXPECT_EQ(after.at(-1).block, before.at(-1).block);
+  EXPECT_EQ(after.at(-1).grid, before.at(-1).grid);
+  std::printf("tune_graph changed the block of %d of %d links\n", changed, chain_length);
+  // Autotune's best block for these small maps is not max_occupancy's on every one of 20 kernel and size
+  // pairs: an update that reached no node would be a graph left static.
+  EXPECT_GT(changed, 0) << "no node's block changed: the update did not reach the graph";
 
   // Captured after tuning: the tuned plans directly, and every node as the tuned-in-place graph has it.
   std::vector<lf::launched> recaptured;
@@ -224,20 +264,23 @@ TEST_F(GraphGpu, ACapturedChainIsTunedInPlaceAndRunsExactlyAsTheChainCapturedAft
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(recaptured[0].plan().reason.find("captured into a CUDA graph"), std::string::npos)
       << recaptured[0].plan().reason;
-  const std::vector<node_config> fresh = kernel_configs(again);
+  const std::map<int, node_config> fresh = kernel_configs(again);
   ASSERT_EQ(fresh.size(), after.size());
-  for (std::size_t i = 0; i < fresh.size(); ++i) {
-    EXPECT_EQ(fresh[i].func, after[i].func) << "node " << i;
-    EXPECT_EQ(fresh[i].block, after[i].block) << "node " << i;
-    EXPECT_EQ(fresh[i].grid, after[i].grid) << "node " << i;
+  for (const auto& [link, cfg] : fresh) {
+    ASSERT_EQ(after.count(link), 1u) << "link " << link;
+    EXPECT_EQ(cfg.func, after.at(link).func) << "link " << link;
+    EXPECT_EQ(cfg.block, after.at(link).block) << "link " << link;
+    EXPECT_EQ(cfg.grid, after.at(link).grid) << "link " << link;
   }
   cudaGraphExec_t exec2 = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec2, again, 0), cudaSuccess);
   replay_and_check(c, exec2, s, in, want, "captured after tuning");
 
-  // A second tune_graph has nothing left to time: the same plans.
+  // A second tune_graph has nothing left to time: every node unchanged, the same plans.
   const lf::graph_tuning t2 = lf::tune_graph(graph, exec, tuning);
-  EXPECT_EQ(t2.tuned, static_cast<std::size_t>(chain_length));
+  EXPECT_EQ(t2.tuned, 0u);
+  EXPECT_EQ(t2.unchanged, static_cast<std::size_t>(chain_length));
+  EXPECT_EQ(t2.left, 1u);
   for (std::size_t i = 0; i < t2.nodes.size(); ++i) EXPECT_EQ(t2.nodes[i].before, t2.nodes[i].after);
 
   cudaGraphExecDestroy(exec2);
@@ -246,6 +289,62 @@ TEST_F(GraphGpu, ACapturedChainIsTunedInPlaceAndRunsExactlyAsTheChainCapturedAft
   cudaGraphDestroy(graph);
   cudaStreamDestroy(tuning);
   cudaStreamDestroy(s);
+}
+
+// Its own kernel, so no plan of another test is in memory or in the file.
+__global__ void g_fresh(const float* x, float* y, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 3.0f * x[i] + 1.0f;
+}
+
+std::string read_text(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return {};
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+
+TEST_F(GraphGpu, APlanACaptureKeptFromTrialsIsNeverStoredAndTheFirstLaunchOutsideACaptureTunesIt) {
+  const std::string file = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/graph-test-plans.json";
+  std::remove(file.c_str());
+  lf::set_cache_file(file);
+  constexpr unsigned n = 1u << 16;
+  float *x = nullptr, *y = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&y, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(x, 0, n * sizeof(float)), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const auto spec = lf::use("autotune(max_trials=12)").items(n).on(s).rerunnable();
+
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const lf::launched inside = lf::launch(g_fresh, spec, x, y, n);
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  EXPECT_NE(inside.plan().reason.find("captured into a CUDA graph"), std::string::npos) << inside.plan().reason;
+  EXPECT_THROW((void)lf::plan_for(g_fresh, spec), lf::error);  // the plan contract: not what launches will run
+  ASSERT_TRUE(lf::flush_cache_file());
+  EXPECT_EQ(read_text(file).find("g_fresh"), std::string::npos) << "the static plan a capture forced was stored";
+
+  const lf::launched outside = lf::launch(g_fresh, spec, x, y, n);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(outside.plan().reason.find("captured into a CUDA graph"), std::string::npos) << outside.plan().reason;
+  EXPECT_NE(outside.plan().reason.find("timed plan"), std::string::npos) << outside.plan().reason;
+  EXPECT_EQ(&lf::plan_for(g_fresh, spec), &outside.plan());
+  ASSERT_TRUE(lf::flush_cache_file());
+  EXPECT_NE(read_text(file).find("g_fresh"), std::string::npos) << "the tuned plan was not stored";
+  // A later launch is a hit on the tuned plan: the same plan, no new line.
+  EXPECT_EQ(&lf::launch(g_fresh, spec, x, y, n).plan(), &outside.plan());
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  cudaFree(x);
+  cudaFree(y);
+  lf::close_cache_file();
 }
 
 // ---- nodes from specs ----------------------------------------------------------------------------------
@@ -343,7 +442,8 @@ TEST(GraphNodesGpu, CooperativeClusterAndPdlNodesRunExactlyAsTheSameLaunchesInAS
   EXPECT_TRUE(nq.what.plan().programmatic);
   // The consumer's edge is programmatic, as a captured .pdl() launch's is.
   auto get_edges = LF_DRIVER(cuGraphGetEdges);
-  if (get_edges) {
+  ASSERT_NE(get_edges, nullptr);
+  {
     std::size_t ne = 0;
     get_edges(reinterpret_cast<CUgraph>(g), nullptr, nullptr, nullptr, &ne);
     std::vector<CUgraphNode> from(ne), to(ne);
@@ -352,7 +452,9 @@ TEST(GraphNodesGpu, CooperativeClusterAndPdlNodesRunExactlyAsTheSameLaunchesInAS
     bool programmatic = false;
     for (std::size_t i = 0; i < ne; ++i)
       programmatic |= to[i] == reinterpret_cast<CUgraphNode>(nq.node) &&
-                      data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+                      from[i] == reinterpret_cast<CUgraphNode>(np.node) &&
+                      data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC &&
+                      data[i].from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
     EXPECT_TRUE(programmatic);
   }
   cudaGraphExec_t exec = nullptr;
