@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# fleet-tuning: one tuning per fleet on one GPU, as figures (issue 27). Runs tests/gpu/fleet-tuning-test
+# fleet-tuning: one tuning per fleet on one GPU, as figures. Runs tests/gpu/fleet-tuning-test
 # (built as gpu-fleet-tuning-test) with N processes started at once against an empty redis-server of its own
 # (started on 127.0.0.1, stopped by its PID), for each N given, and writes one JSON object per run:
 #   processes, kernels, tuners (exactly one per kernel is the rule), trials (the tuners' in all), static

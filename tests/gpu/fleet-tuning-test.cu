@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// One tuning per fleet on a real GPU, with a real redis-server (issue 27's evidence):
+// One tuning per fleet on a real GPU, with a real redis-server:
 //
 // 1. N processes (LAUNCHFIT_FLEET_PROCESSES, default 8) start at once on one GPU with empty plan files and an
 //    empty Redis, each launching the same K autotuned kernels: exactly one process tunes each kernel (the

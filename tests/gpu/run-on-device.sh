@@ -14,6 +14,8 @@ mkdir -p "$out" "$logs"
 steps=("$@")
 ((${#steps[@]})) || steps=(tests demos bench sanitize)
 want() { [[ " ${steps[*]} " == *" $1 "* ]]; }
+# BENCH_ONLY="graph-tuning fleet-tuning ...": only these benchmarks (default: all).
+bench() { [[ -z ${BENCH_ONLY-} || " $BENCH_ONLY " == *" $1 "* ]]; }
 
 # The staged build has the source path it was built at baked in (ctest files, PTX paths): recreate it.
 built_at=$(cat .device/.source-dir)
@@ -83,27 +85,27 @@ fi
 pack
 if want bench; then
   bb=$b/bench
-  if [[ -x $bb/bandwidth ]]; then
+  if bench bandwidth && [[ -x $bb/bandwidth ]]; then
     "$bb/bandwidth" --json "$logs/bandwidth.json" >"$logs/bench-bandwidth.log" 2>&1
     row "bench bandwidth" "$(status $?)" "$(tail -1 "$logs/bench-bandwidth.log" | cut -c1-110)"
   fi
-  if [[ -x $bb/launch-overhead ]]; then
+  if bench launch-overhead && [[ -x $bb/launch-overhead ]]; then
     "$bb/launch-overhead" --json "$logs/launch-overhead.json" >"$logs/bench-launch-overhead.log" 2>&1
     row "bench launch-overhead" "$(status $?)" "$(tail -1 "$logs/bench-launch-overhead.log" | cut -c1-110)"
   fi
-  if [[ -x $bb/block-placement ]]; then
+  if bench block-placement && [[ -x $bb/block-placement ]]; then
     "$bb/block-placement" --json "$logs/block-placement.json" >"$logs/bench-block-placement.log" 2>&1
     row "bench block-placement" "$(status $?)" "$(tail -1 "$logs/bench-block-placement.log" | cut -c1-110)"
   fi
-  if [[ -x $bb/plan-lookup-bench ]]; then
+  if bench plan-lookup && [[ -x $bb/plan-lookup-bench ]]; then
     "$bb/plan-lookup-bench" --benchmark_format=json >"$logs/bench-plan-lookup.json" 2>"$logs/bench-plan-lookup.err"
     row "bench plan-lookup" "$(status $?)" ""
   fi
-  if [[ -x $bb/launch-options ]]; then
+  if bench launch-options && [[ -x $bb/launch-options ]]; then
     "$bb/launch-options" --json "$logs/launch-options.json" >"$logs/bench-launch-options.log" 2>&1
     row "bench launch-options" "$(status $?)" "$(tail -1 "$logs/bench-launch-options.log" | cut -c1-110)"
   fi
-  if [[ -x $bb/plan-store ]]; then
+  if bench plan-store && [[ -x $bb/plan-store ]]; then
     # Starts and stops its own Redis (staged in _runtime); without one it skips the Redis rows and says why.
     rm -f "$out/plan-store.json"
     "$bb/plan-store" --json "$out/plan-store.json" --redis-server "$root/.device/_runtime/redis-server" \
@@ -112,23 +114,23 @@ if want bench; then
     [[ -f $out/plan-store.json ]] && cp "$out/plan-store.json" "$logs/"
     row "bench plan-store" "$(status $rc)" "$(tail -1 "$logs/bench-plan-store.log" | cut -c1-110)"
   fi
-  if [[ -x $bb/graph-tuning ]]; then
+  if bench graph-tuning && [[ -x $bb/graph-tuning ]]; then
     "$bb/graph-tuning" --json "$logs/graph-tuning.json" --autotune-plugin "$b/plugins/liblaunchfit-autotune.so" \
       >"$logs/bench-graph-tuning.log" 2>&1
     row "bench graph-tuning" "$(status $?)" "$(tail -1 "$logs/bench-graph-tuning.log" | cut -c1-110)"
   fi
-  if [[ -x $b/tests/gpu/gpu-fleet-tuning-test ]]; then
+  if bench fleet-tuning && [[ -x $b/tests/gpu/gpu-fleet-tuning-test ]]; then
     # N processes at once on the GPU, one Redis: one tuner per kernel, identical plans, 0 trials with files.
     tests/bench/fleet-tuning.sh "$b" "$logs/fleet-tuning" 8 16 >"$logs/bench-fleet-tuning.log" 2>&1
     row "bench fleet-tuning" "$(status $?)" "$(head -1 "$logs/bench-fleet-tuning.log" | cut -c1-110)"
   fi
-  if [[ -x $b/demos/launchfit-calibrate ]]; then
+  if bench calibrate && [[ -x $b/demos/launchfit-calibrate ]]; then
     "$b/demos/launchfit-calibrate" ${CALIBRATE_ARGS-} --out "$logs/calibration.json" --svg "$out/calibration.svg" \
       --cache "$logs/calibrated-plans.json" --apply \
       >"$logs/calibrate.log" 2>&1
     row "launchfit-calibrate" "$(status $?)" "$(grep -i 'target' "$logs/calibrate.log" | tail -1 | cut -c1-110)"
   fi
-  if [[ -x $bb/policy-quality ]]; then
+  if bench policy-quality && [[ -x $bb/policy-quality ]]; then
     plugin=$b/plugins/liblaunchfit-autotune.so
     args=(--json "$logs/policy-quality.json" ${POLICY_QUALITY_ARGS-})
     [[ -f $logs/calibration.json ]] && args+=(--calibration "$logs/calibration.json")
