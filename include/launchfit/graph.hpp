@@ -31,7 +31,6 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <array>
 #include <cstddef>
 #include <initializer_list>
 #include <string>
@@ -42,6 +41,7 @@
 #include "launchfit/base.hpp"
 #include "launchfit/export.hpp"
 #include "launchfit/kernel.hpp"
+#include "launchfit/launch.hpp"
 
 namespace launchfit {
 
@@ -110,6 +110,22 @@ struct kernel_node {
   launched what;                   ///< grid, block, dynamic smem and plan, as launch() returns them
 };
 
+namespace detail {
+// Adds the node `go` plans (launch_runtime() or launch_driver() with r.node set) instead of launching it.
+template <class Go>
+kernel_node add_node(launch_request& r, cudaGraph_t graph, const node_dependencies& deps, Go&& go) {
+  node_target target;
+  target.graph = graph;
+  target.dependencies = deps.data();
+  target.dependency_count = deps.size();
+  r.node = &target;
+  kernel_node out;
+  out.what = go();
+  out.node = target.node;
+  return out;
+}
+}  // namespace detail
+
 /// Adds to `graph` a kernel node of runtime-API kernel `k` as launch(k, s, args...) would launch it: planned
 /// (and logged) by the spec's policy, with the plan's block, grid and dynamic smem, cooperative and cluster
 /// attributes, and for a `.pdl()` spec programmatic edges from `deps` (the kernel may start while they finish;
@@ -122,41 +138,15 @@ kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, vo
   detail::launch_request r = detail::make_request(s);
   r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
   r.stub = reinterpret_cast<const void*>(k);
-  detail::node_target target;
-  target.graph = graph;
-  target.dependencies = deps.data();
-  target.dependency_count = deps.size();
-  r.node = &target;
-  kernel_node out;
-  out.what = detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
-  out.node = target.node;
-  return out;
+  return detail::add_node(r, graph, deps, [&] { return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...); });
 }
 
 /// The same for a driver-API kernel (each argument one kernel parameter, as launch() passes them).
 template <class Policy, class... Args>
 kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, const kernel& k, const spec<Policy>& s,
                             Args&&... args) {
-  static_assert(!(detail::is_plan_argument<std::decay_t<Args>>::value || ...),
-                "launchfit::add_kernel_node: from_plan() arguments need a runtime-API kernel");
-  std::array<void*, sizeof...(Args) + 1> ptrs{const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
-  std::array<std::size_t, sizeof...(Args) + 1> sizes{sizeof(std::decay_t<Args>)..., 0};
   detail::launch_request r = detail::make_request(s);
-  r.kernel_id = k.id();
-  r.driver_kernel = &k;
-  r.args = ptrs.data();
-  r.arg_sizes = sizes.data();
-  r.arg_count = sizeof...(Args);
-  r.has_arguments = true;
-  detail::node_target target;
-  target.graph = graph;
-  target.dependencies = deps.data();
-  target.dependency_count = deps.size();
-  r.node = &target;
-  kernel_node out;
-  out.what = detail::launch(r);
-  out.node = target.node;
-  return out;
+  return detail::add_node(r, graph, deps, [&] { return detail::launch_driver(r, k, std::forward<Args>(args)...); });
 }
 
 }  // namespace launchfit

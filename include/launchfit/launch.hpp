@@ -63,23 +63,32 @@ inline spec<std::shared_ptr<const policy>> use(std::string_view policy_string) {
 
 }  // inline namespace LAUNCHFIT_DEFAULT_STREAM_NS
 
-// Driver-API kernel: each argument is passed as one kernel parameter (a struct too: a kernel may take one by
-// value; lf::args(aggregate) from launchfit/args.hpp passes an aggregate's fields instead). Argument count
-// and sizes are checked against cuFuncGetParamInfo where the driver reports them.
-template <class Policy, class... Args>
-launched launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
-  static_assert(!(detail::is_plan_argument<std::decay_t<Args>>::value || ...),
+namespace detail {
+// A driver-API kernel's request with its arguments (each one kernel parameter), launched (or added as a node,
+// where the request says so).
+template <class... Args>
+launched launch_driver(launch_request& r, const kernel& k, Args&&... args) {
+  static_assert(!(is_plan_argument<std::decay_t<Args>>::value || ...),
                 "launchfit::launch: from_plan() arguments need a runtime-API kernel (its parameter types are known)");
   std::array<void*, sizeof...(Args)> ptrs{const_cast<void*>(static_cast<const void*>(&args))...};
   std::array<std::size_t, sizeof...(Args)> sizes{sizeof(std::decay_t<Args>)...};
-  detail::launch_request r = detail::make_request(s);
   r.kernel_id = k.id();
   r.driver_kernel = &k;
   r.args = ptrs.data();
   r.arg_sizes = sizes.data();
   r.arg_count = sizeof...(Args);
   r.has_arguments = true;
-  return detail::launch(r);
+  return launch(r);
+}
+}  // namespace detail
+
+// Driver-API kernel: each argument is passed as one kernel parameter (a struct too: a kernel may take one by
+// value; lf::args(aggregate) from launchfit/args.hpp passes an aggregate's fields instead). Argument count
+// and sizes are checked against cuFuncGetParamInfo where the driver reports them.
+template <class Policy, class... Args>
+launched launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
+  detail::launch_request r = detail::make_request(s);
+  return detail::launch_driver(r, k, std::forward<Args>(args)...);
 }
 
 // The same for a driver-API kernel.
