@@ -117,8 +117,11 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   std::optional<plan> stored = find_stored_plan(sk, true);
   // A plan another process tuned while this one waited for it (tuning_lease.hpp).
   if (!stored) stored = adopted_plan(sk);
-  // A plan for another size bucket beats a guess when this launch may not be tuned (not rerunnable).
-  if (!stored && bucket != 0 && !q.time_plan) stored = find_stored_plan(sk, false);
+  // A plan for another size bucket beats a guess when this launch may not be tuned (not rerunnable). A
+  // built-in's own answer is no guess: its plan for another bucket would only be refused by the cross-check
+  // below (with a warning, and this bucket's plan then never stored).
+  if (!stored && bucket != 0 && !q.time_plan && !cross_checks_stored_plans(chosen))
+    stored = find_stored_plan(sk, false);
   // One tuner per plan: a launch whose policy asks for a trial takes the key's lease first (at that first
   // trial: a policy that times nothing takes none); where another process holds it, no trial runs here and
   // this launch runs the static plan until that process publishes its tuned one.

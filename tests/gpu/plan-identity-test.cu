@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "../captured_log.hpp"
 #include "gpu_test.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/launch.hpp"
@@ -281,6 +282,45 @@ TEST_F(PlanIdentity, AForgedCooperativeOrClusteredCacheFileEntryIsNotLaunched) {
   EXPECT_EQ(again.block_threads, honest.block_threads);
   EXPECT_EQ(again.reason.find('\n'), std::string::npos);
   run_add_one(3000);  // launches plainly and correctly
+  lf::close_cache_file();
+  std::remove(path.c_str());
+}
+
+// A kernel of its own: no plan of another test is in memory or in the file.
+__global__ void bucket_add(int* data, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] += 1;
+}
+
+// A built-in's plans for small work are made per size bucket (fill the SMs first). After cache().clear(), a
+// size whose bucket has no stored plan yet is planned by the policy and stored; the plan stored for another
+// bucket is never taken as a guess (a built-in's own answer is none), so nothing is "ignored" with a warning.
+TEST_F(PlanIdentity, ABuiltInsSizeBucketIsKeptAfterTheCacheIsCleared) {
+  const std::string path = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/bucket-plans.json";
+  std::remove(path.c_str());
+  lf::set_cache_file(path);
+  lf::cache().clear();
+  const int sizes[] = {1 << 12, 1 << 14, 1 << 16, 1 << 20};
+  std::vector<unsigned> blocks;
+  for (int n : sizes) blocks.push_back(lf::plan_for(bucket_add, lf::max_occupancy().items(n)).block_threads);
+  ASSERT_TRUE(lf::flush_cache_file());
+  lf::cache().clear();
+  {
+    launchfit_test::captured_log log(spdlog::level::warn);
+    for (std::size_t i = 0; i < 4; ++i) {
+      const lf::plan& p = lf::plan_for(bucket_add, lf::max_occupancy().items(sizes[i]));
+      EXPECT_EQ(p.block_threads, blocks[i]) << "n = " << sizes[i];
+    }
+    EXPECT_EQ(log.text().find("ignored"), std::string::npos) << log.text();
+  }
+  // In reverse order, after another clear: every bucket from the file, nothing ignored.
+  lf::cache().clear();
+  {
+    launchfit_test::captured_log log(spdlog::level::warn);
+    for (int i = 3; i >= 0; --i)
+      EXPECT_EQ(lf::plan_for(bucket_add, lf::max_occupancy().items(sizes[i])).block_threads, blocks[i]);
+    EXPECT_EQ(log.text().find("ignored"), std::string::npos) << log.text();
+  }
   lf::close_cache_file();
   std::remove(path.c_str());
 }
