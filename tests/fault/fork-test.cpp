@@ -116,10 +116,16 @@ class logging_threads {
     stop_ = true;
     for (auto& t : threads_) t.join();
   }
-  // Holds every thread between two log calls (outside launchfit and the allocator) until resume().
+  // Holds every thread between two log calls (outside launchfit and the allocator) until resume(); under a
+  // sanitizer launchfit's own logging thread is let finish what it was given too (its last batch freed), so
+  // that no thread of this process is inside the sanitizer's allocator when the test forks.
   void pause() {
     paused_ = true;
     while (parked_.load() < static_cast<int>(threads_.size())) std::this_thread::yield();
+    if (sanitized) {
+      lf::logger()->flush();
+      std::this_thread::sleep_for(20ms);
+    }
   }
   void resume() { paused_ = false; }
 
