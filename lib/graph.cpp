@@ -295,10 +295,10 @@ capture_state stream_capture(CUstream stream) noexcept {
   }
 }
 
-void note_captured_launch(const launch_request& r, const plan_entry& e, dims grid) noexcept {
+bool note_captured_launch(const launch_request& r, const plan_entry& e, dims grid) noexcept {
   try {
     const driver_api& d = driver();
-    if (!d.cuStreamGetCaptureInfo) return;
+    if (!d.cuStreamGetCaptureInfo) return false;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t id = 0;
     CUgraph graph = nullptr;
@@ -307,12 +307,12 @@ void note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
     std::size_t n = 0;
     if (d.cuStreamGetCaptureInfo(r.stream, &status, &id, &graph, &deps, &edges, &n) != CUDA_SUCCESS ||
         status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
-      return;  // launched outside a capture
+      return false;  // launched outside a capture
     // The launch just captured is the stream's one dependency now: the node it made.
     if (n != 1 || !deps || !graph) {
       logger()->debug("launch of {} inside a capture: its node cannot be told ({} dependencies); "
                       "tune_graph() will not see it", display_name(e.kernel), n);
-      return;
+      return true;
     }
     auto c = std::make_shared<captured_launch>();
     c->graph = graph;
@@ -331,7 +331,7 @@ void note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
       c->smem_answers.clear();
     }
     c->graph_serial = graph_serial(graph, id);
-    if (c->graph_serial == 0) return;
+    if (c->graph_serial == 0) return true;
     captures& all = the_captures();
     std::vector<std::shared_ptr<captured_launch>> gone;  // destroyed after the lock
     std::lock_guard<std::mutex> lock(all.m);
@@ -345,11 +345,13 @@ void note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
                        "static plans",
                        max_captured_launches, escape_text(c->kernel));
       }
-      return;
+      return true;
     }
     all.by_node[key].swap(c);  // c: the launch it replaces, destroyed after the lock
+    return true;
   } catch (...) {
     // Out of memory or a driver without graphs: this launch stays out of tune_graph(); the launch itself ran.
+    return true;
   }
 }
 

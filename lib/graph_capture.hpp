@@ -2,7 +2,7 @@
 #pragma once
 // Internal: launches inside a CUDA stream capture, and kernel nodes from specs (launchfit/graph.hpp).
 //
-// A plan made while its stream is captured by a policy that is not a built-in is marked (plan_entry::captured);
+// A plan made while its stream is captured by a policy that is not a built-in is watched (plan_entry::captured);
 // each launch of it inside a capture is remembered here with its node, a copy of its arguments and what its
 // request needs to be planned again (the policy, the kernel, the smem rule's answers), so that tune_graph()
 // can tune it after the launch has returned and set the instantiated graph's node to the tuned plan.
@@ -23,9 +23,11 @@ struct plan_entry;
 enum class capture_state { none, active, invalidated, unknown };
 capture_state stream_capture(CUstream stream) noexcept;
 
-// After a launch of an entry marked captured: where its stream is being captured, remembers the node the
-// launch added. Never throws (a launch that cannot be remembered is left out of tune_graph(), said once).
-void note_captured_launch(const launch_request& r, const plan_entry& e, dims grid) noexcept;
+// After a launch of an entry whose capture watch is on: where its stream is being captured, remembers the node
+// the launch added. Answers whether the stream was being captured (the watch's count: plan_cache.hpp; a
+// driver that cannot say counts as outside). Never throws (a launch that cannot be
+// remembered is left out of tune_graph(), said once).
+bool note_captured_launch(const launch_request& r, const plan_entry& e, dims grid) noexcept;
 
 // Adds the kernel node r.node asks for, as `cfg` describes the launch (launch_config.hpp): its attributes set
 // on the node (cooperative, cluster dims), a programmatic launch as programmatic edges from its dependencies.

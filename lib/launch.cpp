@@ -158,7 +158,8 @@ launched launch(const launch_request& r) {
   const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (mark) nvtx_pop();
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
-  if (e.captured) note_captured_launch(r, e, grid);  // a capture's node, for tune_graph()
+  // A capture's node, for tune_graph(), while the plan's capture watch lasts.
+  if (e.captured.on()) e.captured.saw(note_captured_launch(r, e, grid));
   note_launched(kept);
   return done;
 }

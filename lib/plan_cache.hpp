@@ -43,7 +43,38 @@ struct kept_plan {
   std::string kernel_demangled;  // kernel_resources::demangled, where the miss demangled it
 };
 
-// Immutable once published.
+// How many more launches of a plan made inside a stream capture ask the driver whether their stream is being
+// captured (graph_capture.hpp): each launch found outside a capture takes one, each launch inside one starts
+// the count again. At zero a launch pays nothing for graphs: a spec launched capture_watch::launches times in a
+// row outside any capture is no longer remembered in later captures (tune_graph() leaves such nodes untouched,
+// as it leaves the nodes it reports). The one field of a published entry that changes; relaxed (a count).
+class capture_watch {
+ public:
+  static constexpr std::uint32_t launches = 64;
+  capture_watch() = default;
+  capture_watch(const capture_watch& o) noexcept : left_(o.left_.load(std::memory_order_relaxed)) {}
+  capture_watch& operator=(const capture_watch& o) noexcept {
+    left_.store(o.left_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    return *this;
+  }
+  void start() noexcept { left_.store(launches, std::memory_order_relaxed); }
+  bool on() const noexcept { return left_.load(std::memory_order_relaxed) != 0; }
+  // After a launch that asked: inside a capture the count starts again, outside one it takes one.
+  void saw(bool inside_capture) const noexcept {
+    if (inside_capture) {
+      left_.store(launches, std::memory_order_relaxed);
+      return;
+    }
+    std::uint32_t n = left_.load(std::memory_order_relaxed);
+    while (n != 0 && !left_.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+    }
+  }
+
+ private:
+  mutable std::atomic<std::uint32_t> left_{0};
+};
+
+// Immutable once published (but for capture_watch's count).
 struct plan_entry {
   plan_key key;
   CUfunction function = nullptr;
@@ -70,8 +101,8 @@ struct plan_entry {
   std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
   const void* nvtx = nullptr;  // registered NVTX name of this plan's launches (null: NVTX off when planned)
   // Made while its stream was being captured into a CUDA graph, by a policy that is not a built-in: launches
-  // of it inside a capture are remembered for tune_graph() (graph_capture.hpp).
-  bool captured = false;
+  // of it inside a capture are remembered for tune_graph() (graph_capture.hpp) while the watch lasts.
+  capture_watch captured;
   // The policy asked for trials that the capture did not allow: its static plan is launched inside captures,
   // and the first launch outside one (or tune_graph()) plans again with trials.
   bool tuning_deferred = false;

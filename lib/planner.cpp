@@ -66,8 +66,9 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
   // capture, and its launches inside captures are remembered for tune_graph(); so are those of a spec that
   // does not allow re-running under a policy that is not a built-in (reported, never tuned).
   e.tuning_deferred = record->trials_captured();
-  e.captured = e.tuning_deferred || (!r.node && !r.rerunnable && !chosen.builtin() &&
-                                     stream_capture(r.stream) == capture_state::active);
+  if (e.tuning_deferred ||
+      (!r.node && !r.rerunnable && !chosen.builtin() && stream_capture(r.stream) == capture_state::active))
+    e.captured.start();
   if (e.tuning_deferred && e.plan.reason.find(planning::capture_prevents_trials) == std::string::npos)
     e.plan.reason += "; " + std::string(planning::capture_prevents_trials);
   if (asked->load(std::memory_order_relaxed)) {

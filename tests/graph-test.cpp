@@ -7,10 +7,12 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
+#include "plan_cache.hpp"
 #include "tuning_record.hpp"
 
 namespace lf = launchfit;
@@ -114,6 +116,38 @@ TEST(TuneGraph, AReportSaysWhatBecameOfEachNode) {
   EXPECT_EQ(t.to_string(),
             "1 tuned, 0 unchanged, 1 left\ntuned scale: block=128 -> block=512\n"
             "left count: its spec does not allow re-running (.rerunnable())");
+}
+
+// A launch of a plan made inside a capture asks the driver about its stream only while the watch lasts: launches
+// in a row outside captures run it down (never below zero: a count that wrapped would watch for ever), a launch
+// inside one starts it again, and a copy of the entry keeps the count.
+TEST(CaptureWatch, LaunchesOutsideCapturesRunItDownAndALaunchInsideOneStartsItAgain) {
+  using watch = lf::detail::capture_watch;
+  watch w;
+  EXPECT_FALSE(w.on());  // a plan made outside a capture is never watched
+  w.start();
+  for (std::uint32_t i = 0; i + 1 < watch::launches; ++i) w.saw(false);
+  EXPECT_TRUE(w.on());
+  w.saw(true);
+  for (std::uint32_t i = 0; i + 1 < watch::launches; ++i) w.saw(false);
+  EXPECT_TRUE(w.on()) << "a launch inside a capture did not start the count again";
+  const watch copy = w;
+  w.saw(false);
+  EXPECT_FALSE(w.on());
+  EXPECT_TRUE(copy.on());
+  for (int i = 0; i < 3; ++i) w.saw(false);
+  EXPECT_FALSE(w.on()) << "the count went below zero";
+
+  // Threads launching the same plan at once: the count ends at zero, not wrapped.
+  watch shared;
+  shared.start();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&shared] {
+      for (std::uint32_t i = 0; i < watch::launches; ++i) shared.saw(false);
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_FALSE(shared.on());
 }
 
 TEST(TuningRecordCapture, ATrialRefusedByACaptureIsRemembered) {

@@ -26,7 +26,8 @@
 // data with .reset(f) (the callback cannot be called once the launch has returned), computes arguments from
 // the plan (from_plan()) or does not allow re-running, and every node of a graph that allocates memory in its
 // own nodes (cudaMallocAsync inside the capture: buffers that exist only while it runs), are left as they
-// are and reported with the reason.
+// are and reported with the reason. (A spec that does not allow re-running, launched 64 times in a row
+// outside any capture, stops asking about captures: a later capture's node of it is left but not reported.)
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>

@@ -4,7 +4,8 @@
 // tune_graph(): every result exact after the update, the same executable graph (never instantiated again),
 // its nodes set to exactly the plans the same chain gets when captured after tuning, and the one node whose
 // spec does not allow re-running untouched and reported. Kernel nodes built from cooperative, cluster and
-// PDL specs run exactly as the same launches in a stream.
+// PDL specs run exactly as the same launches in a stream. A spec that cannot be re-run stops asking the driver
+// about captures after its launches outside them, and keeps being reported while captures launch it.
 
 #include <cooperative_groups.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/plugin.hpp"
+#include "plan_cache.hpp"
 
 namespace lf = launchfit;
 namespace cg = cooperative_groups;
@@ -289,6 +291,59 @@ TEST_F(GraphGpu, ACapturedChainIsTunedInPlaceAndRunsExactlyAsTheChainCapturedAft
   cudaGraphDestroy(graph);
   cudaStreamDestroy(tuning);
   cudaStreamDestroy(s);
+}
+
+// Its own kernel: counts its runs, like g_count.
+__global__ void g_watched(unsigned* runs) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) ++*runs;
+}
+
+// One capture of one g_watched launch (a spec that does not allow re-running, under a policy that is not a
+// built-in), instantiated, replayed once and handed to tune_graph(); answers what it left.
+std::size_t left_by_tuning_one_capture(unsigned* runs, cudaStream_t s, cudaStream_t tuning) {
+  cudaGraph_t g = nullptr;
+  EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  lf::launch(g_watched, lf::use("autotune").items(1).on(s), runs);
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  EXPECT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  const lf::graph_tuning t = lf::tune_graph(g, exec, tuning);
+  EXPECT_EQ(t.tuned, 0u);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  return t.left;
+}
+
+// A plan made inside a capture by a spec that cannot be re-run is watched: while captures keep launching it,
+// each capture's node is reported; after capture_watch::launches launches in a row outside any capture, its
+// launches stop asking the driver about their stream (a hit that pays nothing for graphs), and a later
+// capture's node of it is neither remembered nor touched. The node runs as captured throughout.
+TEST_F(GraphGpu, ASpecThatCannotBeRerunStopsAskingAboutCapturesAfterItsLaunchesOutsideThem) {
+  unsigned* runs = nullptr;
+  ASSERT_EQ(cudaMalloc(&runs, sizeof(unsigned)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(runs, 0, sizeof(unsigned)), cudaSuccess);
+  cudaStream_t s = nullptr, tuning = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&tuning, cudaStreamNonBlocking), cudaSuccess);
+  constexpr unsigned watch = lf::detail::capture_watch::launches;
+  const auto outside = [&](unsigned times) {
+    for (unsigned i = 0; i < times; ++i) lf::launch(g_watched, lf::use("autotune").items(1).on(s), runs);
+  };
+
+  EXPECT_EQ(left_by_tuning_one_capture(runs, s, tuning), 1u) << "planned inside the capture: reported";
+  outside(watch - 1);
+  EXPECT_EQ(left_by_tuning_one_capture(runs, s, tuning), 1u) << "one launch short of the watch: reported";
+  outside(watch);
+  EXPECT_EQ(left_by_tuning_one_capture(runs, s, tuning), 0u)
+      << "after " << watch << " launches outside captures the launch still asked about its stream";
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  unsigned ran = 0;
+  ASSERT_EQ(cudaMemcpy(&ran, runs, sizeof ran, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(ran, 3 + (watch - 1) + watch) << "a run was added or lost: tuning ran a node it may not re-run";
+  cudaStreamDestroy(tuning);
+  cudaStreamDestroy(s);
+  cudaFree(runs);
 }
 
 // Its own kernel, so no plan of another test is in memory or in the file.
