@@ -366,14 +366,6 @@ int in_child(Body body) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-#define CHECK_IN_CHILD(cond)                                                        \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
-
 // A plan served by the store is written to the node's file with its origin; after the store restarts empty
 // (FLUSHDB), a process with that file finds the plan there and asks the store nothing.
 TEST(FleetStore, APlanReadFromTheStoreIsBackfilledToTheFile) {

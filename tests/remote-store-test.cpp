@@ -59,15 +59,6 @@ ld::stored_entry entry(const lf::stored_key& k, int block, std::uint64_t at_ms =
 
 std::string unique_model(const std::string& what) { return launchfit_test::unique_model("Test GPU", what); }
 
-// A failed check inside a forked body: print it and make the child's exit code say so.
-#define CHECK_IN_CHILD(cond)                                                        \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
-
 // A few commands over a plain socket, independent of the library (tests/raw_redis.hpp), opened from the
 // store's URL; call() answers the reply's first line ("+OK", ":42", "$-1", "-ERR ...") and, for a bulk
 // string, its text.

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // What the plan-store tests (remote-store, fleet-store, lease) store and where: one shape of key and plan, a
-// device model of each test's own, and the Redis server tests/run.sh started (LAUNCHFIT_TEST_REDIS).
+// device model of each test's own, and the Redis server tests/run.sh started (LAUNCHFIT_TEST_REDIS); and how
+// a check fails inside a forked child (CHECK_IN_CHILD).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -87,3 +89,12 @@ inline launchfit::detail::remote_options test_store_options(const launchfit::det
   if (!url)                                                                                       \
   GTEST_SKIP() << "LAUNCHFIT_TEST_REDIS is not set: tests/run.sh starts a redis-server and sets " \
                   "it"
+
+// A failed check inside a forked body: print it and make the child's exit code say so.
+#define CHECK_IN_CHILD(cond)                                                        \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)
