@@ -74,6 +74,22 @@ ld::redis_store store_at(const ld::remote_url& url) {
   return ld::redis_store(o);
 }
 
+// The process's side of a lease: launchfit's remote store is the server tests/run.sh started (the test is
+// skipped without one), closed again after the test.
+class TuningLease : public testing::Test {
+ protected:
+  void SetUp() override {
+    NEEDS_REDIS(server);
+    url = server;
+    lf::set_remote_store(url->text);
+  }
+  void TearDown() override {
+    if (url) lf::close_remote_store();
+  }
+
+  std::optional<ld::remote_url> url;
+};
+
 }  // namespace
 
 TEST(LeaseKey, NamesThePlanKeyAndNeverMatchesAPlanScan) {
@@ -173,9 +189,7 @@ TEST(Lease, APollReadsThePublishedPlanAndWhetherTheLeaseIsHeld) {
 // The process's side: a lease held by another process is honoured (no tuning turn), the key watched from
 // the background queue, and the plan adopted once published, the plan inputs changed so that the next
 // launch of the key plans again and finds it.
-TEST(TuningLease, AWaiterAdoptsThePlanOncePublished) {
-  NEEDS_REDIS(url);
-  lf::set_remote_store(url->text);
+TEST_F(TuningLease, AWaiterAdoptsThePlanOncePublished) {
   raw_redis raw(url->host, url->port, url->db);
   const lf::stored_key k = key("adopt");
   fresh(raw, k);
@@ -213,14 +227,11 @@ TEST(TuningLease, AWaiterAdoptsThePlanOncePublished) {
   EXPECT_EQ(ld::adopted_plan(k)->match, "remote");
   EXPECT_GT(ld::plan_inputs_generation(), generation);
   EXPECT_EQ(ld::lease_watch_statistics().adopted, before.adopted + 1);
-  lf::close_remote_store();
 }
 
 // A lease that ends with nothing published (the tuner kept a noisy measurement local, or died) lets the next
 // miss take it: the watcher changes the plan inputs and stops watching.
-TEST(TuningLease, ALeaseEndedWithoutAPlanIsTakenByTheNextMiss) {
-  NEEDS_REDIS(url);
-  lf::set_remote_store(url->text);
+TEST_F(TuningLease, ALeaseEndedWithoutAPlanIsTakenByTheNextMiss) {
   raw_redis raw(url->host, url->port, url->db);
   const lf::stored_key k = key("ended");
   fresh(raw, k);
@@ -248,13 +259,10 @@ TEST(TuningLease, ALeaseEndedWithoutAPlanIsTakenByTheNextMiss) {
     ASSERT_EQ(mine.what(), ld::tuning_lease::turn::tune);
   }
   EXPECT_EQ(raw.command({"EXISTS", lease}).text, "0");
-  lf::close_remote_store();
 }
 
 // A holder killed with SIGKILL never releases: the others wait its lease time, then one takes the lease.
-TEST(TuningLease, AHolderKilledCostsItsLeaseTime) {
-  NEEDS_REDIS(url);
-  lf::set_remote_store(url->text);
+TEST_F(TuningLease, AHolderKilledCostsItsLeaseTime) {
   const lf::stored_key k = key("killed");
   {
     raw_redis raw(url->host, url->port, url->db);
@@ -294,15 +302,12 @@ TEST(TuningLease, AHolderKilledCostsItsLeaseTime) {
     return turn == ld::tuning_lease::turn::tune;
   })) << "last turn "
       << static_cast<int>(*turn) << ", holder " << ld::tuning_lease::take(k).holder();
-  lf::close_remote_store();
 }
 
 // A process whose lookup answered from what it remembered of an earlier read may take a lease whose plan was
 // published meanwhile: holding it, it reads the key once, adopts the plan and releases the lease instead of
 // tuning again.
-TEST(TuningLease, AHolderThatFindsThePlanPublishedAdoptsItInsteadOfTuning) {
-  NEEDS_REDIS(url);
-  lf::set_remote_store(url->text);
+TEST_F(TuningLease, AHolderThatFindsThePlanPublishedAdoptsItInsteadOfTuning) {
   raw_redis raw(url->host, url->port, url->db);
   const lf::stored_key k = key("published");
   fresh(raw, k);
@@ -320,5 +325,4 @@ TEST(TuningLease, AHolderThatFindsThePlanPublishedAdoptsItInsteadOfTuning) {
   EXPECT_EQ(raw.command({"EXISTS", ld::lease_key(k)}).text, "0");  // released at once
   ASSERT_TRUE(ld::adopted_plan(k));
   EXPECT_EQ(ld::adopted_plan(k)->block_threads, 192);
-  lf::close_remote_store();
 }
