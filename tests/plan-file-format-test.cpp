@@ -23,6 +23,7 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/log.hpp"
 #include "plan_file_format.hpp"
+#include "store_samples.hpp"
 
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string plain = "max_occupancy(prefer_block=256,block_limit=0)";
+const std::string plain = launchfit_test::sample_policy;
 
 lf::device_limits h200() {
   lf::device_limits d = lf::device_limits::for_arch("H200");
@@ -46,11 +47,7 @@ ld::stored_entry entry(const std::string& name, const std::string& key_text,
   ld::stored_entry e;
   e.key = lf::stored_key_for(h200(), 12080, lf::kernel_resources::manual(32, 0, 1024, name), key_text,
                              "bytes=0", 0);
-  e.plan.block = lf::dims{256, 1, 1};
-  e.plan.block_threads = 256;
-  e.plan.blocks_per_sm = 8;
-  e.plan.sm_count = 132;
-  e.plan.policy = policy;
+  e.plan = launchfit_test::sample_plan(256, policy, "");
   e.stored_at_ms = 1000;
   return e;
 }

@@ -11,13 +11,14 @@
 
 #include "plan_file_format.hpp"
 #include "store/kv_scheme.hpp"
+#include "store_samples.hpp"
 
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
 
 namespace {
 
-const std::string policy_text = "max_occupancy(prefer_block=256,block_limit=0)";
+const std::string policy_text = launchfit_test::sample_policy;
 
 ld::stored_entry sample() {
   ld::stored_entry e;
@@ -30,11 +31,7 @@ ld::stored_entry sample() {
   e.key.smem_rule = "bytes=0";
   e.key.device_name = "NVIDIA H200";
   e.key.l2_bytes = 62914560;
-  e.plan.block = lf::dims{256, 1, 1};
-  e.plan.block_threads = 256;
-  e.plan.blocks_per_sm = 8;
-  e.plan.sm_count = 132;
-  e.plan.policy = policy_text;
+  e.plan = launchfit_test::sample_plan(256, policy_text, "");
   e.stored_at_ms = 1700000000000;
   return e;
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// What the plan-store tests (remote-store, fleet-store, lease) store and where: one shape of key and plan, a
-// device model of each test's own, and the Redis server tests/run.sh started (LAUNCHFIT_TEST_REDIS); and how
-// a check fails inside a forked child (CHECK_IN_CHILD).
+// What the plan-store tests (remote-store, fleet-store, lease, plan-file-format, plan-measurement) store and
+// where: one shape of key and plan, a device model of each test's own, and the Redis server tests/run.sh
+// started (LAUNCHFIT_TEST_REDIS); and how a check fails inside a forked child (CHECK_IN_CHILD).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
