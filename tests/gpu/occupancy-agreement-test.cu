@@ -21,6 +21,7 @@
 #include "launchfit/kernel.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/occupancy.hpp"
+#include "many_live_values.cuh"
 
 #include <atomic>
 
@@ -31,24 +32,6 @@ extern std::atomic<int> calculator_skew_for_tests;
 }  // namespace launchfit::detail
 
 namespace {
-
-constexpr int stride = 4099;  // spreads the loads so the compiler keeps every value in its own register
-
-// N values live at once: the register count grows with N until a bound forces spilling.
-template <int N>
-__device__ void many_live_values(const float* in, float* out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  float v[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = in[i + k * stride];
-#pragma unroll
-  for (int round = 0; round < 3; ++round) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = fmaf(v[k], v[(k + 1) % N], v[(k + 7) % N]);
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) out[i + k * stride] = v[k];
-}
 
 __global__ void light(float* out) { out[blockIdx.x * blockDim.x + threadIdx.x] = threadIdx.x; }
 __global__ void heavy(const float* in, float* out) { many_live_values<224>(in, out); }

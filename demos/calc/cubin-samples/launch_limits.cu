@@ -6,23 +6,7 @@
 
 #include <cuda_runtime.h>
 
-constexpr int stride = 4099;  // spreads the loads so the compiler keeps every value in its own register
-
-// N values live at once: the register count grows with N up to the kernel's register cap.
-template <int N>
-__device__ void many_live_values(const float* in, float* out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  float v[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = in[i + k * stride];
-#pragma unroll
-  for (int round = 0; round < 3; ++round) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = fmaf(v[k], v[(k + 1) % N], v[(k + 7) % N]);
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) out[i + k * stride] = v[k];
-}
+#include "many_live_values.cuh"
 
 __global__ void __maxnreg__(96) regs_96(const float* in, float* out) { many_live_values<84>(in, out); }
 __global__ void __maxnreg__(168) regs_168(const float* in, float* out) { many_live_values<160>(in, out); }
