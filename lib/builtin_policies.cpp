@@ -251,7 +251,7 @@ plan cooperative_policy::choose_impl(const query& q) const {
   require_non_negative(q, "block", params_.block, "the max-occupancy block");
   require_non_negative(q, "blocks_per_sm", params_.blocks_per_sm, "as many as co-reside");
   plan p;
-  p.cooperative = true;
+  p.options.cooperative = true;
   int block = params_.block;
   if (block <= 0) {
     // The largest max-occupancy block: the fewest blocks for grid-wide synchronisation to wait on.

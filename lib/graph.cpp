@@ -509,7 +509,7 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
         const dims grid = grid_for(e.plan, r.shape, e.max_grid_x);
         CUlaunchConfig cfg;
         launch_attributes attrs;  // already on the node: a node update keeps its attributes and edges
-        fill_launch_config(cfg, attrs, e.plan, e.options, grid, nullptr);
+        fill_launch_config(cfg, attrs, e.plan, grid, nullptr);
         const auto p = kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, e.function, c->arg_ptrs.data());
         const std::string text = e.plan.to_string();
         check(d.cuGraphExecKernelNodeSetParams(exec, c->node, &p), "cuGraphExecKernelNodeSetParams",

@@ -144,7 +144,7 @@ launched launch(const launch_request& r) {
   if (r.bind) r.bind(r.bind_self, e.plan);  // from_plan() arguments, for the plan launched
   CUlaunchConfig cfg;
   launch_attributes attrs;
-  fill_launch_config(cfg, attrs, e.plan, e.options, grid, r.stream);
+  fill_launch_config(cfg, attrs, e.plan, grid, r.stream);
   spdlog::logger& lf_logger = logger_fast();
   if (lf_logger.should_log(spdlog::level::trace)) {
     lf_logger.trace("launch {} grid={} {}", display_name(e.kernel), grid.to_string(), e.plan.to_string());

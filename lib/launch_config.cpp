@@ -3,8 +3,8 @@
 
 namespace launchfit::detail {
 
-void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, const launch_options& o,
-                        dims grid, CUstream stream) {
+void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, dims grid, CUstream stream) {
+  const launch_options& o = p.options;
   const dims cluster = o.cluster;
   cfg = CUlaunchConfig{};
   cfg.gridDimX = grid.x;

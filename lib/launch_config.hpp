@@ -13,11 +13,12 @@ namespace launchfit::detail {
 
 using launch_attributes = std::array<CUlaunchAttribute, 3>;
 
-// The one marshal step into the driver's struct, for real launches and tuning trials alike: block and dynamic
-// smem from the plan, every launch attribute (cooperative, cluster, PDL) from the launch's options alone, so
-// no plan from any source can add or drop one. `attrs` must outlive the launch that uses `cfg`.
-void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, const launch_options& o,
-                        dims grid, CUstream stream);
+// The one marshal step into the driver's struct, for real launches, tuning trials, occupancy probes and graph
+// nodes alike: block and dynamic smem from the plan, every launch attribute (cooperative, cluster, PDL) from
+// the plan's launch options (plan::options: the launch's own, given to every plan from any source where it is
+// made, and checked equal to the launch's before it is cached). `attrs` must outlive the launch that uses
+// `cfg`.
+void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, dims grid, CUstream stream);
 
 // A kernel node's parameters (CUDA_KERNEL_NODE_PARAMS or its _v3 in CUgraphNodeParams) for what `cfg`
 // launches: the function, grid, block, dynamic smem and arguments, from the one marshal step above; the

@@ -183,17 +183,17 @@ std::optional<std::size_t> fixed_smem_of(std::string_view smem_rule_text) {
 std::string stored_plan_mismatch(const stored_key_text& key, const plan& p) {
   const launch_options& o = key.options;
   const auto is = [](bool b) { return b ? "is" : "is not"; };
-  if (p.cooperative != o.cooperative)
-    return std::string("the entry's plan ") + is(p.cooperative) + " cooperative, its key " +
+  if (p.options.cooperative != o.cooperative)
+    return std::string("the entry's plan ") + is(p.options.cooperative) + " cooperative, its key " +
            is(o.cooperative);
   if (p.full_grid && o.cooperative)
     return "the entry's plan launches the full grid, its key is cooperative (a cooperative grid co-resides)";
-  if (p.programmatic != o.programmatic)
-    return std::string("the entry's plan ") + is(p.programmatic) +
+  if (p.options.programmatic != o.programmatic)
+    return std::string("the entry's plan ") + is(p.options.programmatic) +
            " a programmatic dependent launch (PDL), its key " + is(o.programmatic);
-  const bool plan_cluster = p.cluster.count() > 1;
-  if (plan_cluster != o.has_cluster() || (plan_cluster && p.cluster != o.cluster))
-    return "the entry's plan has cluster " + (plan_cluster ? p.cluster.to_string() : std::string("none")) +
+  const bool plan_cluster = p.options.cluster.count() > 1;
+  if (plan_cluster != o.has_cluster() || (plan_cluster && p.options.cluster != o.cluster))
+    return "the entry's plan has cluster " + (plan_cluster ? p.options.cluster.to_string() : std::string("none")) +
            ", its key " + (o.has_cluster() ? "cluster " + o.cluster.to_string() : std::string("none"));
   if (!key.shape.is_default() &&
       (!key.shape.fits(p.block) ||

@@ -16,6 +16,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/log.hpp"
 #include "log_internal.hpp"
+#include "plan_description.hpp"
 #include "settings.hpp"
 #include "text.hpp"
 
@@ -139,12 +140,8 @@ const void* nvtx_name_for(const std::string& kernel, const plan& p, const std::s
 #ifndef LAUNCHFIT_NO_NVTX
   try {
     if (!nvtx_flag().load(std::memory_order_relaxed)) return nullptr;
-    std::string text = kernel + " block=" + p.block.to_string() + " grid=" + grid_rule_text +
-                       " occupancy=" + std::to_string(static_cast<int>(p.occupancy.occupancy * 100 + 0.5)) +
-                       "% limiter=" + limiter_names(p.occupancy.limiters) + " policy=" + p.policy;
-    if (p.cooperative) text += " cooperative";
-    if (p.cluster.count() > 1) text += " cluster=" + p.cluster.to_string();
-    if (p.programmatic) text += " pdl";
+    const std::string text =
+        kernel + " grid_rule=" + grid_rule_text + " " + fields_text(describe_plan(p), shown::everywhere);
     return nvtxDomainRegisterStringA(nvtx_domain(), text.c_str());
   } catch (...) {
     return nullptr;

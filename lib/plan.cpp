@@ -10,22 +10,12 @@
 #include <string>
 
 #include "launchfit/error.hpp"
+#include "plan_description.hpp"
 
 namespace launchfit {
 
-std::string plan::to_string() const {
-  std::string s = "block=" + block.to_string();
-  s += grid.x ? " grid=" + grid.to_string() : std::string(" grid=from-work");
-  s += " blocks/SM=" + std::to_string(blocks_per_sm) + " SMs=" + std::to_string(sm_count);
-  s += " smem=" + std::to_string(dynamic_smem_bytes);
-  if (cooperative) s += " cooperative";
-  if (full_grid) s += " full-grid";
-  if (programmatic) s += " pdl";
-  if (cluster.count() > 1) s += " cluster=" + cluster.to_string();
-  if (shape_rule.is_set()) s += " shape=" + shape_rule.to_string();
-  if (!policy.empty()) s += " policy=" + policy;
-  return s;
-}
+// "block=256x1x1 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100.0% limiters=warps policy=..."
+std::string plan::to_string() const { return detail::fields_text(detail::describe_plan(*this), detail::shown::everywhere); }
 
 namespace {
 
@@ -68,9 +58,9 @@ dims caller_grid(const plan& p, const work& w, long long max_grid_x) {
                "grid " + g.to_string() + " exceeds the device's grid limits (" + std::to_string(max_grid_x) +
                    " x 65535 x 65535)");
   }
-  if (p.cluster.count() > 1 && (g.x % p.cluster.x || g.y % p.cluster.y || g.z % p.cluster.z)) {
+  if (p.options.cluster.count() > 1 && (g.x % p.options.cluster.x || g.y % p.options.cluster.y || g.z % p.options.cluster.z)) {
     grid_error(p, CUDA_ERROR_INVALID_CLUSTER_SIZE,
-               "grid " + g.to_string() + " is not made of whole clusters of " + p.cluster.to_string());
+               "grid " + g.to_string() + " is not made of whole clusters of " + p.options.cluster.to_string());
   }
   return g;
 }
@@ -111,9 +101,9 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
     const std::uint64_t per_block = static_cast<std::uint64_t>(bx) * std::max<std::uint32_t>(w.per_thread, 1);
     const std::uint64_t rows =
         static_cast<std::uint64_t>(p.block.y) * std::max<std::uint32_t>(p.shape_rule.per_thread_y, 1);
-    std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.cluster.x);
-    std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, rows), p.cluster.y) : 1;
-    std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.cluster.z) : 1;
+    std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.options.cluster.x);
+    std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, rows), p.options.cluster.y) : 1;
+    std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.options.cluster.z) : 1;
     if (w.kind == work::shape::grid_stride && (!p.full_grid || w.waves != 0)) {
       const std::uint64_t cap = static_cast<std::uint64_t>(resident) * std::max<std::uint32_t>(w.waves, 1);
       gx = std::max<std::uint64_t>(std::min<std::uint64_t>(gx, cap), 1);
@@ -121,12 +111,12 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
       gx = std::min<std::uint64_t>(
           gx, static_cast<std::uint64_t>(max_grid_x));  // full grid: the loop covers the rest
     }
-    if ((gy % p.cluster.y) != 0 || (gz % p.cluster.z) != 0) {
+    if ((gy % p.options.cluster.y) != 0 || (gz % p.options.cluster.z) != 0) {
       grid_error(p, CUDA_ERROR_INVALID_CLUSTER_SIZE,
-                 "cluster " + p.cluster.to_string() + " needs a grid whose y and z are multiples of " +
-                     std::to_string(p.cluster.y) + " and " + std::to_string(p.cluster.z) +
-                     ": give the work in " + (p.cluster.z > 1 ? "3" : "2") + " dimensions, items({nx, ny" +
-                     (p.cluster.z > 1 ? ", nz" : "") + "})");
+                 "cluster " + p.options.cluster.to_string() + " needs a grid whose y and z are multiples of " +
+                     std::to_string(p.options.cluster.y) + " and " + std::to_string(p.options.cluster.z) +
+                     ": give the work in " + (p.options.cluster.z > 1 ? "3" : "2") + " dimensions, items({nx, ny" +
+                     (p.options.cluster.z > 1 ? ", nz" : "") + "})");
     }
     if (gx > static_cast<std::uint64_t>(max_grid_x)) {
       grid_error(p, CUDA_ERROR_INVALID_VALUE,
@@ -141,7 +131,7 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
     }
     g = dims{static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)};
   }
-  if (p.cooperative && static_cast<long long>(g.count()) > resident) {
+  if (p.options.cooperative && static_cast<long long>(g.count()) > resident) {
     grid_error(
         p, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
         (w.kind == work::shape::grid ? "grid " + g.to_string() : items_text(w)) + " needs " +

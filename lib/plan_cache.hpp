@@ -91,8 +91,6 @@ struct plan_entry {
   std::string override_refused;
   launchfit::plan plan;
   const kept_plan* kept = nullptr;  // `plan` and the kernel's name as callers keep them, set when cached
-  launch_options
-      options;  // what the launch requires (the kernel's __cluster_dims__ included): its attributes
   kernel_resources kernel;
   std::string device_name;
   std::string device_uuid;

@@ -309,7 +309,7 @@ std::string inconsistent_plan(const stored_entry& e) {
   q.kernel = *kernel;
   q.kernel.max_dynamic_smem_bytes = q.device.smem_per_block_optin_bytes;
   q.dynamic_smem_bytes = p.dynamic_smem_bytes;  // the key's smem rule against the plan's: above
-  q.cluster = p.cluster;
+  q.cluster = p.options.cluster;
   plan checked = p;
   try {
     validate_plan(q, checked);  // block and grid dimensions, smem, a block that fits, co-residency, PDL

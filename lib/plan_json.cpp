@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "plan_description.hpp"
 #include "text.hpp"
 
 namespace launchfit::detail {
@@ -93,28 +94,7 @@ json occupancy_to_json(const occupancy_result& o) {
           {"allocated_smem_per_block_bytes", o.allocated_smem_per_block_bytes}};
 }
 
-json plan_to_json(const plan& p) {
-  return {{"block", dims_json(p.block)},
-          {"block_threads", p.block_threads},
-          {"blocks_per_sm", p.blocks_per_sm},
-          {"sm_count", p.sm_count},
-          {"dynamic_smem_bytes", p.dynamic_smem_bytes},
-          {"grid", dims_json(p.grid)},
-          {"cluster", dims_json(p.cluster)},
-          {"resident_clusters", p.resident_clusters},
-          {"cluster_from_kernel", p.cluster_from_kernel},
-          {"cooperative", p.cooperative},
-          {"programmatic", p.programmatic},
-          {"full_grid", p.full_grid},
-          {"blocks", p.blocks},
-          {"occupancy", occupancy_to_json(p.occupancy)},
-          {"policy", p.policy},
-          {"reason", p.reason},
-          {"warning", p.warning},
-          {"match", p.match},
-          {"trials", p.trials},
-          {"tuning_ms", p.tuning_ms}};
-}
+json plan_to_json(const plan& p) { return fields_json(describe_plan(p), true); }
 
 occupancy_result occupancy_from_json(const json& j) {
   if (!j.is_object()) throw bad_plan_json("'occupancy' is not an object");
@@ -160,18 +140,18 @@ plan plan_from_json(const json& j) {
     }
   });
   field(j, "cluster", [&](const json& v) {
-    p.cluster = dims_of(v, "cluster", 1, 64);
-    if (p.cluster.count() > 64) bad("cluster", "out of range (at most 64 blocks)");
+    p.options.cluster = dims_of(v, "cluster", 1, 64);
+    if (p.options.cluster.count() > 64) bad("cluster", "out of range (at most 64 blocks)");
   });
   field(j, "cooperative", [&](const json& v) {
     if (!v.is_boolean()) bad("cooperative", "not a boolean");
-    p.cooperative = v.get<bool>();
+    p.options.cooperative = v.get<bool>();
   });
   // Shown by tools; a launch recomputes residency and the block rule, and checks both flags against itself.
   int_field(j, "resident_clusters", p.resident_clusters, 0, int_max);
   field(j, "cluster_from_kernel", [&](const json& v) {
     if (!v.is_boolean()) bad("cluster_from_kernel", "not a boolean");
-    p.cluster_from_kernel = v.get<bool>();
+    p.options.cluster_from_kernel = v.get<bool>();
   });
   field(j, "full_grid", [&](const json& v) {
     if (!v.is_boolean()) bad("full_grid", "not a boolean");
@@ -179,7 +159,7 @@ plan plan_from_json(const json& j) {
   });
   field(j, "programmatic", [&](const json& v) {
     if (!v.is_boolean()) bad("programmatic", "not a boolean");
-    p.programmatic = v.get<bool>();
+    p.options.programmatic = v.get<bool>();
   });
   text_field(j, "blocks", p.blocks);
   field(j, "occupancy", [&](const json& v) { p.occupancy = occupancy_from_json(v); });

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Internal: plan and occupancy_result as JSON. The one field list every serializer uses (the cache file,
-// JSON log lines, tests), so a new plan field is added here once.
+// Internal: plan and occupancy_result as JSON: the plan's description (plan_description.hpp) written, and
+// read back as untrusted input under the same names.
 //
 //   plan_to_json(p) == {"block": [x, y, z], "block_threads": 256, "blocks_per_sm": 8, "sm_count": 132,
 //                       "dynamic_smem_bytes": 0, "grid": [0, 1, 1], "cluster": [1, 1, 1],

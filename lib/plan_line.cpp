@@ -10,6 +10,7 @@
 #include "launchfit/kernel.hpp"
 #include "launchfit/occupancy.hpp"
 #include "log_line.hpp"
+#include "plan_description.hpp"
 #include "text.hpp"
 
 namespace launchfit::detail {
@@ -35,7 +36,7 @@ std::string work_to_string(const work& w) {
 
 std::string grid_rule(const plan& p, const work& w) {
   if (p.grid.x != 0 && w.kind != work::shape::grid) return "fixed(" + p.grid.to_string() + ")";
-  if (p.cooperative && w.kind == work::shape::none)
+  if (p.options.cooperative && w.kind == work::shape::none)
     return "co-resident(" + std::to_string(p.resident_blocks()) + ")";
   if (w.kind == work::shape::grid_stride && p.full_grid && w.waves == 0)
     return work_to_string(w) + "(full grid)";
@@ -76,97 +77,59 @@ double cluster_occupancy(const plan& p, const occupancy_result& o) {
 
 std::string grid_rule_text(const plan& p, const work& w) { return grid_rule(p, w); }
 
-std::string format_plan(const plan_report& r, log_format f) {
+// What the report adds to the plan's own fields (plan_description.hpp), under the same names in text and JSON.
+std::vector<plan_field> describe_report(const plan_report& r, const std::string& kernel) {
   const plan& p = r.plan;
-  // Demangled here (on the logging thread, when asynchronous) unless the launch had to name the kernel.
-  const std::string kernel = r.kernel.demangled.empty() ? demangle(r.kernel.name) : r.kernel.demangled;
+  const auto text = [](const char* name, const std::string& v, std::string shown_as) {
+    return plan_field{name, valid_utf8(v, log_field_cap), std::move(shown_as), shown::line, false};
+  };
+  const auto number = [](const char* name, long long v) {
+    return plan_field{name, v, std::to_string(v), shown::line, false};
+  };
+  std::vector<plan_field> f;
+  f.push_back(text("kernel", kernel, escape_text(kernel, log_field_cap)));
+  f.push_back(text("device", r.device, quote_text(r.device, log_field_cap)));
+  f.push_back(number("device_ordinal", r.device_ordinal));
   const std::string cc = std::to_string(r.cc / 10) + "." + std::to_string(r.cc % 10);
-  if (f == log_format::json) {
-    nlohmann::json j = {
-        {"level", "info"},
-        {"logger", logger_name},
-        {"event", "new_plan"},
-        {"kernel", valid_utf8(kernel, log_field_cap)},
-        {"device", valid_utf8(r.device, log_field_cap)},
-        {"device_ordinal", r.device_ordinal},
-        {"cc", cc},
-        {"block", p.block.to_string()},
-        {"block_threads", p.block_threads},
-        {"grid_rule", grid_rule(p, r.first_work)},
-        {"blocks_per_sm", p.blocks_per_sm},
-        {"sm_count", p.sm_count},
-        {"dynamic_smem_bytes", p.dynamic_smem_bytes},
-        {"cooperative", p.cooperative},
-        {"occupancy", p.occupancy.occupancy},
-        {"active_warps_per_sm", p.occupancy.active_warps_per_sm},
-        {"active_blocks_per_sm", p.occupancy.active_blocks_per_sm},
-        {"limiter", limiter_names(p.occupancy.limiters)},
-        {"registers", r.kernel.regs_per_thread},
-        {"local_bytes_per_thread", r.kernel.local_bytes_per_thread},
-        {"static_smem_bytes", r.kernel.static_smem_bytes},
-        {"policy", valid_utf8(p.policy, log_field_cap)},
-        {"match", valid_utf8(p.match, log_field_cap)},
-        {"reason", valid_utf8(p.reason, log_field_cap)},
-    };
-    if (!p.warning.empty()) j["warning"] = valid_utf8(p.warning, log_field_cap);
-    if (!r.override_glob.empty()) j["override"] = valid_utf8(r.override_glob, log_field_cap);
-    if (const double w = first_waves(p, r.first_work); w >= 0) j["waves_per_sm"] = w;
-    if (const std::string g = first_grid(p, r.first_work); !g.empty()) j["first_grid"] = g;
-    if (!p.blocks.empty()) j["block_rule"] = p.blocks;
-    if (p.shape_rule.is_set()) j["block_shape"] = p.shape_rule.to_string();
-    if (p.programmatic) j["pdl"] = true;
-    if (r.family_size > 0) j["family_members"] = r.family_size;
-    if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count) j["sm_budget"] = p.sm_count;
-    if (p.cluster.count() > 1) {
-      j["cluster"] = p.cluster.to_string();
-      j["clusters_per_wave"] = p.resident_clusters;
-      j["cluster_occupancy"] = cluster_occupancy(p, p.occupancy);
-      if (p.cluster_from_kernel) j["cluster_from_kernel"] = true;
-    }
-    if (p.trials > 0) {
-      j["trials"] = p.trials;
-      j["tuning_ms"] = p.tuning_ms;
-    }
-    return dump_json(j);
-  }
-  const auto quoted = [](const std::string& v) { return quote_text(v, log_field_cap); };
-  std::string s =
-      "new plan: kernel=" + escape_text(kernel, log_field_cap) + " device=" + quoted(r.device) + " #" +
-      std::to_string(r.device_ordinal) + " cc=" + cc + " block=" + p.block.to_string() +
-      " grid=" + grid_rule(p, r.first_work) + " smem=" + std::to_string(p.dynamic_smem_bytes) +
-      "B occupancy=" + pct(p.occupancy.occupancy) + " (" + std::to_string(p.occupancy.active_blocks_per_sm) +
-      " blocks, " + std::to_string(p.occupancy.active_warps_per_sm) + " warps/SM; runs " +
-      std::to_string(p.blocks_per_sm) + " blocks/SM) limiter=" + limiter_names(p.occupancy.limiters) +
-      " regs=" + std::to_string(r.kernel.regs_per_thread) +
-      " local=" + std::to_string(r.kernel.local_bytes_per_thread) +
-      "B policy=" + escape_text(p.policy, log_field_cap);
-  if (p.cooperative) s += " cooperative";
-  if (p.cluster.count() > 1) {
-    s += " cluster=" + p.cluster.to_string() + (p.cluster_from_kernel ? "(kernel)" : "") +
-         " clusters/wave=" + std::to_string(p.resident_clusters) +
-         " cluster_occupancy=" + pct(cluster_occupancy(p, p.occupancy));
-  }
-  if (p.programmatic) s += " pdl";
-  if (!p.blocks.empty()) s += " blocks=" + quoted(p.blocks);
-  if (p.shape_rule.is_set()) s += " shape=" + p.shape_rule.to_string();
-  if (r.family_size > 0) s += " family=" + std::to_string(r.family_size);
-  if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count)
-    s += " sms=" + std::to_string(p.sm_count) + "/" + std::to_string(r.device_sm_count);
-  if (const std::string g = first_grid(p, r.first_work); !g.empty()) s += " first_grid=" + g;
+  f.push_back(text("cc", cc, cc));
+  f.push_back(text("grid_rule", grid_rule(p, r.first_work), grid_rule(p, r.first_work)));
+  if (const std::string g = first_grid(p, r.first_work); !g.empty()) f.push_back(text("first_grid", g, g));
   if (const double w = first_waves(p, r.first_work); w >= 0) {
     char t[32];
-    std::snprintf(t, sizeof t, " waves=%.2f", w);
-    s += t;
+    std::snprintf(t, sizeof t, "%.2f", w);
+    f.push_back({"waves_per_sm", w, t, shown::line, false});
   }
-  if (!r.override_glob.empty()) s += " override=" + quoted(r.override_glob);
-  s += " match=" + escape_text(p.match, log_field_cap);
-  if (p.trials > 0) {
-    char t[64];
-    std::snprintf(t, sizeof t, " trials=%d tuning=%.1fms", p.trials, p.tuning_ms);
-    s += t;
+  if (p.options.has_cluster()) {
+    const double c = cluster_occupancy(p, p.occupancy);
+    f.push_back({"cluster_occupancy", c, pct(c), shown::line, false});
   }
-  s += " reason=" + quoted(p.reason);
-  return s;
+  f.push_back(number("registers", r.kernel.regs_per_thread));
+  f.push_back(number("local_bytes_per_thread", r.kernel.local_bytes_per_thread));
+  f.push_back(number("static_smem_bytes", r.kernel.static_smem_bytes));
+  if (r.family_size > 0) f.push_back(number("family_members", r.family_size));
+  if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count) f.push_back(number("device_sm_count", r.device_sm_count));
+  if (!r.override_glob.empty())
+    f.push_back(text("override", r.override_glob, quote_text(r.override_glob, log_field_cap)));
+  return f;
+}
+
+std::string format_plan(const plan_report& r, log_format f) {
+  // Demangled here (on the logging thread, when asynchronous) unless the launch had to name the kernel.
+  const std::string kernel = r.kernel.demangled.empty() ? demangle(r.kernel.name) : r.kernel.demangled;
+  const std::vector<plan_field> context = describe_report(r, kernel);
+  const std::vector<plan_field> fields = describe_plan(r.plan);
+  if (f == log_format::json) {
+    nlohmann::json j = {{"level", "info"}, {"logger", logger_name}, {"event", "new_plan"}};
+    j.update(fields_json(context, false));
+    nlohmann::json plan = fields_json(fields, false);
+    for (auto& [name, value] : plan.items()) {  // free text from policies, plugins and files: capped, valid
+      (void)name;
+      if (value.is_string()) value = valid_utf8(value.get_ref<const std::string&>(), log_field_cap);
+    }
+    j["plan"] = std::move(plan);
+    return dump_json(j);
+  }
+  return "new plan: " + fields_text(context, shown::line) + " " + fields_text(fields, shown::line);
 }
 
 void log_new_plan(plan_report report) noexcept {

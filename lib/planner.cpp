@@ -82,8 +82,7 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
             "block-dependent arguments with from_plan()",
         display_name(e.kernel));
   }
-  if (e.plan.cooperative != need.cooperative || e.plan.programmatic != need.programmatic ||
-      (need.has_cluster() ? e.plan.cluster != need.cluster : e.plan.cluster.count() > 1)) {
+  if (e.plan.options != need) {  // every source's plan is given the launch's (apply_requirements, check_stored_plan)
     throw error(errc::internal, "launchfit::launch", "the plan's launch options differ from the launch's",
                 display_name(e.kernel), e.plan.to_string());
   }
@@ -143,7 +142,6 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
     throw bad.with_kernel(display_name(e.kernel));
   }
   allow_cluster_size(need, e, fam);
-  e.options = need;  // the launch's attributes: from here to CUlaunchConfig, whatever the plan's source
   const policy* chosen = decided_by ? decided_by.get() : r.policy;
   std::string why_not;  // why the override cannot serve this launch
   if (decided_by) {

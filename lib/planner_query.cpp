@@ -55,15 +55,15 @@ std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_r
     plan probe;
     probe.block = dims{static_cast<unsigned>(block), 1, 1};
     probe.dynamic_smem_bytes = smem;
-    launch_options o = asked;
+    probe.options = asked;
     CUlaunchConfig cfg;
     launch_attributes attrs;
-    fill_launch_config(cfg, attrs, probe, o, o.cluster, nullptr);
+    fill_launch_config(cfg, attrs, probe, asked.cluster, nullptr);
     int n = 0;
     if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) {
-      if (!o.cooperative) return 0;
-      o.cooperative = false;
-      fill_launch_config(cfg, attrs, probe, o, o.cluster, nullptr);
+      if (!asked.cooperative) return 0;
+      probe.options.cooperative = false;
+      fill_launch_config(cfg, attrs, probe, asked.cluster, nullptr);
       if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) return 0;
     }
     if (budget_sms < device_sms && device_sms > 0)

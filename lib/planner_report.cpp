@@ -44,7 +44,7 @@ void add_launch_notes(plan_entry& e, const launch_request& r, const query& q, co
                      std::to_string(dev.sm_count) + " SMs";
   if (e.plan.resident_clusters > 0)
     e.plan.reason += "; " + std::to_string(e.plan.resident_clusters) + " clusters of " +
-                     std::to_string(e.plan.cluster.count()) + " co-reside";
+                     std::to_string(e.plan.options.cluster.count()) + " co-reside";
 }
 
 // The plan made for this spec without work, where one is cached under `key`'s kernel, policy and launch: a

@@ -153,48 +153,43 @@ void require_kernel_cluster(launch_requirements& need, const kernel_resources& k
 }
 
 void apply_requirements(const query& q, plan& p, const launch_requirements& need) {
-  bool changed = false;
-  if (need.cluster.count() > 1 || p.cluster.count() > 1) {
-    if (p.cluster.count() > 1 && p.cluster != need.cluster) {
-      throw error(errc::invalid_plan, "plan(cluster)",
-                  "policy " + escape_text(p.policy) + " chose cluster " + p.cluster.to_string() +
-                      " but the launch " +
-                      (need.cluster.count() > 1 ? "requires cluster " + need.cluster.to_string()
-                                                : std::string("asked for no cluster")),
-                  q.kernel.demangled, p.to_string());
-    }
-    changed = changed || p.cluster != need.cluster || p.resident_clusters == 0;
-    p.cluster = need.cluster;
+  // Options are the launch's, decided once from the spec: a policy, override or plugin that adds one (or
+  // another cluster) is refused, never launched with it nor silently stripped of it.
+  const launch_options chose = p.options;
+  if (chose.has_cluster() && chose.cluster != need.cluster) {
+    throw error(errc::invalid_plan, "plan(cluster)",
+                "policy " + escape_text(p.policy) + " chose cluster " + chose.cluster.to_string() +
+                    " but the launch " +
+                    (need.has_cluster() ? "requires cluster " + need.cluster.to_string()
+                                        : std::string("asked for no cluster")),
+                q.kernel.demangled, p.to_string());
   }
-  p.cluster_from_kernel = need.cluster_from_kernel;
-  // A cooperative grid co-resides: never the full grid (a tuner may offer it to any grid_stride launch).
-  if (need.cooperative) p.full_grid = false;
-  // Options are the launch's, decided once from the spec: a policy, override or plugin that adds one is
-  // refused, never launched with it nor silently stripped of it.
-  if (p.programmatic && !need.programmatic) {
+  if (chose.programmatic && !need.programmatic) {
     throw error(
         errc::invalid_plan, "plan(pdl)",
         "policy " + escape_text(p.policy) +
             " chose a programmatic dependent launch (PDL) but the launch does not ask for one (.pdl())",
         q.kernel.demangled, p.to_string());
   }
-  if (p.cooperative && !need.cooperative) {
+  if (chose.cooperative && !need.cooperative) {
     throw error(errc::invalid_plan, "plan(cooperative)",
                 "policy " + escape_text(p.policy) +
                     " chose a cooperative launch but the launch does not require one (cooperative() or "
                     ".cooperative())",
                 q.kernel.demangled, p.to_string());
   }
-  if (p.programmatic != need.programmatic) {
-    p.programmatic = need.programmatic;
-    changed = true;
-  }
+  // What the plan's residency and co-residency were checked with changes where the launch adds a cluster,
+  // PDL or a cooperative grid to what the policy chose.
+  const bool made_cooperative = need.cooperative && !chose.cooperative;
+  bool changed = (need.has_cluster() && (chose.cluster != need.cluster || p.resident_clusters == 0)) ||
+                 chose.programmatic != need.programmatic;
+  p.options = need;  // the launch's options, as one value: what every launch of this plan is marshalled with
+  // A cooperative grid co-resides: never the full grid (a tuner may offer it to any grid_stride launch).
+  if (need.cooperative) p.full_grid = false;
   const dims before = p.block;
   shape_block(q, p);
   // A block shape is checked (and carried, for the grid's rows per thread) on every plan, a trial's too.
   changed = changed || p.block != before || p.shape_rule != q.shape_rule;
-  const bool made_cooperative = need.cooperative && !p.cooperative;
-  if (made_cooperative) p.cooperative = true;
   if (changed || made_cooperative)
     validate_plan(q, p);  // co-residency, resident clusters, the device's limits
   if (made_cooperative) p.reason += "; launched cooperatively, as the launch requires";

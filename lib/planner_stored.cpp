@@ -197,22 +197,22 @@ bool cross_checks_stored_plans(const policy& chosen) noexcept { return chosen.bu
 bool same_launch(const plan& a, const plan& b) noexcept {
   return a.block == b.block && a.grid == b.grid && a.blocks_per_sm == b.blocks_per_sm &&
          a.shape_rule == b.shape_rule && a.dynamic_smem_bytes == b.dynamic_smem_bytes &&
-         a.cooperative == b.cooperative && a.cluster == b.cluster && a.programmatic == b.programmatic &&
+         a.options == b.options &&
          a.sm_count == b.sm_count && a.full_grid == b.full_grid;
 }
 
 std::string check_stored_plan(const query& q, plan& stored, const launch_requirements& need,
                               const plan* computed, bool* differs_only) {
-  if (stored.cooperative != need.cooperative) {
-    return std::string("the stored plan is ") + (stored.cooperative ? "" : "not ") +
+  if (stored.options.cooperative != need.cooperative) {
+    return std::string("the stored plan is ") + (stored.options.cooperative ? "" : "not ") +
            "cooperative, the launch " + (need.cooperative ? "is" : "is not");
   }
-  if (stored.cluster != need.cluster && !(stored.cluster.count() <= 1 && need.cluster.count() <= 1)) {
-    return "the stored plan has cluster " + stored.cluster.to_string() + ", the launch " +
+  if (stored.options.cluster != need.cluster && !(stored.options.cluster.count() <= 1 && need.cluster.count() <= 1)) {
+    return "the stored plan has cluster " + stored.options.cluster.to_string() + ", the launch " +
            (need.cluster.count() > 1 ? "requires " + need.cluster.to_string() : std::string("has none"));
   }
-  if (stored.programmatic != need.programmatic) {
-    return std::string("the stored plan is ") + (stored.programmatic ? "" : "not ") +
+  if (stored.options.programmatic != need.programmatic) {
+    return std::string("the stored plan is ") + (stored.options.programmatic ? "" : "not ") +
            "a programmatic dependent launch, the launch " + (need.programmatic ? "is" : "is not");
   }
   if (!computed) {
@@ -224,8 +224,7 @@ std::string check_stored_plan(const query& q, plan& stored, const launch_require
              stored.to_string() + ")";
     }
   }
-  stored.cluster = need.cluster;
-  stored.cluster_from_kernel = need.cluster_from_kernel;
+  stored.options = need;  // checked above where the launch sees them; the rest (SM budget, smem rule) is the key's
   const std::size_t stored_smem = stored.dynamic_smem_bytes;
   validate_plan(q, stored);  // throws: block, smem, grid or co-residency out of bounds
   if (stored.dynamic_smem_bytes != stored_smem) {

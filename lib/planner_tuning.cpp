@@ -76,7 +76,7 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     std::lock_guard<std::mutex> lock(t->m);
     if (!t->gate) t->gate.emplace();
     if (r.bind) r.bind(r.bind_self, p);  // from_plan() arguments for this candidate
-    const double ms = time_candidate(run, r, p, need, max_grid_x, *t->gate);
+    const double ms = time_candidate(run, r, p, max_grid_x, *t->gate);
     record->add(p, ms);
     return ms;
   };

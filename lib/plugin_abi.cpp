@@ -124,7 +124,7 @@ launchfit_plan to_c(const plan& p) {
   c.grid_x = p.grid.x;
   c.grid_y = p.grid.y;
   c.grid_z = p.grid.z;
-  c.cooperative = p.cooperative;
+  c.cooperative = p.options.cooperative;
   c.full_grid = p.full_grid ? 1 : 0;
   c.trials = p.trials;
   c.tuning_ms = p.tuning_ms;
@@ -147,7 +147,7 @@ plan from_c(const launchfit_plan& c, const query& q) {
   p.block = dims{c.block_x, c.block_y, c.block_z};
   p.blocks_per_sm = c.blocks_per_sm;
   p.grid = dims{c.grid_x, c.grid_x ? c.grid_y : 1, c.grid_x ? c.grid_z : 1};
-  p.cooperative = c.cooperative != 0;
+  p.options.cooperative = c.cooperative != 0;
   p.full_grid = LAUNCHFIT_HAS_FIELD(&c, launchfit_plan, full_grid) && c.full_grid != 0;  // ABI 1.1
   p.trials = c.trials > 0 ? c.trials : 0;
   p.tuning_ms = std::isfinite(c.tuning_ms) && c.tuning_ms > 0 ? c.tuning_ms : 0;

@@ -153,13 +153,13 @@ void validate_plan(const query& q, plan& p) {
                          std::to_string(p.dynamic_smem_bytes) + " dynamic) exceeds the opt-in maximum " +
                          std::to_string(q.device.smem_per_block_optin_bytes) + " B per block");
   }
-  if (p.cooperative && !q.device.cooperative_launch) {
+  if (p.options.cooperative && !q.device.cooperative_launch) {
     throw plan_error(q, p, "cooperative", "device " + q.device.name + " does not support cooperative launch");
   }
-  if (p.cluster.count() > 1 && !q.device.cluster_launch) {
+  if (p.options.cluster.count() > 1 && !q.device.cluster_launch) {
     throw plan_error(q, p, "cluster", "device " + q.device.name + " does not support thread-block clusters");
   }
-  if (p.programmatic && q.device.cc_major < 9) {
+  if (p.options.programmatic && q.device.cc_major < 9) {
     throw plan_error(q, p, "pdl",
                      "programmatic dependent launch needs sm_90 or newer; device " + q.device.name + " is " +
                          q.device.arch());
@@ -179,11 +179,11 @@ void validate_plan(const query& q, plan& p) {
                          std::to_string(p.dynamic_smem_bytes) + " B dynamic smem fits on an SM" + why);
   }
   p.resident_clusters = 0;
-  if (p.cluster.count() > 1) {
-    p.resident_clusters = q.active_clusters_for(p.block_threads, p.cluster);
+  if (p.options.cluster.count() > 1) {
+    p.resident_clusters = q.active_clusters_for(p.block_threads, p.options.cluster);
     if (p.resident_clusters <= 0) {
       throw plan_error(q, p, "cluster",
-                       "no cluster of " + std::to_string(p.cluster.count()) + " blocks of " +
+                       "no cluster of " + std::to_string(p.options.cluster.count()) + " blocks of " +
                            std::to_string(p.block_threads) + " threads with " +
                            std::to_string(p.dynamic_smem_bytes) +
                            " B dynamic smem co-resides (cuOccupancyMaxActiveClusters: 0)");
@@ -191,7 +191,7 @@ void validate_plan(const query& q, plan& p) {
   }
   if (p.blocks_per_sm <= 0) p.blocks_per_sm = active;
   if (p.blocks_per_sm > active) {
-    if (p.cooperative) {
+    if (p.options.cooperative) {
       throw plan_error(q, p, "cooperative",
                        "blocks_per_sm " + std::to_string(p.blocks_per_sm) + " exceeds the " +
                            std::to_string(active) + " blocks per SM that co-reside");
@@ -207,13 +207,13 @@ void validate_plan(const query& q, plan& p) {
                              " outside 1.." + std::to_string(q.device.max_grid_dim[i]));
       }
     }
-    if (p.cluster.count() > 1 &&
-        (p.grid.x % p.cluster.x != 0 || p.grid.y % p.cluster.y != 0 || p.grid.z % p.cluster.z != 0)) {
+    if (p.options.cluster.count() > 1 &&
+        (p.grid.x % p.options.cluster.x != 0 || p.grid.y % p.options.cluster.y != 0 || p.grid.z % p.options.cluster.z != 0)) {
       throw plan_error(
           q, p, "cluster",
-          "grid " + p.grid.to_string() + " is not made of whole clusters of " + p.cluster.to_string());
+          "grid " + p.grid.to_string() + " is not made of whole clusters of " + p.options.cluster.to_string());
     }
-    if (p.cooperative && static_cast<long long>(p.grid.count()) > p.resident_blocks()) {
+    if (p.options.cooperative && static_cast<long long>(p.grid.count()) > p.resident_blocks()) {
       throw plan_error(q, p, "cooperative",
                        "cooperative grid of " + std::to_string(p.grid.count()) + " blocks exceeds the " +
                            std::to_string(p.resident_blocks()) + " that co-reside");

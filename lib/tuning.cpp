@@ -108,14 +108,14 @@ void stream_gate::drain() {
 // samples (fewer for slow kernels, see below), each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
 // runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
 // is mostly event and launch jitter); with only a reset, one launch per sample, after the reset.
-double time_candidate(CUfunction f, const launch_request& r, const plan& p, const launch_options& o,
-                      long long max_grid_x, stream_gate& gate) {
+double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
+                      stream_gate& gate) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
   if (grid.count() == 0) return 0;
   CUlaunchConfig cfg;
   launch_attributes attrs;
-  fill_launch_config(cfg, attrs, p, o, grid, r.stream);
+  fill_launch_config(cfg, attrs, p, grid, r.stream);
   struct event {
     CUevent e = nullptr;
     ~event() {

@@ -56,7 +56,7 @@ class stream_gate {
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
 // samples, each queued behind the gate. Launches with exactly the attributes a real launch of p has.
-double time_candidate(CUfunction f, const launch_request& r, const plan& p, const launch_options& o, long long max_grid_x,
+double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
                       stream_gate& gate);
 
 }  // namespace launchfit::detail

@@ -87,7 +87,7 @@ class shaped_policy final : public lf::param_policy<shaped_policy, shaped_params
     p.grid = lf::dims{static_cast<unsigned>(params_.grid_x), static_cast<unsigned>(params_.grid_y),
                       static_cast<unsigned>(params_.grid_z)};
     p.blocks_per_sm = params_.blocks_per_sm;
-    p.cooperative = params_.cooperative;
+    p.options.cooperative = params_.cooperative;
     p.reason = "shaped by the test";
     return p;
   }
@@ -99,7 +99,7 @@ lf::plan plan_of(int block, int blocks_per_sm, int sms, bool cooperative = false
   p.block_threads = block;
   p.blocks_per_sm = blocks_per_sm;
   p.sm_count = sms;
-  p.cooperative = cooperative;
+  p.options.cooperative = cooperative;
   p.grid = {grid, 1, 1};
   return p;
 }

@@ -63,8 +63,8 @@ lf::plan sample_plan(int block) {
   p.sm_count = 132;
   p.dynamic_smem_bytes = 4096;
   p.grid = lf::dims{0, 1, 1};
-  p.cluster = lf::dims{2, 1, 1};
-  p.cooperative = true;
+  p.options.cluster = lf::dims{2, 1, 1};
+  p.options.cooperative = true;
   p.occupancy.block_threads = block;
   p.occupancy.dynamic_smem_bytes = 4096;
   p.occupancy.active_blocks_per_sm = 2048 / block;

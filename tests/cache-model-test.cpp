@@ -311,7 +311,7 @@ TEST_F(CacheModel, AHostileEntryClaimingTheModelStillFacesValidation) {
   lf::plan forged = plan_of(1024);
   forged.blocks_per_sm = 2;
   lf::plan forged_coop = plan_of(256);
-  forged_coop.cooperative = true;
+  forged_coop.options.cooperative = true;
   lf::plan forged_rows = plan_of(256);
   forged_rows.block = lf::dims{32, 8, 1};  // rows of 32 for a launch of 1-D work
   const lf::kernel_resources small = lf::kernel_resources::manual(32, 0, 256, "_Z5saxpyfPKfPfi");

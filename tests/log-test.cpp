@@ -29,6 +29,8 @@
 #include "async_sink.hpp"
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
+#include "plan_description.hpp"
+#include "plan_json.hpp"
 #include "text.hpp"
 
 namespace lf = launchfit;
@@ -71,9 +73,10 @@ struct captured {
 TEST(Log, TextLineSaysWhatTheKernelRanWithAndWhy) {
   const std::string line = lf::detail::format_plan(sample_report(), lf::log_format::text);
   for (const char* field :
-       {"kernel=reduce(float const*, float*, int)", "device=\"NVIDIA H200\" #0", "cc=9.0", "block=256",
-        "grid=grid_stride(cap 528)", "smem=0B", "occupancy=75.0% (6 blocks, 48 warps/SM; runs 4 blocks/SM)",
-        "limiter=registers", "regs=40", "local=0B",
+       {"kernel=reduce(float const*, float*, int)", "device=\"NVIDIA H200\" device_ordinal=0", "cc=9.0",
+        "block=256", "grid_rule=grid_stride(cap 528)", "dynamic_smem_bytes=0", "occupancy=75.0%",
+        "active_blocks_per_sm=6", "active_warps_per_sm=48", "blocks_per_sm=4", "limiters=registers",
+        "registers=40", "local_bytes_per_thread=0",
         "policy=bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)", "match=computed",
         "reason=\""}) {
     EXPECT_NE(line.find(field), std::string::npos) << "missing " << field << " in: " << line;
@@ -82,7 +85,8 @@ TEST(Log, TextLineSaysWhatTheKernelRanWithAndWhy) {
   lf::detail::plan_report tuned = sample_report();
   tuned.plan.full_grid = true;
   const std::string full = lf::detail::format_plan(tuned, lf::log_format::text);
-  EXPECT_NE(full.find("grid=grid_stride(full grid)"), std::string::npos) << full;
+  EXPECT_NE(full.find("grid_rule=grid_stride(full grid)"), std::string::npos) << full;
+  EXPECT_NE(full.find(" full_grid"), std::string::npos) << full;
 }
 
 TEST(Log, JsonLineIsOneValidObjectWithTheSameFacts) {
@@ -91,13 +95,83 @@ TEST(Log, JsonLineIsOneValidObjectWithTheSameFacts) {
   const auto j = nlohmann::json::parse(line);
   EXPECT_EQ(j["event"], "new_plan");
   EXPECT_EQ(j["kernel"], "reduce(float const*, float*, int)");
-  EXPECT_EQ(j["block_threads"], 256);
   EXPECT_EQ(j["registers"], 40);
   EXPECT_EQ(j["cc"], "9.0");
-  EXPECT_DOUBLE_EQ(j["occupancy"].get<double>(), 0.75);
-  EXPECT_EQ(j["policy"], "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
-  EXPECT_TRUE(j.contains("reason"));
-  EXPECT_TRUE(j.contains("limiter"));
+  EXPECT_EQ(j["grid_rule"], "grid_stride(cap 528)");
+  // The plan as the plan file writes it, under the same names.
+  const auto& p = j["plan"];
+  EXPECT_EQ(p["block_threads"], 256);
+  EXPECT_EQ(p["block"], nlohmann::json({256, 1, 1}));
+  EXPECT_DOUBLE_EQ(p["occupancy"]["occupancy"].get<double>(), 0.75);
+  EXPECT_EQ(p["occupancy"]["limiters"], lf::limit_registers);
+  EXPECT_EQ(p["policy"], "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
+  EXPECT_TRUE(p.contains("reason"));
+}
+
+// One description, every printer: the log line's plan object is the plan file's (the same keys and values),
+// and every word the text printers show (the log line, plan::to_string()) is a key of the JSON, top level or
+// inside "occupancy". PDL is "programmatic" and the limiters "limiters" everywhere.
+TEST(Log, EveryPrinterNamesAPlansFieldsAlike) {
+  lf::detail::plan_report r = sample_report();
+  lf::plan& p = r.plan;
+  p.options.programmatic = true;
+  p.options.cooperative = true;
+  p.options.cluster = lf::dims{2, 1, 1};
+  p.resident_clusters = 33;
+  p.full_grid = true;
+  p.blocks = "multiple of 64";
+  p.grid = lf::dims{66, 1, 1};
+  p.trials = 12;
+  p.tuning_ms = 3.5;
+  p.warning = "short of its target";
+  const nlohmann::json file = lf::detail::plan_to_json(p);
+  const nlohmann::json logged = nlohmann::json::parse(lf::detail::format_plan(r, lf::log_format::json))["plan"];
+  for (const auto& [key, value] : file.items()) {
+    ASSERT_TRUE(logged.contains(key)) << key << " is in the plan file's JSON but not in the log's";
+    EXPECT_EQ(logged[key], value) << key;
+  }
+  EXPECT_EQ(file["programmatic"], true);
+  EXPECT_FALSE(logged.contains("pdl"));
+  // The field words of a line: tokens outside quotes that are a name alone or a name and '='.
+  const auto words_of = [](const std::string& line) {
+    std::vector<std::string> words;
+    std::string token;
+    bool quoted = false;
+    for (std::size_t i = 0; i <= line.size(); ++i) {
+      const char c = i < line.size() ? line[i] : ' ';
+      if (c == '"' && (i == 0 || line[i - 1] != '\\')) quoted = !quoted;
+      if (c != ' ' || quoted) {
+        token += c;
+        continue;
+      }
+      const std::size_t n = token.find_first_not_of("abcdefghijklmnopqrstuvwxyz_");
+      if (n != 0 && (n == std::string::npos || token[n] == '=')) words.push_back(token.substr(0, n));
+      token.clear();
+    }
+    return words;
+  };
+  const std::string text = lf::detail::format_plan(r, lf::log_format::text);
+  const nlohmann::json whole = nlohmann::json::parse(lf::detail::format_plan(r, lf::log_format::json));
+  // From the compute capability on: the kernel's name before it may hold spaces of its own.
+  for (const std::string& line : {text.substr(text.find(" cc=") + 1), p.to_string()}) {
+    std::size_t named = 0;
+    const std::vector<std::string> words = words_of(line);
+    for (const std::string& w : words) {
+      if (w == "plan" || w == "new") continue;
+      ++named;
+      EXPECT_TRUE(logged.contains(w) || logged["occupancy"].contains(w) || whole.contains(w))
+          << "'" << w << "' is shown in a text line but the JSON has no field of that name: " << line;
+    }
+    EXPECT_GT(named, 8u) << line;
+    for (const char* w : {"programmatic", "cooperative", "full_grid", "cluster", "limiters"})
+      EXPECT_NE(std::find(words.begin(), words.end(), w), words.end())
+          << w << " missing in: " << line;
+  }
+  // The description holds every field the file reads back.
+  const lf::plan back = lf::detail::plan_from_json(file);
+  EXPECT_TRUE(back.options.programmatic && back.options.cooperative && back.full_grid);
+  EXPECT_EQ(back.options.cluster, (lf::dims{2, 1, 1}));
+  EXPECT_EQ(back.blocks, p.blocks);
 }
 
 TEST(Log, ABlockShapeIsInBothLinesWithTheGridItMade) {
@@ -115,14 +189,14 @@ TEST(Log, ABlockShapeIsInBothLinesWithTheGridItMade) {
   r.plan = lf::max_occupancy_policy{}.choose(q);
   r.first_work = q.work_hint;
   const std::string text = lf::detail::format_plan(r, lf::log_format::text);
-  for (const char* field : {"block=32x8", " shape=x=32n,y=8,per_thread_y=4", "first_grid=32x25"})
+  for (const char* field : {"block=32x8", " block_shape=x=32n,y=8,per_thread_y=4", "first_grid=32x25"})
     EXPECT_NE(text.find(field), std::string::npos) << "missing " << field << " in: " << text;
   const auto j = nlohmann::json::parse(lf::detail::format_plan(r, lf::log_format::json));
-  EXPECT_EQ(j["block_shape"], "x=32n,y=8,per_thread_y=4");
+  EXPECT_EQ(j["plan"]["block_shape"], "x=32n,y=8,per_thread_y=4");
   EXPECT_EQ(j["first_grid"], "32x25");
   // Without a shape, neither line has the field.
   EXPECT_EQ(lf::detail::format_plan(sample_report(), lf::log_format::text).find("shape="), std::string::npos);
-  EXPECT_FALSE(nlohmann::json::parse(lf::detail::format_plan(sample_report(), lf::log_format::json))
+  EXPECT_FALSE(nlohmann::json::parse(lf::detail::format_plan(sample_report(), lf::log_format::json))["plan"]
                    .contains("block_shape"));
 }
 
@@ -490,7 +564,7 @@ TEST(LogJson, InvalidUtf8NeverThrowsAndComesOutReplaced) {
   std::string line;
   ASSERT_NO_THROW(line = lf::detail::format_plan(r, lf::log_format::json));
   const auto j = nlohmann::json::parse(line);
-  EXPECT_EQ(j["reason"], "bad \xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(j["plan"]["reason"], "bad \xef\xbf\xbd\xef\xbf\xbd");
   EXPECT_EQ(j["kernel"], "k\xef\xbf\xbd");
   EXPECT_TRUE(is_one_safe_line(line));
   logging_env env({{"LAUNCHFIT_LOG_FORMAT", "json"}});

@@ -130,7 +130,7 @@ TEST(PlanContract, EveryRegisteredBuiltInHasItsStoredPlansCrossChecked) {
     stored.block = lf::dims{computed.block.x == 64 ? 96u : 64u, computed.block.y, computed.block.z};
     stored.blocks_per_sm = 0;
     ld::launch_requirements need;
-    need.cooperative = computed.cooperative;  // cooperative() is: its launch requires it
+    need.cooperative = computed.options.cooperative;  // cooperative() is: its launch requires it
     bool differs_only = false;
     const std::string why = ld::check_stored_plan(q, stored, need, &computed, &differs_only);
     EXPECT_NE(why.find("is not what"), std::string::npos) << why;
@@ -176,9 +176,9 @@ TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
   lf::query q = h200_query();
   q.work_hint = lf::work{lf::work::shape::items, 16384, 1};
   lf::plan p = lf::max_occupancy_policy{}.choose(q);
-  p.programmatic = true;
-  p.cooperative = true;
-  p.cluster = lf::dims{2, 1, 1};
+  p.options.programmatic = true;
+  p.options.cooperative = true;
+  p.options.cluster = lf::dims{2, 1, 1};
   p.dynamic_smem_bytes = 4096;
   p.sm_count = 100;
   const auto spec = lf::planned(p).items(16384);
@@ -219,9 +219,9 @@ TEST(PlanContract, AStoredPlanThatAddsALaunchOptionIsRefused) {
   lf::plan computed = lf::max_occupancy_policy{}.choose(q);
   for (int which = 0; which < 3; ++which) {
     lf::plan stored = computed;
-    if (which == 0) stored.cooperative = true;
-    if (which == 1) stored.programmatic = true;
-    if (which == 2) stored.cluster = lf::dims{2, 1, 1};
+    if (which == 0) stored.options.cooperative = true;
+    if (which == 1) stored.options.programmatic = true;
+    if (which == 2) stored.options.cluster = lf::dims{2, 1, 1};
     const std::string why = ld::check_stored_plan(q, stored, ld::launch_requirements{}, &computed);
     EXPECT_FALSE(why.empty()) << which;
   }
@@ -238,7 +238,7 @@ TEST(PlanContract, AStoredPlanThatOnlyDiffersIsToldApartFromABrokenOne) {
   EXPECT_FALSE(ld::check_stored_plan(q, other, ld::launch_requirements{}, &computed, &differs_only).empty());
   EXPECT_TRUE(differs_only);
   lf::plan broken = computed;
-  broken.cooperative = true;
+  broken.options.cooperative = true;
   differs_only = false;
   EXPECT_FALSE(ld::check_stored_plan(q, broken, ld::launch_requirements{}, &computed, &differs_only).empty());
   EXPECT_FALSE(differs_only);
@@ -254,7 +254,7 @@ TEST(PlanContract, APolicyPlanThatAddsALaunchOptionIsRefusedNotStripped) {
   EXPECT_NE(e.message().find("cooperative"), std::string::npos) << e.what();
   EXPECT_EQ(e.kernel(), launchfit_test::h200_kernel_demangled);
   lf::plan pdl = lf::max_occupancy_policy{}.choose(q);
-  pdl.programmatic = true;
+  pdl.options.programmatic = true;
   EXPECT_NE(
       error_of([&] { ld::apply_requirements(q, pdl, ld::launch_requirements{}); }).message().find("PDL"),
       std::string::npos);
@@ -263,7 +263,7 @@ TEST(PlanContract, APolicyPlanThatAddsALaunchOptionIsRefusedNotStripped) {
   ld::launch_requirements need;
   need.programmatic = true;
   ld::apply_requirements(q, plain, need);
-  EXPECT_TRUE(plain.programmatic);
+  EXPECT_TRUE(plain.options.programmatic);
 }
 
 // ---- identity by construction ----------------------------------------------------------------------------

@@ -64,11 +64,11 @@ std::string all(const std::vector<std::string>& lines) {
 
 TEST(StoredEntry, APlanThatAddsALaunchOptionIsRefusedNamingTheEntryAndTheKernel) {
   ld::stored_entry cooperative = entry("_Z4coopPf", plain);
-  cooperative.plan.cooperative = true;
+  cooperative.plan.options.cooperative = true;
   ld::stored_entry programmatic = entry("_Z3pdlPf", plain);
-  programmatic.plan.programmatic = true;
+  programmatic.plan.options.programmatic = true;
   ld::stored_entry clustered = entry("_Z7clusterPf", plain);
-  clustered.plan.cluster = lf::dims{2, 1, 1};
+  clustered.plan.options.cluster = lf::dims{2, 1, 1};
   ld::stored_entry other_policy =
       entry("_Z5otherPf", plain, "bytes_in_flight(per_thread=16,target_per_sm=0,prefer_block=256)");
   const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file(
@@ -97,7 +97,7 @@ TEST(StoredEntry, APlanThatDropsALaunchOptionIsRefused) {
   const ld::stored_entry clustered = entry("_Z7clusterPf", plain + " cluster=2");
   const ld::stored_entry programmatic = entry("_Z3pdlPf", plain + " pdl");
   ld::stored_entry wider = entry("_Z5widerPf", plain + " cluster=4x1x1");  // the dims either way
-  wider.plan.cluster = lf::dims{2, 1, 1};
+  wider.plan.options.cluster = lf::dims{2, 1, 1};
   const ld::cache_file_contents c =
       ld::parse_cache_file(ld::serialize_cache_file({cooperative, clustered, programmatic, wider}));
   EXPECT_TRUE(c.entries.empty());
@@ -120,7 +120,7 @@ TEST(StoredEntry, APlanThatDropsALaunchOptionIsRefused) {
 // refused (every launch of it with more work than co-resides would fail); under a plain key it is kept.
 TEST(StoredEntry, AFullGridUnderACooperativeKeyIsRefused) {
   ld::stored_entry full = entry("_Z4coopPf", plain + " cooperative");
-  full.plan.cooperative = true;
+  full.plan.options.cooperative = true;
   full.plan.full_grid = true;
   ld::stored_entry plain_full = entry("_Z4mapsPf", plain);
   plain_full.plan.full_grid = true;
@@ -136,16 +136,16 @@ TEST(StoredEntry, AFullGridUnderACooperativeKeyIsRefused) {
 TEST(StoredEntry, APlanThatLaunchesAsItsKeySaysIsKept) {
   ld::stored_entry all_options =
       entry("_Z3allPf", plain + " cooperative cluster=2x2 pdl blocks=multiple of 64 rows=32 sms=66");
-  all_options.plan.cooperative = true;
-  all_options.plan.cluster = lf::dims{2, 2, 1};
-  all_options.plan.programmatic = true;
+  all_options.plan.options.cooperative = true;
+  all_options.plan.options.cluster = lf::dims{2, 2, 1};
+  all_options.plan.options.programmatic = true;
   // A family's member fingerprints may hold ')' and a policy's parameters ") ": the policy still ends where
   // the launch words begin.
   const ld::stored_entry family =
       entry("_Z3famPf", plain + " family=128:_Z4f128v(x)|32|0|0|128|90|90,256:_Z4f256v|32|0|0|256|90|90");
   const std::string odd = "my_policy(note=a) b,level=2)";
   ld::stored_entry odd_params = entry("_Z3oddPf", odd + " cooperative", odd);
-  odd_params.plan.cooperative = true;
+  odd_params.plan.options.cooperative = true;
   const ld::stored_entry unnamed = entry("_Z7unnamedPf", plain, "");  // a plan without its policy's name
   for (const auto& e : {all_options, family, odd_params, unnamed}) {
     EXPECT_EQ(ld::validate_stored_entry(e), "") << e.key.policy;
@@ -236,7 +236,7 @@ TEST(StoredEntry, CalibrationsAreCheckedAsCalibrations) {
   calibration.key.kernel = ld::calibration_kernel;
   calibration.plan.block = lf::dims{1, 1, 1};
   calibration.plan.block_threads = 1;
-  calibration.plan.cooperative = true;  // nothing a launch reads
+  calibration.plan.options.cooperative = true;  // nothing a launch reads
   calibration.bytes_in_flight_per_sm = 32 * 1024;
   EXPECT_EQ(ld::validate_stored_entry(calibration), "");
   EXPECT_EQ(ld::parse_cache_file(ld::serialize_cache_file({calibration})).entries.size(), 1u);
@@ -261,11 +261,11 @@ TEST(StoredEntry, CalibrationsAreCheckedAsCalibrations) {
 
 TEST(StoredEntry, OneEntryParsesAndValidatesAsInTheFile) {
   ld::stored_entry good = entry("_Z4goodPf", plain + " cooperative");
-  good.plan.cooperative = true;
+  good.plan.options.cooperative = true;
   ld::stored_entry out;
   EXPECT_EQ(ld::parse_stored_entry(ld::cache_file_line(good), out), "");
   EXPECT_EQ(out.key.policy, good.key.policy);
-  EXPECT_TRUE(out.plan.cooperative);
+  EXPECT_TRUE(out.plan.options.cooperative);
   ld::stored_entry forged = good;
   forged.key.policy = plain;
   EXPECT_EQ(ld::parse_stored_entry(ld::cache_file_line(forged), out),
@@ -281,7 +281,7 @@ TEST(StoredEntry, OneEntryParsesAndValidatesAsInTheFile) {
 // A mangled template name runs to kilobytes: a problem names its start.
 TEST(StoredEntry, TheNamedKernelIsCut) {
   ld::stored_entry e = entry(std::string(300, 'k'), plain);
-  e.plan.cooperative = true;
+  e.plan.options.cooperative = true;
   const ld::cache_file_contents c = ld::parse_cache_file(ld::serialize_cache_file({e}));
   ASSERT_EQ(c.problems.size(), 1u);
   EXPECT_TRUE(has(c.problems[0], "entry 0 (kernel " + std::string(200, 'k') + "...(300 bytes)): "))
@@ -316,7 +316,7 @@ TEST(StoredEntry, TheLibraryWarnsOnceNamingEachRefusedEntry) {
   const fs::path& file = t.file;
   std::ostringstream& log = t.log;
   ld::stored_entry cooperative = entry("_Z4coopPf", plain);
-  cooperative.plan.cooperative = true;
+  cooperative.plan.options.cooperative = true;
   std::ofstream(file, std::ios::binary) << ld::serialize_cache_file({entry("_Z4goodPf", plain), cooperative});
   lf::set_cache_file(file.string(), lf::cache_file_mode::frozen);
   EXPECT_EQ(lf::stored_plan_count(), 1u);
@@ -350,7 +350,7 @@ TEST(StoredEntry, RefusalsBeyondThoseNamedAreCountedAsFailingTheStoredEntryCheck
   std::vector<ld::stored_entry> entries{entry("_Z4goodPf", plain)};
   for (int i = 0; i < 9; ++i) {  // 8 are named one by one
     entries.push_back(entry("_Z5coop" + std::to_string(i) + "Pf", plain));
-    entries.back().plan.cooperative = true;
+    entries.back().plan.options.cooperative = true;
   }
   entries.push_back(entry("_Z4smemPf", plain));
   entries.back().key.smem_rule = "bytes=x";  // no launch option: another part of the check

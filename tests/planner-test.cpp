@@ -42,9 +42,9 @@ TEST(Requirements, AnOverridesPlanForACooperativeLaunchStaysCooperative) {
   // launch stays cooperative and its grid co-resident.
   const lf::query q = h200_query();
   lf::plan p = lf::max_occupancy_policy{}.choose(q);
-  ASSERT_FALSE(p.cooperative);
+  ASSERT_FALSE(p.options.cooperative);
   ld::apply_requirements(q, p, cooperative_launch());
-  EXPECT_TRUE(p.cooperative);
+  EXPECT_TRUE(p.options.cooperative);
   EXPECT_LE(p.blocks_per_sm, q.active_blocks_for(p.block_threads));
   EXPECT_NE(p.reason.find("cooperatively"), std::string::npos) << p.reason;
   // The one-wave grid is exactly what co-resides.
@@ -70,13 +70,13 @@ TEST(Requirements, ClusterDimsBelongToTheLaunch) {
   need.cluster = lf::dims{2, 1, 1};
   lf::plan p = lf::max_occupancy_policy{}.choose(q);
   ld::apply_requirements(q, p, need);
-  EXPECT_EQ(p.cluster, (lf::dims{2, 1, 1}));
+  EXPECT_EQ(p.options.cluster, (lf::dims{2, 1, 1}));
 
   lf::plan other = lf::max_occupancy_policy{}.choose(q);
-  other.cluster = lf::dims{4, 1, 1};  // a plugin that chose its own cluster
+  other.options.cluster = lf::dims{4, 1, 1};  // a plugin that chose its own cluster
   EXPECT_THROW(ld::apply_requirements(q, other, need), lf::error);
   lf::plan unasked = lf::max_occupancy_policy{}.choose(q);
-  unasked.cluster = lf::dims{3, 1, 1};
+  unasked.options.cluster = lf::dims{3, 1, 1};
   EXPECT_THROW(ld::apply_requirements(q, unasked, ld::launch_requirements{}), lf::error);
 }
 
@@ -122,10 +122,10 @@ TEST(StoredPlans, ACooperativeOrClusteredEntryUnderAPlainKeyIsRejected) {
   const lf::query q = h200_query();
   const lf::plan computed = lf::max_occupancy_policy{}.choose(q);
   lf::plan coop = stored_from(computed);
-  coop.cooperative = true;
+  coop.options.cooperative = true;
   EXPECT_NE(ld::check_stored_plan(q, coop, {}, &computed), "");
   lf::plan clustered = stored_from(computed);
-  clustered.cluster = lf::dims{3, 1, 1};
+  clustered.options.cluster = lf::dims{3, 1, 1};
   EXPECT_NE(ld::check_stored_plan(q, clustered, {}, &computed), "");
   // ... and a plain entry under a cooperative launch.
   lf::plan plain = stored_from(computed);
@@ -399,7 +399,7 @@ TEST(Overrides, EveryBuiltInAndPluginAsAnOverrideOfACooperativeProgramServesItOr
       continue;
     }
     ++served;
-    EXPECT_TRUE(p.cooperative);
+    EXPECT_TRUE(p.options.cooperative);
     const lf::dims g = lf::grid_for(p, no_work);
     EXPECT_GT(g.count(), 0u);
     EXPECT_LE(static_cast<long long>(g.count()), p.resident_blocks()) << "co-resident";

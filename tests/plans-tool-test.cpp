@@ -172,7 +172,7 @@ TEST_F(PlansTool, ListColumnsStaySeparatedAndAlignedWhateverTheWidths) {
   std::getline(lines, line);
   const std::string header = line;
   const std::vector<std::string> titles = cells(header);
-  ASSERT_EQ(titles.size(), 12u) << r.out;  // ... limiter, measured, origin
+  ASSERT_EQ(titles.size(), 12u) << r.out;  // ... limiters, measured, origin
   EXPECT_EQ(titles[5], "policy");
   EXPECT_EQ(titles[6], "block");
   std::vector<std::vector<std::string>> rows;
@@ -205,7 +205,7 @@ TEST_F(PlansTool, DiffNamesWhatChangedPerKernelAndPolicy) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(has(r.out,
                   "~ _Z5saxpyfPKfPfi max_occupancy() [bytes=0]: block 256 -> 128; occupancy 100% -> 75%; "
-                  "limiter warps -> registers; residency 8 blocks/SM x 132 SMs -> 12 blocks/SM x 132 SMs; "
+                  "limiters warps -> registers; residency 8 blocks/SM x 132 SMs -> 12 blocks/SM x 132 SMs; "
                   "registers 32 -> 40"))
       << r.out;
   EXPECT_TRUE(has(r.out, "- _Z3fooPf max_occupancy() [bytes=0]: only in A")) << r.out;
@@ -455,11 +455,11 @@ TEST_F(PlansTool, CheckNamesEveryBadEntryAndExitsNonZero) {
 // added or dropped, another policy) is a bad entry, named; a calibration is checked as a calibration.
 TEST_F(PlansTool, CheckRefusesAPlanThatLaunchesOtherwiseThanItsKey) {
   auto cooperative = entry(gpu("GPU-a"), "_Z4coopPf", 32, 256, 8);
-  cooperative.plan.cooperative = true;
+  cooperative.plan.options.cooperative = true;
   auto programmatic = entry(gpu("GPU-a"), "_Z3pdlPf", 32, 256, 8);
-  programmatic.plan.programmatic = true;
+  programmatic.plan.options.programmatic = true;
   auto clustered = entry(gpu("GPU-a"), "_Z7clusterPf", 32, 256, 8);
-  clustered.plan.cluster = lf::dims{2, 1, 1};
+  clustered.plan.options.cluster = lf::dims{2, 1, 1};
   auto other_policy = entry(gpu("GPU-a"), "_Z5otherPf", 32, 256, 8);
   other_policy.plan.policy = "fixed(block=256,grid=0)";
   auto dropped = entry(gpu("GPU-a"), "_Z4dropPf", 32, 256, 8);

@@ -285,7 +285,7 @@ TEST(NegativeParameters, AreRefusedWhenThePlanIsMade) {
 
 TEST(Cooperative, GridIsCoResidentBlocksTimesSms) {
   const lf::plan p = lf::cooperative_policy{}.choose(make_query("H200", 32));
-  EXPECT_TRUE(p.cooperative);
+  EXPECT_TRUE(p.options.cooperative);
   EXPECT_EQ(p.block_threads, 1024);
   EXPECT_EQ(p.resident_blocks(), 2 * 132);
   EXPECT_EQ(lf::grid_for(p, lf::work{}).x, 264u);
@@ -368,7 +368,7 @@ TEST(GridFor, CooperativeItemsBeyondCoResidencyAreRefused) {
   p.block_threads = 256;
   p.blocks_per_sm = 2;
   p.sm_count = 4;
-  p.cooperative = true;
+  p.options.cooperative = true;
   EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 8 * 256, 1}).x, 8u);
   try {
     lf::grid_for(p, {lf::work::shape::items, 8 * 256 + 1, 1});
@@ -425,7 +425,7 @@ TEST(Validation, ClusterOnADeviceWithoutClustersIsRefused) {
   q.device.cluster_launch = false;
   lf::plan p;
   p.block = {128, 1, 1};
-  p.cluster = {2, 1, 1};
+  p.options.cluster = {2, 1, 1};
   const std::string what = error_text([&] { lf::validate_plan(q, p); });
   EXPECT_NE(what.find("does not support thread-block clusters"), std::string::npos) << what;
 }

@@ -216,21 +216,21 @@ TEST(RemoteValue, AForgedPlanThatChangesTheLaunchOptionsIsRefused) {
     return !ld::parse_remote_value(ld::remote_value(e), ld::remote_key(e.key), why);
   };
   ld::stored_entry e = entry(key("NVIDIA H200", 1), 128);
-  e.plan.cooperative = true;
+  e.plan.options.cooperative = true;
   EXPECT_TRUE(refused(e));
   EXPECT_TRUE(has(why, "cooperative")) << why;
   e = entry(key("NVIDIA H200", 1), 128);
-  e.plan.programmatic = true;
+  e.plan.options.programmatic = true;
   EXPECT_TRUE(refused(e));
   EXPECT_TRUE(has(why, "PDL")) << why;
   e = entry(key("NVIDIA H200", 1), 128);
-  e.plan.cluster = lf::dims{2, 1, 1};
+  e.plan.options.cluster = lf::dims{2, 1, 1};
   EXPECT_TRUE(refused(e));
   EXPECT_TRUE(has(why, "cluster")) << why;
   e = entry(key("NVIDIA H200", 1), 128);
   e.key.policy += " cooperative";
   EXPECT_TRUE(refused(e));  // the key asks for cooperative, the plan is not
-  e.plan.cooperative = true;
+  e.plan.options.cooperative = true;
   EXPECT_FALSE(refused(e)) << why;
   e = entry(key("NVIDIA H200", 1), 128);
   e.plan.policy = "fixed(block=128,grid=0)";
@@ -594,7 +594,7 @@ TEST(RemoteStore, AnInvalidValueUnderAKeyIsReplacedByAValidWriter) {
   const std::string model = unique_model("invalid");
   raw_redis raw(*url);
   ld::stored_entry forged = entry(key(model, 2), 128);
-  forged.plan.cooperative = true;
+  forged.plan.options.cooperative = true;
   const std::string whole = ld::remote_value(entry(key(model, 3), 128));
   ASSERT_EQ(raw.call({"SET", ld::remote_key(key(model, 1)), "garbage"}), "+OK");
   ASSERT_EQ(raw.call({"SET", ld::remote_key(key(model, 2)), ld::remote_value(forged)}), "+OK");
@@ -732,7 +732,7 @@ TEST(RemotePlansTool, PushPullListAndCheckARedisUrl) {
 
   // A forged entry makes check fail, naming the key.
   ld::stored_entry forged = entry(key(model, 9), 128);
-  forged.plan.cooperative = true;
+  forged.plan.options.cooperative = true;
   raw_redis raw(*url);
   ASSERT_EQ(raw.call({"SET", ld::remote_key(forged.key), ld::remote_value(forged)}), "+OK");
   r = run_tool("check " + url->text);

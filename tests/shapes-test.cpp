@@ -30,7 +30,7 @@ lf::plan plan_of(lf::dims block, int blocks_per_sm, int sms, lf::dims cluster = 
   p.block_threads = static_cast<int>(block.count());
   p.blocks_per_sm = blocks_per_sm;
   p.sm_count = sms;
-  p.cluster = cluster;
+  p.options.cluster = cluster;
   return p;
 }
 
@@ -90,7 +90,7 @@ TEST(Grid, CallerGridIsLaunchedAsGivenAndCheckedForCoResidency) {
   w.kind = lf::work::shape::grid;
   w.grid = lf::dims{40, 3, 1};
   EXPECT_EQ(lf::grid_for(p, w), (lf::dims{40, 3, 1}));
-  p.cooperative = true;
+  p.options.cooperative = true;
   w.grid = lf::dims{1056, 1, 1};  // exactly 8 x 132
   EXPECT_EQ(lf::grid_for(p, w).x, 1056u);
   w.grid = lf::dims{1057, 1, 1};
@@ -131,7 +131,7 @@ TEST(Cluster, ResidencyIsClustersTimesSizeNotBlocksPerSm) {
   EXPECT_EQ(p.resident_blocks(), 992);
   EXPECT_EQ(lf::grid_for(p, lf::work{}).x, 992u);  // one wave: whole clusters
   EXPECT_EQ(lf::grid_for(p, lf::work{lf::work::shape::grid_stride, 1ull << 30, 1}).x, 992u);
-  p.cooperative = true;
+  p.options.cooperative = true;
   EXPECT_THROW(lf::grid_for(p, lf::work{lf::work::shape::items, 993ull * 256, 1}), lf::error);
 }
 
@@ -472,7 +472,7 @@ TEST(BlockShape, EveryBuiltInPolicyChoosesATotalTheShapeAllowsAndShapesIt) {
       EXPECT_EQ(p->block.z, 1u) << regs << " regs: " << p->to_string();
       EXPECT_EQ(p->block.x % 32, 0u) << regs << " regs: " << p->to_string();
       EXPECT_EQ(p->shape_rule, q.shape_rule) << p->to_string();
-      EXPECT_TRUE(has(p->to_string(), " shape=x=32n,y=3")) << p->to_string();
+      EXPECT_TRUE(has(p->to_string(), " block_shape=x=32n,y=3")) << p->to_string();
     }
     EXPECT_EQ(fixed.block, (lf::dims{64, 3, 1}));
     // The driver's choice under the shape: the most resident threads among the totals it allows.
@@ -618,7 +618,7 @@ TEST(Pdl, IsPartOfThePlanAndRefusedBelowSm90) {
   need.programmatic = true;
   lf::plan p = lf::max_occupancy_policy{}.choose(q);
   ld::apply_requirements(q, p, need);
-  EXPECT_TRUE(p.programmatic);
+  EXPECT_TRUE(p.options.programmatic);
   lf::query a100 = h200_query();
   a100.device = lf::device_limits::for_arch("A100");
   lf::plan old = lf::max_occupancy_policy{}.choose(a100);

@@ -178,7 +178,7 @@ int run_cluster() {
   const CUfunction f = reinterpret_cast<CUfunction>(rf);
   const int direct = driver_active_clusters(f, p.block.x, p.dynamic_smem_bytes);
   const bool clusters_ok =
-      p.resident_clusters == direct && p.cluster == launchfit::dims{cluster_blocks, 1, 1};
+      p.resident_clusters == direct && p.options.cluster == launchfit::dims{cluster_blocks, 1, 1};
   std::printf(
       "    check:     clusters per wave %d == cuOccupancyMaxActiveClusters(block %u, smem %zu, cluster 4) "
       "%d  %s\n",

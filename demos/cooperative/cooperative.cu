@@ -113,7 +113,7 @@ int run_cooperative() {
   std::printf("heat2d, %d x %d cells, %d steps in one launch\n", nx, ny, steps);
   std::printf("    after:     launchfit::launch(heat2d, launchfit::cooperative(), u, v, nx, ny, steps, alpha);\n");
   launchfit_demo::print_plan(p, spec.work_shape());
-  const bool grid_ok = p.cooperative && grid.x == static_cast<unsigned>(per_sm * sms) && grid.y == 1 && grid.z == 1;
+  const bool grid_ok = p.options.cooperative && grid.x == static_cast<unsigned>(per_sm * sms) && grid.y == 1 && grid.z == 1;
   std::printf("    check:     launchfit grid %u == cudaOccupancyMaxActiveBlocksPerMultiprocessor(block %d) %d x %d "
               "SMs = %d  %s\n",
               grid.x, p.block_threads, per_sm, sms, per_sm * sms, grid_ok ? "OK" : "MISMATCH");

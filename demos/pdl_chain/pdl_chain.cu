@@ -165,8 +165,8 @@ int run_chain(int steps, int reps) {
     launchfit_demo::print_plan(ran.plan(), (with_pdl ? pdl : plain).work_shape());
     std::printf("    launched:  grid %s x block %s per step, %.3f waves, programmatic=%s\n",
                 ran.grid.to_string().c_str(), ran.block.to_string().c_str(), ran.waves(),
-                ran.plan().programmatic ? "yes" : "no");
-    const bool flag_ok = ran.plan().programmatic == with_pdl;
+                ran.plan().options.programmatic ? "yes" : "no");
+    const bool flag_ok = ran.plan().options.programmatic == with_pdl;
     if (!flag_ok) std::printf("    check:     the plan's programmatic flag is wrong  MISMATCH\n");
     ok &= flag_ok;
     ok &= verify(with_pdl ? "with PDL" : "without PDL");

@@ -261,7 +261,7 @@ json entry_as_json(const stored_entry& e) {
   j["kind"] = "plan";
   const fingerprint f = parse_fingerprint(e.key.kernel);
   j["kernel_name"] = f.name;
-  j["limiter"] = launchfit::limiter_names(e.plan.occupancy.limiters);
+  j["limiters"] = launchfit::limiter_names(e.plan.occupancy.limiters);
   j["grid_rule"] = grid_rule(e.plan);
   j["resident_blocks"] = e.plan.resident_blocks();
   return j;
@@ -318,7 +318,7 @@ int run_list(const std::vector<std::string>& files, const selection& sel, bool a
       std::cout << shown(path, 512) << ": " << f.entries.size() << " entr"
                 << (f.entries.size() == 1 ? "y" : "ies") << "\n";
       rows.push_back({"device", "cc", "SMs", "driver", "kernel", "policy", "block", "blk/SM", "occ",
-                      "limiter", "measured", "origin"});
+                      "limiters", "measured", "origin"});
     }
     for (const auto& e : f.entries) {
       if (!sel.selects(e)) continue;
@@ -394,8 +394,8 @@ int run_show(const std::vector<std::string>& files, const selection& sel, bool a
                 << "  block        " << p.block.to_string() << " (" << p.block_threads << " threads), "
                 << p.blocks_per_sm << " blocks/SM on " << p.sm_count << " SMs = " << p.resident_blocks()
                 << " resident\n"
-                << "  grid         " << grid_rule(p) << (p.cooperative ? ", cooperative" : "")
-                << (p.cluster.count() > 1 ? ", cluster " + p.cluster.to_string() : "") << "\n"
+                << "  grid         " << grid_rule(p) << (p.options.cooperative ? ", cooperative" : "")
+                << (p.options.cluster.count() > 1 ? ", cluster " + p.options.cluster.to_string() : "") << "\n"
                 << "  dynamic smem " << p.dynamic_smem_bytes << " B\n"
                 << "  occupancy    " << percent(p.occupancy.occupancy) << ", limited by "
                 << launchfit::limiter_names(p.occupancy.limiters) << "\n"
@@ -454,12 +454,12 @@ std::vector<change> changes(const stored_entry& a, const stored_entry& b) {
   const auto &pa = a.plan, &pb = b.plan;
   note("block", pa.block.to_string(), pb.block.to_string());
   note("grid rule", grid_rule(pa), grid_rule(pb));
-  note("cooperative", pa.cooperative ? "yes" : "no", pb.cooperative ? "yes" : "no");
-  note("cluster", pa.cluster.to_string(), pb.cluster.to_string());
+  note("cooperative", pa.options.cooperative ? "yes" : "no", pb.options.cooperative ? "yes" : "no");
+  note("cluster", pa.options.cluster.to_string(), pb.options.cluster.to_string());
   note("dynamic smem", std::to_string(pa.dynamic_smem_bytes) + " B",
        std::to_string(pb.dynamic_smem_bytes) + " B");
   note("occupancy", percent(pa.occupancy.occupancy), percent(pb.occupancy.occupancy));
-  note("limiter", launchfit::limiter_names(pa.occupancy.limiters),
+  note("limiters", launchfit::limiter_names(pa.occupancy.limiters),
        launchfit::limiter_names(pb.occupancy.limiters));
   note("residency", std::to_string(pa.blocks_per_sm) + " blocks/SM x " + std::to_string(pa.sm_count) + " SMs",
        std::to_string(pb.blocks_per_sm) + " blocks/SM x " + std::to_string(pb.sm_count) + " SMs");
@@ -1110,7 +1110,7 @@ int main(int argc, char** argv) {
 
   auto* list = app.add_subcommand(
       "list",
-      "one line per plan: device, kernel, policy, block, occupancy, limiter; for a redis:// URL exit code " +
+      "one line per plan: device, kernel, policy, block, occupancy, limiters; for a redis:// URL exit code " +
           store_exit_code_text());
   list->add_option("files", files, "plan-cache files or redis:// URLs")->required();
   list->add_option("--kernel", sel.kernel, "only kernels whose name contains this");
@@ -1125,7 +1125,7 @@ int main(int argc, char** argv) {
 
   auto* diff = app.add_subcommand(
       "diff",
-      "per kernel, policy, smem rule and bucket: block, grid rule, occupancy, limiter, residency and the "
+      "per kernel, policy, smem rule and bucket: block, grid rule, occupancy, limiters, residency and the "
       "kernel's registers and smem of A and B (two GPU models, or before and after a compiler upgrade); "
       "exit code 1 when they differ");
   diff->add_option("A", a, "plan-cache file")->required();

@@ -44,9 +44,10 @@ inline spec<planned_policy> planned(const plan& p) {
       static_cast<int>(p.grid.x), static_cast<int>(p.grid.y), static_cast<int>(p.grid.z), p.blocks_per_sm,
       p.full_grid ? 1 : 0}});
   s.smem(p.dynamic_smem_bytes);
-  if (p.cooperative) s.cooperative();
-  if (p.cluster.count() > 1 && !p.cluster_from_kernel) s.cluster(p.cluster, p.cluster.count() > 8);
-  if (p.programmatic) s.pdl();
+  const launch_options& o = p.options;
+  if (o.cooperative) s.cooperative();
+  if (o.has_cluster() && !o.cluster_from_kernel) s.cluster(o.cluster, o.non_portable_cluster || o.cluster.count() > 8);
+  if (o.programmatic) s.pdl();
   if (p.sm_count > 0) s.sms(p.sm_count);
   s.shape(p.shape_rule);
   return s;

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "launchfit/export.hpp"
+#include "launchfit/launch_options.hpp"
 #include "launchfit/occupancy.hpp"
 #include "launchfit/work.hpp"
 
@@ -43,15 +44,16 @@ struct LAUNCHFIT_API plan {
   int sm_count = 0;       // SMs the plan is sized for: the context's, or the launch's SM budget (sms(k))
   std::size_t dynamic_smem_bytes = 0;  // dynamic shared memory per block
   dims grid{0, 1, 1};                  // fixed grids only (grid.x == 0: computed from the work)
-  dims cluster;                        // thread-block cluster dims (1x1x1: none)
+  // What the launch requires whatever the policy decided, as one value: cooperative (the grid checked for
+  // co-residency), the cluster (options.cluster; cluster_from_kernel: the kernel's __cluster_dims__, no launch
+  // attribute is set), programmatic dependent launch (sm_90+), the SM budget, the smem rule, the waves cap.
+  // The launch's own options, set once where the plan is made: a policy, override, plugin or stored plan that
+  // adds or drops one is refused. The driver's CUlaunchConfig attributes are made from it.
+  launch_options options;
   // Clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster.
   int resident_clusters = 0;
-  // The kernel's compile-time __cluster_dims__ (no launch attribute is set).
-  bool cluster_from_kernel = false;
-  bool cooperative = false;   // launched cooperatively, the grid checked for co-residency
-  bool full_grid = false;     // grid_stride work launches one thread per item unless the spec gives waves(k);
-                              // set only by a plan that timed it (autotune), never by a static policy
-  bool programmatic = false;  // programmatic dependent launch (sm_90+): may start before its predecessor ends
+  bool full_grid = false;  // grid_stride work launches one thread per item unless the spec gives waves(k);
+                           // set only by a plan that timed it (autotune), never by a static policy
   // Planned for a spec without work by a policy that chooses the block by the work
   // (policy::depends_on_work()): the same spec with items(n) or grid_stride(n) may run another block, so
   // grid_for() sizes no such work with this plan (give plan_for() the launch's work, or launch this plan
@@ -74,7 +76,7 @@ struct LAUNCHFIT_API plan {
     const long long per_sm = static_cast<long long>(blocks_per_sm) * sm_count;
     if (resident_clusters <= 0) return per_sm;
     // Whole clusters, and no more than the residency the policy chose (cooperative(k), bytes_in_flight).
-    const auto size = static_cast<long long>(cluster.count());
+    const auto size = static_cast<long long>(options.cluster.count());
     const long long clusters = static_cast<long long>(resident_clusters) * size;
     const long long chosen = per_sm / size * size;
     return clusters < chosen ? clusters : chosen;
@@ -85,7 +87,8 @@ struct LAUNCHFIT_API plan {
     const long long r = resident_blocks();
     return r > 0 ? static_cast<double>(grid_dims.count()) / static_cast<double>(r) : 0.0;
   }
-  // "block=256 grid=items blocks/SM=8 smem=0 coop=no"
+  // "block=256x1x1 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100.0% limiters=warps
+  // policy=max_occupancy()": the fields as every printer of a plan names them (log lines, NVTX, the plan file).
   std::string to_string() const;
 };
 

@@ -202,8 +202,8 @@ int run(int argc, char** argv) {
   const launch_dims d_cluster = dims_of(cluster_ran);
   const launch_dims d_pdl = dims_of(lf::launch(probe, s_pdl, none, 1));
   BENCH_CUDA(cudaStreamSynchronize(stream));
-  if (cluster_ran.plan().cluster != cluster2) {
-    throw bench::cuda_failure("the cluster plan has cluster " + cluster_ran.plan().cluster.to_string());
+  if (cluster_ran.plan().options.cluster != cluster2) {
+    throw bench::cuda_failure("the cluster plan has cluster " + cluster_ran.plan().options.cluster.to_string());
   }
 
   const CUfunction probe_cu = function_of(reinterpret_cast<const void*>(&probe));

@@ -473,9 +473,9 @@ TEST_F(RemoteStoreFault, ForgedEntriesAreRefusedAndCountedButDoNotKillTheStore) 
     return raw_call(port, {"SET", ld::remote_key(k), value});
   };
   ld::stored_entry cooperative = entry(key(1), 128), pdl = entry(key(2), 128), cluster = entry(key(3), 128);
-  cooperative.plan.cooperative = true;
-  pdl.plan.programmatic = true;
-  cluster.plan.cluster = lf::dims{2, 1, 1};
+  cooperative.plan.options.cooperative = true;
+  pdl.plan.options.programmatic = true;
+  cluster.plan.options.cluster = lf::dims{2, 1, 1};
   ASSERT_EQ(put_raw(cooperative.key, ld::remote_value(cooperative)), "+OK");
   ASSERT_EQ(put_raw(pdl.key, ld::remote_value(pdl)), "+OK");
   ASSERT_EQ(put_raw(cluster.key, ld::remote_value(cluster)), "+OK");

@@ -90,7 +90,7 @@ class shaped_grid_policy final : public lf::param_policy<shaped_grid_policy, sha
     lf::plan p;
     p.block = lf::dims{64, 1, 1};
     p.grid = lf::dims{static_cast<unsigned>(params_.grid_x), static_cast<unsigned>(params_.grid_y), 1};
-    p.cooperative = params_.cooperative != 0;
+    p.options.cooperative = params_.cooperative != 0;
     p.reason = "shaped by the test";
     return p;
   }
@@ -338,7 +338,7 @@ TEST_F(BadLaunch, CooperativeLaunchesThatCannotCoResideAreRefusedBeforeLaunching
   EXPECT_TRUE(has(none.config(), "cooperative")) << none.what();
 
   const lf::plan& fits = lf::plan_for(coop_write, lf::cooperative());
-  ASSERT_TRUE(fits.cooperative);
+  ASSERT_TRUE(fits.options.cooperative);
   const long long resident = fits.resident_blocks();
   // More blocks per SM than co-reside.
   const lf::error bps = error_of([&] {

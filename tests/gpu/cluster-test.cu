@@ -208,8 +208,8 @@ TEST_F(Clusters, ItemsWithAnOddBlockCountAreRoundedToWholeClustersThatAllRun) {
     const unsigned blocks_for_n = (s.n + block - 1) / block;
     EXPECT_EQ(blocks_for_n % 2, 1u) << "the scenario must need an odd number of blocks";
     EXPECT_EQ(l.grid, (lf::dims{round_up(blocks_for_n, 2), 1, 1}));
-    EXPECT_EQ(l.plan().cluster, (lf::dims{2, 1, 1}));
-    EXPECT_FALSE(l.plan().cluster_from_kernel);
+    EXPECT_EQ(l.plan().options.cluster, (lf::dims{2, 1, 1}));
+    EXPECT_FALSE(l.plan().options.cluster_from_kernel);
     EXPECT_GT(l.plan().resident_clusters, 0);
     const auto o = out.download();
     std::size_t wrong = 0;
@@ -267,8 +267,8 @@ TEST_F(Clusters, CooperativeClustersOf8ArePlannedToCoResideOrRefusedBeforeLaunch
     return;
   }
   const lf::plan& p = *planned;
-  EXPECT_TRUE(p.cooperative);
-  EXPECT_EQ(p.cluster, (lf::dims{8, 1, 1}));
+  EXPECT_TRUE(p.options.cooperative);
+  EXPECT_EQ(p.options.cluster, (lf::dims{8, 1, 1}));
   ASSERT_GT(p.resident_clusters, 0);
   const unsigned grid = static_cast<unsigned>(p.resident_blocks());
   EXPECT_EQ(grid, 8u * static_cast<unsigned>(p.resident_clusters));
@@ -355,7 +355,7 @@ TEST_F(Clusters, SixteenBlocksNeedTheNonPortableOptIn) {
         lf::launch(cluster_items, lf::fixed(128).items(n).cluster({16, 1, 1}, true), out.ptr, n, info.ptr);
     EXPECT_GE(most, 16) << "launched a cluster size the driver says does not co-schedule";
     EXPECT_EQ(l.grid, (lf::dims{64, 1, 1}));
-    EXPECT_EQ(l.plan().cluster, (lf::dims{16, 1, 1}));
+    EXPECT_EQ(l.plan().options.cluster, (lf::dims{16, 1, 1}));
     o = out.download();
     std::size_t wrong = 0;
     for (unsigned i = 0; i < n; ++i) wrong += o[i] != i + 1;
@@ -400,8 +400,8 @@ TEST_F(Clusters, CompiledClusterDimsAreHonouredWithoutACallAndAConflictIsRefused
   const unsigned n = 1u << 20;
   const auto spec = lf::max_occupancy().items(n);
   const lf::plan& p = lf::plan_for(compiled_cluster_items, spec);
-  EXPECT_EQ(p.cluster, (lf::dims{2, 1, 1}));
-  EXPECT_TRUE(p.cluster_from_kernel);
+  EXPECT_EQ(p.options.cluster, (lf::dims{2, 1, 1}));
+  EXPECT_TRUE(p.options.cluster_from_kernel);
   EXPECT_GT(p.resident_clusters, 0);
   EXPECT_EQ(p.resident_clusters, driver_active_clusters(compiled_cluster_items, p, 2, false));
 
@@ -415,8 +415,8 @@ TEST_F(Clusters, CompiledClusterDimsAreHonouredWithoutACallAndAConflictIsRefused
     const lf::launched l =
         lf::launch(compiled_cluster_items, lf::max_occupancy().items(items), out.ptr, items, info.ptr);
     if (items >= (1u << 18)) EXPECT_EQ(&l.plan(), &p);
-    EXPECT_EQ(l.plan().cluster, (lf::dims{2, 1, 1}));
-    EXPECT_TRUE(l.plan().cluster_from_kernel);
+    EXPECT_EQ(l.plan().options.cluster, (lf::dims{2, 1, 1}));
+    EXPECT_TRUE(l.plan().options.cluster_from_kernel);
     const unsigned blocks_for_n = (items + l.block.x - 1) / l.block.x;
     EXPECT_EQ(l.grid, (lf::dims{round_up(blocks_for_n, 2), 1, 1}));
     const auto o = out.download();
@@ -432,7 +432,7 @@ TEST_F(Clusters, CompiledClusterDimsAreHonouredWithoutACallAndAConflictIsRefused
   const lf::launched same = lf::launch(
       compiled_cluster_items, lf::fixed(128).items(128 * 3).cluster({2, 1, 1}), out.ptr, 128u * 3, info.ptr);
   EXPECT_EQ(same.grid, (lf::dims{4, 1, 1}));
-  EXPECT_EQ(same.plan().cluster, (lf::dims{2, 1, 1}));
+  EXPECT_EQ(same.plan().options.cluster, (lf::dims{2, 1, 1}));
   EXPECT_EQ(incomplete_clusters(info.download(), 4, 2), 0u);
   out.poison();
   const lf::error e = error_from([&] {

@@ -492,9 +492,9 @@ TEST(GraphNodesGpu, CooperativeClusterAndPdlNodesRunExactlyAsTheSameLaunchesInAS
   ASSERT_NE(nq.node, nullptr);
   EXPECT_EQ(nc.what.grid.x, lc.grid.x);
   EXPECT_EQ(nc.what.block.x, lc.block.x);
-  EXPECT_TRUE(nc.what.plan().cooperative);
-  EXPECT_EQ(nr.what.plan().cluster.x, 2u);
-  EXPECT_TRUE(nq.what.plan().programmatic);
+  EXPECT_TRUE(nc.what.plan().options.cooperative);
+  EXPECT_EQ(nr.what.plan().options.cluster.x, 2u);
+  EXPECT_TRUE(nq.what.plan().options.programmatic);
   // The consumer's edge is programmatic, as a captured .pdl() launch's is.
   auto get_edges = LF_DRIVER(cuGraphGetEdges);
   ASSERT_NE(get_edges, nullptr);

@@ -184,7 +184,7 @@ TEST_F(Pdl, ConsumerOverlapsItsProducerAndReadsExactlyWhatItWrote) {
   pipeline p(iterations);
   for (unsigned it = 0; it < iterations; ++it) {
     const lf::launched l = p.enqueue(it, st.s, consumer_spec(st.s));
-    ASSERT_TRUE(l.plan().programmatic);
+    ASSERT_TRUE(l.plan().options.programmatic);
   }
   ASSERT_EQ(cudaStreamSynchronize(st.s), cudaSuccess);
   EXPECT_EQ(p.mismatches.download()[0], 0u) << "a consumer read data its producer had not finished writing";
@@ -199,7 +199,7 @@ TEST_F(Pdl, ConsumerOverlapsItsProducerAndReadsExactlyWhatItWrote) {
   pipeline q(50);
   for (unsigned it = 0; it < q.iterations; ++it) {
     const lf::launched l = q.enqueue(it, st.s, plain_consumer_spec(st.s));
-    ASSERT_FALSE(l.plan().programmatic);
+    ASSERT_FALSE(l.plan().options.programmatic);
   }
   ASSERT_EQ(cudaStreamSynchronize(st.s), cudaSuccess);
   EXPECT_EQ(q.mismatches.download()[0], 0u);
@@ -211,8 +211,8 @@ TEST_F(Pdl, PlainAndProgrammaticLaunchesOfOneKernelHaveTheirOwnPlans) {
   stream_holder st;
   const lf::plan& programmatic = lf::plan_for(consumer, consumer_spec(st.s));
   const lf::plan& plain = lf::plan_for(consumer, plain_consumer_spec(st.s));
-  EXPECT_TRUE(programmatic.programmatic);
-  EXPECT_FALSE(plain.programmatic);
+  EXPECT_TRUE(programmatic.options.programmatic);
+  EXPECT_FALSE(plain.options.programmatic);
   EXPECT_NE(&programmatic, &plain);
   EXPECT_EQ(programmatic.block, plain.block) << "the same policy decides the block";
   // Launch order does not matter: each launch gets its own plan.

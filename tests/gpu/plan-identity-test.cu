@@ -194,7 +194,7 @@ TEST_F(PlanIdentity, AnOverrideOnACooperativeLaunchKeepsItCooperative) {
   // (the conjugate-gradient pattern: plan_for() of a cooperative spec without work, under the override)
   lf::set_policy_overrides("*exchange_after_sync=max_occupancy()");  // an anonymous-namespace kernel
   const lf::plan& p = lf::plan_for(exchange_after_sync, lf::cooperative());
-  EXPECT_TRUE(p.cooperative) << p.to_string();
+  EXPECT_TRUE(p.options.cooperative) << p.to_string();
   EXPECT_EQ(p.policy.rfind("max_occupancy", 0), 0u) << p.policy;
   const int grid = static_cast<int>(p.resident_blocks());
   device_ints slots(grid), seen(grid);
@@ -276,8 +276,8 @@ TEST_F(PlanIdentity, AForgedCooperativeOrClusteredCacheFileEntryIsNotLaunched) {
   lf::set_cache_file(path);
   lf::cache().clear();
   const lf::plan& again = lf::plan_for(add_one, lf::max_occupancy().items(1 << 20));
-  EXPECT_FALSE(again.cooperative);
-  EXPECT_EQ(again.cluster.count(), 1u);
+  EXPECT_FALSE(again.options.cooperative);
+  EXPECT_EQ(again.options.cluster.count(), 1u);
   EXPECT_EQ(again.match, "computed");
   EXPECT_EQ(again.block_threads, honest.block_threads);
   EXPECT_EQ(again.reason.find('\n'), std::string::npos);

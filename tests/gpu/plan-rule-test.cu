@@ -160,7 +160,7 @@ std::string run_cg_under(const std::string& override_policy) {
   try {
     const auto spec = lf::cooperative();
     const lf::plan& p = lf::plan_for(cg_exchange, spec);
-    EXPECT_TRUE(p.cooperative) << p.to_string();
+    EXPECT_TRUE(p.options.cooperative) << p.to_string();
     const int grid = static_cast<int>(lf::grid_for(p, spec.work_shape()).count());
     device_buffer<int> slots(grid), seen(grid);
     seen.zero();

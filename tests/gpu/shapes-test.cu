@@ -697,7 +697,7 @@ TEST_F(Shapes, CooperativeCallerGridRunsWithinCoResidencyAndIsRefusedBeyond) {
   ASSERT_EQ(p.resident_blocks(), resident);
   // max_occupancy's block, made cooperative by the spec.
   const lf::plan& mp = lf::plan_for(grid_exchange, lf::max_occupancy(0).cooperative());
-  EXPECT_TRUE(mp.cooperative);
+  EXPECT_TRUE(mp.options.cooperative);
   const unsigned mr = static_cast<unsigned>(mp.resident_blocks());
   ASSERT_GT(mr, 0u);
   const std::size_t slots_needed = static_cast<std::size_t>(std::max<long long>(resident, mr)) + 2;
@@ -710,7 +710,7 @@ TEST_F(Shapes, CooperativeCallerGridRunsWithinCoResidencyAndIsRefusedBeyond) {
     blocks.poison();
     const lf::launched l = lf::launch(grid_exchange, spec, slots.ptr, seen.ptr, blocks.ptr);
     EXPECT_EQ(l.grid, g);
-    EXPECT_TRUE(l.plan().cooperative);
+    EXPECT_TRUE(l.plan().options.cooperative);
     const unsigned count = static_cast<unsigned>(g.count());
     EXPECT_EQ(blocks.download()[0], count);
     const auto h = seen.download();
