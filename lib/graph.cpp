@@ -276,6 +276,35 @@ bool allocates_in_graph(const std::vector<CUgraphNode>& nodes) {
   return false;
 }
 
+// Sets the executable graph's node and the graph's to `to`; empty, or why the driver would not (then both
+// run what they ran: an executable node updated before the graph's node was refused is set back).
+std::string set_node(CUgraphExec exec, const captured_launch& c, const node_state& now,
+                     const CUDA_KERNEL_NODE_PARAMS& to) {
+  const driver_api& d = driver();
+  const CUresult in_exec = d.cuGraphExecKernelNodeSetParams(exec, c.node, &to);
+  if (in_exec != CUDA_SUCCESS) {
+    return "the CUDA driver refused to update the executable graph's node (cuGraphExecKernelNodeSetParams: " +
+           error_name(in_exec) + "): it runs its captured plan";
+  }
+  const CUresult in_graph = d.cuGraphKernelNodeSetParams(c.node, &to);
+  if (in_graph == CUDA_SUCCESS) return {};
+  CUDA_KERNEL_NODE_PARAMS was{};
+  was.func = now.function;
+  was.gridDimX = now.grid.x;
+  was.gridDimY = now.grid.y;
+  was.gridDimZ = now.grid.z;
+  was.blockDimX = now.block.x;
+  was.blockDimY = now.block.y;
+  was.blockDimZ = now.block.z;
+  was.sharedMemBytes = static_cast<unsigned>(now.smem);
+  was.kernelParams = const_cast<void**>(c.arg_ptrs.data());
+  const CUresult back = d.cuGraphExecKernelNodeSetParams(exec, c.node, &was);
+  return "the CUDA driver refused to update the graph's node (cuGraphKernelNodeSetParams: " + error_name(in_graph) +
+         (back == CUDA_SUCCESS ? std::string("): both run its captured plan")
+                               : "), and to set the executable graph's node back (" + error_name(back) +
+                                     "): the executable graph runs the tuned plan, the graph the captured one");
+}
+
 }  // namespace
 
 capture_state stream_capture(CUstream stream) noexcept {
@@ -512,19 +541,22 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
         fill_launch_config(cfg, attrs, e.plan, grid, nullptr);
         const auto p = kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, e.function, c->arg_ptrs.data());
         const std::string text = e.plan.to_string();
-        check(d.cuGraphExecKernelNodeSetParams(exec, c->node, &p), "cuGraphExecKernelNodeSetParams",
-              display_name(e.kernel), text);
-        check(d.cuGraphKernelNodeSetParams(c->node, &p), "cuGraphKernelNodeSetParams", display_name(e.kernel),
-              text);
-        rep.result = graph_node_report::outcome::tuned;
-        rep.after = text;
-        std::lock_guard<std::mutex> lock(all.m);
-        c->function = e.function;
-        c->grid = grid;
-        c->block = e.plan.block;
-        c->smem = e.plan.dynamic_smem_bytes;
-        c->plan_text = text;
-        c->deferred = false;
+        // A node the driver will not update keeps what it runs, in the executable graph and in the graph
+        // alike, and is reported; the other nodes are tuned all the same.
+        const std::string why_not = set_node(exec, *c, now, p);
+        if (!why_not.empty()) {
+          rep.why = why_not;
+        } else {
+          rep.result = graph_node_report::outcome::tuned;
+          rep.after = text;
+          std::lock_guard<std::mutex> lock(all.m);
+          c->function = e.function;
+          c->grid = grid;
+          c->block = e.plan.block;
+          c->smem = e.plan.dynamic_smem_bytes;
+          c->plan_text = text;
+          c->deferred = false;
+        }
       }
     }
     switch (rep.result) {

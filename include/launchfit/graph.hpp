@@ -76,7 +76,8 @@ struct LAUNCHFIT_API graph_tuning {
 /// tuned, and sets `exec` (instantiated from `graph`, which must still exist) to the tuned plans in place:
 /// cudaGraphExecKernelNodeSetParams, never a new instantiation; the graph's own nodes are updated too, so a
 /// later instantiation runs them. Cooperative, cluster and programmatic (PDL) nodes keep their attributes and
-/// edges. Trials run on `stream` with the captured arguments, on what the buffers hold now (replay the graph
+/// edges. A node the CUDA driver refuses to update keeps its captured plan, in the executable graph and in the
+/// graph, and is reported as left with the driver's error; the other nodes are tuned. Trials run on `stream` with the captured arguments, on what the buffers hold now (replay the graph
 /// once first). Call it where the graph is not running (trials and the update race a replay in flight).
 /// A node tuned already is reported unchanged; one whose plan another process of the fleet is tuning is left
 /// (call again once it is published). Throws launchfit::error when a node cannot be updated (the driver's

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: MIT
+// CUDA graphs through the stub driver (stub_driver.h), without a GPU: a launch captured with autotune is tuned
+// in place (the executable graph's node set to the tuned plan, never instantiated again); what the driver
+// refuses (a node update, a node attribute, a user object) leaves the graph as it was and is reported or
+// thrown, never half done.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "launchfit/error.hpp"
+#include "launchfit/graph.hpp"
+#include "launchfit/launch.hpp"
+#include "launchfit/plugin.hpp"
+#include "stub_driver.h"
+
+namespace lf = launchfit;
+
+namespace {
+
+const std::size_t map_params[] = {sizeof(void*), sizeof(void*), sizeof(int)};
+
+CUfunction map_kernel(const char* name, unsigned best_block) {
+  const CUfunction f = launchfit_stub_function(name, 16, 0, 1024, map_params, 3);
+  launchfit_stub_set_cost(f, 0.01, best_block);
+  return f;
+}
+
+CUstream stream_of(std::uintptr_t n) { return reinterpret_cast<CUstream>(n); }
+float* device_pointer(std::uintptr_t n) { return reinterpret_cast<float*>(n); }
+
+class StubGraph : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+    if (std::filesystem::exists(LAUNCHFIT_AUTOTUNE_PLUGIN)) loaded_ = lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name == "autotune";
+#endif
+  }
+  void SetUp() override {
+    if (!loaded_) GTEST_SKIP() << "the autotune plugin is not built";
+  }
+  static bool loaded_;
+};
+bool StubGraph::loaded_ = false;
+
+auto tuned_spec(int n, CUstream s) { return lf::use("autotune(max_trials=16)").items(n).on(s).rerunnable(); }
+
+unsigned exec_block(CUgraphExec exec, CUgraphNode node) {
+  CUDA_KERNEL_NODE_PARAMS p{};
+  EXPECT_EQ(launchfit_stub_exec_node(exec, node, &p), 1);
+  return p.blockDimX;
+}
+
+CUgraphNode only_node(CUgraph g, std::size_t at = 0) {
+  CUgraphNode nodes[8] = {};
+  const std::size_t n = launchfit_stub_graph_nodes(g, nodes, 8);
+  return at < n ? nodes[at] : nullptr;
+}
+
+TEST_F(StubGraph, ALaunchCapturedWithAutotuneIsTunedInPlace) {
+  const CUfunction f = map_kernel("_Z5firstPKfPfi", 128);
+  const CUstream s = stream_of(0x20);
+  const int n = 1 << 20;
+  launchfit_stub_begin_capture(s);
+  const lf::launched first = lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  EXPECT_NE(first.plan().reason.find("captured into a CUDA graph"), std::string::npos) << first.plan().reason;
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx") > 0, true);
+  const CUgraphExec exec = launchfit_stub_instantiate(g);
+  const unsigned long long instantiated = launchfit_stub_instantiations();
+  const CUgraphNode node = only_node(g);
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(exec_block(exec, node), first.block.x);
+  EXPECT_NE(first.block.x, 128u) << "the static plan is already the best: the test would show nothing";
+
+  const lf::graph_tuning t =
+      lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec), reinterpret_cast<cudaStream_t>(stream_of(0x21)));
+  EXPECT_EQ(t.tuned, 1u) << t.to_string();
+  EXPECT_EQ(t.left, 0u) << t.to_string();
+  EXPECT_EQ(exec_block(exec, node), 128u) << "the executable graph's node runs another block than the tuned one";
+  CUDA_KERNEL_NODE_PARAMS in_graph{};
+  ASSERT_EQ(launchfit_stub_graph_node(node, &in_graph), 1);
+  EXPECT_EQ(in_graph.blockDimX, 128u);
+  EXPECT_EQ(static_cast<long long>(in_graph.gridDimX) * 128, static_cast<long long>(n));
+  EXPECT_EQ(launchfit_stub_instantiations(), instantiated) << "tune_graph instantiated a graph";
+  // Captured again: the tuned plan directly.
+  launchfit_stub_begin_capture(s);
+  const lf::launched again = lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  launchfit_stub_destroy_graph(launchfit_stub_end_capture(s));
+  EXPECT_EQ(again.block.x, 128u);
+  launchfit_stub_destroy_exec(exec);
+  launchfit_stub_destroy_graph(g);
+}
+
+TEST_F(StubGraph, ANodeUpdateTheDriverRefusesIsReportedAndTheOthersAreTuned) {
+  const CUfunction a = map_kernel("_Z6refusePKfPfi", 128);
+  const CUfunction b = map_kernel("_Z6acceptPKfPfi", 64);
+  const CUstream s = stream_of(0x22);
+  const int n = 1 << 18;
+  launchfit_stub_begin_capture(s);
+  const lf::launched la = lf::launch(lf::kernel(a), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const lf::launched lb = lf::launch(lf::kernel(b), tuned_spec(n, s), device_pointer(0x2000), device_pointer(0x3000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec exec = launchfit_stub_instantiate(g);
+  const CUgraphNode na = only_node(g, 0), nb = only_node(g, 1);
+  launchfit_stub_fail("cuGraphExecKernelNodeSetParams", CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, 1);
+  lf::graph_tuning t;
+  ASSERT_NO_THROW(t = lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
+                                     reinterpret_cast<cudaStream_t>(stream_of(0x23))));
+  EXPECT_EQ(t.tuned, 1u) << t.to_string();
+  EXPECT_EQ(t.left, 1u) << t.to_string();
+  bool reported = false;
+  for (const lf::graph_node_report& r : t.nodes)
+    reported = reported || (r.result == lf::graph_node_report::outcome::left &&
+                            r.why.find("CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE") != std::string::npos);
+  EXPECT_TRUE(reported) << t.to_string();
+  // The refused node runs what it ran, in the executable graph and in the graph; the other one is tuned.
+  EXPECT_EQ(exec_block(exec, na), la.block.x);
+  CUDA_KERNEL_NODE_PARAMS pa{};
+  ASSERT_EQ(launchfit_stub_graph_node(na, &pa), 1);
+  EXPECT_EQ(pa.blockDimX, la.block.x);
+  EXPECT_EQ(exec_block(exec, nb), 64u);
+  EXPECT_NE(lb.block.x, 64u);
+  // Asked again, the refused node is tuned now (its plan is, since the first call).
+  const lf::graph_tuning t2 = lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
+                                             reinterpret_cast<cudaStream_t>(stream_of(0x23)));
+  EXPECT_EQ(exec_block(exec, na), 128u) << t2.to_string();
+  launchfit_stub_destroy_exec(exec);
+  launchfit_stub_destroy_graph(g);
+}
+
+// The executable graph's node was updated, the graph's was refused: the executable one is set back, so the
+// graph and its executable graph run the same plan (and a later instantiation runs what this one runs).
+TEST_F(StubGraph, AGraphNodeUpdateTheDriverRefusesSetsTheExecutableNodeBack) {
+  const CUfunction f = map_kernel("_Z4backPKfPfi", 128);
+  const CUstream s = stream_of(0x28);
+  const int n = 1 << 16;
+  launchfit_stub_begin_capture(s);
+  const lf::launched l = lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec exec = launchfit_stub_instantiate(g);
+  const CUgraphNode node = only_node(g);
+  launchfit_stub_fail("cuGraphKernelNodeSetParams", CUDA_ERROR_INVALID_VALUE, 1);
+  const unsigned long long exec_updates = launchfit_stub_calls("cuGraphExecKernelNodeSetParams");
+  const lf::graph_tuning t = lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
+                                            reinterpret_cast<cudaStream_t>(stream_of(0x29)));
+  EXPECT_EQ(t.tuned, 0u) << t.to_string();
+  ASSERT_EQ(t.nodes.size(), 1u);
+  EXPECT_NE(t.nodes[0].why.find("cuGraphKernelNodeSetParams"), std::string::npos) << t.to_string();
+  EXPECT_NE(t.nodes[0].why.find("both run its captured plan"), std::string::npos) << t.to_string();
+  EXPECT_EQ(launchfit_stub_calls("cuGraphExecKernelNodeSetParams"), exec_updates + 2) << "set, then set back";
+  EXPECT_EQ(exec_block(exec, node), l.block.x);
+  CUDA_KERNEL_NODE_PARAMS p{};
+  ASSERT_EQ(launchfit_stub_graph_node(node, &p), 1);
+  EXPECT_EQ(p.blockDimX, l.block.x);
+  launchfit_stub_destroy_exec(exec);
+  launchfit_stub_destroy_graph(g);
+}
+
+TEST_F(StubGraph, AGraphWhoseUserObjectTheDriverRefusesIsNotRemembered) {
+  const CUfunction f = map_kernel("_Z8unheldPKfPfi", 128);
+  const CUstream s = stream_of(0x24);
+  launchfit_stub_fail("cuGraphRetainUserObject", CUDA_ERROR_OUT_OF_MEMORY, 1);
+  const unsigned long long released = launchfit_stub_calls("cuUserObjectRelease");
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(f), tuned_spec(4096, s), device_pointer(0x1000), device_pointer(0x2000), 4096);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  EXPECT_EQ(launchfit_stub_calls("cuUserObjectRelease"), released + 1) << "the unattached user object was kept";
+  const CUgraphExec exec = launchfit_stub_instantiate(g);
+  const lf::graph_tuning t = lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
+                                            reinterpret_cast<cudaStream_t>(stream_of(0x25)));
+  EXPECT_TRUE(t.nodes.empty()) << t.to_string();
+  launchfit_stub_destroy_exec(exec);
+  launchfit_stub_destroy_graph(g);
+}
+
+}  // namespace
+
+// add_kernel_node() on the stub: refusals leave no node behind (no plugin needed).
+namespace {
+
+CUgraph empty_graph(CUstream s) {
+  launchfit_stub_begin_capture(s);
+  return launchfit_stub_end_capture(s);
+}
+
+TEST(StubNodes, ANodeForANullGraphIsRefusedBeforeTheDriverIsAsked) {
+  const CUfunction f = launchfit_stub_function("_Z4nullPKfPfi", 16, 0, 1024, map_params, 3);
+  const unsigned long long before = launchfit_stub_calls("cuGraphAddNode");
+  try {
+    lf::add_kernel_node(nullptr, {}, lf::kernel(f), lf::max_occupancy().items(100), device_pointer(0x1000),
+                        device_pointer(0x2000), 100);
+    ADD_FAILURE() << "a node for a null graph was not refused";
+  } catch (const lf::error& e) {
+    EXPECT_NE(std::string(e.what()).find("null graph"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("null"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(launchfit_stub_calls("cuGraphAddNode"), before);
+}
+
+TEST(StubNodes, ANodeWhoseAttributeTheDriverRefusesIsNotLeftInTheGraph) {
+  const CUfunction f = launchfit_stub_function("_Z4attrPKfPfi", 16, 0, 1024, map_params, 3);
+  const CUgraph g = empty_graph(stream_of(0x26));
+  launchfit_stub_fail("cuGraphKernelNodeSetAttribute", CUDA_ERROR_NOT_SUPPORTED, 1);
+  EXPECT_THROW(lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(g), {}, lf::kernel(f), lf::cooperative(),
+                                   device_pointer(0x1000), device_pointer(0x2000), 100),
+               lf::error);
+  EXPECT_EQ(launchfit_stub_graph_nodes(g, nullptr, 0), 0u) << "a cooperative node without its cooperative attribute was left in the graph";
+  // Without the failure the node is added, with the attribute.
+  const lf::kernel_node made = lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(g), {}, lf::kernel(f), lf::cooperative(),
+                                                   device_pointer(0x1000), device_pointer(0x2000), 100);
+  ASSERT_NE(made.node, nullptr);
+  EXPECT_EQ(launchfit_stub_graph_nodes(g, nullptr, 0), 1u);
+  CUDA_KERNEL_NODE_PARAMS p{};
+  ASSERT_EQ(launchfit_stub_graph_node(reinterpret_cast<CUgraphNode>(made.node), &p), 1);
+  EXPECT_EQ(p.blockDimX, made.what.block.x);
+  EXPECT_EQ(p.gridDimX, made.what.grid.x);
+  launchfit_stub_destroy_graph(g);
+}
+
+TEST(StubNodes, ANodeTheDriverRefusesToAddThrowsNamingTheKernel) {
+  const CUfunction f = launchfit_stub_function("_Z6noroomPKfPfi", 16, 0, 1024, map_params, 3);
+  const CUgraph g = empty_graph(stream_of(0x27));
+  launchfit_stub_fail("cuGraphAddNode", CUDA_ERROR_OUT_OF_MEMORY, 1);
+  try {
+    lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(g), {}, lf::kernel(f), lf::max_occupancy().items(100),
+                        device_pointer(0x1000), device_pointer(0x2000), 100);
+    ADD_FAILURE() << "a refused node did not throw";
+  } catch (const lf::error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuGraphAddNode"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("noroom"), std::string::npos) << e.what();
+  }
+  launchfit_stub_destroy_graph(g);
+}
+
+}  // namespace

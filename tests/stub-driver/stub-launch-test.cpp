@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: MIT
+// Launches of driver-API kernels through the stub driver (stub_driver.h), without a GPU: what reaches
+// cuLaunchKernelEx is the plan launchfit reports, attributes included; a launch launchfit refuses reaches
+// nothing; the hit path asks the driver for the launch alone; a plan made inside a capture stops asking about
+// captures after its watch.
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "launchfit/error.hpp"
+#include "launchfit/launch.hpp"
+#include "launchfit/param_policy.hpp"
+#include "plan_cache.hpp"
+#include "stub_driver.h"
+
+namespace lf = launchfit;
+
+namespace {
+
+const std::size_t axpy_params[] = {sizeof(float), sizeof(void*), sizeof(void*), sizeof(int)};
+
+CUfunction axpy_kernel(const char* name, int regs = 16) {
+  return launchfit_stub_function(name, regs, 0, 1024, axpy_params, 4);
+}
+
+CUstream stream_of(std::uintptr_t n) { return reinterpret_cast<CUstream>(n); }
+
+struct launch_seen {
+  CUlaunchConfig config{};
+  CUlaunchAttribute attrs[8]{};
+};
+
+launch_seen last_launch(CUfunction f) {
+  launch_seen s;
+  EXPECT_EQ(launchfit_stub_last_launch(f, &s.config, s.attrs, 8), 1) << "no launch reached the driver";
+  return s;
+}
+
+bool has_attribute(const launch_seen& s, CUlaunchAttributeID id) {
+  for (unsigned i = 0; i < s.config.numAttrs && i < 8; ++i)
+    if (s.attrs[i].id == id) return true;
+  return false;
+}
+
+float* device_pointer(std::uintptr_t n) { return reinterpret_cast<float*>(n); }
+
+TEST(StubLaunch, TheDriverGetsExactlyThePlanLaunchfitReports) {
+  const CUfunction f = axpy_kernel("_Z4axpyfPKfPfi");
+  const int n = 1000003;
+  const CUstream s = stream_of(0x10);
+  const lf::launched l =
+      lf::launch(lf::kernel(f), lf::max_occupancy().items(n).on(s), 2.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  const launch_seen seen = last_launch(f);
+  EXPECT_EQ(seen.config.blockDimX, l.block.x);
+  EXPECT_EQ(seen.config.gridDimX, l.grid.x);
+  EXPECT_EQ(static_cast<long long>(seen.config.gridDimX) * seen.config.blockDimX >= n, true);
+  EXPECT_LT(static_cast<long long>(seen.config.gridDimX - 1) * seen.config.blockDimX, n);
+  EXPECT_EQ(seen.config.hStream, s);
+  EXPECT_EQ(seen.config.numAttrs, 0u);
+  EXPECT_FALSE(l.plan().options.cooperative);
+  // The stub's occupancy (16 registers: warps limit): every block size up to 1024 fills the SM; max_occupancy
+  // keeps its preferred 256.
+  EXPECT_EQ(l.block.x, 256u) << l.plan().to_string();
+}
+
+TEST(StubLaunch, ACooperativeLaunchCarriesItsAttributeAndCoResides) {
+  const CUfunction f = axpy_kernel("_Z4coopfPKfPfi");
+  const lf::launched l = lf::launch(lf::kernel(f), lf::cooperative().on(stream_of(0x11)), 1.0f, device_pointer(0x1000),
+                                    device_pointer(0x2000), 7);
+  const launch_seen seen = last_launch(f);
+  EXPECT_TRUE(has_attribute(seen, CU_LAUNCH_ATTRIBUTE_COOPERATIVE));
+  EXPECT_TRUE(l.plan().options.cooperative);
+  EXPECT_EQ(static_cast<long long>(seen.config.gridDimX), l.plan().resident_blocks());
+  EXPECT_EQ(seen.config.gridDimX, static_cast<unsigned>(l.plan().blocks_per_sm * 132));
+}
+
+TEST(StubLaunch, AProgrammaticLaunchCarriesItsAttribute) {
+  const CUfunction f = axpy_kernel("_Z3pdlfPKfPfi");
+  const lf::launched l = lf::launch(lf::kernel(f), lf::max_occupancy().items(4096).on(stream_of(0x12)).pdl(), 1.0f,
+                                    device_pointer(0x1000), device_pointer(0x2000), 4096);
+  EXPECT_TRUE(has_attribute(last_launch(f), CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION));
+  EXPECT_TRUE(l.plan().options.programmatic);
+  EXPECT_FALSE(has_attribute(last_launch(f), CU_LAUNCH_ATTRIBUTE_COOPERATIVE));
+}
+
+TEST(StubLaunch, ALaunchWithTheWrongArgumentsReachesNothing) {
+  const CUfunction f = axpy_kernel("_Z5wrongfPKfPfi");
+  const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+  // Three arguments for four parameters, then a double where the kernel takes a float.
+  EXPECT_THROW(lf::launch(lf::kernel(f), lf::max_occupancy().items(64), 1.0f, device_pointer(0x1000), 64),
+               lf::error);
+  EXPECT_THROW(lf::launch(lf::kernel(f), lf::max_occupancy().items(64), 1.0, device_pointer(0x1000),
+                          device_pointer(0x2000), 64),
+               lf::error);
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before);
+}
+
+TEST(StubLaunch, ALaunchTheDriverRefusesThrowsNamingTheKernelAndPlan) {
+  const CUfunction f = axpy_kernel("_Z7refusedfPKfPfi");
+  const auto spec = lf::max_occupancy().items(64).on(stream_of(0x13));
+  launchfit_stub_fail("cuLaunchKernelEx", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, 1);
+  try {
+    lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 64);
+    ADD_FAILURE() << "the refused launch did not throw";
+  } catch (const lf::error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"), std::string::npos) << what;
+    EXPECT_NE(what.find("refused"), std::string::npos) << what;
+    EXPECT_NE(what.find("block=256"), std::string::npos) << what;
+  }
+  // The plan stays: the next launch of the same spec runs it.
+  EXPECT_NO_THROW(lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 64));
+}
+
+// The hit path: one cuLaunchKernelEx per launch, and of the driver only what identifies the current context
+// (cuCtxGetCurrent, and cuCtxGetId: a context destroyed and another made at the same address is another
+// context, whose plans are its own).
+TEST(StubLaunch, TheHitPathAsksTheDriverForTheLaunchAndTheContextAlone) {
+  const CUfunction f = axpy_kernel("_Z3hotfPKfPfi");
+  const auto spec = lf::max_occupancy().items(1 << 20).on(stream_of(0x14));
+  const lf::kernel k(f);
+  lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);  // the miss
+  launchfit_stub_reset_calls();
+  constexpr int launches = 1000;
+  for (int i = 0; i < launches; ++i) lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), static_cast<unsigned long long>(launches));
+  EXPECT_LE(launchfit_stub_calls("cuCtxGetCurrent"), static_cast<unsigned long long>(launches));
+  EXPECT_LE(launchfit_stub_calls("cuCtxGetId"), static_cast<unsigned long long>(launches));
+  for (const char* other :
+       {"cuFuncGetAttribute", "cuFuncGetName", "cuFuncGetParamInfo", "cuDeviceGetAttribute",
+        "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxPotentialBlockSize",
+        "cuStreamIsCapturing", "cuStreamGetCaptureInfo", "cuFuncSetAttribute", "cuCtxGetDevice"}) {
+    EXPECT_EQ(launchfit_stub_calls(other), 0u) << other << " on the hit path";
+  }
+}
+
+// A policy that is not a built-in (param_policy): a plan it makes inside a capture is watched.
+struct half_params {
+  int block = 128;
+  static constexpr std::array<const char*, 1> names{"block"};
+};
+class test_half_policy final : public lf::param_policy<test_half_policy, half_params> {
+ public:
+  static constexpr const char* policy_name = "test_half";
+  using param_policy::param_policy;
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    lf::plan p;
+    p.block = lf::dims{static_cast<unsigned>(params_.block), 1, 1};
+    p.block_threads = params_.block;
+    p.blocks_per_sm = 1;
+    p.sm_count = q.device.sm_count;
+    p.reason = "half of a warp's worth of blocks, by the test";
+    return p;
+  }
+};
+
+TEST(StubCapture, APlanMadeInsideACaptureStopsAskingAboutCapturesAfterItsWatch) {
+  const CUfunction f = axpy_kernel("_Z7watchedfPKfPfi");
+  const CUstream s = stream_of(0x15);
+  const auto spec = lf::spec<test_half_policy>(test_half_policy{}).items(256).on(s);  // not .rerunnable()
+  const lf::kernel k(f);
+  const auto launch = [&] { lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 256); };
+  launchfit_stub_begin_capture(s);
+  launch();  // planned inside the capture: watched
+  const CUgraph g = launchfit_stub_end_capture(s);
+  ASSERT_NE(g, nullptr);
+  constexpr unsigned watch = lf::detail::capture_watch::launches;
+  launchfit_stub_reset_calls();
+  for (unsigned i = 0; i + 1 < watch; ++i) launch();
+  EXPECT_EQ(launchfit_stub_calls("cuStreamGetCaptureInfo"), watch - 1);
+  // A launch inside a capture starts the count again.
+  launchfit_stub_begin_capture(s);
+  launch();
+  const CUgraph again = launchfit_stub_end_capture(s);
+  launchfit_stub_reset_calls();
+  for (unsigned i = 0; i < watch + 100; ++i) launch();
+  EXPECT_EQ(launchfit_stub_calls("cuStreamGetCaptureInfo"), watch)
+      << "a launch kept asking the driver about its stream after " << watch << " launches outside captures";
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), watch + 100);
+  launchfit_stub_destroy_graph(g);
+  launchfit_stub_destroy_graph(again);
+}
+
+}  // namespace
