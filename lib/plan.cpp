@@ -111,7 +111,8 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
       gx = std::min<std::uint64_t>(
           gx, static_cast<std::uint64_t>(max_grid_x));  // full grid: the loop covers the rest
     }
-    if ((gy % p.options.cluster.y) != 0 || (gz % p.options.cluster.z) != 0) {
+    // (Two divisions a launch without a cluster need not pay.)
+    if (p.options.has_cluster() && ((gy % p.options.cluster.y) != 0 || (gz % p.options.cluster.z) != 0)) {
       grid_error(p, CUDA_ERROR_INVALID_CLUSTER_SIZE,
                  "cluster " + p.options.cluster.to_string() + " needs a grid whose y and z are multiples of " +
                      std::to_string(p.options.cluster.y) + " and " + std::to_string(p.options.cluster.z) +

@@ -131,7 +131,22 @@ CUresult enter(entry_id id) {
 
 // ---- kernels ----
 
+// A launch as cuLaunchKernelEx was given it (no allocation: the stub's launch stays cheap beside launchfit's).
+struct recorded_launch {
+  CUlaunchConfig config{};
+  CUlaunchAttribute attrs[8]{};
+  unsigned attr_count = 0;
+
+  void take(const CUlaunchConfig& c) {
+    config = c;
+    attr_count = std::min(c.numAttrs, 8u);
+    for (unsigned i = 0; i < attr_count; ++i) attrs[i] = c.attrs[i];
+    config.attrs = nullptr;
+  }
+};
+
 struct stub_function {
+  recorded_launch last;  // under the launches' lock
   std::string name;
   int regs = 32;
   int static_smem = 0;
@@ -164,15 +179,9 @@ int resident_blocks(const stub_function& k, int block, size_t dynamic_smem) {
 
 // ---- launches, events, the simulated clock ----
 
-struct recorded_launch {
-  CUlaunchConfig config{};
-  std::vector<CUlaunchAttribute> attrs;
-};
-
 struct launches {
   std::mutex m;
   double clock_ms = 0;  // the simulated time of every launch outside a capture
-  std::map<CUfunction, recorded_launch> last;
   recorded_launch any;
 };
 
@@ -478,10 +487,8 @@ CUresult CUDAAPI stub_cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, 
   launches& l = the_launches();
   std::lock_guard<std::mutex> lock(l.m);
   l.clock_ms += cost_ms(k, threads);
-  recorded_launch& r = l.last[f];
-  r.config = *cfg;
-  r.attrs.assign(cfg->attrs, cfg->attrs + cfg->numAttrs);
-  l.any = r;
+  fn(f)->last.take(*cfg);
+  l.any = fn(f)->last;
   return CUDA_SUCCESS;
 }
 
@@ -748,20 +755,10 @@ void launchfit_stub_reset_calls(void) {
 int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAttribute* attrs, unsigned max_attrs) {
   launches& l = the_launches();
   std::lock_guard<std::mutex> lock(l.m);
-  const recorded_launch* r = &l.any;
-  if (f) {
-    const auto it = l.last.find(f);
-    if (it == l.last.end()) return 0;
-    r = &it->second;
-  } else if (!r->config.blockDimX) {
-    return 0;
-  }
-  if (config) {
-    *config = r->config;
-    config->attrs = nullptr;
-    config->numAttrs = static_cast<unsigned>(r->attrs.size());
-  }
-  for (unsigned i = 0; attrs && i < std::min<size_t>(max_attrs, r->attrs.size()); ++i) attrs[i] = r->attrs[i];
+  const recorded_launch* r = f ? &fn(f)->last : &l.any;
+  if (!r->config.blockDimX) return 0;
+  if (config) *config = r->config;
+  for (unsigned i = 0; attrs && i < std::min(max_attrs, r->attr_count); ++i) attrs[i] = r->attrs[i];
   return 1;
 }
 

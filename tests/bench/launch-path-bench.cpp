@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+// launchfit's own host cost per launch, without a GPU: launches of a driver-API kernel through the stub driver
+// (tests/stub-driver, an H200 whose every entry point answers at once), so what is timed is launchfit's code
+// and the driver calls it makes, each at the stub's cost. Beside it, the stub's cuLaunchKernelEx called
+// directly with the same configuration: the difference is launchfit's own work on the hit path. The first
+// launch of a fresh kernel (a miss: kernel resolution, attribute and occupancy queries, the policy, the plan's
+// key, its log record handed to the logging thread) at the default log level; counters give the driver calls
+// each kind of launch makes, the number a real driver multiplies by its own cost per call.
+//
+//   launch-path-bench [--benchmark_format=json] [--benchmark_min_time=0.2]
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+
+#include "launchfit/cache.hpp"
+#include "launchfit/launch.hpp"
+#include "stub_driver.h"
+
+extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+namespace lf = launchfit;
+
+namespace {
+
+const std::size_t params[] = {sizeof(float), sizeof(void*), sizeof(void*), sizeof(int)};
+float* const x = reinterpret_cast<float*>(0x1000);
+float* const y = reinterpret_cast<float*>(0x2000);
+const CUstream stream = reinterpret_cast<CUstream>(0x30);
+constexpr int n = 1 << 20;
+
+CUfunction fresh_kernel() {
+  static int made = 0;
+  const std::string name = "_Z4axpy" + std::to_string(made++) + "fPKfPfi";
+  return launchfit_stub_function(name.c_str(), 16, 0, 1024, params, 4);
+}
+
+// Driver calls per iteration, by entry point, as benchmark counters.
+void count_calls(benchmark::State& state) {
+  const double per = 1.0 / static_cast<double>(state.iterations());
+  double all = 0;
+  for (const char* entry :
+       {"cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxGetId", "cuFuncGetAttribute", "cuFuncGetName",
+        "cuFuncGetParamInfo", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+        "cuOccupancyMaxPotentialBlockSize", "cuStreamIsCapturing", "cuDeviceGetAttribute", "cuCtxGetDevice"}) {
+    const double c = static_cast<double>(launchfit_stub_calls(entry)) * per;
+    all += c;
+    if (c > 0) state.counters[entry] = c;
+  }
+  state.counters["driver_calls"] = all;
+}
+
+// The stub's cuLaunchKernelEx, called as a program without launchfit would: the floor of this driver.
+void BM_raw_cuLaunchKernelEx(benchmark::State& state) {
+  void* fn = nullptr;
+  cuGetProcAddress_v2("cuLaunchKernelEx", &fn, CUDA_VERSION, 0, nullptr);
+  const auto launch = reinterpret_cast<decltype(&cuLaunchKernelEx)>(fn);
+  const CUfunction f = fresh_kernel();
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = n / 256;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 256;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = stream;
+  float a = 2.0f;
+  int count = n;
+  void* args[] = {&a, const_cast<float**>(&x), const_cast<float**>(&y), &count};
+  launchfit_stub_reset_calls();
+  for (auto _ : state) benchmark::DoNotOptimize(launch(&cfg, f, args, nullptr));
+  count_calls(state);
+}
+BENCHMARK(BM_raw_cuLaunchKernelEx);
+
+// launch() of a kernel whose plan is cached: the hit path.
+void BM_launchfit_hit(benchmark::State& state) {
+  const lf::kernel k(fresh_kernel());
+  const auto spec = lf::max_occupancy().items(n).on(stream);
+  lf::launch(k, spec, 2.0f, x, y, n);
+  launchfit_stub_reset_calls();
+  for (auto _ : state) benchmark::DoNotOptimize(lf::launch(k, spec, 2.0f, x, y, n));
+  count_calls(state);
+}
+BENCHMARK(BM_launchfit_hit);
+
+// The same with .pdl(): one launch attribute.
+void BM_launchfit_hit_pdl(benchmark::State& state) {
+  const lf::kernel k(fresh_kernel());
+  const auto spec = lf::max_occupancy().items(n).on(stream).pdl();
+  lf::launch(k, spec, 2.0f, x, y, n);
+  launchfit_stub_reset_calls();
+  for (auto _ : state) benchmark::DoNotOptimize(lf::launch(k, spec, 2.0f, x, y, n));
+  count_calls(state);
+}
+BENCHMARK(BM_launchfit_hit_pdl);
+
+// The first launch of a kernel launchfit has not seen: the whole miss, at the default log level (its line is
+// formatted and written by the logging thread). The cache is emptied every 256 kernels (not timed), so it
+// holds what a program's does, not tens of thousands of plans.
+void BM_launchfit_first_launch(benchmark::State& state) {
+  const auto spec = lf::max_occupancy().items(n).on(stream);
+  launchfit_stub_reset_calls();
+  long long made = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    if (++made % 256 == 0) lf::cache().clear();
+    const lf::kernel k(fresh_kernel());
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(lf::launch(k, spec, 2.0f, x, y, n));
+  }
+  count_calls(state);
+}
+BENCHMARK(BM_launchfit_first_launch)->Iterations(20000);
+
+}  // namespace
+
+BENCHMARK_MAIN();
