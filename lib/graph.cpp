@@ -288,16 +288,15 @@ std::string set_node(CUgraphExec exec, const captured_launch& c, const node_stat
   }
   const CUresult in_graph = d.cuGraphKernelNodeSetParams(c.node, &to);
   if (in_graph == CUDA_SUCCESS) return {};
-  CUDA_KERNEL_NODE_PARAMS was{};
-  was.func = now.function;
-  was.gridDimX = now.grid.x;
-  was.gridDimY = now.grid.y;
-  was.gridDimZ = now.grid.z;
-  was.blockDimX = now.block.x;
-  was.blockDimY = now.block.y;
-  was.blockDimZ = now.block.z;
-  was.sharedMemBytes = static_cast<unsigned>(now.smem);
-  was.kernelParams = const_cast<void**>(c.arg_ptrs.data());
+  // What it ran, through the one marshal (its attributes stay on the node).
+  plan ran;
+  ran.block = now.block;
+  ran.dynamic_smem_bytes = now.smem;
+  CUlaunchConfig cfg;
+  launch_attributes attrs;
+  fill_launch_config(cfg, attrs, ran, now.grid, nullptr);
+  const auto was =
+      kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, now.function, const_cast<void**>(c.arg_ptrs.data()));
   const CUresult back = d.cuGraphExecKernelNodeSetParams(exec, c.node, &was);
   return "the CUDA driver refused to update the graph's node (cuGraphKernelNodeSetParams: " + error_name(in_graph) +
          (back == CUDA_SUCCESS ? std::string("): both run its captured plan")

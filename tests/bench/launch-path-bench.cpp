@@ -72,26 +72,19 @@ void BM_raw_cuLaunchKernelEx(benchmark::State& state) {
 }
 BENCHMARK(BM_raw_cuLaunchKernelEx);
 
-// launch() of a kernel whose plan is cached: the hit path.
-void BM_launchfit_hit(benchmark::State& state) {
+// launch() of a kernel whose plan is cached (the first launch, untimed, made it): the hit path.
+template <class Spec>
+void time_hits(benchmark::State& state, const Spec& spec) {
   const lf::kernel k(fresh_kernel());
-  const auto spec = lf::max_occupancy().items(n).on(stream);
   lf::launch(k, spec, 2.0f, x, y, n);
   launchfit_stub_reset_calls();
   for (auto _ : state) benchmark::DoNotOptimize(lf::launch(k, spec, 2.0f, x, y, n));
   count_calls(state);
 }
+void BM_launchfit_hit(benchmark::State& state) { time_hits(state, lf::max_occupancy().items(n).on(stream)); }
 BENCHMARK(BM_launchfit_hit);
-
 // The same with .pdl(): one launch attribute.
-void BM_launchfit_hit_pdl(benchmark::State& state) {
-  const lf::kernel k(fresh_kernel());
-  const auto spec = lf::max_occupancy().items(n).on(stream).pdl();
-  lf::launch(k, spec, 2.0f, x, y, n);
-  launchfit_stub_reset_calls();
-  for (auto _ : state) benchmark::DoNotOptimize(lf::launch(k, spec, 2.0f, x, y, n));
-  count_calls(state);
-}
+void BM_launchfit_hit_pdl(benchmark::State& state) { time_hits(state, lf::max_occupancy().items(n).on(stream).pdl()); }
 BENCHMARK(BM_launchfit_hit_pdl);
 
 // The first launch of a kernel launchfit has not seen: the whole miss, at the default log level (its line is

@@ -60,24 +60,45 @@ CUgraphNode only_node(CUgraph g, std::size_t at = 0) {
   return at < n ? nodes[at] : nullptr;
 }
 
+// One autotuned launch of `f` over n items captured on `s`, instantiated.
+struct one_capture {
+  lf::launched launched;
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CUgraphNode node = nullptr;
+};
+one_capture capture_one(CUfunction f, int n, CUstream s) {
+  one_capture c;
+  launchfit_stub_begin_capture(s);
+  c.launched = lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  c.graph = launchfit_stub_end_capture(s);
+  c.exec = launchfit_stub_instantiate(c.graph);
+  c.node = only_node(c.graph);
+  return c;
+}
+lf::graph_tuning tune(CUgraph g, CUgraphExec exec, std::uintptr_t stream) {
+  return lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
+                        reinterpret_cast<cudaStream_t>(stream_of(stream)));
+}
+
 TEST_F(StubGraph, ALaunchCapturedWithAutotuneIsTunedInPlace) {
   const CUfunction f = map_kernel("_Z5firstPKfPfi", 128);
   const CUstream s = stream_of(0x20);
   const int n = 1 << 20;
-  launchfit_stub_begin_capture(s);
-  const lf::launched first = lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
-  const CUgraph g = launchfit_stub_end_capture(s);
+  const unsigned long long instantiations_before = launchfit_stub_instantiations();
+  const one_capture c = capture_one(f, n, s);
+  const lf::launched& first = c.launched;
+  const CUgraph g = c.graph;
   EXPECT_NE(first.plan().reason.find("captured into a CUDA graph"), std::string::npos) << first.plan().reason;
-  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx") > 0, true);
-  const CUgraphExec exec = launchfit_stub_instantiate(g);
+  const CUgraphExec exec = c.exec;
   const unsigned long long instantiated = launchfit_stub_instantiations();
-  const CUgraphNode node = only_node(g);
+  EXPECT_EQ(instantiated, instantiations_before + 1);
+  const CUgraphNode node = c.node;
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(exec_block(exec, node), first.block.x);
   EXPECT_NE(first.block.x, 128u) << "the static plan is already the best: the test would show nothing";
 
-  const lf::graph_tuning t =
-      lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec), reinterpret_cast<cudaStream_t>(stream_of(0x21)));
+  const lf::graph_tuning t = tune(g, exec, 0x21);
   EXPECT_EQ(t.tuned, 1u) << t.to_string();
   EXPECT_EQ(t.left, 0u) << t.to_string();
   EXPECT_EQ(exec_block(exec, node), 128u) << "the executable graph's node runs another block than the tuned one";
@@ -108,8 +129,7 @@ TEST_F(StubGraph, ANodeUpdateTheDriverRefusesIsReportedAndTheOthersAreTuned) {
   const CUgraphNode na = only_node(g, 0), nb = only_node(g, 1);
   launchfit_stub_fail("cuGraphExecKernelNodeSetParams", CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, 1);
   lf::graph_tuning t;
-  ASSERT_NO_THROW(t = lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
-                                     reinterpret_cast<cudaStream_t>(stream_of(0x23))));
+  ASSERT_NO_THROW(t = tune(g, exec, 0x23));
   EXPECT_EQ(t.tuned, 1u) << t.to_string();
   EXPECT_EQ(t.left, 1u) << t.to_string();
   bool reported = false;
@@ -125,8 +145,7 @@ TEST_F(StubGraph, ANodeUpdateTheDriverRefusesIsReportedAndTheOthersAreTuned) {
   EXPECT_EQ(exec_block(exec, nb), 64u);
   EXPECT_NE(lb.block.x, 64u);
   // Asked again, the refused node is tuned now (its plan is, since the first call).
-  const lf::graph_tuning t2 = lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
-                                             reinterpret_cast<cudaStream_t>(stream_of(0x23)));
+  const lf::graph_tuning t2 = tune(g, exec, 0x23);
   EXPECT_EQ(exec_block(exec, na), 128u) << t2.to_string();
   launchfit_stub_destroy_exec(exec);
   launchfit_stub_destroy_graph(g);
@@ -135,18 +154,14 @@ TEST_F(StubGraph, ANodeUpdateTheDriverRefusesIsReportedAndTheOthersAreTuned) {
 // The executable graph's node was updated, the graph's was refused: the executable one is set back, so the
 // graph and its executable graph run the same plan (and a later instantiation runs what this one runs).
 TEST_F(StubGraph, AGraphNodeUpdateTheDriverRefusesSetsTheExecutableNodeBack) {
-  const CUfunction f = map_kernel("_Z4backPKfPfi", 128);
-  const CUstream s = stream_of(0x28);
-  const int n = 1 << 16;
-  launchfit_stub_begin_capture(s);
-  const lf::launched l = lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
-  const CUgraph g = launchfit_stub_end_capture(s);
-  const CUgraphExec exec = launchfit_stub_instantiate(g);
-  const CUgraphNode node = only_node(g);
+  const one_capture c = capture_one(map_kernel("_Z4backPKfPfi", 128), 1 << 16, stream_of(0x28));
+  const lf::launched& l = c.launched;
+  const CUgraph g = c.graph;
+  const CUgraphExec exec = c.exec;
+  const CUgraphNode node = c.node;
   launchfit_stub_fail("cuGraphKernelNodeSetParams", CUDA_ERROR_INVALID_VALUE, 1);
   const unsigned long long exec_updates = launchfit_stub_calls("cuGraphExecKernelNodeSetParams");
-  const lf::graph_tuning t = lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
-                                            reinterpret_cast<cudaStream_t>(stream_of(0x29)));
+  const lf::graph_tuning t = tune(g, exec, 0x29);
   EXPECT_EQ(t.tuned, 0u) << t.to_string();
   ASSERT_EQ(t.nodes.size(), 1u);
   EXPECT_NE(t.nodes[0].why.find("cuGraphKernelNodeSetParams"), std::string::npos) << t.to_string();
@@ -161,20 +176,14 @@ TEST_F(StubGraph, AGraphNodeUpdateTheDriverRefusesSetsTheExecutableNodeBack) {
 }
 
 TEST_F(StubGraph, AGraphWhoseUserObjectTheDriverRefusesIsNotRemembered) {
-  const CUfunction f = map_kernel("_Z8unheldPKfPfi", 128);
-  const CUstream s = stream_of(0x24);
   launchfit_stub_fail("cuGraphRetainUserObject", CUDA_ERROR_OUT_OF_MEMORY, 1);
   const unsigned long long released = launchfit_stub_calls("cuUserObjectRelease");
-  launchfit_stub_begin_capture(s);
-  lf::launch(lf::kernel(f), tuned_spec(4096, s), device_pointer(0x1000), device_pointer(0x2000), 4096);
-  const CUgraph g = launchfit_stub_end_capture(s);
+  const one_capture c = capture_one(map_kernel("_Z8unheldPKfPfi", 128), 4096, stream_of(0x24));
   EXPECT_EQ(launchfit_stub_calls("cuUserObjectRelease"), released + 1) << "the unattached user object was kept";
-  const CUgraphExec exec = launchfit_stub_instantiate(g);
-  const lf::graph_tuning t = lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
-                                            reinterpret_cast<cudaStream_t>(stream_of(0x25)));
+  const lf::graph_tuning t = tune(c.graph, c.exec, 0x25);
   EXPECT_TRUE(t.nodes.empty()) << t.to_string();
-  launchfit_stub_destroy_exec(exec);
-  launchfit_stub_destroy_graph(g);
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
 }
 
 }  // namespace
