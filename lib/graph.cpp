@@ -276,15 +276,23 @@ bool allocates_in_graph(const std::vector<CUgraphNode>& nodes) {
   return false;
 }
 
-// Sets the executable graph's node and the graph's to `to`; empty, or why the driver would not (then both
-// run what they ran: an executable node updated before the graph's node was refused is set back).
-std::string set_node(CUgraphExec exec, const captured_launch& c, const node_state& now,
+// What set_node() did: nothing to say (both nodes set), or why the driver would not, and whether the
+// executable graph runs the new plan all the same (it refused to set its node back).
+struct node_update {
+  std::string refused;
+  bool exec_runs_new = false;
+};
+
+// Sets the executable graph's node and the graph's to `to`; where the driver refuses, both run what they ran
+// (an executable node updated before the graph's node was refused is set back, where the driver allows).
+node_update set_node(CUgraphExec exec, const captured_launch& c, const node_state& now,
                      const CUDA_KERNEL_NODE_PARAMS& to) {
   const driver_api& d = driver();
   const CUresult in_exec = d.cuGraphExecKernelNodeSetParams(exec, c.node, &to);
   if (in_exec != CUDA_SUCCESS) {
-    return "the CUDA driver refused to update the executable graph's node (cuGraphExecKernelNodeSetParams: " +
-           error_name(in_exec) + "): it runs its captured plan";
+    return {"the CUDA driver refused to update the executable graph's node (cuGraphExecKernelNodeSetParams: " +
+                error_name(in_exec) + "): it runs its captured plan",
+            false};
   }
   const CUresult in_graph = d.cuGraphKernelNodeSetParams(c.node, &to);
   if (in_graph == CUDA_SUCCESS) return {};
@@ -298,10 +306,11 @@ std::string set_node(CUgraphExec exec, const captured_launch& c, const node_stat
   const auto was =
       kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, now.function, const_cast<void**>(c.arg_ptrs.data()));
   const CUresult back = d.cuGraphExecKernelNodeSetParams(exec, c.node, &was);
-  return "the CUDA driver refused to update the graph's node (cuGraphKernelNodeSetParams: " + error_name(in_graph) +
-         (back == CUDA_SUCCESS ? std::string("): both run its captured plan")
-                               : "), and to set the executable graph's node back (" + error_name(back) +
-                                     "): the executable graph runs the tuned plan, the graph the captured one");
+  return {"the CUDA driver refused to update the graph's node (cuGraphKernelNodeSetParams: " + error_name(in_graph) +
+              (back == CUDA_SUCCESS ? std::string("): both run its captured plan")
+                                    : "), and to set the executable graph's node back (" + error_name(back) +
+                                          "): the executable graph runs the tuned plan, the graph the captured one"),
+          back != CUDA_SUCCESS};
 }
 
 }  // namespace
@@ -542,9 +551,10 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
         const std::string text = e.plan.to_string();
         // A node the driver will not update keeps what it runs, in the executable graph and in the graph
         // alike, and is reported; the other nodes are tuned all the same.
-        const std::string why_not = set_node(exec, *c, now, p);
-        if (!why_not.empty()) {
-          rep.why = why_not;
+        const node_update done = set_node(exec, *c, now, p);
+        if (!done.refused.empty()) {
+          rep.why = done.refused;
+          if (done.exec_runs_new) rep.after = text;  // what the executable graph runs
         } else {
           rep.result = graph_node_report::outcome::tuned;
           rep.after = text;

@@ -76,12 +76,14 @@ struct LAUNCHFIT_API graph_tuning {
 /// tuned, and sets `exec` (instantiated from `graph`, which must still exist) to the tuned plans in place:
 /// cudaGraphExecKernelNodeSetParams, never a new instantiation; the graph's own nodes are updated too, so a
 /// later instantiation runs them. Cooperative, cluster and programmatic (PDL) nodes keep their attributes and
-/// edges. A node the CUDA driver refuses to update keeps its captured plan, in the executable graph and in the
-/// graph, and is reported as left with the driver's error; the other nodes are tuned. Trials run on `stream` with the captured arguments, on what the buffers hold now (replay the graph
-/// once first). Call it where the graph is not running (trials and the update race a replay in flight).
-/// A node tuned already is reported unchanged; one whose plan another process of the fleet is tuning is left
-/// (call again once it is published). Throws launchfit::error when a node cannot be updated (the driver's
-/// refusal, naming the kernel and the plan); nodes updated before it keep their tuned plans.
+/// edges. A node the CUDA driver refuses to update is reported as left with the driver's error, and the other
+/// nodes are tuned: it keeps its captured plan in the executable graph and in the graph (an executable node
+/// updated before the graph's node was refused is set back; where the driver refuses that too, the report
+/// says so and its `after` is the tuned plan the executable graph then runs). Trials run on `stream` with the
+/// captured arguments, on what the buffers hold now (replay the graph once first). Call it where the graph is
+/// not running (trials and the update race a replay in flight). A node tuned already is reported unchanged;
+/// one whose plan another process of the fleet is tuning is left (call again once it is published). Throws
+/// launchfit::error where planning or a trial fails, as a launch would.
 LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
 
 /// The dependencies of a node add_kernel_node() adds: `{a, b}` (copied), or an array and its size (not

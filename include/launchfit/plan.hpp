@@ -47,8 +47,11 @@ struct LAUNCHFIT_API plan {
   // What the launch requires whatever the policy decided, as one value: cooperative (the grid checked for
   // co-residency), the cluster (options.cluster; cluster_from_kernel: the kernel's __cluster_dims__, no launch
   // attribute is set), programmatic dependent launch (sm_90+), the SM budget, the smem rule, the waves cap.
-  // The launch's own options, set once where the plan is made: a policy, override, plugin or stored plan that
-  // adds or drops one is refused. The driver's CUlaunchConfig attributes are made from it.
+  // The launch's own options, set once where the plan is made: a policy, override or plugin that adds one is
+  // refused, one that leaves one out gets the launch's, a stored plan that differs is ignored. The driver's
+  // CUlaunchConfig attributes are made from it. The bytes of dynamic smem launched are dynamic_smem_bytes
+  // (options.smem_bytes is the spec's fixed size, 0 under an smem rule). A plan read back from a plan file
+  // (the file keeps the options in the entry's key) has only cooperative, cluster and programmatic set.
   launch_options options;
   // Clusters co-resident on sm_count SMs (cuOccupancyMaxActiveClusters); 0: no cluster.
   int resident_clusters = 0;
@@ -87,7 +90,7 @@ struct LAUNCHFIT_API plan {
     const long long r = resident_blocks();
     return r > 0 ? static_cast<double>(grid_dims.count()) / static_cast<double>(r) : 0.0;
   }
-  // "block=256x1x1 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100.0% limiters=warps
+  // "block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100.0% limiters=warps
   // policy=max_occupancy()": the fields as every printer of a plan names them (log lines, NVTX, the plan file).
   std::string to_string() const;
 };

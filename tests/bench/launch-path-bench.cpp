@@ -39,16 +39,14 @@ CUfunction fresh_kernel() {
 // Driver calls per iteration, by entry point, as benchmark counters.
 void count_calls(benchmark::State& state) {
   const double per = 1.0 / static_cast<double>(state.iterations());
-  double all = 0;
   for (const char* entry :
        {"cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxGetId", "cuFuncGetAttribute", "cuFuncGetName",
         "cuFuncGetParamInfo", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
         "cuOccupancyMaxPotentialBlockSize", "cuStreamIsCapturing", "cuDeviceGetAttribute", "cuCtxGetDevice"}) {
     const double c = static_cast<double>(launchfit_stub_calls(entry)) * per;
-    all += c;
     if (c > 0) state.counters[entry] = c;
   }
-  state.counters["driver_calls"] = all;
+  state.counters["driver_calls"] = static_cast<double>(launchfit_stub_total_calls()) * per;
 }
 
 // The stub's cuLaunchKernelEx, called as a program without launchfit would: the floor of this driver.
@@ -103,7 +101,7 @@ void BM_launchfit_first_launch(benchmark::State& state) {
   }
   count_calls(state);
 }
-BENCHMARK(BM_launchfit_first_launch)->Iterations(20000);
+BENCHMARK(BM_launchfit_first_launch);
 
 }  // namespace
 

@@ -82,6 +82,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check_one_safe_line(line);
   const auto j = nlohmann::json::parse(line);
   check(j.is_object() && j["event"] == "new_plan");
-  if (size <= lf::detail::log_field_cap && valid_utf8_strict(text)) check(j["reason"] == text);
+  if (size <= lf::detail::log_field_cap && valid_utf8_strict(text)) check(j["plan"]["reason"] == text);
   return 0;
 }

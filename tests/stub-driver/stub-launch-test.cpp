@@ -127,6 +127,7 @@ TEST(StubLaunch, TheHitPathAsksTheDriverForTheLaunchAndTheContextAlone) {
   constexpr int launches = 1000;
   for (int i = 0; i < launches; ++i) lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
   EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), static_cast<unsigned long long>(launches));
+  EXPECT_LE(launchfit_stub_total_calls(), 3ull * launches) << "a driver call beyond the context and the launch";
   EXPECT_LE(launchfit_stub_calls("cuCtxGetCurrent"), static_cast<unsigned long long>(launches));
   EXPECT_LE(launchfit_stub_calls("cuCtxGetId"), static_cast<unsigned long long>(launches));
   for (const char* other :

@@ -242,6 +242,7 @@ struct stub_graph {
   std::map<stub_user_object*, unsigned> objects;  // references this graph holds
   int execs = 0;
   bool destroyed = false;
+  bool released = false;  // claimed by the one caller that frees it
 };
 
 struct stub_exec {
@@ -253,6 +254,7 @@ struct stub_capture {
   stub_graph* graph = nullptr;
   unsigned long long id = 0;
   CUgraphNode last = nullptr;
+  CUgraphNode deps = nullptr;  // what cuStreamGetCaptureInfo hands out: valid until the capture's next change
 };
 
 struct graphs {
@@ -286,7 +288,8 @@ void release_graph_if_done(stub_graph* g) {
   std::map<stub_user_object*, unsigned> objects;
   {
     std::lock_guard<std::mutex> lock(the_graphs().m);
-    if (!g->destroyed || g->execs > 0) return;
+    if (!g->destroyed || g->execs > 0 || g->released) return;
+    g->released = true;
     objects.swap(g->objects);
   }
   for (auto& [o, n] : objects) release_object(o, n);
@@ -572,7 +575,8 @@ CUresult CUDAAPI stub_cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus* 
   if (it == g.captures.end()) return CUDA_SUCCESS;
   if (id) *id = it->second.id;
   if (graph) *graph = reinterpret_cast<CUgraph>(it->second.graph);
-  if (deps) *deps = it->second.last ? &it->second.last : nullptr;
+  it->second.deps = it->second.last;
+  if (deps) *deps = it->second.last ? &it->second.deps : nullptr;
   if (edges) *edges = nullptr;
   if (n) *n = it->second.last ? 1 : 0;
   return CUDA_SUCCESS;
@@ -636,7 +640,7 @@ CUresult CUDAAPI stub_cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode 
   auto* exec = reinterpret_cast<stub_exec*>(e);
   const auto it = exec->params.find(node_of(n));
   if (it == exec->params.end()) return CUDA_ERROR_INVALID_VALUE;
-  if (it->second.func != p->func) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;  // another context's kernel
+  if (!p->func) return CUDA_ERROR_INVALID_VALUE;  // one context here: any kernel of it may replace the node's
   it->second = *p;
   it->second.kernelParams = nullptr;
   return CUDA_SUCCESS;
@@ -656,13 +660,18 @@ CUresult CUDAAPI stub_cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t*
 CUresult CUDAAPI stub_cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType* type) {
   ENTER(cuGraphNodeGetType);
   if (!n || !type) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(the_graphs().m);
   *type = node_of(n)->type;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI stub_cuGraphDestroyNode(CUgraphNode n) {
   ENTER(cuGraphDestroyNode);
   if (!n) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(the_graphs().m);
+  graphs& g = the_graphs();
+  std::lock_guard<std::mutex> lock(g.m);
+  for (auto& [stream, c] : g.captures) {
+    if (c.last == n) c.last = nullptr;  // the capture's next node has no dependency left
+  }
   auto& nodes = node_of(n)->graph->nodes;
   nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [n](const auto& p) { return p.get() == node_of(n); }),
               nodes.end());
@@ -746,6 +755,12 @@ void launchfit_stub_set_cost(CUfunction f, double best_ms, unsigned best_block) 
 unsigned long long launchfit_stub_calls(const char* entry) {
   const int id = entry_of(entry);
   return id < 0 ? 0 : calls[id].load(std::memory_order_relaxed);
+}
+
+unsigned long long launchfit_stub_total_calls(void) {
+  unsigned long long all = 0;
+  for (const auto& c : calls) all += c.load(std::memory_order_relaxed);
+  return all;
 }
 
 void launchfit_stub_reset_calls(void) {
@@ -836,14 +851,21 @@ unsigned long long launchfit_stub_instantiations(void) {
   return the_graphs().instantiations;
 }
 
+// (Not driver calls: neither counted nor failed on request.)
 size_t launchfit_stub_graph_nodes(CUgraph graph, CUgraphNode* out, size_t max) {
-  size_t n = max;
-  if (stub_cuGraphGetNodes(graph, out, &n) != CUDA_SUCCESS) return 0;
-  return n;
+  if (!graph) return 0;
+  std::lock_guard<std::mutex> lock(the_graphs().m);
+  const auto* g = reinterpret_cast<stub_graph*>(graph);
+  for (size_t i = 0; out && i < std::min(max, g->nodes.size()); ++i)
+    out[i] = reinterpret_cast<CUgraphNode>(g->nodes[i].get());
+  return g->nodes.size();
 }
 
 int launchfit_stub_graph_node(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* out) {
-  return node && stub_cuGraphKernelNodeGetParams(node, out) == CUDA_SUCCESS;
+  if (!node) return 0;
+  std::lock_guard<std::mutex> lock(the_graphs().m);
+  if (out) *out = node_of(node)->params;
+  return 1;
 }
 
 int launchfit_stub_exec_node(CUgraphExec exec, CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* out) {

@@ -30,6 +30,8 @@ void launchfit_stub_set_cost(CUfunction f, double best_ms, unsigned best_block);
 // Calls of one entry point by its name in cuda.h ("cuLaunchKernelEx", "cuStreamGetCaptureInfo"), since the
 // process started or the last reset.
 unsigned long long launchfit_stub_calls(const char* entry);
+// Calls of every entry point together (the control functions here are not driver calls).
+unsigned long long launchfit_stub_total_calls(void);
 void launchfit_stub_reset_calls(void);
 // The last cuLaunchKernelEx of `f` (any kernel when null): its config, its attributes copied into `attrs`
 // (up to `max_attrs`); 0 when there was none.
