@@ -259,6 +259,9 @@ struct stub_capture {
 
 struct graphs {
   std::mutex m;
+  // Every graph and executable graph not destroyed yet, as a driver holds them (reachable until destroyed).
+  std::set<stub_graph*> live_graphs;
+  std::set<stub_exec*> live_execs;
   std::map<CUstream, stub_capture> captures;
   std::atomic<int> capturing{0};
   unsigned long long next_capture = 1;
@@ -290,6 +293,7 @@ void release_graph_if_done(stub_graph* g) {
     std::lock_guard<std::mutex> lock(the_graphs().m);
     if (!g->destroyed || g->execs > 0 || g->released) return;
     g->released = true;
+    the_graphs().live_graphs.erase(g);
     objects.swap(g->objects);
   }
   for (auto& [o, n] : objects) release_object(o, n);
@@ -793,6 +797,7 @@ void launchfit_stub_begin_capture(CUstream stream) {
   std::lock_guard<std::mutex> lock(g.m);
   stub_capture& c = g.captures[stream];
   c.graph = new stub_graph;
+  g.live_graphs.insert(c.graph);
   c.id = g.next_capture++;
   c.last = nullptr;
   g.capturing.fetch_add(1, std::memory_order_release);
@@ -814,6 +819,7 @@ CUgraphExec launchfit_stub_instantiate(CUgraph graph) {
   std::lock_guard<std::mutex> lock(g.m);
   auto* gr = reinterpret_cast<stub_graph*>(graph);
   auto* e = new stub_exec;
+  g.live_execs.insert(e);
   e->graph = gr;
   for (const auto& n : gr->nodes) {
     if (n->type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
@@ -832,6 +838,7 @@ void launchfit_stub_destroy_exec(CUgraphExec exec) {
   {
     std::lock_guard<std::mutex> lock(the_graphs().m);
     --gr->execs;
+    the_graphs().live_execs.erase(e);
   }
   delete e;
   release_graph_if_done(gr);
