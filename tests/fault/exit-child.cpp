@@ -14,11 +14,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "cache_file.hpp"
 #include "launchfit/cache.hpp"
@@ -91,6 +93,10 @@ int main(int argc, char** argv) {
     // Not under GCC 12's sanitizers, whose allocator has no fork handlers: a child forked while that thread
     // allocates could hang in it, which is not what this program is about (tests/sanitize.sh).
     store(tag, 1000001, 3);
+#else
+    // Under them the background thread is let finish what the flush gave it (its buffers freed) and go idle,
+    // so that no thread is inside the allocator at the fork.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
 #endif
     std::fflush(nullptr);
     const pid_t child = fork();
