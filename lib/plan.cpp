@@ -14,7 +14,7 @@
 
 namespace launchfit {
 
-// "block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100.0% limiters=warps policy=..."
+// "block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100% limiters=warps policy=..."
 std::string plan::to_string() const { return detail::fields_text(detail::describe_plan(*this), detail::shown::everywhere); }
 
 namespace {

@@ -16,12 +16,6 @@ constexpr std::size_t text_cap = 4096;  // longest free text a line shows of one
 
 nlohmann::json dims_json(dims d) { return nlohmann::json::array({d.x, d.y, d.z}); }
 
-std::string percent(double v) {
-  char s[24];
-  std::snprintf(s, sizeof s, "%.1f%%", v * 100.0);
-  return s;
-}
-
 std::string millis(double v) {
   char s[32];
   std::snprintf(s, sizeof s, "%.1fms", v);
@@ -67,7 +61,7 @@ std::vector<plan_field> describe_plan(const plan& p) {
                shaped ? p.shape_rule.to_string() : std::string(), shaped ? shown::everywhere : shown::nowhere, false});
   // Shown once computed (a plan a policy made but nothing validated yet has none).
   const bool computed = occ.active_blocks_per_sm > 0 || occ.limiters != 0;
-  f.push_back({"occupancy", occupancy_to_json(occ), percent(occ.occupancy), computed ? shown::everywhere : shown::nowhere,
+  f.push_back({"occupancy", occupancy_to_json(occ), percent_text(occ.occupancy), computed ? shown::everywhere : shown::nowhere,
                true});
   // The JSON holds these inside "occupancy", under the same names.
   const shown counts = computed ? shown::line : shown::nowhere;

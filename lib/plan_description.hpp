@@ -5,7 +5,7 @@
 // (observe.cpp) and plan::to_string() (error messages, trace lines). Each field has one name, the same JSON
 // key and text word everywhere, one JSON value and one text form; a field added here reaches every printer.
 //
-//   text:  block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100.0% limiters=warps
+//   text:  block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100% limiters=warps
 //          policy=max_occupancy() ...                                   (flags that are set: their name alone)
 //   JSON:  {"block": [256, 1, 1], "block_threads": 256, "blocks_per_sm": 8, ..., "occupancy": {...}, ...}
 

@@ -71,8 +71,6 @@ void text_field(const json& obj, const char* key, std::string& out) {
   });
 }
 
-json dims_json(dims d) { return json::array({d.x, d.y, d.z}); }
-
 constexpr unsigned long long int_max = INT_MAX;
 constexpr unsigned long long smem_max = 1ull << 30;  // far above any device's shared memory
 

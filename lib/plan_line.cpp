@@ -17,12 +17,6 @@ namespace launchfit::detail {
 
 namespace {
 
-std::string pct(double v) {
-  char s[16];
-  std::snprintf(s, sizeof s, "%.1f%%", v * 100.0);
-  return s;
-}
-
 std::string work_to_string(const work& w) {
   if (w.kind == work::shape::none) return "resident";
   if (w.kind == work::shape::grid) return "caller(" + w.grid.to_string() + ")";
@@ -101,7 +95,7 @@ std::vector<plan_field> describe_report(const plan_report& r, const std::string&
   }
   if (p.options.has_cluster()) {
     const double c = cluster_occupancy(p, p.occupancy);
-    f.push_back({"cluster_occupancy", c, pct(c), shown::line, false});
+    f.push_back({"cluster_occupancy", c, percent_text(c), shown::line, false});
   }
   f.push_back(number("registers", r.kernel.regs_per_thread));
   f.push_back(number("local_bytes_per_thread", r.kernel.local_bytes_per_thread));

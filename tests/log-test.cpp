@@ -74,7 +74,7 @@ TEST(Log, TextLineSaysWhatTheKernelRanWithAndWhy) {
   const std::string line = lf::detail::format_plan(sample_report(), lf::log_format::text);
   for (const char* field :
        {"kernel=reduce(float const*, float*, int)", "device=\"NVIDIA H200\" device_ordinal=0", "cc=9.0",
-        "block=256", "grid_rule=grid_stride(cap 528)", "dynamic_smem_bytes=0", "occupancy=75.0%",
+        "block=256", "grid_rule=grid_stride(cap 528)", "dynamic_smem_bytes=0", "occupancy=75%",
         "active_blocks_per_sm=6", "active_warps_per_sm=48", "blocks_per_sm=4", "limiters=registers",
         "registers=40", "local_bytes_per_thread=0",
         "policy=bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)", "match=computed",

@@ -90,7 +90,7 @@ struct LAUNCHFIT_API plan {
     const long long r = resident_blocks();
     return r > 0 ? static_cast<double>(grid_dims.count()) / static_cast<double>(r) : 0.0;
   }
-  // "block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100.0% limiters=warps
+  // "block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100% limiters=warps
   // policy=max_occupancy()": the fields as every printer of a plan names them (log lines, NVTX, the plan file).
   std::string to_string() const;
 };
