@@ -16,6 +16,18 @@
 
 namespace launchfit::fault {
 
+// Built with AddressSanitizer or ThreadSanitizer. They slow every allocation several times, and CI runs two
+// tests at once on two cores: the bounds that tell a hang from a slow child are slow_factor times wider.
+// (GCC 12's sanitizer allocators have no fork handlers: a test that forks from a busy process lets its
+// threads leave the allocator first under them.)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized = true;
+inline constexpr int slow_factor = 4;
+#else
+inline constexpr bool sanitized = false;
+inline constexpr int slow_factor = 1;
+#endif
+
 struct bounded_result {
   bool finished = false;  // exited before the deadline
   int exit_code = -1;     // when finished normally

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "cache_file.hpp"
+#include "fault/bounded.hpp"
 #include "raw_redis.hpp"
 
 extern char** environ;
@@ -45,11 +46,7 @@ namespace {
 constexpr int flushed_plans = 10;  // as exit-child.cpp
 constexpr int redis_db = 9;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool sanitized = true;
-#else
-constexpr bool sanitized = false;
-#endif
+using launchfit::fault::sanitized;
 
 struct run_spec {
   std::string how;

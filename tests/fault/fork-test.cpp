@@ -62,15 +62,8 @@ namespace {
 #define LAUNCHFIT_SKIP_UNDER_TSAN() (void)0
 #endif
 
-// The sanitizers slow every allocation several times, and CI runs two tests at once on two cores: the bounds
-// that tell a hang from a slow child are that much wider there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int slow_factor = 4;
-constexpr bool sanitized = true;
-#else
-constexpr int slow_factor = 1;
-constexpr bool sanitized = false;
-#endif
+using launchfit::fault::sanitized;
+using launchfit::fault::slow_factor;
 
 constexpr int storm_forks = 50;
 constexpr auto child_limit = 3000ms * slow_factor;  // one child: a clean one takes milliseconds

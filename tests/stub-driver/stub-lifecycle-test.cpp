@@ -37,13 +37,8 @@ extern "C" int __lsan_is_turned_off() { return in_forked_child ? 1 : 0; }
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int slow_factor = 4;
-constexpr bool sanitized = true;
-#else
-constexpr int slow_factor = 1;
-constexpr bool sanitized = false;
-#endif
+using launchfit::fault::sanitized;
+using launchfit::fault::slow_factor;
 
 const std::size_t map_params[] = {sizeof(void*), sizeof(void*), sizeof(int)};
 float* device_pointer(std::uintptr_t n) { return reinterpret_cast<float*>(n); }
@@ -99,7 +94,6 @@ TEST(StubLifecycle, AProcessEndsAtOnceWithCapturedLaunchesPending) {
   });
   EXPECT_TRUE(r.finished) << "the process did not end within the bound";
   EXPECT_EQ(r.exit_code, 0) << "signal " << r.signal;
-  EXPECT_LT(r.seconds, 5.0 * slow_factor);
 }
 
 // Another thread keeps capturing, tuning and destroying graphs (taking the captures' lock, calling the user
