@@ -183,6 +183,27 @@ TEST_F(StubGraph, AGraphNodeUpdateTheDriverRefusesSetsTheExecutableNodeBack) {
   launchfit_stub_destroy_graph(g);
 }
 
+// The graph's node refused, and setting the executable one back refused too: the report says the executable
+// graph runs the tuned plan (its `after`), and the graph keeps the captured one.
+TEST_F(StubGraph, WhereTheDriverAlsoRefusesTheSetBackTheReportSaysWhatTheExecutableGraphRuns) {
+  const one_capture c = capture_one(map_kernel("_Z6strandPKfPfi", 128), 1 << 16, stream_of(0x2a));
+  launchfit_stub_fail("cuGraphKernelNodeSetParams", CUDA_ERROR_INVALID_VALUE, 1);
+  launchfit_stub_fail_after("cuGraphExecKernelNodeSetParams", CUDA_ERROR_INVALID_VALUE, 1, 1);  // the set-back
+  const lf::graph_tuning t = tune(c.graph, c.exec, 0x2b);
+  ASSERT_EQ(t.nodes.size(), 1u);
+  const lf::graph_node_report& r = t.nodes[0];
+  EXPECT_EQ(r.result, lf::graph_node_report::outcome::left) << t.to_string();
+  EXPECT_NE(r.why.find("the executable graph runs the tuned plan, the graph the captured one"), std::string::npos)
+      << t.to_string();
+  EXPECT_NE(r.after.find("block=128"), std::string::npos) << r.after;
+  EXPECT_EQ(exec_block(c.exec, c.node), 128u);
+  CUDA_KERNEL_NODE_PARAMS p{};
+  ASSERT_EQ(launchfit_stub_graph_node(c.node, &p), 1);
+  EXPECT_EQ(p.blockDimX, c.launched.block.x);
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
+}
+
 TEST_F(StubGraph, AGraphWhoseUserObjectTheDriverRefusesIsNotRemembered) {
   launchfit_stub_fail("cuGraphRetainUserObject", CUDA_ERROR_OUT_OF_MEMORY, 1);
   const unsigned long long released = launchfit_stub_calls("cuUserObjectRelease");

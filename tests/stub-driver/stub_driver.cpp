@@ -94,6 +94,7 @@ std::atomic<bool> any_failure{false};
 
 struct failure {
   CUresult code = CUDA_SUCCESS;
+  int skip = 0;   // calls that still succeed first
   int times = 0;  // < 0: until cleared
 };
 
@@ -121,6 +122,10 @@ CUresult enter(entry_id id) {
   std::lock_guard<std::mutex> lock(s.m);
   failure& f = s.failures[id];
   if (f.times == 0) return CUDA_SUCCESS;
+  if (f.skip > 0) {
+    --f.skip;
+    return CUDA_SUCCESS;
+  }
   if (f.times > 0) --f.times;
   return f.code;
 }
@@ -781,12 +786,14 @@ int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAtt
   return 1;
 }
 
-void launchfit_stub_fail(const char* entry, CUresult code, int times) {
+void launchfit_stub_fail(const char* entry, CUresult code, int times) { launchfit_stub_fail_after(entry, code, 0, times); }
+
+void launchfit_stub_fail_after(const char* entry, CUresult code, int skip, int times) {
   const int id = entry_of(entry);
   if (id < 0) std::abort();  // a test's typo: never a failure silently not injected
   state& s = the_state();
   std::lock_guard<std::mutex> lock(s.m);
-  s.failures[id] = failure{code, times};
+  s.failures[id] = failure{code, skip, times};
   bool any = false;
   for (const failure& f : s.failures) any = any || f.times != 0;
   any_failure.store(any, std::memory_order_relaxed);

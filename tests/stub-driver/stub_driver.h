@@ -39,6 +39,8 @@ int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAtt
 
 // The next `times` calls of `entry` return `code` (times < 0: every call until set again with 0).
 void launchfit_stub_fail(const char* entry, CUresult code, int times);
+// The same once `skip` more calls of it have succeeded.
+void launchfit_stub_fail_after(const char* entry, CUresult code, int skip, int times);
 
 // Stream capture: launches on `stream` become kernel nodes of a new graph, each depending on the one before,
 // until end_capture returns the graph.
