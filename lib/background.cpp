@@ -73,13 +73,13 @@ void thread_main();
 
 // Under s.m. Starts this process's thread if it has none.
 void ensure_thread(queue_state& s) {
-  if (s.thread_pid == ::getpid() || s.stopped) return;
+  if (s.thread_pid == lifecycle::process_id() || s.stopped) return;
   try {
     std::thread(thread_main).detach();
   } catch (const std::system_error&) {
     return;  // no thread: tasks run when flushed (run_here) and at exit
   }
-  s.thread_pid = ::getpid();
+  s.thread_pid = lifecycle::process_id();
   ++s.st.threads_started;
 }
 
@@ -102,7 +102,7 @@ void thread_main() {
   on_thread = true;
   queue_state& s = q();
   std::unique_lock<std::mutex> lk(*s.m);
-  const pid_t me = ::getpid();
+  const pid_t me = lifecycle::process_id();
   for (;;) {
     if (s.thread_pid != me || s.stopped) {
       if (s.thread_pid == me) s.thread_pid = 0;
@@ -222,7 +222,7 @@ void wake(task& t, clock::time_point when, bool notify) noexcept {
   } else {
     sl->due = std::min(sl->due, when);
   }
-  const bool started = s.thread_pid == ::getpid();
+  const bool started = s.thread_pid == lifecycle::process_id();
   ensure_thread(s);
   if (!started) return;  // a new thread looks at every task first
   if (notify && s.sleeping && when < s.sleeps_until) {

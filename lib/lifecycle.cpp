@@ -4,6 +4,7 @@
 #include "lifecycle.hpp"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -17,6 +18,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -31,6 +33,7 @@ fork_hooks table[max_hooks];
 int registered = 0;
 fork_hooks innermost{};  // prepared after every other module, repaired before them
 bool atfork_registered = false;
+std::atomic<pid_t> cached_pid{0};  // 0: not cached yet (or the fork handler could not be registered)
 
 void prepare_all() {
   table_mutex.lock();
@@ -47,6 +50,7 @@ void parent_all() {
 }
 
 void child_all() {
+  cached_pid.store(::getpid(), std::memory_order_relaxed);  // before any hook: hooks may ask
   if (innermost.child) innermost.child();
   for (int i = 0; i < registered; ++i)
     if (table[i].child) table[i].child();
@@ -80,6 +84,19 @@ bool on_fork_innermost(const fork_hooks& hooks) noexcept {
   if (innermost.prepare || !ensure_atfork()) return false;
   innermost = hooks;
   return true;
+}
+
+pid_t process_id() noexcept {
+  if (const pid_t p = cached_pid.load(std::memory_order_relaxed)) return p;
+  {
+    std::lock_guard<std::mutex> lock(table_mutex);
+    if (!ensure_atfork()) return ::getpid();
+  }
+  // With the handler registered, a fork from here on sets the child's own; this thread is not in that child.
+  const pid_t p = ::getpid();
+  pid_t none = 0;
+  cached_pid.compare_exchange_strong(none, p, std::memory_order_relaxed);
+  return p;
 }
 
 bool on_exit(void (*handler)()) noexcept { return std::atexit(handler) == 0; }

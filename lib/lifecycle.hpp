@@ -13,6 +13,8 @@
 // exists: a child hook replaces what another thread could have held and leaves its module usable (a
 // background thread started again on next use, or the feature off for the child, said where it is).
 
+#include <sys/types.h>
+
 namespace launchfit::detail::lifecycle {
 
 struct fork_hooks {
@@ -36,6 +38,13 @@ bool on_fork_innermost(const fork_hooks& hooks) noexcept;
 // launchfit registers one: background::shutdown (background.hpp), which drains every writer in order (the
 // plan file, the remote stores, the log) and stops the background thread. Modules do not register their own.
 bool on_exit(void (*handler)()) noexcept;
+
+// This process's ID without a system call (getpid() is one, about 0.2 µs on a virtual machine; the logging
+// queue asks on every line it takes). Kept up to date by the fork handler, which the first call registers, and
+// set in a child of fork() before any module's child hook runs. A child made without fork()'s handlers (a raw
+// clone() that goes on to call launchfit) reads its parent's ID: launchfit's locks are not made safe for such a
+// child either. Where the handler cannot be registered, every call asks the system.
+pid_t process_id() noexcept;
 
 // A child hook that replaces a lock its prepare hook took (rather than unlocking it: glibc unlocks a
 // write-locked rwlock only from the thread id that locked it, and the child's thread has another) calls this

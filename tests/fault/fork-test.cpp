@@ -29,6 +29,7 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/log.hpp"
+#include "lifecycle.hpp"
 #include "log_internal.hpp"
 #include "remote_store.hpp"
 
@@ -191,6 +192,32 @@ TEST(Fork, ChildrenOfAnAsyncLoggerWhileThreadsLogExec) {
 // initialisation that no thread of its own is running. The other thread is held inside the first use (it
 // waits for spdlog's registry, which a third thread holds) so the fork lands there. Its child logs
 // asynchronously (the default), so it starts a logging thread: not under ThreadSanitizer (see above).
+// launchfit keeps its process ID (lifecycle::process_id(): the logging queue asks on every line, and getpid()
+// is a system call). A child of fork() reads its own, and so does the child's child: whether the logging
+// thread runs in this process, and every JSON line's pid, depend on it.
+TEST(Fork, AChildAndItsChildKnowTheirOwnProcessId) {
+  ASSERT_EQ(ld::lifecycle::process_id(), ::getpid());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    in_storm_child = true;
+    int code = ld::lifecycle::process_id() == ::getpid() ? 0 : 1;
+    if (code == 0) {
+      const pid_t grandchild = ::fork();
+      if (grandchild == 0) ::_exit(ld::lifecycle::process_id() == ::getpid() ? 0 : 1);
+      int st = 0;
+      if (grandchild < 0 || ::waitpid(grandchild, &st, 0) != grandchild || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        code = 2;
+    }
+    ::_exit(code);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st)) << "the child did not exit";
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "1: the child read another process's ID; 2: the child's child did";
+  EXPECT_EQ(ld::lifecycle::process_id(), ::getpid());
+}
+
 TEST(Fork, AChildForkedDuringTheLoggersFirstUseCanLog) {
   LAUNCHFIT_SKIP_UNDER_TSAN();
   for (int round = 0; round < 10; ++round) {
