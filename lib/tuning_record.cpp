@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "driver.hpp"
+
 namespace launchfit::detail {
 
 tuning_record::key tuning_record::key_of(const plan& p) {
@@ -124,8 +126,40 @@ std::string tuning_record::conditions_text() const {
   return conditions_text_;
 }
 
+namespace {
+
+// The probe NVML's reader uses to tell this process among host PIDs (nvml.hpp): self_probe_bytes of device
+// memory in the current context (the tuning's), held while NVML is asked, then freed. This thread's capture
+// mode is relaxed for the allocation, so a global-mode capture on another thread is never invalidated by it.
+struct held_memory {
+  CUdeviceptr p = 0;
+};
+bool hold_probe(void* self) {
+  const driver_api& d = driver();
+  if (!d.cuMemAlloc || !d.cuMemFree) return false;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  const bool exchanged =
+      d.cuThreadExchangeStreamCaptureMode && d.cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+  auto& h = *static_cast<held_memory*>(self);
+  const CUresult r = d.cuMemAlloc(&h.p, nvml::self_probe_bytes);
+  if (exchanged) d.cuThreadExchangeStreamCaptureMode(&mode);
+  if (r != CUDA_SUCCESS) h.p = 0;
+  return r == CUDA_SUCCESS;
+}
+void release_probe(void* self) {
+  auto& h = *static_cast<held_memory*>(self);
+  if (h.p) driver().cuMemFree(h.p);
+  h.p = 0;
+}
+
+}  // namespace
+
 tuning_record::conditions_reader gpu_conditions_reader(const device_limits& dev) {
-  return [uuid = dev.uuid](std::uint64_t since_us) { return nvml::read(uuid, since_us); };
+  return [uuid = dev.uuid](std::uint64_t since_us) {
+    held_memory held;
+    const nvml::self_probe probe{&hold_probe, &release_probe, &held};
+    return nvml::read(uuid, since_us, {}, &probe);
+  };
 }
 
 std::string tuning_record::provisional_note(const plan_measurement& m) {
