@@ -24,8 +24,7 @@ namespace launchfit::detail {
   X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxPotentialClusterSize) X(cuStreamGetCaptureInfo)          \
   X(cuGraphAddNode) X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)                     \
   X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType)\
-  X(cuGraphDestroyNode) X(cuUserObjectCreate) X(cuUserObjectRelease) X(cuGraphRetainUserObject)        \
-  X(cuMemAlloc) X(cuMemFree) X(cuThreadExchangeStreamCaptureMode)
+  X(cuGraphDestroyNode) X(cuUserObjectCreate) X(cuUserObjectRelease) X(cuGraphRetainUserObject)
 
 struct driver_api {
 #define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

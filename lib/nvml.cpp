@@ -13,8 +13,6 @@
 #include <mutex>
 #include <vector>
 
-#include "lifecycle.hpp"
-
 namespace launchfit::detail::nvml {
 namespace {
 
@@ -32,11 +30,6 @@ struct state {
   const function_table* fake = nullptr;
   const char* library = default_library;
   std::atomic<bool> unknown_said{false};
-  // This process's host PID as a probe told it (0: not learnt), for the process that learnt it (a child of
-  // fork() learns its own), and how many probes told nothing.
-  unsigned self_host_pid = 0;
-  pid_t self_for = 0;
-  int self_tries = 0;
 };
 
 state& the_state() {
@@ -86,7 +79,8 @@ void load(state& s) {
 // Compute processes on the device other than this one, or -1. A process in a PID namespace (a container)
 // sees NVML's host PIDs: when no entry carries this process's PID, one entry is taken as this process's own
 // (tuning runs in a context this process holds on the device, so it is always listed).
-int other_processes(const function_table& t, device d, unsigned self, bool& self_listed) {
+int other_processes(const function_table& t, device d, bool& self_listed) {
+  const unsigned self = static_cast<unsigned>(getpid());
   std::vector<unsigned> pids;
   unsigned count = max_processes;
   if (t.compute_processes_v3) {
@@ -121,7 +115,7 @@ int other_processes(const function_table& t, device d, unsigned self, bool& self
 // Other processes with a utilization sample of busy_sm_percent or more since `since_us`, or -1 when NVML
 // keeps no samples. NVML answers "not found" when no process ran since then: none busy. In a PID namespace,
 // where NVML lists no process under this one's PID, one busy process is taken as this one (its own trials).
-int busy_processes(const function_table& t, device d, std::uint64_t since_us, unsigned self, bool self_listed) {
+int busy_processes(const function_table& t, device d, std::uint64_t since_us, bool self_listed) {
   if (!t.process_utilization) return -1;
   unsigned count = max_processes;
   std::vector<process_utilization_sample> samples(max_processes);
@@ -130,6 +124,7 @@ int busy_processes(const function_table& t, device d, std::uint64_t since_us, un
   if (r == not_found) return 0;
   if (r == insufficient_size) return static_cast<int>(count);  // a crowded GPU: count them all busy
   if (r != success) return -1;
+  const unsigned self = static_cast<unsigned>(getpid());
   std::vector<unsigned> busy;
   for (unsigned i = 0; i < count && i < max_processes; ++i) {
     const process_utilization_sample& s = samples[i];
@@ -141,56 +136,6 @@ int busy_processes(const function_table& t, device d, std::uint64_t since_us, un
   return !self_listed && n > 0 ? n - 1 : n;
 }
 
-// Each compute process's used device memory (NVML_VALUE_NOT_AVAILABLE where NVML cannot say), or false.
-bool used_memory(const function_table& t, device d, std::vector<std::pair<unsigned, unsigned long long>>& out) {
-  out.clear();
-  if (!t.compute_processes_v3) return false;
-  std::vector<process_info_v3> info(max_processes);
-  unsigned count = max_processes;
-  if (t.compute_processes_v3(d, &count, info.data()) != success) return false;
-  for (unsigned i = 0; i < count && i < max_processes; ++i) out.emplace_back(info[i].pid, info[i].used_gpu_memory);
-  return true;
-}
-
-bool listed(const std::vector<std::pair<unsigned, unsigned long long>>& used, unsigned pid) {
-  return std::any_of(used.begin(), used.end(), [&](const auto& u) { return u.first == pid; });
-}
-
-// This process's host PID, learnt by the probe (see read()); 0 when it cannot be told. Under s.m.
-constexpr int self_probe_tries = 3;  // then this process stops probing (each probe allocates)
-unsigned learn_self(state& s, const function_table& t, device d, const self_probe& probe) {
-  const pid_t me = lifecycle::process_id();
-  if (s.self_for != me) {
-    s.self_for = me;
-    s.self_host_pid = 0;
-    s.self_tries = 0;
-  }
-  if (s.self_host_pid != 0 || s.self_tries >= self_probe_tries || !probe.hold || !probe.release) return s.self_host_pid;
-  ++s.self_tries;
-  constexpr unsigned long long not_available = ~0ull;
-  std::vector<std::pair<unsigned, unsigned long long>> before, after;
-  if (!used_memory(t, d, before)) return 0;
-  if (!probe.hold(probe.self)) return 0;
-  const bool read_after = used_memory(t, d, after);
-  probe.release(probe.self);
-  if (!read_after) return 0;
-  unsigned found = 0;
-  int grown = 0;
-  for (const auto& [pid, bytes] : after) {
-    if (bytes == not_available) continue;
-    unsigned long long was = 0;
-    for (const auto& [p0, b0] : before)
-      if (p0 == pid && b0 != not_available) was = b0;
-    if (bytes >= was + self_probe_bytes) {
-      found = pid;
-      ++grown;
-    }
-  }
-  if (grown != 1) return 0;  // none (NVML does not say), or another process allocated too: try again later
-  s.self_host_pid = found;
-  return found;
-}
-
 }  // namespace
 
 std::uint64_t now_us() {
@@ -199,8 +144,7 @@ std::uint64_t now_us() {
                                         .count());
 }
 
-gpu_conditions read(const std::string& uuid, std::uint64_t since_us, const std::string& pci_bus_id,
-                    const self_probe* probe) {
+gpu_conditions read(const std::string& uuid, std::uint64_t since_us, const std::string& pci_bus_id) {
   gpu_conditions c;
   state& s = the_state();
   std::lock_guard<std::mutex> lock(s.m);
@@ -219,16 +163,9 @@ gpu_conditions read(const std::string& uuid, std::uint64_t since_us, const std::
     return c;
   }
   c.known = true;
-  unsigned self = static_cast<unsigned>(lifecycle::process_id());
-  if (probe) {
-    std::vector<std::pair<unsigned, unsigned long long>> used;
-    if (used_memory(t, d, used) && !listed(used, self)) {
-      if (const unsigned host = learn_self(s, t, d, *probe)) self = host;
-    }
-  }
   bool self_listed = false;
-  c.other_processes = other_processes(t, d, self, self_listed);
-  c.busy_processes = busy_processes(t, d, since_us, self, self_listed);
+  c.other_processes = other_processes(t, d, self_listed);
+  c.busy_processes = busy_processes(t, d, since_us, self_listed);
   unsigned mhz = 0;
   if (t.clock && t.clock(d, clock_sm, &mhz) == success) c.sm_clock_mhz = mhz;
   if (t.max_clock && t.max_clock(d, clock_sm, &mhz) == success) c.max_sm_clock_mhz = mhz;
@@ -279,7 +216,6 @@ void set_table_for_tests(const function_table* fake) {
   std::lock_guard<std::mutex> lock(s.m);
   s.fake = fake;
   s.tried = false;
-  s.self_for = 0;  // this process's host PID is learnt again from the new table
 }
 
 void set_library_for_tests(const char* library) {

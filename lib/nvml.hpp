@@ -78,20 +78,7 @@ struct gpu_conditions {
 // with this PCI bus id ("0000:3b:00.0") when the UUID is not found; busy processes by their utilization
 // samples since `since_us` (microseconds since the epoch). Loads NVML on first use (once per process; never
 // unloaded). Never throws, never changes a setting; bounded by NVML's own calls.
-//
-// In a PID namespace (a container) NVML lists host PIDs, none of them this process's own. With a probe, read()
-// learns once per process which one is this process: the one whose used device memory grows by
-// self_probe_bytes while the probe holds that much in the device's current context (an allocation, freed at
-// once; no setting changes). Without a probe, or where that tells no single process, one listed process is
-// taken as this one.
-struct self_probe {
-  bool (*hold)(void* self) = nullptr;  // allocates self_probe_bytes; false when it cannot
-  void (*release)(void* self) = nullptr;
-  void* self = nullptr;
-};
-inline constexpr unsigned long long self_probe_bytes = 64ull << 20;
-gpu_conditions read(const std::string& uuid, std::uint64_t since_us, const std::string& pci_bus_id = {},
-                    const self_probe* probe = nullptr);
+gpu_conditions read(const std::string& uuid, std::uint64_t since_us, const std::string& pci_bus_id = {});
 // Now, in NVML's time stamps (microseconds since the epoch).
 std::uint64_t now_us();
 

@@ -76,8 +76,10 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     std::lock_guard<std::mutex> lock(t->m);
     if (!t->gate) t->gate.emplace();
     if (r.bind) r.bind(r.bind_self, p);  // from_plan() arguments for this candidate
-    const double ms = time_candidate(run, r, p, max_grid_x, *t->gate);
+    sample_wait wait;
+    const double ms = time_candidate(run, r, p, max_grid_x, *t->gate, &wait);
     record->add(p, ms);
+    record->add_wait(wait.gpu_ms, wait.host_ms);
     return ms;
   };
 }

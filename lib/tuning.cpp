@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -109,7 +110,7 @@ void stream_gate::drain() {
 // runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
 // is mostly event and launch jitter); with only a reset, one launch per sample, after the reset.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
-                      stream_gate& gate) {
+                      stream_gate& gate, sample_wait* wait) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
   if (grid.count() == 0) return 0;
@@ -137,14 +138,24 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     for (int i = 0; i < launches; ++i)
       check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
     check(d.cuEventRecord(stop.e, r.stream), "cuEventRecord");
+    // From the gate's opening the GPU has this sample's work and nothing before it on the stream (the pilot,
+    // synchronised, drained it): host time beyond the events' is time the GPU gave another context.
+    const bool was_gated = open.g != nullptr;
+    const auto opened_at = std::chrono::steady_clock::now();
     if (open.g) {
       open.g->open();
       open.g = nullptr;
     }
     check(d.cuEventSynchronize(stop.e), "cuEventSynchronize");
+    const double host_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - opened_at).count();
     gate.settled();
     float ms = 0;
     check(d.cuEventElapsedTime(&ms, start.e, stop.e), "cuEventElapsedTime");
+    if (wait && was_gated && ms > 0) {
+      wait->gpu_ms += ms;
+      wait->host_ms += host_ms;
+    }
     return static_cast<double>(ms) / launches;
   };
   // Back-to-back launches until a sample fills ~0.3 ms (a kernel under 0.3 ms runs at least twice: the steady

@@ -54,9 +54,17 @@ class stream_gate {
   std::chrono::steady_clock::time_point deadline_{};
 };
 
+// What the gated samples of one candidate took: their GPU time (the events) and the host's time from opening
+// the gate to the stop event (the same work, plus any time the GPU spent on another context first).
+struct sample_wait {
+  double gpu_ms = 0;
+  double host_ms = 0;
+};
+
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
-// samples, each queued behind the gate. Launches with exactly the attributes a real launch of p has.
+// samples, each queued behind the gate. Launches with exactly the attributes a real launch of p has. `wait`
+// (when given) adds the gated samples' GPU and host times.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
-                      stream_gate& gate);
+                      stream_gate& gate, sample_wait* wait = nullptr);
 
 }  // namespace launchfit::detail

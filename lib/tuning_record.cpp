@@ -7,8 +7,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "driver.hpp"
-
 namespace launchfit::detail {
 
 tuning_record::key tuning_record::key_of(const plan& p) {
@@ -63,6 +61,13 @@ void tuning_record::add(const plan& p, double ms) {
   if (ms >= 0 && std::isfinite(ms)) timings_[key_of(p)].push_back(ms);
 }
 
+void tuning_record::add_wait(double gpu_ms, double host_ms) {
+  if (!(gpu_ms > 0) || !(host_ms >= 0) || !std::isfinite(gpu_ms) || !std::isfinite(host_ms)) return;
+  std::lock_guard<std::mutex> lock(m_);
+  gpu_ms_ += gpu_ms;
+  host_ms_ += host_ms;
+}
+
 bool tuning_record::tuned() const {
   std::lock_guard<std::mutex> lock(m_);
   return trials_ > 0;
@@ -73,6 +78,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   std::uint64_t since = 0;
   std::vector<double> mine;
   double spread = 0;
+  double gpu_ms = 0, waited_ms = 0;
   plan_measurement m;
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -87,6 +93,8 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
     m.trials = trials_;
     before = before_;
     since = started_us_;
+    gpu_ms = gpu_ms_;
+    waited_ms = std::max(0.0, host_ms_ - gpu_ms_);
   }
   std::sort(mine.begin(), mine.end());
   m.best_ms = mine[(mine.size() - 1) / 2];
@@ -100,6 +108,13 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   } else {
     why += " before tuning";
   }
+  if (gpu_ms > 0 && waited_ms > std::max(min_shared_wait_ms, max_shared_wait * gpu_ms)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "the trials waited %.3g ms for the GPU beyond their own %.3g ms (another context held it)",
+                  waited_ms, gpu_ms);
+    why += (why.empty() ? "" : "; ") + std::string(buf);
+  }
   if (spread > max_shared_spread) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "re-timings spread by %.3g%%, above the %.3g%% bound", spread * 100,
@@ -108,8 +123,13 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   }
   m.clean = why.empty();
   {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "spread %.3g%%; ", spread * 100);
+    char buf[96];
+    if (gpu_ms > 0) {
+      std::snprintf(buf, sizeof buf, "spread %.3g%%; waited %.3g ms beside %.3g ms of GPU time; ", spread * 100,
+                    waited_ms, gpu_ms);
+    } else {
+      std::snprintf(buf, sizeof buf, "spread %.3g%%; ", spread * 100);
+    }
     std::lock_guard<std::mutex> lock(m_);
     conditions_text_ = buf + nvml::describe(after);
   }
@@ -126,40 +146,8 @@ std::string tuning_record::conditions_text() const {
   return conditions_text_;
 }
 
-namespace {
-
-// The probe NVML's reader uses to tell this process among host PIDs (nvml.hpp): self_probe_bytes of device
-// memory in the current context (the tuning's), held while NVML is asked, then freed. This thread's capture
-// mode is relaxed for the allocation, so a global-mode capture on another thread is never invalidated by it.
-struct held_memory {
-  CUdeviceptr p = 0;
-};
-bool hold_probe(void* self) {
-  const driver_api& d = driver();
-  if (!d.cuMemAlloc || !d.cuMemFree) return false;
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  const bool exchanged =
-      d.cuThreadExchangeStreamCaptureMode && d.cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
-  auto& h = *static_cast<held_memory*>(self);
-  const CUresult r = d.cuMemAlloc(&h.p, nvml::self_probe_bytes);
-  if (exchanged) d.cuThreadExchangeStreamCaptureMode(&mode);
-  if (r != CUDA_SUCCESS) h.p = 0;
-  return r == CUDA_SUCCESS;
-}
-void release_probe(void* self) {
-  auto& h = *static_cast<held_memory*>(self);
-  if (h.p) driver().cuMemFree(h.p);
-  h.p = 0;
-}
-
-}  // namespace
-
 tuning_record::conditions_reader gpu_conditions_reader(const device_limits& dev) {
-  return [uuid = dev.uuid](std::uint64_t since_us) {
-    held_memory held;
-    const nvml::self_probe probe{&hold_probe, &release_probe, &held};
-    return nvml::read(uuid, since_us, {}, &probe);
-  };
+  return [uuid = dev.uuid](std::uint64_t since_us) { return nvml::read(uuid, since_us); };
 }
 
 std::string tuning_record::provisional_note(const plan_measurement& m) {

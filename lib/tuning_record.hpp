@@ -25,6 +25,12 @@ namespace launchfit::detail {
 // A measurement whose re-timings spread by more than this (max - min) / min is kept local and provisional:
 // another process's tuning could rank the plans differently.
 inline constexpr double max_shared_spread = 0.05;
+// Trials that waited for the GPU beyond their own GPU time by more than this share of it (and by at least
+// min_shared_wait_ms) ran beside another context that kept the GPU: the measurement is kept local. On an idle
+// GPU a gated sample's host time exceeds its GPU time by the gate's release and the event's wake-up (tens of
+// microseconds a sample); beside a process whose kernels hold the GPU the trials wait for its time slices.
+inline constexpr double max_shared_wait = 0.5;
+inline constexpr double min_shared_wait_ms = 2.0;
 
 class tuning_record {
  public:
@@ -49,14 +55,16 @@ class tuning_record {
   // candidate could not run. The first call reads the GPU's conditions before it is timed.
   void before_trial();
   void add(const plan& p, double ms);
+  // The gated samples of one candidate: their GPU time and the host's time for the same samples (sample_wait).
+  void add_wait(double gpu_ms, double host_ms);
   // Whether any trial was timed.
   bool tuned() const;
 
   // The chosen plan's measurement: its time (the lower median of its timings, as the tuner ranked it), the
   // spread of the re-timings (the largest (max - min) / min of a candidate timed more than once), every
   // timing counted, and whether it is clean: no other process on the GPU and no self-slowdown, before the
-  // first trial or after the choice (the conditions are read again now), and a spread within
-  // max_shared_spread. nullopt when the chosen plan was never timed (the tuner declined, a stored plan).
+  // first trial or after the choice (the conditions are read again now), trials that did not wait for the GPU
+  // beyond their own time (max_shared_wait), and a spread within max_shared_spread. nullopt when the chosen plan was never timed (the tuner declined, a stored plan).
   std::optional<plan_measurement> measure(const plan& chosen);
   // The sentence the plan's line carries for a measurement that is not clean: why it stays local.
   static std::string provisional_note(const plan_measurement& m);
@@ -79,6 +87,7 @@ class tuning_record {
   std::string conditions_text_;
   std::map<key, std::vector<double>> timings_;
   std::uint32_t trials_ = 0;
+  double gpu_ms_ = 0, host_ms_ = 0;  // every gated sample's, summed
 };
 
 // The reader of the launch's GPU's conditions (NVML, by the device's UUID).

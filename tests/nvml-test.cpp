@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -25,10 +24,6 @@ struct fake_gpu {
   std::vector<nvml::process_utilization_sample> samples;
   nvml::result samples_result = nvml::success;
   unsigned long long samples_since = 0;
-  std::map<unsigned, unsigned long long> used;  // a process's used device memory (1 MiB where not set)
-  std::vector<unsigned> grows_on_probe;         // whose used memory a probe's allocation grows
-  int probes = 0;
-  bool probe_fails = false;
   int init_calls = 0;
   nvml::result init_result = nvml::success;
 };
@@ -50,10 +45,7 @@ nvml::result fake_processes_v3(nvml::device d, unsigned* count, nvml::process_in
     *count = static_cast<unsigned>(gpu.pids.size());
     return nvml::insufficient_size;
   }
-  for (std::size_t i = 0; i < gpu.pids.size(); ++i) {
-    const auto u = gpu.used.find(gpu.pids[i]);
-    info[i] = {gpu.pids[i], u == gpu.used.end() ? 1ull << 20 : u->second, 0, 0, 0};
-  }
+  for (std::size_t i = 0; i < gpu.pids.size(); ++i) info[i] = {gpu.pids[i], 1u << 20, 0, 0, 0};
   *count = static_cast<unsigned>(gpu.pids.size());
   return nvml::success;
 }
@@ -86,21 +78,6 @@ nvml::result fake_utilization(nvml::device, nvml::process_utilization_sample* ou
   *count = static_cast<unsigned>(gpu.samples.size());
   return nvml::success;
 }
-
-// The probe's allocation, as NVML then sees it: the used memory of the processes in grows_on_probe grows.
-bool fake_hold(void*) {
-  ++gpu.probes;
-  if (gpu.probe_fails) return false;
-  for (unsigned pid : gpu.grows_on_probe) {
-    if (!gpu.used.count(pid)) gpu.used[pid] = 1ull << 20;
-    gpu.used[pid] += nvml::self_probe_bytes;
-  }
-  return true;
-}
-void fake_release(void*) {
-  for (unsigned pid : gpu.grows_on_probe) gpu.used[pid] -= nvml::self_probe_bytes;
-}
-const nvml::self_probe probe{&fake_hold, &fake_release, nullptr};
 
 nvml::function_table full_table() {
   nvml::function_table t;
@@ -197,60 +174,6 @@ TEST_F(Nvml, ThisProcessBusyUnderAnotherPidCountsOnce) {
   gpu.pids = {self, self + 101};  // this PID listed: nothing is taken as this one
   gpu.samples = {{self + 101, 2, 70, 0, 0, 0}};
   EXPECT_EQ(nvml::read(gpu.uuid, 0).busy_processes, 1);
-}
-
-// In a PID namespace one busy process was taken as this one: a process keeping the GPU busy beside a tuning
-// whose own trials NVML did not sample went unseen. The probe tells this process's host PID by the memory its
-// allocation adds, once per process.
-TEST_F(Nvml, AProbeTellsThisProcessAmongHostPids) {
-  table_.process_utilization = fake_utilization;
-  nvml::set_table_for_tests(&table_);
-  gpu.pids = {self + 100, self + 101};
-  gpu.samples = {{self + 101, 2, 70, 0, 0, 0}};  // the other process busy; this one's trials not sampled
-  EXPECT_EQ(nvml::read(gpu.uuid, 0).busy_processes, 0) << "without a probe one busy process is taken as this one";
-  gpu.grows_on_probe = {self + 100};
-  nvml::gpu_conditions c = nvml::read(gpu.uuid, 0, {}, &probe);
-  EXPECT_EQ(c.other_processes, 1);
-  EXPECT_EQ(c.busy_processes, 1);
-  EXPECT_EQ(nvml::contention(c), "1 other process busy on the GPU");
-  EXPECT_EQ(gpu.used[self + 100], 1ull << 20) << "the probe's memory was not given back";
-  gpu.samples.push_back({self + 100, 3, 90, 0, 0, 0});  // this process's own trials: not another process
-  c = nvml::read(gpu.uuid, 0, {}, &probe);
-  EXPECT_EQ(c.busy_processes, 1);
-  gpu.samples = {{self + 100, 3, 90, 0, 0, 0}};
-  EXPECT_EQ(nvml::read(gpu.uuid, 0, {}, &probe).busy_processes, 0);
-  EXPECT_EQ(gpu.probes, 1) << "the host PID is learnt once per process";
-}
-
-// A probe that tells no single process (another process allocated at the same time, NVML without memory
-// figures, an allocation refused) learns nothing: the reading falls back, and a process stops probing after
-// a few tries.
-TEST_F(Nvml, AProbeThatTellsNothingFallsBackAndStops) {
-  table_.process_utilization = fake_utilization;
-  nvml::set_table_for_tests(&table_);
-  gpu.pids = {self + 100, self + 101};
-  gpu.samples = {{self + 100, 1, 90, 0, 0, 0}};
-  gpu.grows_on_probe = {self + 100, self + 101};  // both grew
-  for (int i = 0; i < 6; ++i) {
-    const nvml::gpu_conditions c = nvml::read(gpu.uuid, 0, {}, &probe);
-    EXPECT_EQ(c.other_processes, 1);
-    EXPECT_EQ(c.busy_processes, 0);  // one busy process taken as this one, as without a probe
-  }
-  EXPECT_EQ(gpu.probes, 3);
-  nvml::set_table_for_tests(&table_);
-  gpu.probes = 0;
-  gpu.probe_fails = true;
-  EXPECT_EQ(nvml::read(gpu.uuid, 0, {}, &probe).other_processes, 1);
-  EXPECT_EQ(gpu.probes, 1);
-  gpu.probe_fails = false;
-  gpu.grows_on_probe = {};
-  gpu.used[self + 101] = ~0ull;  // NVML_VALUE_NOT_AVAILABLE
-  EXPECT_EQ(nvml::read(gpu.uuid, 0, {}, &probe).other_processes, 1);
-  gpu.pids = {self, self + 101};  // this PID listed: no probe at all
-  gpu.probes = 0;
-  nvml::set_table_for_tests(&table_);
-  EXPECT_EQ(nvml::read(gpu.uuid, 0, {}, &probe).other_processes, 1);
-  EXPECT_EQ(gpu.probes, 0);
 }
 
 TEST_F(Nvml, TheV2EntryPointServesWithoutV3) {

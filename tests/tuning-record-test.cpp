@@ -119,6 +119,43 @@ TEST(TuningRecord, ABusyProcessWhileTuningKeepsItLocal) {
   EXPECT_EQ(m->conditions, "3 other processes busy on the GPU while tuning");
 }
 
+// Where NVML cannot tell this process's samples from another's (a container lists host PIDs), the trials
+// themselves show a GPU shared with another context: host time for gated samples far beyond their GPU time.
+TEST(TuningRecord, TrialsThatWaitedForTheGpuKeepItLocal) {
+  scripted s{quiet(), quiet()};
+  tuning_record r(s.reader());
+  tune(r, {{plan_of(256, 8), 1.0}});
+  r.add_wait(20.0, 21.5);  // an idle GPU: the gate's release and the events' wake-ups
+  auto m = r.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+  EXPECT_EQ(r.conditions_text(), "spread 0%; waited 1.5 ms beside 20 ms of GPU time; 0 other processes");
+
+  tuning_record busy_gpu(s.reader());
+  tune(busy_gpu, {{plan_of(256, 8), 1.0}});
+  busy_gpu.add_wait(8.0, 18.0);
+  busy_gpu.add_wait(12.0, 22.0);  // 20 ms of its own, 20 ms waiting for the other context's time slices
+  m = busy_gpu.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->clean);
+  EXPECT_EQ(m->conditions, "the trials waited 20 ms for the GPU beyond their own 20 ms (another context held it)");
+
+  // Short trials: a wait under the floor is no reason, whatever its share.
+  tuning_record short_trials(s.reader());
+  tune(short_trials, {{plan_of(256, 8), 1.0}});
+  short_trials.add_wait(0.5, 2.0);
+  m = short_trials.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+  // Not a number, negative or no GPU time: ignored.
+  short_trials.add_wait(-1.0, 50.0);
+  short_trials.add_wait(0.0, 50.0);
+  short_trials.add_wait(1.0, -50.0);
+  m = short_trials.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+}
+
 TEST(TuningRecord, ASpreadAboveTheBoundKeepsItLocal) {
   scripted s{quiet(), quiet()};
   tuning_record r(s.reader());
