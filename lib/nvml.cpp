@@ -177,6 +177,12 @@ gpu_conditions read(const std::string& uuid, std::uint64_t since_us, const std::
   return c;
 }
 
+void load_now() {
+  state& s = the_state();
+  std::lock_guard<std::mutex> lock(s.m);
+  if (!s.tried) load(s);
+}
+
 std::string contention(const gpu_conditions& c) {
   if (!c.known) return {};
   std::string why;

@@ -79,6 +79,10 @@ struct gpu_conditions {
 // samples since `since_us` (microseconds since the epoch). Loads NVML on first use (once per process; never
 // unloaded). Never throws, never changes a setting; bounded by NVML's own calls.
 gpu_conditions read(const std::string& uuid, std::uint64_t since_us, const std::string& pci_bus_id = {});
+// Loads and initialises NVML now (once per process; later calls return at once), so that the first read()
+// does not pay for it: a tuning calls this before its time budget starts (nvmlInit took most of a 50 ms
+// budget on an H100, leaving the tuning one trial).
+void load_now();
 // Now, in NVML's time stamps (microseconds since the epoch).
 std::uint64_t now_us();
 

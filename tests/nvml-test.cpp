@@ -200,6 +200,16 @@ TEST_F(Nvml, InitIsCalledOnceForManyReads) {
   EXPECT_EQ(gpu.init_calls, 1);
 }
 
+// A tuning loads NVML before its budget starts: the reads after it do not initialise it again.
+TEST_F(Nvml, LoadNowInitialisesOnceAndReadsReuseIt) {
+  nvml::load_now();
+  EXPECT_EQ(gpu.init_calls, 1);
+  nvml::load_now();
+  gpu.pids = {self};
+  EXPECT_TRUE(nvml::read(gpu.uuid, 0).known);
+  EXPECT_EQ(gpu.init_calls, 1);
+}
+
 TEST_F(Nvml, AnUnknownDeviceIsUnknownConditions) {
   const nvml::gpu_conditions c = nvml::read("GPU-00000000-0000-0000-0000-000000000000", 0);
   EXPECT_FALSE(c.known);

@@ -133,17 +133,26 @@ TEST(TuningRecord, TrialsThatWaitedForTheGpuKeepItLocal) {
 
   tuning_record busy_gpu(s.reader());
   tune(busy_gpu, {{plan_of(256, 8), 1.0}});
-  busy_gpu.add_wait(8.0, 18.0);
-  busy_gpu.add_wait(12.0, 22.0);  // 20 ms of its own, 20 ms waiting for the other context's time slices
+  busy_gpu.add_wait(8.0, 20.0);
+  busy_gpu.add_wait(12.0, 30.5);  // 20 ms of its own, 30.5 ms waiting for the other context's time slices
   m = busy_gpu.measure(plan_of(256, 8));
   ASSERT_TRUE(m);
   EXPECT_FALSE(m->clean);
-  EXPECT_EQ(m->conditions, "the trials waited 20 ms for the GPU beyond their own 20 ms (another context held it)");
+  EXPECT_EQ(m->conditions,
+            "the trials waited 30.5 ms for the GPU beyond their own 20 ms (another context held it)");
+
+  // As long as their own time: not yet a reason.
+  tuning_record even(s.reader());
+  tune(even, {{plan_of(256, 8), 1.0}});
+  even.add_wait(20.0, 40.0);
+  m = even.measure(plan_of(256, 8));
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
 
   // Short trials: a wait under the floor is no reason, whatever its share.
   tuning_record short_trials(s.reader());
   tune(short_trials, {{plan_of(256, 8), 1.0}});
-  short_trials.add_wait(0.5, 2.0);
+  short_trials.add_wait(0.5, 2.4);
   m = short_trials.measure(plan_of(256, 8));
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;
