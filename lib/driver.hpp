@@ -24,7 +24,9 @@ namespace launchfit::detail {
   X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxPotentialClusterSize) X(cuStreamGetCaptureInfo)          \
   X(cuGraphAddNode) X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)                     \
   X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType)\
-  X(cuGraphDestroyNode) X(cuUserObjectCreate) X(cuUserObjectRelease) X(cuGraphRetainUserObject)
+  X(cuGraphDestroyNode) X(cuUserObjectCreate) X(cuUserObjectRelease) X(cuGraphRetainUserObject)        \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)           \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 struct driver_api {
 #define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

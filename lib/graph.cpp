@@ -26,6 +26,7 @@
 #include "log_internal.hpp"
 #include "plan_cache.hpp"
 #include "text.hpp"
+#include "tuning.hpp"
 #include "tuning_lease.hpp"
 
 namespace launchfit::detail {
@@ -536,6 +537,7 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
       r.stream = stream;
       const plan_reader reading;
       std::optional<plan_entry> local;
+      const graph_trials as_nodes_run;  // the trials time each candidate as graph replays
       const plan_entry& e = entry_for(r, local);
       if (e.tuning_deferred) {
         rep.why = "the stream given to tune_graph() is being captured, so no trial could run";

@@ -79,7 +79,7 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     sample_wait wait;
     const double ms = time_candidate(run, r, p, max_grid_x, *t->gate, &wait);
     record->add(p, ms);
-    record->add_wait(wait.gpu_ms, wait.host_ms);
+    record->add_wait(wait.gpu_ms, wait.host_ms, wait.as_graph);
     return ms;
   };
 }

@@ -105,6 +105,39 @@ void stream_gate::drain() {
 }
 
 
+namespace {
+thread_local bool graph_trials_on = false;
+
+// One candidate's launches captured into an executable graph (graph_trials), destroyed on every path.
+struct trial_graph {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  ~trial_graph() {
+    const driver_api& d = driver();
+    if (exec) d.cuGraphExecDestroy(exec);
+    if (graph) d.cuGraphDestroy(graph);
+  }
+  // Captures `launches` launches of cfg on its stream (in this thread's own capture mode: no other thread's
+  // capture is disturbed). False where the stream or the driver does not allow it; the stream is then as it was.
+  bool capture(const CUlaunchConfig& cfg, CUfunction f, void** args, int launches) {
+    const driver_api& d = driver();
+    if (!d.cuStreamBeginCapture || !d.cuStreamEndCapture || !d.cuGraphInstantiateWithFlags || !d.cuGraphLaunch ||
+        !d.cuGraphExecDestroy || !d.cuGraphDestroy || !cfg.hStream)
+      return false;
+    if (d.cuStreamBeginCapture(cfg.hStream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return false;
+    bool queued = true;
+    for (int i = 0; i < launches && queued; ++i) queued = d.cuLaunchKernelEx(&cfg, f, args, nullptr) == CUDA_SUCCESS;
+    const CUresult ended = d.cuStreamEndCapture(cfg.hStream, &graph);
+    if (!queued || ended != CUDA_SUCCESS || !graph) return false;
+    return d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS;
+  }
+};
+}  // namespace
+
+graph_trials::graph_trials() noexcept : was_(graph_trials_on) { graph_trials_on = true; }
+graph_trials::~graph_trials() { graph_trials_on = was_; }
+bool graph_trials::active() noexcept { return graph_trials_on; }
+
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
 // samples (fewer for slow kernels, see below), each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
 // runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
@@ -125,6 +158,7 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   } start, stop;  // released on every path, trials that throw included
   check(d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate");
   check(d.cuEventCreate(&stop.e, CU_EVENT_DEFAULT), "cuEventCreate");
+  trial_graph graph;  // set once the sample size is known, where graph_trials asks for it
   auto sample = [&](int launches, bool gated) {
     if (r.reset) (*r.reset)();
     struct opened {
@@ -135,8 +169,12 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     } open;
     if (gated && gate.hold(r.stream)) open.g = &gate;
     check(d.cuEventRecord(start.e, r.stream), "cuEventRecord");
-    for (int i = 0; i < launches; ++i)
-      check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
+    if (graph.exec && gated) {
+      check(d.cuGraphLaunch(graph.exec, r.stream), "cuGraphLaunch(tuning trial)");
+    } else {
+      for (int i = 0; i < launches; ++i)
+        check(d.cuLaunchKernelEx(&cfg, f, r.args, nullptr), "cuLaunchKernelEx(tuning trial)");
+    }
     check(d.cuEventRecord(stop.e, r.stream), "cuEventRecord");
     // From the gate's opening the GPU has this sample's work and nothing before it on the stream (the pilot,
     // synchronised, drained it): host time beyond the events' is time the GPU gave another context.
@@ -175,6 +213,8 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   // would otherwise be too few to find the block (an n-body step of 65,536 bodies, 3.3 ms a launch on the
   // H200, got 3 trials in 50 ms with 5 samples each).
   // Judged by the first gated sample, not the pilot (one cold launch, which overstates).
+  // Where the capture fails, what it made is destroyed with `graph` and the samples are stream launches.
+  if (graph_trials::active() && graph.capture(cfg, f, r.args, per_sample) && wait) wait->as_graph = true;
   std::array<double, 5> times{};
   // Gated with a reset too: the reset runs before the gate is queued (a synchronous reset cannot wait on it),
   // and the one launch then starts as soon as the gate opens instead of when the host gets to it.

@@ -55,10 +55,29 @@ class stream_gate {
 };
 
 // What the gated samples of one candidate took: their GPU time (the events) and the host's time from opening
-// the gate to the stop event (the same work, plus any time the GPU spent on another context first).
+// the gate to the stop event (the same work, plus any time the GPU spent on another context first); and
+// whether they ran as CUDA graph replays (graph_trials).
 struct sample_wait {
   double gpu_ms = 0;
   double host_ms = 0;
+  bool as_graph = false;
+};
+
+// While one lives on a thread, the trials that thread times run each sample as one CUDA graph of its
+// back-to-back launches (captured once per candidate, replayed per sample), as a graph's kernel nodes run:
+// tune_graph() tunes with it. Kernels a few microseconds long rank differently when launched from a stream,
+// whose per-launch gaps hide what a graph's do not. Where the stream cannot be captured (the legacy default
+// stream) or the driver refuses the graph, the samples are stream launches as without it.
+class graph_trials {
+ public:
+  graph_trials() noexcept;
+  ~graph_trials();
+  graph_trials(const graph_trials&) = delete;
+  graph_trials& operator=(const graph_trials&) = delete;
+  static bool active() noexcept;
+
+ private:
+  bool was_;
 };
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5

@@ -61,11 +61,12 @@ void tuning_record::add(const plan& p, double ms) {
   if (ms >= 0 && std::isfinite(ms)) timings_[key_of(p)].push_back(ms);
 }
 
-void tuning_record::add_wait(double gpu_ms, double host_ms) {
+void tuning_record::add_wait(double gpu_ms, double host_ms, bool as_graph) {
   if (!(gpu_ms > 0) || !(host_ms >= 0) || !std::isfinite(gpu_ms) || !std::isfinite(host_ms)) return;
   std::lock_guard<std::mutex> lock(m_);
   gpu_ms_ += gpu_ms;
   host_ms_ += host_ms;
+  if (as_graph) ++graph_timed_;
 }
 
 bool tuning_record::tuned() const {
@@ -124,6 +125,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   m.clean = why.empty();
   {
     char buf[96];
+    const char* how = graph_timed_ > 0 ? "timed as graph replays; " : "";
     if (gpu_ms > 0) {
       std::snprintf(buf, sizeof buf, "spread %.3g%%; waited %.3g ms beside %.3g ms of GPU time; ", spread * 100,
                     waited_ms, gpu_ms);
@@ -131,7 +133,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
       std::snprintf(buf, sizeof buf, "spread %.3g%%; ", spread * 100);
     }
     std::lock_guard<std::mutex> lock(m_);
-    conditions_text_ = buf + nvml::describe(after);
+    conditions_text_ = how + std::string(buf) + nvml::describe(after);
   }
   if (!m.clean) {
     m.conditions = why;

@@ -57,8 +57,9 @@ class tuning_record {
   // candidate could not run. The first call reads the GPU's conditions before it is timed.
   void before_trial();
   void add(const plan& p, double ms);
-  // The gated samples of one candidate: their GPU time and the host's time for the same samples (sample_wait).
-  void add_wait(double gpu_ms, double host_ms);
+  // The gated samples of one candidate: their GPU time and the host's time for the same samples, and whether
+  // they ran as CUDA graph replays (sample_wait).
+  void add_wait(double gpu_ms, double host_ms, bool as_graph = false);
   // Whether any trial was timed.
   bool tuned() const;
 
@@ -70,8 +71,10 @@ class tuning_record {
   std::optional<plan_measurement> measure(const plan& chosen);
   // The sentence the plan's line carries for a measurement that is not clean: why it stays local.
   static std::string provisional_note(const plan_measurement& m);
-  // What the plan's line says of every measurement: its spread and the conditions read after the choice
-  // ("spread 0.8%; 7 other processes (0 busy); SM 1980/1980 MHz; throttle 0x0"). "" before measure().
+  // What the plan's line says of every measurement: how the trials ran where they were graph replays, its
+  // spread, the wait for the GPU and the conditions read after the choice ("timed as graph replays; spread
+  // 0.8%; waited 0.4 ms beside 30 ms of GPU time; 7 other processes (0 busy); SM 1980/1980 MHz; throttle
+  // 0x0"). "" before measure().
   std::string conditions_text() const;
 
  private:
@@ -90,6 +93,7 @@ class tuning_record {
   std::map<key, std::vector<double>> timings_;
   std::uint32_t trials_ = 0;
   double gpu_ms_ = 0, host_ms_ = 0;  // every gated sample's, summed
+  int graph_timed_ = 0;              // candidates whose samples were graph replays
 };
 
 // The reader of the launch's GPU's conditions (NVML, by the device's UUID).

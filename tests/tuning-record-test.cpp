@@ -149,6 +149,14 @@ TEST(TuningRecord, TrialsThatWaitedForTheGpuKeepItLocal) {
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;
 
+  // Trials timed as graph replays (tune_graph()) say so.
+  tuning_record as_graph(s.reader());
+  tune(as_graph, {{plan_of(256, 8), 1.0}});
+  as_graph.add_wait(20.0, 21.0, true);
+  ASSERT_TRUE(as_graph.measure(plan_of(256, 8)));
+  EXPECT_EQ(as_graph.conditions_text(),
+            "timed as graph replays; spread 0%; waited 1 ms beside 20 ms of GPU time; 0 other processes");
+
   // Short trials: a wait under the floor is no reason, whatever its share.
   tuning_record short_trials(s.reader());
   tune(short_trials, {{plan_of(256, 8), 1.0}});
