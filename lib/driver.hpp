@@ -26,7 +26,7 @@ namespace launchfit::detail {
   X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType)\
   X(cuGraphDestroyNode) X(cuUserObjectCreate) X(cuUserObjectRelease) X(cuGraphRetainUserObject)        \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)           \
-  X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuStreamCreate) X(cuStreamDestroy)
 
 struct driver_api {
 #define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

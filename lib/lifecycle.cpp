@@ -57,11 +57,12 @@ void child_all() {
   table_mutex.unlock();  // taken by this thread, the child's only one, in prepare_all()
 }
 
-// Under table_mutex.
+// Under table_mutex. The process ID is kept from the moment the handler that keeps it up to date exists.
 bool ensure_atfork() {
   if (!atfork_registered) {
     if (::pthread_atfork(prepare_all, parent_all, child_all) != 0) return false;
     atfork_registered = true;
+    cached_pid.store(::getpid(), std::memory_order_relaxed);
   }
   return true;
 }
@@ -86,17 +87,10 @@ bool on_fork_innermost(const fork_hooks& hooks) noexcept {
   return true;
 }
 
+// Lock-free: callers hold locks of their own (the background queue's), which a fork takes after table_mutex.
 pid_t process_id() noexcept {
-  if (const pid_t p = cached_pid.load(std::memory_order_relaxed)) return p;
-  {
-    std::lock_guard<std::mutex> lock(table_mutex);
-    if (!ensure_atfork()) return ::getpid();
-  }
-  // With the handler registered, a fork from here on sets the child's own; this thread is not in that child.
-  const pid_t p = ::getpid();
-  pid_t none = 0;
-  cached_pid.compare_exchange_strong(none, p, std::memory_order_relaxed);
-  return p;
+  const pid_t p = cached_pid.load(std::memory_order_relaxed);
+  return p != 0 ? p : ::getpid();
 }
 
 bool on_exit(void (*handler)()) noexcept { return std::atexit(handler) == 0; }

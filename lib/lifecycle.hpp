@@ -40,10 +40,11 @@ bool on_fork_innermost(const fork_hooks& hooks) noexcept;
 bool on_exit(void (*handler)()) noexcept;
 
 // This process's ID without a system call (getpid() is one, about 0.2 µs on a virtual machine; the logging
-// queue asks on every line it takes). Kept up to date by the fork handler, which the first call registers, and
-// set in a child of fork() before any module's child hook runs. A child made without fork()'s handlers (a raw
-// clone() that goes on to call launchfit) reads its parent's ID: launchfit's locks are not made safe for such a
-// child either. Where the handler cannot be registered, every call asks the system.
+// queue asks on every line it takes). Kept from the registration of the fork handler (the logger registers
+// at load time) and set in a child of fork() before any module's child hook runs; never takes a lock. A child
+// made without fork()'s handlers (a raw clone() that goes on to call launchfit) reads its parent's ID:
+// launchfit's locks are not made safe for such a child either. Until a handler is registered, or where it
+// cannot be, every call asks the system.
 pid_t process_id() noexcept;
 
 // A child hook that replaces a lock its prepare hook took (rather than unlocking it: glibc unlocks a

@@ -60,9 +60,6 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
   query q = make_query(r, e, dev, need, fam);
   const auto asked = std::make_shared<std::atomic<bool>>(false);
   const auto record = std::make_shared<tuning_record>(gpu_conditions_reader(dev));
-  // A policy that may time trials reads the GPU's conditions at its first trial, inside its time budget:
-  // NVML is loaded before the budget starts.
-  if (may_tune && !chosen.builtin()) nvml::load_now();
   if (may_tune) offer_tuning(q, r, e, need, fam, asked, record);
   e.plan = stored_or_chosen(r, key, bucket, chosen, q, need, e, dev, fam, may_tune, *asked, *record);
   // A launch inside a stream capture whose policy asked for trials is planned again with them outside the

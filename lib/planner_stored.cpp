@@ -141,6 +141,9 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   // A built-in policy is cheap and deterministic to ask: its answer checks the stored plan.
   std::optional<plan> computed;
   if (!stored || cross_checks_stored_plans(chosen)) {
+    // A policy that may time trials reads the GPU's conditions at its first trial, inside its time budget:
+    // NVML is loaded (once per process) before the budget starts, and only where trials can run.
+    if (!stored && q.time_plan && r.has_arguments && !chosen.builtin()) nvml::load_now();
     computed = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, *computed, need);
     if (record.trials_refused() && lease) {

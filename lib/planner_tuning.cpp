@@ -54,6 +54,7 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
   struct tuning {
     std::mutex m;
     std::optional<stream_gate> gate;
+    trial_mode mode{graph_trials::active()};  // graph replays where tune_graph() offers this tuning
   };
   q.time_plan = [f = e.function, &r, max_grid_x = e.max_grid_x, need, q_for_checks = q, fam,
                  t = std::make_shared<tuning>(), record](const plan& candidate) {
@@ -77,9 +78,9 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     if (!t->gate) t->gate.emplace();
     if (r.bind) r.bind(r.bind_self, p);  // from_plan() arguments for this candidate
     sample_wait wait;
-    const double ms = time_candidate(run, r, p, max_grid_x, *t->gate, &wait);
+    const double ms = time_candidate(run, r, p, max_grid_x, *t->gate, &wait, &t->mode);
     record->add(p, ms);
-    record->add_wait(wait.gpu_ms, wait.host_ms, wait.as_graph);
+    record->add_wait(wait.gpu_ms, wait.excess_ms, wait.samples, wait.min_excess_ms, wait.as_graph);
     return ms;
   };
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "driver.hpp"
+#include "launchfit/error.hpp"
 #include "launch_config.hpp"
 #include "settings.hpp"
 
@@ -108,7 +109,7 @@ void stream_gate::drain() {
 namespace {
 thread_local bool graph_trials_on = false;
 
-// One candidate's launches captured into an executable graph (graph_trials), destroyed on every path.
+// One candidate's launches captured into an executable graph (trial_mode), destroyed on every path.
 struct trial_graph {
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
@@ -117,19 +118,24 @@ struct trial_graph {
     if (exec) d.cuGraphExecDestroy(exec);
     if (graph) d.cuGraphDestroy(graph);
   }
-  // Captures `launches` launches of cfg on its stream (in this thread's own capture mode: no other thread's
-  // capture is disturbed). False where the stream or the driver does not allow it; the stream is then as it was.
-  bool capture(const CUlaunchConfig& cfg, CUfunction f, void** args, int launches) {
+  // Captures `launches` launches of cfg on `on` (this thread's own capture mode: no other thread's capture is
+  // disturbed). False where the driver does not allow it; `on` is then no longer capturing.
+  bool capture(CUlaunchConfig cfg, CUstream on, CUfunction f, void** args, int launches) {
     const driver_api& d = driver();
-    if (!d.cuStreamBeginCapture || !d.cuStreamEndCapture || !d.cuGraphInstantiateWithFlags || !d.cuGraphLaunch ||
-        !d.cuGraphExecDestroy || !d.cuGraphDestroy || !cfg.hStream)
+    if (!on || !d.cuStreamBeginCapture || !d.cuStreamEndCapture || !d.cuGraphInstantiateWithFlags ||
+        !d.cuGraphLaunch || !d.cuGraphExecDestroy || !d.cuGraphDestroy)
       return false;
-    if (d.cuStreamBeginCapture(cfg.hStream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return false;
+    cfg.hStream = on;
+    if (d.cuStreamBeginCapture(on, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return false;
     bool queued = true;
     for (int i = 0; i < launches && queued; ++i) queued = d.cuLaunchKernelEx(&cfg, f, args, nullptr) == CUDA_SUCCESS;
-    const CUresult ended = d.cuStreamEndCapture(cfg.hStream, &graph);
+    const CUresult ended = d.cuStreamEndCapture(on, &graph);  // ends it whatever the launches did
     if (!queued || ended != CUDA_SUCCESS || !graph) return false;
-    return d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS;
+    if (d.cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS) {
+      exec = nullptr;
+      return false;
+    }
+    return true;
   }
 };
 }  // namespace
@@ -138,12 +144,31 @@ graph_trials::graph_trials() noexcept : was_(graph_trials_on) { graph_trials_on 
 graph_trials::~graph_trials() { graph_trials_on = was_; }
 bool graph_trials::active() noexcept { return graph_trials_on; }
 
+trial_mode::~trial_mode() {
+  if (stream_) driver().cuStreamDestroy(stream_);
+}
+
+CUstream trial_mode::capture_stream() {
+  if (!stream_tried_) {
+    stream_tried_ = true;
+    const driver_api& d = driver();
+    if (d.cuStreamCreate && d.cuStreamDestroy && d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+      stream_ = nullptr;
+  }
+  return stream_;
+}
+
+bool trial_mode::decide(bool captured) {
+  if (chosen_ == chosen::undecided) chosen_ = captured ? chosen::graph : chosen::stream;
+  return chosen_ == chosen::graph && captured;
+}
+
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
 // samples (fewer for slow kernels, see below), each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
 // runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
 // is mostly event and launch jitter); with only a reset, one launch per sample, after the reset.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
-                      stream_gate& gate, sample_wait* wait) {
+                      stream_gate& gate, sample_wait* wait, trial_mode* mode) {
   const driver_api& d = driver();
   const dims grid = grid_for(p, r.shape, max_grid_x);
   if (grid.count() == 0) return 0;
@@ -158,9 +183,14 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   } start, stop;  // released on every path, trials that throw included
   check(d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate");
   check(d.cuEventCreate(&stop.e, CU_EVENT_DEFAULT), "cuEventCreate");
-  trial_graph graph;  // set once the sample size is known, where graph_trials asks for it
+  trial_graph graph;  // captured once the sample size is known, where the tuning's mode asks for it
+  bool replay = false;
   auto sample = [&](int launches, bool gated) {
-    if (r.reset) (*r.reset)();
+    if (r.reset) {
+      (*r.reset)();
+      // What the reset queued on the stream is done before the gate: the host's time then counts the sample.
+      if (gated) check(d.cuStreamSynchronize(r.stream), "cuStreamSynchronize");
+    }
     struct opened {
       stream_gate* g = nullptr;
       ~opened() {
@@ -169,7 +199,7 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     } open;
     if (gated && gate.hold(r.stream)) open.g = &gate;
     check(d.cuEventRecord(start.e, r.stream), "cuEventRecord");
-    if (graph.exec && gated) {
+    if (replay && gated) {
       check(d.cuGraphLaunch(graph.exec, r.stream), "cuGraphLaunch(tuning trial)");
     } else {
       for (int i = 0; i < launches; ++i)
@@ -191,8 +221,11 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     float ms = 0;
     check(d.cuEventElapsedTime(&ms, start.e, stop.e), "cuEventElapsedTime");
     if (wait && was_gated && ms > 0) {
+      const double excess = std::max(0.0, host_ms - ms);
       wait->gpu_ms += ms;
-      wait->host_ms += host_ms;
+      wait->excess_ms += excess;
+      ++wait->samples;
+      wait->min_excess_ms = wait->min_excess_ms < 0 ? excess : std::min(wait->min_excess_ms, excess);
     }
     return static_cast<double>(ms) / launches;
   };
@@ -213,8 +246,23 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   // would otherwise be too few to find the block (an n-body step of 65,536 bodies, 3.3 ms a launch on the
   // H200, got 3 trials in 50 ms with 5 samples each).
   // Judged by the first gated sample, not the pilot (one cold launch, which overstates).
-  // Where the capture fails, what it made is destroyed with `graph` and the samples are stream launches.
-  if (graph_trials::active() && graph.capture(cfg, f, r.args, per_sample) && wait) wait->as_graph = true;
+  if (mode && mode->want_graph()) {
+    const bool captured = graph.capture(cfg, mode->capture_stream(), f, r.args, per_sample);
+    replay = mode->decide(captured);
+    if (!captured && mode->want_graph()) {
+      // The tuning's first candidate was captured and this one cannot be: timed otherwise, it would be ranked
+      // on another scale.
+      throw error(CUDA_ERROR_NOT_SUPPORTED, "time_candidate",
+                  "this candidate cannot be captured into a CUDA graph, as the tuning's first was", {},
+                  p.to_string());
+    }
+    if (replay) {
+      // Its first replay uploads the graph: once, outside the samples.
+      check(d.cuGraphLaunch(graph.exec, r.stream), "cuGraphLaunch(tuning trial)");
+      check(d.cuStreamSynchronize(r.stream), "cuStreamSynchronize");
+      if (wait) wait->as_graph = true;
+    }
+  }
   std::array<double, 5> times{};
   // Gated with a reset too: the reset runs before the gate is queued (a synchronous reset cannot wait on it),
   // and the one launch then starts as soon as the gate opens instead of when the host gets to it.

@@ -54,20 +54,20 @@ class stream_gate {
   std::chrono::steady_clock::time_point deadline_{};
 };
 
-// What the gated samples of one candidate took: their GPU time (the events) and the host's time from opening
-// the gate to the stop event (the same work, plus any time the GPU spent on another context first); and
-// whether they ran as CUDA graph replays (graph_trials).
+// What the gated samples of one candidate took: their GPU time (the events), and the host's time from
+// opening the gate to the stop event beyond it (the gate's release and the event's wake-up, and any time the GPU
+// gave another context first); and whether they ran as CUDA graph replays (trial_mode).
 struct sample_wait {
   double gpu_ms = 0;
-  double host_ms = 0;
+  double excess_ms = 0;       // summed over the samples
+  int samples = 0;
+  double min_excess_ms = -1;  // the smallest one sample had; -1: no sample
   bool as_graph = false;
 };
 
-// While one lives on a thread, the trials that thread times run each sample as one CUDA graph of its
-// back-to-back launches (captured once per candidate, replayed per sample), as a graph's kernel nodes run:
+// While one lives on a thread, a tuning offered there times its candidates as CUDA graph replays (trial_mode):
 // tune_graph() tunes with it. Kernels a few microseconds long rank differently when launched from a stream,
-// whose per-launch gaps hide what a graph's do not. Where the stream cannot be captured (the legacy default
-// stream) or the driver refuses the graph, the samples are stream launches as without it.
+// whose per-launch gaps hide what a graph's do not.
 class graph_trials {
  public:
   graph_trials() noexcept;
@@ -80,10 +80,37 @@ class graph_trials {
   bool was_;
 };
 
+// How one tuning times its candidates, decided by its first candidate and kept for all of them (a ranking never
+// mixes the two): as graph replays where graph_trials was active when the tuning was offered, each sample one
+// CUDA graph of the sample's back-to-back launches, captured on a private stream of the tuning's (never on the
+// launch's, which other threads may use) and replayed on the launch's stream; else, or where the first
+// candidate cannot be captured, as stream launches. A later candidate that cannot be captured where the first
+// was is not timed (its trial fails).
+class trial_mode {
+ public:
+  explicit trial_mode(bool want_graph) noexcept : want_graph_(want_graph) {}
+  ~trial_mode();
+  trial_mode(const trial_mode&) = delete;
+  trial_mode& operator=(const trial_mode&) = delete;
+  bool want_graph() const noexcept { return want_graph_ && chosen_ != chosen::stream; }
+  // The private stream captures are made on (made on first use); null where it cannot be made.
+  CUstream capture_stream();
+  // The first candidate's capture decides; true where this candidate's samples are graph replays.
+  bool decide(bool captured);
+
+ private:
+  enum class chosen { undecided, graph, stream };
+  bool want_graph_;
+  chosen chosen_ = chosen::undecided;
+  CUstream stream_ = nullptr;
+  bool stream_tried_ = false;
+};
+
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
 // samples, each queued behind the gate. Launches with exactly the attributes a real launch of p has. `wait`
-// (when given) adds the gated samples' GPU and host times.
+// (when given) adds the gated samples' GPU and host times; `mode` (when given) may make the samples graph
+// replays.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
-                      stream_gate& gate, sample_wait* wait = nullptr);
+                      stream_gate& gate, sample_wait* wait = nullptr, trial_mode* mode = nullptr);
 
 }  // namespace launchfit::detail

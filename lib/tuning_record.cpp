@@ -61,11 +61,16 @@ void tuning_record::add(const plan& p, double ms) {
   if (ms >= 0 && std::isfinite(ms)) timings_[key_of(p)].push_back(ms);
 }
 
-void tuning_record::add_wait(double gpu_ms, double host_ms, bool as_graph) {
-  if (!(gpu_ms > 0) || !(host_ms >= 0) || !std::isfinite(gpu_ms) || !std::isfinite(host_ms)) return;
+void tuning_record::add_wait(double gpu_ms, double excess_ms, int samples, double min_excess_ms,
+                             bool as_graph) {
+  if (!(gpu_ms > 0) || !(excess_ms >= 0) || !(min_excess_ms >= 0) || samples <= 0 || !std::isfinite(gpu_ms) ||
+      !std::isfinite(excess_ms) || !std::isfinite(min_excess_ms))
+    return;
   std::lock_guard<std::mutex> lock(m_);
   gpu_ms_ += gpu_ms;
-  host_ms_ += host_ms;
+  excess_ms_ += excess_ms;
+  samples_ += samples;
+  min_excess_ms_ = min_excess_ms_ < 0 ? min_excess_ms : std::min(min_excess_ms_, min_excess_ms);
   if (as_graph) ++graph_timed_;
 }
 
@@ -80,6 +85,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   std::vector<double> mine;
   double spread = 0;
   double gpu_ms = 0, waited_ms = 0;
+  bool as_graph = false;
   plan_measurement m;
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -95,7 +101,8 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
     before = before_;
     since = started_us_;
     gpu_ms = gpu_ms_;
-    waited_ms = std::max(0.0, host_ms_ - gpu_ms_);
+    waited_ms = std::max(0.0, excess_ms_ - samples_ * std::max(0.0, min_excess_ms_));
+    as_graph = graph_timed_ > 0;
   }
   std::sort(mine.begin(), mine.end());
   m.best_ms = mine[(mine.size() - 1) / 2];
@@ -125,7 +132,6 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   m.clean = why.empty();
   {
     char buf[96];
-    const char* how = graph_timed_ > 0 ? "timed as graph replays; " : "";
     if (gpu_ms > 0) {
       std::snprintf(buf, sizeof buf, "spread %.3g%%; waited %.3g ms beside %.3g ms of GPU time; ", spread * 100,
                     waited_ms, gpu_ms);
@@ -133,7 +139,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
       std::snprintf(buf, sizeof buf, "spread %.3g%%; ", spread * 100);
     }
     std::lock_guard<std::mutex> lock(m_);
-    conditions_text_ = how + std::string(buf) + nvml::describe(after);
+    conditions_text_ = std::string(buf) + nvml::describe(after) + (as_graph ? "; timed as graph replays" : "");
   }
   if (!m.clean) {
     m.conditions = why;

@@ -57,9 +57,11 @@ class tuning_record {
   // candidate could not run. The first call reads the GPU's conditions before it is timed.
   void before_trial();
   void add(const plan& p, double ms);
-  // The gated samples of one candidate: their GPU time and the host's time for the same samples, and whether
-  // they ran as CUDA graph replays (sample_wait).
-  void add_wait(double gpu_ms, double host_ms, bool as_graph = false);
+  // The gated samples of one candidate (sample_wait): their GPU time, the host's time beyond it summed over
+  // `samples` samples and the smallest one sample had, and whether they ran as CUDA graph replays. The
+  // tuning's wait is what its samples spent beyond the smallest excess any of them had (the gate's release and
+  // the event's wake-up, which every sample pays on an idle GPU).
+  void add_wait(double gpu_ms, double excess_ms, int samples, double min_excess_ms, bool as_graph = false);
   // Whether any trial was timed.
   bool tuned() const;
 
@@ -92,8 +94,10 @@ class tuning_record {
   std::string conditions_text_;
   std::map<key, std::vector<double>> timings_;
   std::uint32_t trials_ = 0;
-  double gpu_ms_ = 0, host_ms_ = 0;  // every gated sample's, summed
-  int graph_timed_ = 0;              // candidates whose samples were graph replays
+  double gpu_ms_ = 0, excess_ms_ = 0;  // every gated sample's, summed
+  int samples_ = 0;
+  double min_excess_ms_ = -1;  // the smallest of any sample; -1: none yet
+  int graph_timed_ = 0;        // candidates whose samples were graph replays
 };
 
 // The reader of the launch's GPU's conditions (NVML, by the device's UUID).
