@@ -2,6 +2,8 @@
 // CUDA graphs (launchfit/graph.hpp): launches inside a stream capture remembered for tune_graph(), which
 // tunes them outside the capture and sets the instantiated graph's nodes in place, and kernel nodes from specs.
 
+#include "launchfit/graph.hpp"
+
 #include <cuda.h>
 
 #include <algorithm>
@@ -20,7 +22,6 @@
 #include "driver.hpp"
 #include "graph_capture.hpp"
 #include "launch_config.hpp"
-#include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
 #include "lifecycle.hpp"
 #include "log_internal.hpp"

@@ -82,7 +82,8 @@ std::string field_value(std::string_view v) {
 // A JSON line: the object with the line's time and the process id first (a child of fork() says its own).
 std::string render_json(const log_record& r) {
   const std::string object = r.json ? r.payload : wrap_json(r.level, r.payload);
-  std::string line = "{\"time\":\"" + rfc3339_utc(r.time) + "\",\"pid\":" + std::to_string(lifecycle::process_id());
+  std::string line =
+      "{\"time\":\"" + rfc3339_utc(r.time) + "\",\"pid\":" + std::to_string(lifecycle::process_id());
   line += object.size() > 2 ? "," + object.substr(1) : std::string("}");
   return line;
 }

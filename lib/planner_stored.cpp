@@ -57,6 +57,12 @@ std::string decided_by_text(const std::string& policy_text, const launch_request
   return s;
 }
 
+// First in the reason, where a reason that runs long is cut: how the candidates were timed decides what
+// they ranked.
+void say_graph_timed(const tuning_record& record, plan& p) {
+  if (record.graph_timed()) p.reason = "timed as graph replays: " + p.reason;
+}
+
 }  // namespace
 
 // How a tuned plan was measured (none for a plan no trial timed). A measurement that is not clean is kept in
@@ -68,6 +74,7 @@ std::optional<plan_measurement> measured(tuning_record& record, plan& p) {
   std::optional<plan_measurement> m = record.measure(p);
   if (!m) return m;
   p.reason += "; measured with " + record.conditions_text();
+  say_graph_timed(record, p);
   if (!m->clean) {
     p.reason += "; " + tuning_record::provisional_note(*m);
   } else if (!m->conditions.empty() && nvml::first_unknown_notice()) {
@@ -105,8 +112,10 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
                       const std::atomic<bool>& asked, tuning_record& record) {
   // The plan store's layers (the local file, the remote store) are asked only when one is in use.
   if (!cache_file_open() && !remote_layer()) {
+    record.skip_conditions();  // nothing is stored or shared: the GPU's conditions are not read
     plan p = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, p, need);
+    say_graph_timed(record, p);
     return p;
   }
   // The cache file's key strings are built only when one is in use (a miss stays cheap without).

@@ -80,7 +80,7 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     sample_wait wait;
     const double ms = time_candidate(run, r, p, max_grid_x, *t->gate, &wait, &t->mode);
     record->add(p, ms);
-    record->add_wait(wait.gpu_ms, wait.excess_ms, wait.samples, wait.min_excess_ms, wait.as_graph);
+    record->add_wait(wait.gpu_ms, wait.excess_ms, wait.samples, wait.as_graph);
     return ms;
   };
 }

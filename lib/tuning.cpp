@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "driver.hpp"
-#include "launchfit/error.hpp"
 #include "launch_config.hpp"
+#include "launchfit/error.hpp"
 #include "settings.hpp"
 
 namespace launchfit::detail {
@@ -105,7 +105,6 @@ void stream_gate::drain() {
   pending_ = false;
 }
 
-
 namespace {
 thread_local bool graph_trials_on = false;
 
@@ -128,7 +127,8 @@ struct trial_graph {
     cfg.hStream = on;
     if (d.cuStreamBeginCapture(on, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return false;
     bool queued = true;
-    for (int i = 0; i < launches && queued; ++i) queued = d.cuLaunchKernelEx(&cfg, f, args, nullptr) == CUDA_SUCCESS;
+    for (int i = 0; i < launches && queued; ++i)
+      queued = d.cuLaunchKernelEx(&cfg, f, args, nullptr) == CUDA_SUCCESS;
     const CUresult ended = d.cuStreamEndCapture(on, &graph);  // ends it whatever the launches did
     if (!queued || ended != CUDA_SUCCESS || !graph) return false;
     if (d.cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS) {
@@ -152,7 +152,8 @@ CUstream trial_mode::capture_stream() {
   if (!stream_tried_) {
     stream_tried_ = true;
     const driver_api& d = driver();
-    if (d.cuStreamCreate && d.cuStreamDestroy && d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+    if (d.cuStreamCreate && d.cuStreamDestroy &&
+        d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
       stream_ = nullptr;
   }
   return stream_;
@@ -225,7 +226,6 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
       wait->gpu_ms += ms;
       wait->excess_ms += excess;
       ++wait->samples;
-      wait->min_excess_ms = wait->min_excess_ms < 0 ? excess : std::min(wait->min_excess_ms, excess);
     }
     return static_cast<double>(ms) / launches;
   };

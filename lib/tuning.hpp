@@ -55,19 +55,18 @@ class stream_gate {
 };
 
 // What the gated samples of one candidate took: their GPU time (the events), and the host's time from
-// opening the gate to the stop event beyond it (the gate's release and the event's wake-up, and any time the GPU
-// gave another context first); and whether they ran as CUDA graph replays (trial_mode).
+// opening the gate to the stop event beyond it (the gate's release and the event's wake-up, and any time the
+// GPU gave another context first); and whether they ran as CUDA graph replays (trial_mode).
 struct sample_wait {
   double gpu_ms = 0;
-  double excess_ms = 0;       // summed over the samples
+  double excess_ms = 0;  // summed over the samples
   int samples = 0;
-  double min_excess_ms = -1;  // the smallest one sample had; -1: no sample
   bool as_graph = false;
 };
 
-// While one lives on a thread, a tuning offered there times its candidates as CUDA graph replays (trial_mode):
-// tune_graph() tunes with it. Kernels a few microseconds long rank differently when launched from a stream,
-// whose per-launch gaps hide what a graph's do not.
+// While one lives on a thread, a tuning offered there times its candidates as CUDA graph replays
+// (trial_mode): tune_graph() tunes with it. Kernels a few microseconds long rank differently when launched
+// from a stream, whose per-launch gaps hide what a graph's do not.
 class graph_trials {
  public:
   graph_trials() noexcept;
@@ -80,12 +79,12 @@ class graph_trials {
   bool was_;
 };
 
-// How one tuning times its candidates, decided by its first candidate and kept for all of them (a ranking never
-// mixes the two): as graph replays where graph_trials was active when the tuning was offered, each sample one
-// CUDA graph of the sample's back-to-back launches, captured on a private stream of the tuning's (never on the
-// launch's, which other threads may use) and replayed on the launch's stream; else, or where the first
-// candidate cannot be captured, as stream launches. A later candidate that cannot be captured where the first
-// was is not timed (its trial fails).
+// How one tuning times its candidates, decided by its first candidate and kept for all of them (a ranking
+// never mixes the two): as graph replays where graph_trials was active when the tuning was offered, each
+// sample one CUDA graph of the sample's back-to-back launches, captured on a private stream of the tuning's
+// (never on the launch's, which other threads may use) and replayed on the launch's stream; else, or where
+// the first candidate cannot be captured, as stream launches. A later candidate that cannot be captured where
+// the first was is not timed (its trial fails).
 class trial_mode {
  public:
   explicit trial_mode(bool want_graph) noexcept : want_graph_(want_graph) {}

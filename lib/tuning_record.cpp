@@ -40,6 +40,11 @@ bool tuning_record::trials_captured() const {
   return captured_;
 }
 
+void tuning_record::skip_conditions() {
+  std::lock_guard<std::mutex> lock(m_);
+  read_ = nullptr;
+}
+
 void tuning_record::before_trial() {
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -61,16 +66,14 @@ void tuning_record::add(const plan& p, double ms) {
   if (ms >= 0 && std::isfinite(ms)) timings_[key_of(p)].push_back(ms);
 }
 
-void tuning_record::add_wait(double gpu_ms, double excess_ms, int samples, double min_excess_ms,
-                             bool as_graph) {
-  if (!(gpu_ms > 0) || !(excess_ms >= 0) || !(min_excess_ms >= 0) || samples <= 0 || !std::isfinite(gpu_ms) ||
-      !std::isfinite(excess_ms) || !std::isfinite(min_excess_ms))
+void tuning_record::add_wait(double gpu_ms, double excess_ms, int samples, bool as_graph) {
+  if (!(gpu_ms > 0) || !(excess_ms >= 0) || samples <= 0 || !std::isfinite(gpu_ms) ||
+      !std::isfinite(excess_ms))
     return;
   std::lock_guard<std::mutex> lock(m_);
   gpu_ms_ += gpu_ms;
   excess_ms_ += excess_ms;
   samples_ += samples;
-  min_excess_ms_ = min_excess_ms_ < 0 ? min_excess_ms : std::min(min_excess_ms_, min_excess_ms);
   if (as_graph) ++graph_timed_;
 }
 
@@ -85,7 +88,6 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   std::vector<double> mine;
   double spread = 0;
   double gpu_ms = 0, waited_ms = 0;
-  bool as_graph = false;
   plan_measurement m;
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -101,8 +103,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
     before = before_;
     since = started_us_;
     gpu_ms = gpu_ms_;
-    waited_ms = std::max(0.0, excess_ms_ - samples_ * std::max(0.0, min_excess_ms_));
-    as_graph = graph_timed_ > 0;
+    waited_ms = std::max(0.0, excess_ms_ - samples_ * sample_overhead_ms);
   }
   std::sort(mine.begin(), mine.end());
   m.best_ms = mine[(mine.size() - 1) / 2];
@@ -133,13 +134,13 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   {
     char buf[96];
     if (gpu_ms > 0) {
-      std::snprintf(buf, sizeof buf, "spread %.3g%%; waited %.3g ms beside %.3g ms of GPU time; ", spread * 100,
-                    waited_ms, gpu_ms);
+      std::snprintf(buf, sizeof buf, "spread %.3g%%; waited %.3g ms beside %.3g ms of GPU time; ",
+                    spread * 100, waited_ms, gpu_ms);
     } else {
       std::snprintf(buf, sizeof buf, "spread %.3g%%; ", spread * 100);
     }
     std::lock_guard<std::mutex> lock(m_);
-    conditions_text_ = std::string(buf) + nvml::describe(after) + (as_graph ? "; timed as graph replays" : "");
+    conditions_text_ = buf + nvml::describe(after);
   }
   if (!m.clean) {
     m.conditions = why;
@@ -147,6 +148,11 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
     m.conditions = "GPU conditions unknown: " + before.unknown;
   }
   return m;
+}
+
+bool tuning_record::graph_timed() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return graph_timed_ > 0;
 }
 
 std::string tuning_record::conditions_text() const {

@@ -26,11 +26,13 @@ namespace launchfit::detail {
 // another process's tuning could rank the plans differently.
 inline constexpr double max_shared_spread = 0.05;
 // Trials that waited for the GPU beyond their own GPU time by more than this share of it (and by at least
-// min_shared_wait_ms) ran beside another context that kept the GPU: the measurement is kept local. On an idle
-// GPU a gated sample's host time exceeds its GPU time by the gate's release and the event's wake-up (tens of
-// microseconds a sample: 0.84 ms beside 1.5 ms, 3.7-4.4 ms beside 29-31 ms for tunings of 8 processes at once
-// on an H100); beside a process whose kernels hold the GPU the trials wait for its time slices (11.6 ms
-// beside 1.5 ms, 22-33 ms beside 3-4.5 ms there).
+// min_shared_wait_ms) ran beside another context that kept the GPU: the measurement is kept local. A gated
+// sample's host time exceeds its GPU time by the gate's release and the event's wake-up, which every sample
+// pays on an idle GPU: sample_overhead_ms of it per sample is not waiting (tunings of 8 and 16 processes at
+// once on an idle H100 exceeded by 0.02-0.1 ms a sample). Beside a process whose kernels hold the GPU the
+// trials wait for its time slices, about a millisecond a sample (on that H100: 9.7-33 ms beside 1.5-4.5 ms of
+// their own).
+inline constexpr double sample_overhead_ms = 0.1;
 inline constexpr double max_shared_wait = 1.0;
 inline constexpr double min_shared_wait_ms = 2.0;
 
@@ -56,12 +58,13 @@ class tuning_record {
   // One timing of a candidate as it launches (after the launch's requirements were applied); ms < 0: the
   // candidate could not run. The first call reads the GPU's conditions before it is timed.
   void before_trial();
+  // The GPU's conditions are not read for this tuning (nothing it measures is stored or shared).
+  void skip_conditions();
   void add(const plan& p, double ms);
   // The gated samples of one candidate (sample_wait): their GPU time, the host's time beyond it summed over
-  // `samples` samples and the smallest one sample had, and whether they ran as CUDA graph replays. The
-  // tuning's wait is what its samples spent beyond the smallest excess any of them had (the gate's release and
-  // the event's wake-up, which every sample pays on an idle GPU).
-  void add_wait(double gpu_ms, double excess_ms, int samples, double min_excess_ms, bool as_graph = false);
+  // `samples` samples, and whether they ran as CUDA graph replays. The tuning's wait is that excess beyond
+  // sample_overhead_ms a sample.
+  void add_wait(double gpu_ms, double excess_ms, int samples, bool as_graph = false);
   // Whether any trial was timed.
   bool tuned() const;
 
@@ -69,15 +72,17 @@ class tuning_record {
   // spread of the re-timings (the largest (max - min) / min of a candidate timed more than once), every
   // timing counted, and whether it is clean: no other process on the GPU and no self-slowdown, before the
   // first trial or after the choice (the conditions are read again now), trials that did not wait for the GPU
-  // beyond their own time (max_shared_wait), and a spread within max_shared_spread. nullopt when the chosen plan was never timed (the tuner declined, a stored plan).
+  // beyond their own time (max_shared_wait), and a spread within max_shared_spread. nullopt when the chosen
+  // plan was never timed (the tuner declined, a stored plan).
   std::optional<plan_measurement> measure(const plan& chosen);
   // The sentence the plan's line carries for a measurement that is not clean: why it stays local.
   static std::string provisional_note(const plan_measurement& m);
-  // What the plan's line says of every measurement: how the trials ran where they were graph replays, its
-  // spread, the wait for the GPU and the conditions read after the choice ("timed as graph replays; spread
-  // 0.8%; waited 0.4 ms beside 30 ms of GPU time; 7 other processes (0 busy); SM 1980/1980 MHz; throttle
-  // 0x0"). "" before measure().
+  // What the plan's line says of every measurement: its spread, the wait for the GPU and the conditions read
+  // after the choice ("spread 0.8%; waited 0.4 ms beside 30 ms of GPU time; 7 other processes (0 busy); SM
+  // 1980/1980 MHz; throttle 0x0"). "" before measure().
   std::string conditions_text() const;
+  // Whether the candidates were timed as CUDA graph replays (tune_graph()).
+  bool graph_timed() const;
 
  private:
   using key = std::tuple<unsigned, unsigned, unsigned, int, bool>;  // block x, y, z, blocks/SM, full grid
@@ -96,8 +101,7 @@ class tuning_record {
   std::uint32_t trials_ = 0;
   double gpu_ms_ = 0, excess_ms_ = 0;  // every gated sample's, summed
   int samples_ = 0;
-  double min_excess_ms_ = -1;  // the smallest of any sample; -1: none yet
-  int graph_timed_ = 0;        // candidates whose samples were graph replays
+  int graph_timed_ = 0;  // candidates whose samples were graph replays
 };
 
 // The reader of the launch's GPU's conditions (NVML, by the device's UUID).

@@ -206,7 +206,8 @@ TEST(Fork, AChildAndItsChildKnowTheirOwnProcessId) {
       const pid_t grandchild = ::fork();
       if (grandchild == 0) ::_exit(ld::lifecycle::process_id() == ::getpid() ? 0 : 1);
       int st = 0;
-      if (grandchild < 0 || ::waitpid(grandchild, &st, 0) != grandchild || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      if (grandchild < 0 || ::waitpid(grandchild, &st, 0) != grandchild || !WIFEXITED(st) ||
+          WEXITSTATUS(st) != 0)
         code = 2;
     }
     ::_exit(code);

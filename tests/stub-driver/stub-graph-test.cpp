@@ -94,6 +94,8 @@ TEST_F(StubGraph, ALaunchCapturedWithAutotuneIsTunedInPlace) {
   const CUstream s = stream_of(0x20);
   const int n = 1 << 20;
   const unsigned long long instantiations_before = launchfit_stub_instantiations();
+  const std::size_t live_before = launchfit_stub_live_graphs();
+  const unsigned long long graph_launches_before = launchfit_stub_graph_launches();
   const one_capture c = capture_one(f, n, s);
   const lf::launched& first = c.launched;
   const CUgraph g = c.graph;
@@ -109,19 +111,65 @@ TEST_F(StubGraph, ALaunchCapturedWithAutotuneIsTunedInPlace) {
   const lf::graph_tuning t = tune(g, exec, 0x21);
   EXPECT_EQ(t.tuned, 1u) << t.to_string();
   EXPECT_EQ(t.left, 0u) << t.to_string();
+  // Its trials ran as graph replays, each candidate's graph captured on a private stream and gone after.
+  EXPECT_GT(launchfit_stub_graph_launches(), graph_launches_before);
+  EXPECT_EQ(launchfit_stub_live_graphs(), live_before + 2) << "a trial graph outlived the tuning";
+  EXPECT_EQ(launchfit_stub_live_streams(), 0u) << "the tuning's capture stream outlived it";
+  EXPECT_EQ(launchfit_stub_active_captures(), 0u);
   EXPECT_EQ(exec_block(exec, node), 128u) << "the executable graph's node runs another block than the tuned one";
   CUDA_KERNEL_NODE_PARAMS in_graph{};
   ASSERT_EQ(launchfit_stub_graph_node(node, &in_graph), 1);
   EXPECT_EQ(in_graph.blockDimX, 128u);
   EXPECT_EQ(static_cast<long long>(in_graph.gridDimX) * 128, static_cast<long long>(n));
-  EXPECT_EQ(launchfit_stub_instantiations(), instantiated) << "tune_graph instantiated a graph";
+  EXPECT_EQ(launchfit_stub_instantiations_of(g), 1u) << "tune_graph instantiated the graph again";
   // Captured again: the tuned plan directly.
   launchfit_stub_begin_capture(s);
   const lf::launched again = lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
   launchfit_stub_destroy_graph(launchfit_stub_end_capture(s));
   EXPECT_EQ(again.block.x, 128u);
+  EXPECT_NE(again.plan().reason.find("timed as graph replays"), std::string::npos) << again.plan().reason;
   launchfit_stub_destroy_exec(exec);
   launchfit_stub_destroy_graph(g);
+}
+
+// Where the first candidate cannot be captured into a graph, the whole tuning times stream launches; where a
+// later one cannot be, it is not timed (a ranking never mixes the two), and nothing is left capturing or
+// alive.
+TEST_F(StubGraph, ATuningTimesAllItsCandidatesOneWay) {
+  const CUstream s = stream_of(0x30);
+  const int n = 1 << 20;
+  {
+    const CUfunction f = map_kernel("_Z6streamPKfPfi", 128);
+    const one_capture c = capture_one(f, n, s);
+    const std::size_t live = launchfit_stub_live_graphs();
+    const unsigned long long graph_launches = launchfit_stub_graph_launches();
+    launchfit_stub_fail("cuStreamBeginCapture", CUDA_ERROR_NOT_SUPPORTED, 1);
+    const lf::graph_tuning t = tune(c.graph, c.exec, 0x31);
+    launchfit_stub_fail("cuStreamBeginCapture", CUDA_SUCCESS, 0);
+    EXPECT_EQ(t.tuned, 1u) << t.to_string();
+    EXPECT_EQ(launchfit_stub_graph_launches(), graph_launches) << "a candidate was replayed as a graph";
+    EXPECT_EQ(exec_block(c.exec, c.node), 128u);
+    EXPECT_EQ(launchfit_stub_live_graphs(), live);
+    EXPECT_EQ(launchfit_stub_active_captures(), 0u);
+    launchfit_stub_destroy_exec(c.exec);
+    launchfit_stub_destroy_graph(c.graph);
+  }
+  {
+    const CUfunction f = map_kernel("_Z5mixedPKfPfi", 128);
+    const one_capture c = capture_one(f, n, s);
+    const std::size_t live = launchfit_stub_live_graphs();
+    launchfit_stub_fail_after("cuGraphInstantiateWithFlags", CUDA_ERROR_NOT_SUPPORTED, 1, -1);
+    const lf::graph_tuning t = tune(c.graph, c.exec, 0x32);
+    launchfit_stub_fail("cuGraphInstantiateWithFlags", CUDA_SUCCESS, 0);
+    // Only the first candidate was timed; the tuning still chooses, from what it timed.
+    EXPECT_EQ(t.tuned + t.unchanged, 1u) << t.to_string();
+    EXPECT_EQ(launchfit_stub_live_graphs(), live)
+        << "a trial graph whose instantiation failed was left alive";
+    EXPECT_EQ(launchfit_stub_active_captures(), 0u);
+    EXPECT_EQ(launchfit_stub_live_streams(), 0u);
+    launchfit_stub_destroy_exec(c.exec);
+    launchfit_stub_destroy_graph(c.graph);
+  }
 }
 
 TEST_F(StubGraph, ANodeUpdateTheDriverRefusesIsReportedAndTheOthersAreTuned) {

@@ -63,18 +63,30 @@ int device_attribute(CUdevice_attribute a) {
 
 // ---- entry points: call counts and injected failures ----
 
-#define STUB_ENTRIES(X)                                                                                     \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)  \
-  X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDeviceGetUuid) X(cuCtxGetCurrent) X(cuCtxSetCurrent)       \
-  X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxGetId)                  \
-  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)                        \
-  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) X(cuOccupancyMaxPotentialBlockSize)               \
-  X(cuLaunchKernelEx) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)         \
-  X(cuEventDestroy) X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuStreamIsCapturing) X(cuMemHostAlloc)     \
-  X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuStreamGetCaptureInfo)            \
-  X(cuGraphAddNode) X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)                          \
-  X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType)  \
-  X(cuGraphDestroyNode) X(cuUserObjectCreate) X(cuUserObjectRelease) X(cuGraphRetainUserObject)
+#define STUB_ENTRIES(X)                                                                                      \
+  X(cuInit)                                                                                                  \
+  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)             \
+      X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDeviceGetUuid) X(cuCtxGetCurrent) X(cuCtxSetCurrent)    \
+          X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxGetId)           \
+              X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)             \
+                  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                                    \
+                      X(cuOccupancyMaxPotentialBlockSize) X(cuLaunchKernelEx) X(cuEventCreate)               \
+                          X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)     \
+                              X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuStreamIsCapturing)              \
+                                  X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost)            \
+                                      X(cuStreamWaitValue32) X(cuStreamGetCaptureInfo) X(cuGraphAddNode)     \
+                                          X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)     \
+                                              X(cuGraphKernelNodeSetParams)                                  \
+                                                  X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes)       \
+                                                      X(cuGraphNodeGetType) X(cuGraphDestroyNode)            \
+                                                          X(cuUserObjectCreate) X(cuUserObjectRelease)       \
+                                                              X(cuGraphRetainUserObject) X(cuStreamCreate)   \
+                                                                  X(cuStreamDestroy) X(cuStreamBeginCapture) \
+                                                                      X(cuStreamEndCapture)                  \
+                                                                          X(cuGraphInstantiateWithFlags)     \
+                                                                              X(cuGraphLaunch)               \
+                                                                                  X(cuGraphExecDestroy)      \
+                                                                                      X(cuGraphDestroy)
 
 enum entry_id {
 #define STUB_ID(name) id_##name,
@@ -244,6 +256,7 @@ struct stub_node {
 
 struct stub_graph {
   std::vector<std::unique_ptr<stub_node>> nodes;
+  unsigned long long instantiated = 0;            // executable graphs made of it
   std::map<stub_user_object*, unsigned> objects;  // references this graph holds
   int execs = 0;
   bool destroyed = false;
@@ -271,6 +284,8 @@ struct graphs {
   std::atomic<int> capturing{0};
   unsigned long long next_capture = 1;
   unsigned long long instantiations = 0;
+  unsigned long long graph_launches = 0;
+  std::set<void*> live_streams;  // made by cuStreamCreate, not destroyed yet
 };
 
 graphs& the_graphs() {
@@ -710,6 +725,75 @@ CUresult CUDAAPI stub_cuGraphRetainUserObject(CUgraph graph, CUuserObject o, uns
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI stub_cuStreamCreate(CUstream* s, unsigned int) {
+  ENTER(cuStreamCreate);
+  if (!s) return CUDA_ERROR_INVALID_VALUE;
+  void* token = new char;
+  std::lock_guard<std::mutex> lock(the_graphs().m);
+  the_graphs().live_streams.insert(token);
+  *s = reinterpret_cast<CUstream>(token);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI stub_cuStreamDestroy(CUstream s) {
+  ENTER(cuStreamDestroy);
+  {
+    std::lock_guard<std::mutex> lock(the_graphs().m);
+    if (the_graphs().live_streams.erase(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  delete reinterpret_cast<char*>(s);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI stub_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode) {
+  ENTER(cuStreamBeginCapture);
+  if (!s) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy default stream
+  {
+    std::lock_guard<std::mutex> lock(the_graphs().m);
+    if (the_graphs().captures.count(s)) return CUDA_ERROR_ILLEGAL_STATE;
+  }
+  launchfit_stub_begin_capture(s);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI stub_cuStreamEndCapture(CUstream s, CUgraph* out) {
+  ENTER(cuStreamEndCapture);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  if (out) *out = g;
+  return g ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_STATE;
+}
+CUresult CUDAAPI stub_cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph g, unsigned long long) {
+  ENTER(cuGraphInstantiateWithFlags);
+  if (!out || !g) return CUDA_ERROR_INVALID_VALUE;
+  *out = launchfit_stub_instantiate(g);
+  return CUDA_SUCCESS;
+}
+// Runs the executable graph's kernel nodes on the simulated clock, as their launches would.
+CUresult CUDAAPI stub_cuGraphLaunch(CUgraphExec e, CUstream) {
+  ENTER(cuGraphLaunch);
+  if (!e) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUDA_KERNEL_NODE_PARAMS> run;
+  {
+    std::lock_guard<std::mutex> lock(the_graphs().m);
+    for (const auto& [node, p] : reinterpret_cast<stub_exec*>(e)->params) run.push_back(p);
+    ++the_graphs().graph_launches;
+  }
+  launches& l = the_launches();
+  std::lock_guard<std::mutex> lock(l.m);
+  for (const CUDA_KERNEL_NODE_PARAMS& p : run)
+    l.clock_ms += cost_ms(*fn(p.func), p.blockDimX * p.blockDimY * p.blockDimZ);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI stub_cuGraphExecDestroy(CUgraphExec e) {
+  ENTER(cuGraphExecDestroy);
+  if (!e) return CUDA_ERROR_INVALID_VALUE;
+  launchfit_stub_destroy_exec(e);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI stub_cuGraphDestroy(CUgraph g) {
+  ENTER(cuGraphDestroy);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  launchfit_stub_destroy_graph(g);
+  return CUDA_SUCCESS;
+}
+
 // The prototypes launchfit declares (cuda.h's, macros resolved) are the stub's.
 #define STUB_SAME_TYPE(name) \
   static_assert(std::is_same_v<decltype(&stub_##name), decltype(&::name)>, #name " has another prototype");
@@ -835,6 +919,7 @@ CUgraphExec launchfit_stub_instantiate(CUgraph graph) {
     e->params[n.get()] = p;
   }
   ++gr->execs;
+  ++gr->instantiated;
   ++g.instantiations;
   return reinterpret_cast<CUgraphExec>(e);
 }
@@ -863,6 +948,31 @@ void launchfit_stub_destroy_graph(CUgraph graph) {
 unsigned long long launchfit_stub_instantiations(void) {
   std::lock_guard<std::mutex> lock(the_graphs().m);
   return the_graphs().instantiations;
+}
+
+unsigned long long launchfit_stub_instantiations_of(CUgraph graph) {
+  std::lock_guard<std::mutex> lock(the_graphs().m);
+  return reinterpret_cast<stub_graph*>(graph)->instantiated;
+}
+
+size_t launchfit_stub_live_graphs(void) {
+  std::lock_guard<std::mutex> lock(the_graphs().m);
+  return the_graphs().live_graphs.size() + the_graphs().live_execs.size();
+}
+
+size_t launchfit_stub_live_streams(void) {
+  std::lock_guard<std::mutex> lock(the_graphs().m);
+  return the_graphs().live_streams.size();
+}
+
+unsigned long long launchfit_stub_graph_launches(void) {
+  std::lock_guard<std::mutex> lock(the_graphs().m);
+  return the_graphs().graph_launches;
+}
+
+size_t launchfit_stub_active_captures(void) {
+  std::lock_guard<std::mutex> lock(the_graphs().m);
+  return the_graphs().captures.size();
 }
 
 // (Not driver calls: neither counted nor failed on request.)

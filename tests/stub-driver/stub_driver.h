@@ -53,6 +53,14 @@ void launchfit_stub_destroy_exec(CUgraphExec exec);
 void launchfit_stub_destroy_graph(CUgraph graph);
 // Instantiations of any graph so far.
 unsigned long long launchfit_stub_instantiations(void);
+// Instantiations of this graph so far.
+unsigned long long launchfit_stub_instantiations_of(CUgraph graph);
+// Graphs and executable graphs alive (made and not yet destroyed), streams made by cuStreamCreate alive,
+// graph launches so far, and streams being captured now.
+size_t launchfit_stub_live_graphs(void);
+size_t launchfit_stub_live_streams(void);
+unsigned long long launchfit_stub_graph_launches(void);
+size_t launchfit_stub_active_captures(void);
 // The graph's nodes (up to `max` into `out`); how many it has.
 size_t launchfit_stub_graph_nodes(CUgraph graph, CUgraphNode* out, size_t max);
 // What the graph's `node` runs (its kernel parameters point at the node's copies); 0 when not a kernel node.
