@@ -63,30 +63,21 @@ int device_attribute(CUdevice_attribute a) {
 
 // ---- entry points: call counts and injected failures ----
 
-#define STUB_ENTRIES(X)                                                                                      \
-  X(cuInit)                                                                                                  \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)             \
-      X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDeviceGetUuid) X(cuCtxGetCurrent) X(cuCtxSetCurrent)    \
-          X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxGetId)           \
-              X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)             \
-                  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                                    \
-                      X(cuOccupancyMaxPotentialBlockSize) X(cuLaunchKernelEx) X(cuEventCreate)               \
-                          X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)     \
-                              X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuStreamIsCapturing)              \
-                                  X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost)            \
-                                      X(cuStreamWaitValue32) X(cuStreamGetCaptureInfo) X(cuGraphAddNode)     \
-                                          X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)     \
-                                              X(cuGraphKernelNodeSetParams)                                  \
-                                                  X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes)       \
-                                                      X(cuGraphNodeGetType) X(cuGraphDestroyNode)            \
-                                                          X(cuUserObjectCreate) X(cuUserObjectRelease)       \
-                                                              X(cuGraphRetainUserObject) X(cuStreamCreate)   \
-                                                                  X(cuStreamDestroy) X(cuStreamBeginCapture) \
-                                                                      X(cuStreamEndCapture)                  \
-                                                                          X(cuGraphInstantiateWithFlags)     \
-                                                                              X(cuGraphLaunch)               \
-                                                                                  X(cuGraphExecDestroy)      \
-                                                                                      X(cuGraphDestroy)
+#define STUB_ENTRIES(X)                                                                                     \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)                      \
+  X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDeviceGetUuid) X(cuCtxGetCurrent)      \
+  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)             \
+  X(cuCtxGetId) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)          \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) X(cuOccupancyMaxPotentialBlockSize)               \
+  X(cuLaunchKernelEx) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)         \
+  X(cuEventDestroy) X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuStreamIsCapturing) X(cuMemHostAlloc)     \
+  X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuStreamGetCaptureInfo)            \
+  X(cuGraphAddNode) X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)                          \
+  X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes)                        \
+  X(cuGraphNodeGetType) X(cuGraphDestroyNode) X(cuUserObjectCreate) X(cuUserObjectRelease)                  \
+  X(cuGraphRetainUserObject) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamBeginCapture)                   \
+  X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy)               \
+  X(cuGraphDestroy)
 
 enum entry_id {
 #define STUB_ID(name) id_##name,
