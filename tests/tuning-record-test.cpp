@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,15 +123,30 @@ TEST(TuningRecord, ABusyProcessWhileTuningKeepsItLocal) {
 
 // Where NVML cannot tell this process's samples from another's (a container lists host PIDs), the trials
 // themselves show a GPU shared with another context: host time for gated samples far beyond their GPU time.
+namespace {
+
+// What one candidate's gated samples took (tuning_record::add_wait's arguments).
+struct waits {
+  double gpu_ms, excess_ms;
+  int samples;
+  bool as_graph = false;
+};
+
+// One candidate tuned in `r`, its gated samples as `each` says, measured.
+std::optional<plan_measurement> measured_after(tuning_record& r, const std::vector<waits>& each) {
+  tune(r, {{plan_of(256, 8), 1.0}});
+  for (const waits& w : each) r.add_wait(w.gpu_ms, w.excess_ms, w.samples, w.as_graph);
+  return r.measure(plan_of(256, 8));
+}
+
+}  // namespace
+
 TEST(TuningRecord, TrialsThatWaitedForTheGpuKeepItLocal) {
   scripted s{quiet(), quiet()};
-  tuning_record r(s.reader());
-  tune(r, {{plan_of(256, 8), 1.0}});
   // An idle GPU: 40 samples each 0.12 ms past their events (the gate's release, the event's wake-up), one
   // 0.15 ms: 0.85 ms beyond the allowance.
-  r.add_wait(20.0, 40 * 0.12, 40);
-  r.add_wait(0.5, 0.15, 1);
-  auto m = r.measure(plan_of(256, 8));
+  tuning_record r(s.reader());
+  auto m = measured_after(r, {{20.0, 40 * 0.12, 40}, {0.5, 0.15, 1}});
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;
   EXPECT_EQ(r.conditions_text(), "spread 0%; waited 0.85 ms beside 20.5 ms of GPU time; 0 other processes");
@@ -138,18 +154,13 @@ TEST(TuningRecord, TrialsThatWaitedForTheGpuKeepItLocal) {
   // A reset-only microsecond kernel: one launch per sample, 200 samples of 0.01 ms, each 0.03 ms past its
   // events. Summed, the fixed cost is 6 ms beside 2 ms of GPU time: still no wait.
   tuning_record tiny(s.reader());
-  tune(tiny, {{plan_of(256, 8), 1.0}});
-  tiny.add_wait(2.0, 6.0, 200);
-  m = tiny.measure(plan_of(256, 8));
+  m = measured_after(tiny, {{2.0, 6.0, 200}});
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;
 
   // Beside a busy process every sample may wait for a time slice: 20 samples, 1.5 ms each.
   tuning_record busy_gpu(s.reader());
-  tune(busy_gpu, {{plan_of(256, 8), 1.0}});
-  busy_gpu.add_wait(8.0, 15.0, 10);
-  busy_gpu.add_wait(12.0, 15.0, 10);
-  m = busy_gpu.measure(plan_of(256, 8));
+  m = measured_after(busy_gpu, {{8.0, 15.0, 10}, {12.0, 15.0, 10}});
   ASSERT_TRUE(m);
   EXPECT_FALSE(m->clean);
   EXPECT_EQ(m->conditions,
@@ -157,34 +168,29 @@ TEST(TuningRecord, TrialsThatWaitedForTheGpuKeepItLocal) {
 
   // As long as their own time: not yet a reason.
   tuning_record even(s.reader());
-  tune(even, {{plan_of(256, 8), 1.0}});
-  even.add_wait(20.0, 20.1, 1);
-  m = even.measure(plan_of(256, 8));
+  m = measured_after(even, {{20.0, 20.1, 1}});
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;
 
   // Trials timed as graph replays (tune_graph()) say so.
   tuning_record as_graph(s.reader());
-  tune(as_graph, {{plan_of(256, 8), 1.0}});
-  as_graph.add_wait(20.0, 0.4, 4, true);
-  ASSERT_TRUE(as_graph.measure(plan_of(256, 8)));
+  ASSERT_TRUE(measured_after(as_graph, {{20.0, 0.4, 4, true}}));
   EXPECT_TRUE(as_graph.graph_timed());
   EXPECT_FALSE(r.graph_timed());
   EXPECT_EQ(as_graph.conditions_text(), "spread 0%; waited 0 ms beside 20 ms of GPU time; 0 other processes");
 
   // Short trials: a wait under the floor is no reason, whatever its share.
   tuning_record short_trials(s.reader());
-  tune(short_trials, {{plan_of(256, 8), 1.0}});
-  short_trials.add_wait(0.5, 2.0, 1);
-  m = short_trials.measure(plan_of(256, 8));
+  m = measured_after(short_trials, {{0.5, 2.0, 1}});
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;
   // Not a number, negative, no samples or no GPU time: ignored.
-  short_trials.add_wait(-1.0, 50.0, 1);
-  short_trials.add_wait(0.0, 50.0, 1);
-  short_trials.add_wait(1.0, -50.0, 1);
-  short_trials.add_wait(1.0, 50.0, 0);
-  short_trials.add_wait(1.0, std::numeric_limits<double>::quiet_NaN(), 1);
+  for (const waits& w : std::vector<waits>{{-1.0, 50.0, 1},
+                                           {0.0, 50.0, 1},
+                                           {1.0, -50.0, 1},
+                                           {1.0, 50.0, 0},
+                                           {1.0, std::numeric_limits<double>::quiet_NaN(), 1}})
+    short_trials.add_wait(w.gpu_ms, w.excess_ms, w.samples);
   m = short_trials.measure(plan_of(256, 8));
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;

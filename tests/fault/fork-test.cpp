@@ -26,6 +26,7 @@
 
 #include "cache_file.hpp"
 #include "fault/bounded.hpp"
+#include "fault/forked_child.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/log.hpp"
@@ -36,18 +37,6 @@
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
 using namespace std::chrono_literals;
-
-namespace {
-
-// Set in a storm's children. fork() copies one thread: what the parent's other threads own (their stacks,
-// their thread-local buffers) is unreachable in the child by construction, so LeakSanitizer's check at the
-// child's exit would report the parent's threads, not launchfit. The children still run their exit
-// handlers (the point of these tests); only that check is skipped, through LeakSanitizer's own hook.
-volatile bool in_storm_child = false;
-
-}  // namespace
-
-extern "C" int __lsan_is_turned_off() { return in_storm_child ? 1 : 0; }
 
 namespace {
 
@@ -63,6 +52,7 @@ namespace {
 #define LAUNCHFIT_SKIP_UNDER_TSAN() (void)0
 #endif
 
+using launchfit::fault::in_forked_child;
 using launchfit::fault::sanitized;
 using launchfit::fault::slow_factor;
 
@@ -141,7 +131,7 @@ int fork_storm(int threads, child_end end) {
     // without a sanitizer the threads log through every fork.
     if (sanitized) loggers.pause();
     const auto r = lf::fault::run_bounded(child_limit, [end] {
-      in_storm_child = true;
+      in_forked_child = true;
       ld::log_event(spdlog::level::info, "test", "child line");
       lf::logger()->flush();
       if (end == child_end::exec) {
@@ -200,7 +190,7 @@ TEST(Fork, AChildAndItsChildKnowTheirOwnProcessId) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    in_storm_child = true;
+    in_forked_child = true;
     int code = ld::lifecycle::process_id() == ::getpid() ? 0 : 1;
     if (code == 0) {
       const pid_t grandchild = ::fork();
@@ -249,7 +239,7 @@ TEST(Fork, AChildForkedDuringTheLoggersFirstUseCanLog) {
       while (!first_use_begun) std::this_thread::yield();
       std::this_thread::sleep_for(20ms);  // into the first use (it cannot end before the holder lets go)
       const auto r = lf::fault::run_bounded(child_limit, [] {
-        in_storm_child = true;
+        in_forked_child = true;
         ld::log_event(spdlog::level::info, "test", "child line");
         return 0;
       });
@@ -324,7 +314,7 @@ TEST(Fork, AnAsyncChildLoggingIntoAStuckPipeNeverWaitsAndExits) {
       // handlers), without one they log through it, as in the storms.
       if (sanitized) loggers.pause();
       const auto r = lf::fault::run_bounded(5000ms * slow_factor, [] {
-        in_storm_child = true;
+        in_forked_child = true;
         int p[2];
         if (::pipe(p) != 0) return 3;
         const int flags = ::fcntl(p[1], F_GETFL);
@@ -429,7 +419,7 @@ TEST(Fork, ChildrenOfAProcessUsingTheRemoteStoreWhileThreadsLogAndStoreEnd) {
     int failed = 0;
     for (int i = 0; i < 30; ++i) {
       const auto r = lf::fault::run_bounded(std::chrono::milliseconds(5000) * slow_factor, [l, i] {
-        in_storm_child = true;
+        in_forked_child = true;
         l->put(fork_entry(2000 + i));  // the child's own writer thread, started on use
         l->find(fork_key(3000 + i));
         if (!lf::flush_remote_store(3000)) return 4;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "fault/bounded.hpp"
+#include "fault/forked_child.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
@@ -25,15 +26,7 @@
 namespace lf = launchfit;
 using namespace std::chrono_literals;
 
-namespace {
-// Set in a forked child of the multithreaded test. fork() copies one thread: what the parent's other threads
-// own (their stacks, their thread-local buffers) is unreachable in the child by construction, so
-// LeakSanitizer's check at the child's exit would report the parent's threads, not launchfit. The child still
-// runs its exit handlers; only that check is skipped, through LeakSanitizer's own hook.
-volatile bool in_forked_child = false;
-}  // namespace
-
-extern "C" int __lsan_is_turned_off() { return in_forked_child ? 1 : 0; }
+using launchfit::fault::in_forked_child;
 
 namespace {
 
