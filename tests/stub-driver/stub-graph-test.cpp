@@ -148,6 +148,11 @@ TEST_F(StubGraph, ATuningTimesAllItsCandidatesOneWay) {
     launchfit_stub_fail("cuStreamBeginCapture", CUDA_SUCCESS, 0);
     EXPECT_EQ(t.tuned, 1u) << t.to_string();
     EXPECT_EQ(launchfit_stub_graph_launches(), graph_launches) << "a candidate was replayed as a graph";
+    launchfit_stub_begin_capture(s);
+    const lf::launched again =
+        lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+    launchfit_stub_destroy_graph(launchfit_stub_end_capture(s));
+    EXPECT_EQ(again.plan().reason.find("timed as graph replays"), std::string::npos) << again.plan().reason;
     EXPECT_EQ(exec_block(c.exec, c.node), 128u);
     EXPECT_EQ(launchfit_stub_live_graphs(), live);
     EXPECT_EQ(launchfit_stub_active_captures(), 0u);
@@ -161,8 +166,16 @@ TEST_F(StubGraph, ATuningTimesAllItsCandidatesOneWay) {
     launchfit_stub_fail_after("cuGraphInstantiateWithFlags", CUDA_ERROR_NOT_SUPPORTED, 1, -1);
     const lf::graph_tuning t = tune(c.graph, c.exec, 0x32);
     launchfit_stub_fail("cuGraphInstantiateWithFlags", CUDA_SUCCESS, 0);
-    // Only the first candidate was timed; the tuning still chooses, from what it timed.
+    // Only the first candidate was timed; the tuning still chooses, from what it timed, and says how many
+    // candidates could not run (each refused with "this candidate cannot be captured into a CUDA graph, as the
+    // tuning's first was").
     EXPECT_EQ(t.tuned + t.unchanged, 1u) << t.to_string();
+    launchfit_stub_begin_capture(s);
+    const lf::launched again =
+        lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+    launchfit_stub_destroy_graph(launchfit_stub_end_capture(s));
+    EXPECT_NE(again.plan().reason.find("timed as graph replays"), std::string::npos) << again.plan().reason;
+    EXPECT_NE(again.plan().reason.find("could not run"), std::string::npos) << again.plan().reason;
     EXPECT_EQ(launchfit_stub_live_graphs(), live)
         << "a trial graph whose instantiation failed was left alive";
     EXPECT_EQ(launchfit_stub_active_captures(), 0u);
