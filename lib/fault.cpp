@@ -27,7 +27,9 @@ std::string sticky_note() {
 }  // namespace
 
 void note_launched(const kept_plan& launched) noexcept {
-  last_launched.store(&launched, std::memory_order_release);
+  // Written only when it changes: threads launching the same plans read a shared line instead of taking it.
+  if (last_launched.load(std::memory_order_relaxed) != &launched)
+    last_launched.store(&launched, std::memory_order_release);
 }
 
 bool is_sticky(CUresult r) noexcept { return is_sticky_cuda_result(static_cast<int>(r)); }

@@ -537,7 +537,7 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
       launch_request r = c->request;
       r.stream = stream;
       const plan_reader reading;
-      std::optional<plan_entry> local;
+      local_entry local;
       const graph_trials as_nodes_run;  // the trials time each candidate as graph replays
       const plan_entry& e = entry_for(r, local);
       if (e.tuning_deferred) {

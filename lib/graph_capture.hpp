@@ -17,6 +17,7 @@
 namespace launchfit::detail {
 
 struct plan_entry;
+class local_entry;
 
 // Whether `stream` is being captured into a CUDA graph: one answer for every step that asks (trials are
 // offered only at none, a launch is remembered only at active, a deferred plan is planned again only at none).
@@ -35,6 +36,6 @@ void add_planned_node(const CUlaunchConfig& cfg, CUfunction f, void** args, node
                       const plan_entry& e);
 
 // The entry a request launches with (launch.cpp): the cached plan, or the miss path's.
-const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& local);
+const plan_entry& entry_for(const launch_request& r, local_entry& local);
 
 }  // namespace launchfit::detail

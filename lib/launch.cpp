@@ -44,7 +44,7 @@ void load_environment_inputs() {
 
 // The entry this request launches with. `local` holds a plan made for this call only (a request asked
 // again from inside its own planning, or an smem rule that never settles).
-const plan_entry& entry_or_miss(const launch_request& r, std::optional<plan_entry>& local) {
+const plan_entry& entry_or_miss(const launch_request& r, local_entry& local) {
   if (!r.policy) throw error(errc::invalid_policy, "launchfit::launch", "no policy");
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
     throw error(CUDA_ERROR_INVALID_HANDLE, "launchfit::launch", "null or empty kernel");
@@ -93,7 +93,7 @@ void check_arguments(const launch_request& r, const plan_entry& e) {
 
 }  // namespace
 
-const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& local) {
+const plan_entry& entry_for(const launch_request& r, local_entry& local) {
   const plan_entry& e = entry_or_miss(r, local);
   // A plan a stream capture kept from its trials: the first launch that may time them outside a capture
   // plans again (once: the new entry is the tuned plan, or a stored one).
@@ -105,7 +105,7 @@ const plan_entry& entry_for(const launch_request& r, std::optional<plan_entry>& 
 }
 
 const plan& plan_for(const launch_request& r) {
-  std::optional<plan_entry> local;
+  local_entry local;
   const plan_reader reading;  // no entry is freed while this call uses it
   const plan_entry& e = entry_for(r, local);
   // The plan contract: a static plan launched while another process tunes the key is not what launches will
@@ -128,7 +128,7 @@ const plan& plan_for(const launch_request& r) {
 
 launched launch(const launch_request& r) {
   const plan_reader reading;  // no entry is freed while this launch uses it
-  std::optional<plan_entry> local;
+  local_entry local;
   const plan_entry& e = entry_for(r, local);
   check_arguments(r, e);
   const kept_plan& kept = kept_of(e);

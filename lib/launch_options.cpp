@@ -15,15 +15,6 @@ launch_options launch_options_of(const launch_request& r) noexcept {
   return o;
 }
 
-std::uint64_t key_bits(const launch_options& o) noexcept {
-  const dims& c = o.cluster;
-  std::uint64_t bits = (o.cooperative ? 1u : 0u) | (std::uint64_t{o.programmatic} << 49) |
-                       (std::uint64_t{o.non_portable_cluster} << 50);
-  if (c.count() <= 1) return bits;
-  return bits | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |
-         (std::uint64_t{c.z & 0xffffu} << 33);
-}
-
 std::string key_text(const launch_options& o) {
   std::string s;
   if (o.cooperative) s += " cooperative";

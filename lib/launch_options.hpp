@@ -23,7 +23,15 @@ launch_options launch_options_of(const launch_request& r) noexcept;
 // The options in a plan key (plan_key::launch): bit 0 cooperative, cluster x/y/z in bits 1-16, 17-32,
 // 33-48, bit 49 programmatic, bit 50 non-portable cluster sizes allowed. (The SM budget is in
 // plan_key::shape.)
-std::uint64_t key_bits(const launch_options& o) noexcept;
+// Inline: every launch keys its plan by them.
+inline std::uint64_t key_bits(const launch_options& o) noexcept {
+  const dims& c = o.cluster;
+  const std::uint64_t bits = (o.cooperative ? 1u : 0u) | (std::uint64_t{o.programmatic} << 49) |
+                             (std::uint64_t{o.non_portable_cluster} << 50);
+  if (c.count() <= 1) return bits;
+  return bits | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |
+         (std::uint64_t{c.z & 0xffffu} << 33);
+}
 
 // The options as the suffix of a stored key's policy text: " cooperative", " cluster=2x1x1", " pdl", in
 // that order, each only when set ("" for none).

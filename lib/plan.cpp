@@ -67,7 +67,29 @@ dims caller_grid(const plan& p, const work& w, long long max_grid_x) {
 
 }  // namespace
 
+namespace {
+dims grid_for_any(const plan& p, const work& w, long long max_grid_x);
+}  // namespace
+
 dims grid_for(const plan& p, const work& w, long long max_grid_x) {
+  // The common launch first, as grid_for_any() sizes it: 1-D items(n) of a computed grid, no block shape,
+  // cluster or co-residency to check; one division, the frame of the error paths never set up.
+  if (w.kind == work::shape::items && w.rank <= 1 && p.grid.x == 0 && !p.without_work && p.block_threads > 0 &&
+      !p.options.cooperative && !p.options.has_cluster() && p.shape_rule.is_default() && w.n != 0 && w.ny != 0 &&
+      w.nz != 0) {
+    const std::uint64_t per_block =
+        static_cast<std::uint64_t>(p.block_threads) * std::max<std::uint32_t>(w.per_thread, 1);
+    // A power-of-two block (most are) needs no division, whose latency is most of this path's.
+    const std::uint64_t gx = (per_block & (per_block - 1)) == 0
+                                 ? (w.n >> __builtin_ctzll(per_block)) + ((w.n & (per_block - 1)) != 0)
+                                 : ceil_div(w.n, per_block);
+    if (gx <= static_cast<std::uint64_t>(max_grid_x)) return dims{static_cast<unsigned>(gx), 1, 1};
+  }
+  return grid_for_any(p, w, max_grid_x);
+}
+
+namespace {
+__attribute__((noinline)) dims grid_for_any(const plan& p, const work& w, long long max_grid_x) {
   if (p.without_work && (w.kind == work::shape::items || w.kind == work::shape::grid_stride)) {
     // The plan-then-launch pattern kept safe: this plan answers the spec without work, and its policy would
     // plan the spec with this work by the work (small work fills the SMs with smaller blocks).
@@ -141,5 +163,6 @@ dims grid_for(const plan& p, const work& w, long long max_grid_x) {
   }
   return g;
 }
+}  // namespace
 
 }  // namespace launchfit

@@ -74,36 +74,58 @@ class capture_watch {
   mutable std::atomic<std::uint32_t> left_{0};
 };
 
-// Immutable once published (but for capture_watch's count).
+// Immutable once published (but for capture_watch's count). The fields a launch that hits reads come first,
+// next to each other (with the plan's own, which lead launchfit::plan): a launch sits between driver calls
+// that evict the caller's data, and every further cache line it touches is a miss there.
 struct plan_entry {
   plan_key key;
+  // ---- read by every launch that hits ----
   CUfunction function = nullptr;
+  const kept_plan* kept = nullptr;  // `plan` and the kernel's name as callers keep them, set when cached
+  const void* nvtx = nullptr;  // registered NVTX name of this plan's launches (null: NVTX off when planned)
+  int max_grid_x = 2147483647;
+  // The policy asked for trials that the capture did not allow: its static plan is launched inside captures,
+  // and the first launch outside one (or tune_graph()) plans again with trials.
+  bool tuning_deferred = false;
+  // Made while its stream was being captured into a CUDA graph, by a policy that is not a built-in: launches
+  // of it inside a capture are remembered for tune_graph() (graph_capture.hpp) while the watch lasts.
+  capture_watch captured;
   // Set when a LAUNCHFIT_POLICY override decides instead of the spec's policy: this entry only routes to the
   // override's own plan, keyed by the override and its size bucket (route_key() in planner.hpp).
   std::shared_ptr<const launchfit::policy> route;
-  std::uint64_t route_hash = 0;  // route->hash(), kept: hashing a policy's parameters costs on every launch
   // The override that made this plan (null: the spec's policy), and the LAUNCHFIT_POLICY glob that chose it.
   std::shared_ptr<const launchfit::policy> overriding;
+  std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
+  launchfit::plan plan;
+  // ---- read on a miss, a route or a report ----
+  std::uint64_t route_hash = 0;  // route->hash(), kept: hashing a policy's parameters costs on every launch
   std::string override_glob;
   // Why the override (override_glob, overriding) cannot serve this launch where the spec's own policy made
   // this plan instead: under the override's key, or under own_policy_bit (planner.hpp). Empty: the override
   // decided.
   std::string override_refused;
-  launchfit::plan plan;
-  const kept_plan* kept = nullptr;  // `plan` and the kernel's name as callers keep them, set when cached
   kernel_resources kernel;
   std::string device_name;
   std::string device_uuid;
   int device_ordinal = -1;
-  int max_grid_x = 2147483647;
-  std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
-  const void* nvtx = nullptr;  // registered NVTX name of this plan's launches (null: NVTX off when planned)
-  // Made while its stream was being captured into a CUDA graph, by a policy that is not a built-in: launches
-  // of it inside a capture are remembered for tune_graph() (graph_capture.hpp) while the watch lasts.
-  capture_watch captured;
-  // The policy asked for trials that the capture did not allow: its static plan is launched inside captures,
-  // and the first launch outside one (or tune_graph()) plans again with trials.
-  bool tuning_deferred = false;
+};
+
+// A plan made for one call only (a request asked again from inside its own planning, or an smem rule that
+// never settles), where the call keeps it: empty on every launch that hits. Not std::optional<plan_entry>,
+// whose construction zeroes the whole entry (about 900 bytes) on every launch.
+class local_entry {
+ public:
+  plan_entry& emplace(plan_entry&& e) {
+    entry_ = std::make_unique<plan_entry>(std::move(e));
+    return *entry_;
+  }
+  void reset() noexcept { entry_.reset(); }
+  bool has_value() const noexcept { return entry_ != nullptr; }
+  plan_entry& operator*() const noexcept { return *entry_; }
+  plan_entry* operator->() const noexcept { return entry_.get(); }
+
+ private:
+  std::unique_ptr<plan_entry> entry_;
 };
 
 std::uint64_t hash_key(const plan_key& k) noexcept;

@@ -183,7 +183,7 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
 // without tuning into `local`.
 const plan_entry& plan_once(const launch_request& r, const context_ref& ctx, const plan_key& key,
                             const std::shared_ptr<const policy>& decided_by, const std::string& glob,
-                            const std::string& refused, std::optional<plan_entry>& local) {
+                            const std::string& refused, local_entry& local) {
   try {
     if (const plan_entry* e =
             find_or_build(key, [&] { return build_entry(r, ctx, key, decided_by, glob, true, refused); }))
@@ -199,7 +199,7 @@ const plan_entry& plan_once(const launch_request& r, const context_ref& ctx, con
 // key
 // (`base`) with own_policy_bit: made once, with one warning naming the kernel, the override and why.
 const plan_entry& own_policy_entry(const launch_request& r, const context_ref& ctx, plan_key base,
-                                   const std::string& why, std::optional<plan_entry>& local) {
+                                   const std::string& why, local_entry& local) {
   base.launch |= own_policy_bit;
   if (const plan_entry* hit = find(base)) return *hit;
   const std::string refused = why;  // `why` may live in `local`, rebuilt below
@@ -211,7 +211,7 @@ const plan_entry& own_policy_entry(const launch_request& r, const context_ref& c
 // ---- the miss path ---------------------------------------------------------------------------------------
 
 const plan_entry& plan_miss(const launch_request& r, const context_ref& ctx, const plan_key& key,
-                            std::optional<plan_entry>& local) {
+                            local_entry& local) {
   note_context(ctx);
   return plan_once(r, ctx, key, nullptr, {}, {}, local);
 }
@@ -226,7 +226,7 @@ plan_key override_key(const plan_key& base, std::uint64_t override_hash,
 }
 
 const plan_entry& follow_route(const launch_request& r, const context_ref& ctx, const plan_entry& route,
-                               std::optional<plan_entry>& local) {
+                               local_entry& local) {
   const plan_key key = override_key(route.key, route.route_hash,
                                     plan_bucket(route.route->work_bucket(r.shape), r.shape, r.shape_rule));
   if (const plan_entry* hit = find(key)) return *hit;
@@ -254,7 +254,7 @@ std::string override_work_refusal(const plan& p, const work& w, long long max_gr
 }
 
 const plan_entry& serve_work(const launch_request& r, const context_ref& ctx, const plan_entry& e,
-                             std::optional<plan_entry>& local) {
+                             local_entry& local) {
   if (!e.overriding || !e.override_refused.empty()) return e;  // the override did not decide this plan
   const std::string refused = override_work_refusal(e.plan, r.shape, e.max_grid_x);
   if (refused.empty()) return e;
@@ -270,7 +270,7 @@ const plan_entry& serve_work(const launch_request& r, const context_ref& ctx, co
 }
 
 const plan_entry& replan_for_smem_rule(const launch_request& r, const context_ref& ctx,
-                                       const plan_entry& stale, std::optional<plan_entry>& local) {
+                                       const plan_entry& stale, local_entry& local) {
   const std::shared_ptr<const policy> decided_by = stale.overriding;
   const std::string glob = stale.override_glob;
   const std::string refused =
@@ -287,7 +287,7 @@ const plan_entry& replan_for_smem_rule(const launch_request& r, const context_re
     if (!e) e = &plan_once(r, ctx, key, decided_by, glob, refused, local);
     if (e->route) e = &follow_route(r, ctx, *e, local);  // overrides changed meanwhile
     if ((*r.smem_fn)(e->plan.block_threads) == e->plan.dynamic_smem_bytes) return *e;
-    if (local && e == &*local) break;  // planned for this call only, and the rule moved again
+    if (local.has_value() && e == &*local) break;  // planned for this call only, and the rule moved again
     block = e->plan.block_threads;
   }
   try {

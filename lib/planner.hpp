@@ -30,7 +30,9 @@ bool calculator_trusted_now() noexcept;
 // Tests: added to each residency the calculator answers, so that it disagrees with the driver.
 extern std::atomic<int> calculator_skew_for_tests;
 
-inline std::uint64_t launch_bits(const launch_request& r) noexcept { return key_bits(launch_options_of(r)); }
+// key_bits() reads neither the dims of a cluster of one block nor cluster_from_kernel, which is all that
+// launch_options_of() changes: the request's options give the same bits without the copy.
+inline std::uint64_t launch_bits(const launch_request& r) noexcept { return key_bits(r.options); }
 // Set in the key of a plan made by an override (under its own policy hash and bucket).
 inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
 // Set in the key of the spec's own plan made where an override cannot serve the launch (follow_route()).
@@ -43,7 +45,7 @@ inline constexpr std::uint64_t own_policy_bit = 1ULL << 62;
 // spec with work even where their buckets agree). 0 for 1-D work with none of these. `w`: the request's work.
 inline std::uint64_t shape_bits(const launch_request& r, const work& w) noexcept {
   const std::uint64_t rule = r.blocks.k == block_rule::kind::any ? 0 : r.blocks.hash();
-  const std::uint64_t shape = r.shape_rule.hash();
+  const std::uint64_t shape = r.shape_rule.is_set() ? r.shape_rule.hash() : 0;
   const std::uint64_t waves = w.kind == work::shape::grid_stride ? r.options.waves : 0;
   const std::uint64_t extra = (w.rank >= 2 ? 2u : 0u) | (w.kind == work::shape::none ? 4u : 0u) |
                               (static_cast<std::uint64_t>(r.options.sm_budget & 0xffffff) << 8) |
@@ -65,7 +67,7 @@ inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexce
 // inside its own planning (a reset callback launching the same kernel) is planned without tuning into
 // `local`, not cached.
 const plan_entry& plan_miss(const launch_request& r, const context_ref& ctx, const plan_key& key,
-                            std::optional<plan_entry>& local);
+                            local_entry& local);
 // The key of an override's plan for a request keyed `base`: the override's hash and size bucket combined with
 // the spec's, since where the override cannot serve the launch the spec's own policy decides under this key.
 plan_key override_key(const plan_key& base, std::uint64_t override_hash,
@@ -75,16 +77,16 @@ plan_key override_key(const plan_key& base, std::uint64_t override_hash,
 // failure, a first-run tuning plan_for() cannot wait for), made once with one warning naming the override and
 // why.
 const plan_entry& follow_route(const launch_request& r, const context_ref& ctx, const plan_entry& route,
-                               std::optional<plan_entry>& local);
+                               local_entry& local);
 // An override's entry whose plan cannot serve this launch's work (its grid would exceed the device's limits
 // or co-residency, or its fixed grid would leave items undone): the spec's own plan instead, made once with
 // one warning naming the kernel, the override and why. Any other entry is returned as it is.
 const plan_entry& serve_work(const launch_request& r, const context_ref& ctx, const plan_entry& e,
-                             std::optional<plan_entry>& local);
+                             local_entry& local);
 // The cached plan's dynamic smem is not what this launch's smem_per_block rule gives for its block (a rule of
 // the same type with other captured values): plans again, keyed by the rule's answer.
 const plan_entry& replan_for_smem_rule(const launch_request& r, const context_ref& ctx,
-                                       const plan_entry& stale, std::optional<plan_entry>& local);
+                                       const plan_entry& stale, local_entry& local);
 
 // ---- pure steps, tested on the CPU ----------------------------------------------------------------------
 

@@ -5,6 +5,8 @@
 // (max_occupancy().items(n)), items({nx, ny}), .blocks(power_of_two()), a family of four members, a
 // from_plan() argument, .cluster({2, 1, 1}) and .pdl() (these two also with the spec built once, outside the
 // loop). cuLaunchKernelEx without attributes is shown beside the plain launch: <<<>>> goes through the runtime.
+// Two more raw rows take launchfit's hit path apart against it: the same launch after the context identity
+// launchfit reads (cuCtxGetCurrent + cuCtxGetId), and through the pointer cuGetProcAddress gives.
 //
 // Two batch shapes, as launch-overhead: 10,000 back-to-back async launches (once the driver's queue fills
 // this measures the queue, so paths converge) and 100-launch batches with the stream drained in between (the
@@ -125,6 +127,10 @@ enum class path {
   ex_plain,         // cuLaunchKernelEx without attributes
   ex_cluster,       // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION {2, 1, 1}
   ex_pdl,           // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+  ex_context,       // cuCtxGetCurrent + cuCtxGetId, then cuLaunchKernelEx without attributes: the driver calls of
+                    // launchfit's hit path, without launchfit
+  ex_proc_address,  // cuLaunchKernelEx without attributes through the pointer cuGetProcAddress gives for CUDA_VERSION
+                    // (how launchfit calls the driver)
   lf_items,         // launchfit max_occupancy().items(n)
   lf_items_2d,      // launchfit max_occupancy().items({nx, ny})
   lf_pow2,          // launchfit max_occupancy().blocks(power_of_two()).items(n)
@@ -229,6 +235,9 @@ int run(int argc, char** argv) {
   variants.push_back(
       variant{"cuLaunchKernelEx (no attributes)", path::ex_plain, probe, d_items.grid, d_items.block});
   const int ex_plain_row = static_cast<int>(variants.size() - 1);
+  // What launchfit's hit path asks the driver besides the launch, and how it reaches the launch: raw rows.
+  add("cuCtxGetCurrent + cuCtxGetId + cuLaunchKernelEx", path::ex_context, d_items, ex_plain_row, -1);
+  add("cuLaunchKernelEx through cuGetProcAddress", path::ex_proc_address, d_items, ex_plain_row, -1);
   add("launchfit max_occupancy().items(n)", path::lf_items, d_items, base, ex_plain_row);
   base = chevron_row(probe, d_2d);
   add("launchfit max_occupancy().items({nx, ny})", path::lf_items_2d, d_2d, base, -1);
@@ -275,6 +284,25 @@ int run(int argc, char** argv) {
   plain_config.numAttrs = 0;
   CUlaunchConfig cluster_config = ex_config(d_cluster, &cluster_attr);
   CUlaunchConfig pdl_config = ex_config(d_pdl, &pdl_attr);
+  // cuLaunchKernelEx as launchfit's driver table gets it: the newest ABI for this CUDA version.
+  using launch_ex_fn = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+  launch_ex_fn launch_ex = nullptr;
+  {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult found{};
+    check_cu(cuGetProcAddress("cuLaunchKernelEx", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found),
+             "cuGetProcAddress");
+    if (!fn || found != CU_GET_PROC_ADDRESS_SUCCESS)
+      throw bench::cuda_failure("cuGetProcAddress(cuLaunchKernelEx) found nothing");
+    launch_ex = reinterpret_cast<launch_ex_fn>(fn);
+  }
+  // The context identity launchfit's hit path reads before each launch.
+  auto context_identity = [] {
+    CUcontext ctx = nullptr;
+    unsigned long long id = 0;
+    check_cu(cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+    check_cu(cuCtxGetId(ctx, &id), "cuCtxGetId");
+  };
 
   // One launch of variant v, with `counter` (nullptr when timed) and the add value.
   auto launch_one = [&](const variant& v, unsigned long long* counter) {
@@ -292,6 +320,13 @@ int run(int argc, char** argv) {
         break;
       case path::ex_pdl:
         check_cu(cuLaunchKernelEx(&pdl_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+        break;
+      case path::ex_context:
+        context_identity();
+        check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+        break;
+      case path::ex_proc_address:
+        check_cu(launch_ex(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
       case path::lf_items:
         lf::launch(probe, s_items, counter, 1);
@@ -345,6 +380,17 @@ int run(int argc, char** argv) {
         return host_us_per_launch(
             [&] { check_cu(cuLaunchKernelEx(&pdl_config, probe_cu, params, nullptr), "cuLaunchKernelEx"); },
             batch, nb, stream);
+      case path::ex_context:
+        return host_us_per_launch(
+            [&] {
+              context_identity();
+              check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+            },
+            batch, nb, stream);
+      case path::ex_proc_address:
+        return host_us_per_launch(
+            [&] { check_cu(launch_ex(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx"); }, batch, nb,
+            stream);
       case path::lf_items:
         return host_us_per_launch([&] { lf::launch(probe, lf::max_occupancy().items(n).on(stream), c, 1); },
                                   batch, nb, stream);
