@@ -2,7 +2,9 @@
 // CUDA graphs on a GPU: a chain of 60 launches of five small kernels at four sizes, captured at start-up with
 // autotune (first use inside the capture: static plans), replayed; tuned in place by tune_graph() (its wall
 // time) and replayed again; then the same chain captured after tuning, replayed: the tuned-in-place graph
-// against it. And the per-node cost of a graph of kernel nodes built by add_kernel_node() against the same
+// against it. Where the tuned chain gains or loses: the chain with one size's links tuned and the rest static,
+// and each distinct link alone (32 back-to-back launches in one graph, as its trials are timed), tuned over
+// static. And the per-node cost of a graph of kernel nodes built by add_kernel_node() against the same
 // nodes built by cudaGraphAddKernelNode. Every replay's result is checked against the host.
 //   graph-tuning [--json PATH] [--autotune-plugin PATH] [--replays N] [--device N]
 
@@ -44,6 +46,7 @@ __global__ void b_axpy(const float* x, float* y, unsigned n) {
 }
 using kernel_fn = void (*)(const float*, float*, unsigned);
 constexpr kernel_fn kernels[] = {b_scale, b_offset, b_square, b_negate, b_axpy};
+constexpr const char* kernel_names[] = {"scale", "offset", "square", "negate", "axpy"};
 float host_apply(int k, float x) {
   switch (k) {
     case 0: return 2.0f * x;
@@ -69,16 +72,36 @@ struct chain {
   }
 };
 
-cudaGraph_t capture(chain& c, cudaStream_t s) {
+// The chain captured with autotune; `plans` receives each link's plan (kept by launchfit for the process).
+cudaGraph_t capture(chain& c, cudaStream_t s, std::vector<const lf::plan*>* plans = nullptr) {
   cudaGraph_t g = nullptr;
   BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   for (int j = 0; j < links; ++j) {
     const unsigned n = size_of(j);
-    lf::launch(kernels[kernel_of(j)], lf::use("autotune").items(n).on(s).rerunnable(), c.buffers[j].get(),
-               c.buffers[j + 1].get(), n);
+    const lf::launched l = lf::launch(kernels[kernel_of(j)], lf::use("autotune").items(n).on(s).rerunnable(),
+                                      c.buffers[j].get(), c.buffers[j + 1].get(), n);
+    if (plans) plans->push_back(&l.plan());
   }
   BENCH_CUDA(cudaStreamEndCapture(s, &g));
   return g;
+}
+
+// The chain captured with given plans launched verbatim (planned()): link j runs *plans[j], `copies` times.
+cudaGraphExec_t capture_planned(chain& c, cudaStream_t s, const std::vector<const lf::plan*>& plans,
+                                int first = 0, int count = links, int copies = 1) {
+  cudaGraph_t g = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int j = first; j < first + count; ++j) {
+    const unsigned n = size_of(j);
+    for (int k = 0; k < copies; ++k)
+      lf::launch(kernels[kernel_of(j)], lf::planned(*plans[j]).items(n).on(s), c.buffers[j].get(),
+                 c.buffers[j + 1].get(), n);
+  }
+  BENCH_CUDA(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  BENCH_CUDA(cudaGraphDestroy(g));
+  return exec;
 }
 
 // Median time of one replay (us): `reps` batches of `replays` back-to-back graph launches, event-timed.
@@ -141,7 +164,8 @@ int run(int argc, char** argv) {
   chain c;
 
   // Captured first: static plans.
-  cudaGraph_t g = capture(c, s);
+  std::vector<const lf::plan*> static_plans, tuned_plans;
+  cudaGraph_t g = capture(c, s, &static_plans);
   cudaGraphExec_t exec = nullptr;
   BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
   std::size_t wrong = check(c, exec, s);
@@ -157,26 +181,75 @@ int run(int argc, char** argv) {
   const double tuned_us = replay_us(exec, s, replays);
 
   // Captured after tuning: the tuned plans directly.
-  cudaGraph_t g2 = capture(c, s);
+  cudaGraph_t g2 = capture(c, s, &tuned_plans);
   cudaGraphExec_t exec2 = nullptr;
   BENCH_CUDA(cudaGraphInstantiate(&exec2, g2, 0));
   failures += check(c, exec2, s) != 0;
   // Interleaved, so that clock drift favours neither.
-  std::vector<double> in_place, recaptured;
+  // And the static plans again, launched verbatim (planned()): the exec they were captured in now runs the tuned
+  // plans. Replays timed one after the other, around the tuning, drift with the GPU's clocks: every comparison
+  // of plans is interleaved.
+  const cudaGraphExec_t static_again = capture_planned(c, s, static_plans);
+  failures += check(c, static_again, s) != 0;
+  std::vector<double> in_place, recaptured, static_runs;
   for (int r = 0; r < 5; ++r) {
     in_place.push_back(replay_us(exec, s, replays, 3));
     recaptured.push_back(replay_us(exec2, s, replays, 3));
+    static_runs.push_back(replay_us(static_again, s, replays, 3));
   }
   const double in_place_us = bench::median(in_place), recaptured_us = bench::median(recaptured);
+  const double static_interleaved_us = bench::median(static_runs);
   std::printf("chain of %d launches (5 kernels x 4 sizes, 2^14..2^20 floats), %d replays x 9, median per replay:\n",
               links, replays);
-  std::printf("  static plans (first use inside the capture): %8.2f us\n", static_us);
+  std::printf("  static plans (first use inside the capture): %8.2f us (timed alone, before tuning)\n", static_us);
   std::printf("  tune_graph: %zu tuned, %zu unchanged, %zu left in %.1f ms (wall, trials included)\n", t.tuned,
               t.unchanged, t.left, tune_ms);
-  std::printf("  tuned in place:                              %8.2f us (%.3f of static)\n", tuned_us,
-              tuned_us / static_us);
+  std::printf("  tuned in place:                              %8.2f us (timed alone, after tuning)\n", tuned_us);
+  std::printf("  tuned in place vs the static plans (interleaved): %.2f vs %.2f us = %.4f\n", in_place_us,
+              static_interleaved_us, in_place_us / static_interleaved_us);
   std::printf("  in place vs captured after tuning (interleaved): %.2f vs %.2f us = %.4f\n", in_place_us,
               recaptured_us, in_place_us / recaptured_us);
+
+  // Where the tuned chain gains or loses: the chain with one size's links tuned and the rest static, against
+  // the chain all static (both captured with planned(), interleaved); and each of the 20 distinct links alone,
+  // 32 back-to-back launches in one graph (as its trials were timed), tuned against static.
+  std::vector<double> group_ratio(4), alone_ratio(20);
+  {
+    const cudaGraphExec_t all_static = capture_planned(c, s, static_plans);
+    for (int grp = 0; grp < 4; ++grp) {
+      std::vector<const lf::plan*> mixed = static_plans;
+      for (int j = 0; j < links; ++j)
+        if ((j / 5) % 4 == grp) mixed[j] = tuned_plans[j];
+      const cudaGraphExec_t mix = capture_planned(c, s, mixed);
+      std::vector<double> a, b;
+      for (int r = 0; r < 5; ++r) {
+        a.push_back(replay_us(mix, s, replays / 2, 3));
+        b.push_back(replay_us(all_static, s, replays / 2, 3));
+      }
+      group_ratio[grp] = bench::median(a) / bench::median(b);
+      BENCH_CUDA(cudaGraphExecDestroy(mix));
+    }
+    BENCH_CUDA(cudaGraphExecDestroy(all_static));
+    for (int j = 0; j < 20; ++j) {
+      const cudaGraphExec_t st = capture_planned(c, s, static_plans, j, 1, 32);
+      const cudaGraphExec_t tu = capture_planned(c, s, tuned_plans, j, 1, 32);
+      std::vector<double> a, b;
+      for (int r = 0; r < 5; ++r) {
+        a.push_back(replay_us(tu, s, 20, 3));
+        b.push_back(replay_us(st, s, 20, 3));
+      }
+      alone_ratio[j] = bench::median(a) / bench::median(b);
+      BENCH_CUDA(cudaGraphExecDestroy(st));
+      BENCH_CUDA(cudaGraphExecDestroy(tu));
+    }
+  }
+  std::printf("  the chain with one size's links tuned, the rest static, over all static:");
+  for (int grp = 0; grp < 4; ++grp) std::printf(" 2^%d %.3f", 14 + 2 * grp, group_ratio[grp]);
+  std::printf("\n  each link alone (32 back-to-back launches in a graph), tuned over static:\n");
+  for (int j = 0; j < 20; ++j) {
+    std::printf("    2^%d %-8s block %4u -> %4u: %.3f\n", 14 + 2 * (j / 5), kernel_names[kernel_of(j)],
+                static_plans[j]->block.x, tuned_plans[j]->block.x, alone_ratio[j]);
+  }
 
   // Per-node cost: 1,000 one-block nodes in a line, built by launchfit and by hand.
   constexpr int nodes = 1000;
@@ -233,10 +306,21 @@ int run(int argc, char** argv) {
        << ",\"in_place_us\":" << bench::json_number(in_place_us)
        << ",\"recaptured_us\":" << bench::json_number(recaptured_us)
        << ",\"in_place_over_recaptured\":" << bench::json_number(in_place_us / recaptured_us)
+       << ",\"static_interleaved_us\":" << bench::json_number(static_interleaved_us)
+       << ",\"in_place_over_static_interleaved\":" << bench::json_number(in_place_us / static_interleaved_us)
        << ",\n\"nodes\":" << nodes << ",\"per_node_us_launchfit\":" << bench::json_number(per_node_lf)
        << ",\"per_node_us_raw\":" << bench::json_number(per_node_raw)
        << ",\"build_us_per_node_launchfit\":" << bench::json_number(build_lf_us)
        << ",\"build_us_per_node_raw\":" << bench::json_number(build_raw_us)
+       << ",\n\"group_tuned_over_static\":[" << bench::json_number(group_ratio[0]) << ","
+       << bench::json_number(group_ratio[1]) << "," << bench::json_number(group_ratio[2]) << ","
+       << bench::json_number(group_ratio[3]) << "],\n\"alone_tuned_over_static\":[";
+    for (int j = 0; j < 20; ++j) {
+      js << (j ? "," : "") << "{\"size\":" << size_of(j) << ",\"kernel\":" << bench::json_string(kernel_names[kernel_of(j)])
+         << ",\"static_block\":" << static_plans[j]->block.x << ",\"tuned_block\":" << tuned_plans[j]->block.x
+         << ",\"ratio\":" << bench::json_number(alone_ratio[j]) << "}";
+    }
+    js << "]"
        << ",\n\"report\":" << bench::json_string(t.to_string()) << ",\n\"failures\":" << failures << "\n}\n";
     bench::write_file(json_path, js.str());
     std::printf("wrote %s\n", json_path.c_str());
@@ -246,6 +330,7 @@ int run(int argc, char** argv) {
   cudaGraphExecDestroy(er);
   cudaGraphDestroy(built);
   cudaGraphDestroy(raw);
+  cudaGraphExecDestroy(static_again);
   cudaGraphExecDestroy(exec2);
   cudaGraphDestroy(g2);
   cudaGraphExecDestroy(exec);
