@@ -68,6 +68,7 @@ std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f) {
   const auto& d = detail::driver();
   if (!d.cuFuncGetParamInfo || !f) return std::nullopt;
   std::vector<std::size_t> sizes;
+  sizes.reserve(8);  // one allocation for most kernels, not one per doubling (a miss makes several others)
   for (std::size_t i = 0;; ++i) {
     std::size_t offset = 0, size = 0;
     const CUresult r = d.cuFuncGetParamInfo(f, i, &offset, &size);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -105,19 +106,38 @@ void resolve_kernel(const launch_request& r, plan_entry& e, family_members& fam)
 // calculator below the limit (the check after the limit is raised).
 std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_limits& dev,
                                                    const kernel_resources& k, bool driver_only) {
-  struct memo {
+  // One allocation per miss: the oracle's state (the kernel's numbers without its names, and the last answer),
+  // held by a callable small enough for std::function to keep in place.
+  struct state {
+    CUfunction f;
+    const device_limits* dev;  // lives as long as the process
+    kernel_resources k;        // numbers only: the names are not needed to count residency
+    bool driver_only;
     std::mutex m;                              // a plugin may call the oracle from several threads
     std::array<long long, 3> last{-1, -1, 0};  // block, smem, active blocks (the driver's)
   };
-  return [f, &dev, k, driver_only, st = std::make_shared<memo>()](int block, std::size_t smem) {
-    if (smem > k.max_dynamic_smem_bytes ||
-        (!driver_only && calculator_trusted.load(std::memory_order_relaxed)))
-      return calculated_blocks(dev, k, block, smem);
+  auto st = std::make_shared<state>();
+  st->f = f;
+  st->dev = &dev;
+  st->k.regs_per_thread = k.regs_per_thread;
+  st->k.static_smem_bytes = k.static_smem_bytes;
+  st->k.local_bytes_per_thread = k.local_bytes_per_thread;
+  st->k.const_bytes = k.const_bytes;
+  st->k.max_threads_per_block = k.max_threads_per_block;
+  st->k.ptx_version = k.ptx_version;
+  st->k.binary_version = k.binary_version;
+  st->k.max_dynamic_smem_bytes = k.max_dynamic_smem_bytes;
+  std::copy(std::begin(k.required_cluster), std::end(k.required_cluster), std::begin(st->k.required_cluster));
+  st->driver_only = driver_only;
+  return [st](int block, std::size_t smem) {
+    if (smem > st->k.max_dynamic_smem_bytes ||
+        (!st->driver_only && calculator_trusted.load(std::memory_order_relaxed)))
+      return calculated_blocks(*st->dev, st->k, block, smem);
     std::lock_guard<std::mutex> lock(st->m);
     auto& last = st->last;
     if (last[0] == block && last[1] == static_cast<long long>(smem)) return static_cast<int>(last[2]);
     int n = 0;
-    if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem,
+    if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, st->f, block, smem,
                                                                       CU_OCCUPANCY_DEFAULT) != CUDA_SUCCESS) {
       return 0;
     }

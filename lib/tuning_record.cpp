@@ -161,7 +161,9 @@ std::string tuning_record::conditions_text() const {
 }
 
 tuning_record::conditions_reader gpu_conditions_reader(const device_limits& dev) {
-  return [uuid = dev.uuid](std::uint64_t since_us) { return nvml::read(uuid, since_us); };
+  // The limits live as long as the process: the reader holds a pointer (no copy of the UUID, and a callable
+  // small enough for std::function to keep without an allocation on every miss).
+  return [d = &dev](std::uint64_t since_us) { return nvml::read(d->uuid, since_us); };
 }
 
 std::string tuning_record::provisional_note(const plan_measurement& m) {

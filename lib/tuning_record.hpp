@@ -104,7 +104,8 @@ class tuning_record {
   int graph_timed_ = 0;  // candidates whose samples were graph replays
 };
 
-// The reader of the launch's GPU's conditions (NVML, by the device's UUID).
+// The reader of the launch's GPU's conditions (NVML, by the device's UUID). `dev` must live as long as the
+// process, as limits_for()'s do: the reader keeps a pointer to it.
 tuning_record::conditions_reader gpu_conditions_reader(const device_limits& dev);
 
 }  // namespace launchfit::detail
