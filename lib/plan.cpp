@@ -73,10 +73,11 @@ dims grid_for_any(const plan& p, const work& w, long long max_grid_x);
 
 dims grid_for(const plan& p, const work& w, long long max_grid_x) {
   // The common launch first, as grid_for_any() sizes it: 1-D items(n) of a computed grid, no block shape,
-  // cluster or co-residency to check; one division, the frame of the error paths never set up.
+  // cluster (grid_for_any() rounds x up to cluster.x even where another dimension is 0) or co-residency to
+  // check; at most one division, the frame of the error paths never set up.
   if (w.kind == work::shape::items && w.rank <= 1 && p.grid.x == 0 && !p.without_work && p.block_threads > 0 &&
-      !p.options.cooperative && !p.options.has_cluster() && p.shape_rule.is_default() && w.n != 0 && w.ny != 0 &&
-      w.nz != 0) {
+      !p.options.cooperative && p.options.cluster.x <= 1 && !p.options.has_cluster() && p.shape_rule.is_default() &&
+      w.n != 0 && w.ny != 0 && w.nz != 0) {
     const std::uint64_t per_block =
         static_cast<std::uint64_t>(p.block_threads) * std::max<std::uint32_t>(w.per_thread, 1);
     // A power-of-two block (most are) needs no division, whose latency is most of this path's.

@@ -106,11 +106,11 @@ void resolve_kernel(const launch_request& r, plan_entry& e, family_members& fam)
 // calculator below the limit (the check after the limit is raised).
 std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_limits& dev,
                                                    const kernel_resources& k, bool driver_only) {
-  // One allocation per miss: the oracle's state (the kernel's numbers without its names, and the last answer),
-  // held by a callable small enough for std::function to keep in place.
+  // The oracle's state in one allocation (std::function boxes the callable in one more): the kernel's numbers
+  // without its names, which would be two more copies per miss, and the last answer.
   struct state {
     CUfunction f;
-    const device_limits* dev;  // lives as long as the process
+    const device_limits* dev;  // valid while the query lives (limits_for()'s: the process)
     kernel_resources k;        // numbers only: the names are not needed to count residency
     bool driver_only;
     std::mutex m;                              // a plugin may call the oracle from several threads

@@ -352,6 +352,41 @@ TEST(GridFor, ItemsPerThreadAndGridStride) {
   EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 0, 1}).count(), 0u);  // a documented no-op
 }
 
+// 1-D items(n) without a cluster or block shape, the launch every hit sizes (a path of its own in grid_for):
+// one block per block_threads x per_thread items, for blocks of every kind, and the grid limit still refused.
+TEST(GridFor, OneDimensionalItemsAreCeilingDivisionForEveryBlock) {
+  for (int block : {32, 64, 96, 128, 160, 256, 288, 320, 512, 736, 960, 1024}) {
+    lf::plan p;
+    p.block = {static_cast<unsigned>(block), 1, 1};
+    p.block_threads = block;
+    p.blocks_per_sm = 1;
+    p.sm_count = 132;
+    for (std::uint64_t n : {1ull, 31ull, 32ull, 33ull, 1000ull, 1ull << 20, (1ull << 20) + 1, 3000000000ull}) {
+      for (std::uint32_t per_thread : {0u, 1u, 3u, 4u}) {
+        const std::uint64_t per_block = static_cast<std::uint64_t>(block) * std::max(per_thread, 1u);
+        const std::uint64_t want = (n + per_block - 1) / per_block;
+        EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, n, per_thread}).x, want)
+            << "block " << block << " n " << n << " per_thread " << per_thread;
+      }
+    }
+    const long long limit = 1000;
+    EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 1000ull * block, 1}, limit).x, 1000u);
+    EXPECT_THROW(lf::grid_for(p, {lf::work::shape::items, 1000ull * block + 1, 1}, limit), lf::error);
+  }
+}
+
+// A cluster whose x is set but whose count is 0 (a 0 in another dimension) still rounds the grid's x up to
+// it, on the 1-D items path as on every other.
+TEST(GridFor, AClusterXWithAZeroDimensionStillRoundsTheGrid) {
+  lf::plan p;
+  p.block = {64, 1, 1};
+  p.block_threads = 64;
+  p.blocks_per_sm = 1;
+  p.sm_count = 132;
+  p.options.cluster = {3, 1, 0};
+  EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 32768, 1}).x, 513u);
+}
+
 TEST(GridFor, SizeTOverflowOfTheGridIsAnError) {
   lf::plan p;
   p.block = {32, 1, 1};

@@ -4,7 +4,8 @@
 // time) and replayed again; then the same chain captured after tuning, replayed: the tuned-in-place graph
 // against it. Where the tuned chain gains or loses: the chain with one size's links tuned and the rest static,
 // and each distinct link alone (32 back-to-back launches in one graph, as its trials are timed), tuned over
-// static. And the per-node cost of a graph of kernel nodes built by add_kernel_node() against the same
+// static; and the same update made by hand with the CUDA runtime, against the chain captured after tuning.
+// And the per-node cost of a graph of kernel nodes built by add_kernel_node() against the same
 // nodes built by cudaGraphAddKernelNode. Every replay's result is checked against the host.
 //   graph-tuning [--json PATH] [--autotune-plugin PATH] [--replays N] [--device N]
 
@@ -87,8 +88,8 @@ cudaGraph_t capture(chain& c, cudaStream_t s, std::vector<const lf::plan*>* plan
 }
 
 // The chain captured with given plans launched verbatim (planned()): link j runs *plans[j], `copies` times.
-cudaGraphExec_t capture_planned(chain& c, cudaStream_t s, const std::vector<const lf::plan*>& plans,
-                                int first = 0, int count = links, int copies = 1) {
+cudaGraph_t capture_planned_graph(chain& c, cudaStream_t s, const std::vector<const lf::plan*>& plans,
+                                  int first = 0, int count = links, int copies = 1) {
   cudaGraph_t g = nullptr;
   BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   for (int j = first; j < first + count; ++j) {
@@ -98,8 +99,45 @@ cudaGraphExec_t capture_planned(chain& c, cudaStream_t s, const std::vector<cons
                  c.buffers[j + 1].get(), n);
   }
   BENCH_CUDA(cudaStreamEndCapture(s, &g));
+  return g;
+}
+cudaGraphExec_t capture_planned(chain& c, cudaStream_t s, const std::vector<const lf::plan*>& plans,
+                                int first = 0, int count = links, int copies = 1) {
+  const cudaGraph_t g = capture_planned_graph(c, s, plans, first, count, copies);
   cudaGraphExec_t exec = nullptr;
   BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  BENCH_CUDA(cudaGraphDestroy(g));
+  return exec;
+}
+
+// The chain captured with the static plans, instantiated, then each kernel node of the executable graph set to
+// the tuned plan's block and grid by the CUDA runtime alone (cudaGraphExecKernelNodeSetParams): what an
+// in-place update costs a replay without launchfit.
+cudaGraphExec_t updated_by_hand(chain& c, cudaStream_t s, const std::vector<const lf::plan*>& static_plans,
+                                const std::vector<const lf::plan*>& tuned_plans) {
+  const cudaGraph_t g = capture_planned_graph(c, s, static_plans);
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  std::size_t count = 0;
+  BENCH_CUDA(cudaGraphGetNodes(g, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  BENCH_CUDA(cudaGraphGetNodes(g, nodes.data(), &count));
+  if (count != static_cast<std::size_t>(links)) throw bench::cuda_failure("the chain has another node count");
+  // Captured in a line: the node reading buffer j is link j.
+  for (cudaGraphNode_t node : nodes) {
+    cudaKernelNodeParams p{};
+    BENCH_CUDA(cudaGraphKernelNodeGetParams(node, &p));
+    const float* in = *static_cast<const float* const*>(p.kernelParams[0]);
+    int j = 0;
+    while (j < links && c.buffers[j].get() != in) ++j;
+    if (j == links) throw bench::cuda_failure("a node of the chain reads no buffer of it");
+    const lf::plan& tuned = *tuned_plans[j];
+    const lf::dims grid = lf::grid_for(tuned, lf::max_occupancy().items(size_of(j)).work_shape());
+    p.blockDim = dim3(tuned.block.x, tuned.block.y, tuned.block.z);
+    p.gridDim = dim3(grid.x, grid.y, grid.z);
+    p.sharedMemBytes = static_cast<unsigned>(tuned.dynamic_smem_bytes);
+    BENCH_CUDA(cudaGraphExecKernelNodeSetParams(exec, node, &p));
+  }
   BENCH_CUDA(cudaGraphDestroy(g));
   return exec;
 }
@@ -191,14 +229,18 @@ int run(int argc, char** argv) {
   // of plans is interleaved.
   const cudaGraphExec_t static_again = capture_planned(c, s, static_plans);
   failures += check(c, static_again, s) != 0;
-  std::vector<double> in_place, recaptured, static_runs;
-  for (int r = 0; r < 5; ++r) {
+  // And the same update made by hand, to tell the driver's cost of an updated executable graph from launchfit's.
+  const cudaGraphExec_t by_hand = updated_by_hand(c, s, static_plans, tuned_plans);
+  failures += check(c, by_hand, s) != 0;
+  std::vector<double> in_place, recaptured, static_runs, by_hand_runs;
+  for (int r = 0; r < 7; ++r) {
     in_place.push_back(replay_us(exec, s, replays, 3));
     recaptured.push_back(replay_us(exec2, s, replays, 3));
     static_runs.push_back(replay_us(static_again, s, replays, 3));
+    by_hand_runs.push_back(replay_us(by_hand, s, replays, 3));
   }
   const double in_place_us = bench::median(in_place), recaptured_us = bench::median(recaptured);
-  const double static_interleaved_us = bench::median(static_runs);
+  const double static_interleaved_us = bench::median(static_runs), by_hand_us = bench::median(by_hand_runs);
   std::printf("chain of %d launches (5 kernels x 4 sizes, 2^14..2^20 floats), %d replays x 9, median per replay:\n",
               links, replays);
   std::printf("  static plans (first use inside the capture): %8.2f us (timed alone, before tuning)\n", static_us);
@@ -209,6 +251,9 @@ int run(int argc, char** argv) {
               static_interleaved_us, in_place_us / static_interleaved_us);
   std::printf("  in place vs captured after tuning (interleaved): %.2f vs %.2f us = %.4f\n", in_place_us,
               recaptured_us, in_place_us / recaptured_us);
+  std::printf("  updated by hand (cudaGraphExecKernelNodeSetParams) vs captured after tuning: %.2f vs %.2f us = %.4f;"
+              " in place vs by hand = %.4f\n",
+              by_hand_us, recaptured_us, by_hand_us / recaptured_us, in_place_us / by_hand_us);
 
   // Where the tuned chain gains or loses: the chain with one size's links tuned and the rest static, against
   // the chain all static (both captured with planned(), interleaved); and each of the 20 distinct links alone,
@@ -308,6 +353,8 @@ int run(int argc, char** argv) {
        << ",\"in_place_over_recaptured\":" << bench::json_number(in_place_us / recaptured_us)
        << ",\"static_interleaved_us\":" << bench::json_number(static_interleaved_us)
        << ",\"in_place_over_static_interleaved\":" << bench::json_number(in_place_us / static_interleaved_us)
+       << ",\"by_hand_us\":" << bench::json_number(by_hand_us)
+       << ",\"by_hand_over_recaptured\":" << bench::json_number(by_hand_us / recaptured_us)
        << ",\n\"nodes\":" << nodes << ",\"per_node_us_launchfit\":" << bench::json_number(per_node_lf)
        << ",\"per_node_us_raw\":" << bench::json_number(per_node_raw)
        << ",\"build_us_per_node_launchfit\":" << bench::json_number(build_lf_us)
@@ -330,6 +377,7 @@ int run(int argc, char** argv) {
   cudaGraphExecDestroy(er);
   cudaGraphDestroy(built);
   cudaGraphDestroy(raw);
+  cudaGraphExecDestroy(by_hand);
   cudaGraphExecDestroy(static_again);
   cudaGraphExecDestroy(exec2);
   cudaGraphDestroy(g2);
