@@ -4,7 +4,8 @@
 // time) and replayed again; then the same chain captured after tuning, replayed: the tuned-in-place graph
 // against it. Where the tuned chain gains or loses: the chain with one size's links tuned and the rest static,
 // and each distinct link alone (32 back-to-back launches in one graph, as its trials are timed), tuned over
-// static; and the same update made by hand with the CUDA runtime, against the chain captured after tuning.
+// static; the same update made by hand with the CUDA runtime, against the chain captured after tuning; and
+// both chains captured from plain <<<>>> launches of the same blocks and grids.
 // And the per-node cost of a graph of kernel nodes built by add_kernel_node() against the same
 // nodes built by cudaGraphAddKernelNode. Every replay's result is checked against the host.
 //   graph-tuning [--json PATH] [--autotune-plugin PATH] [--replays N] [--device N]
@@ -104,6 +105,23 @@ cudaGraph_t capture_planned_graph(chain& c, cudaStream_t s, const std::vector<co
 cudaGraphExec_t capture_planned(chain& c, cudaStream_t s, const std::vector<const lf::plan*>& plans,
                                 int first = 0, int count = links, int copies = 1) {
   const cudaGraph_t g = capture_planned_graph(c, s, plans, first, count, copies);
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  BENCH_CUDA(cudaGraphDestroy(g));
+  return exec;
+}
+
+// The chain captured from plain <<<grid, block>>> launches of the plans' blocks and grids: the CUDA baseline.
+cudaGraphExec_t capture_raw(chain& c, cudaStream_t s, const std::vector<const lf::plan*>& plans) {
+  cudaGraph_t g = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int j = 0; j < links; ++j) {
+    const lf::plan& p = *plans[j];
+    const lf::dims grid = lf::grid_for(p, lf::max_occupancy().items(size_of(j)).work_shape());
+    kernels[kernel_of(j)]<<<dim3(grid.x, grid.y, grid.z), dim3(p.block.x, p.block.y, p.block.z),
+                            p.dynamic_smem_bytes, s>>>(c.buffers[j].get(), c.buffers[j + 1].get(), size_of(j));
+  }
+  BENCH_CUDA(cudaStreamEndCapture(s, &g));
   cudaGraphExec_t exec = nullptr;
   BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
   BENCH_CUDA(cudaGraphDestroy(g));
@@ -232,15 +250,22 @@ int run(int argc, char** argv) {
   // And the same update made by hand, to tell the driver's cost of an updated executable graph from launchfit's.
   const cudaGraphExec_t by_hand = updated_by_hand(c, s, static_plans, tuned_plans);
   failures += check(c, by_hand, s) != 0;
-  std::vector<double> in_place, recaptured, static_runs, by_hand_runs;
+  // And both chains from plain <<<>>> launches of the same blocks and grids.
+  const cudaGraphExec_t raw_static = capture_raw(c, s, static_plans), raw_tuned = capture_raw(c, s, tuned_plans);
+  failures += check(c, raw_static, s) != 0;
+  failures += check(c, raw_tuned, s) != 0;
+  std::vector<double> in_place, recaptured, static_runs, by_hand_runs, raw_static_runs, raw_tuned_runs;
   for (int r = 0; r < 7; ++r) {
     in_place.push_back(replay_us(exec, s, replays, 3));
     recaptured.push_back(replay_us(exec2, s, replays, 3));
     static_runs.push_back(replay_us(static_again, s, replays, 3));
     by_hand_runs.push_back(replay_us(by_hand, s, replays, 3));
+    raw_static_runs.push_back(replay_us(raw_static, s, replays, 3));
+    raw_tuned_runs.push_back(replay_us(raw_tuned, s, replays, 3));
   }
   const double in_place_us = bench::median(in_place), recaptured_us = bench::median(recaptured);
   const double static_interleaved_us = bench::median(static_runs), by_hand_us = bench::median(by_hand_runs);
+  const double raw_static_us = bench::median(raw_static_runs), raw_tuned_us = bench::median(raw_tuned_runs);
   std::printf("chain of %d launches (5 kernels x 4 sizes, 2^14..2^20 floats), %d replays x 9, median per replay:\n",
               links, replays);
   std::printf("  static plans (first use inside the capture): %8.2f us (timed alone, before tuning)\n", static_us);
@@ -254,6 +279,10 @@ int run(int argc, char** argv) {
   std::printf("  updated by hand (cudaGraphExecKernelNodeSetParams) vs captured after tuning: %.2f vs %.2f us = %.4f;"
               " in place vs by hand = %.4f\n",
               by_hand_us, recaptured_us, by_hand_us / recaptured_us, in_place_us / by_hand_us);
+  std::printf("  plain <<<>>> chains of the same blocks and grids: static %.2f us, tuned %.2f us = %.4f; launchfit's"
+              " static %.4f and recaptured %.4f of them\n",
+              raw_static_us, raw_tuned_us, raw_tuned_us / raw_static_us, static_interleaved_us / raw_static_us,
+              recaptured_us / raw_tuned_us);
 
   // Where the tuned chain gains or loses: the chain with one size's links tuned and the rest static, against
   // the chain all static (both captured with planned(), interleaved); and each of the 20 distinct links alone,
@@ -354,6 +383,8 @@ int run(int argc, char** argv) {
        << ",\"static_interleaved_us\":" << bench::json_number(static_interleaved_us)
        << ",\"in_place_over_static_interleaved\":" << bench::json_number(in_place_us / static_interleaved_us)
        << ",\"by_hand_us\":" << bench::json_number(by_hand_us)
+       << ",\"raw_static_us\":" << bench::json_number(raw_static_us)
+       << ",\"raw_tuned_us\":" << bench::json_number(raw_tuned_us)
        << ",\"by_hand_over_recaptured\":" << bench::json_number(by_hand_us / recaptured_us)
        << ",\n\"nodes\":" << nodes << ",\"per_node_us_launchfit\":" << bench::json_number(per_node_lf)
        << ",\"per_node_us_raw\":" << bench::json_number(per_node_raw)
@@ -377,6 +408,8 @@ int run(int argc, char** argv) {
   cudaGraphExecDestroy(er);
   cudaGraphDestroy(built);
   cudaGraphDestroy(raw);
+  cudaGraphExecDestroy(raw_tuned);
+  cudaGraphExecDestroy(raw_static);
   cudaGraphExecDestroy(by_hand);
   cudaGraphExecDestroy(static_again);
   cudaGraphExecDestroy(exec2);
