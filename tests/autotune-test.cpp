@@ -139,7 +139,7 @@ void expect_distinct(const std::vector<std::pair<int, int>>& timed) { (void)sear
 
 TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
   EXPECT_EQ(info_.name, "autotune");
-  EXPECT_EQ(info_.version, "1.3.0");
+  EXPECT_EQ(info_.version, "1.3.1");
   EXPECT_EQ(info_.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
   const auto names = lf::registered_policies();
   EXPECT_NE(std::find(names.begin(), names.end(), "autotune"), names.end());
@@ -425,6 +425,21 @@ TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
   EXPECT_LE(timer.calls(), 2);
   EXPECT_EQ(p.trials, timer.calls());
   EXPECT_TRUE(contains(p.reason, "stopped at max_ms=12")) << p.reason;
+}
+
+// A quarter of margin on the longest trial: trials of 5 ms under max_ms=16 stop after two (a third, started at
+// 10 ms, could end past 16 ms were it a quarter longer), where the longest alone would have started it.
+TEST_F(Autotune, LeavesAQuarterOfTheLongestTrialAsMargin) {
+  lf::query q = h200_query(grid_stride_64m);
+  fake_timer timer([](int block, int bps) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return bowl(384, 3)(block, bps);
+  });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_ms=16)")->choose(q);
+  EXPECT_GE(timer.calls(), 1);
+  EXPECT_LE(timer.calls(), 2);
+  EXPECT_LE(p.tuning_ms, 16.0 + 1.0) << p.reason;  // the decision itself takes well under a millisecond
 }
 
 TEST_F(Autotune, TiesWithinTheNoiseBandGoToTheFixedOrder) {
