@@ -135,6 +135,14 @@ std::vector<std::pair<int, int>> searched(const std::vector<std::pair<int, int>>
 // Timed plans are distinct apart from confirm()'s re-timings.
 void expect_distinct(const std::vector<std::pair<int, int>>& timed) { (void)searched(timed); }
 
+// Trials that each take 5 ms of the host's time (the bowl's timings), for the time budget's tests.
+fake_timer::model trials_of_5_ms() {
+  return [](int block, int bps) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return bowl(384, 3)(block, bps);
+  };
+}
+
 }  // namespace
 
 TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
@@ -412,34 +420,21 @@ TEST_F(Autotune, StopsAtMaxTrials) {
   EXPECT_EQ(timer.timed().front(), (std::pair{1024, 2}));
 }
 
+// No trial starts unless one a quarter longer than the longest so far still ends within max_ms. Trials of
+// 5 ms: under max_ms=12, started at 0 and 5 ms (a third, at 10 ms, would end past 12); under max_ms=16 also two
+// (a third, at 10 ms, could end past 16 were it a quarter longer), where the longest alone would start it.
 TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
-  lf::query q = h200_query(grid_stride_64m);
-  fake_timer timer([](int block, int bps) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return bowl(384, 3)(block, bps);
-  });
-  q.time_plan = timer.callback();
-  const lf::plan p = lf::policy_from_string("autotune(max_ms=12)")->choose(q);
-  EXPECT_GE(timer.calls(), 1);
-  // Started at 0 and 5 ms; a third, at 10 ms, would end past 12 ms as the longest took 5: not started.
-  EXPECT_LE(timer.calls(), 2);
-  EXPECT_EQ(p.trials, timer.calls());
-  EXPECT_TRUE(contains(p.reason, "stopped at max_ms=12")) << p.reason;
-}
-
-// A quarter of margin on the longest trial: trials of 5 ms under max_ms=16 stop after two (a third, started at
-// 10 ms, could end past 16 ms were it a quarter longer), where the longest alone would have started it.
-TEST_F(Autotune, LeavesAQuarterOfTheLongestTrialAsMargin) {
-  lf::query q = h200_query(grid_stride_64m);
-  fake_timer timer([](int block, int bps) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return bowl(384, 3)(block, bps);
-  });
-  q.time_plan = timer.callback();
-  const lf::plan p = lf::policy_from_string("autotune(max_ms=16)")->choose(q);
-  EXPECT_GE(timer.calls(), 1);
-  EXPECT_LE(timer.calls(), 2);
-  EXPECT_LE(p.tuning_ms, 16.0 + 1.0) << p.reason;  // the decision itself takes well under a millisecond
+  for (const int max_ms : {12, 16}) {
+    lf::query q = h200_query(grid_stride_64m);
+    fake_timer timer(trials_of_5_ms());
+    q.time_plan = timer.callback();
+    const std::string budget = "max_ms=" + std::to_string(max_ms);
+    const lf::plan p = lf::policy_from_string("autotune(" + budget + ")")->choose(q);
+    EXPECT_GE(timer.calls(), 1) << budget;
+    EXPECT_LE(timer.calls(), 2) << budget;
+    EXPECT_EQ(p.trials, timer.calls()) << budget;
+    EXPECT_TRUE(contains(p.reason, "stopped at " + budget)) << p.reason;
+  }
 }
 
 TEST_F(Autotune, TiesWithinTheNoiseBandGoToTheFixedOrder) {

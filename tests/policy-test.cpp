@@ -337,12 +337,20 @@ TEST(Validation, SmemRuleIsEvaluatedAtTheChosenBlock) {
   EXPECT_GT(p.occupancy.allocated_smem_per_block_bytes, p.dynamic_smem_bytes);
 }
 
-TEST(GridFor, ItemsPerThreadAndGridStride) {
+namespace {
+// A 1-D plan of `block` threads resident `blocks_per_sm` per SM on `sm_count` SMs, for grid_for().
+lf::plan one_d_plan(int block, int blocks_per_sm, int sm_count) {
   lf::plan p;
-  p.block = {256, 1, 1};
-  p.block_threads = 256;
-  p.blocks_per_sm = 4;
-  p.sm_count = 132;
+  p.block = {static_cast<unsigned>(block), 1, 1};
+  p.block_threads = block;
+  p.blocks_per_sm = blocks_per_sm;
+  p.sm_count = sm_count;
+  return p;
+}
+}  // namespace
+
+TEST(GridFor, ItemsPerThreadAndGridStride) {
+  const lf::plan p = one_d_plan(256, 4, 132);
   EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 1000, 1}).x, 4u);
   EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 1024, 4}).x, 1u);
   EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 1025, 4}).x, 2u);
@@ -356,11 +364,7 @@ TEST(GridFor, ItemsPerThreadAndGridStride) {
 // one block per block_threads x per_thread items, for blocks of every kind, and the grid limit still refused.
 TEST(GridFor, OneDimensionalItemsAreCeilingDivisionForEveryBlock) {
   for (int block : {32, 64, 96, 128, 160, 256, 288, 320, 512, 736, 960, 1024}) {
-    lf::plan p;
-    p.block = {static_cast<unsigned>(block), 1, 1};
-    p.block_threads = block;
-    p.blocks_per_sm = 1;
-    p.sm_count = 132;
+    const lf::plan p = one_d_plan(block, 1, 132);
     for (std::uint64_t n : {1ull, 31ull, 32ull, 33ull, 1000ull, 1ull << 20, (1ull << 20) + 1, 3000000000ull}) {
       for (std::uint32_t per_thread : {0u, 1u, 3u, 4u}) {
         const std::uint64_t per_block = static_cast<std::uint64_t>(block) * std::max(per_thread, 1u);
@@ -378,31 +382,19 @@ TEST(GridFor, OneDimensionalItemsAreCeilingDivisionForEveryBlock) {
 // A cluster whose x is set but whose count is 0 (a 0 in another dimension) still rounds the grid's x up to
 // it, on the 1-D items path as on every other.
 TEST(GridFor, AClusterXWithAZeroDimensionStillRoundsTheGrid) {
-  lf::plan p;
-  p.block = {64, 1, 1};
-  p.block_threads = 64;
-  p.blocks_per_sm = 1;
-  p.sm_count = 132;
+  lf::plan p = one_d_plan(64, 1, 132);
   p.options.cluster = {3, 1, 0};
   EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 32768, 1}).x, 513u);
 }
 
 TEST(GridFor, SizeTOverflowOfTheGridIsAnError) {
-  lf::plan p;
-  p.block = {32, 1, 1};
-  p.block_threads = 32;
-  p.blocks_per_sm = 1;
-  p.sm_count = 1;
+  const lf::plan p = one_d_plan(32, 1, 1);
   EXPECT_THROW(lf::grid_for(p, {lf::work::shape::items, 1ull << 40, 1}), lf::error);
   EXPECT_EQ(lf::grid_for(p, {lf::work::shape::grid_stride, 1ull << 40, 1}).x, 1u);
 }
 
 TEST(GridFor, CooperativeItemsBeyondCoResidencyAreRefused) {
-  lf::plan p;
-  p.block = {256, 1, 1};
-  p.block_threads = 256;
-  p.blocks_per_sm = 2;
-  p.sm_count = 4;
+  lf::plan p = one_d_plan(256, 2, 4);
   p.options.cooperative = true;
   EXPECT_EQ(lf::grid_for(p, {lf::work::shape::items, 8 * 256, 1}).x, 8u);
   try {
