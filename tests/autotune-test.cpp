@@ -147,7 +147,7 @@ fake_timer::model trials_of_5_ms() {
 
 TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
   EXPECT_EQ(info_.name, "autotune");
-  EXPECT_EQ(info_.version, "1.3.1");
+  EXPECT_EQ(info_.version, "1.4.0");
   EXPECT_EQ(info_.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
   const auto names = lf::registered_policies();
   EXPECT_NE(std::find(names.begin(), names.end(), "autotune"), names.end());
@@ -750,6 +750,31 @@ TEST_F(Autotune, TimesTheFullGridAndKeepsItOnlyWhenFastest) {
   const lf::plan p = lf::policy_from_string("autotune")->choose(q);
   EXPECT_FALSE(p.full_grid) << p.reason;
   for (const auto& t : small.timed()) EXPECT_NE(t.second, full_grid_bps) << t.first;
+}
+
+// The full grid's far end: where the smallest block's full grid is fastest and every other full grid ties
+// within the noise, a search of 28 trials still times it (the coarse pass does; refinement from the three
+// full grids it starts with would have to walk every size between).
+TEST_F(Autotune, TimesTheSmallestBlocksFullGrid) {
+  lf::query q = h200_query(grid_stride_64m);
+  fake_timer wide(bowl(256, 8), [](int block) { return block == 32 ? 0.95 : 0.97; });
+  q.time_plan = wide.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=28)")->choose(q);
+  EXPECT_TRUE(p.full_grid) << p.to_string() << ": " << p.reason;
+  EXPECT_EQ(p.block_threads, 32) << p.reason;
+  EXPECT_LE(wide.calls(), 28);
+}
+
+// A block's full grid is a neighbour of that block's capped plans: found where the capped search found the
+// block below full residency, though the full grids the coarse pass timed (other sizes) were far slower.
+TEST_F(Autotune, WalksFromACappedPlanToItsBlocksFullGrid) {
+  lf::query q = h200_query(grid_stride_64m);
+  fake_timer timer(bowl(192, 6), [](int block) { return block == 192 ? 0.97 : 1e3; });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune")->choose(q);
+  EXPECT_TRUE(p.full_grid) << p.to_string() << ": " << p.reason;
+  EXPECT_EQ(p.block_threads, 192) << p.reason;
+  EXPECT_EQ(lf::grid_for(p, grid_stride_64m).x, ((1u << 26) + 191u) / 192u);
 }
 
 // A tree reduction that assumes a power-of-two block: autotune never times, nor chooses, any other block,
