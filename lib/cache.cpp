@@ -355,7 +355,8 @@ const plan_entry* find_or_build(const plan_key& key, const std::function<plan_en
     }
   } released{*sl};
   plan_entry made = build();
-  if (!made.route) made.kept = &keep_plan(made.plan, made.kernel);  // a route has no plan of its own
+  // A route has no plan of its own; a plan logged at info was kept when its line was queued.
+  if (!made.route && !made.kept) made.kept = &keep_plan(made.plan, made.kernel);
   auto built = std::make_shared<const plan_entry>(std::move(made));
   {
     std::lock_guard<std::mutex> lock(sl->m);
@@ -372,10 +373,17 @@ const kept_plan& keep_plan(const plan& p, const kernel_resources& kernel) {
   std::lock_guard<std::mutex> lock(k.m);
   for (auto [it, end] = k.by_hash.equal_range(h); it != end; ++it) {
     const kept_plan& c = *it->second;
-    if (c.kernel_name == kernel.name && c.kernel_demangled == kernel.demangled && same_value(c.plan, p))
+    if (c.kernel_name == kernel.name && c.kernel_demangled == kernel.demangled &&
+        c.regs_per_thread == kernel.regs_per_thread && c.static_smem_bytes == kernel.static_smem_bytes &&
+        c.local_bytes_per_thread == kernel.local_bytes_per_thread && same_value(c.plan, p))
       return c;
   }
-  const kept_plan* made = new kept_plan{p, kernel.name, kernel.demangled};
+  const kept_plan* made = new kept_plan{p,
+                                        kernel.name,
+                                        kernel.demangled,
+                                        kernel.regs_per_thread,
+                                        kernel.static_smem_bytes,
+                                        kernel.local_bytes_per_thread};
   k.by_hash.emplace(h, made);
   return *made;
 }

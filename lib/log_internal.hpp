@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/log.hpp"
 #include "launchfit/plan.hpp"
@@ -26,17 +27,16 @@ std::shared_ptr<spdlog::logger> logger();
 // The launchfit logger without locking (for the per-launch trace check); valid for the process lifetime.
 spdlog::logger& logger_fast();
 
-// Everything one new-plan line says.
+struct kept_plan;
+
+// Everything one new-plan line says. A queued line holds the report until the logging thread writes it: the
+// plan, the kernel and the device are read where they live for the process's lifetime, not copied.
 struct plan_report {
-  kernel_resources kernel;
-  std::string device;  // "NVIDIA H200"
-  int device_ordinal = -1;
-  int cc = 0;  // 90
-  launchfit::plan plan;
-  work first_work;            // the work shape of the launch that made the plan
-  std::string override_glob;  // LAUNCHFIT_POLICY entry that chose the policy, if any
-  int device_sm_count = 0;    // the context's SMs (the plan's sm_count is smaller under an SM budget)
-  int family_size = 0;        // a kernel family: its members (the kernel is the member chosen)
+  const kept_plan* kept = nullptr;        // the plan and its kernel (keep_plan(): never freed)
+  const device_limits* device = nullptr;  // the context's device (limits_for(): never freed)
+  work first_work;                        // the work shape of the launch that made the plan
+  std::string override_glob;              // LAUNCHFIT_POLICY entry that chose the policy, if any
+  int family_size = 0;                    // a kernel family: its members (the kernel is the member chosen)
 };
 
 // How the plan's grid is made for this work: "items", "grid_stride(cap 1056)", "co-resident(1056)", ...

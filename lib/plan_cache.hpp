@@ -35,12 +35,16 @@ class policy;
 
 namespace launchfit::detail {
 
-// What outlives a plan entry: its plan (plan_for()'s reference, launched::plan()) and its kernel's name (the
-// fault report's "last launched"). Made by keep_plan(), never freed.
+// What outlives a plan entry: its plan (plan_for()'s reference, launched::plan()), its kernel's name (the
+// fault report's "last launched") and what the plan's log line says of the kernel (a queued line reads the
+// kept plan instead of a copy). Made by keep_plan(), never freed.
 struct kept_plan {
   launchfit::plan plan;
   std::string kernel_name;       // kernel_resources::name
   std::string kernel_demangled;  // kernel_resources::demangled, where the miss demangled it
+  int regs_per_thread = 0;       // kernel_resources' figures of the same names
+  std::size_t static_smem_bytes = 0;
+  std::size_t local_bytes_per_thread = 0;
 };
 
 // How many more launches of a plan made inside a stream capture ask the driver whether their stream is being
@@ -81,7 +85,8 @@ struct plan_entry {
   plan_key key;
   // ---- read by every launch that hits ----
   CUfunction function = nullptr;
-  const kept_plan* kept = nullptr;  // `plan` and the kernel's name as callers keep them, set when cached
+  // `plan` and the kernel's name as callers keep them: set when the plan is logged or cached.
+  const kept_plan* kept = nullptr;
   const void* nvtx = nullptr;  // registered NVTX name of this plan's launches (null: NVTX off when planned)
   int max_grid_x = 2147483647;
   // The policy asked for trials that the capture did not allow: its static plan is launched inside captures,

@@ -10,6 +10,7 @@
 #include "launchfit/kernel.hpp"
 #include "launchfit/occupancy.hpp"
 #include "log_line.hpp"
+#include "plan_cache.hpp"
 #include "plan_description.hpp"
 #include "text.hpp"
 
@@ -73,7 +74,8 @@ std::string grid_rule_text(const plan& p, const work& w) { return grid_rule(p, w
 
 // What the report adds to the plan's own fields (plan_description.hpp), under the same names in text and JSON.
 std::vector<plan_field> describe_report(const plan_report& r, const std::string& kernel) {
-  const plan& p = r.plan;
+  const plan& p = r.kept->plan;
+  const device_limits& dev = *r.device;
   const auto text = [](const char* name, const std::string& v, std::string shown_as) {
     return plan_field{name, valid_utf8(v, log_field_cap), std::move(shown_as), shown::line, false};
   };
@@ -82,9 +84,9 @@ std::vector<plan_field> describe_report(const plan_report& r, const std::string&
   };
   std::vector<plan_field> f;
   f.push_back(text("kernel", kernel, escape_text(kernel, log_field_cap)));
-  f.push_back(text("device", r.device, quote_text(r.device, log_field_cap)));
-  f.push_back(number("device_ordinal", r.device_ordinal));
-  const std::string cc = std::to_string(r.cc / 10) + "." + std::to_string(r.cc % 10);
+  f.push_back(text("device", dev.name, quote_text(dev.name, log_field_cap)));
+  f.push_back(number("device_ordinal", dev.ordinal));
+  const std::string cc = std::to_string(dev.cc() / 10) + "." + std::to_string(dev.cc() % 10);
   f.push_back(text("cc", cc, cc));
   f.push_back(text("grid_rule", grid_rule(p, r.first_work), grid_rule(p, r.first_work)));
   if (const std::string g = first_grid(p, r.first_work); !g.empty()) f.push_back(text("first_grid", g, g));
@@ -97,11 +99,11 @@ std::vector<plan_field> describe_report(const plan_report& r, const std::string&
     const double c = cluster_occupancy(p, p.occupancy);
     f.push_back({"cluster_occupancy", c, percent_text(c), shown::line, false});
   }
-  f.push_back(number("registers", r.kernel.regs_per_thread));
-  f.push_back(number("local_bytes_per_thread", r.kernel.local_bytes_per_thread));
-  f.push_back(number("static_smem_bytes", r.kernel.static_smem_bytes));
+  f.push_back(number("registers", r.kept->regs_per_thread));
+  f.push_back(number("local_bytes_per_thread", static_cast<long long>(r.kept->local_bytes_per_thread)));
+  f.push_back(number("static_smem_bytes", static_cast<long long>(r.kept->static_smem_bytes)));
   if (r.family_size > 0) f.push_back(number("family_members", r.family_size));
-  if (r.device_sm_count > 0 && p.sm_count < r.device_sm_count) f.push_back(number("device_sm_count", r.device_sm_count));
+  if (dev.sm_count > 0 && p.sm_count < dev.sm_count) f.push_back(number("device_sm_count", dev.sm_count));
   if (!r.override_glob.empty())
     f.push_back(text("override", r.override_glob, quote_text(r.override_glob, log_field_cap)));
   return f;
@@ -109,9 +111,10 @@ std::vector<plan_field> describe_report(const plan_report& r, const std::string&
 
 std::string format_plan(const plan_report& r, log_format f) {
   // Demangled here (on the logging thread, when asynchronous) unless the launch had to name the kernel.
-  const std::string kernel = r.kernel.demangled.empty() ? demangle(r.kernel.name) : r.kernel.demangled;
+  const kept_plan& k = *r.kept;
+  const std::string kernel = k.kernel_demangled.empty() ? demangle(k.kernel_name) : k.kernel_demangled;
   const std::vector<plan_field> context = describe_report(r, kernel);
-  const std::vector<plan_field> fields = describe_plan(r.plan);
+  const std::vector<plan_field> fields = describe_plan(k.plan);
   if (f == log_format::json) {
     nlohmann::json j = {{"level", "info"}, {"logger", logger_name}, {"event", "new_plan"}};
     j.update(fields_json(context, false));
@@ -133,35 +136,35 @@ void log_new_plan(plan_report report) noexcept {
     const log_format f = front.format;
     // The report moves once, into what a queued line holds; the lines below read it there.
     const auto shared = std::make_shared<const plan_report>(std::move(report));
-    const plan_report& r = *shared;
+    const kept_plan& k = *shared->kept;
     if (l.should_log(spdlog::level::info) && !queue_plan_line(shared))
-      log_payload(spdlog::level::info, {format_plan(r, f), f == log_format::json});
-    if (!r.plan.warning.empty() && l.should_log(spdlog::level::warn)) {
+      log_payload(spdlog::level::info, {format_plan(*shared, f), f == log_format::json});
+    if (!k.plan.warning.empty() && l.should_log(spdlog::level::warn)) {
       if (f == log_format::json) {
         log_event(spdlog::level::warn, "policy_shortfall",
-                  "kernel " + r.kernel.demangled + ": " + r.plan.warning,
-                  {{"kernel", r.kernel.demangled}, {"policy", r.plan.policy}, {"warning", r.plan.warning}});
+                  "kernel " + k.kernel_demangled + ": " + k.plan.warning,
+                  {{"kernel", k.kernel_demangled}, {"policy", k.plan.policy}, {"warning", k.plan.warning}});
       } else {
-        log_payload(spdlog::level::warn, {"kernel " + escape_text(r.kernel.demangled, log_field_cap) + ": " +
-                                          escape_text(r.plan.warning, log_field_cap)});
+        log_payload(spdlog::level::warn, {"kernel " + escape_text(k.kernel_demangled, log_field_cap) + ": " +
+                                          escape_text(k.plan.warning, log_field_cap)});
       }
     }
-    if (r.kernel.local_bytes_per_thread > 0) {
-      const bool first = first_spill_warning(r.kernel.name.substr(0, log_field_cap));
+    if (k.local_bytes_per_thread > 0) {
+      const bool first = first_spill_warning(k.kernel_name.substr(0, log_field_cap));
       if (first && l.should_log(spdlog::level::warn)) {
-        const std::string spill = std::to_string(r.kernel.local_bytes_per_thread);
-        const std::string regs = std::to_string(r.kernel.regs_per_thread);
+        const std::string spill = std::to_string(k.local_bytes_per_thread);
+        const std::string regs = std::to_string(k.regs_per_thread);
         if (f == log_format::json) {
           // Numbers stay numbers in the spill object.
           nlohmann::json j = {{"level", "warning"},
                               {"logger", logger_name},
                               {"event", "local_memory"},
-                              {"kernel", valid_utf8(r.kernel.demangled, log_field_cap)},
-                              {"local_bytes_per_thread", r.kernel.local_bytes_per_thread},
-                              {"registers", r.kernel.regs_per_thread}};
+                              {"kernel", valid_utf8(k.kernel_demangled, log_field_cap)},
+                              {"local_bytes_per_thread", k.local_bytes_per_thread},
+                              {"registers", k.regs_per_thread}};
           log_payload(spdlog::level::warn, {dump_json(j), true});
         } else {
-          log_payload(spdlog::level::warn, {"kernel " + escape_text(r.kernel.demangled, log_field_cap) +
+          log_payload(spdlog::level::warn, {"kernel " + escape_text(k.kernel_demangled, log_field_cap) +
                                             " uses " + spill + " B of local memory per thread (" + regs +
                                             " registers; a stack frame or register spills, -Xptxas -v says "
                                             "which): expect extra memory traffic"});

@@ -6,6 +6,7 @@
 
 #include "log_internal.hpp"
 #include "observe_internal.hpp"
+#include "plan_cache.hpp"
 #include "planner_steps.hpp"
 #include "ptx_scan.hpp"
 #include "text.hpp"
@@ -72,14 +73,18 @@ void warn_if_planned_without_work(const launch_request& r, const plan_key& key, 
 
 // ---- step 7: report --------------------------------------------------------------------------------------
 
-// The report copies the plan and kernel: only when something will be logged (info, or a warning).
+// Only when something will be logged (info, or a warning). The report points at the plan as callers keep it
+// (the entry's kept plan, made here rather than when the entry is cached: the last step that changes the
+// plan is done) and at the device's limits: the launching thread copies neither.
 void report(plan_entry& e, const device_limits& dev, const launch_request& r, const family_members& fam) {
   const spdlog::logger& l = logger_fast();
   const bool warns = !e.plan.warning.empty() || e.kernel.local_bytes_per_thread > 0;
   if (!l.should_log(spdlog::level::info) && !(warns && l.should_log(spdlog::level::warn))) return;
-  if (warns) name_kernel(e.kernel);  // else the new plan's line demangles the name where it is made
-  log_new_plan(plan_report{e.kernel, dev.name, dev.ordinal, dev.cc(), e.plan, r.shape, decided_by_glob(e),
-                           dev.sm_count, static_cast<int>(fam.blocks.size())});
+  // Else the new plan's line demangles the name where it is made (NVTX names the kernel in the next step:
+  // the kept plan has the name either way).
+  if (warns || nvtx_on()) name_kernel(e.kernel);
+  e.kept = &keep_plan(e.plan, e.kernel);
+  log_new_plan(plan_report{e.kept, &dev, r.shape, decided_by_glob(e), static_cast<int>(fam.blocks.size())});
 }
 
 // ---- step 8: listeners and NVTX ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <mutex>
@@ -29,6 +30,7 @@
 #include "async_sink.hpp"
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
+#include "plan_cache.hpp"
 #include "plan_description.hpp"
 #include "plan_json.hpp"
 #include "text.hpp"
@@ -37,12 +39,47 @@ namespace lf = launchfit;
 
 namespace {
 
-lf::detail::plan_report sample_report(int spill_bytes = 0, const char* part = "H200") {
+// A new plan's report as the tests write it: values, made into a plan_report (which points at a kept plan
+// and at device limits that live as long as the process) where a line is formatted or logged.
+struct report_values {
+  lf::kernel_resources kernel;
+  std::string device;
+  int device_ordinal = -1;
+  int cc = 0;
+  lf::plan plan;
+  lf::work first_work;
+  std::string override_glob;
+  int device_sm_count = 0;  // 0: the plan's
+  int family_size = 0;
+
+  operator lf::detail::plan_report() const {  // NOLINT(google-explicit-constructor): reads as a report
+    static std::mutex m;
+    static std::deque<lf::device_limits>& devices = *new std::deque<lf::device_limits>;  // never freed
+    lf::device_limits d = lf::device_limits::for_arch("H200");
+    d.name = device;
+    d.ordinal = device_ordinal;
+    d.cc_major = cc / 10;
+    d.cc_minor = cc % 10;
+    d.sm_count = device_sm_count > 0 ? device_sm_count : plan.sm_count;
+    lf::detail::plan_report r;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      r.device = &devices.emplace_back(std::move(d));
+    }
+    r.kept = &lf::detail::keep_plan(plan, kernel);
+    r.first_work = first_work;
+    r.override_glob = override_glob;
+    r.family_size = family_size;
+    return r;
+  }
+};
+
+report_values sample_report(int spill_bytes = 0, const char* part = "H200") {
   lf::query q;
   q.device = lf::device_limits::for_arch(part);
   q.kernel = lf::kernel_resources::manual(40, 0, 1024, "_Z6reducePKfPfi");
   q.kernel.local_bytes_per_thread = static_cast<std::size_t>(spill_bytes);
-  lf::detail::plan_report r;
+  report_values r;
   r.kernel = q.kernel;
   r.device = "NVIDIA H200";
   r.device_ordinal = 0;
@@ -82,7 +119,7 @@ TEST(Log, TextLineSaysWhatTheKernelRanWithAndWhy) {
     EXPECT_NE(line.find(field), std::string::npos) << "missing " << field << " in: " << line;
   }
   // A tuned plan that timed the full grid says so.
-  lf::detail::plan_report tuned = sample_report();
+  report_values tuned = sample_report();
   tuned.plan.full_grid = true;
   const std::string full = lf::detail::format_plan(tuned, lf::log_format::text);
   EXPECT_NE(full.find("grid_rule=grid_stride(full grid)"), std::string::npos) << full;
@@ -112,7 +149,7 @@ TEST(Log, JsonLineIsOneValidObjectWithTheSameFacts) {
 // and every word the text printers show (the log line, plan::to_string()) is a key of the JSON, top level or
 // inside "occupancy". PDL is "programmatic" and the limiters "limiters" everywhere.
 TEST(Log, EveryPrinterNamesAPlansFieldsAlike) {
-  lf::detail::plan_report r = sample_report();
+  report_values r = sample_report();
   lf::plan& p = r.plan;
   p.options.programmatic = true;
   p.options.cooperative = true;
@@ -184,7 +221,7 @@ TEST(Log, ABlockShapeIsInBothLinesWithTheGridItMade) {
   q.work_hint.ny = 777;
   q.shape_rule.y = 8;
   q.shape_rule.per_thread_y = 4;
-  lf::detail::plan_report r = sample_report();
+  report_values r = sample_report();
   r.kernel = q.kernel;
   r.plan = lf::max_occupancy_policy{}.choose(q);
   r.first_work = q.work_hint;
@@ -202,7 +239,7 @@ TEST(Log, ABlockShapeIsInBothLinesWithTheGridItMade) {
 
 TEST(Log, NewPlanIsOneInfoLineAndASpillWarnsOncePerKernel) {
   captured c;
-  lf::detail::plan_report r = sample_report(64);
+  report_values r = sample_report(64);
   r.kernel.name = "_Z13spilly_kernelv";
   r.kernel.demangled = "spilly_kernel()";
   lf::detail::log_new_plan(r);
@@ -225,7 +262,7 @@ TEST(Log, ShortfallWarningCarriesBytesTargetAndAdvice) {
   lf::query q;
   q.device = lf::device_limits::for_arch("H200");
   q.kernel = lf::kernel_resources::manual(16, 0, 1024, "copy");
-  lf::detail::plan_report r;
+  report_values r;
   r.kernel = q.kernel;
   r.cc = 90;
   r.plan = lf::bytes_in_flight_policy{{8, 64 * 1024}}.choose(q);
@@ -240,7 +277,7 @@ TEST(Log, ShortfallWarningCarriesBytesTargetAndAdvice) {
 TEST(Log, JsonFormatWarningsAreJsonToo) {
   captured c;
   lf::set_log_format(lf::log_format::json);
-  lf::detail::plan_report r = sample_report(16);
+  report_values r = sample_report(16);
   r.kernel.name = "_Z5otherv";
   lf::detail::log_new_plan(r);
   for (const std::string& line : c.lines()) {
@@ -499,7 +536,7 @@ TEST(LogEnv, AHostileValueIsEscapedInItsWarning) {
 }
 
 TEST(LogText, UntrustedFieldsCannotForgeALine) {
-  lf::detail::plan_report r = sample_report();
+  report_values r = sample_report();
   r.plan.reason = hostile;
   r.plan.policy = std::string("evil\n") + hostile;
   r.kernel.demangled = "k\x1b]0;title\x07\xe2\x80\xae";  // OSC title, U+202E
@@ -540,7 +577,7 @@ TEST(LogText, AUserLoggerGetsEscapedMessagesToo) {
 }
 
 TEST(LogText, AMegabyteReasonIsCappedAndSaysItsLength) {
-  lf::detail::plan_report r = sample_report();
+  report_values r = sample_report();
   r.plan.reason = std::string(1 << 20, 'r');
   for (const lf::log_format f : {lf::log_format::text, lf::log_format::json}) {
     const std::string line = lf::detail::format_plan(r, f);
@@ -556,7 +593,7 @@ TEST(LogText, AMegabyteReasonIsCappedAndSaysItsLength) {
 }
 
 TEST(LogJson, InvalidUtf8NeverThrowsAndComesOutReplaced) {
-  lf::detail::plan_report r = sample_report(8);
+  report_values r = sample_report(8);
   r.kernel.name = "_Z4utf8v";
   r.plan.reason = "bad \xff\xfe";
   r.kernel.demangled = "k\xc3";
@@ -574,7 +611,7 @@ TEST(LogJson, InvalidUtf8NeverThrowsAndComesOutReplaced) {
 
 TEST(LogJson, EveryLineIsOneJsonObjectWhoeverLogsIt) {
   logging_env env({{"LAUNCHFIT_LOG_FORMAT", "json"}});
-  lf::detail::plan_report r = sample_report(16);
+  report_values r = sample_report(16);
   r.kernel.name = "_Z5jsonsv";
   r.plan.warning = "falls short";
   lf::detail::log_new_plan(r);
@@ -644,7 +681,7 @@ TEST(LogHostile, AThrowingUserSinkNeverThrowsOutOfLaunchfit) {
   auto l = std::make_shared<spdlog::logger>("mine", std::make_shared<throwing_sink>());
   l->set_error_handler([](const std::string& m) { throw std::runtime_error(m); });
   lf::set_logger(l);
-  lf::detail::plan_report r = sample_report(8);
+  report_values r = sample_report(8);
   r.kernel.name = "_Z5throwv";
   EXPECT_NO_THROW(lf::detail::log_new_plan(r));
   EXPECT_NO_THROW(lf::detail::log_event(spdlog::level::warn, "test", "x"));
@@ -711,7 +748,7 @@ namespace {
 // spill and shortfall warnings, an event with fields, a line through the logger itself, hostile text. The
 // environment warning comes from the test's environment.
 void log_every_kind() {
-  lf::detail::plan_report r = sample_report(64);
+  report_values r = sample_report(64);
   r.kernel.name = "_Z6every" + std::to_string(::getpid()) + "v";
   r.plan.warning = "bytes in flight short of the target";
   lf::detail::log_new_plan(r);

@@ -23,6 +23,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
+#include "plan_cache.hpp"
 #include "plan_json.hpp"
 
 namespace lf = launchfit;
@@ -303,10 +304,16 @@ TEST(TextCallers, ALogLineShowsAKernelNameAsThePlanFileToolShowsAPath) {
   q.device = lf::device_limits::for_arch("H200");
   q.kernel = lf::kernel_resources::manual(32, 0, 1024, "_Z1kv" + hostile);
   q.kernel.demangled = "k()" + hostile;
+  ld::kept_plan kept;  // format_plan() reads it synchronously: a local one serves
+  kept.plan = lf::bytes_in_flight_policy{{32, 0}}.choose(q);
+  kept.kernel_name = q.kernel.name;
+  kept.kernel_demangled = q.kernel.demangled;
+  kept.regs_per_thread = q.kernel.regs_per_thread;
+  lf::device_limits device = q.device;
+  device.name = "NVIDIA H200";
   ld::plan_report r;
-  r.kernel = q.kernel;
-  r.device = "NVIDIA H200";
-  r.plan = lf::bytes_in_flight_policy{{32, 0}}.choose(q);
+  r.kept = &kept;
+  r.device = &device;
   r.first_work = {lf::work::shape::grid_stride, 1 << 20, 1};
   const std::string line = ld::format_plan(r, lf::log_format::text);
   EXPECT_TRUE(has(line, "kernel=k()" + shown + " ")) << line;

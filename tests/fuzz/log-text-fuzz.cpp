@@ -14,6 +14,7 @@
 
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
+#include "plan_cache.hpp"
 #include "text.hpp"
 
 namespace lf = launchfit;
@@ -68,15 +69,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(valid_utf8_strict(utf8));
   if (size <= cap && valid_utf8_strict(text)) check(utf8 == text);
 
+  // format_plan() reads the report synchronously: local plan and device serve (keep_plan() would keep every
+  // input for the process's lifetime).
+  lf::detail::kept_plan kept;
+  kept.kernel_name = text;
+  kept.kernel_demangled = text;
+  kept.regs_per_thread = 32;
+  kept.plan.policy = text;
+  kept.plan.reason = text;
+  kept.plan.warning = text;
+  kept.plan.match = text;
+  lf::device_limits device = lf::device_limits::for_arch("H200");
+  device.name = text;
   lf::detail::plan_report r;
-  r.kernel = lf::kernel_resources::manual(32, 0, 1024, text);
-  r.kernel.demangled = text;
-  r.device = text;
+  r.kept = &kept;
+  r.device = &device;
   r.override_glob = text;
-  r.plan.policy = text;
-  r.plan.reason = text;
-  r.plan.warning = text;
-  r.plan.match = text;
   check_one_safe_line(lf::detail::format_plan(r, lf::log_format::text));
   const std::string line = lf::detail::format_plan(r, lf::log_format::json);
   check_one_safe_line(line);
