@@ -14,6 +14,9 @@
 // every launch (and the from_plan() argument to be the plan's block).
 //
 //   launch-options [--quick] [--json PATH] [--batches N] [--device N]
+//   launch-options --profile ROW [--seconds S]   nothing checked: only ROW's 10,000-launch batches for S
+//                                                seconds (default 5): a sampling profiler's target (ROW:
+//                                                the row's name as the table prints it)
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -427,6 +430,23 @@ int run(int argc, char** argv) {
     }
     return {};
   };
+
+  // A profiler's target: one row's loop, nothing else timed.
+  if (const std::string only = a.value("--profile"); !only.empty()) {
+    const int seconds = std::max(1, a.int_value("--seconds", 5));
+    for (const variant& v : variants) {
+      if (v.name != only) continue;
+      const auto t0 = clock_type::now();
+      std::vector<double> us;
+      while (us.empty() || bench::seconds_since(t0) < seconds)
+        for (double x : measure(v, long_batch, 1)) us.push_back(x);
+      std::printf("profiled %s: %zu batches of %d, median %.3f us/launch\n", v.name.c_str(), us.size(),
+                  long_batch, bench::median(us));
+      return failures == 0 ? 0 : 1;
+    }
+    std::printf("no row named '%s'\n", only.c_str());
+    return 2;
+  }
 
   // Interleaved: each round times one long batch and a few short ones of every variant, starting at a
   // different variant each round.
