@@ -34,6 +34,7 @@ using planning::raise_smem_limit;
 using planning::report;
 using planning::resolve_kernel;
 using planning::stored_or_chosen;
+using planning::note_planned_without_work;
 using planning::warn_if_planned_without_work;
 
 void describe_device(const device_limits& dev, plan_entry& e) {
@@ -172,7 +173,10 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
     add_warning(e.plan, why_not + "; the spec's own policy " + escape_text(chosen->to_string()) + " decides");
     e.override_refused = why_not;
   }
-  if (r.shape.kind == work::shape::none && chosen->depends_on_work()) e.plan.without_work = true;
+  if (r.shape.kind == work::shape::none && chosen->depends_on_work()) {
+    e.plan.without_work = true;
+    note_planned_without_work();
+  }
   warn_if_planned_without_work(r, key, *chosen, e.plan);
   report(e, dev, r, fam);
   observe(e, dev, r);

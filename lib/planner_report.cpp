@@ -2,6 +2,7 @@
 // Steps 7 and 8 of the miss path: what is said about a new plan. Its warnings (added while it is made, logged
 // once with it), its log line, the NVTX range name and the plan listeners.
 
+#include <atomic>
 #include <string>
 
 #include "log_internal.hpp"
@@ -15,6 +16,10 @@ namespace launchfit::detail::planning {
 
 namespace {
 
+// Whether this process made a plan without work: set before that plan's entry is published, never cleared (a
+// plan of a cleared cache may be made again).
+std::atomic<bool> planned_without_work{false};
+
 // The override glob that decided the plan, for its report: none where the override could not serve the
 // launch.
 std::string decided_by_glob(const plan_entry& e) {
@@ -22,6 +27,8 @@ std::string decided_by_glob(const plan_entry& e) {
 }
 
 }  // namespace
+
+void note_planned_without_work() noexcept { planned_without_work.store(true, std::memory_order_release); }
 
 void add_warning(plan& p, const std::string& sentence) {
   if (!p.warning.empty()) p.warning += "; ";
@@ -55,6 +62,8 @@ void add_launch_notes(plan_entry& e, const launch_request& r, const query& q, co
 void warn_if_planned_without_work(const launch_request& r, const plan_key& key, const policy& chosen,
                                   plan& p) {
   if (r.shape.kind != work::shape::items && r.shape.kind != work::shape::grid_stride) return;
+  // Until a plan is made without work (most programs never make one) there is nothing to look up.
+  if (!planned_without_work.load(std::memory_order_acquire)) return;
   if ((key.launch & (overridden_bit | own_policy_bit)) != 0) return;
   if (r.shape.rank > 1 || !chosen.depends_on_work()) return;
   plan_key none = key;

@@ -95,6 +95,9 @@ void add_warning(plan& p, const std::string& sentence);
 // budget, co-resident clusters.
 void add_launch_notes(plan_entry& e, const launch_request& r, const query& q, const device_limits& dev,
                       const launch_requirements& need);
+// A plan without work is being made (before its entry is published): from then on, launches with work look
+// for one under their kernel and policy.
+void note_planned_without_work() noexcept;
 // Warns where the same spec without work was planned with another block (see planner_report.cpp).
 void warn_if_planned_without_work(const launch_request& r, const plan_key& key, const policy& chosen,
                                   plan& p);

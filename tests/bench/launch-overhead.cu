@@ -8,6 +8,9 @@
 // between (the host cost of a launch while the queue has room). Medians over batches.
 //
 //   launch-overhead [--quick] [--json PATH] [--batches N] [--device N]
+//   launch-overhead --profile-miss S [--profile-level info|warn]   nothing else: for S seconds, cache().clear()
+//                   then one launch (the miss, its plan logged at that level, default info), a sampling
+//                   profiler's target
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -150,6 +153,25 @@ int run(int argc, char** argv) {
     BENCH_CUDA(cudaStreamSynchronize(stream));
   }
   logger->set_level(saved_level);
+
+  // A profiler's target: misses and nothing else.
+  if (const int seconds = a.int_value("--profile-miss", 0); seconds > 0) {
+    const std::string level = a.value("--profile-level");
+    logger->set_level(level == "warn" ? spdlog::level::warn : spdlog::level::info);
+    const auto t0 = clock_type::now();
+    long long misses = 0;
+    while (bench::seconds_since(t0) < seconds) {
+      for (int i = 0; i < 100; ++i, ++misses) {
+        lf::cache().clear();
+        lf::launch(&empty_kernel, lf::max_occupancy().items(n).on(stream), 0);
+      }
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+    }
+    lf::logger()->flush();
+    std::printf("profiled %lld misses in %.2f s: %.2f us each (clear, plan, launch)\n", misses,
+                bench::seconds_since(t0), 1e6 * bench::seconds_since(t0) / static_cast<double>(misses));
+    return 0;
+  }
 
   const CUfunction empty_fn = function_of(reinterpret_cast<const void*>(&empty_kernel));
   const lf::kernel empty_driver(empty_fn);

@@ -66,6 +66,27 @@ TEST(StubLaunch, TheDriverGetsExactlyThePlanLaunchfitReports) {
   EXPECT_EQ(l.block.x, 256u) << l.plan().to_string();
 }
 
+// A spec planned without its work (plan_for(), then block-dependent arguments) and launched with small work
+// that gets another block: the launch's plan says so, once. A launch of the same kind never planned without
+// work says nothing (the lookup behind the warning is skipped until some plan is made without work).
+TEST(StubLaunch, ALaunchWithWorkIsToldOfThePlanMadeWithoutIt) {
+  const int n = 132 * 128;  // 256-thread blocks would leave half the 132 SMs idle: smaller blocks fill them
+  const CUfunction alone = axpy_kernel("_Z5alonefPKfPfi");
+  const lf::launched first = lf::launch(lf::kernel(alone), lf::max_occupancy().items(n).on(stream_of(0x12)), 1.0f,
+                                        device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_TRUE(first.plan().warning.empty()) << first.plan().warning;
+
+  const CUfunction f = axpy_kernel("_Z6twicefPKfPfi");
+  const lf::plan& without = lf::plan_for(lf::kernel(f), lf::max_occupancy().on(stream_of(0x12)));
+  EXPECT_TRUE(without.without_work);
+  const lf::launched with = lf::launch(lf::kernel(f), lf::max_occupancy().items(n).on(stream_of(0x12)), 1.0f,
+                                       device_pointer(0x1000), device_pointer(0x2000), n);
+  ASSERT_NE(with.block, without.block) << with.plan().to_string();
+  EXPECT_NE(with.plan().warning.find("without work was planned with block " + without.block.to_string()),
+            std::string::npos)
+      << with.plan().warning;
+}
+
 TEST(StubLaunch, ACooperativeLaunchCarriesItsAttributeAndCoResides) {
   const CUfunction f = axpy_kernel("_Z4coopfPKfPfi");
   const lf::launched l = lf::launch(lf::kernel(f), lf::cooperative().on(stream_of(0x11)), 1.0f, device_pointer(0x1000),
