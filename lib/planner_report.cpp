@@ -89,9 +89,9 @@ void report(plan_entry& e, const device_limits& dev, const launch_request& r, co
   const spdlog::logger& l = logger_fast();
   const bool warns = !e.plan.warning.empty() || e.kernel.local_bytes_per_thread > 0;
   if (!l.should_log(spdlog::level::info) && !(warns && l.should_log(spdlog::level::warn))) return;
-  // Else the new plan's line demangles the name where it is made (NVTX names the kernel in the next step:
-  // the kept plan has the name either way).
-  if (warns || nvtx_on()) name_kernel(e.kernel);
+  // Else the new plan's line demangles the name where it is made. NVTX and the plan listeners name the kernel
+  // in the next step: named here, the kept plan is the one the cache would keep after that step.
+  if (warns || nvtx_on() || listeners_active()) name_kernel(e.kernel);
   e.kept = &keep_plan(e.plan, e.kernel);
   log_new_plan(plan_report{e.kept, &dev, r.shape, decided_by_glob(e), static_cast<int>(fam.blocks.size())});
 }

@@ -147,7 +147,7 @@ fake_timer::model trials_of_5_ms() {
 
 TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
   EXPECT_EQ(info_.name, "autotune");
-  EXPECT_EQ(info_.version, "1.4.0");
+  EXPECT_EQ(info_.version, "1.4.1");
   EXPECT_EQ(info_.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
   const auto names = lf::registered_policies();
   EXPECT_NE(std::find(names.begin(), names.end(), "autotune"), names.end());
@@ -763,6 +763,17 @@ TEST_F(Autotune, TimesTheSmallestBlocksFullGrid) {
   EXPECT_TRUE(p.full_grid) << p.to_string() << ": " << p.reason;
   EXPECT_EQ(p.block_threads, 32) << p.reason;
   EXPECT_LE(wide.calls(), 28);
+}
+
+// The smallest block's full grid takes no residency level from the capped plans: a kernel fastest at 32 warps
+// per SM (here 1024 x 1) is still found by a search of 20 trials (the coarse pass times its octave).
+TEST_F(Autotune, TheSmallestBlocksFullGridHidesNoCappedPlan) {
+  lf::query q = h200_query(grid_stride_64m);
+  fake_timer timer([](int block, int bps) { return block * bps == 1024 ? 0.95 : 1.0; });
+  q.time_plan = timer.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_trials=20)")->choose(q);
+  EXPECT_FALSE(p.full_grid) << p.to_string() << ": " << p.reason;
+  EXPECT_EQ(p.block_threads * p.blocks_per_sm, 1024) << p.to_string() << ": " << p.reason;
 }
 
 // A block's full grid is a neighbour of that block's capped plans: found where the capped search found the

@@ -28,7 +28,7 @@
 namespace {
 
 constexpr const char* plugin_name = "autotune";
-constexpr const char* plugin_version = "1.4.0";
+constexpr const char* plugin_version = "1.4.1";
 // The noise rule, stated once: plans within max(the re-timing rounds' relative spread, min_noise) of the
 // fastest are equally fast, and the fixed order of better_in_tie() decides among them, so two independent
 // tunings of one kernel on one GPU model pick the same plan whichever of the near-equal plans their noise
@@ -479,12 +479,14 @@ class search {
 
     std::vector<std::pair<int, int>> out;
     std::vector<int> warps_seen;
+    // A full grid's resident warps are not a residency level the capped plans then skip: it is a regime of
+    // its own (the 32-thread block's full grid would otherwise hide every capped plan of 32 warps per SM).
     auto add = [&](int bi, int li, bool always) {
       for (const auto& [b, l] : out)
         if (b == bi && l == li) return;
       const int w = blocks_at(bi, li) * blocks_[bi].warps_per_block;
       if (!always && std::find(warps_seen.begin(), warps_seen.end(), w) != warps_seen.end()) return;
-      warps_seen.push_back(w);
+      if (li != blocks_[bi].full) warps_seen.push_back(w);
       out.emplace_back(bi, li);
     };
     for (int bi : full_order) add(bi, residencies(bi) - 1, true);

@@ -14,9 +14,9 @@
 // every launch (and the from_plan() argument to be the plan's block).
 //
 //   launch-options [--quick] [--json PATH] [--batches N] [--device N]
-//   launch-options --profile ROW [--seconds S]   nothing checked: only ROW's 10,000-launch batches for S
-//                                                seconds (default 5): a sampling profiler's target (ROW:
-//                                                the row's name as the table prints it)
+//   launch-options --profile ROW [--seconds S]   nothing checked: only ROW's long batches (10,000 launches;
+//                                                1,000 with --quick) for S seconds (default 5), a sampling
+//                                                profiler's target (ROW: the row's name as the table prints)
 
 #include <cuda.h>
 #include <cuda_runtime.h>

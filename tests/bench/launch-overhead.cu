@@ -157,6 +157,8 @@ int run(int argc, char** argv) {
   // A profiler's target: misses and nothing else.
   if (const int seconds = a.int_value("--profile-miss", 0); seconds > 0) {
     const std::string level = a.value("--profile-level");
+    if (!level.empty() && level != "info" && level != "warn")
+      throw std::invalid_argument("--profile-level is info or warn, not '" + level + "'");
     logger->set_level(level == "warn" ? spdlog::level::warn : spdlog::level::info);
     const auto t0 = clock_type::now();
     long long misses = 0;

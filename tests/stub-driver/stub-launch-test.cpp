@@ -76,7 +76,7 @@ TEST(StubLaunch, ALaunchWithWorkIsToldOfThePlanMadeWithoutIt) {
                                         device_pointer(0x1000), device_pointer(0x2000), n);
   EXPECT_TRUE(first.plan().warning.empty()) << first.plan().warning;
 
-  const CUfunction f = axpy_kernel("_Z6twicefPKfPfi");
+  const CUfunction f = axpy_kernel("_Z5twicefPKfPfi");
   const lf::plan& without = lf::plan_for(lf::kernel(f), lf::max_occupancy().on(stream_of(0x12)));
   EXPECT_TRUE(without.without_work);
   const lf::launched with = lf::launch(lf::kernel(f), lf::max_occupancy().items(n).on(stream_of(0x12)), 1.0f,
