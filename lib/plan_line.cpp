@@ -86,7 +86,7 @@ std::vector<plan_field> describe_report(const plan_report& r, const std::string&
   f.push_back(text("kernel", kernel, escape_text(kernel, log_field_cap)));
   f.push_back(text("device", dev.name, quote_text(dev.name, log_field_cap)));
   f.push_back(number("device_ordinal", dev.ordinal));
-  const std::string cc = std::to_string(dev.cc() / 10) + "." + std::to_string(dev.cc() % 10);
+  const std::string cc = std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor);
   f.push_back(text("cc", cc, cc));
   f.push_back(text("grid_rule", grid_rule(p, r.first_work), grid_rule(p, r.first_work)));
   if (const std::string g = first_grid(p, r.first_work); !g.empty()) f.push_back(text("first_grid", g, g));

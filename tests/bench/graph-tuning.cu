@@ -62,6 +62,8 @@ constexpr unsigned sizes[] = {1u << 14, 1u << 16, 1u << 18, 1u << 20};
 constexpr int links = 60;
 int kernel_of(int j) { return j % 5; }
 unsigned size_of(int j) { return sizes[(j / 5) % 4]; }
+// The grid link j launches with plan p (its items(n) work).
+lf::dims grid_of(const lf::plan& p, int j) { return lf::grid_for(p, lf::max_occupancy().items(size_of(j)).work_shape()); }
 
 __global__ void noop(int* p) {
   if (p && threadIdx.x == 1024) *p = 0;  // never true: keeps the parameter
@@ -117,7 +119,7 @@ cudaGraphExec_t capture_raw(chain& c, cudaStream_t s, const std::vector<const lf
   BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   for (int j = 0; j < links; ++j) {
     const lf::plan& p = *plans[j];
-    const lf::dims grid = lf::grid_for(p, lf::max_occupancy().items(size_of(j)).work_shape());
+    const lf::dims grid = grid_of(p, j);
     kernels[kernel_of(j)]<<<dim3(grid.x, grid.y, grid.z), dim3(p.block.x, p.block.y, p.block.z),
                             p.dynamic_smem_bytes, s>>>(c.buffers[j].get(), c.buffers[j + 1].get(), size_of(j));
   }
@@ -150,7 +152,7 @@ cudaGraphExec_t updated_by_hand(chain& c, cudaStream_t s, const std::vector<cons
     while (j < links && c.buffers[j].get() != in) ++j;
     if (j == links) throw bench::cuda_failure("a node of the chain reads no buffer of it");
     const lf::plan& tuned = *tuned_plans[j];
-    const lf::dims grid = lf::grid_for(tuned, lf::max_occupancy().items(size_of(j)).work_shape());
+    const lf::dims grid = grid_of(tuned, j);
     p.blockDim = dim3(tuned.block.x, tuned.block.y, tuned.block.z);
     p.gridDim = dim3(grid.x, grid.y, grid.z);
     p.sharedMemBytes = static_cast<unsigned>(tuned.dynamic_smem_bytes);

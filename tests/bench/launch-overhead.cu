@@ -170,8 +170,9 @@ int run(int argc, char** argv) {
       BENCH_CUDA(cudaStreamSynchronize(stream));
     }
     lf::logger()->flush();
-    std::printf("profiled %lld misses in %.2f s: %.2f us each (clear, plan, launch)\n", misses,
-                bench::seconds_since(t0), 1e6 * bench::seconds_since(t0) / static_cast<double>(misses));
+    const double took = bench::seconds_since(t0);
+    std::printf("profiled %lld misses in %.2f s: %.2f us each (clear, plan, launch)\n", misses, took,
+                1e6 * took / static_cast<double>(misses));
     return 0;
   }
 
