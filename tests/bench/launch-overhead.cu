@@ -127,6 +127,10 @@ int run(int argc, char** argv) {
   const int short_batches = quick ? 20 : 200;
   const int miss_reps = quick ? 10 : 100;
   const std::string json_path = a.value("--json");
+  // Checked before the GPU is touched.
+  const std::string level = a.value("--profile-level");
+  if (!level.empty() && level != "info" && level != "warn")
+    throw std::invalid_argument("--profile-level is info or warn, not '" + level + "'");
   const bench::device_info dev = bench::open_device(a.int_value("--device", 0));
   int failures = 0;
 
@@ -156,9 +160,6 @@ int run(int argc, char** argv) {
 
   // A profiler's target: misses and nothing else.
   if (const int seconds = a.int_value("--profile-miss", 0); seconds > 0) {
-    const std::string level = a.value("--profile-level");
-    if (!level.empty() && level != "info" && level != "warn")
-      throw std::invalid_argument("--profile-level is info or warn, not '" + level + "'");
     logger->set_level(level == "warn" ? spdlog::level::warn : spdlog::level::info);
     const auto t0 = clock_type::now();
     long long misses = 0;
