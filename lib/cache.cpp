@@ -305,7 +305,7 @@ const plan_entry* find(const plan_key& key) noexcept {
   return sl->entry.get();
 }
 
-const plan_entry* find_or_build(const plan_key& key, const std::function<plan_entry()>& build) {
+const plan_entry* find_or_build(const plan_key& key, entry_builder build) {
   if (const plan_entry* e = find(key)) return e;
   store& s = the_store();
   std::shared_ptr<slot> sl;
@@ -472,9 +472,10 @@ std::vector<cached_plan> plan_cache::plans() const {
     if (!sl->ready.load(std::memory_order_acquire) || sl->entry->route) continue;  // a route has no plan
     if (key.inputs != inputs) continue;  // made under other inputs: never launched again
     const detail::plan_entry& e = *sl->entry;
+    const device_limits* dev = e.device;
     out.push_back(cached_plan{key, detail::display_name(e.kernel),
-                              e.device_name + " #" + std::to_string(e.device_ordinal), e.device_uuid,
-                              e.plan});
+                              dev ? dev->name + " #" + std::to_string(dev->ordinal) : std::string(),
+                              dev ? dev->uuid : std::string(), e.plan});
   }
   return out;
 }

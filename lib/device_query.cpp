@@ -170,8 +170,12 @@ void note_context(const context_ref& ctx) {
   std::uint64_t dead = 0;
   {
     std::lock_guard<std::mutex> lock(c.m);
-    auto [it, inserted] = c.id_of_handle.emplace(ctx.handle, ctx.id);
-    if (inserted || it->second == ctx.id) return;
+    auto it = c.id_of_handle.find(ctx.handle);  // a known handle: no node allocated to find it
+    if (it == c.id_of_handle.end()) {
+      c.id_of_handle.emplace(ctx.handle, ctx.id);
+      return;
+    }
+    if (it->second == ctx.id) return;
     dead = it->second;
     it->second = ctx.id;
     // The limits stay allocated (a report may still read them); they are simply never found again.

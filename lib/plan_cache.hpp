@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "launchfit/cache.hpp"
@@ -110,9 +111,8 @@ struct plan_entry {
   // decided.
   std::string override_refused;
   kernel_resources kernel;
-  std::string device_name;
-  std::string device_uuid;
-  int device_ordinal = -1;
+  // The device's limits, as limits_for() keeps them for the process's lifetime: its name, UUID and ordinal.
+  const device_limits* device = nullptr;
 };
 
 // A plan made for one call only (a request asked again from inside its own planning, or an smem rule that
@@ -161,7 +161,21 @@ class plan_reader {
 // on the same thread (a reset callback launching the kernel) gets nullptr and must plan without caching.
 // The returned pointer stays valid while the calling thread holds a plan_reader (without one: until the
 // next change of the plan inputs or forget_*() in any thread). The entry's `kept` plan is set.
-const plan_entry* find_or_build(const plan_key& key, const std::function<plan_entry()>& build);
+// `build` is borrowed for the call: a reference to the caller's callable (a std::function would box a lambda
+// of the miss's several references on the heap, once per miss).
+class entry_builder {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, entry_builder>>>
+  entry_builder(F&& f) noexcept  // NOLINT(google-explicit-constructor): a callable converts, as to std::function
+      : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* c) -> plan_entry { return (*static_cast<std::remove_reference_t<F>*>(c))(); }) {}
+  plan_entry operator()() const { return call_(callable_); }
+
+ private:
+  void* callable_;
+  plan_entry (*call_)(void*);
+};
+const plan_entry* find_or_build(const plan_key& key, entry_builder build);
 // Entry if present (front, then map); nullptr otherwise. Valid as find_or_build()'s.
 const plan_entry* find(const plan_key& key) noexcept;
 

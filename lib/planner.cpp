@@ -38,9 +38,7 @@ using planning::note_planned_without_work;
 using planning::warn_if_planned_without_work;
 
 void describe_device(const device_limits& dev, plan_entry& e) {
-  e.device_name = dev.name;
-  e.device_uuid = dev.uuid;
-  e.device_ordinal = dev.ordinal;
+  e.device = &dev;  // limits_for()'s: never freed
   e.max_grid_x = dev.max_grid_dim[0] > 0 ? dev.max_grid_dim[0] : 2147483647;
 }
 

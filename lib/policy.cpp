@@ -15,14 +15,6 @@ namespace launchfit {
 
 namespace detail {
 
-std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept {
-  // splitmix64 finaliser on the combined value: cheap and well mixed.
-  std::uint64_t x = seed ^ (v + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 std::uint64_t hash_string(std::string_view s) noexcept {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
   for (unsigned char c : s) {
@@ -35,9 +27,13 @@ std::uint64_t hash_string(std::string_view s) noexcept {
 }  // namespace detail
 
 std::string policy::to_string() const {
-  std::string s = name();
-  s += '(';
-  s += params();
+  // Built in the parameters' string: one allocation where its capacity holds the name too (a miss makes
+  // this string for every plan).
+  std::string s = params();
+  const std::string n = name();
+  s.reserve(n.size() + s.size() + 2);
+  s.insert(s.begin(), '(');
+  s.insert(0, n);
   s += ')';
   return s;
 }

@@ -109,12 +109,14 @@ TEST(PlanCache, KeysDifferByContextKernelPolicySmemAndBucket) {
 
 TEST(PlanCache, SnapshotClearAndForget) {
   lf::cache().clear();
+  static lf::device_limits dev;  // an entry's device outlives it, as limits_for()'s do
+  dev.name = "dev";
+  dev.ordinal = 0;
   for (int k = 0; k < 4; ++k) {
     lf::detail::find_or_build(key_of(k, 0), [k] {
       lf::detail::plan_entry out;
       out.kernel.demangled = "k" + std::to_string(k);
-      out.device_name = "dev";
-      out.device_ordinal = 0;
+      out.device = &dev;
       return out;
     });
   }

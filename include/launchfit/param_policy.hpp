@@ -57,7 +57,7 @@ std::string params_to_string(const Params& p) {
   static_assert(Params::names.size() == boost::pfr::tuple_size_v<Params>,
                 "Params::names must name every field");
   std::string out;
-  out.reserve(48);  // one allocation for the usual few integer parameters
+  out.reserve(64);  // one allocation for the usual few integer parameters, with room for the policy's name
   boost::pfr::for_each_field(p, [&](const auto& field, std::size_t i) {
     if (i) out += ',';
     out += Params::names[i];
