@@ -306,7 +306,7 @@ const plan_entry* find(const plan_key& key) noexcept {
 }
 
 const plan_entry* find_or_build(const plan_key& key, entry_builder build) {
-  if (const plan_entry* e = find(key)) return e;
+  // No find() first: every caller has just missed it (a slot made meanwhile is found under the lock).
   store& s = the_store();
   std::shared_ptr<slot> sl;
   std::vector<std::shared_ptr<slot>> gone;  // destroyed after the lock

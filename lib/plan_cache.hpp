@@ -160,7 +160,8 @@ class plan_reader {
 // reset callbacks): other threads asking for the key wait for it, and a build that asks for its own key again
 // on the same thread (a reset callback launching the kernel) gets nullptr and must plan without caching.
 // The returned pointer stays valid while the calling thread holds a plan_reader (without one: until the
-// next change of the plan inputs or forget_*() in any thread). The entry's `kept` plan is set.
+// next change of the plan inputs or forget_*() in any thread). The entry's `kept` plan is set. The miss path
+// calls it after find() missed: it takes the map's exclusive lock at once.
 // `build` is borrowed for the call: a reference to the caller's callable (a std::function would box a lambda
 // of the miss's several references on the heap, once per miss).
 class entry_builder {
