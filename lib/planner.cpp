@@ -57,20 +57,33 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
                plan_entry& e, const device_limits& dev, const launch_requirements& need,
                const family_members& fam, bool may_tune) {
   query q = make_query(r, e, dev, need, fam);
-  const auto asked = std::make_shared<std::atomic<bool>>(false);
-  const auto record = std::make_shared<tuning_record>(gpu_conditions_reader(dev));
-  if (may_tune) offer_tuning(q, r, e, need, fam, asked, record);
-  e.plan = stored_or_chosen(r, key, bucket, chosen, q, need, e, dev, fam, may_tune, *asked, *record);
+  // What a tuning asked and measured. Shared with the query's trial callbacks where trials are offered (a
+  // spec that may re-run its kernel); otherwise nothing outlives this call, and both stay on the stack (two
+  // allocations fewer on most misses).
+  std::shared_ptr<std::atomic<bool>> asked_shared;
+  std::shared_ptr<tuning_record> record_shared;
+  std::atomic<bool> asked_here{false};
+  std::optional<tuning_record> record_here;
+  if (may_tune && r.rerunnable) {
+    asked_shared = std::make_shared<std::atomic<bool>>(false);
+    record_shared = std::make_shared<tuning_record>(gpu_conditions_reader(dev));
+    offer_tuning(q, r, e, need, fam, asked_shared, record_shared);
+  } else {
+    record_here.emplace(gpu_conditions_reader(dev));
+  }
+  std::atomic<bool>& asked = asked_shared ? *asked_shared : asked_here;
+  tuning_record& record = record_shared ? *record_shared : *record_here;
+  e.plan = stored_or_chosen(r, key, bucket, chosen, q, need, e, dev, fam, may_tune, asked, record);
   // A launch inside a stream capture whose policy asked for trials is planned again with them outside the
   // capture, and its launches inside captures are remembered for tune_graph(); so are those of a spec that
   // does not allow re-running under a policy that is not a built-in (reported, never tuned).
-  e.tuning_deferred = record->trials_captured();
+  e.tuning_deferred = record.trials_captured();
   if (e.tuning_deferred ||
       (!r.node && !r.rerunnable && !chosen.builtin() && stream_capture(r.stream) == capture_state::active))
     e.captured.start();
   if (e.tuning_deferred && e.plan.reason.find(planning::capture_prevents_trials) == std::string::npos)
     e.plan.reason += "; " + std::string(planning::capture_prevents_trials);
-  if (asked->load(std::memory_order_relaxed)) {
+  if (asked.load(std::memory_order_relaxed)) {
     // The plan contract: plan_for() answers only with what the launch will run, and this launch is tuned on
     // its first run (nothing stored for it yet). Nothing is cached: the first launch tunes.
     throw error(

@@ -21,7 +21,7 @@ namespace launchfit::detail::planning {
 void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const launch_requirements& need,
                   const family_members& fam, const std::shared_ptr<std::atomic<bool>>& asked,
                   const std::shared_ptr<tuning_record>& record) {
-  if (!r.rerunnable) return;
+  if (!r.rerunnable) return;  // plan_with() calls it only for a rerunnable spec: kept for any other caller
   // Any doubt (no entry point, an error such as the legacy stream while another stream captures, a capture
   // invalidated) is a no.
   const capture_state capturing = stream_capture(r.stream);
