@@ -35,7 +35,8 @@ namespace {
 
 // Launches remembered at most: a program that captures graphs it never tunes, and never destroys, keeps this
 // many (each a copy of its arguments and of its smem rule's answers, about 1 KB), told once when more are
-// left out. A destroyed graph's launches are dropped (a user object the graph holds tells when).
+// left out. A destroyed graph's launches are dropped by the next capture or tune_graph() (a user object the
+// graph holds tells when; its callback may not run the policy copies' destructors, which are user code).
 constexpr std::size_t max_captured_launches = 1 << 16;
 // An smem rule is asked at the capture for the block sizes a policy may choose (the callable may not outlive
 // the launch): every multiple of 32 up to this and every size below 32, or every size its block rule allows.
@@ -79,6 +80,7 @@ struct captures {
   std::set<std::uint64_t> alive;
   std::uint64_t next_serial = 1;
   bool told_full = false;
+  bool dead_pending = false;  // a graph was destroyed since the last drop_dead_locked()
 };
 
 captures& the_captures() {
@@ -97,6 +99,7 @@ captures& the_captures() {
 // Moves the launches of graphs destroyed since out of the table (destroyed by the caller, outside the lock:
 // a policy copy's destructor is the user's code).
 void drop_dead_locked(captures& all, std::vector<std::shared_ptr<captured_launch>>& gone) {
+  all.dead_pending = false;
   for (auto it = all.by_node.begin(); it != all.by_node.end();) {
     if (all.alive.count(it->second->graph_serial)) {
       ++it;
@@ -114,6 +117,7 @@ void graph_destroyed(void* serial) noexcept {
   std::lock_guard<std::mutex> lock(all.m);
   const auto n = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(serial));
   all.alive.erase(n);
+  all.dead_pending = true;
   for (auto it = all.serial_of.begin(); it != all.serial_of.end();) {
     it = it->second == n ? all.serial_of.erase(it) : std::next(it);
   }
@@ -167,9 +171,12 @@ std::string why_not_tunable_later(const launch_request& r) {
   return {};
 }
 
-// The smem rule's answers for the block sizes a policy may choose; false (with `why`) where the rule throws.
-bool ask_smem_rule(const launch_request& r, captured_launch& c, std::string& why) {
-  for (int t = 1; t <= max_block_threads; ++t) {
+// The smem rule's answers for the block sizes a policy may choose: up to the kernel's own limit on threads per
+// block (its launch bounds; a rule may refuse blocks the kernel cannot run); false (with `why`) where the rule
+// throws.
+bool ask_smem_rule(const launch_request& r, captured_launch& c, int kernel_max_threads, std::string& why) {
+  const int most = kernel_max_threads > 0 ? std::min(kernel_max_threads, max_block_threads) : max_block_threads;
+  for (int t = 1; t <= most; ++t) {
     const bool asked = r.blocks.k == block_rule::kind::any ? (t < 32 || t % 32 == 0) : r.blocks.allows(t);
     if (!asked) continue;
     try {
@@ -190,7 +197,7 @@ bool ask_smem_rule(const launch_request& r, captured_launch& c, std::string& why
 
 // The launch's request with owned copies of what it points to (the policy, the kernel, the arguments...);
 // false (with `why`) where one cannot be made.
-bool copy_request(const launch_request& r, captured_launch& c, std::string& why) {
+bool copy_request(const launch_request& r, captured_launch& c, int kernel_max_threads, std::string& why) {
   c.request = r;
   c.request.stream = nullptr;
   c.request.node = nullptr;
@@ -216,7 +223,7 @@ bool copy_request(const launch_request& r, captured_launch& c, std::string& why)
     c.family.assign(r.family, r.family + r.family_size);
     c.request.family = c.family.data();
   }
-  if (r.smem_fn && !ask_smem_rule(r, c, why)) return false;
+  if (r.smem_fn && !ask_smem_rule(r, c, kernel_max_threads, why)) return false;
   std::size_t words = 0;
   std::vector<std::size_t> offsets(r.arg_count);
   for (std::size_t i = 0; i < r.arg_count; ++i) {
@@ -365,7 +372,7 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
     c->deferred = e.tuning_deferred;
     c->context_id = e.key.context;
     c->left = why_not_tunable_later(r);
-    if (c->left.empty() && c->deferred && !copy_request(r, *c, c->left)) {
+    if (c->left.empty() && c->deferred && !copy_request(r, *c, e.kernel.max_threads_per_block, c->left)) {
       c->owned_policy.reset();
       c->smem_answers.clear();
     }
@@ -374,7 +381,7 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
     captures& all = the_captures();
     std::vector<std::shared_ptr<captured_launch>> gone;  // destroyed after the lock
     std::lock_guard<std::mutex> lock(all.m);
-    if (all.by_node.size() >= max_captured_launches) drop_dead_locked(all, gone);
+    if (all.dead_pending || all.by_node.size() >= max_captured_launches) drop_dead_locked(all, gone);
     const auto key = std::make_pair(c->graph, c->node);
     if (all.by_node.size() >= max_captured_launches && !all.by_node.count(key)) {
       if (!all.told_full) {
@@ -526,6 +533,20 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
                                  : c->owned_policy ? "tuned in place already"
                                                    : "its plan was not kept from trials by the capture (a stored "
                                                      "or tuned plan, or a policy that times nothing)";
+      if (c->left.empty() && c->owned_policy) {
+        // Tuned in place through another executable graph of this graph: the graph's node runs the tuned plan
+        // (still_the_node() read it), and this executable graph is set to it too (an executable graph
+        // instantiated before the tuning still runs the captured plan).
+        CUDA_KERNEL_NODE_PARAMS p{};
+        CUresult set = d.cuGraphKernelNodeGetParams(c->node, &p);
+        if (set == CUDA_SUCCESS) set = d.cuGraphExecKernelNodeSetParams(exec, c->node, &p);
+        if (set != CUDA_SUCCESS) {
+          rep.result = graph_node_report::outcome::left;
+          rep.why = "tuned in place already, but the CUDA driver refused to set this executable graph's node to "
+                    "the tuned plan (cuGraphExecKernelNodeSetParams: " + error_name(set) +
+                    "): it runs what it was instantiated with";
+        }
+      }
     } else if (!c->left.empty()) {
       rep.why = c->left;
     } else if (allocates) {
@@ -545,6 +566,9 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
       } else if (e.plan.match == waiting_match) {
         rep.why = "another process of the fleet is tuning this plan: call tune_graph() again once it has "
                   "published it";
+      } else if (e.plan.match == "fallback") {
+        // The policy declined (its trials could not run, or it chose nothing): the node keeps what it runs.
+        rep.why = "its policy declined to tune it: " + e.plan.reason;
       } else {
         const dims grid = grid_for(e.plan, r.shape, e.max_grid_x);
         CUlaunchConfig cfg;
@@ -579,7 +603,8 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
     out.nodes.push_back(std::move(rep));
   }
   detail::logger()->info("tune_graph: {}", out.nodes.empty()
-                                               ? std::string("no launch of launchfit's was captured into this graph")
+                                               ? std::string("no launch remembered for this graph (launches are "
+                                                             "remembered where their plans are made inside a capture)")
                                                : escape_text(out.to_string(), 1 << 16));
   return out;
 }

@@ -55,9 +55,9 @@ void choose_member(query& q, plan_entry& e, const family_members& fam);
 
 // What a plan made inside a stream capture says of its missing trials (the query's no_trials).
 inline constexpr std::string_view capture_prevents_trials =
-    "not tuned: the launch is being captured into a CUDA graph, where no trial can run; it runs this static "
-    "plan until launchfit::tune_graph() tunes the instantiated graph in place, or a launch outside a capture "
-    "tunes it";
+    "not tuned: the launch is being captured into a CUDA graph (or the driver could not tell whether it is), "
+    "where no trial can run; it runs this static plan until launchfit::tune_graph() tunes the instantiated "
+    "graph in place, or a launch outside a capture tunes it";
 
 // Gives q a time_plan for a re-runnable spec (inside a stream capture, one that answers "cannot run" and notes
 // it in `record`: the launch is tuned later); `asked` is set where plan_for() was asked for a trial. Every

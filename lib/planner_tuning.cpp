@@ -25,11 +25,13 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
   // Any doubt (no entry point, an error such as the legacy stream while another stream captures, a capture
   // invalidated) is a no.
   const capture_state capturing = stream_capture(r.stream);
-  if (capturing == capture_state::active) {
+  if (capturing != capture_state::none) {
     // A capture records the kernel, it runs nothing: a policy that asks for a trial is answered "cannot run",
-    // its static plan is launched inside the capture and never stored, and the launch is tuned later
-    // (tune_graph() on the instantiated graph, or the first launch outside a capture).
-    if (r.node) return;
+    // its static plan is launched inside the capture (or made a node: add_kernel_node() on a stream being
+    // captured) and never stored, and the launch is tuned later (tune_graph() on the instantiated graph, or
+    // the first launch outside a capture). A capture the driver invalidated, or a state it could not tell
+    // (the legacy stream while another stream captures), is no better: the plan is deferred the same way,
+    // never kept as if its policy had declined.
     q.no_trials = std::string(capture_prevents_trials);
     q.time_plan = [record](const plan&) {
       record->refuse_captured();
@@ -37,7 +39,6 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     };
     return;
   }
-  if (capturing != capture_state::none) return;
   // Trials launch what they are validated for: the driver answers their residency (a trial costs far more
   // than its calls), not the calculator.
   if (fam.blocks.empty() && e.function) q.active_blocks = driver_oracle(e.function, q.device, q.kernel, true);

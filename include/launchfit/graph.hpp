@@ -46,13 +46,13 @@
 
 namespace launchfit {
 
-/// What tune_graph() did with one kernel node that launchfit captured into the graph.
+/// What tune_graph() did with one kernel node launchfit remembered from a capture into the graph.
 struct LAUNCHFIT_API graph_node_report {
   /// What became of the node.
   enum class outcome {
     tuned,      ///< planned again with trials; the node runs the tuned plan now (`after`)
     unchanged,  ///< its plan needs no trials (already tuned, stored, or its policy times nothing)
-    left,       ///< not tuned, for the reason `why` (its spec does not allow re-running, ...)
+    left,       ///< not tuned, for the reason `why` (its spec does not allow re-running, its policy declined...)
   };
   cudaGraphNode_t node = nullptr;  ///< the node in the graph tune_graph() was given
   std::string kernel;              ///< the kernel's name
@@ -62,7 +62,10 @@ struct LAUNCHFIT_API graph_node_report {
   std::string why;  ///< why it was left or unchanged; empty for a tuned node
 };
 
-/// What tune_graph() did: a report per kernel node that launchfit captured into the graph.
+/// What tune_graph() did: a report per node launchfit remembered, the launches whose plans were made inside a
+/// capture of this graph (a tuning policy's, or one of a policy that is not a built-in under a spec that does
+/// not allow re-running). A launch whose plan was made before the capture runs that plan, as the policy chose
+/// it outside any capture, and is not listed.
 struct LAUNCHFIT_API graph_tuning {
   std::size_t tuned = 0;      ///< nodes set to a tuned plan
   std::size_t unchanged = 0;  ///< nodes whose plan needs no trials
@@ -82,8 +85,10 @@ struct LAUNCHFIT_API graph_tuning {
 /// says so and its `after` is the tuned plan the executable graph then runs). Trials run on `stream` with the
 /// captured arguments, on what the buffers hold now (replay the graph once first). Call it where the graph is
 /// not running (trials and the update race a replay in flight). A node tuned already is reported unchanged;
-/// one whose plan another process of the fleet is tuning is left (call again once it is published). Throws
-/// launchfit::error where planning or a trial fails, as a launch would.
+/// one whose plan another process of the fleet is tuning is left (call again once it is published); so is one
+/// whose policy declines (its trials could not run), with the policy's reason. Another executable graph of the
+/// same graph, given after the first was tuned, is set to the tuned plans too. Throws launchfit::error where
+/// planning fails, as a launch would.
 LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
 
 /// The dependencies of a node add_kernel_node() adds: `{a, b}` (copied), or an array and its size (not

@@ -7,13 +7,16 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 
 #include "launchfit/error.hpp"
 #include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
+#include "launchfit/param_policy.hpp"
 #include "launchfit/plugin.hpp"
 #include "stub_driver.h"
 
@@ -284,6 +287,153 @@ namespace {
 CUgraph empty_graph(CUstream s) {
   launchfit_stub_begin_capture(s);
   return launchfit_stub_end_capture(s);
+}
+
+TEST_F(StubGraph, EveryExecutableGraphOfATunedGraphRunsTheTunedPlan) {
+  const CUfunction f = map_kernel("_Z7twoexecPKfPfi", 128);
+  const int n = 1 << 20;
+  const one_capture c = capture_one(f, n, stream_of(0x40));
+  const CUgraphExec second = launchfit_stub_instantiate(c.graph);  // instantiated before the tuning
+  ASSERT_NE(c.launched.block.x, 128u);
+  EXPECT_EQ(tune(c.graph, c.exec, 0x41).tuned, 1u);
+  EXPECT_EQ(exec_block(c.exec, c.node), 128u);
+  const lf::graph_tuning t = tune(c.graph, second, 0x41);
+  EXPECT_EQ(t.unchanged, 1u) << t.to_string();
+  EXPECT_EQ(exec_block(second, c.node), 128u) << "the second executable graph still runs the captured plan: "
+                                              << t.to_string();
+  // Refused by the driver: reported as left, naming what it runs.
+  const CUgraphExec third = launchfit_stub_instantiate(c.graph);
+  launchfit_stub_fail("cuGraphExecKernelNodeSetParams", CUDA_ERROR_NOT_SUPPORTED, 1);
+  const lf::graph_tuning refused = tune(c.graph, third, 0x41);
+  launchfit_stub_fail("cuGraphExecKernelNodeSetParams", CUDA_SUCCESS, 0);
+  EXPECT_EQ(refused.left, 1u) << refused.to_string();
+  ASSERT_EQ(refused.nodes.size(), 1u);
+  EXPECT_NE(refused.nodes[0].why.find("refused"), std::string::npos) << refused.nodes[0].why;
+  launchfit_stub_destroy_exec(third);
+  launchfit_stub_destroy_exec(second);
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
+}
+
+TEST_F(StubGraph, ANodeAddedWhileItsStreamIsCapturedIsTunedByTheNextLaunchOutsideACapture) {
+  const CUfunction f = map_kernel("_Z7addnodePKfPfi", 128);
+  const CUstream s = stream_of(0x50);
+  const int n = 1 << 20;
+  launchfit_stub_begin_capture(s);
+  const CUgraph into = launchfit_stub_end_capture(s);  // an empty graph to add the node to
+  launchfit_stub_begin_capture(s);                     // the spec's stream is captured meanwhile
+  const lf::kernel_node made = lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(into), {}, lf::kernel(f),
+                                                   tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  launchfit_stub_destroy_graph(launchfit_stub_end_capture(s));
+  EXPECT_NE(made.node, nullptr);
+  EXPECT_NE(made.what.plan().reason.find("captured into a CUDA graph"), std::string::npos) << made.what.plan().reason;
+  const lf::launched after =
+      lf::launch(lf::kernel(f), tuned_spec(n, stream_of(0x51)), device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(after.block.x, 128u) << after.plan().reason;
+  launchfit_stub_destroy_graph(into);
+}
+
+TEST_F(StubGraph, ALaunchWhoseCaptureStateTheDriverCannotTellIsTunedLater) {
+  const CUfunction f = map_kernel("_Z7unknownPKfPfi", 128);
+  const int n = 1 << 20;
+  // The legacy stream while another stream captures: the driver answers with an error, not a state, for as
+  // long as that capture lasts.
+  launchfit_stub_fail("cuStreamIsCapturing", CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, -1);
+  const lf::launched first =
+      lf::launch(lf::kernel(f), tuned_spec(n, stream_of(0x70)), device_pointer(0x1000), device_pointer(0x2000), n);
+  launchfit_stub_fail("cuStreamIsCapturing", CUDA_SUCCESS, 0);
+  EXPECT_NE(first.plan().reason.find("could not tell"), std::string::npos) << first.plan().reason;
+  const lf::launched later =
+      lf::launch(lf::kernel(f), tuned_spec(n, stream_of(0x70)), device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(later.block.x, 128u) << later.plan().reason;
+}
+
+// Counts its live copies: launches remembered from a capture own one each.
+int live_counted = 0;
+struct counted_params {
+  int x = 0;
+  static constexpr std::array<const char*, 1> names{"x"};
+};
+class counted_policy : public lf::param_policy<counted_policy, counted_params> {
+ public:
+  static constexpr const char* policy_name = "counted";
+  counted_policy() { ++live_counted; }
+  counted_policy(const counted_policy& o) : param_policy(o) { ++live_counted; }
+  ~counted_policy() override { --live_counted; }
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    lf::plan p;
+    p.block = lf::dims{256, 1, 1};
+    p.blocks_per_sm = q.active_blocks_for(256);
+    p.reason = "counted";
+    if (q.time_plan) (void)q.time_plan(p);  // asks for a trial: a capture keeps it from trials
+    return p;
+  }
+};
+
+TEST_F(StubGraph, ADestroyedGraphsLaunchesAreDroppedByTheNextCapture) {
+  const CUfunction f = map_kernel("_Z7countedPKfPfi", 128);
+  const CUstream s = stream_of(0x80);
+  const int n = 1 << 20;
+  const int before = live_counted;
+  for (int i = 0; i < 20; ++i) {
+    launchfit_stub_begin_capture(s);
+    lf::launch(lf::kernel(f), lf::spec<counted_policy>(counted_policy{}).items(n).on(s).rerunnable(),
+               device_pointer(0x1000), device_pointer(0x2000), n);
+    const CUgraph g = launchfit_stub_end_capture(s);
+    launchfit_stub_destroy_exec(launchfit_stub_instantiate(g));
+    launchfit_stub_destroy_graph(g);
+  }
+  // Each capture dropped the graphs destroyed before it: the last one's copy is left until the next.
+  EXPECT_LE(live_counted - before, 1);
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  launchfit_stub_destroy_graph(launchfit_stub_end_capture(s));
+  EXPECT_EQ(live_counted, before);
+}
+
+TEST_F(StubGraph, AnSmemRuleIsNotAskedForBlocksAboveTheKernelsLimit) {
+  // __launch_bounds__(256): a rule may refuse blocks the kernel cannot run.
+  const CUfunction f = launchfit_stub_function("_Z6boundsPKfPfi", 16, 0, 256, map_params, 3);
+  launchfit_stub_set_cost(f, 0.01, 64);
+  const auto rule = [](int b) -> std::size_t {
+    if (b > 256) throw std::invalid_argument("a block above the kernel's launch bounds");
+    return static_cast<std::size_t>(b) * 16;
+  };
+  const int n = 1 << 20;
+  const CUstream s = stream_of(0xc0);
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(f), tuned_spec(n, s).smem_per_block(rule), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  const lf::graph_tuning t = tune(g, e, 0xc1);
+  EXPECT_EQ(t.tuned, 1u) << t.to_string();
+  CUDA_KERNEL_NODE_PARAMS p{};
+  ASSERT_EQ(launchfit_stub_exec_node(e, only_node(g), &p), 1);
+  EXPECT_EQ(p.blockDimX, 64u);
+  EXPECT_EQ(p.sharedMemBytes, 64u * 16);
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
+}
+
+TEST_F(StubGraph, ANodeWhoseTrialsCannotRunIsLeftWithItsPolicysReason) {
+  const CUfunction f = map_kernel("_Z8failuresPKfPfi", 128);
+  const int n = 1 << 20;
+  const one_capture c = capture_one(f, n, stream_of(0xf0));
+  launchfit_stub_fail("cuStreamBeginCapture", CUDA_ERROR_NOT_SUPPORTED, -1);  // no trial as a graph replay
+  launchfit_stub_fail("cuLaunchKernelEx", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, -1);  // nor as a launch
+  lf::graph_tuning t;
+  EXPECT_NO_THROW(t = tune(c.graph, c.exec, 0xf1));
+  launchfit_stub_fail("cuStreamBeginCapture", CUDA_SUCCESS, 0);
+  launchfit_stub_fail("cuLaunchKernelEx", CUDA_SUCCESS, 0);
+  EXPECT_EQ(t.tuned, 0u) << t.to_string();
+  EXPECT_EQ(t.left, 1u) << t.to_string();
+  ASSERT_EQ(t.nodes.size(), 1u);
+  EXPECT_NE(t.nodes[0].why.find("declined"), std::string::npos) << t.nodes[0].why;
+  EXPECT_EQ(exec_block(c.exec, c.node), c.launched.block.x);
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
 }
 
 TEST(StubNodes, ANodeForANullGraphIsRefusedBeforeTheDriverIsAsked) {
