@@ -275,13 +275,13 @@ plan_reader::~plan_reader() {
 }
 
 std::uint64_t hash_key(const plan_key& k) noexcept {
-  std::uint64_t h = hash_combine(k.context, k.kernel);
-  h = hash_combine(h, k.policy);
-  h = hash_combine(h, k.smem_rule);
-  h = hash_combine(h, k.launch);
-  h = hash_combine(h, k.shape);
-  h = hash_combine(h, k.inputs);
-  return hash_combine(h, k.bucket);
+  std::uint64_t h = mix_hash(k.context, k.kernel);
+  h = mix_hash(h, k.policy);
+  h = mix_hash(h, k.smem_rule);
+  h = mix_hash(h, k.launch);
+  h = mix_hash(h, k.shape);
+  h = mix_hash(h, k.inputs);
+  return mix_hash(h, k.bucket);
 }
 
 const plan_entry* find(const plan_key& key) noexcept {
@@ -305,7 +305,7 @@ const plan_entry* find(const plan_key& key) noexcept {
   return sl->entry.get();
 }
 
-const plan_entry* find_or_build(const plan_key& key, entry_builder build) {
+const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
   // No find() first: every caller has just missed it (a slot made meanwhile is found under the lock).
   store& s = the_store();
   std::shared_ptr<slot> sl;

@@ -162,21 +162,28 @@ class plan_reader {
 // The returned pointer stays valid while the calling thread holds a plan_reader (without one: until the
 // next change of the plan inputs or forget_*() in any thread). The entry's `kept` plan is set. The miss path
 // calls it after find() missed: it takes the map's exclusive lock at once.
-// `build` is borrowed for the call: a reference to the caller's callable (a std::function would box a lambda
-// of the miss's several references on the heap, once per miss).
+// A callable borrowed for one find_or_build() call (a std::function would box a lambda of the miss's several
+// references on the heap, once per miss). Made from a named callable only: one made from a temporary would
+// outlive it, and does not compile.
 class entry_builder {
  public:
-  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, entry_builder>>>
-  entry_builder(F&& f) noexcept  // NOLINT(google-explicit-constructor): a callable converts, as to std::function
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::remove_cv_t<F>, entry_builder>>>
+  explicit entry_builder(F& f) noexcept
       : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-        call_([](void* c) -> plan_entry { return (*static_cast<std::remove_reference_t<F>*>(c))(); }) {}
+        call_([](void* c) -> plan_entry { return (*static_cast<F*>(c))(); }) {}
+  template <class F>
+  entry_builder(const F&&) = delete;
   plan_entry operator()() const { return call_(callable_); }
 
  private:
   void* callable_;
   plan_entry (*call_)(void*);
 };
-const plan_entry* find_or_build(const plan_key& key, entry_builder build);
+const plan_entry* find_or_build_with(const plan_key& key, entry_builder build);
+template <class F>
+const plan_entry* find_or_build(const plan_key& key, F&& build) {
+  return find_or_build_with(key, entry_builder(build));  // `build` is named here: it lives through the call
+}
 // Entry if present (front, then map); nullptr otherwise. Valid as find_or_build()'s.
 const plan_entry* find(const plan_key& key) noexcept;
 

@@ -15,6 +15,8 @@ namespace launchfit {
 
 namespace detail {
 
+std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept { return mix_hash(seed, v); }
+
 std::uint64_t hash_string(std::string_view s) noexcept {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
   for (unsigned char c : s) {

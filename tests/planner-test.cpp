@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "launchfit/cache.hpp"
@@ -26,6 +27,16 @@
 
 namespace lf = launchfit;
 namespace ld = launchfit::detail;
+
+// find_or_build() borrows its builder for the call: a builder made from a temporary would outlive it, and
+// does not compile; one made from a named callable does.
+struct builds_nothing {
+  ld::plan_entry operator()() const { return {}; }
+};
+static_assert(!std::is_constructible_v<ld::entry_builder, builds_nothing>, "a builder from a temporary");
+static_assert(!std::is_constructible_v<ld::entry_builder, const builds_nothing&&>, "a builder from a temporary");
+static_assert(std::is_constructible_v<ld::entry_builder, builds_nothing&>, "a builder from a named callable");
+static_assert(std::is_constructible_v<ld::entry_builder, const builds_nothing&>, "a builder from a named callable");
 
 namespace {
 

@@ -280,7 +280,7 @@ class spec {
     }
     options_.smem_bytes = 0;
     // Never 0, never a number of bytes.
-    options_.smem_rule = detail::hash_combine(typeid(F).hash_code(), key) | 1ULL << 63;
+    options_.smem_rule = detail::mix_hash(typeid(F).hash_code(), key) | 1ULL << 63;
     return *this;
   }
   // Thread-block cluster dimensions (sm_90+). The grid is rounded up to whole clusters and sized by the

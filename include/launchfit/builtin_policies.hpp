@@ -67,14 +67,16 @@ class LAUNCHFIT_API policy_base : public policy {
 };
 
 namespace detail {
-// Mixes v into seed: the splitmix64 finaliser on the combined value, cheap and well mixed. Inline: every
-// plan lookup hashes its key's eight fields with it.
-constexpr std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept {
+// Mixes v into seed: the splitmix64 finaliser on the combined value, cheap and well mixed. Inline, for the
+// plan lookup (it hashes its key's eight fields on every launch).
+constexpr std::uint64_t mix_hash(std::uint64_t seed, std::uint64_t v) noexcept {
   std::uint64_t x = seed ^ (v + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
+// mix_hash(), exported: programs built against earlier headers call it from their own template code.
+LAUNCHFIT_API std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
 // Defined in launchfit/param_policy.hpp (Boost.PFR): a policy deriving from param_policy needs that header.
 template <class Derived, class Params>
 struct param_policy_members;

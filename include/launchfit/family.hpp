@@ -67,8 +67,8 @@ class family<void(Params...)> {
         }
       }
       members_[size_++] = detail::family_member{m.block, reinterpret_cast<const void*>(m.kernel)};
-      id = detail::hash_combine(detail::hash_combine(id, static_cast<std::uint64_t>(m.block)),
-                                reinterpret_cast<std::uintptr_t>(m.kernel));
+      id = detail::mix_hash(detail::mix_hash(id, static_cast<std::uint64_t>(m.block)),
+                            reinterpret_cast<std::uintptr_t>(m.kernel));
     }
     id_ = static_cast<std::uintptr_t>(id | 1);  // never a valid function address: odd
   }

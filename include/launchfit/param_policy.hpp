@@ -78,8 +78,7 @@ template <class Params>
 std::uint64_t params_hash(std::uint64_t name_hash, const Params& p) {
   std::uint64_t h = name_hash;
   boost::pfr::for_each_field(p, [&](const auto& field) {
-    h = detail::hash_combine(h,
-                             static_cast<std::uint64_t>(std::hash<std::decay_t<decltype(field)>>{}(field)));
+    h = detail::mix_hash(h, static_cast<std::uint64_t>(std::hash<std::decay_t<decltype(field)>>{}(field)));
   });
   return h;
 }

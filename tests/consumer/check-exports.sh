@@ -19,6 +19,14 @@ if [[ -n $foreign ]]; then
   printf '%s\n' "$foreign" >&2
   exit 1
 fi
+# Symbols programs built against earlier headers of this soname call from their own template code: removing
+# one breaks them at load time, so it stays exported until the soname changes.
+for kept in 'launchfit::detail::hash_combine(unsigned long, unsigned long)'; do
+  if ! printf '%s\n' "$nm_out" | grep -qF " $kept"; then
+    echo "$lib no longer exports $kept, which earlier headers of this soname call" >&2
+    exit 1
+  fi
+done
 if ((total == 0)); then
   echo "$lib exports nothing: not a launchfit library?" >&2
   exit 1
