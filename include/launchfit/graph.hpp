@@ -87,8 +87,9 @@ struct LAUNCHFIT_API graph_tuning {
 /// not running (trials and the update race a replay in flight). A node tuned already is reported unchanged;
 /// one whose plan another process of the fleet is tuning is left (call again once it is published); so is one
 /// whose policy declines (its trials could not run), with the policy's reason. Another executable graph of the
-/// same graph, given after the first was tuned, is set to the tuned plans too. Throws launchfit::error where
-/// planning fails, as a launch would.
+/// same graph, given after the first was tuned, is set to the tuned plans too; a clone of the graph, or a graph
+/// that embeds it as a child graph, has nodes of its own and nothing remembered (tune the captured graph, then
+/// clone or embed it). Throws launchfit::error where planning fails, as a launch would.
 LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
 
 /// The dependencies of a node add_kernel_node() adds: `{a, b}` (copied), or an array and its size (not
