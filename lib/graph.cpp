@@ -285,6 +285,18 @@ bool allocates_in_graph(const std::vector<CUgraphNode>& nodes) {
   return false;
 }
 
+// The kernel node parameters of what `c`'s node runs now, through the one marshal (its attributes stay on the
+// node).
+CUDA_KERNEL_NODE_PARAMS params_now(const captured_launch& c, const node_state& now) {
+  plan ran;
+  ran.block = now.block;
+  ran.dynamic_smem_bytes = now.smem;
+  CUlaunchConfig cfg;
+  launch_attributes attrs;
+  fill_launch_config(cfg, attrs, ran, now.grid, nullptr);
+  return kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, now.function, const_cast<void**>(c.arg_ptrs.data()));
+}
+
 // What set_node() did: nothing to say (both nodes set), or why the driver would not, and whether the
 // executable graph runs the new plan all the same (it refused to set its node back).
 struct node_update {
@@ -305,15 +317,7 @@ node_update set_node(CUgraphExec exec, const captured_launch& c, const node_stat
   }
   const CUresult in_graph = d.cuGraphKernelNodeSetParams(c.node, &to);
   if (in_graph == CUDA_SUCCESS) return {};
-  // What it ran, through the one marshal (its attributes stay on the node).
-  plan ran;
-  ran.block = now.block;
-  ran.dynamic_smem_bytes = now.smem;
-  CUlaunchConfig cfg;
-  launch_attributes attrs;
-  fill_launch_config(cfg, attrs, ran, now.grid, nullptr);
-  const auto was =
-      kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, now.function, const_cast<void**>(c.arg_ptrs.data()));
+  const CUDA_KERNEL_NODE_PARAMS was = params_now(c, now);  // what it ran
   const CUresult back = d.cuGraphExecKernelNodeSetParams(exec, c.node, &was);
   return {"the CUDA driver refused to update the graph's node (cuGraphKernelNodeSetParams: " + error_name(in_graph) +
               (back == CUDA_SUCCESS ? std::string("): both run its captured plan")
@@ -535,11 +539,10 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
                                                      "or tuned plan, or a policy that times nothing)";
       if (c->left.empty() && c->owned_policy) {
         // Tuned in place through another executable graph of this graph: the graph's node runs the tuned plan
-        // (still_the_node() read it), and this executable graph is set to it too (an executable graph
+        // (still_the_node() checked it), and this executable graph is set to it too (an executable graph
         // instantiated before the tuning still runs the captured plan).
-        CUDA_KERNEL_NODE_PARAMS p{};
-        CUresult set = d.cuGraphKernelNodeGetParams(c->node, &p);
-        if (set == CUDA_SUCCESS) set = d.cuGraphExecKernelNodeSetParams(exec, c->node, &p);
+        const CUDA_KERNEL_NODE_PARAMS p = params_now(*c, now);
+        const CUresult set = d.cuGraphExecKernelNodeSetParams(exec, c->node, &p);
         if (set != CUDA_SUCCESS) {
           rep.result = graph_node_report::outcome::left;
           rep.why = "tuned in place already, but the CUDA driver refused to set this executable graph's node to "

@@ -213,6 +213,8 @@ TEST_F(GraphGpu, ACapturedChainIsTunedInPlaceAndRunsExactlyAsTheChainCapturedAft
       << "the capture, not the spec, kept this launch from tuning: " << captured[0].plan().reason;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  cudaGraphExec_t other = nullptr;  // another executable graph of the same graph, instantiated before tuning
+  ASSERT_EQ(cudaGraphInstantiate(&other, graph, 0), cudaSuccess);
   replay_and_check(c, exec, s, in, want, "static plans");
   const std::map<int, node_config> before = kernel_configs(graph);
   ASSERT_EQ(before.size(), static_cast<std::size_t>(chain_length + 1));
@@ -286,6 +288,19 @@ TEST_F(GraphGpu, ACapturedChainIsTunedInPlaceAndRunsExactlyAsTheChainCapturedAft
   EXPECT_EQ(t2.left, 1u);
   for (std::size_t i = 0; i < t2.nodes.size(); ++i) EXPECT_EQ(t2.nodes[i].before, t2.nodes[i].after);
 
+  // The other executable graph, instantiated before the tuning: set to the tuned plans by tune_graph(), and
+  // exact on them.
+  const lf::graph_tuning t3 = lf::tune_graph(graph, other, tuning);
+  EXPECT_EQ(t3.unchanged, static_cast<std::size_t>(chain_length)) << t3.to_string().substr(0, 2000);
+  EXPECT_EQ(t3.left, 1u);
+  replay_and_check(c, other, s, in, want, "another executable graph of the tuned graph");
+  ASSERT_EQ(cudaMemcpy(seen.data(), c.seen, seen.size() * sizeof(unsigned), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int j = 0; j < chain_length; ++j) {
+    EXPECT_EQ(seen[2 * j], after.at(j).block) << "link " << j << ": the other executable graph ran another block";
+    EXPECT_EQ(seen[2 * j + 1], after.at(j).grid) << "link " << j << ": the other executable graph ran another grid";
+  }
+
+  cudaGraphExecDestroy(other);
   cudaGraphExecDestroy(exec2);
   cudaGraphDestroy(again);
   cudaGraphExecDestroy(exec);
