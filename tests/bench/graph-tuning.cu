@@ -257,13 +257,16 @@ int run(int argc, char** argv) {
   failures += check(c, raw_static, s) != 0;
   failures += check(c, raw_tuned, s) != 0;
   std::vector<double> in_place, recaptured, static_runs, by_hand_runs, raw_static_runs, raw_tuned_runs;
-  for (int r = 0; r < 7; ++r) {
-    in_place.push_back(replay_us(exec, s, replays, 3));
-    recaptured.push_back(replay_us(exec2, s, replays, 3));
-    static_runs.push_back(replay_us(static_again, s, replays, 3));
-    by_hand_runs.push_back(replay_us(by_hand, s, replays, 3));
-    raw_static_runs.push_back(replay_us(raw_static, s, replays, 3));
-    raw_tuned_runs.push_back(replay_us(raw_tuned, s, replays, 3));
+  // Each round starts at the next graph, so that no graph always replays first or after the same one.
+  const std::pair<cudaGraphExec_t, std::vector<double>*> rows[] = {
+      {exec, &in_place},        {exec2, &recaptured},         {static_again, &static_runs},
+      {by_hand, &by_hand_runs}, {raw_static, &raw_static_runs}, {raw_tuned, &raw_tuned_runs}};
+  constexpr int row_count = static_cast<int>(sizeof rows / sizeof rows[0]);
+  for (int r = 0; r < 2 * row_count; ++r) {
+    for (int i = 0; i < row_count; ++i) {
+      const auto& [graph_exec, runs] = rows[(r + i) % row_count];
+      runs->push_back(replay_us(graph_exec, s, replays, 3));
+    }
   }
   const double in_place_us = bench::median(in_place), recaptured_us = bench::median(recaptured);
   const double static_interleaved_us = bench::median(static_runs), by_hand_us = bench::median(by_hand_runs);
