@@ -256,11 +256,16 @@ int run(int argc, char** argv) {
   const cudaGraphExec_t raw_static = capture_raw(c, s, static_plans), raw_tuned = capture_raw(c, s, tuned_plans);
   failures += check(c, raw_static, s) != 0;
   failures += check(c, raw_tuned, s) != 0;
-  std::vector<double> in_place, recaptured, static_runs, by_hand_runs, raw_static_runs, raw_tuned_runs;
+  // The tuned graph instantiated again: tune_graph() set the graph's own nodes too.
+  cudaGraphExec_t reinstantiated = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&reinstantiated, g, 0));
+  failures += check(c, reinstantiated, s) != 0;
+  std::vector<double> in_place, recaptured, static_runs, by_hand_runs, raw_static_runs, raw_tuned_runs, again_runs;
   // Each round starts at the next graph, so that no graph always replays first or after the same one.
   const std::pair<cudaGraphExec_t, std::vector<double>*> rows[] = {
-      {exec, &in_place},        {exec2, &recaptured},         {static_again, &static_runs},
-      {by_hand, &by_hand_runs}, {raw_static, &raw_static_runs}, {raw_tuned, &raw_tuned_runs}};
+      {exec, &in_place},          {exec2, &recaptured},           {static_again, &static_runs},
+      {by_hand, &by_hand_runs},   {raw_static, &raw_static_runs}, {raw_tuned, &raw_tuned_runs},
+      {reinstantiated, &again_runs}};
   constexpr int row_count = static_cast<int>(sizeof rows / sizeof rows[0]);
   for (int r = 0; r < 2 * row_count; ++r) {
     for (int i = 0; i < row_count; ++i) {
@@ -271,6 +276,7 @@ int run(int argc, char** argv) {
   const double in_place_us = bench::median(in_place), recaptured_us = bench::median(recaptured);
   const double static_interleaved_us = bench::median(static_runs), by_hand_us = bench::median(by_hand_runs);
   const double raw_static_us = bench::median(raw_static_runs), raw_tuned_us = bench::median(raw_tuned_runs);
+  const double again_us = bench::median(again_runs);
   std::printf("chain of %d launches (5 kernels x 4 sizes, 2^14..2^20 floats), %d replays x 9, median per replay:\n",
               links, replays);
   std::printf("  static plans (first use inside the capture): %8.2f us (timed alone, before tuning)\n", static_us);
@@ -288,6 +294,8 @@ int run(int argc, char** argv) {
               " static %.4f and recaptured %.4f of them\n",
               raw_static_us, raw_tuned_us, raw_tuned_us / raw_static_us, static_interleaved_us / raw_static_us,
               recaptured_us / raw_tuned_us);
+  std::printf("  the tuned graph instantiated again: %.2f us = %.4f of captured after tuning, in place %.4f of it\n",
+              again_us, again_us / recaptured_us, in_place_us / again_us);
 
   // Where the tuned chain gains or loses: the chain with one size's links tuned and the rest static, against
   // the chain all static (both captured with planned(), interleaved); and each of the 20 distinct links alone,
@@ -388,6 +396,7 @@ int run(int argc, char** argv) {
        << ",\"static_interleaved_us\":" << bench::json_number(static_interleaved_us)
        << ",\"in_place_over_static_interleaved\":" << bench::json_number(in_place_us / static_interleaved_us)
        << ",\"by_hand_us\":" << bench::json_number(by_hand_us)
+       << ",\"reinstantiated_us\":" << bench::json_number(again_us)
        << ",\"raw_static_us\":" << bench::json_number(raw_static_us)
        << ",\"raw_tuned_us\":" << bench::json_number(raw_tuned_us)
        << ",\"by_hand_over_recaptured\":" << bench::json_number(by_hand_us / recaptured_us)
@@ -416,6 +425,7 @@ int run(int argc, char** argv) {
   cudaGraphExecDestroy(raw_tuned);
   cudaGraphExecDestroy(raw_static);
   cudaGraphExecDestroy(by_hand);
+  cudaGraphExecDestroy(reinstantiated);
   cudaGraphExecDestroy(static_again);
   cudaGraphExecDestroy(exec2);
   cudaGraphDestroy(g2);
