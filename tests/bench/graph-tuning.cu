@@ -243,6 +243,15 @@ int run(int argc, char** argv) {
   cudaGraphExec_t exec2 = nullptr;
   BENCH_CUDA(cudaGraphInstantiate(&exec2, g2, 0));
   failures += check(c, exec2, s) != 0;
+  // The same, its graph holding a user object (as a graph whose launches launchfit remembers does): what the
+  // object costs a replay.
+  cudaGraph_t g3 = capture(c, s, nullptr);
+  cudaUserObject_t object = nullptr;
+  BENCH_CUDA(cudaUserObjectCreate(&object, nullptr, [](void*) {}, 1, cudaUserObjectNoDestructorSync));
+  BENCH_CUDA(cudaGraphRetainUserObject(g3, object, 1, cudaGraphUserObjectMove));
+  cudaGraphExec_t with_object = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&with_object, g3, 0));
+  failures += check(c, with_object, s) != 0;
   // Interleaved, so that clock drift favours neither.
   // And the static plans again, launched verbatim (planned()): the exec they were captured in now runs the tuned
   // plans. Replays timed one after the other, around the tuning, drift with the GPU's clocks: every comparison
@@ -260,12 +269,13 @@ int run(int argc, char** argv) {
   cudaGraphExec_t reinstantiated = nullptr;
   BENCH_CUDA(cudaGraphInstantiate(&reinstantiated, g, 0));
   failures += check(c, reinstantiated, s) != 0;
-  std::vector<double> in_place, recaptured, static_runs, by_hand_runs, raw_static_runs, raw_tuned_runs, again_runs;
+  std::vector<double> in_place, recaptured, static_runs, by_hand_runs, raw_static_runs, raw_tuned_runs, again_runs,
+      object_runs;
   // Each round starts at the next graph, so that no graph always replays first or after the same one.
   const std::pair<cudaGraphExec_t, std::vector<double>*> rows[] = {
       {exec, &in_place},          {exec2, &recaptured},           {static_again, &static_runs},
       {by_hand, &by_hand_runs},   {raw_static, &raw_static_runs}, {raw_tuned, &raw_tuned_runs},
-      {reinstantiated, &again_runs}};
+      {reinstantiated, &again_runs}, {with_object, &object_runs}};
   constexpr int row_count = static_cast<int>(sizeof rows / sizeof rows[0]);
   for (int r = 0; r < 2 * row_count; ++r) {
     for (int i = 0; i < row_count; ++i) {
@@ -276,7 +286,7 @@ int run(int argc, char** argv) {
   const double in_place_us = bench::median(in_place), recaptured_us = bench::median(recaptured);
   const double static_interleaved_us = bench::median(static_runs), by_hand_us = bench::median(by_hand_runs);
   const double raw_static_us = bench::median(raw_static_runs), raw_tuned_us = bench::median(raw_tuned_runs);
-  const double again_us = bench::median(again_runs);
+  const double again_us = bench::median(again_runs), object_us = bench::median(object_runs);
   std::printf("chain of %d launches (5 kernels x 4 sizes, 2^14..2^20 floats), %d replays x 9, median per replay:\n",
               links, replays);
   std::printf("  static plans (first use inside the capture): %8.2f us (timed alone, before tuning)\n", static_us);
@@ -296,6 +306,8 @@ int run(int argc, char** argv) {
               recaptured_us / raw_tuned_us);
   std::printf("  the tuned graph instantiated again: %.2f us = %.4f of captured after tuning, in place %.4f of it\n",
               again_us, again_us / recaptured_us, in_place_us / again_us);
+  std::printf("  captured after tuning, its graph holding a user object: %.2f us = %.4f of the same without\n",
+              object_us, object_us / recaptured_us);
 
   // Where the tuned chain gains or loses: the chain with one size's links tuned and the rest static, against
   // the chain all static (both captured with planned(), interleaved); and each of the 20 distinct links alone,
@@ -397,6 +409,7 @@ int run(int argc, char** argv) {
        << ",\"in_place_over_static_interleaved\":" << bench::json_number(in_place_us / static_interleaved_us)
        << ",\"by_hand_us\":" << bench::json_number(by_hand_us)
        << ",\"reinstantiated_us\":" << bench::json_number(again_us)
+       << ",\"recaptured_with_user_object_us\":" << bench::json_number(object_us)
        << ",\"raw_static_us\":" << bench::json_number(raw_static_us)
        << ",\"raw_tuned_us\":" << bench::json_number(raw_tuned_us)
        << ",\"by_hand_over_recaptured\":" << bench::json_number(by_hand_us / recaptured_us)
@@ -426,6 +439,8 @@ int run(int argc, char** argv) {
   cudaGraphExecDestroy(raw_static);
   cudaGraphExecDestroy(by_hand);
   cudaGraphExecDestroy(reinstantiated);
+  cudaGraphExecDestroy(with_object);
+  cudaGraphDestroy(g3);
   cudaGraphExecDestroy(static_again);
   cudaGraphExecDestroy(exec2);
   cudaGraphDestroy(g2);
