@@ -13,6 +13,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <deque>
 #include <set>
 #include <string>
 #include <utility>
@@ -33,11 +34,12 @@
 namespace launchfit::detail {
 namespace {
 
-// Launches remembered at most: a program that captures graphs it never tunes, and never destroys, keeps this
-// many (each a copy of its arguments and of its smem rule's answers, about 1 KB), told once when more are
-// left out. A destroyed graph's launches are dropped by the next capture or tune_graph() (a user object the
-// graph holds tells when; its callback may not run the policy copies' destructors, which are user code).
-constexpr std::size_t max_captured_launches = 1 << 16;
+// Launches remembered at most (each a copy of its arguments and of its smem rule's answers, about 1 KB): beyond
+// this many the oldest is dropped, said once. No user object in the graph tells when a graph is destroyed: an
+// executable graph holding one costs every replay 1-2 us (1.0074-1.0155 of the same chain without one, a
+// 60-kernel chain on an H100), for the graph's whole life. A destroyed graph's launches are dropped as the
+// oldest, or by tune_graph() of a graph at the same handle (still_the_node() does not find them).
+constexpr std::size_t max_captured_launches = 1 << 12;
 // An smem rule is asked at the capture for the block sizes a policy may choose (the callable may not outlive
 // the launch): every multiple of 32 up to this and every size below 32, or every size its block rule allows.
 constexpr int max_block_threads = 1024;
@@ -50,7 +52,7 @@ constexpr std::size_t unknown_smem = std::size_t{1} << 40;
 struct captured_launch {
   CUgraph graph = nullptr;
   CUgraphNode node = nullptr;
-  std::uint64_t graph_serial = 0;  // the graph as launchfit knows it (a destroyed graph's handle is reused)
+  std::uint64_t order = 0;  // when it was remembered: the oldest is dropped first
   std::uint64_t context_id = 0;
   // What the node runs now (under the captures' lock once remembered).
   CUfunction function = nullptr;
@@ -75,12 +77,11 @@ struct captured_launch {
 struct captures {
   std::mutex m;
   std::map<std::pair<CUgraph, CUgraphNode>, std::shared_ptr<captured_launch>> by_node;
-  // Graphs launchfit holds a user object in, by (graph, capture id), and the serials still alive.
-  std::map<std::pair<CUgraph, std::uint64_t>, std::uint64_t> serial_of;
-  std::set<std::uint64_t> alive;
-  std::uint64_t next_serial = 1;
+  // The keys in the order they were remembered, with their `order` (a key replaced or dropped since leaves an
+  // item that no longer matches, skipped).
+  std::deque<std::pair<std::pair<CUgraph, CUgraphNode>, std::uint64_t>> oldest_first;
+  std::uint64_t next_order = 1;
   bool told_full = false;
-  bool dead_pending = false;  // a graph was destroyed since the last drop_dead_locked()
 };
 
 captures& the_captures() {
@@ -96,64 +97,32 @@ captures& the_captures() {
   return c;
 }
 
-// Moves the launches of graphs destroyed since out of the table (destroyed by the caller, outside the lock:
-// a policy copy's destructor is the user's code).
-void drop_dead_locked(captures& all, std::vector<std::shared_ptr<captured_launch>>& gone) {
-  all.dead_pending = false;
-  for (auto it = all.by_node.begin(); it != all.by_node.end();) {
-    if (all.alive.count(it->second->graph_serial)) {
-      ++it;
-    } else {
-      gone.push_back(std::move(it->second));
-      it = all.by_node.erase(it);
+// Drops the oldest launches beyond max_captured_launches (destroyed by the caller, outside the lock: a policy
+// copy's destructor is the user's code), and the queue's items that match no launch once they outnumber the
+// launches.
+void drop_oldest_locked(captures& all, std::vector<std::shared_ptr<captured_launch>>& gone) {
+  while (all.by_node.size() > max_captured_launches && !all.oldest_first.empty()) {
+    const auto [key, order] = all.oldest_first.front();
+    all.oldest_first.pop_front();
+    const auto it = all.by_node.find(key);
+    if (it == all.by_node.end() || it->second->order != order) continue;
+    if (!all.told_full) {
+      all.told_full = true;
+      logger()->warn("{} launches inside stream captures are remembered for tune_graph() already: the oldest "
+                     "are forgotten from now on (their nodes keep their static plans unless tuned before)",
+                     max_captured_launches);
     }
+    gone.push_back(std::move(it->second));
+    all.by_node.erase(it);
   }
-}
-
-// Called by the driver (any thread, no CUDA call allowed) when the last reference to a graph launchfit
-// remembers launches of is gone: the graph and every graph exec instantiated from it are destroyed.
-void graph_destroyed(void* serial) noexcept {
-  captures& all = the_captures();
-  std::lock_guard<std::mutex> lock(all.m);
-  const auto n = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(serial));
-  all.alive.erase(n);
-  all.dead_pending = true;
-  for (auto it = all.serial_of.begin(); it != all.serial_of.end();) {
-    it = it->second == n ? all.serial_of.erase(it) : std::next(it);
+  if (all.oldest_first.size() > 2 * all.by_node.size() + 64) {
+    std::deque<std::pair<std::pair<CUgraph, CUgraphNode>, std::uint64_t>> kept;
+    for (const auto& item : all.oldest_first) {
+      const auto it = all.by_node.find(item.first);
+      if (it != all.by_node.end() && it->second->order == item.second) kept.push_back(item);
+    }
+    all.oldest_first.swap(kept);
   }
-}
-
-// The serial of the graph a capture records into, holding a user object in it whose release says when the
-// graph is gone; 0 when the driver cannot (then nothing of this capture is remembered).
-std::uint64_t graph_serial(CUgraph graph, std::uint64_t capture_id) {
-  captures& all = the_captures();
-  {
-    std::lock_guard<std::mutex> lock(all.m);
-    const auto it = all.serial_of.find({graph, capture_id});
-    if (it != all.serial_of.end()) return it->second;
-  }
-  const driver_api& d = driver();
-  if (!d.cuUserObjectCreate || !d.cuGraphRetainUserObject || !d.cuUserObjectRelease) return 0;
-  std::uint64_t serial = 0;
-  {
-    std::lock_guard<std::mutex> lock(all.m);
-    serial = all.next_serial++;
-  }
-  CUuserObject object = nullptr;
-  void* tag = reinterpret_cast<void*>(static_cast<std::uintptr_t>(serial));
-  if (d.cuUserObjectCreate(&object, tag, graph_destroyed, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) != CUDA_SUCCESS)
-    return 0;
-  {
-    std::lock_guard<std::mutex> lock(all.m);
-    all.alive.insert(serial);
-    all.serial_of[{graph, capture_id}] = serial;
-  }
-  // The graph takes the one reference (executable graphs instantiated from it take their own).
-  if (d.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE) != CUDA_SUCCESS) {
-    d.cuUserObjectRelease(object, 1);  // calls graph_destroyed: the serial is dead at once
-    return 0;
-  }
-  return serial;
 }
 
 // Why a launch cannot be tuned once it has returned; empty: it can.
@@ -380,24 +349,16 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
       c->owned_policy.reset();
       c->smem_answers.clear();
     }
-    c->graph_serial = graph_serial(graph, id);
-    if (c->graph_serial == 0) return true;
+    (void)id;
     captures& all = the_captures();
     std::vector<std::shared_ptr<captured_launch>> gone;  // destroyed after the lock
     std::lock_guard<std::mutex> lock(all.m);
-    if (all.dead_pending || all.by_node.size() >= max_captured_launches) drop_dead_locked(all, gone);
     const auto key = std::make_pair(c->graph, c->node);
-    if (all.by_node.size() >= max_captured_launches && !all.by_node.count(key)) {
-      if (!all.told_full) {
-        all.told_full = true;
-        logger()->warn("{} launches inside stream captures of graphs not destroyed yet are remembered for "
-                       "tune_graph() already: later ones (from {} on) are not, and their nodes keep their "
-                       "static plans",
-                       max_captured_launches, escape_text(c->kernel));
-      }
-      return true;
-    }
-    all.by_node[key].swap(c);  // c: the launch it replaces, destroyed after the lock
+    c->order = all.next_order++;
+    all.oldest_first.emplace_back(key, c->order);
+    all.by_node[key].swap(c);  // c: the launch it replaces (a node handle a destroyed graph had), destroyed after
+    gone.push_back(std::move(c));
+    drop_oldest_locked(all, gone);
     return true;
   } catch (...) {
     // Out of memory or a driver without graphs: this launch stays out of tune_graph(); the launch itself ran.
@@ -489,14 +450,12 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
   const std::set<CUgraphNode> nodes(listed.begin(), listed.end());
   const bool allocates = allocates_in_graph(listed);
 
-  // This graph's launches (of a graph alive: a destroyed one's handle may be this graph's now), with what
-  // each node runs now, read under the lock; then checked against the graph without it (driver calls).
+  // This graph's launches (a destroyed graph's handle may be this graph's now: still_the_node() tells), with
+  // what each node runs now, read under the lock; then checked against the graph without it (driver calls).
   captures& all = the_captures();
   std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> mine;
   {
-    std::vector<std::shared_ptr<captured_launch>> gone;
     std::lock_guard<std::mutex> lock(all.m);
-    drop_dead_locked(all, gone);
     for (const auto& [key, c] : all.by_node) {
       if (key.first != graph) continue;
       mine.push_back({c, node_state{c->function, c->grid, c->block, c->smem, c->plan_text, c->deferred}});
