@@ -8,12 +8,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
-#include <deque>
 #include <set>
 #include <string>
 #include <utility>

@@ -84,12 +84,14 @@ struct LAUNCHFIT_API graph_tuning {
 /// updated before the graph's node was refused is set back; where the driver refuses that too, the report
 /// says so and its `after` is the tuned plan the executable graph then runs). Trials run on `stream` with the
 /// captured arguments, on what the buffers hold now (replay the graph once first). Call it where the graph is
-/// not running (trials and the update race a replay in flight). A node tuned already is reported unchanged;
-/// one whose plan another process of the fleet is tuning is left (call again once it is published); so is one
-/// whose policy declines (its trials could not run), with the policy's reason. Another executable graph of the
-/// same graph, given after the first was tuned, is set to the tuned plans too; a clone of the graph, or a graph
-/// that embeds it as a child graph, has nodes of its own and nothing remembered (tune the captured graph, then
-/// clone or embed it). Throws launchfit::error where planning fails, as a launch would.
+/// not running (trials and the update race a replay in flight), and not while another thread captures in
+/// cudaStreamCaptureModeGlobal (trials allocate pinned memory and launch, which that mode forbids). A node
+/// tuned already is reported unchanged; one whose plan another process of the fleet is tuning is left (call
+/// again once it is published); so is one whose policy declines (its trials could not run), with the
+/// policy's reason. Another executable graph of the same graph, given after the first was tuned, is set to the
+/// tuned plans too; a clone of the graph, or a graph that embeds it as a child graph, has nodes of its own and
+/// nothing remembered (tune the captured graph, then clone or embed it). Throws launchfit::error where
+/// planning fails, as a launch would.
 LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
 
 /// The dependencies of a node add_kernel_node() adds: `{a, b}` (copied), or an array and its size (not
