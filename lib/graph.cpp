@@ -398,13 +398,13 @@ void add_planned_node(const CUlaunchConfig& cfg, CUfunction f, void** args, node
   CUgraphNode node = nullptr;
   const CUresult added = d.cuGraphAddNode(&node, target.graph, target.dependencies,
                                           edges.empty() ? nullptr : edges.data(), target.dependency_count, &params);
-  check(added, "cuGraphAddNode", display_name(e.kernel), e.plan.to_string());
+  check(added, "cuGraphAddNode", e.kernel, e.plan);
   for (unsigned i = 0; i < cfg.numAttrs; ++i) {
     if (cfg.attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) continue;
     const CUresult set = d.cuGraphKernelNodeSetAttribute(node, cfg.attrs[i].id, &cfg.attrs[i].value);
     if (set != CUDA_SUCCESS) {
       d.cuGraphDestroyNode(node);  // never a node without the attributes its launch requires
-      check(set, "cuGraphKernelNodeSetAttribute", display_name(e.kernel), e.plan.to_string());
+      check(set, "cuGraphKernelNodeSetAttribute", e.kernel, e.plan);
     }
   }
   target.node = node;

@@ -64,6 +64,14 @@ const std::string& name_kernel(kernel_resources& k) {
   return k.demangled;
 }
 
+void check(CUresult r, const char* call, const kernel_resources& k) {
+  if (r != CUDA_SUCCESS) check(r, call, display_name(k));
+}
+
+void check(CUresult r, const char* call, const kernel_resources& k, const plan& p) {
+  if (r != CUDA_SUCCESS) check(r, call, display_name(k), p.to_string());
+}
+
 }  // namespace detail
 
 std::optional<std::vector<std::size_t>> query_param_sizes(CUfunction f) {

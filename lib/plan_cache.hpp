@@ -143,6 +143,10 @@ kernel_resources query_resources(CUfunction f, bool demangle_name);
 std::string display_name(const kernel_resources& k);
 // Fills `demangled` where the miss skipped it, once; returns it.
 const std::string& name_kernel(kernel_resources& k);
+// check() naming the kernel, and the plan: their text is made only when r failed (a plan's text costs
+// microseconds, many times the driver call it names).
+void check(CUresult r, const char* call, const kernel_resources& k);
+void check(CUresult r, const char* call, const kernel_resources& k, const plan& p);
 
 // Held by a thread for as long as it uses plan entries (detail::launch() and detail::plan_for() hold one
 // each): no entry this thread found is freed before the outermost plan_reader of the thread is gone.

@@ -30,7 +30,7 @@ void allow_cluster_size(const launch_requirements& need, const plan_entry& e, co
   const driver_api& d = driver();
   auto allow = [&](CUfunction f) {
     check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-          "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)", display_name(e.kernel));
+          "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)", e.kernel);
   };
   if (fam.functions.empty()) {
     allow(e.function);
@@ -92,10 +92,10 @@ std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const ke
   std::lock_guard<std::mutex> lock(m);
   int current = 0;
   check(d.cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
-        "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(k), p.to_string());
+        "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k, p);
   if (static_cast<std::size_t>(current) >= needed) return static_cast<std::size_t>(current);
   check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(needed)),
-        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", display_name(k), p.to_string());
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k, p);
   return needed;
 }
 

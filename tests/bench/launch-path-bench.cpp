@@ -17,6 +17,7 @@
 #include <string>
 
 #include "launchfit/cache.hpp"
+#include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
 #include "stub_driver.h"
 
@@ -59,7 +60,8 @@ void count_calls(benchmark::State& state) {
   for (const char* entry :
        {"cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxGetId", "cuFuncGetAttribute", "cuFuncGetName",
         "cuFuncGetParamInfo", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
-        "cuOccupancyMaxPotentialBlockSize", "cuStreamIsCapturing", "cuDeviceGetAttribute", "cuCtxGetDevice"}) {
+        "cuOccupancyMaxPotentialBlockSize", "cuStreamIsCapturing", "cuDeviceGetAttribute", "cuCtxGetDevice", "cuGraphAddNode",
+        "cuGraphKernelNodeSetAttribute", "cuStreamGetCaptureInfo"}) {
     const double c = static_cast<double>(launchfit_stub_calls(entry)) * per;
     if (c > 0) state.counters[entry] = c;
   }
@@ -122,6 +124,53 @@ void BM_launchfit_first_launch(benchmark::State& state) {
   state.counters["allocations"] = static_cast<double>(allocations) / static_cast<double>(state.iterations());
 }
 BENCHMARK(BM_launchfit_first_launch);
+
+// add_kernel_node() of a kernel whose plan is cached, in a line of nodes: the plan's hit, the node's
+// parameters and attributes, one cuGraphAddNode. Beside it the stub's cuGraphAddNode called directly.
+void BM_launchfit_add_kernel_node(benchmark::State& state) {
+  const lf::kernel k(fresh_kernel());
+  const auto spec = lf::max_occupancy().items(n).on(stream);
+  const CUstream capturing = reinterpret_cast<CUstream>(0x40);
+  launchfit_stub_begin_capture(capturing);
+  const CUgraph graph = launchfit_stub_end_capture(capturing);
+  const auto g = reinterpret_cast<cudaGraph_t>(graph);
+  cudaGraphNode_t prev = lf::add_kernel_node(g, {}, k, spec, 2.0f, x, y, n).node;
+  launchfit_stub_reset_calls();
+  for (auto _ : state) prev = lf::add_kernel_node(g, {prev}, k, spec, 2.0f, x, y, n).node;
+  count_calls(state);
+  launchfit_stub_destroy_graph(graph);
+}
+BENCHMARK(BM_launchfit_add_kernel_node);
+void BM_raw_cuGraphAddNode(benchmark::State& state) {
+  void* fn = nullptr;
+  cuGetProcAddress_v2("cuGraphAddNode", &fn, CUDA_VERSION, 0, nullptr);
+  const auto add = reinterpret_cast<decltype(&cuGraphAddNode)>(fn);
+  const CUfunction f = fresh_kernel();
+  const CUstream capturing = reinterpret_cast<CUstream>(0x40);
+  launchfit_stub_begin_capture(capturing);
+  const CUgraph graph = launchfit_stub_end_capture(capturing);
+  float a = 2.0f;
+  int count = n;
+  void* args[] = {&a, const_cast<float**>(&x), const_cast<float**>(&y), &count};
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  p.kernel.func = f;
+  p.kernel.gridDimX = n / 256;
+  p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+  p.kernel.blockDimX = 256;
+  p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+  p.kernel.kernelParams = args;
+  CUgraphNode prev = nullptr;
+  launchfit_stub_reset_calls();
+  for (auto _ : state) {
+    CUgraphNode node = nullptr;
+    add(&node, graph, prev ? &prev : nullptr, nullptr, prev ? 1 : 0, &p);
+    prev = node;
+  }
+  count_calls(state);
+  launchfit_stub_destroy_graph(graph);
+}
+BENCHMARK(BM_raw_cuGraphAddNode);
 
 }  // namespace
 

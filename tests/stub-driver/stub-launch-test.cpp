@@ -136,6 +136,28 @@ TEST(StubLaunch, ALaunchTheDriverRefusesThrowsNamingTheKernelAndPlan) {
   EXPECT_NO_THROW(lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 64));
 }
 
+// A launch above 48 KiB of dynamic smem raises the kernel's limit first; the driver refusing that is an error
+// naming the call, the kernel and the plan, and nothing is launched.
+TEST(StubLaunch, ARefusedSmemLimitThrowsNamingTheKernelAndPlan) {
+  const CUfunction f = axpy_kernel("_Z8bigsmemfPKfPfi");
+  const auto spec = lf::fixed(128).items(1024).smem(64 * 1024).on(stream_of(0x14));
+  const unsigned long long launches = launchfit_stub_calls("cuLaunchKernelEx");
+  launchfit_stub_fail("cuFuncSetAttribute", CUDA_ERROR_INVALID_VALUE, 1);
+  try {
+    lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1024);
+    ADD_FAILURE() << "the refused smem limit did not throw";
+  } catch (const lf::error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"), std::string::npos) << what;
+    EXPECT_NE(what.find("bigsmem"), std::string::npos) << what;
+    EXPECT_NE(what.find("dynamic_smem_bytes=65536"), std::string::npos) << what;
+  }
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), launches) << "a launch reached the driver";
+  // Without the failure the limit is raised and the launch runs with the smem it asked for.
+  lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1024);
+  EXPECT_EQ(last_launch(f).config.sharedMemBytes, 64u * 1024u);
+}
+
 // The hit path: one cuLaunchKernelEx per launch, and of the driver only what identifies the current context
 // (cuCtxGetCurrent, and cuCtxGetId: a context destroyed and another made at the same address is another
 // context, whose plans are its own).
