@@ -27,6 +27,7 @@
 #include "lifecycle.hpp"
 #include "log_internal.hpp"
 #include "plan_cache.hpp"
+#include "plan_match.hpp"
 #include "text.hpp"
 #include "tuning.hpp"
 #include "tuning_lease.hpp"
@@ -525,10 +526,10 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
       const plan_entry& e = entry_for(r, local);
       if (e.tuning_deferred) {
         rep.why = "the stream given to tune_graph() is being captured, so no trial could run";
-      } else if (e.plan.match == waiting_match) {
+      } else if (e.plan.match == plan_match::waiting) {
         rep.why = "another process of the fleet is tuning this plan: call tune_graph() again once it has "
                   "published it";
-      } else if (e.plan.match == "fallback") {
+      } else if (e.plan.match == plan_match::fallback) {
         // The policy declined (its trials could not run, or it chose nothing): the node keeps what it runs.
         rep.why = "its policy declined to tune it: " + e.plan.reason;
       } else {

@@ -19,6 +19,7 @@
 #include "log_internal.hpp"
 #include "observe_internal.hpp"
 #include "plan_cache.hpp"
+#include "plan_match.hpp"
 #include "planner.hpp"
 #include "plugin_loader.hpp"
 #include "policy_string.hpp"
@@ -117,7 +118,7 @@ const plan& plan_for(const launch_request& r) {
                 "answers with the tuned plan",
                 display_name(e.kernel));
   }
-  if (e.plan.match == waiting_match) {
+  if (e.plan.match == plan_match::waiting) {
     throw error(errc::not_planned_yet, "launchfit::plan_for",
                 "another process of the fleet is tuning this plan, and its tuned plan is not published yet: "
                 "launches run the static plan until it is (then plan_for() answers with the tuned plan)",

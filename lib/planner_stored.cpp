@@ -10,6 +10,7 @@
 #include "driver.hpp"
 #include "launchfit/log.hpp"
 #include "log_internal.hpp"
+#include "plan_match.hpp"
 #include "planner_steps.hpp"
 #include "remote_store.hpp"
 #include "text.hpp"
@@ -85,19 +86,19 @@ std::optional<plan_measurement> measured(tuning_record& record, plan& p) {
 
 // The launch's plan while another process holds the key's tuning lease: what the policy chose without trials
 // (a tuning plugin, whose every trial was refused, declines, and its fallback decides), never stored, its
-// match waiting_match (which plan_for() refuses), and the key watched until the tuned plan is published.
+// match plan_match::waiting (which plan_for() refuses), and the key watched until the tuned plan is published.
 plan while_tuned_elsewhere(tuning_lease& lease, plan p) {
   // A decline's own words ("declined by autotune (autotune: none of the 16 candidate plans could run ...));
   // max_occupancy: ...") are about trials that failed: these were not run, and the launch waits instead.
   std::string static_reason = p.reason;
   const std::size_t end_of_decline = static_reason.find("); ");
-  if (p.match == "fallback" && static_reason.rfind("declined by ", 0) == 0 &&
+  if (p.match == plan_match::fallback && static_reason.rfind("declined by ", 0) == 0 &&
       end_of_decline != std::string::npos)
     static_reason = static_reason.substr(end_of_decline + 3);
   p.reason = "tuning leased to another process (" + escape_text(lease.holder()) +
              (lease.remaining_ms() >= 0 ? ", " + std::to_string(lease.remaining_ms()) + " ms left" : "") +
              "): the static plan until its tuned plan is published; " + static_reason;
-  p.match = waiting_match;
+  p.match = plan_match::waiting;
   lease.watch();
   return p;
 }
@@ -184,7 +185,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
       return *stored;
     }
     logger()->warn("{} entry for {} ignored ({}); computing a new plan",
-                   match.compare(0, 6, "remote") == 0 ? "remote plan store" : "plan cache file",
+                   plan_match::from_remote_store(match) ? "remote plan store" : "plan cache file",
                    display_name(e.kernel), escape_text(problem));
     if (!computed) {
       computed = choose(chosen, q, e, fam.blocks.empty());
@@ -249,7 +250,7 @@ std::string check_stored_plan(const query& q, plan& stored, const launch_require
     return "the stored plan (" + stored.to_string() + ") is not what " + escape_text(computed->policy) +
            " chooses now (" + computed->to_string() + ")";
   }
-  const bool remote = stored.match.compare(0, 6, "remote") == 0;
+  const bool remote = plan_match::from_remote_store(stored.match);
   stored.reason = (remote ? "stored in the remote plan store: " : "stored in the plan-cache file: ") +
                   escape_text(stored.reason);
   stored.warning = escape_text(stored.warning);

@@ -17,6 +17,7 @@
 #include "launchfit/param_policy.hpp"  // param_policy, parameter_error (before: in policy.hpp)
 #endif
 #include "log_internal.hpp"
+#include "plan_match.hpp"
 #include "plugin_internal.hpp"
 #include "settings.hpp"
 
@@ -132,7 +133,7 @@ class plugin_policy final : public policy_base {
       plan p = fallback_or_default().choose(q);
       p.reason = "declined by " + name() + (why.empty() ? "" : " (" + why + ")") + "; " +
                  fallback_or_default().name() + ": " + p.reason;
-      p.match = "fallback";
+      p.match = detail::plan_match::fallback;
       return p;
     }
     if (status != LAUNCHFIT_PLUGIN_OK) {
@@ -191,7 +192,7 @@ class plugin_policy final : public policy_base {
     }
     plan p = instead.choose(q);
     p.reason = "plugin " + name() + " failed (" + e.message() + "); " + instead.name() + ": " + p.reason;
-    p.match = "fallback";
+    p.match = detail::plan_match::fallback;
     return p;
   }
 

@@ -5,7 +5,7 @@
 // Before a process tunes a key it takes the key's lease in the first layer that holds leases (the remote
 // store), for lease_ms(). Holding it, it tunes, stores the plan, waits (bounded) for the remote store to
 // write it, and releases the lease (compare-and-delete: only its own). Finding it held, it does not tune: the
-// launch runs the policy's static plan (its match is waiting_match, which plan_for() refuses as
+// launch runs the policy's static plan (its match is plan_match::waiting, which plan_for() refuses as
 // not_planned_yet), and the key is watched. The watcher is a task of the background queue: at most every
 // poll_interval it reads, for every watched key in one pipeline, the plan published under it and whether
 // the lease is still held. A published plan is adopted (adopted_plan() answers it) and the plan inputs
@@ -21,12 +21,11 @@
 #include <optional>
 #include <string>
 
+#include "plan_match.hpp"
 #include "store/layer.hpp"
 
 namespace launchfit::detail {
 
-// The match of a static plan launched while another process tunes the key.
-inline constexpr const char* waiting_match = "static-while-tuned-elsewhere";
 // How often the watcher reads a watched key at most.
 inline constexpr std::chrono::milliseconds poll_interval{50};
 // Keys watched at once at most (more: the launch still runs its static plan, and the key is not adopted

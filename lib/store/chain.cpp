@@ -10,6 +10,7 @@
 
 #include "../plan_file_format.hpp"
 #include "../plan_inputs.hpp"
+#include "../plan_match.hpp"
 #include "../remote_store.hpp"
 #include "../settings.hpp"
 #include "../text.hpp"
@@ -65,7 +66,7 @@ chain_counts& counts() {
 
 // A remote entry is another GPU's by nature: one match level.
 std::string level_name(const plan_store_layer& l) {
-  return std::string_view(l.name()) == "file" ? "cache-file" : "remote";
+  return std::string_view(l.name()) == "file" ? plan_match::cache_file : plan_match::remote;
 }
 
 }  // namespace
@@ -172,7 +173,7 @@ std::optional<plan> find_stored_plan(const stored_key& key, bool exact_bucket) {
     const detail::stored_entry* chosen = nullptr;
     std::optional<plan> p = detail::best_stored_plan(a.entries, key, exact_bucket, model, level, &chosen);
     if (!p) continue;  // fail open: the next layer, then a plan made here
-    if (level == "remote") p->match = "remote";
+    if (level == detail::plan_match::remote) p->match = detail::plan_match::remote;
     const bool clean = chosen && chosen->measurement && chosen->measurement->clean;
     if (!provisional && chosen && chosen->measurement && !clean && i + 1 < chain.count) {
       provisional = std::move(p);
@@ -203,14 +204,14 @@ std::optional<plan> find_stored_plan(const stored_key& key, bool exact_bucket) {
 void store_plan(const stored_key& key, const plan& p, std::optional<detail::plan_measurement> measured) {
   // A fallback plan (a plugin declined or failed) is not the policy's decision: stored, it would stop the
   // policy from being asked again in later runs (autotune declines launches it may not re-run).
-  if (p.match == "fallback") return;
+  if (p.match == detail::plan_match::fallback) return;
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   detail::stored_entry e;
   e.key = key;
   e.plan = p;
   e.stored_at_ms =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
-  e.plan.match = "computed";
+  e.plan.match = detail::plan_match::computed;
   if (measured) {
     measured->conditions = detail::sanitize_text(measured->conditions, detail::measurement_max_conditions);
     // Written, it would make the entry unreadable: the plan is kept, as an unmeasured one.

@@ -8,6 +8,7 @@
 #include <exception>
 #include <utility>
 
+#include "../plan_match.hpp"
 #include "device_match.hpp"
 
 namespace launchfit::detail {
@@ -272,7 +273,7 @@ std::optional<stored_entry> parse_remote_value(std::string_view value, std::stri
       why = std::move(refused);
       return std::nullopt;
     }
-    e.plan.match = "remote";
+    e.plan.match = plan_match::remote;
     if (stamp_cleared && !c.clamps.empty()) *stamp_cleared = c.clamps.front();
     return e;
   } catch (const std::exception& ex) {  // out of memory, or a parser error nobody foresaw

@@ -24,6 +24,7 @@
 #include "../deadline_lock.hpp"
 #include "../lifecycle.hpp"
 #include "../log_internal.hpp"
+#include "../plan_match.hpp"
 #include "../text.hpp"
 #include "device_match.hpp"
 #include "future_stamps.hpp"
@@ -326,7 +327,7 @@ struct redis_store::impl final : public background::task {
       queue.push_back(e);
     }
     stored_entry mine = e;
-    mine.plan.match = "remote";
+    mine.plan.match = plan_match::remote;
     mine.origin = origin;
     memory.wrote(rkey.substr(0, rkey.size() - 16), rkey, std::move(mine));
     background::wake(*this);  // after m is released (background.cpp's lock rule)

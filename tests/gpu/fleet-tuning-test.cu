@@ -131,7 +131,7 @@ int run_tuning_child(const std::string& out_path, const std::string& ready, cons
     for (;;) {
       const lf::launched l = launch_kernel(k, y, x);
       const lf::plan& p = l.plan();
-      if (p.match != launchfit::detail::waiting_match) {
+      if (p.match != launchfit::detail::plan_match::waiting) {
         out << "kernel=" << k << " trials=" << (tuned_here(p) ? p.trials : 0) << " plan=" << plan_text(p)
             << " static=" << static_launches << " match=" << p.match << "\n";
         std::fprintf(stderr, "kernel %d: %s (%s)\n", k, plan_text(p).c_str(), p.reason.c_str());
