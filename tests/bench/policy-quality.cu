@@ -8,7 +8,8 @@
 // when it is loaded, and the oracle: the best of every block size {32, 64, ..., 1024} x resident blocks per
 // SM {1 .. as many as fit} (grid = blocks/SM x SMs, capped by the work, for grid-stride kernels;
 // one-item-per- thread kernels depend on the block size only), confirmed by re-timing its 3 fastest
-// configurations together with every policy row (interleaved rounds; each row is the median of its rounds).
+// configurations together with every policy row (interleaved rounds; each row is the median of its rounds,
+// pooled with those of rows and finalists that launch the same block and grid).
 // Every timed configuration is verified against a CPU reference on fresh random inputs, with outputs poisoned
 // first. Grid-stride kernels are also swept at the full grid (one loop iteration per thread), which wins for
 // wide elements.
@@ -49,6 +50,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../../demos/calibrate/calibration.cpp"  // the calibration file's reader (pure C++)
@@ -1365,7 +1367,8 @@ void run_case(runner_context& ctx, case_base& c, std::size_t size, std::uint64_t
   }
   // Confirmation round: the best of a sweep of ~200 noisy medians is biased low (the luckiest sample wins),
   // so the 3 fastest swept configurations and every policy row are timed again, interleaved, `rounds` times;
-  // each row's time is the median of its round medians and the oracle is the fastest confirmed configuration.
+  // each row's time is the median of its round medians (pooled with those of the same launch, below) and the
+  // oracle is the fastest confirmed configuration.
   std::sort(swept.begin(), swept.end());
   const std::size_t finalists = std::min<std::size_t>(swept.size(), 3);
   std::vector<std::vector<double>> round_ms(out.size() + finalists);
@@ -1382,14 +1385,31 @@ void run_case(runner_context& ctx, case_base& c, std::size_t size, std::uint64_t
       if (ok) round_ms[out.size() + f].push_back(t.ms);
     }
   }
+  // Timings of one configuration are one configuration's: a policy row that launches exactly a finalist's
+  // block and grid (or another row's) reads the median of all their rounds together, so that two samples of
+  // the same launch differ by nothing. (Timed apart, a row that chose the oracle's own configuration read
+  // up to 1.024 of it: the rounds' noise, not the choice.)
+  using launch_shape = std::tuple<long long, long long, long long, long long>;  // block, block_y, grid, grid_y
+  std::vector<launch_shape> shape_of(out.size() + finalists);
+  for (std::size_t i = 0; i < out.size(); ++i) shape_of[i] = {out[i].block, out[i].block_y, out[i].grid, out[i].grid_y};
+  for (std::size_t f = 0; f < finalists; ++f) {
+    const config& k = configs[swept[f].second];
+    shape_of[out.size() + f] = {k.block, k.block_y, k.grid, k.grid_y};
+  }
+  std::vector<double> pooled_ms(shape_of.size(), 0);
+  for (std::size_t i = 0; i < shape_of.size(); ++i) {
+    std::vector<double> pooled;
+    for (std::size_t j = 0; j < shape_of.size(); ++j)
+      if (shape_of[j] == shape_of[i]) pooled.insert(pooled.end(), round_ms[j].begin(), round_ms[j].end());
+    if (!pooled.empty() && !round_ms[i].empty()) pooled_ms[i] = bench::median(pooled);
+  }
   for (std::size_t i = 0; i < out.size(); ++i) {
-    if (!round_ms[i].empty()) out[i].ms = bench::median(round_ms[i]);
+    if (pooled_ms[i] > 0) out[i].ms = pooled_ms[i];
   }
   if (finalists > 0) {
     best.ms = 0;
     for (std::size_t f = 0; f < finalists; ++f) {
-      const double ms =
-          round_ms[out.size() + f].empty() ? swept[f].first : bench::median(round_ms[out.size() + f]);
+      const double ms = pooled_ms[out.size() + f] > 0 ? pooled_ms[out.size() + f] : swept[f].first;
       if (best.ms == 0 || ms < best.ms) {
         const config& k = configs[swept[f].second];
         best.ms = ms;
