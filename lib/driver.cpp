@@ -124,8 +124,7 @@ std::string error_string(CUresult r) {
   return error_name(r);
 }
 
-void check(CUresult r, const char* call, const std::string& kernel, const std::string& config) {
-  if (r == CUDA_SUCCESS) return;
+void throw_driver_error(CUresult r, const char* call, const std::string& kernel, const std::string& config) {
   throw error(r, call, error_string(r), kernel, config);
 }
 

@@ -49,7 +49,16 @@ const char* loaded_driver_error_name(CUresult r) noexcept;
 std::string error_name(CUresult r);
 std::string error_string(CUresult r);
 
-// Throws launchfit::error(call, error name, description, kernel, config) unless r is CUDA_SUCCESS.
-void check(CUresult r, const char* call, const std::string& kernel = {}, const std::string& config = {});
+// Throws launchfit::error(call, error name, description, kernel, config).
+[[noreturn]] void throw_driver_error(CUresult r, const char* call, const std::string& kernel,
+                                     const std::string& config);
+// The same unless r is CUDA_SUCCESS; inline, so that a call that succeeds (every launch makes two) makes no
+// strings.
+inline void check(CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) throw_driver_error(r, call, {}, {});
+}
+inline void check(CUresult r, const char* call, const std::string& kernel, const std::string& config = {}) {
+  if (r != CUDA_SUCCESS) throw_driver_error(r, call, kernel, config);
+}
 
 }  // namespace launchfit::detail

@@ -59,8 +59,7 @@ struct captured_launch {
   CUfunction function = nullptr;
   dims grid, block;
   std::size_t smem = 0;
-  std::string plan_text;
-  std::string kernel;     // its name
+  const kept_plan* plan = nullptr;  // its plan and kernel, never freed (rendered only for tune_graph()'s report)
   bool deferred = false;  // its policy asked for trials the capture did not allow, and it is not tuned yet
   std::string left;       // why it cannot be tuned in place; empty: it can
 
@@ -127,7 +126,7 @@ void drop_oldest_locked(captures& all, std::vector<std::shared_ptr<captured_laun
 }
 
 // Why a launch cannot be tuned once it has returned; empty: it can.
-std::string why_not_tunable_later(const launch_request& r) {
+const char* why_not_tunable_later(const launch_request& r) {
   if (!r.rerunnable)
     return "its spec does not allow re-running (.rerunnable()), so its policy cannot time candidates on it";
   if (r.reset)
@@ -138,7 +137,7 @@ std::string why_not_tunable_later(const launch_request& r) {
            "launch has returned";
   if (!r.arg_sizes || (r.arg_count > 0 && !r.args)) return "the sizes of its arguments are unknown";
   if (!r.copy_policy || !r.policy_holder) return "its policy cannot be copied";
-  return {};
+  return "";
 }
 
 // The smem rule's answers for the block sizes a policy may choose: up to the kernel's own limit on threads per
@@ -218,7 +217,7 @@ struct node_state {
   CUfunction function = nullptr;
   dims grid, block;
   std::size_t smem = 0;
-  std::string plan_text;
+  const kept_plan* plan = nullptr;
   bool deferred = false;
 };
 
@@ -315,7 +314,7 @@ capture_state stream_capture(CUstream stream) noexcept {
   }
 }
 
-bool note_captured_launch(const launch_request& r, const plan_entry& e, dims grid) noexcept {
+bool note_captured_launch(const launch_request& r, const plan_entry& e, const kept_plan& kept, dims grid) noexcept {
   try {
     const driver_api& d = driver();
     if (!d.cuStreamGetCaptureInfo) return false;
@@ -330,8 +329,11 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
       return false;  // launched outside a capture
     // The launch just captured is the stream's one dependency now: the node it made.
     if (n != 1 || !deps || !graph) {
-      logger()->debug("launch of {} inside a capture: its node cannot be told ({} dependencies); "
-                      "tune_graph() will not see it", display_name(e.kernel), n);
+      spdlog::logger& l = logger_fast();
+      if (l.should_log(spdlog::level::debug)) {
+        l.debug("launch of {} inside a capture: its node cannot be told ({} dependencies); tune_graph() will not "
+                "see it", display_name(e.kernel), n);
+      }
       return true;
     }
     auto c = std::make_shared<captured_launch>();
@@ -341,8 +343,7 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, dims gri
     c->grid = grid;
     c->block = e.plan.block;
     c->smem = e.plan.dynamic_smem_bytes;
-    c->kernel = display_name(e.kernel);
-    c->plan_text = e.plan.to_string();
+    c->plan = &kept;
     c->deferred = e.tuning_deferred;
     c->context_id = e.key.context;
     c->left = why_not_tunable_later(r);
@@ -459,7 +460,7 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
     std::lock_guard<std::mutex> lock(all.m);
     for (const auto& [key, c] : all.by_node) {
       if (key.first != graph) continue;
-      mine.push_back({c, node_state{c->function, c->grid, c->block, c->smem, c->plan_text, c->deferred}});
+      mine.push_back({c, node_state{c->function, c->grid, c->block, c->smem, c->plan, c->deferred}});
     }
   }
   std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> valid;
@@ -487,9 +488,9 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
   for (const auto& [c, now] : valid) {
     graph_node_report rep;
     rep.node = c->node;
-    rep.kernel = c->kernel;
-    rep.before = now.plan_text;
-    rep.after = now.plan_text;
+    rep.kernel = display_name(*now.plan);
+    rep.before = now.plan->plan.to_string();
+    rep.after = rep.before;
     rep.result = graph_node_report::outcome::left;
     if (!now.deferred) {
       rep.result = c->left.empty() ? graph_node_report::outcome::unchanged : graph_node_report::outcome::left;
@@ -538,7 +539,8 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
         launch_attributes attrs;  // already on the node: a node update keeps its attributes and edges
         fill_launch_config(cfg, attrs, e.plan, grid, nullptr);
         const auto p = kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, e.function, c->arg_ptrs.data());
-        const std::string text = e.plan.to_string();
+        const kept_plan& tuned = kept_of(e);
+        const std::string text = tuned.plan.to_string();
         // A node the driver will not update keeps what it runs, in the executable graph and in the graph
         // alike, and is reported; the other nodes are tuned all the same.
         const node_update done = set_node(exec, *c, now, p);
@@ -553,7 +555,7 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
           c->grid = grid;
           c->block = e.plan.block;
           c->smem = e.plan.dynamic_smem_bytes;
-          c->plan_text = text;
+          c->plan = &tuned;
           c->deferred = false;
         }
       }
@@ -565,10 +567,12 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
     }
     out.nodes.push_back(std::move(rep));
   }
-  detail::logger()->info("tune_graph: {}", out.nodes.empty()
-                                               ? std::string("no launch remembered for this graph (launches are "
+  spdlog::logger& l = logger_fast();
+  if (l.should_log(spdlog::level::info)) {  // the report's text only where it is logged
+    l.info("tune_graph: {}", out.nodes.empty() ? std::string("no launch remembered for this graph (launches are "
                                                              "remembered where their plans are made inside a capture)")
                                                : escape_text(out.to_string(), 1 << 16));
+  }
   return out;
 }
 

@@ -17,6 +17,7 @@
 namespace launchfit::detail {
 
 struct plan_entry;
+struct kept_plan;
 class local_entry;
 
 // Whether `stream` is being captured into a CUDA graph: one answer for every step that asks (trials are
@@ -27,8 +28,9 @@ capture_state stream_capture(CUstream stream) noexcept;
 // After a launch of an entry whose capture watch is on: where its stream is being captured, remembers the node
 // the launch added. Answers whether the stream was being captured (the watch's count: plan_cache.hpp; a
 // driver that cannot say counts as outside). Never throws (a launch that cannot be
-// remembered is left out of tune_graph(), said once).
-bool note_captured_launch(const launch_request& r, const plan_entry& e, dims grid) noexcept;
+// remembered is left out of tune_graph(), said once). `kept`: e's plan as kept_of() keeps it (its text and the
+// kernel's name are made only for tune_graph()'s report).
+bool note_captured_launch(const launch_request& r, const plan_entry& e, const kept_plan& kept, dims grid) noexcept;
 
 // Adds the kernel node r.node asks for, as `cfg` describes the launch (launch_config.hpp): its attributes set
 // on the node (cooperative, cluster dims), a programmatic launch as programmatic edges from its dependencies.

@@ -59,6 +59,10 @@ std::string display_name(const kernel_resources& k) {
   return k.demangled.empty() ? demangle(k.name) : k.demangled;
 }
 
+std::string display_name(const kept_plan& k) {
+  return k.kernel_demangled.empty() ? demangle(k.kernel_name) : k.kernel_demangled;
+}
+
 const std::string& name_kernel(kernel_resources& k) {
   if (k.demangled.empty()) k.demangled = demangle(k.name);
   return k.demangled;

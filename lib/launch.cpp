@@ -68,11 +68,6 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local) {
   return *e;
 }
 
-// The plan and kernel as the caller and the fault report keep them: valid for the process's lifetime, also
-// once the entry is freed (a plan made for this call only, by re-entrant planning or an smem rule that never
-// settles, is kept the same way).
-const kept_plan& kept_of(const plan_entry& e) { return e.kept ? *e.kept : keep_plan(e.plan, e.kernel); }
-
 void check_arguments(const launch_request& r, const plan_entry& e) {
   if (!r.arg_sizes || !e.param_sizes) return;
   const auto& expected = *e.param_sizes;
@@ -160,7 +155,7 @@ launched launch(const launch_request& r) {
   if (mark) nvtx_pop();
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
   // A capture's node, for tune_graph(), while the plan's capture watch lasts.
-  if (e.captured.on()) e.captured.saw(note_captured_launch(r, e, grid));
+  if (e.captured.on()) e.captured.saw(note_captured_launch(r, e, kept, grid));
   note_launched(kept);
   return done;
 }

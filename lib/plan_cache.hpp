@@ -141,6 +141,8 @@ std::uint64_t hash_key(const plan_key& k) noexcept;
 kernel_resources query_resources(CUfunction f, bool demangle_name);
 // The kernel's readable name: `demangled`, or the name demangled now where the miss skipped it.
 std::string display_name(const kernel_resources& k);
+// The same for a kept plan's kernel.
+std::string display_name(const kept_plan& k);
 // Fills `demangled` where the miss skipped it, once; returns it.
 const std::string& name_kernel(kernel_resources& k);
 // check() naming the kernel, and the plan: their text is made only when r failed (a plan's text costs
@@ -195,6 +197,10 @@ const plan_entry* find(const plan_key& key) noexcept;
 // compared), never freed, so they outlive the entry that made them. Bounded by the number of distinct plans
 // the process makes, not by how often it plans again.
 const kept_plan& keep_plan(const launchfit::plan& p, const kernel_resources& kernel);
+// The entry's plan and kernel as the caller, the fault report and tune_graph() keep them: valid for the
+// process's lifetime, also once the entry is freed (a plan made for one call only, by re-entrant planning or an
+// smem rule that never settles, is kept the same way).
+inline const kept_plan& kept_of(const plan_entry& e) { return e.kept ? *e.kept : keep_plan(e.plan, e.kernel); }
 
 // Drops the entry under `key` if it is still `expected` (a plan made inside a stream capture, planned again
 // with trials outside it); false when another thread replaced or dropped it first.

@@ -112,7 +112,7 @@ std::vector<plan_field> describe_report(const plan_report& r, const std::string&
 std::string format_plan(const plan_report& r, log_format f) {
   // Demangled here (on the logging thread, when asynchronous) unless the launch had to name the kernel.
   const kept_plan& k = *r.kept;
-  const std::string kernel = k.kernel_demangled.empty() ? demangle(k.kernel_name) : k.kernel_demangled;
+  const std::string kernel = display_name(k);
   const std::vector<plan_field> context = describe_report(r, kernel);
   const std::vector<plan_field> fields = describe_plan(k.plan);
   if (f == log_format::json) {

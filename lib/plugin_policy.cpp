@@ -48,6 +48,9 @@ class plugin_policy final : public policy_base {
   plugin_policy(std::shared_ptr<const loaded_plugin> plugin, std::map<std::string, std::string> all_params,
                 std::shared_ptr<const policy> fallback)
       : plugin_(std::move(plugin)), all_params_(std::move(all_params)), fallback_(std::move(fallback)) {
+    hash_ = detail::hash_combine(
+        detail::hash_combine(detail::hash_string(plugin_->info.name), detail::hash_string(plugin_->info.version)),
+        detail::hash_string(params()));
     const std::string for_plugin = join_params(all_params_, true);
     char err[errbuf_size] = "";
     int status = LAUNCHFIT_PLUGIN_ERROR;
@@ -81,11 +84,8 @@ class plugin_policy final : public policy_base {
 
   std::string name() const override { return plugin_->info.name; }
   std::string params() const override { return join_params(all_params_, false); }
-  std::uint64_t hash() const override {
-    std::uint64_t h = detail::hash_string(plugin_->info.name);
-    h = detail::hash_combine(h, detail::hash_string(plugin_->info.version));
-    return detail::hash_combine(h, detail::hash_string(params()));
-  }
+  // Hashed once: every launch of the policy asks (its plugin and parameters never change).
+  std::uint64_t hash() const override { return hash_; }
   // On the launch path: no nesting bound here, only the exception barrier.
   std::uint64_t work_bucket(const work& w) const override {
     const auto& d = desc();
@@ -198,6 +198,7 @@ class plugin_policy final : public policy_base {
 
   std::shared_ptr<const loaded_plugin> plugin_;
   std::map<std::string, std::string> all_params_;
+  std::uint64_t hash_ = 0;  // name, version and parameters: part of every plan key
   std::shared_ptr<const policy> fallback_;
   void* state_ = nullptr;
   mutable std::atomic<bool> logged_{false};

@@ -485,7 +485,8 @@ launch_request make_request(const spec<Policy>& s) {
   if constexpr (std::is_same_v<Policy, cooperative_policy>) {
     r.options.cooperative = true;
   } else if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
-    r.options.cooperative = r.options.cooperative || dynamic_cast<const cooperative_policy*>(&p) != nullptr;
+    // cooperative_policy is final: its exact type, without dynamic_cast's walk of the policy's bases.
+    r.options.cooperative = r.options.cooperative || typeid(p) == typeid(cooperative_policy);
   }
   r.blocks = s.block_sizes();
   r.shape_rule = s.shape_rule();

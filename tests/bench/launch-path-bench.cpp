@@ -19,6 +19,8 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
+#include "launchfit/param_policy.hpp"
+#include "launchfit/plugin.hpp"
 #include "stub_driver.h"
 
 extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
@@ -171,6 +173,69 @@ void BM_raw_cuGraphAddNode(benchmark::State& state) {
   launchfit_stub_destroy_graph(graph);
 }
 BENCHMARK(BM_raw_cuGraphAddNode);
+
+// A policy of the program's own (not a built-in): a plan it makes inside a stream capture for a spec that may
+// not re-run its kernel is watched, and each launch of it inside a capture is remembered for tune_graph()'s
+// report (which names it left).
+class own_policy final : public lf::param_policy<own_policy, lf::no_params> {
+ public:
+  static constexpr const char* policy_name = "bench_own";
+  using param_policy::param_policy;
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    lf::plan p;
+    p.block = lf::dims{256, 1, 1};
+    p.blocks_per_sm = q.active_blocks_for(256);
+    p.reason = "256 threads";
+    return p;
+  }
+};
+
+// launch() inside a stream capture of a plan made inside one by such a policy: the hit, the driver's capture
+// info and the launch remembered (the oldest dropped past launchfit's bound, as a program capturing every
+// iteration would). The capture's graph grows by one node per launch.
+void BM_launchfit_captured_launch(benchmark::State& state) {
+  const lf::kernel k(fresh_kernel());
+  const CUstream capturing = reinterpret_cast<CUstream>(0x50);
+  const auto spec = lf::spec<own_policy>(own_policy{}).items(n).on(capturing);
+  launchfit_stub_begin_capture(capturing);
+  lf::launch(k, spec, 2.0f, x, y, n);
+  launchfit_stub_reset_calls();
+  for (auto _ : state) benchmark::DoNotOptimize(lf::launch(k, spec, 2.0f, x, y, n));
+  count_calls(state);
+  launchfit_stub_destroy_graph(launchfit_stub_end_capture(capturing));
+}
+BENCHMARK(BM_launchfit_captured_launch);
+
+#if defined(LAUNCHFIT_AUTOTUNE_PLUGIN)
+bool autotune_loaded(benchmark::State& state) {
+  static const bool loaded = lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name == "autotune";
+  if (!loaded) state.SkipWithError("the autotune plugin did not load");
+  return loaded;
+}
+
+// A cached launch of the autotune plugin's policy (its tuned plan), the spec made once.
+void BM_launchfit_hit_autotune(benchmark::State& state) {
+  if (!autotune_loaded(state)) return;
+  time_hits(state, lf::use("autotune(max_trials=8)").items(n).on(stream).rerunnable());
+}
+BENCHMARK(BM_launchfit_hit_autotune);
+
+// The same with the policy's string in the launch statement, as lf::launch(k,
+// lf::use("autotune").items(n).rerunnable(), ...) writes it: each launch resolves the string, and the plugin's
+// policy object lives for that statement only (its state made and destroyed by the plugin each time).
+void BM_launchfit_hit_use_autotune(benchmark::State& state) {
+  if (!autotune_loaded(state)) return;
+  const lf::kernel k(fresh_kernel());
+  lf::launch(k, lf::use("autotune(max_trials=8)").items(n).on(stream).rerunnable(), 2.0f, x, y, n);
+  launchfit_stub_reset_calls();
+  for (auto _ : state)
+    benchmark::DoNotOptimize(lf::launch(k, lf::use("autotune(max_trials=8)").items(n).on(stream).rerunnable(), 2.0f, x, y, n));
+  count_calls(state);
+}
+BENCHMARK(BM_launchfit_hit_use_autotune);
+#endif
 
 }  // namespace
 

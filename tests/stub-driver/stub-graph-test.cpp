@@ -114,6 +114,15 @@ TEST_F(StubGraph, ALaunchCapturedWithAutotuneIsTunedInPlace) {
   const lf::graph_tuning t = tune(g, exec, 0x21);
   EXPECT_EQ(t.tuned, 1u) << t.to_string();
   EXPECT_EQ(t.left, 0u) << t.to_string();
+  // The report names the kernel readably and gives the plan it ran and the plan it runs now (rendered when
+  // tune_graph() reports, from the plans kept when the launch was captured and when it was tuned).
+  ASSERT_EQ(t.nodes.size(), 1u);
+  EXPECT_EQ(t.nodes[0].kernel, "first(float const*, float*, int)");
+  EXPECT_NE(t.nodes[0].before.find("block=" + std::to_string(first.block.x) + " "), std::string::npos)
+      << t.nodes[0].before;
+  EXPECT_NE(t.nodes[0].before.find("policy=autotune("), std::string::npos) << t.nodes[0].before;
+  EXPECT_NE(t.nodes[0].after.find("block=128 "), std::string::npos) << t.nodes[0].after;
+  EXPECT_NE(t.to_string().find("tuned first(float const*, float*, int): "), std::string::npos) << t.to_string();
   // Its trials ran as graph replays, each candidate's graph captured on a private stream and gone after.
   EXPECT_GT(launchfit_stub_graph_launches(), graph_launches_before);
   EXPECT_EQ(launchfit_stub_live_graphs(), live_before + 2) << "a trial graph outlived the tuning";
