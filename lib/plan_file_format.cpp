@@ -11,7 +11,6 @@
 #include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -260,6 +259,35 @@ static_assert(file_head.substr(12, 20) == std::string_view(cache_file_format) &&
               "file_head spells the format and version of plan_file_format.hpp");
 constexpr std::string_view file_tail = "]}\n";
 
+// Sets `out` to device_limits::for_arch(cc); false for an architecture its table does not know. Every lookup
+// of a plan store validates what it finds, so the limits of a compute capability below 256 are made once
+// (lock-free, so nothing is held across a fork; never freed, as every launchfit singleton: a lookup may run
+// while statics are destroyed at exit). A key's cc is untrusted: others are made each time.
+bool arch_limits(int cc, device_limits& out) {
+  static const device_limits& unknown_arch = *new device_limits;  // stands for "not in the table"
+  static std::atomic<const device_limits*>* const by_cc = new std::atomic<const device_limits*>[256]();
+  const bool remembered = cc >= 0 && cc < 256;
+  if (remembered) {
+    if (const device_limits* known = by_cc[cc].load(std::memory_order_acquire)) {
+      if (known == &unknown_arch) return false;
+      out = *known;
+      return true;
+    }
+  }
+  const device_limits* made = &unknown_arch;
+  try {
+    made = new device_limits(device_limits::for_arch(std::to_string(cc)));
+  } catch (const error&) {
+  }
+  const bool known = made != &unknown_arch;
+  if (known) out = *made;
+  const device_limits* expected = nullptr;
+  if (!remembered || !by_cc[cc].compare_exchange_strong(expected, made, std::memory_order_acq_rel)) {
+    if (known) delete made;  // another thread remembered it first, or not remembered
+  }
+  return known;
+}
+
 // What a plan entry states of itself, checked without the live kernel (validate_stored_entry()).
 std::string inconsistent_plan(const stored_entry& e) {
   const stored_key& k = e.key;
@@ -289,22 +317,19 @@ std::string inconsistent_plan(const stored_entry& e) {
            " its key's kernel allows (its maxThreadsPerBlock: __launch_bounds__ or register use)";
   if (p.blocks_per_sm < 0) return "the entry's plan has blocks_per_sm " + std::to_string(p.blocks_per_sm);
   query q;
-  try {
-    q.device = device_limits::for_arch(std::to_string(k.cc));
-  } catch (const error&) {
-    return {};  // an architecture the table does not know (a newer GPU): the format's bounds only
-  }
+  // An architecture the table does not know (a newer GPU): the format's bounds only.
+  if (!arch_limits(k.cc, q.device)) return {};
   const device_limits& arch = q.device;
-  const std::string on = " an SM of " + arch.arch() + " holds";
+  const auto on = [&arch] { return " an SM of " + arch.arch() + " holds"; };
   if (arch.max_blocks_per_sm > 0 && p.blocks_per_sm > arch.max_blocks_per_sm)
     return "the entry's plan has blocks_per_sm " + std::to_string(p.blocks_per_sm) + ", above the " +
-           std::to_string(arch.max_blocks_per_sm) + " blocks" + on;
+           std::to_string(arch.max_blocks_per_sm) + " blocks" + on();
   const unsigned long long warps = (threads + arch.warp_size - 1) / std::max(arch.warp_size, 1);
   if (arch.max_warps_per_sm > 0 && static_cast<unsigned long long>(p.blocks_per_sm) * warps >
                                        static_cast<unsigned long long>(arch.max_warps_per_sm))
     return "the entry's plan has blocks_per_sm " + std::to_string(p.blocks_per_sm) + " of " +
            std::to_string(warps) + " warps, above the " + std::to_string(arch.max_warps_per_sm) + " warps" +
-           on;
+           on();
   q.device.sm_count = k.sm_count;
   q.kernel = *kernel;
   q.kernel.max_dynamic_smem_bytes = q.device.smem_per_block_optin_bytes;
@@ -532,10 +557,22 @@ std::uint64_t future_stamps_cleared() noexcept { return stamps_cleared.load(std:
 }  // namespace detail
 
 std::string kernel_fingerprint(const kernel_resources& k) {
-  std::ostringstream os;
-  os << k.name << '|' << k.regs_per_thread << '|' << k.static_smem_bytes << '|' << k.local_bytes_per_thread
-     << '|' << k.max_threads_per_block << '|' << k.ptx_version << '|' << k.binary_version;
-  return os.str();
+  // Made on every miss where a plan store is open: appended, not streamed (an ostringstream's construction
+  // alone cost more than the rest of the key).
+  std::string out;
+  out.reserve(k.name.size() + 48);
+  out += k.name;
+  const auto field = [&out](const auto v) {  // each in its own type, as a stream writes it
+    out += '|';
+    out += std::to_string(v);
+  };
+  field(k.regs_per_thread);
+  field(k.static_smem_bytes);
+  field(k.local_bytes_per_thread);
+  field(k.max_threads_per_block);
+  field(k.ptx_version);
+  field(k.binary_version);
+  return out;
 }
 
 stored_key stored_key_for(const device_limits& dev, int driver_version, const kernel_resources& kernel,

@@ -56,7 +56,7 @@ std::shared_ptr<const policy> override_for(plan_entry& e, std::string& glob) {
 void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request& r, const plan_key& key,
                plan_entry& e, const device_limits& dev, const launch_requirements& need,
                const family_members& fam, bool may_tune) {
-  query q = make_query(r, e, dev, need, fam);
+  query q = make_query(r, e, dev, need, fam, chosen);
   // What a tuning asked and measured. Shared with the query's trial callbacks where trials are offered (a
   // spec that may re-run its kernel); otherwise nothing outlives this call, and both stay on the stack (two
   // allocations fewer on most misses).

@@ -169,7 +169,7 @@ bool driver_confirms(CUfunction f, const device_limits& dev, const kernel_resour
   return false;
 }
 query make_query(const launch_request& r, const plan_entry& e, const device_limits& dev,
-                 const launch_requirements& need, const family_members& fam) {
+                 const launch_requirements& need, const family_members& fam, const policy& chosen) {
   query q;
   q.device = dev;
   if (r.options.sm_budget > 0 && r.options.sm_budget < dev.sm_count) q.device.sm_count = r.options.sm_budget;
@@ -181,7 +181,9 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   q.shape_rule = r.shape_rule;
   q.cluster = need.cluster;
   q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
-  if (cache_file_open() && !bytes_in_flight_overridden(dev.cc())) {
+  // The other built-ins never read it: their misses do not look the calibration up.
+  const bool reads_target = !chosen.builtin() || dynamic_cast<const bytes_in_flight_policy*>(&chosen) != nullptr;
+  if (reads_target && cache_file_open() && !bytes_in_flight_overridden(dev.cc())) {
     if (const auto measured = find_calibration(dev, driver().version)) q.bytes_in_flight_per_sm = *measured;
   }
   if (fam.blocks.empty()) {

@@ -45,9 +45,11 @@ std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_li
 // Whether the driver confirms the residency p was validated with; false (and the calculator withdrawn, said
 // once in a warning) when it does not.
 bool driver_confirms(CUfunction f, const device_limits& dev, const kernel_resources& k, const plan& p);
-// The query a policy answers: the device (within an SM budget), the kernel, the rules, the oracles.
+// The query `chosen` answers: the device (within an SM budget), the kernel, the rules, the oracles; the plan
+// file's measured bytes in flight per SM only for a policy that may read them (bytes_in_flight, and any policy
+// launchfit does not ship).
 query make_query(const launch_request& r, const plan_entry& e, const device_limits& dev,
-                 const launch_requirements& need, const family_members& fam);
+                 const launch_requirements& need, const family_members& fam, const policy& chosen);
 // The member the policy chose replaces the planning stand-in; the plan is validated against its limits.
 void choose_member(query& q, plan_entry& e, const family_members& fam);
 

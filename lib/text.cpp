@@ -64,6 +64,21 @@ std::string escape(std::string_view s, std::size_t max_bytes, char quote, bool k
   const std::size_t limit = out.size() + std::min(max_bytes, static_cast<std::size_t>(-1) - out.size());
   std::size_t i = 0;
   while (i < s.size()) {
+    // A run of printable ASCII other than the backslash and the quote (most text) is its own escape: copied
+    // at once, one byte per character, so a cut falls between characters.
+    std::size_t run = i;
+    while (run < s.size()) {
+      const auto c = static_cast<unsigned char>(s[run]);
+      if (c < 0x20 || c >= 0x7f || c == '\\' || (quote && c == static_cast<unsigned char>(quote))) break;
+      ++run;
+    }
+    if (run > i) {
+      const std::size_t take = std::min(run - i, limit - out.size());
+      out.append(s.data() + i, take);
+      i += take;
+      if (i < run) break;  // the limit
+      continue;
+    }
     const std::size_t mark = out.size();
     const std::size_t n = escape_char(s, i, out, quote, keep_backslash);
     if (out.size() > limit) {  // the whole character or escape, or none of it

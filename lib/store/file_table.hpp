@@ -50,8 +50,11 @@ class plan_table {
   template <class F>
   void each_of(const std::string& kernel, const std::string& policy, const std::string* smem_rule,
                F f) const {
-    for (auto it = entries_.lower_bound(table_key{kernel, policy, smem_rule ? *smem_rule : std::string(),
-                                                  std::string(), INT_MIN, INT_MIN, INT_MIN, 0});
+    // Probed by views (the map's comparison is transparent): a lookup copies none of the key's text.
+    using probe = std::tuple<std::string_view, std::string_view, std::string_view, std::string_view, int, int, int,
+                             std::uint64_t>;
+    for (auto it = entries_.lower_bound(probe{kernel, policy, smem_rule ? std::string_view(*smem_rule) : std::string_view(),
+                                              std::string_view(), INT_MIN, INT_MIN, INT_MIN, 0});
          it != entries_.end(); ++it) {
       if (std::get<0>(it->first) != kernel || std::get<1>(it->first) != policy ||
           (smem_rule && std::get<2>(it->first) != *smem_rule)) {
@@ -99,7 +102,7 @@ class plan_table {
     return (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ULL ^ h(k.smem_rule);
   }
 
-  std::map<table_key, stored_entry> entries_;
+  std::map<table_key, stored_entry, std::less<>> entries_;
   std::unordered_set<std::uint64_t>
       looked_up_;  // launch_hash of every lookup (a collision only costs a replan)
 };
