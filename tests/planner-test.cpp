@@ -103,6 +103,71 @@ TEST(Requirements, CooperativeIsDecidedOnceFromTheSpecAndItsPolicy) {
   EXPECT_TRUE(ld::make_request(lf::cooperative()).options.cooperative);
 }
 
+// make_request() names every member of the request it makes (none is zeroed first): each one carries what the
+// spec says, and those launch() sets later are empty.
+TEST(Requirements, ARequestCarriesEveryPartOfItsSpec) {
+  int resets = 0;
+  const auto rule = [](int block) { return static_cast<std::size_t>(block) * 8; };
+  const auto s = lf::bytes_in_flight(16)
+                     .items({1 << 12, 64})
+                     .block_x_free()
+                     .smem_per_block(rule, 7)
+                     .on(reinterpret_cast<cudaStream_t>(0x99))
+                     .cluster({2, 1, 1})
+                     .pdl()
+                     .sms(64)
+                     .waves(3)
+                     .blocks(lf::block_rule::power_of_two())
+                     .reset([&resets] { ++resets; });
+  const ld::launch_request r = ld::make_request(s);
+  EXPECT_EQ(r.kernel_id, 0u);
+  EXPECT_EQ(r.stub, nullptr);
+  EXPECT_EQ(r.resolve, nullptr);
+  EXPECT_EQ(r.driver_kernel, nullptr);
+  EXPECT_EQ(r.policy, &s.get_policy());
+  EXPECT_EQ(r.policy_holder, static_cast<const void*>(&s.policy_value()));
+  ASSERT_NE(r.copy_policy, nullptr);
+  const ld::policy_copy copied = r.copy_policy(r.policy_holder);
+  ASSERT_NE(copied.policy, nullptr);
+  EXPECT_EQ(copied.policy->to_string(), s.get_policy().to_string());
+  copied.free_owner(copied.owner);
+  EXPECT_EQ(r.policy_hash, s.get_policy().hash());
+  EXPECT_EQ(r.bucket, ld::plan_bucket(s.get_policy().work_bucket(s.work_shape()), s.work_shape(), s.shape_rule()));
+  ASSERT_EQ(r.smem_fn, s.smem_fn());
+  EXPECT_EQ((*r.smem_fn)(32), 256u);
+  EXPECT_EQ(r.shape.n, std::uint64_t{1} << 12);
+  EXPECT_EQ(r.shape.ny, 64u);
+  EXPECT_EQ(r.shape.waves, 3u);
+  EXPECT_EQ(r.stream, reinterpret_cast<cudaStream_t>(0x99));
+  EXPECT_EQ(r.options, s.options());
+  EXPECT_TRUE(r.options.programmatic);
+  EXPECT_EQ(r.options.sm_budget, 64);
+  EXPECT_EQ(r.options.cluster, (lf::dims{2, 1, 1}));
+  EXPECT_EQ(r.blocks.to_string(), s.block_sizes().to_string());
+  EXPECT_TRUE(r.shape_rule.free_x);
+  EXPECT_EQ(r.family, nullptr);
+  EXPECT_EQ(r.family_size, 0u);
+  EXPECT_EQ(r.bind, nullptr);
+  EXPECT_EQ(r.bind_self, nullptr);
+  EXPECT_EQ(r.args, nullptr);
+  EXPECT_EQ(r.arg_sizes, nullptr);
+  EXPECT_EQ(r.arg_count, 0u);
+  EXPECT_TRUE(r.rerunnable) << "reset(f) allows timing candidates";
+  EXPECT_FALSE(r.back_to_back) << "reset(f) without rerunnable(): not back to back";
+  ASSERT_EQ(r.reset, s.reset_fn());
+  (*r.reset)();
+  EXPECT_EQ(resets, 1);
+  EXPECT_FALSE(r.has_arguments);
+  EXPECT_EQ(r.node, nullptr);
+  // And the other way round: rerunnable() without reset(f).
+  const ld::launch_request again = ld::make_request(lf::max_occupancy().items(100).rerunnable());
+  EXPECT_TRUE(again.rerunnable);
+  EXPECT_TRUE(again.back_to_back);
+  EXPECT_EQ(again.reset, nullptr);
+  EXPECT_EQ(again.smem_fn, nullptr);
+  EXPECT_FALSE(again.options.programmatic);
+}
+
 TEST(Requirements, KeysTellApartWhatLaunchesRequire) {
   ld::launch_request plain, coop, clustered, clustered4;
   coop.options.cooperative = true;
