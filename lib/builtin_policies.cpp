@@ -333,6 +333,10 @@ std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {
   return 64 * 1024;
 }
 
+bool detail::reads_bytes_in_flight_target(const policy& p) noexcept {
+  return !p.builtin() || dynamic_cast<const bytes_in_flight_policy*>(&p) != nullptr;
+}
+
 bool detail::bytes_in_flight_overridden(int cc) {
   std::lock_guard<std::mutex> lock(bif_mutex());
   return bif_overrides().count(cc) != 0;

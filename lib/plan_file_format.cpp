@@ -259,27 +259,33 @@ static_assert(file_head.substr(12, 20) == std::string_view(cache_file_format) &&
               "file_head spells the format and version of plan_file_format.hpp");
 constexpr std::string_view file_tail = "]}\n";
 
+// arch_limits()'s memory, by compute capability: zero-initialised before any code runs (no guard a fork could
+// leave held), never destroyed (trivially), each limits made once and never freed (a lookup may run while
+// statics are destroyed at exit).
+std::atomic<const device_limits*> arch_by_cc[256]{};
+// What arch_by_cc holds for an architecture the table does not know (its address only).
+const char unknown_arch_mark = 0;
+const device_limits* unknown_arch() noexcept { return reinterpret_cast<const device_limits*>(&unknown_arch_mark); }
+
 // Sets `out` to device_limits::for_arch(cc); false for an architecture its table does not know. Every lookup
 // of a plan store validates what it finds, so the limits of a compute capability below 256 are made once
-// (lock-free, so nothing is held across a fork; never freed, as every launchfit singleton: a lookup may run
-// while statics are destroyed at exit). A key's cc is untrusted: others are made each time.
+// (lock-free). A key's cc is untrusted: others are made each time.
 bool arch_limits(int cc, device_limits& out) {
-  static const device_limits& unknown_arch = *new device_limits;  // stands for "not in the table"
-  static std::atomic<const device_limits*>* const by_cc = new std::atomic<const device_limits*>[256]();
+  std::atomic<const device_limits*>* const by_cc = arch_by_cc;
   const bool remembered = cc >= 0 && cc < 256;
   if (remembered) {
     if (const device_limits* known = by_cc[cc].load(std::memory_order_acquire)) {
-      if (known == &unknown_arch) return false;
+      if (known == unknown_arch()) return false;
       out = *known;
       return true;
     }
   }
-  const device_limits* made = &unknown_arch;
+  const device_limits* made = unknown_arch();
   try {
     made = new device_limits(device_limits::for_arch(std::to_string(cc)));
   } catch (const error&) {
   }
-  const bool known = made != &unknown_arch;
+  const bool known = made != unknown_arch();
   if (known) out = *made;
   const device_limits* expected = nullptr;
   if (!remembered || !by_cc[cc].compare_exchange_strong(expected, made, std::memory_order_acq_rel)) {

@@ -181,9 +181,7 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
   q.shape_rule = r.shape_rule;
   q.cluster = need.cluster;
   q.bytes_in_flight_per_sm = default_bytes_in_flight_per_sm(dev);
-  // The other built-ins never read it: their misses do not look the calibration up.
-  const bool reads_target = !chosen.builtin() || dynamic_cast<const bytes_in_flight_policy*>(&chosen) != nullptr;
-  if (reads_target && cache_file_open() && !bytes_in_flight_overridden(dev.cc())) {
+  if (reads_bytes_in_flight_target(chosen) && cache_file_open() && !bytes_in_flight_overridden(dev.cc())) {
     if (const auto measured = find_calibration(dev, driver().version)) q.bytes_in_flight_per_sm = *measured;
   }
   if (fam.blocks.empty()) {

@@ -109,6 +109,10 @@ std::uint64_t policy_overrides_generation() noexcept;
 
 // Whether set_bytes_in_flight_per_sm() set a target for this architecture (it wins over a calibration).
 bool bytes_in_flight_overridden(int cc);
+// Whether `p` may read query::bytes_in_flight_per_sm: bytes_in_flight, and every policy launchfit does not ship
+// (a plugin is handed it). A miss looks the plan file's calibration up only for these; a built-in that starts
+// reading the target is added here, beside the policies.
+bool reads_bytes_in_flight_target(const policy& p) noexcept;
 
 // How many policy strings policy_from_string() has parsed (a string is parsed once per generation of the
 // plan inputs, then answered from memory): for tests.

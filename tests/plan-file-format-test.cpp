@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <locale>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -61,6 +62,33 @@ std::string all(const std::vector<std::string>& lines) {
 }
 
 }  // namespace
+
+// A kernel's fingerprint is the same text whatever the program's global locale: one that groups digits
+// ("49,152") made keys no reader could parse back, so every plan such a program stored was refused.
+struct digit_grouping : std::numpunct<char> {
+  char do_thousands_sep() const override { return ','; }
+  std::string do_grouping() const override { return "\3"; }
+};
+TEST(StoredKey, AKernelsFingerprintIgnoresTheGlobalLocale) {
+  lf::kernel_resources k;
+  k.name = "_Z4axpyfPKfPfi";
+  k.regs_per_thread = 32;
+  k.static_smem_bytes = 49152;
+  k.local_bytes_per_thread = 0;
+  k.max_threads_per_block = 1024;
+  k.ptx_version = 90;
+  k.binary_version = 90;
+  const std::string classic = lf::kernel_fingerprint(k);
+  EXPECT_EQ(classic, "_Z4axpyfPKfPfi|32|49152|0|1024|90|90");
+  const std::locale before = std::locale::global(std::locale(std::locale::classic(), new digit_grouping));
+  const std::string grouped = lf::kernel_fingerprint(k);
+  std::locale::global(before);
+  EXPECT_EQ(grouped, classic);
+  const auto back = lf::kernel_from_fingerprint(grouped);
+  ASSERT_TRUE(back.has_value()) << grouped;
+  EXPECT_EQ(back->static_smem_bytes, 49152u);
+  EXPECT_EQ(back->max_threads_per_block, 1024);
+}
 
 TEST(StoredEntry, APlanThatAddsALaunchOptionIsRefusedNamingTheEntryAndTheKernel) {
   ld::stored_entry cooperative = entry("_Z4coopPf", plain);

@@ -109,6 +109,46 @@ std::string utf8(std::uint32_t cp) {
 
 }  // namespace
 
+// The escapers copy runs of printable ASCII at once: the same text, cut at the same character, as escaping one
+// character at a time with escape_char() (every byte, invalid UTF-8, quotes and backslashes, every limit).
+static std::string escaped_per_character(std::string_view s, std::size_t max_bytes, char quote, bool keep_backslash) {
+  std::string out;
+  if (quote) out += quote;
+  const std::size_t limit = out.size() + std::min(max_bytes, static_cast<std::size_t>(-1) - out.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const std::size_t mark = out.size();
+    const std::size_t n = launchfit::detail::escape_char(s, i, out, quote, keep_backslash);
+    if (out.size() > limit) {
+      out.resize(mark);
+      break;
+    }
+    i += n;
+  }
+  if (i < s.size()) out += "...(" + std::to_string(s.size()) + " bytes)";
+  if (quote) out += quote;
+  return out;
+}
+
+TEST(Escape, RunsOfPlainTextEscapeAsCharacterByCharacter) {
+  std::mt19937_64 rng(20261205);
+  const char specials[] = "\\\"'\n\t\r\x01\x1f\x7f\xc3\xa9\xe2\x80\x8b\xe2\x80\xae\xf0\x9f\x98\x80\xff\xc0 ";
+  for (int t = 0; t < 100000; ++t) {
+    std::string s;
+    const int length = static_cast<int>(rng() % 48);
+    for (int i = 0; i < length; ++i) {
+      const unsigned pick = static_cast<unsigned>(rng() % 4);
+      s += pick == 0 ? specials[rng() % (sizeof specials - 1)]
+                     : pick == 1 ? static_cast<char>(rng() % 256) : static_cast<char>(' ' + rng() % 95);
+    }
+    const std::size_t limit = t % 7 == 0 ? static_cast<std::size_t>(-1) : rng() % 60;
+    ASSERT_EQ(launchfit::detail::escape_text(s, limit), escaped_per_character(s, limit, '\0', false)) << t;
+    ASSERT_EQ(launchfit::detail::quote_text(s, limit, '"'), escaped_per_character(s, limit, '"', false)) << t;
+    ASSERT_EQ(launchfit::detail::quote_text(s, limit, '\''), escaped_per_character(s, limit, '\'', false)) << t;
+    ASSERT_EQ(launchfit::detail::escape_line(s, limit), escaped_per_character(s, limit, '\0', true)) << t;
+  }
+}
+
 TEST(Text, ValidUtf8AndPlainTextAreKept) {
   const std::string text = "plain 32 KB/SM, caf\xc3\xa9, \xe2\x82\xac, \xf0\x9f\x9a\x80, 'q'";
   EXPECT_EQ(ld::escape_text(text), text);

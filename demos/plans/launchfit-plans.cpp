@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "cache_file.hpp"
+#include "plan_match.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
@@ -879,7 +880,7 @@ int run_pull(const std::string& source, const std::string& path, bool dry_run, u
         for (std::size_t i = 0; i < out.size(); ++i) at.emplace(tie_key(out[i].key), i);
         for (const auto& e : remote.entries) {
           stored_entry copy = e;
-          copy.plan.match = "computed";  // never written: where a plan came from is the reader's to say
+          copy.plan.match = launchfit::detail::plan_match::computed;  // never written: where a plan came from is the reader's to say
           const auto it = at.find(tie_key(e.key));
           if (it == at.end()) {
             at.emplace(tie_key(e.key), out.size());

@@ -66,7 +66,7 @@ chain_counts& counts() {
 
 // A remote entry is another GPU's by nature: one match level.
 std::string level_name(const plan_store_layer& l) {
-  return std::string_view(l.name()) == "file" ? plan_match::cache_file : plan_match::remote;
+  return std::string(std::string_view(l.name()) == "file" ? std::string_view(plan_match::cache_file) : plan_match::remote);
 }
 
 }  // namespace

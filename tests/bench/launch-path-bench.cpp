@@ -102,6 +102,15 @@ void time_hits(benchmark::State& state, const Spec& spec) {
 }
 void BM_launchfit_hit(benchmark::State& state) { time_hits(state, lf::max_occupancy().items(n).on(stream)); }
 BENCHMARK(BM_launchfit_hit);
+// The same with the spec written in the launch statement, as programs write it: made on every launch.
+void BM_launchfit_hit_spec_inline(benchmark::State& state) {
+  const lf::kernel k(fresh_kernel());
+  lf::launch(k, lf::max_occupancy().items(n).on(stream), 2.0f, x, y, n);
+  launchfit_stub_reset_calls();
+  for (auto _ : state) benchmark::DoNotOptimize(lf::launch(k, lf::max_occupancy().items(n).on(stream), 2.0f, x, y, n));
+  count_calls(state);
+}
+BENCHMARK(BM_launchfit_hit_spec_inline);
 // The same with .pdl(): one launch attribute.
 void BM_launchfit_hit_pdl(benchmark::State& state) { time_hits(state, lf::max_occupancy().items(n).on(stream).pdl()); }
 BENCHMARK(BM_launchfit_hit_pdl);

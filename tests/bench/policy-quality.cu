@@ -9,7 +9,8 @@
 // SM {1 .. as many as fit} (grid = blocks/SM x SMs, capped by the work, for grid-stride kernels;
 // one-item-per- thread kernels depend on the block size only), confirmed by re-timing its 3 fastest
 // configurations together with every policy row (interleaved rounds; each row is the median of its rounds,
-// pooled with those of rows and finalists that launch the same block and grid).
+// pooled with those of rows and finalists that launch the same block and grid; the oracle is its finalists'
+// own rounds).
 // Every timed configuration is verified against a CPU reference on fresh random inputs, with outputs poisoned
 // first. Grid-stride kernels are also swept at the full grid (one loop iteration per thread), which wins for
 // wide elements.
@@ -1110,6 +1111,7 @@ struct row {
   long long grid_y = 1;
   int blocks_per_sm = 0;
   double ms = 0;
+  double ms_unpooled = 0;  // its own confirmation rounds' median, before pooling with the same launch's
   double gbps = 0;
   double ratio = 0;  // ms / oracle ms
   int samples = 0;
@@ -1387,8 +1389,10 @@ void run_case(runner_context& ctx, case_base& c, std::size_t size, std::uint64_t
   }
   // Timings of one configuration are one configuration's: a policy row that launches exactly a finalist's
   // block and grid (or another row's) reads the median of all their rounds together, so that two samples of
-  // the same launch differ by nothing. (Timed apart, a row that chose the oracle's own configuration read
-  // up to 1.024 of it: the rounds' noise, not the choice.)
+  // the same launch differ by nothing but the rounds' noise (timed apart, a row that chose the oracle's own
+  // configuration read up to 1.024 of it). The oracle is the finalists' own rounds alone: a row launched
+  // through launchfit never moves the yardstick it is judged by. Each row's own median stays in the JSON
+  // (ms_unpooled).
   using launch_shape = std::tuple<long long, long long, long long, long long>;  // block, block_y, grid, grid_y
   std::vector<launch_shape> shape_of(out.size() + finalists);
   for (std::size_t i = 0; i < out.size(); ++i) shape_of[i] = {out[i].block, out[i].block_y, out[i].grid, out[i].grid_y};
@@ -1396,20 +1400,18 @@ void run_case(runner_context& ctx, case_base& c, std::size_t size, std::uint64_t
     const config& k = configs[swept[f].second];
     shape_of[out.size() + f] = {k.block, k.block_y, k.grid, k.grid_y};
   }
-  std::vector<double> pooled_ms(shape_of.size(), 0);
-  for (std::size_t i = 0; i < shape_of.size(); ++i) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (round_ms[i].empty()) continue;
+    out[i].ms_unpooled = bench::median(round_ms[i]);
     std::vector<double> pooled;
     for (std::size_t j = 0; j < shape_of.size(); ++j)
       if (shape_of[j] == shape_of[i]) pooled.insert(pooled.end(), round_ms[j].begin(), round_ms[j].end());
-    if (!pooled.empty() && !round_ms[i].empty()) pooled_ms[i] = bench::median(pooled);
-  }
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (pooled_ms[i] > 0) out[i].ms = pooled_ms[i];
+    out[i].ms = bench::median(pooled);
   }
   if (finalists > 0) {
     best.ms = 0;
     for (std::size_t f = 0; f < finalists; ++f) {
-      const double ms = pooled_ms[out.size() + f] > 0 ? pooled_ms[out.size() + f] : swept[f].first;
+      const double ms = round_ms[out.size() + f].empty() ? swept[f].first : bench::median(round_ms[out.size() + f]);
       if (best.ms == 0 || ms < best.ms) {
         const config& k = configs[swept[f].second];
         best.ms = ms;
@@ -1697,7 +1699,8 @@ int run(int argc, char** argv) {
          << ",\"n\":" << r.n << ",\"policy\":" << bench::json_string(r.policy) << ",\"block\":" << r.block
          << ",\"grid\":" << r.grid << ",\"blocks_per_sm\":" << r.blocks_per_sm << ",\"block_y\":" << r.block_y
          << ",\"grid_y\":" << r.grid_y << ",\"nx\":" << r.nx << ",\"ny\":" << r.ny
-         << ",\"ms\":" << bench::json_number(r.ms) << ",\"gbps\":" << bench::json_number(r.gbps)
+         << ",\"ms\":" << bench::json_number(r.ms) << ",\"ms_unpooled\":" << bench::json_number(r.ms_unpooled)
+         << ",\"gbps\":" << bench::json_number(r.gbps)
          << ",\"time_over_oracle\":" << bench::json_number(r.ratio) << ",\"samples\":" << r.samples
          << ",\"configs\":" << r.configs << ",\"ok\":" << (r.ok ? "true" : "false")
          << ",\"note\":" << bench::json_string(r.note) << "}" << (i + 1 < ctx.rows.size() ? ",\n" : "\n");

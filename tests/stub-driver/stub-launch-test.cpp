@@ -5,11 +5,14 @@
 // captures after its watch.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
+#include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/param_policy.hpp"
@@ -136,6 +139,48 @@ TEST(StubLaunch, ALaunchTheDriverRefusesThrowsNamingTheKernelAndPlan) {
   EXPECT_NO_THROW(lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 64));
 }
 
+// A policy of the program's own that records the bytes-in-flight target its query carries.
+std::size_t target_seen = 0;
+class target_recorder final : public lf::param_policy<target_recorder, lf::no_params> {
+ public:
+  static constexpr const char* policy_name = "test_target_recorder";
+  using param_policy::param_policy;
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    target_seen = q.bytes_in_flight_per_sm;
+    lf::plan p;
+    p.block = lf::dims{256, 1, 1};
+    p.blocks_per_sm = q.active_blocks_for(256);
+    p.reason = "records the target";
+    return p;
+  }
+};
+
+// The plan file's measured bytes in flight per SM reaches every policy that may read it (bytes_in_flight and
+// a program's own; the other built-ins' misses do not look it up).
+TEST(StubLaunch, APlanFilesCalibrationReachesThePoliciesThatReadIt) {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("launchfit-stub-calibration-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  lf::set_cache_file(file);
+  lf::store_bytes_in_flight_calibration(8 * 1024);
+  const int n = 1 << 24;
+  const CUfunction bif = axpy_kernel("_Z3biffPKfPfi");
+  const lf::launched l =
+      lf::launch(lf::kernel(bif), lf::bytes_in_flight(16).items(n), 2.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  // 8 KiB in flight per SM of 16-byte loads: 512 threads, 16 warps (the table's 32 KiB would be 64).
+  EXPECT_EQ(l.plan().blocks_per_sm * l.plan().block_threads / 32, 16) << l.plan().to_string();
+  target_seen = 0;
+  const CUfunction own = axpy_kernel("_Z3ownfPKfPfi");
+  lf::launch(lf::kernel(own), lf::spec<target_recorder>(target_recorder{}).items(n), 2.0f, device_pointer(0x1000),
+             device_pointer(0x2000), n);
+  EXPECT_EQ(target_seen, 8u * 1024u);
+  lf::flush_cache_file(2000);
+  lf::close_cache_file();
+  std::filesystem::remove(file);
+}
+
 // A launch above 48 KiB of dynamic smem raises the kernel's limit first; the driver refusing that is an error
 // naming the call, the kernel and the plan, and nothing is launched.
 TEST(StubLaunch, ARefusedSmemLimitThrowsNamingTheKernelAndPlan) {
@@ -156,6 +201,26 @@ TEST(StubLaunch, ARefusedSmemLimitThrowsNamingTheKernelAndPlan) {
   // Without the failure the limit is raised and the launch runs with the smem it asked for.
   lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1024);
   EXPECT_EQ(last_launch(f).config.sharedMemBytes, 64u * 1024u);
+}
+
+// The driver refusing a non-portable cluster size for the kernel: an error naming the call and the kernel, and
+// nothing is launched (the smem limit's refusal: ARefusedSmemLimitThrowsNamingTheKernelAndPlan).
+TEST(StubLaunch, ARefusedClusterSizeThrowsNamingTheKernel) {
+  const unsigned long long launches = launchfit_stub_calls("cuLaunchKernelEx");
+  {
+    const CUfunction f = axpy_kernel("_Z7clusterfPKfPfi");
+    launchfit_stub_fail("cuFuncSetAttribute", CUDA_ERROR_NOT_SUPPORTED, 1);
+    try {
+      lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).cluster({16, 1, 1}, true).on(stream_of(0x16)), 1.0f,
+                 device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+      ADD_FAILURE() << "the refused non-portable cluster size did not throw";
+    } catch (const lf::error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("NON_PORTABLE_CLUSTER_SIZE_ALLOWED"), std::string::npos) << what;
+      EXPECT_NE(what.find("cluster(float"), std::string::npos) << what;
+    }
+  }
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), launches) << "a launch reached the driver";
 }
 
 // The hit path: one cuLaunchKernelEx per launch, and of the driver only what identifies the current context
