@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <typeinfo>
 
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
@@ -168,11 +169,21 @@ plan max_occupancy_policy::choose_impl(const query& q) const {
   }
   p.block = dims{static_cast<unsigned>(b.block_threads), 1, 1};
   p.blocks_per_sm = b.blocks_per_sm;
-  p.reason = params_.prefer_block > 0
-                 ? fmt::format("the block nearest {} with the most resident threads: {} x {} threads per SM",
-                               params_.prefer_block, b.blocks_per_sm, b.block_threads)
-                 : fmt::format("the largest block with the most resident threads: {} x {} threads per SM",
-                               b.blocks_per_sm, b.block_threads);
+  // Appended into one allocation: the default policy's reason is made on most misses (fmt's parse of the
+  // format string cost more than the rest of this function).
+  std::string& why = p.reason;
+  why.reserve(96);
+  if (params_.prefer_block > 0) {
+    why += "the block nearest ";
+    why += std::to_string(params_.prefer_block);
+    why += " with the most resident threads: ";
+  } else {
+    why += "the largest block with the most resident threads: ";
+  }
+  why += std::to_string(b.blocks_per_sm);
+  why += " x ";
+  why += std::to_string(b.block_threads);
+  why += " threads per SM";
   fill_the_sms(q, p, work_bucket(q.work_hint));
   return p;
 }
@@ -334,7 +345,7 @@ std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {
 }
 
 bool detail::reads_bytes_in_flight_target(const policy& p) noexcept {
-  return !p.builtin() || dynamic_cast<const bytes_in_flight_policy*>(&p) != nullptr;
+  return !p.builtin() || typeid(p) == typeid(bytes_in_flight_policy);  // final: its exact type
 }
 
 bool detail::bytes_in_flight_overridden(int cc) {

@@ -28,14 +28,23 @@ struct key_hasher {
   std::size_t operator()(const plan_key& k) const noexcept { return static_cast<std::size_t>(hash_key(k)); }
 };
 
-// One slot per key. `ready` flips once, after `entry` is set. `m` guards `builder` only, never a build:
-// the builder runs without it and the others wait on `done`.
+// A slot's entry, made in place from what its builder returns (no copy of the ~800-byte entry, and no
+// allocation of its own: it lives in the slot).
+struct built_entry {
+  plan_entry e;
+  explicit built_entry(const entry_builder& build) : e(build()) {}
+};
+
+// One slot per key. `ready` flips once, after `made` is set. `m` guards `builder` only, never a build:
+// the builder runs without it and the others wait on `done`. Only the builder touches `made` before `ready`.
 struct slot {
   std::mutex m;
   std::condition_variable done;
   std::thread::id builder{};  // the thread building now; default: nobody
   std::atomic<bool> ready{false};
-  std::shared_ptr<const plan_entry> entry;
+  std::optional<built_entry> made;
+  // The entry, once `ready`.
+  const plan_entry* entry() const noexcept { return &made->e; }
 };
 
 // A slot out of the map, waiting until no reader can reach it.
@@ -300,9 +309,9 @@ const plan_entry* find(const plan_key& key) noexcept {
   }
   if (!sl->ready.load(std::memory_order_acquire)) return nullptr;
   s.map_hits.fetch_add(1, std::memory_order_relaxed);
-  set.lines[set.next] = front_line{key, gen, sl->entry.get()};
+  set.lines[set.next] = front_line{key, gen, sl->entry()};
   set.next = static_cast<unsigned char>((set.next + 1) % front_ways);
-  return sl->entry.get();
+  return sl->entry();
 }
 
 const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
@@ -337,7 +346,7 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
   {
     std::unique_lock<std::mutex> lock(sl->m);
     for (;;) {
-      if (sl->ready.load(std::memory_order_acquire)) return sl->entry.get();
+      if (sl->ready.load(std::memory_order_acquire)) return sl->entry();
       if (sl->builder == std::thread::id{}) break;  // nobody builds it: this thread will
       if (sl->builder == me) return nullptr;        // asked again from inside its own build
       sl->done.wait(lock);
@@ -354,17 +363,15 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
       sl.done.notify_all();
     }
   } released{*sl};
-  plan_entry made = build();
+  plan_entry& made = sl->made.emplace(build).e;  // only this thread builds it: `builder` is this thread
   // A route has no plan of its own; a plan logged at info was kept when its line was queued.
   if (!made.route && !made.kept) made.kept = &keep_plan(made.plan, made.kernel);
-  auto built = std::make_shared<const plan_entry>(std::move(made));
   {
     std::lock_guard<std::mutex> lock(sl->m);
-    sl->entry = std::move(built);
     s.builds.fetch_add(1, std::memory_order_relaxed);
     sl->ready.store(true, std::memory_order_release);
   }
-  return sl->entry.get();
+  return sl->entry();
 }
 
 const kept_plan& keep_plan(const plan& p, const kernel_resources& kernel) {
@@ -424,7 +431,7 @@ bool forget_entry(const plan_key& key, const plan_entry* expected) {
   std::unique_lock<std::shared_mutex> lock(s.mutex());
   const auto it = s.slots.find(key);
   if (it == s.slots.end() || !it->second->ready.load(std::memory_order_acquire) ||
-      it->second->entry.get() != expected)
+      it->second->entry() != expected)
     return false;
   retire_locked(s, std::move(it->second));
   s.slots.erase(it);
@@ -469,9 +476,9 @@ std::vector<cached_plan> plan_cache::plans() const {
   std::shared_lock<std::shared_mutex> lock(s.mutex());
   const std::uint64_t inputs = detail::plan_inputs_generation();
   for (const auto& [key, sl] : s.slots) {
-    if (!sl->ready.load(std::memory_order_acquire) || sl->entry->route) continue;  // a route has no plan
+    if (!sl->ready.load(std::memory_order_acquire) || sl->entry()->route) continue;  // a route has no plan
     if (key.inputs != inputs) continue;  // made under other inputs: never launched again
-    const detail::plan_entry& e = *sl->entry;
+    const detail::plan_entry& e = *sl->entry();
     const device_limits* dev = e.device;
     out.push_back(cached_plan{key, detail::display_name(e.kernel),
                               dev ? dev->name + " #" + std::to_string(dev->ordinal) : std::string(),
@@ -487,7 +494,7 @@ std::size_t plan_cache::size() const {
   std::size_t n = 0;
   for (const auto& kv : s.slots)
     n += kv.first.inputs == inputs && kv.second->ready.load(std::memory_order_acquire) &&
-         !kv.second->entry->route;
+         !kv.second->entry()->route;
   return n;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeinfo>
 
 #include "fault.hpp"
 #include "graph_capture.hpp"
@@ -133,7 +134,7 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   const bool own = (key.launch & own_policy_bit) != 0;
   e.override_glob = own ? std::string() : glob;
   // A plan launched verbatim (planned(p)) was made under the overrides already: none replaces it.
-  if (!decided_by && !own && !dynamic_cast<const planned_policy*>(r.policy)) {
+  if (!decided_by && !own && typeid(*r.policy) != typeid(planned_policy)) {  // final: its exact type
     std::shared_ptr<const policy> over = override_for(e, e.override_glob);
     if (over && over->hash() != r.policy_hash) {
       e.route = std::move(over);  // planned under the override's own key and size bucket: follow_route()
