@@ -65,6 +65,19 @@ TEST(GraphNodes, ListedDependenciesAreCopiedAnArrayIsNot) {
   EXPECT_EQ(viewed.data(), mine.data());
   EXPECT_EQ(viewed.size(), 1u);
   EXPECT_EQ(lf::node_dependencies{}.size(), 0u);
+  // Four are held in place, more in a list; either way a copy (or a moved-from list) answers on its own.
+  const auto node = [](std::uintptr_t i) { return reinterpret_cast<cudaGraphNode_t>(0x100 + i); };
+  for (const lf::node_dependencies& d :
+       {lf::node_dependencies{node(0), node(1), node(2), node(3)},
+        lf::node_dependencies{node(0), node(1), node(2), node(3), node(4), node(5), node(6)}}) {
+    lf::node_dependencies copy = d;
+    lf::node_dependencies moved = std::move(copy);
+    for (const lf::node_dependencies* x : std::initializer_list<const lf::node_dependencies*>{&d, &moved}) {
+      ASSERT_GE(x->size(), 4u);
+      for (std::size_t i = 0; i < x->size(); ++i) EXPECT_EQ(x->data()[i], node(i)) << i;
+    }
+    EXPECT_NE(moved.data(), d.data()) << "a copy points into the nodes it was copied from";
+  }
 }
 
 TEST(GraphNodes, ANodeWithoutADriverIsALaunchfitErrorAndNoNode) {

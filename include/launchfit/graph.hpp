@@ -100,19 +100,30 @@ class node_dependencies {
  public:
   /// No dependency: a root node.
   node_dependencies() = default;
-  /// The nodes listed (`{a, b}`).
+  /// The nodes listed (`{a, b}`): up to four held in place, more in an allocated list.
   node_dependencies(std::initializer_list<cudaGraphNode_t> nodes)  // NOLINT(google-explicit-constructor)
-      : list_(nodes) {}
+      : count_(nodes.size()) {
+    if (count_ <= in_place_capacity) {
+      std::size_t i = 0;
+      for (cudaGraphNode_t n : nodes) in_place_[i++] = n;
+    } else {
+      list_.assign(nodes.begin(), nodes.end());
+    }
+  }
   /// `count` nodes from `nodes`.
   node_dependencies(const cudaGraphNode_t* nodes, std::size_t count) : nodes_(nodes), count_(count) {}
   /// The nodes.
-  const cudaGraphNode_t* data() const noexcept { return nodes_ ? nodes_ : list_.data(); }
+  const cudaGraphNode_t* data() const noexcept {
+    return nodes_ ? nodes_ : count_ <= in_place_capacity ? in_place_ : list_.data();
+  }
   /// How many.
-  std::size_t size() const noexcept { return nodes_ ? count_ : list_.size(); }
+  std::size_t size() const noexcept { return count_; }
 
  private:
-  std::vector<cudaGraphNode_t> list_;
-  const cudaGraphNode_t* nodes_ = nullptr;
+  static constexpr std::size_t in_place_capacity = 4;
+  cudaGraphNode_t in_place_[in_place_capacity] = {};  // a node's usual few dependencies: no allocation
+  std::vector<cudaGraphNode_t> list_;                 // more than in_place_capacity
+  const cudaGraphNode_t* nodes_ = nullptr;            // given as an array: not copied
   std::size_t count_ = 0;
 };
 
