@@ -356,6 +356,9 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
   struct release {  // on every path: a build that throws lets the next caller retry
     slot& sl;
     ~release() {
+      // A build that threw after its entry was made (keeping its plan ran out of memory): the entry goes now,
+      // not when the key is built again (it may hold a plugin's policy). This thread still owns it.
+      if (!sl.ready.load(std::memory_order_relaxed)) sl.made.reset();
       {
         std::lock_guard<std::mutex> lock(sl.m);
         sl.builder = std::thread::id{};

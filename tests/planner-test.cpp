@@ -159,6 +159,24 @@ TEST(Requirements, ARequestCarriesEveryPartOfItsSpec) {
   EXPECT_EQ(resets, 1);
   EXPECT_FALSE(r.has_arguments);
   EXPECT_EQ(r.node, nullptr);
+  // The size bucket of 1-D work (the spec above has 2-D work, which a built-in policy buckets as 0), and a
+  // policy's own bucket folded with a free block shape's: a request whose bucket went elsewhere would reuse a
+  // plan made for other work.
+  const auto one_d = lf::bytes_in_flight(16).items(1000);
+  const std::uint64_t one_d_bucket = one_d.get_policy().work_bucket(one_d.work_shape());
+  ASSERT_NE(one_d_bucket, 0u);
+  EXPECT_EQ(ld::make_request(one_d).bucket, one_d_bucket);
+  struct bucket_five final : lf::policy_base {
+    std::string name() const override { return "bucket_five"; }
+    std::string params() const override { return ""; }
+    std::uint64_t hash() const override { return 5; }
+    std::uint64_t work_bucket(const lf::work&) const override { return 5; }
+    lf::plan choose_impl(const lf::query&) const override { return lf::plan{}; }
+  };
+  const auto free_shape = lf::use(std::make_shared<bucket_five>()).items({4096, 64}).block_x_free();
+  const std::uint64_t folded = ld::plan_bucket(5, free_shape.work_shape(), free_shape.shape_rule());
+  ASSERT_NE(folded, 5u);
+  EXPECT_EQ(ld::make_request(free_shape).bucket, folded);
   // And the other way round: rerunnable() without reset(f).
   const ld::launch_request again = ld::make_request(lf::max_occupancy().items(100).rerunnable());
   EXPECT_TRUE(again.rerunnable);
