@@ -3,8 +3,8 @@
 // option, against the raw launch of the same kernel, grid and block: `<<<>>>` for the plain options, and
 // cuLaunchKernelEx with the same launch attribute for .cluster({2, 1, 1}) and .pdl(). Options: none
 // (max_occupancy().items(n)), items({nx, ny}), .blocks(power_of_two()), a family of four members, a
-// from_plan() argument, .cluster({2, 1, 1}) and .pdl() (these two also with the spec built once, outside the
-// loop). cuLaunchKernelEx without attributes is shown beside the plain launch: <<<>>> goes through the runtime.
+// from_plan() argument, .cluster({2, 1, 1}) and .pdl() (these two and no option also with the spec built once,
+// outside the loop). cuLaunchKernelEx without attributes is shown beside the plain launch: <<<>>> goes through the runtime.
 // Two more raw rows take launchfit's hit path apart against it: the same launch after the context identity
 // launchfit reads (cuCtxGetCurrent + cuCtxGetId), and through the pointer cuGetProcAddress gives.
 //
@@ -135,6 +135,7 @@ enum class path {
   ex_proc_address,  // cuLaunchKernelEx without attributes through the pointer cuGetProcAddress gives for CUDA_VERSION
                     // (how launchfit calls the driver)
   lf_items,         // launchfit max_occupancy().items(n)
+  lf_items_once,    // the same, the spec built once outside the loop
   lf_items_2d,      // launchfit max_occupancy().items({nx, ny})
   lf_pow2,          // launchfit max_occupancy().blocks(power_of_two()).items(n)
   lf_family,        // launchfit family, max_occupancy().items(n)
@@ -242,6 +243,7 @@ int run(int argc, char** argv) {
   add("cuCtxGetCurrent + cuCtxGetId + cuLaunchKernelEx", path::ex_context, d_items, ex_plain_row, -1);
   add("cuLaunchKernelEx through cuGetProcAddress", path::ex_proc_address, d_items, ex_plain_row, -1);
   add("launchfit max_occupancy().items(n)", path::lf_items, d_items, base, ex_plain_row);
+  add("launchfit max_occupancy().items(n), spec built once", path::lf_items_once, d_items, base, ex_plain_row);
   base = chevron_row(probe, d_2d);
   add("launchfit max_occupancy().items({nx, ny})", path::lf_items_2d, d_2d, base, -1);
   base = chevron_row(probe, d_pow2);
@@ -332,6 +334,7 @@ int run(int argc, char** argv) {
         check_cu(launch_ex(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
       case path::lf_items:
+      case path::lf_items_once:
         lf::launch(probe, s_items, counter, 1);
         break;
       case path::lf_items_2d:
@@ -397,6 +400,8 @@ int run(int argc, char** argv) {
       case path::lf_items:
         return host_us_per_launch([&] { lf::launch(probe, lf::max_occupancy().items(n).on(stream), c, 1); },
                                   batch, nb, stream);
+      case path::lf_items_once:
+        return host_us_per_launch([&] { lf::launch(probe, s_items, c, 1); }, batch, nb, stream);
       case path::lf_items_2d:
         return host_us_per_launch([&] { lf::launch(probe, lf::max_occupancy().items(e2).on(stream), c, 1); },
                                   batch, nb, stream);
