@@ -15,12 +15,8 @@ std::atomic<const kept_plan*> last_launched{nullptr};
 
 std::string sticky_note() {
   std::string note = "; the context is unusable after an earlier kernel faulted";
-  if (const kept_plan* last = last_launched.load(std::memory_order_acquire)) {
-    kernel_resources k;
-    k.name = last->kernel_name;
-    k.demangled = last->kernel_demangled;
-    note += " (last launched: " + display_name(k) + " with " + last->plan.to_string() + ")";
-  }
+  if (const kept_plan* last = last_launched.load(std::memory_order_acquire))
+    note += " (last launched: " + display_name(*last) + " with " + last->plan.to_string() + ")";
   return note;
 }
 
