@@ -5,8 +5,9 @@
 // (max_occupancy().items(n)), items({nx, ny}), .blocks(power_of_two()), a family of four members, a
 // from_plan() argument, .cluster({2, 1, 1}) and .pdl() (these two and no option also with the spec built once,
 // outside the loop). cuLaunchKernelEx without attributes is shown beside the plain launch: <<<>>> goes through the runtime.
-// Two more raw rows take launchfit's hit path apart against it: the same launch after the context identity
-// launchfit reads (cuCtxGetCurrent + cuCtxGetId), and through the pointer cuGetProcAddress gives.
+// Three more raw rows take launchfit's hit path apart against it: the same launch after the context identity
+// read the long way (cuCtxGetCurrent + cuCtxGetId) and the way launchfit reads it (cuCtxGetId(NULL), one call),
+// and through the pointer cuGetProcAddress gives.
 //
 // Two batch shapes, as launch-overhead: 10,000 back-to-back async launches (once the driver's queue fills
 // this measures the queue, so paths converge) and 100-launch batches with the stream drained in between (the
@@ -132,6 +133,8 @@ enum class path {
   ex_pdl,           // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
   ex_context,       // cuCtxGetCurrent + cuCtxGetId, then cuLaunchKernelEx without attributes: the driver calls of
                     // launchfit's hit path, without launchfit
+  ex_context_id,    // cuCtxGetId(NULL), then cuLaunchKernelEx without attributes: the one driver call of launchfit's
+                    // hit path where the driver answers NULL for the current context
   ex_proc_address,  // cuLaunchKernelEx without attributes through the pointer cuGetProcAddress gives for CUDA_VERSION
                     // (how launchfit calls the driver)
   lf_items,         // launchfit max_occupancy().items(n)
@@ -241,6 +244,7 @@ int run(int argc, char** argv) {
   const int ex_plain_row = static_cast<int>(variants.size() - 1);
   // What launchfit's hit path asks the driver besides the launch, and how it reaches the launch: raw rows.
   add("cuCtxGetCurrent + cuCtxGetId + cuLaunchKernelEx", path::ex_context, d_items, ex_plain_row, -1);
+  add("cuCtxGetId(NULL) + cuLaunchKernelEx", path::ex_context_id, d_items, ex_plain_row, -1);
   add("cuLaunchKernelEx through cuGetProcAddress", path::ex_proc_address, d_items, ex_plain_row, -1);
   add("launchfit max_occupancy().items(n)", path::lf_items, d_items, base, ex_plain_row);
   add("launchfit max_occupancy().items(n), spec built once", path::lf_items_once, d_items, base, ex_plain_row);
@@ -330,6 +334,12 @@ int run(int argc, char** argv) {
         context_identity();
         check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
+      case path::ex_context_id: {
+        unsigned long long id = 0;
+        check_cu(cuCtxGetId(nullptr, &id), "cuCtxGetId");
+        check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+        break;
+      }
       case path::ex_proc_address:
         check_cu(launch_ex(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
@@ -390,6 +400,14 @@ int run(int argc, char** argv) {
         return host_us_per_launch(
             [&] {
               context_identity();
+              check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+            },
+            batch, nb, stream);
+      case path::ex_context_id:
+        return host_us_per_launch(
+            [&] {
+              unsigned long long id = 0;
+              check_cu(cuCtxGetId(nullptr, &id), "cuCtxGetId");
               check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
             },
             batch, nb, stream);
