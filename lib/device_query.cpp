@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
-// device_limits from the driver, and the identity of the current context. Limits the driver does not report
-// (allocation granularities) come from the built-in table entry of the same architecture.
+// device_limits from the driver, and the identity of the current context. Limits the driver does not report (allocation granularities) come from
+// the built-in table entry of the same architecture.
 
 #include "device_query.hpp"
 
-#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -38,8 +37,7 @@ std::string format_uuid(const CUuuid& u) {
   const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
   char s[64];
   std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-                b[15]);
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   return s;
 }
 
@@ -70,8 +68,7 @@ device_limits query_device(CUdevice dev, CUcontext ctx) {
   }
   l.regs_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
   l.regs_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
-  l.smem_per_sm_bytes =
-      static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR));
+  l.smem_per_sm_bytes = static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR));
   l.smem_per_block_bytes = static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK));
   l.smem_per_block_optin_bytes =
       static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN));
@@ -150,36 +147,10 @@ contexts& known_contexts() {
   return c;
 }
 
-// cuCtxGetId(NULL, ...) answers for the current context in one driver call where cuCtxGetCurrent +
-// cuCtxGetId take two. The first launch with a current context checks that this driver answers so (the same
-// identity as the handle's); a driver that does not is asked the long way from then on.
-enum class null_id_answer : int { unknown, current, unusable };
-std::atomic<null_id_answer> null_id{null_id_answer::unknown};
-
-bool current_identity(const driver_api& d, std::uint64_t& id) {
-  const null_id_answer known = null_id.load(std::memory_order_relaxed);
-  if (known == null_id_answer::unusable || !d.cuCtxGetId) return false;
-  unsigned long long got = 0;
-  if (d.cuCtxGetId(nullptr, &got) != CUDA_SUCCESS)
-    return false;  // none current, or an error: the long way says
-  if (known == null_id_answer::unknown) {
-    CUcontext ctx = nullptr;
-    unsigned long long by_handle = 0;
-    if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS) return false;  // undecided: the long way reports the error
-    if (ctx && d.cuCtxGetId(ctx, &by_handle) != CUDA_SUCCESS) return false;
-    const bool same = ctx && by_handle == got;
-    null_id.store(same ? null_id_answer::current : null_id_answer::unusable, std::memory_order_relaxed);
-    if (!same) return false;
-  }
-  id = got;
-  return true;
-}
-
 }  // namespace
 
 context_ref current_context(const launch_request& r) {
   const driver_api& d = driver();
-  if (std::uint64_t id = 0; current_identity(d, id)) return context_ref{nullptr, id};
   CUcontext ctx = nullptr;
   check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   if (!ctx && r.resolve) {
@@ -194,10 +165,7 @@ context_ref current_context(const launch_request& r) {
   return context_ref{ctx, identity_of(d, ctx)};
 }
 
-void note_context(const context_ref& known) {
-  context_ref ctx = known;
-  if (!ctx.handle)
-    check(driver().cuCtxGetCurrent(&ctx.handle), "cuCtxGetCurrent");  // the identity came alone
+void note_context(const context_ref& ctx) {
   contexts& c = known_contexts();
   std::uint64_t dead = 0;
   {

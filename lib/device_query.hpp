@@ -13,11 +13,9 @@
 namespace launchfit::detail {
 
 // A CUcontext handle and the identity of the context behind it. The driver reuses handle values (the
-// primary context after cudaDeviceReset has the same handle), never identities (cuCtxGetId). Plans are keyed
-// by the identity alone: current_context() reads it in one driver call where the driver allows, and leaves
-// the handle null (note_context(), the one reader of handles, asks for it).
+// primary context after cudaDeviceReset has the same handle), never identities (cuCtxGetId).
 struct context_ref {
-  CUcontext handle = nullptr;  // null when the identity was read alone
+  CUcontext handle = nullptr;
   std::uint64_t id = 0;
 };
 

@@ -6,8 +6,8 @@
 // from_plan() argument, .cluster({2, 1, 1}) and .pdl() (these two and no option also with the spec built once,
 // outside the loop). cuLaunchKernelEx without attributes is shown beside the plain launch: <<<>>> goes through the runtime.
 // Three more raw rows take launchfit's hit path apart against it: the same launch after the context identity
-// read the long way (cuCtxGetCurrent + cuCtxGetId) and the way launchfit reads it (cuCtxGetId(NULL), one call),
-// and through the pointer cuGetProcAddress gives.
+// launchfit reads (cuCtxGetCurrent + cuCtxGetId), after the same identity read in one call (cuCtxGetId(NULL):
+// does the second call cost anything?), and through the pointer cuGetProcAddress gives.
 //
 // Two batch shapes, as launch-overhead: 10,000 back-to-back async launches (once the driver's queue fills
 // this measures the queue, so paths converge) and 100-launch batches with the stream drained in between (the
@@ -133,8 +133,8 @@ enum class path {
   ex_pdl,           // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
   ex_context,       // cuCtxGetCurrent + cuCtxGetId, then cuLaunchKernelEx without attributes: the driver calls of
                     // launchfit's hit path, without launchfit
-  ex_context_id,    // cuCtxGetId(NULL), then cuLaunchKernelEx without attributes: the one driver call of launchfit's
-                    // hit path where the driver answers NULL for the current context
+  ex_context_id,    // cuCtxGetId(NULL) (the current context's identity in one call), then cuLaunchKernelEx without
+                    // attributes
   ex_proc_address,  // cuLaunchKernelEx without attributes through the pointer cuGetProcAddress gives for CUDA_VERSION
                     // (how launchfit calls the driver)
   lf_items,         // launchfit max_occupancy().items(n)

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <thread>
 #include <vector>
 
 #include "gpu_test.hpp"
@@ -26,7 +25,6 @@ struct driver_calls {
   decltype(&::cuCtxDestroy) ctx_destroy = LF_DRIVER(cuCtxDestroy);
   decltype(&::cuCtxSetCurrent) set_current = LF_DRIVER(cuCtxSetCurrent);
   decltype(&::cuCtxGetCurrent) get_current = LF_DRIVER(cuCtxGetCurrent);
-  decltype(&::cuCtxGetId) get_id = LF_DRIVER(cuCtxGetId);
   decltype(&::cuMemAlloc) mem_alloc = LF_DRIVER(cuMemAlloc);
   decltype(&::cuMemFree) mem_free = LF_DRIVER(cuMemFree);
   decltype(&::cuMemsetD32) memset32 = LF_DRIVER(cuMemsetD32);
@@ -91,55 +89,6 @@ TEST_F(Contexts, TwoContextsOnOneDeviceGetTheirOwnPlans) {
   ASSERT_EQ(contexts.size(), 2u);
   EXPECT_NE(contexts[0], contexts[1]);
   LF_CU_CHECK(d.ctx_destroy(second));
-  LF_CU_CHECK(d.set_current(primary));
-}
-
-// launchfit reads the current context's identity with cuCtxGetId(NULL): on this driver it must be the current
-// context's own, follow cuCtxSetCurrent, and be refused on a thread with no current context (launchfit then
-// asks the long way, which says there is none). A context destroyed and another made (perhaps at the same
-// handle) is another identity, with its own plan.
-TEST_F(Contexts, TheCurrentContextsIdentityIsReadInOneCall) {
-  ASSERT_TRUE(d.get_id) << "driver lacks cuCtxGetId";
-  auto id_of = [&](CUcontext c) {
-    unsigned long long id = 0;
-    EXPECT_EQ(d.get_id(c, &id), CUDA_SUCCESS);
-    return id;
-  };
-  CUcontext primary = nullptr, second = nullptr;
-  LF_CU_CHECK(d.get_current(&primary));
-  EXPECT_EQ(id_of(nullptr), id_of(primary));
-  LF_CU_CHECK(d.ctx_create(&second, nullptr, 0, 0));  // current now
-  EXPECT_EQ(id_of(nullptr), id_of(second));
-  EXPECT_NE(id_of(second), id_of(primary));
-  const unsigned long long second_id = id_of(second);
-  const auto spec = lf::fixed(64).items(64 * 7);
-  {
-    lf::module m = lf::module::from_file(LAUNCHFIT_TEST_CUBIN);
-    EXPECT_EQ(count_blocks_here(d, m.get("count_blocks"), spec), std::make_pair(7u, 7u));
-  }
-  LF_CU_CHECK(d.set_current(primary));
-  EXPECT_EQ(id_of(nullptr), id_of(primary));
-  std::thread([&] {
-    CUcontext none = nullptr;
-    EXPECT_EQ(d.get_current(&none), CUDA_SUCCESS);
-    EXPECT_EQ(none, nullptr);
-    unsigned long long id = 0;
-    EXPECT_NE(d.get_id(nullptr, &id), CUDA_SUCCESS) << "an identity (" << id << ") with no current context";
-  }).join();
-  // The second context destroyed and a third made: another identity, another plan of its own.
-  LF_CU_CHECK(d.ctx_destroy(second));
-  CUcontext third = nullptr;
-  LF_CU_CHECK(d.ctx_create(&third, nullptr, 0, 0));
-  EXPECT_NE(id_of(nullptr), second_id);
-  {
-    lf::module m = lf::module::from_file(LAUNCHFIT_TEST_CUBIN);
-    EXPECT_EQ(count_blocks_here(d, m.get("count_blocks"), spec), std::make_pair(7u, 7u));
-  }
-  bool third_planned = false;
-  for (const auto& p : lf::cache().plans())
-    if (p.kernel == "count_blocks" && p.key.context == id_of(third)) third_planned = true;
-  EXPECT_TRUE(third_planned) << "no plan keyed by the new context's identity";
-  LF_CU_CHECK(d.ctx_destroy(third));
   LF_CU_CHECK(d.set_current(primary));
 }
 

@@ -395,18 +395,8 @@ CUresult CUDAAPI stub_cuDevicePrimaryCtxRelease(CUdevice) {
   ENTER(cuDevicePrimaryCtxRelease);
   return CUDA_SUCCESS;
 }
-// What cuCtxGetId(NULL, ...) answers (launchfit_stub_answer_null_context_id).
-std::atomic<int> null_context_id_answer{0};
-
-CUresult CUDAAPI stub_cuCtxGetId(CUcontext c, unsigned long long* id) {
+CUresult CUDAAPI stub_cuCtxGetId(CUcontext, unsigned long long* id) {
   ENTER(cuCtxGetId);
-  if (!c) {
-    switch (null_context_id_answer.load(std::memory_order_relaxed)) {
-      case 1: return CUDA_ERROR_INVALID_CONTEXT;
-      case 2: *id = 99; return CUDA_SUCCESS;
-      default: break;  // the current context's, as the driver documents
-    }
-  }
   *id = 1;
   return CUDA_SUCCESS;
 }
@@ -839,8 +829,6 @@ CUfunction launchfit_stub_function(const char* name, int regs_per_thread, int st
   if (param_sizes) k->param_sizes.assign(param_sizes, param_sizes + param_count);
   return reinterpret_cast<CUfunction>(k);
 }
-
-void launchfit_stub_answer_null_context_id(int how) { null_context_id_answer.store(how, std::memory_order_relaxed); }
 
 void launchfit_stub_set_cost(CUfunction f, double best_ms, unsigned best_block) {
   std::lock_guard<std::mutex> lock(the_launches().m);

@@ -27,11 +27,6 @@ CUfunction launchfit_stub_function(const char* name, int regs_per_thread, int st
 // in powers of two from it (x (1 + 0.25 per doubling)); 0.001 ms at block 256 unless set.
 void launchfit_stub_set_cost(CUfunction f, double best_ms, unsigned best_block);
 
-// What cuCtxGetId(NULL, ...) answers: 0 the current context's identity (as the driver documents, the default),
-// 1 CUDA_ERROR_INVALID_CONTEXT, 2 an identity that is not the current context's (a driver that reads NULL
-// otherwise).
-void launchfit_stub_answer_null_context_id(int how);
-
 // Calls of one entry point by its name in cuda.h ("cuLaunchKernelEx", "cuStreamGetCaptureInfo"), since the
 // process started or the last reset.
 unsigned long long launchfit_stub_calls(const char* entry);
