@@ -312,6 +312,11 @@ int run(int argc, char** argv) {
     check_cu(cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
     check_cu(cuCtxGetId(ctx, &id), "cuCtxGetId");
   };
+  // The same identity in one call: cuCtxGetId(NULL) answers for the current context.
+  auto context_identity_one_call = [] {
+    unsigned long long id = 0;
+    check_cu(cuCtxGetId(nullptr, &id), "cuCtxGetId");
+  };
 
   // One launch of variant v, with `counter` (nullptr when timed) and the add value.
   auto launch_one = [&](const variant& v, unsigned long long* counter) {
@@ -334,12 +339,10 @@ int run(int argc, char** argv) {
         context_identity();
         check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
-      case path::ex_context_id: {
-        unsigned long long id = 0;
-        check_cu(cuCtxGetId(nullptr, &id), "cuCtxGetId");
+      case path::ex_context_id:
+        context_identity_one_call();
         check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
-      }
       case path::ex_proc_address:
         check_cu(launch_ex(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
@@ -406,8 +409,7 @@ int run(int argc, char** argv) {
       case path::ex_context_id:
         return host_us_per_launch(
             [&] {
-              unsigned long long id = 0;
-              check_cu(cuCtxGetId(nullptr, &id), "cuCtxGetId");
+              context_identity_one_call();
               check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
             },
             batch, nb, stream);
