@@ -114,6 +114,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   // The plan store's layers (the local file, the remote store) are asked only when one is in use.
   if (!cache_file_open() && !remote_layer()) {
     record.skip_conditions();  // nothing is stored or shared: the GPU's conditions are not read
+    if (q.time_plan && r.has_arguments && !chosen.builtin()) record.prepare_trials();
     plan p = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, p, need);
     say_graph_timed(record, p);
@@ -151,9 +152,12 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   // A built-in policy is cheap and deterministic to ask: its answer checks the stored plan.
   std::optional<plan> computed;
   if (!stored || cross_checks_stored_plans(chosen)) {
-    // A policy that may time trials reads the GPU's conditions at its first trial, inside its time budget:
-    // NVML is loaded (once per process) before the budget starts, and only where trials can run.
-    if (!stored && q.time_plan && r.has_arguments && !chosen.builtin()) nvml::load_now();
+    // A policy that may time trials: NVML is loaded (once per process), the GPU's conditions read and the
+    // trials' stream gate made before its time budget starts, and only where trials can run.
+    if (!stored && q.time_plan && r.has_arguments && !chosen.builtin()) {
+      nvml::load_now();
+      record.prepare_trials();
+    }
     computed = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, *computed, need);
     if (record.trials_refused() && lease) {

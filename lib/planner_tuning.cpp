@@ -50,15 +50,21 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     };
     return;
   }
-  // One stream gate per tuning (a pinned word and a watchdog thread), made by the first trial. The trials
-  // share the launch's stream: a plugin that times from several threads is served one trial at a time.
+  // One stream gate per tuning (a pinned word and a watchdog thread), made before the policy is asked
+  // (tuning_record::prepare_trials(): outside its time budget) or else by the first trial. The trials share
+  // the launch's stream: a plugin that times from several threads is served one trial at a time.
   struct tuning {
     std::mutex m;
     std::optional<stream_gate> gate;
     trial_mode mode{graph_trials::active()};  // graph replays where tune_graph() offers this tuning
   };
-  q.time_plan = [f = e.function, &r, max_grid_x = e.max_grid_x, need, q_for_checks = q, fam,
-                 t = std::make_shared<tuning>(), record](const plan& candidate) {
+  const auto t = std::make_shared<tuning>();
+  record->set_trial_setup([t] {
+    std::lock_guard<std::mutex> lock(t->m);
+    if (!t->gate) t->gate.emplace();
+  });
+  q.time_plan = [f = e.function, &r, max_grid_x = e.max_grid_x, need, q_for_checks = q, fam, t,
+                 record](const plan& candidate) {
     plan p = candidate;
     apply_requirements(q_for_checks, p, need);  // throws: this candidate cannot run as required
     CUfunction run = f;

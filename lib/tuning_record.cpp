@@ -45,6 +45,22 @@ void tuning_record::skip_conditions() {
   read_ = nullptr;
 }
 
+void tuning_record::set_trial_setup(std::function<void()> setup) {
+  std::lock_guard<std::mutex> lock(m_);
+  setup_ = std::move(setup);
+}
+
+void tuning_record::prepare_trials() {
+  std::function<void()> setup;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    setup.swap(setup_);
+  }
+  if (!setup) return;  // no trials offered (plan_for(), a stream capture): nothing to prepare
+  setup();
+  before_trial();
+}
+
 void tuning_record::before_trial() {
   {
     std::lock_guard<std::mutex> lock(m_);

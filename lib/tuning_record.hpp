@@ -60,6 +60,12 @@ class tuning_record {
   void before_trial();
   // The GPU's conditions are not read for this tuning (nothing it measures is stored or shared).
   void skip_conditions();
+  // What the first trial would otherwise do inside the policy's time budget (the trials' stream gate: a
+  // pinned word and a watchdog thread), given by whoever offers real trials; prepare_trials() runs it once,
+  // before the policy is asked, and reads the GPU's conditions then (before_trial()); without a setup it does
+  // nothing. Every trial then costs what the next one will, and the policy's budget goes to trials.
+  void set_trial_setup(std::function<void()> setup);
+  void prepare_trials();
   void add(const plan& p, double ms);
   // The gated samples of one candidate (sample_wait): their GPU time, the host's time beyond it summed over
   // `samples` samples, and whether they ran as CUDA graph replays. The tuning's wait is that excess beyond
@@ -91,6 +97,7 @@ class tuning_record {
   conditions_reader read_;
   mutable std::mutex m_;
   std::function<bool()> gate_;
+  std::function<void()> setup_;
   int gate_answer_ = -1;  // -1: not asked yet; 0: refused; 1: allowed
   bool captured_ = false;
   bool read_before_ = false;

@@ -28,7 +28,7 @@
 namespace {
 
 constexpr const char* plugin_name = "autotune";
-constexpr const char* plugin_version = "1.4.1";
+constexpr const char* plugin_version = "1.5.0";
 // The noise rule, stated once: plans within max(the re-timing rounds' relative spread, min_noise) of the
 // fastest are equally fast, and the fixed order of better_in_tie() decides among them, so two independent
 // tunings of one kernel on one GPU model pick the same plan whichever of the near-equal plans their noise
@@ -172,6 +172,7 @@ struct trial {
   double ms = -1;          // < 0: could not run
   bool confirmed = false;  // re-timed by confirm(); ms is then the median of its timings
   int shape_x = 0;         // a 2-D block of its own: shape_x x (threads / shape_x); 0: launchfit's shape
+  double host_ms = 0;      // how long its timing took (the host's time, launches and synchronisation included)
 };
 
 // The lower median: a plan timed twice is not penalised against one timed three times.
@@ -268,12 +269,19 @@ class search {
     if (shapes_) time_shapes();
   }
 
+  // A budget spent in the coarse pass ends the search there, never confirmation (which the search keeps
+  // its time for): before, it returned past confirm(), so a plan chosen within the coarse pass was never
+  // re-timed.
   void explore() {
+    bool spent = false;
     for (const auto& [bi, li] : coarse_plan()) {
-      if (!budget_left()) return;
+      if (!budget_left()) {
+        spent = true;
+        break;
+      }
       time(bi, li);
     }
-    while (budget_left()) {
+    while (!spent && budget_left()) {
       const auto next = next_refinement();
       if (next.first < 0) break;  // the neighbourhoods of the fastest plans are all timed
       time(next.first, next.second);
@@ -616,16 +624,36 @@ class search {
       stopped_by_trials_ = more_to_do();
       return false;
     }
-    if (!time_left()) {
+    if (!time_left(confirm_ms())) {
       stopped_by_time_ = more_to_do();
       return false;
     }
     return true;
   }
+  // The time confirm() will take: two more timings of each of the (up to) 3 fastest plans, each as long as its
+  // first. The search keeps it back, so the budget never ends before the fastest plans are re-timed (without
+  // it, a search that used all of max_ms chose by single timings: on an H100 every tuning of a 4-byte map at
+  // 2^20..2^26 stopped at max_ms with no plan confirmed).
+  double confirm_ms() const {
+    if (confirm_reserve() == 0) return 0;
+    std::vector<const trial*> ranked;
+    for (const trial& t : trials_)
+      if (t.ms >= 0) ranked.push_back(&t);
+    const std::size_t n = std::min<std::size_t>(ranked.size(), confirm_count);
+    if (n < 2) return 0;
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.end(),
+                      [](const trial* a, const trial* b) { return a->ms < b->ms; });
+    double ms = 0;
+    for (std::size_t k = 0; k < n; ++k) ms += 2 * ranked[k]->host_ms;
+    return ms;
+  }
   // Whether one more trial, a quarter longer than the longest so far, ends within max_ms: tuning stays within its
   // budget instead of starting a trial at 49 ms of 50. The quarter: candidates of one kernel differ in how long
   // a trial takes (on an H100 a trial of 5.6 ms after shorter ones ended a tuning at 50.8 ms of 50).
-  bool time_left() const { return elapsed_ms() + 1.25 * longest_trial_ms_ <= limit_ms_; }
+  // `kept_back`: time the caller keeps for later steps (confirm_ms()).
+  bool time_left(double kept_back = 0) const {
+    return elapsed_ms() + 1.25 * longest_trial_ms_ + kept_back <= limit_ms_;
+  }
   // Whether the search would have timed another plan (so the reason mentions the budget only when it bit).
   bool more_to_do() const {
     for (const auto& [bi, li] : coarse_plan())
@@ -634,16 +662,21 @@ class search {
   }
 
   void time(int bi, int li) {
-    const double ms = timed_once(bi, li);
+    double host_ms = 0;
+    const double ms = timed_once(bi, li, 0, &host_ms);
     timed_[bi][li] = ms;
-    trials_.push_back(trial{bi, li, ms});
+    trial t{bi, li, ms};
+    t.host_ms = host_ms;
+    trials_.push_back(t);
   }
 
   // time_once(), noting how long the trial took (the host's time, launches and synchronisation included).
-  double timed_once(int bi, int li, int shape_x = 0) {
+  double timed_once(int bi, int li, int shape_x = 0, double* host_ms = nullptr) {
     const double before = elapsed_ms();
     const double ms = time_once(bi, li, shape_x);
-    longest_trial_ms_ = std::max(longest_trial_ms_, elapsed_ms() - before);
+    const double took = elapsed_ms() - before;
+    longest_trial_ms_ = std::max(longest_trial_ms_, took);
+    if (host_ms) *host_ms = took;
     return ms;
   }
 

@@ -246,6 +246,49 @@ TEST(StubLaunch, TheHitPathAsksTheDriverForTheLaunchAndTheContextAlone) {
   }
 }
 
+// A tuning policy's budget is for its trials: the trials' stream gate (a pinned word) is made before the
+// policy is asked, not inside its first trial, which then costs what the next ones do.
+unsigned long long gate_words_before_first_trial = ~0ull;
+struct timing_params {
+  int x = 0;
+  static constexpr std::array<const char*, 1> names{"x"};
+};
+class timing_policy final : public lf::param_policy<timing_policy, timing_params> {
+ public:
+  static constexpr const char* policy_name = "test_timing";
+  using param_policy::param_policy;
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    lf::plan p;
+    p.block = lf::dims{256, 1, 1};
+    p.block_threads = 256;
+    p.blocks_per_sm = q.active_blocks_for(256);
+    p.reason = "timed once, by the test";
+    gate_words_before_first_trial = launchfit_stub_calls("cuMemHostAlloc");
+    if (q.time_plan) (void)q.time_plan(p);
+    return p;
+  }
+};
+
+TEST(StubLaunch, TheTrialsGateIsMadeBeforeThePolicysBudgetStarts) {
+  const CUfunction f = axpy_kernel("_Z6timingfPKfPfi");
+  launchfit_stub_reset_calls();
+  lf::launch(lf::kernel(f), lf::spec<timing_policy>(timing_policy{}).items(1 << 20).on(stream_of(0x15)).rerunnable(),
+             1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
+  EXPECT_EQ(gate_words_before_first_trial, 1u) << "the gate's pinned word was not made before the policy ran";
+  EXPECT_EQ(launchfit_stub_calls("cuMemHostAlloc"), 1u) << "one gate per tuning";
+  EXPECT_GE(launchfit_stub_calls("cuStreamWaitValue32"), 1u) << "the trial ran ungated";
+  // A launch that may not re-run its kernel offers no trials: nothing is prepared for them.
+  launchfit_stub_reset_calls();
+  gate_words_before_first_trial = ~0ull;
+  lf::launch(lf::kernel(axpy_kernel("_Z8untimedfPKfPfi")),
+             lf::spec<timing_policy>(timing_policy{}).items(1 << 10).on(stream_of(0x15)), 1.0f,
+             device_pointer(0x1000), device_pointer(0x2000), 1 << 10);
+  EXPECT_EQ(gate_words_before_first_trial, 0u) << "the policy was not asked";
+  EXPECT_EQ(launchfit_stub_calls("cuMemHostAlloc"), 0u);
+}
+
 // A policy that is not a built-in (param_policy): a plan it makes inside a capture is watched.
 struct half_params {
   int block = 128;
