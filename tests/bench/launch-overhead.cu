@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -472,6 +473,47 @@ int run(int argc, char** argv) {
     lf::set_log_async(async_before);
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
+
+  // The same first launch at info and at warn by what the logging thread is doing when the line comes (each
+  // pair launches fresh kernels of its own, alternating, after the same wait): "quiet", 60 ms after the last
+  // line, the thread parked (the line wakes it); "after a line", a random 0-2 ms after the previous line was
+  // written (the thread looking for lines on its own schedule, which a real program's start-up meets at any
+  // phase); "start-up burst", one launch after another with no wait, as a program's first launches come.
+  struct by_state {
+    const char* name;
+    std::vector<double> info, warn;
+  };
+  std::vector<by_state> states = {{"quiet (60 ms since the last line)", {}, {}},
+                                  {"0-2 ms after the last line was written", {}, {}},
+                                  {"start-up burst (no wait)", {}, {}}};
+  {
+    const std::vector<std::vector<fresh_fn>> tables = {
+        fresh_table<5 * fresh_count>(seq), fresh_table<6 * fresh_count>(seq), fresh_table<7 * fresh_count>(seq),
+        fresh_table<8 * fresh_count>(seq), fresh_table<9 * fresh_count>(seq), fresh_table<10 * fresh_count>(seq)};
+    std::uint64_t phase = 0x9e3779b97f4a7c15ull;
+    for (std::size_t st = 0; st < states.size(); ++st) {
+      for (int i = 0; i < fresh_count; ++i) {
+        for (const bool info : {i % 2 == 0, i % 2 != 0}) {
+          if (st == 0) {
+            lf::logger()->flush();
+            std::this_thread::sleep_for(std::chrono::milliseconds(60));
+          } else if (st == 1) {
+            lf::logger()->flush();
+            phase ^= phase << 13, phase ^= phase >> 7, phase ^= phase << 17;
+            std::this_thread::sleep_for(std::chrono::microseconds(phase % 2000));
+          }
+          logger->set_level(info ? spdlog::level::info : spdlog::level::warn);
+          BENCH_CUDA(cudaStreamSynchronize(stream));
+          const auto t0 = clock_type::now();
+          lf::launch(tables[2 * st + (info ? 0 : 1)][i], lf::max_occupancy().items(256).on(stream), 0);
+          (info ? states[st].info : states[st].warn).push_back(us_since(t0));
+          logger->set_level(spdlog::level::warn);
+        }
+      }
+      lf::logger()->flush();
+    }
+  }
+  BENCH_CUDA(cudaStreamSynchronize(stream));
   const double first_raw_us = bench::median(first_raw), first_lf_us = bench::median(first_lf);
   const double first_resolve_us = bench::median(first_resolve), first_cu_launch_us = bench::median(first_cu_launch);
   const double first_info_us = bench::median(first_info), first_info_sync_us = bench::median(first_info_sync);
@@ -508,7 +550,14 @@ int run(int argc, char** argv) {
        << ",\n\"fresh_first_launch_launchfit_info_async_us\":" << bench::json_number(first_info_us)
        << ",\n\"fresh_first_launch_launchfit_info_sync_us\":" << bench::json_number(first_info_sync_us)
        << ",\n\"fresh_resolve_us\":" << bench::json_number(first_resolve_us)
-       << ",\n\"fresh_first_cuLaunchKernel_us\":" << bench::json_number(first_cu_launch_us);
+       << ",\n\"fresh_first_cuLaunchKernel_us\":" << bench::json_number(first_cu_launch_us)
+       << ",\n\"fresh_first_launch_by_logging_state\":[";
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      js << (i ? ",\n" : "\n") << "{\"state\":" << bench::json_string(states[i].name)
+         << ",\"info_us\":" << bench::json_number(bench::median(states[i].info))
+         << ",\"warn_us\":" << bench::json_number(bench::median(states[i].warn)) << "}";
+    }
+    js << "]";
     js << ",\n\"failures\":" << failures << ",\n\"total_s\":" << bench::json_number(total_s) << "\n}\n";
     bench::write_file(json_path, js.str());
     std::printf("\nwrote %s\n", json_path.c_str());
@@ -533,6 +582,13 @@ int run(int argc, char** argv) {
               fresh_count, first_raw_us, first_lf_us, first_lf_us - first_raw_us, first_info_us,
               first_info_us - first_raw_us, first_info_sync_us, first_info_sync_us - first_raw_us, first_resolve_us,
               first_cu_launch_us);
+  std::printf("\n### The same by what the logging thread is doing (median of %d kernels each, levels alternating)\n\n"
+              "| logging thread | at info us | at warn us | info - warn us |\n|---|---:|---:|---:|\n",
+              fresh_count);
+  for (const auto& st : states) {
+    const double i = bench::median(st.info), w = bench::median(st.warn);
+    std::printf("| %s | %.2f | %.2f | %+.2f |\n", st.name, i, w, i - w);
+  }
   std::printf("\nfirst launchfit launch in the process (one sample, includes loading the driver entry points and "
               "the device query): %.1f us\n",
               first_us);
