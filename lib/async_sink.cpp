@@ -22,10 +22,15 @@ constexpr auto wait_cap = std::chrono::seconds(10);
 // While lines keep coming the logging thread looks for them, so a line costs its caller no wake-up (a futex
 // call, which made most of a first launch's log cost): 1 ms after the last batch, then 2, 4, 8 and every 16
 // ms, so a program logging a line every few tens of milliseconds wakes it a handful of times per line, not
-// every millisecond; after park_after without a line it sleeps until one wakes it.
+// every millisecond. After slow_after without a line it looks every poll_idle, and after park_after it
+// sleeps until a line wakes it. Waking a sleeping thread is what a line after a quiet spell costs its
+// caller: on an H100 host (a VM, 2026-12-06) a new kernel's first launch 60 ms after the last line took
+// 4-15 us longer at info than at warn, where a start-up burst of first launches took the same at both.
 constexpr auto poll_first = std::chrono::milliseconds(1);
 constexpr auto poll_longest = std::chrono::milliseconds(16);
-constexpr auto park_after = std::chrono::milliseconds(50);
+constexpr auto slow_after = std::chrono::milliseconds(50);
+constexpr auto poll_idle = std::chrono::milliseconds(100);
+constexpr auto park_after = std::chrono::seconds(10);
 constexpr auto exit_write_wait = std::chrono::milliseconds(500);
 
 // Inside the output (a run writing a batch): what a user sink logs or flushes from there is never queued
@@ -67,7 +72,7 @@ bool async_sink::submit(log_record& r) {
     bytes_ += r.weight();
     const bool warning = r.level >= spdlog::level::warn;
     items_.push_back(std::move(r));
-    // While polling, the background thread looks within poll_longest: the line costs its caller no wake-up.
+    // While polling, the background thread looks within poll_idle: the line costs its caller no wake-up.
     // A warning or an error wakes it at once (a program that dies of an error right after it loses no line
     // to the polling), as does the first line after a quiet spell.
     now = parked_ || warning;
@@ -89,7 +94,8 @@ bool async_sink::has_work() const noexcept {
 }
 
 // One batch written, or a look for lines while they keep coming: 1 ms after the last batch, then 2, 4, 8 and
-// every 16 ms; after park_after without a line no look is scheduled until a line wakes the thread.
+// every 16 ms, every 100 ms from slow_after; after park_after without a line no look is scheduled until a
+// line wakes the thread.
 background::clock::time_point async_sink::run() noexcept {
   std::unique_lock<std::mutex> lock(*mutex_);
   const auto now = background::clock::now();
@@ -100,7 +106,8 @@ background::clock::time_point async_sink::run() noexcept {
       return background::never;
     }
     log_polls_for_tests.fetch_add(1, std::memory_order_relaxed);
-    const auto next = now + std::min<background::clock::duration>(period_, park_after - quiet);
+    const background::clock::duration period = quiet >= slow_after ? poll_idle : period_;
+    const auto next = now + std::min<background::clock::duration>(period, park_after - quiet);
     period_ = std::min<background::clock::duration>(period_ * 2, poll_longest);
     return next;
   }

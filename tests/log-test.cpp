@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "async_sink.hpp"
+#include "background.hpp"
 #include "launchfit/policy.hpp"
 #include "log_internal.hpp"
 #include "plan_cache.hpp"
@@ -333,6 +334,8 @@ class logging_env {
       if (!l.empty() && l.back() == '\n') l.pop_back();
     return out;
   }
+  // Lines written so far, without waiting for the logging thread (no flush: a flush wakes it).
+  std::size_t written() { return sink_->last_formatted().size(); }
   std::vector<std::string> lines_with(const std::string& part) {
     std::vector<std::string> out;
     for (const std::string& l : lines())
@@ -729,6 +732,29 @@ TEST(LogAsync, ATrickleOfLinesCostsAFewPollsPerLineNotOnePerMillisecond) {
   std::printf("%d lines 30 ms apart: %llu polls\n", lines, static_cast<unsigned long long>(polls));
   EXPECT_LT(polls, 10u * lines);  // at most 7 looks in a 50 ms gap before it parks
   EXPECT_EQ(env.lines().size(), 1u + lines);
+}
+
+// A line some time after the last one (here 80 ms: past the fast polling, within park_after) is found by
+// the logging thread's slower looks: its caller wakes nothing. A warning still wakes the thread at once.
+TEST(LogAsync, ALineAfterAQuietSpellWakesNothingAWarningDoes) {
+  logging_env env({{"LAUNCHFIT_LOG_ASYNC", "1"}});
+  lf::detail::log_event(spdlog::level::info, "test", "first");
+  ASSERT_EQ(env.lines().size(), 1u);  // flushed: the logging thread runs
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  const std::uint64_t wakes = lf::detail::background::statistics().wakes;
+  lf::detail::log_event(spdlog::level::info, "test", "after a quiet spell");
+  EXPECT_EQ(lf::detail::background::statistics().wakes, wakes) << "an info line woke the logging thread";
+  // Written by the thread's own look (no flush, which would wake it), within its idle period and slack.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::size_t written = 0;
+  while ((written = env.written()) < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(written, 2u);
+  EXPECT_EQ(lf::detail::background::statistics().wakes, wakes);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  lf::detail::log_event(spdlog::level::warn, "test", "a warning");
+  EXPECT_EQ(lf::detail::background::statistics().wakes, wakes + 1) << "a warning did not wake the thread";
+  EXPECT_EQ(env.lines().size(), 3u);
 }
 
 TEST(LogAsync, JsonAndEscapingHoldOnTheLoggingThread) {
