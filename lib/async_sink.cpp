@@ -79,7 +79,8 @@ bool async_sink::submit(log_record& r) {
     parked_ = false;
   }
   // After mutex_ is released (background.cpp's lock rule). While polling, the wake only makes sure a thread
-  // runs in this process (a child of fork() starts its own): the look it has scheduled comes sooner.
+  // runs in this process (a child of fork() starts its own) and marks the task due: the sleeping thread is
+  // not told, and finds the line at its next scheduled look (within poll_idle).
   if (now) {
     background::wake(*this);
   } else {

@@ -12,6 +12,7 @@
 #include "log_internal.hpp"
 #include "plan_match.hpp"
 #include "planner_steps.hpp"
+#include "plugin_internal.hpp"
 #include "remote_store.hpp"
 #include "text.hpp"
 #include "tuning_lease.hpp"
@@ -114,7 +115,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   // The plan store's layers (the local file, the remote store) are asked only when one is in use.
   if (!cache_file_open() && !remote_layer()) {
     record.skip_conditions();  // nothing is stored or shared: the GPU's conditions are not read
-    if (q.time_plan && r.has_arguments && !chosen.builtin()) record.prepare_trials();
+    if (q.time_plan && r.has_arguments && plugin_internal::is_plugin_policy(chosen)) record.prepare_trials();
     plan p = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, p, need);
     say_graph_timed(record, p);
@@ -152,11 +153,12 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   // A built-in policy is cheap and deterministic to ask: its answer checks the stored plan.
   std::optional<plan> computed;
   if (!stored || cross_checks_stored_plans(chosen)) {
-    // A policy that may time trials: NVML is loaded (once per process), the GPU's conditions read and the
-    // trials' stream gate made before its time budget starts, and only where trials can run.
+    // A policy that may time trials: NVML is loaded (once per process); for a plugin's (autotune), the GPU's
+    // conditions are read and the trials' stream gate made before its time budget starts. Only where trials
+    // can run.
     if (!stored && q.time_plan && r.has_arguments && !chosen.builtin()) {
       nvml::load_now();
-      record.prepare_trials();
+      if (plugin_internal::is_plugin_policy(chosen)) record.prepare_trials();
     }
     computed = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, *computed, need);

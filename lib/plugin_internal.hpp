@@ -108,5 +108,8 @@ void check_own_shape(const query& q, const plan& p);
 
 // Makes the policy of a loaded plugin from a policy string's parameters (`fallback` is launchfit's own).
 policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin);
+// Whether `p` is a plugin's policy: the policies that tune (autotune), for which the trials are prepared before
+// the policy is asked (tuning_record::prepare_trials()); any other policy's first trial prepares them.
+bool is_plugin_policy(const policy& p) noexcept;
 
 }  // namespace launchfit::detail::plugin_internal

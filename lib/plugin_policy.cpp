@@ -207,6 +207,8 @@ class plugin_policy final : public policy_base {
 
 }  // namespace
 
+bool is_plugin_policy(const policy& p) noexcept { return dynamic_cast<const plugin_policy*>(&p) != nullptr; }
+
 policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {
   return [plugin](const std::map<std::string, std::string>& params) -> std::shared_ptr<const policy> {
     std::shared_ptr<const policy> fallback;

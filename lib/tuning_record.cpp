@@ -50,15 +50,20 @@ void tuning_record::set_trial_setup(std::function<void()> setup) {
   setup_ = std::move(setup);
 }
 
-void tuning_record::prepare_trials() {
+void tuning_record::prepare_trials() noexcept {
   std::function<void()> setup;
   {
     std::lock_guard<std::mutex> lock(m_);
     setup.swap(setup_);
   }
   if (!setup) return;  // no trials offered (plan_for(), a stream capture): nothing to prepare
-  setup();
-  before_trial();
+  try {
+    setup();
+    before_trial();
+  } catch (...) {
+    // No thread or pinned word now (a thread limit, memory), or no conditions read: the first trial makes the
+    // gate again, where a trial that cannot run is a failed trial, never a failed launch.
+  }
 }
 
 void tuning_record::before_trial() {

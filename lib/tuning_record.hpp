@@ -62,10 +62,11 @@ class tuning_record {
   void skip_conditions();
   // What the first trial would otherwise do inside the policy's time budget (the trials' stream gate: a
   // pinned word and a watchdog thread), given by whoever offers real trials; prepare_trials() runs it once,
-  // before the policy is asked, and reads the GPU's conditions then (before_trial()); without a setup it does
-  // nothing. Every trial then costs what the next one will, and the policy's budget goes to trials.
+  // before a plugin's policy is asked, and reads the GPU's conditions then (before_trial()); without a setup
+  // it does nothing; it never throws (what failed is left to the first trial). Every trial then costs what the
+  // next one will (the first still takes the fleet's lease), and the policy's budget goes to trials.
   void set_trial_setup(std::function<void()> setup);
-  void prepare_trials();
+  void prepare_trials() noexcept;
   void add(const plan& p, double ms);
   // The gated samples of one candidate (sample_wait): their GPU time, the host's time beyond it summed over
   // `samples` samples, and whether they ran as CUDA graph replays. The tuning's wait is that excess beyond

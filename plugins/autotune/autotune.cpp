@@ -580,7 +580,8 @@ class search {
     for (std::size_t k = 0; k < ranked.size(); ++k) ms[k].push_back(ranked[k]->ms);
     for (int round = 0; round < 2; ++round) {
       for (std::size_t k = 0; k < ranked.size(); ++k) {
-        if (!time_left()) break;  // the time budget holds for confirmation too
+        // The time budget holds for confirmation too, judged by this plan's own first timing.
+        if (elapsed_ms() + 1.25 * ranked[k]->host_ms > limit_ms_) continue;
         const double t = timed_once(ranked[k]->block_index, ranked[k]->level_index);
         ++extra_timings_;
         if (t >= 0) ms[k].push_back(t);
@@ -630,22 +631,21 @@ class search {
     }
     return true;
   }
-  // The time confirm() will take: two more timings of each of the (up to) 3 fastest plans, each as long as its
-  // first. The search keeps it back, so the budget never ends before the fastest plans are re-timed (without
-  // it, a search that used all of max_ms chose by single timings: on an H100 every tuning of a 4-byte map at
+  // The time confirm() will take: two more timings of each of the 3 fastest plans, each as long as a typical
+  // trial (the median trial: one slow trial, the first's one-off costs, do not make it), at most a third of
+  // the budget (a search of a few slow trials is not starved; confirmation then re-times what still fits).
+  // The search keeps it back, so the budget never ends before the fastest plans are re-timed (without it a
+  // search that used all of max_ms chose by single timings: on an H100 every tuning of a 4-byte map at
   // 2^20..2^26 stopped at max_ms with no plan confirmed).
   double confirm_ms() const {
     if (confirm_reserve() == 0) return 0;
-    std::vector<const trial*> ranked;
+    std::vector<double> took;
     for (const trial& t : trials_)
-      if (t.ms >= 0) ranked.push_back(&t);
-    const std::size_t n = std::min<std::size_t>(ranked.size(), confirm_count);
-    if (n < 2) return 0;
-    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.end(),
-                      [](const trial* a, const trial* b) { return a->ms < b->ms; });
-    double ms = 0;
-    for (std::size_t k = 0; k < n; ++k) ms += 2 * ranked[k]->host_ms;
-    return ms;
+      if (t.ms >= 0) took.push_back(t.host_ms);
+    if (took.empty()) return 0;
+    std::nth_element(took.begin(), took.begin() + static_cast<std::ptrdiff_t>(took.size() / 2), took.end());
+    const double typical = took[took.size() / 2];
+    return std::min(2.0 * static_cast<double>(confirm_count) * typical, limit_ms_ / 3);
   }
   // Whether one more trial, a quarter longer than the longest so far, ends within max_ms: tuning stays within its
   // budget instead of starting a trial at 49 ms of 50. The quarter: candidates of one kernel differ in how long

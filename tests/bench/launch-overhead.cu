@@ -476,7 +476,8 @@ int run(int argc, char** argv) {
 
   // The same first launch at info and at warn by what the logging thread is doing when the line comes (each
   // pair launches fresh kernels of its own, alternating, after the same wait): "quiet", 60 ms after the last
-  // line, the thread parked (the line wakes it); "after a line", a random 0-2 ms after the previous line was
+  // line (past the thread's fast looks: a build that parks it after 50 ms wakes it for the line, one that keeps
+  // looking every 100 ms does not); "after a line", a random 0-2 ms after the previous line was
   // written (the thread looking for lines on its own schedule, which a real program's start-up meets at any
   // phase); "start-up burst", one launch after another with no wait, as a program's first launches come.
   struct by_state {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -560,8 +562,11 @@ CUresult CUDAAPI stub_cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* sta
   *status = g.captures.count(s) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
+std::atomic<double> host_alloc_ms{0};
 CUresult CUDAAPI stub_cuMemHostAlloc(void** p, size_t bytes, unsigned int) {
   ENTER(cuMemHostAlloc);
+  if (const double ms = host_alloc_ms.load(); ms > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
   *p = std::calloc(1, bytes ? bytes : 1);
   return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -850,6 +855,8 @@ unsigned long long launchfit_stub_total_calls(void) {
 void launchfit_stub_reset_calls(void) {
   for (auto& c : calls) c.store(0, std::memory_order_relaxed);
 }
+
+void launchfit_stub_set_host_alloc_ms(double ms) { host_alloc_ms.store(ms); }
 
 int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAttribute* attrs, unsigned max_attrs) {
   launches& l = the_launches();

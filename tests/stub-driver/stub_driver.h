@@ -37,6 +37,8 @@ void launchfit_stub_reset_calls(void);
 // (up to `max_attrs`); 0 when there was none.
 int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAttribute* attrs, unsigned max_attrs);
 
+// Each cuMemHostAlloc takes this long (0: at once), as page-locking memory can in a virtual machine.
+void launchfit_stub_set_host_alloc_ms(double ms);
 // The next `times` calls of `entry` return `code` (times < 0: every call until set again with 0).
 void launchfit_stub_fail(const char* entry, CUresult code, int times);
 // The same once `skip` more calls of it have succeeded.
