@@ -153,9 +153,8 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   // A built-in policy is cheap and deterministic to ask: its answer checks the stored plan.
   std::optional<plan> computed;
   if (!stored || cross_checks_stored_plans(chosen)) {
-    // A policy that may time trials: NVML is loaded (once per process); for a plugin's (autotune), the GPU's
-    // conditions are read and the trials' stream gate made before its time budget starts. Only where trials
-    // can run.
+    // A policy that may time trials: NVML is loaded (once per process) before its time budget starts, and for
+    // a plugin's (autotune) the trials' stream gate is made then too. Only where trials can run.
     if (!stored && q.time_plan && r.has_arguments && !chosen.builtin()) {
       nvml::load_now();
       if (plugin_internal::is_plugin_policy(chosen)) record.prepare_trials();

@@ -59,10 +59,9 @@ void tuning_record::prepare_trials() noexcept {
   if (!setup) return;  // no trials offered (plan_for(), a stream capture): nothing to prepare
   try {
     setup();
-    before_trial();
   } catch (...) {
-    // No thread or pinned word now (a thread limit, memory), or no conditions read: the first trial makes the
-    // gate again, where a trial that cannot run is a failed trial, never a failed launch.
+    // No thread or pinned word now (a thread limit, memory): the first trial makes the gate again, where a
+    // trial that cannot run is a failed trial, never a failed launch.
   }
 }
 

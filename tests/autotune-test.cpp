@@ -147,7 +147,7 @@ fake_timer::model trials_of_5_ms() {
 
 TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
   EXPECT_EQ(info_.name, "autotune");
-  EXPECT_EQ(info_.version, "1.5.0");
+  EXPECT_EQ(info_.version, "1.4.1");
   EXPECT_EQ(info_.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
   const auto names = lf::registered_policies();
   EXPECT_NE(std::find(names.begin(), names.end(), "autotune"), names.end());
@@ -435,23 +435,6 @@ TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
     EXPECT_EQ(p.trials, timer.calls()) << budget;
     EXPECT_TRUE(contains(p.reason, "stopped at " + budget)) << p.reason;
   }
-}
-
-// A search that max_ms stops keeps back the time its confirmation needs: before, the search ran until the
-// budget was spent and the plan was chosen by single timings (on an H100 every tuning of a 4-byte map at
-// 2^20..2^26 ended "stopped at max_ms" with nothing confirmed). Trials of 5 ms under max_ms=100: the search
-// stops early enough for two re-timings of the 3 fastest (about 30 ms; a host that oversleeps by 10 ms in all
-// still leaves the 4 re-timings this checks).
-TEST_F(Autotune, KeepsTimeForConfirmationWhenMaxMsBinds) {
-  lf::query q = h200_query(grid_stride_64m);
-  fake_timer timer(trials_of_5_ms());
-  q.time_plan = timer.callback();
-  const lf::plan p = lf::policy_from_string("autotune(max_ms=100)")->choose(q);
-  EXPECT_TRUE(contains(p.reason, "stopped at max_ms=100")) << p.reason;
-  EXPECT_TRUE(contains(p.reason, "fastest confirmed by re-timing")) << p.reason;
-  const std::vector<std::pair<int, int>> distinct = searched(timer.timed());
-  EXPECT_GE(timer.timed().size(), distinct.size() + 4) << "fewer than two plans re-timed twice: " << p.reason;
-  EXPECT_EQ(p.trials, timer.calls());
 }
 
 TEST_F(Autotune, TiesWithinTheNoiseBandGoToTheFixedOrder) {

@@ -28,7 +28,7 @@
 namespace {
 
 constexpr const char* plugin_name = "autotune";
-constexpr const char* plugin_version = "1.5.0";
+constexpr const char* plugin_version = "1.4.1";
 // The noise rule, stated once: plans within max(the re-timing rounds' relative spread, min_noise) of the
 // fastest are equally fast, and the fixed order of better_in_tie() decides among them, so two independent
 // tunings of one kernel on one GPU model pick the same plan whichever of the near-equal plans their noise
@@ -172,7 +172,6 @@ struct trial {
   double ms = -1;          // < 0: could not run
   bool confirmed = false;  // re-timed by confirm(); ms is then the median of its timings
   int shape_x = 0;         // a 2-D block of its own: shape_x x (threads / shape_x); 0: launchfit's shape
-  double host_ms = 0;      // how long its timing took (the host's time, launches and synchronisation included)
 };
 
 // The lower median: a plan timed twice is not penalised against one timed three times.
@@ -269,19 +268,12 @@ class search {
     if (shapes_) time_shapes();
   }
 
-  // A budget spent in the coarse pass ends the search there, never confirmation (which the search keeps
-  // its time for): before, it returned past confirm(), so a plan chosen within the coarse pass was never
-  // re-timed.
   void explore() {
-    bool spent = false;
     for (const auto& [bi, li] : coarse_plan()) {
-      if (!budget_left()) {
-        spent = true;
-        break;
-      }
+      if (!budget_left()) return;
       time(bi, li);
     }
-    while (!spent && budget_left()) {
+    while (budget_left()) {
       const auto next = next_refinement();
       if (next.first < 0) break;  // the neighbourhoods of the fastest plans are all timed
       time(next.first, next.second);
@@ -580,8 +572,7 @@ class search {
     for (std::size_t k = 0; k < ranked.size(); ++k) ms[k].push_back(ranked[k]->ms);
     for (int round = 0; round < 2; ++round) {
       for (std::size_t k = 0; k < ranked.size(); ++k) {
-        // The time budget holds for confirmation too, judged by this plan's own first timing.
-        if (elapsed_ms() + 1.25 * ranked[k]->host_ms > limit_ms_) continue;
+        if (!time_left()) break;  // the time budget holds for confirmation too
         const double t = timed_once(ranked[k]->block_index, ranked[k]->level_index);
         ++extra_timings_;
         if (t >= 0) ms[k].push_back(t);
@@ -625,35 +616,16 @@ class search {
       stopped_by_trials_ = more_to_do();
       return false;
     }
-    if (!time_left(confirm_ms())) {
+    if (!time_left()) {
       stopped_by_time_ = more_to_do();
       return false;
     }
     return true;
   }
-  // The time confirm() will take: two more timings of each of the 3 fastest plans, each as long as a typical
-  // trial (the median trial: one slow trial, the first's one-off costs, do not make it), at most a third of
-  // the budget (a search of a few slow trials is not starved; confirmation then re-times what still fits).
-  // The search keeps it back, so the budget never ends before the fastest plans are re-timed (without it a
-  // search that used all of max_ms chose by single timings: on an H100 every tuning of a 4-byte map at
-  // 2^20..2^26 stopped at max_ms with no plan confirmed).
-  double confirm_ms() const {
-    if (confirm_reserve() == 0) return 0;
-    std::vector<double> took;
-    for (const trial& t : trials_)
-      if (t.ms >= 0) took.push_back(t.host_ms);
-    if (took.empty()) return 0;
-    std::nth_element(took.begin(), took.begin() + static_cast<std::ptrdiff_t>(took.size() / 2), took.end());
-    const double typical = took[took.size() / 2];
-    return std::min(2.0 * static_cast<double>(confirm_count) * typical, limit_ms_ / 3);
-  }
   // Whether one more trial, a quarter longer than the longest so far, ends within max_ms: tuning stays within its
   // budget instead of starting a trial at 49 ms of 50. The quarter: candidates of one kernel differ in how long
   // a trial takes (on an H100 a trial of 5.6 ms after shorter ones ended a tuning at 50.8 ms of 50).
-  // `kept_back`: time the caller keeps for later steps (confirm_ms()).
-  bool time_left(double kept_back = 0) const {
-    return elapsed_ms() + 1.25 * longest_trial_ms_ + kept_back <= limit_ms_;
-  }
+  bool time_left() const { return elapsed_ms() + 1.25 * longest_trial_ms_ <= limit_ms_; }
   // Whether the search would have timed another plan (so the reason mentions the budget only when it bit).
   bool more_to_do() const {
     for (const auto& [bi, li] : coarse_plan())
@@ -662,21 +634,16 @@ class search {
   }
 
   void time(int bi, int li) {
-    double host_ms = 0;
-    const double ms = timed_once(bi, li, 0, &host_ms);
+    const double ms = timed_once(bi, li);
     timed_[bi][li] = ms;
-    trial t{bi, li, ms};
-    t.host_ms = host_ms;
-    trials_.push_back(t);
+    trials_.push_back(trial{bi, li, ms});
   }
 
   // time_once(), noting how long the trial took (the host's time, launches and synchronisation included).
-  double timed_once(int bi, int li, int shape_x = 0, double* host_ms = nullptr) {
+  double timed_once(int bi, int li, int shape_x = 0) {
     const double before = elapsed_ms();
     const double ms = time_once(bi, li, shape_x);
-    const double took = elapsed_ms() - before;
-    longest_trial_ms_ = std::max(longest_trial_ms_, took);
-    if (host_ms) *host_ms = took;
+    longest_trial_ms_ = std::max(longest_trial_ms_, elapsed_ms() - before);
     return ms;
   }
 
