@@ -19,6 +19,7 @@
 #include "launchfit/param_policy.hpp"
 #include "launchfit/plugin.hpp"
 #include "stub_driver.h"
+#include "stub_plan.hpp"
 
 namespace lf = launchfit;
 
@@ -375,11 +376,7 @@ class counted_policy : public lf::param_policy<counted_policy, counted_params> {
 
  protected:
   lf::plan choose_impl(const lf::query& q) const override {
-    lf::plan p;
-    p.block = lf::dims{256, 1, 1};
-    p.block_threads = 256;
-    p.blocks_per_sm = q.active_blocks_for(256);
-    p.reason = "counted";
+    const lf::plan p = launchfit_test::full_residency_plan(q, 256, "counted");
     if (q.time_plan) (void)q.time_plan(p);  // asks for a trial: a capture keeps it from trials
     return p;
   }

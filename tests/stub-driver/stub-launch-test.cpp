@@ -19,6 +19,7 @@
 #include "launchfit/plugin.hpp"
 #include "plan_cache.hpp"
 #include "stub_driver.h"
+#include "stub_plan.hpp"
 
 namespace lf = launchfit;
 
@@ -150,11 +151,7 @@ class target_recorder final : public lf::param_policy<target_recorder, lf::no_pa
  protected:
   lf::plan choose_impl(const lf::query& q) const override {
     target_seen = q.bytes_in_flight_per_sm;
-    lf::plan p;
-    p.block = lf::dims{256, 1, 1};
-    p.blocks_per_sm = q.active_blocks_for(256);
-    p.reason = "records the target";
-    return p;
+    return launchfit_test::full_residency_plan(q, 256, "records the target");
   }
 };
 
@@ -284,11 +281,7 @@ class timing_policy final : public lf::param_policy<timing_policy, timing_params
 
  protected:
   lf::plan choose_impl(const lf::query& q) const override {
-    lf::plan p;
-    p.block = lf::dims{256, 1, 1};
-    p.block_threads = 256;
-    p.blocks_per_sm = q.active_blocks_for(256);
-    p.reason = "timed once or never, by the test";
+    const lf::plan p = launchfit_test::full_residency_plan(q, 256, "timed once or never, by the test");
     gate_words_before_first_trial = launchfit_stub_calls("cuMemHostAlloc");
     if (time_once && q.time_plan) (void)q.time_plan(p);
     return p;
