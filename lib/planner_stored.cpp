@@ -115,7 +115,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   // The plan store's layers (the local file, the remote store) are asked only when one is in use.
   if (!cache_file_open() && !remote_layer()) {
     record.skip_conditions();  // nothing is stored or shared: the GPU's conditions are not read
-    if (q.time_plan && r.has_arguments && plugin_internal::is_plugin_policy(chosen)) record.prepare_trials();
+    if (plugin_internal::is_plugin_policy(chosen)) record.prepare_trials();  // real trials offered: the gate
     plan p = choose(chosen, q, e, fam.blocks.empty());
     apply_requirements(q, p, need);
     say_graph_timed(record, p);

@@ -63,10 +63,8 @@ class tuning_record {
   // What the first trial would otherwise do inside the policy's time budget (the trials' stream gate: a
   // pinned word and a watchdog thread), given by whoever offers real trials; prepare_trials() runs it once,
   // before a plugin's policy is asked; without a setup it does nothing; it never throws (what failed is left
-  // to the first trial). The GPU's conditions are still read at the first trial, once this process holds the
-  // fleet's lease: read before the policy was asked (with an autotune that also confirmed more often), a fleet
-  // of 8 on an H100 ran 10 tuners for 4 kernels, their plans provisional ("other process busy on the GPU
-  // before tuning", re-timings' spread) and so never published.
+  // to the first trial). The GPU's conditions are read at the first trial, once this process holds the
+  // fleet's lease: read before it, another process's tuning of the previous kernel counts as busy.
   void set_trial_setup(std::function<void()> setup);
   void prepare_trials() noexcept;
   void add(const plan& p, double ms);
