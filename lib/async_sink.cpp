@@ -11,6 +11,7 @@ namespace launchfit::detail {
 std::atomic<void (*)()> log_batch_taken_for_tests{nullptr};
 std::atomic<void (*)()> log_exit_waiting_for_tests{nullptr};
 std::atomic<std::uint64_t> log_polls_for_tests{0};
+std::atomic<std::uint64_t> log_wakes_for_tests{0};
 
 namespace {
 
@@ -82,6 +83,7 @@ bool async_sink::submit(log_record& r) {
   // runs in this process (a child of fork() starts its own) and marks the task due: the sleeping thread is
   // not told, and finds the line at its next scheduled look (within poll_idle).
   if (now) {
+    log_wakes_for_tests.fetch_add(1, std::memory_order_relaxed);
     background::wake(*this);
   } else {
     background::wake(*this, background::clock::now() + poll_longest, false);

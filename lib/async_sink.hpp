@@ -115,5 +115,8 @@ extern std::atomic<void (*)()> log_batch_taken_for_tests;
 extern std::atomic<void (*)()> log_exit_waiting_for_tests;
 // Tests: how many times the logging thread has looked for lines while polling (not while parked).
 extern std::atomic<std::uint64_t> log_polls_for_tests;
+// Tests: how many queued lines asked for the logging thread at once (a warning, or a line that found it
+// parked) rather than leaving the line to its next scheduled look.
+extern std::atomic<std::uint64_t> log_wakes_for_tests;
 
 }  // namespace launchfit::detail

@@ -227,7 +227,6 @@ void wake(task& t, clock::time_point when, bool notify) noexcept {
   if (!started) return;  // a new thread looks at every task first
   if (notify && s.sleeping && when < s.sleeps_until) {
     s.sleeps_until = when;
-    ++s.st.wakes;
     s.wake_cv->notify_one();
   }
 }

@@ -85,7 +85,6 @@ struct stats {
   std::uint64_t runs = 0;             // task runs on the background thread
   std::uint64_t runs_here = 0;        // task runs on a caller's thread (run_here, after shutdown)
   std::uint64_t threads_started = 0;  // in this process (a child of fork() counts its own)
-  std::uint64_t wakes = 0;            // wake() calls that woke the sleeping thread (a futex call each)
   int tasks = 0;
 };
 stats statistics() noexcept;
