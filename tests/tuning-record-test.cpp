@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "tuning_record.hpp"
@@ -298,4 +299,26 @@ TEST(TuningRecord, TheTrialGateIsAskedOnceAtTheFirstTrial) {
   EXPECT_TRUE(allowed.allow_trial());
   EXPECT_EQ(asked, 2);
   EXPECT_FALSE(allowed.trials_refused());
+}
+
+// The trials' setup runs once, before the policy is asked, and reads no GPU conditions (those are read at the
+// first trial, after the fleet's lease). A setup that throws (no thread could start, no pinned memory) is
+// swallowed: the first trial makes the gate again, and the launch never fails for it.
+TEST(TuningRecord, TheTrialsSetupRunsOnceReadsNothingAndNeverThrows) {
+  scripted s{quiet(), quiet()};
+  tuning_record r(s.reader());
+  r.prepare_trials();  // nothing given: nothing done
+  int runs = 0;
+  r.set_trial_setup([&runs] { ++runs; });
+  r.prepare_trials();
+  r.prepare_trials();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(s.reads, 0) << "the GPU's conditions were read before the first trial";
+
+  tuning_record failing(s.reader());
+  failing.set_trial_setup(
+      [] { throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again)); });
+  EXPECT_NO_THROW(failing.prepare_trials());
+  tune(failing, {{plan_of(256, 8), 1.0}});
+  EXPECT_TRUE(failing.tuned());
 }

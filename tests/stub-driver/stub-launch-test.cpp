@@ -255,8 +255,9 @@ TEST(StubLaunch, APluginPolicysBudgetIsForItsTrialsNotTheGatesAllocation) {
   launchfit_stub_set_cost(f, 0.002, 256);
   launchfit_stub_set_host_alloc_ms(45);
   launchfit_stub_reset_calls();
-  const lf::launched l = lf::launch(lf::kernel(f), lf::use("autotune(max_ms=50)").items(1 << 20).on(stream_of(0x15)).rerunnable(),
-                                    1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
+  const auto spec = lf::use("autotune(max_ms=50)").items(1 << 20).on(stream_of(0x15)).rerunnable();
+  const lf::launched l =
+      lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
   launchfit_stub_set_host_alloc_ms(0);
   EXPECT_EQ(launchfit_stub_calls("cuMemHostAlloc"), 1u) << "one gate per tuning";
   EXPECT_GE(l.plan().trials, 8) << l.plan().reason;
