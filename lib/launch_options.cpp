@@ -84,6 +84,7 @@ bool parse_key_words(std::string_view rest, stored_key_text& out) {
       out.rest += word;
       stage = 3;
     } else if (word.substr(0, 7) == "blocks=" || word == "rows=32" || word.substr(0, 4) == "sms=" ||
+               ((word == "work=grid_stride" || word == "work=grid") && out.rest.find(" work=") == std::string::npos) ||
                word.substr(0, 7) == "family=" ||
                (!out.rest.empty() && word.find('=') == std::string_view::npos)) {
       // A block rule's text has spaces ("blocks=multiple of 64"): its later words follow it.

@@ -426,7 +426,7 @@ std::string validate_stored_entry(const stored_entry& e) {
   std::optional<stored_key_text> key = parse_key_text(k.policy);
   if (!key) {
     return "the key's policy text '" + escape_text(k.policy, 200) +
-           "' is not a policy followed by launch-option words (cooperative, cluster=XxYxZ, pdl, waves=, "
+           "' is not a policy followed by launch-option words (cooperative, cluster=XxYxZ, pdl, work=, waves=, "
            "blocks=, rows=32, sms=, family=)";
   }
   // The smem rule is a launch option held in its own key field: fixed bytes bind the plan's smem.

@@ -40,14 +40,21 @@ inline constexpr std::uint64_t own_policy_bit = 1ULL << 62;
 
 // What shapes the block and the resident grid beyond the policy: the block rule, the block shape (block_y,
 // x multiple, rows per thread), multi-dimensional work (its blocks are shaped in rows of 32), the SM budget,
-// a grid_stride launch's waves cap (a tuning policy times its candidates under it), and a spec without work
-// (its plan says plan::without_work where the policy decides by the work, so it is not the plan of the same
-// spec with work even where their buckets agree). 0 for 1-D work with none of these. `w`: the request's work.
+// the work's kind and a grid_stride launch's waves cap, and a spec without work (its plan says
+// plan::without_work where the policy decides by the work, so it is not the plan of the same spec with work
+// even where their buckets agree). The kind: items(n) and grid_stride(n) launch different grids for one plan,
+// and a policy that times candidates (autotune) or reads the query's work kind decides for the grid it was
+// given, so a plan tuned for one kind is never the other's. 0 for 1-D items work with none of these.
+// `w`: the request's work.
 inline std::uint64_t shape_bits(const launch_request& r, const work& w) noexcept {
   const std::uint64_t rule = r.blocks.k == block_rule::kind::any ? 0 : r.blocks.hash();
   const std::uint64_t shape = r.shape_rule.is_set() ? r.shape_rule.hash() : 0;
   const std::uint64_t waves = w.kind == work::shape::grid_stride ? r.options.waves : 0;
-  const std::uint64_t extra = (w.rank >= 2 ? 2u : 0u) | (w.kind == work::shape::none ? 4u : 0u) |
+  const std::uint64_t kind = w.kind == work::shape::none          ? 4u
+                             : w.kind == work::shape::grid_stride ? 8u
+                             : w.kind == work::shape::grid        ? 16u
+                                                                  : 0u;
+  const std::uint64_t extra = (w.rank >= 2 ? 2u : 0u) | kind |
                               (static_cast<std::uint64_t>(r.options.sm_budget & 0xffffff) << 8) |
                               (waves << 32);
   if ((rule | extra | shape) == 0) return 0;

@@ -361,13 +361,16 @@ TEST(PlanIdentity, EveryLaunchOptionAndShapeIsInTheKey) {
       key_of(lf::max_occupancy().items({2048, 2048}).block_x_multiple(64)),
       key_of(lf::max_occupancy().items({2048, 2048}).block_x_free()),
       key_of(lf::max_occupancy().items({2048, 2048}).block_y(8).block_z(2)),
+      key_of(lf::max_occupancy().grid_stride(1 << 22)),
       key_of(lf::max_occupancy().grid_stride(1 << 22).waves(1)),
       key_of(lf::max_occupancy().grid_stride(1 << 22).waves(2)),
+      key_of(lf::max_occupancy().grid(lf::dims{4096, 1, 1})),
+      key_of(lf::max_occupancy()),
   };
-  // The plan is the same for items(n) and grid_stride(n) (the grid follows the work at each launch); a waves
-  // cap shapes grid_stride launches only.
-  EXPECT_TRUE(key_of(lf::max_occupancy().grid_stride(1 << 22)) == base);
+  // The work's kind is in the key: items(n) and grid_stride(n) launch different grids for one plan, and a
+  // policy that times candidates decides for the grid it timed. A waves cap shapes grid_stride launches only.
   EXPECT_TRUE(key_of(lf::max_occupancy().items(1 << 22).waves(2)) == base);
+  EXPECT_TRUE(key_of(lf::max_occupancy().grid_stride(1 << 22)) == key_of(lf::max_occupancy().grid_stride(1 << 23)));
   for (std::size_t i = 0; i < std::size(changed); ++i) {
     EXPECT_FALSE(changed[i] == base) << i;
     for (std::size_t j = 0; j < i; ++j) EXPECT_FALSE(changed[i] == changed[j]) << i << " vs " << j;

@@ -175,23 +175,29 @@ TEST(StoredEntry, APlanThatLaunchesAsItsKeySaysIsKept) {
   ld::stored_entry odd_params = entry("_Z3oddPf", odd + " cooperative", odd);
   odd_params.plan.options.cooperative = true;
   const ld::stored_entry unnamed = entry("_Z7unnamedPf", plain, "");  // a plan without its policy's name
-  for (const auto& e : {all_options, family, odd_params, unnamed}) {
+  // The work's kind, where it is not items(n): a grid_stride launch's plan (with its waves cap) and a grid's.
+  ld::stored_entry strided = entry("_Z6stridePf", plain + " pdl work=grid_stride waves=2");
+  strided.plan.options.programmatic = true;
+  strided.plan.options.waves = 2;
+  const ld::stored_entry gridded = entry("_Z4gridPf", plain + " blocks=multiple of 64 work=grid");
+  for (const auto& e : {all_options, family, odd_params, unnamed, strided, gridded}) {
     EXPECT_EQ(ld::validate_stored_entry(e), "") << e.key.policy;
   }
-  const ld::cache_file_contents c =
-      ld::parse_cache_file(ld::serialize_cache_file({all_options, family, odd_params, unnamed}));
-  EXPECT_EQ(c.entries.size(), 4u) << all(c.problems);
+  const ld::cache_file_contents c = ld::parse_cache_file(
+      ld::serialize_cache_file({all_options, family, odd_params, unnamed, strided, gridded}));
+  EXPECT_EQ(c.entries.size(), 6u) << all(c.problems);
   std::vector<ld::stored_entry> fast;
-  EXPECT_TRUE(ld::parse_cache_file_lines(ld::serialize_cache_file({all_options, family, odd_params, unnamed}),
-                                         {}, fast));
-  EXPECT_EQ(fast.size(), 4u);
+  EXPECT_TRUE(ld::parse_cache_file_lines(
+      ld::serialize_cache_file({all_options, family, odd_params, unnamed, strided, gridded}), {}, fast));
+  EXPECT_EQ(fast.size(), 6u);
 }
 
 TEST(StoredEntry, AMalformedKeyTextIsRefused) {
   for (const std::string text :
        {std::string("max_occupancy"), plain + " turbo", plain + " cluster=0x1x1", plain + " pdl cooperative",
         plain + "  cooperative", std::string("(x=1)"), plain + " cluster=1x1x1", plain + " waves=0",
-        plain + " waves=", plain + " waves=2x", plain + " waves=4294967296", plain + " waves=1 waves=2"}) {
+        plain + " waves=", plain + " waves=2x", plain + " waves=4294967296", plain + " waves=1 waves=2",
+        plain + " work=items", plain + " work=", plain + " work=grid_stride work=grid"}) {
     SCOPED_TRACE(text);
     const ld::stored_entry e = entry("_Z3badPf", text);
     EXPECT_TRUE(has(ld::validate_stored_entry(e), "is not a policy followed by launch-option words"))

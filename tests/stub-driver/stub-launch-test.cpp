@@ -10,6 +10,8 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "launchfit/cache.hpp"
@@ -262,6 +264,50 @@ TEST(StubLaunch, APluginPolicysBudgetIsForItsTrialsNotTheGatesAllocation) {
   EXPECT_EQ(launchfit_stub_calls("cuMemHostAlloc"), 1u) << "one gate per tuning";
   EXPECT_GE(l.plan().trials, 8) << l.plan().reason;
   EXPECT_LE(l.plan().tuning_ms, 50.0 * 1.5) << l.plan().reason;
+#else
+  GTEST_SKIP() << "the autotune plugin is not built (-DLAUNCHFIT_BUILD_PLUGINS=OFF)";
+#endif
+}
+
+// One kernel launched with items(n) and with grid_stride(n) by a tuning policy: each launch's plan is tuned for
+// the grid it launches. The same map kernel, once one element per thread ("scale4") and once grid-stride
+// ("map4"), used to share one plan: the grid-stride launch ran the block the items launch had timed at full
+// residency, a grid no trial had timed (2-4% slower than its own tuning on an H100), and the plan file held one
+// entry for both.
+TEST(StubLaunch, ATuningPolicyTunesItemsAndGridStrideWorkOfOneKernelApart) {
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+  ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("launchfit-stub-kinds-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::filesystem::remove(file);
+  lf::set_cache_file(file);
+  const CUfunction f = axpy_kernel("_Z8map_kindfPKfPfi");
+  launchfit_stub_set_cost(f, 0.002, 256);
+  const int n = 1 << 20;
+  const auto items = lf::use("autotune(max_ms=20)").items(n).on(stream_of(0x16)).rerunnable();
+  const auto strided = lf::use("autotune(max_ms=20)").grid_stride(n).on(stream_of(0x16)).rerunnable();
+  const lf::launched a = lf::launch(lf::kernel(f), items, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  const lf::launched b = lf::launch(lf::kernel(f), strided, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_GT(a.plan().trials, 0) << a.plan().reason;
+  EXPECT_GT(b.plan().trials, 0) << "the grid-stride launch ran the items launch's plan: " << b.plan().reason;
+  EXPECT_NE(&a.plan(), &b.plan());
+  EXPECT_EQ(a.grid.x, static_cast<unsigned>(n) / a.plan().block.x) << "items: one thread per element";
+  // Each launch again finds its own plan.
+  const lf::launched a2 = lf::launch(lf::kernel(f), items, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  const lf::launched b2 = lf::launch(lf::kernel(f), strided, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(&a2.plan(), &a.plan());
+  EXPECT_EQ(&b2.plan(), &b.plan());
+  // The plan file keys them apart too: a later process's grid-stride launch does not find the items plan.
+  lf::close_cache_file();
+  std::ifstream in(file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("work=grid_stride"), std::string::npos) << text;
+  std::size_t entries = 0;
+  for (std::size_t at = text.find("_Z8map_kind"); at != std::string::npos; at = text.find("_Z8map_kind", at + 1))
+    ++entries;
+  EXPECT_EQ(entries, 2u) << text;
+  std::filesystem::remove(file);
 #else
   GTEST_SKIP() << "the autotune plugin is not built (-DLAUNCHFIT_BUILD_PLUGINS=OFF)";
 #endif
