@@ -3,6 +3,8 @@
 // times one) for a re-runnable spec with real arguments.
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -53,16 +55,26 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
   // One stream gate per tuning (a pinned word and a watchdog thread), made before the policy is asked
   // (tuning_record::prepare_trials(): outside its time budget) or else by the first trial. The trials share
   // the launch's stream: a plugin that times from several threads is served one trial at a time.
+  // What the trials spend on launchfit's own one-off work (the lease, the GPU's conditions, the gate) is
+  // counted apart, for the policy's budget (query::setup_ms): nanoseconds, read from any thread.
   struct tuning {
     std::mutex m;
     std::optional<stream_gate> gate;
     trial_mode mode{graph_trials::active()};  // graph replays where tune_graph() offers this tuning
+    std::atomic<std::int64_t> setup_ns{0};
+    void count_setup(std::chrono::steady_clock::time_point since) {
+      setup_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                              since)
+                             .count(),
+                         std::memory_order_relaxed);
+    }
   };
   const auto t = std::make_shared<tuning>();
   record->set_trial_setup([t] {
     std::lock_guard<std::mutex> lock(t->m);
     if (!t->gate) t->gate.emplace();
   });
+  q.setup_ms = [t] { return static_cast<double>(t->setup_ns.load(std::memory_order_relaxed)) / 1e6; };
   q.time_plan = [f = e.function, &r, max_grid_x = e.max_grid_x, need, q_for_checks = q, fam, t,
                  record](const plan& candidate) {
     plan p = candidate;
@@ -79,10 +91,17 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     raise_function_smem_limit(run, p.dynamic_smem_bytes, k, p);  // as its real launch would
     // One tuner per plan: the first trial takes the key's lease (tuning_lease.hpp); where another process
     // holds it no candidate runs here, the policy declines, and the launch runs the static plan.
-    if (!record->allow_trial()) return -1.0;
-    record->before_trial();  // the GPU's conditions, before the first trial only
-    std::lock_guard<std::mutex> lock(t->m);
-    if (!t->gate) t->gate.emplace();
+    auto since = std::chrono::steady_clock::now();
+    const bool allowed = record->allow_trial();
+    if (allowed) record->before_trial();  // the GPU's conditions, before the first trial only
+    t->count_setup(since);
+    if (!allowed) return -1.0;
+    std::lock_guard<std::mutex> lock(t->m);  // another thread's trial is no setup: counted after the wait
+    if (!t->gate) {
+      since = std::chrono::steady_clock::now();
+      t->gate.emplace();
+      t->count_setup(since);
+    }
     if (r.bind) r.bind(r.bind_self, p);  // from_plan() arguments for this candidate
     sample_wait wait;
     const double ms = time_candidate(run, r, p, max_grid_x, *t->gate, &wait, &t->mode);

@@ -61,6 +61,15 @@ double time_plan_cb(void* ctx, const launchfit_plan* c) {
   }
 }
 
+double setup_ms_cb(void* ctx) {
+  const auto& q = *static_cast<const query*>(ctx);
+  try {
+    return q.setup_ms ? q.setup_ms() : 0.0;
+  } catch (...) {
+    return 0.0;
+  }
+}
+
 }  // namespace
 
 std::string plugin_text(const char* buf, std::size_t size, const char* otherwise) {
@@ -224,6 +233,7 @@ launchfit_query to_c(const query& q, const launchfit_device& device, const launc
   cq.active_blocks = active_blocks_cb;
   cq.smem_for_block = smem_for_block_cb;
   cq.time_plan = q.time_plan ? time_plan_cb : nullptr;
+  cq.setup_ms = q.time_plan && q.setup_ms ? setup_ms_cb : nullptr;
   return cq;
 }
 

@@ -147,7 +147,7 @@ fake_timer::model trials_of_5_ms() {
 
 TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
   EXPECT_EQ(info_.name, "autotune");
-  EXPECT_EQ(info_.version, "1.4.1");
+  EXPECT_EQ(info_.version, "1.4.2");
   EXPECT_EQ(info_.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
   const auto names = lf::registered_policies();
   EXPECT_NE(std::find(names.begin(), names.end(), "autotune"), names.end());
@@ -435,6 +435,36 @@ TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
     EXPECT_EQ(p.trials, timer.calls()) << budget;
     EXPECT_TRUE(contains(p.reason, "stopped at " + budget)) << p.reason;
   }
+}
+
+// launchfit's one-off setup inside the first trial (its tuning lease, the GPU's conditions; query::setup_ms)
+// is not the policy's budget: a first trial that spent 40 ms on it, then trials of 1 ms, leaves
+// autotune(max_ms=50) its search. Counted as a trial of 41 ms it stopped the search after that trial
+// (time_left(): 41 + 1.25 x 41 > 50).
+TEST_F(Autotune, LaunchfitsSetupInTheFirstTrialIsNotTheBudgets) {
+  lf::query q = h200_query(grid_stride_64m);
+  double setup = 0;
+  int calls = 0;
+  q.time_plan = [&](const lf::plan& p) {
+    if (calls++ == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      setup = 40;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return bowl(384, 3)(p.block_threads, p.blocks_per_sm);
+  };
+  q.setup_ms = [&] { return setup; };
+  const lf::plan p = lf::policy_from_string("autotune(max_ms=50)")->choose(q);
+  EXPECT_GE(calls, 10) << p.reason;
+  EXPECT_TRUE(contains(p.reason, "launchfit's setup 40 ms not counted")) << p.reason;
+  EXPECT_LT(p.tuning_ms, 50.0) << "the plan's tuning time is its trials' (" << p.reason << ")";
+  // Without setup_ms (an older launchfit) the same first trial counts whole.
+  lf::query old = q;
+  calls = 0;
+  setup = 0;
+  old.setup_ms = nullptr;
+  const lf::plan q_old = lf::policy_from_string("autotune(max_ms=50)")->choose(old);
+  EXPECT_LE(calls, 2) << q_old.reason;
 }
 
 TEST_F(Autotune, TiesWithinTheNoiseBandGoToTheFixedOrder) {

@@ -37,8 +37,8 @@ lf::plugin_info load(const std::string& name) { return lf::load_plugin(plugin_pa
 }  // namespace
 
 // Fields are only ever added at the end: ABI 1.1's query ends with time_plan, 1.2 appends the work's rank and
-// dimensions and the block-shape freedom, packed without padding (on LP64 a plugin built against either
-// header reads the same offsets).
+// dimensions and the block-shape freedom, 1.3 the trials' setup time, packed without padding (on LP64 a
+// plugin built against any of these headers reads the same offsets).
 TEST(PluginAbi, TheQueryGrowsOnlyAtItsEndWithoutPadding) {
   static_assert(sizeof(void*) != 8 || offsetof(launchfit_query, time_plan) == 88, "ABI 1.1 layout moved");
   EXPECT_EQ(offsetof(launchfit_query, work_rank), offsetof(launchfit_query, time_plan) + sizeof(void*));
@@ -48,12 +48,16 @@ TEST(PluginAbi, TheQueryGrowsOnlyAtItsEndWithoutPadding) {
   EXPECT_EQ(offsetof(launchfit_query, work_nz), offsetof(launchfit_query, work_ny) + 8);
   EXPECT_EQ(offsetof(launchfit_query, block_x_step), offsetof(launchfit_query, work_nz) + 8);
   EXPECT_EQ(offsetof(launchfit_query, reserved3), offsetof(launchfit_query, block_x_step) + 4);
-  EXPECT_EQ(sizeof(launchfit_query), offsetof(launchfit_query, reserved3) + 4);
+  EXPECT_EQ(offsetof(launchfit_query, setup_ms), offsetof(launchfit_query, reserved3) + 4);
+  EXPECT_EQ(sizeof(launchfit_query), offsetof(launchfit_query, setup_ms) + sizeof(void*));
   launchfit_query older{};
   older.struct_size = offsetof(launchfit_query, work_rank);  // an ABI 1.1 launchfit
   EXPECT_TRUE(LAUNCHFIT_HAS_FIELD(&older, launchfit_query, time_plan));
   EXPECT_FALSE(LAUNCHFIT_HAS_FIELD(&older, launchfit_query, work_rank));
   EXPECT_FALSE(LAUNCHFIT_HAS_FIELD(&older, launchfit_query, block_x_step));
+  older.struct_size = offsetof(launchfit_query, setup_ms);  // an ABI 1.2 launchfit
+  EXPECT_TRUE(LAUNCHFIT_HAS_FIELD(&older, launchfit_query, block_x_step));
+  EXPECT_FALSE(LAUNCHFIT_HAS_FIELD(&older, launchfit_query, setup_ms));
 }
 
 TEST(PluginAbi, HeaderLayoutStartsWithSizeAndVersion) {

@@ -81,7 +81,7 @@ extern "C" {
 /* The ABI's major version: launchfit refuses a plugin built for another one. */
 #define LAUNCHFIT_PLUGIN_ABI_MAJOR 1
 /* The ABI's minor version: a minor version only appends fields. */
-#define LAUNCHFIT_PLUGIN_ABI_MINOR 2
+#define LAUNCHFIT_PLUGIN_ABI_MINOR 3
 /* (major << 16) | minor: what the abi_version of every struct carries. */
 #define LAUNCHFIT_PLUGIN_ABI_VERSION \
   ((uint32_t)(((uint32_t)LAUNCHFIT_PLUGIN_ABI_MAJOR << 16) | (uint32_t)LAUNCHFIT_PLUGIN_ABI_MINOR))
@@ -202,6 +202,11 @@ typedef struct launchfit_query {
   uint64_t work_nz; /* along z, 1 for 1-D and 2-D work */
   uint32_t block_x_step; /* block x is a multiple of this (block_x_multiple, 32 by default) */
   uint32_t reserved3;    /* 0; makes the tail padding explicit */
+  /* ABI 1.3. Milliseconds that this query's time_plan calls have spent so far on launchfit's own one-off work
+     rather than on trials: taking the fleet's tuning lease (a lock file, a remote store's round trip, a
+     re-read of the plan store), reading the GPU's conditions through NVML, making the trials' stream gate.
+     All of it happens inside the first call. A time budget should not count it. NULL where time_plan is. */
+  double (*setup_ms)(void* ctx);
 } launchfit_query;
 
 /* A decision. launchfit fills every field with a default before choose(); the plugin sets what it decides. */

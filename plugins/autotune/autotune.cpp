@@ -28,7 +28,7 @@
 namespace {
 
 constexpr const char* plugin_name = "autotune";
-constexpr const char* plugin_version = "1.4.1";
+constexpr const char* plugin_version = "1.4.2";
 // The noise rule, stated once: plans within max(the re-timing rounds' relative spread, min_noise) of the
 // fastest are equally fast, and the fixed order of better_in_tie() decides among them, so two independent
 // tunings of one kernel on one GPU model pick the same plan whichever of the near-equal plans their noise
@@ -346,6 +346,9 @@ class search {
     } else if (stopped_by_time_) {
       reason += "; stopped at max_ms=" + format("%g", p_.max_ms);
     }
+    // Said where it is large enough to matter to the budget (the reason holds 255 bytes).
+    if (const double setup = setup_ms(); setup >= 1)
+      reason += "; launchfit's setup " + ms_text(setup) + " not counted";
     if (shapes_timed_ > 0) {
       reason += "; " + std::to_string(shapes_timed_) +
                 (shapes_timed_ == 1 ? " wider 2-D block timed" : " wider 2-D blocks timed");
@@ -366,8 +369,17 @@ class search {
   double noise_band() const { return std::max(spread_, min_noise); }
 
   int trial_count() const { return static_cast<int>(trials_.size()) + extra_timings_; }
+  // The tuning's time: the trials and the search's own work, not launchfit's one-off setup inside the first
+  // trial (its tuning lease, the GPU's conditions), which would otherwise pass for a trial of that length and
+  // stop the search by the rule of time_left() with a third of the budget unspent.
   double elapsed_ms() const {
-    return std::chrono::duration<double, std::milli>(clock::now() - start_).count();
+    return std::chrono::duration<double, std::milli>(clock::now() - start_).count() - setup_ms();
+  }
+  // launchfit's setup inside time_plan so far (ABI 1.3; 0 from an older launchfit).
+  double setup_ms() const {
+    if (!LAUNCHFIT_HAS_FIELD(&q_, launchfit_query, setup_ms) || !q_.setup_ms) return 0;
+    const double ms = q_.setup_ms(q_.ctx);
+    return std::isfinite(ms) && ms > 0 ? ms : 0;
   }
 
  private:
