@@ -4,15 +4,10 @@
 #include "tuning_record.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 
 namespace launchfit::detail {
-
-namespace {
-std::atomic<std::uint64_t> last_trial_end_us{0};  // nvml::now_us() when this process's latest trial ended
-}  // namespace
 
 tuning_record::key tuning_record::key_of(const plan& p) {
   return {p.block.x, p.block.y, p.block.z, p.blocks_per_sm, p.full_grid};
@@ -76,10 +71,9 @@ void tuning_record::before_trial() {
     if (read_before_) return;
     read_before_ = true;
   }
-  // Busy before: in the last second's samples, from the end of this process's last trial on.
+  // Busy before: in the last second's samples.
   const std::uint64_t now = nvml::now_us();
-  const std::uint64_t since = std::max(now - 1000000, last_trial_end_us.load(std::memory_order_relaxed));
-  nvml::gpu_conditions c = read_ ? read_(since) : nvml::gpu_conditions{};
+  nvml::gpu_conditions c = read_ ? read_(now - 1000000) : nvml::gpu_conditions{};
   if (!read_) c.unknown = "not read";
   std::lock_guard<std::mutex> lock(m_);
   before_ = std::move(c);
@@ -87,10 +81,6 @@ void tuning_record::before_trial() {
 }
 
 void tuning_record::add(const plan& p, double ms) {
-  // The end of this process's latest trial, for the next tuning's look at the samples before it.
-  std::uint64_t end = nvml::now_us(), seen = last_trial_end_us.load(std::memory_order_relaxed);
-  while (seen < end && !last_trial_end_us.compare_exchange_weak(seen, end, std::memory_order_relaxed)) {
-  }
   std::lock_guard<std::mutex> lock(m_);
   ++trials_;
   if (ms >= 0 && std::isfinite(ms)) timings_[key_of(p)].push_back(ms);

@@ -56,12 +56,7 @@ class tuning_record {
   bool trials_captured() const;
 
   // One timing of a candidate as it launches (after the launch's requirements were applied); ms < 0: the
-  // candidate could not run. The first call reads the GPU's conditions before it is timed: other processes
-  // busy in the samples of the last second, or of the time since this process's last trial ended where that
-  // is later. Samples taken while this process's own trials held the GPU are no evidence that another process
-  // contends with the next tuning (right after its previous tuning, a tuner of the fleet test saw one of the
-  // processes waiting for its plan, which launch one 58 us kernel every 20 ms, as busy); a process that keeps
-  // the GPU busy is busy after that too, and in the samples while tuning.
+  // candidate could not run. The first call reads the GPU's conditions before it is timed.
   void before_trial();
   // The GPU's conditions are not read for this tuning (nothing it measures is stored or shared).
   void skip_conditions();
