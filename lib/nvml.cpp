@@ -183,21 +183,24 @@ void load_now() {
   if (!s.tried) load(s);
 }
 
-std::string contention(const gpu_conditions& c) {
+std::string busy(const gpu_conditions& c) {
   if (!c.known) return {};
-  std::string why;
   // Without utilization samples every other compute process counts as busy.
-  const int busy = c.busy_processes >= 0 ? c.busy_processes : c.other_processes;
-  if (busy > 0) {
-    why = std::to_string(busy) + (busy == 1 ? " other process" : " other processes") + " busy on the GPU";
-  }
-  if (c.throttle_read && (c.throttle & slowdown_reasons) != 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "the GPU slowed itself down (throttle reasons 0x%llx)",
-                  c.throttle & slowdown_reasons);
-    why += (why.empty() ? "" : ", ") + std::string(buf);
-  }
-  return why;
+  const int n = c.busy_processes >= 0 ? c.busy_processes : c.other_processes;
+  if (n <= 0) return {};
+  return std::to_string(n) + (n == 1 ? " other process" : " other processes") + " busy on the GPU";
+}
+
+std::string slowdown(const gpu_conditions& c) {
+  if (!c.known || !c.throttle_read || (c.throttle & slowdown_reasons) == 0) return {};
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "the GPU slowed itself down (throttle reasons 0x%llx)", c.throttle & slowdown_reasons);
+  return buf;
+}
+
+std::string contention(const gpu_conditions& c) {
+  const std::string b = busy(c), s = slowdown(c);
+  return b.empty() ? s : s.empty() ? b : b + ", " + s;
 }
 
 std::string describe(const gpu_conditions& c) {

@@ -91,6 +91,10 @@ std::uint64_t now_us();
 // slowing itself down (thermal, hardware slowdown, power brake). Unknown conditions are not a reason (a store
 // without NVML still shares; the measurement records that they were unknown).
 std::string contention(const gpu_conditions& c);
+// Its two parts: other processes busy ("2 other processes busy on the GPU"), the GPU slowed down ("the GPU
+// slowed itself down (throttle reasons 0x40)"); "" for none.
+std::string busy(const gpu_conditions& c);
+std::string slowdown(const gpu_conditions& c);
 // One line for the measurement's record: "2 other processes; SM 1980/1980 MHz; throttle 0x4" or why
 // unknown.
 std::string describe(const gpu_conditions& c);

@@ -130,14 +130,22 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   m.spread = spread;
   // Busy during the trials: the samples since the first began.
   const nvml::gpu_conditions after = read_ ? read_(since) : nvml::gpu_conditions{};
-  std::string why = nvml::contention(before);
-  const std::string after_why = nvml::contention(after);
-  if (why.empty()) {
-    why = after_why.empty() ? "" : after_why + " while tuning";
-  } else {
-    why += " before tuning";
-  }
-  if (gpu_ms > 0 && waited_ms > std::max(min_shared_wait_ms, max_shared_wait * gpu_ms)) {
+  const auto when = [&](std::string (*part)(const nvml::gpu_conditions&)) {
+    std::string text = part(before);
+    if (!text.empty()) return text + " before tuning";
+    text = part(after);
+    return text.empty() ? text : text + " while tuning";
+  };
+  const std::string busy = when(nvml::busy);
+  // Busy processes count beside trials that waited for the GPU (or whose waits were not measured), see
+  // contended_wait_share; waits past max_shared_wait count alone.
+  const bool waits_measured = gpu_ms > 0;
+  const bool waited_some = waited_ms > std::max(min_contended_wait_ms, contended_wait_share * gpu_ms);
+  const bool waited_long = waited_ms > std::max(min_shared_wait_ms, max_shared_wait * gpu_ms);
+  const bool busy_counts = !busy.empty() && (!waits_measured || waited_some);
+  std::string why = busy_counts ? busy : std::string();
+  if (const std::string slow = when(nvml::slowdown); !slow.empty()) why += (why.empty() ? "" : ", ") + slow;
+  if (waits_measured && (waited_long || busy_counts)) {
     char buf[160];
     std::snprintf(buf, sizeof buf,
                   "the trials waited %.3g ms for the GPU beyond their own %.3g ms (another context held it)",
@@ -161,6 +169,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
     }
     std::lock_guard<std::mutex> lock(m_);
     conditions_text_ = buf + nvml::describe(after);
+    if (!busy.empty() && !busy_counts) conditions_text_ += "; " + busy + ", beside trials that did not wait";
   }
   if (!m.clean) {
     m.conditions = why;

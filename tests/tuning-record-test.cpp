@@ -205,6 +205,52 @@ TEST(TuningRecord, TrialsThatWaitedForTheGpuKeepItLocal) {
   EXPECT_EQ(unread.reads, 0);
 }
 
+// NVML's samples are 1/6 to 1 s long and stamped when recorded: around a tuning of 50 ms they mostly describe
+// the time before it (in a fleet, the previous kernel's tuner). Busy processes are a reason beside trials that
+// waited for the GPU, or whose waits were not measured (the tests above); beside trials that did not wait
+// they are noted and the measurement is shared.
+TEST(TuningRecord, BusyProcessesCountBesideTrialsThatWaited) {
+  // A fleet's previous tuner in the samples before this tuning; 35 ms of trials that waited nothing.
+  scripted before{busy(1), quiet()};
+  tuning_record r(before.reader());
+  auto m = measured_after(r, {{35.0, 40 * 0.1, 40}});
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+  EXPECT_EQ(r.conditions_text(),
+            "spread 0%; waited 0 ms beside 35 ms of GPU time; 0 other processes; 1 other process busy on the "
+            "GPU before tuning, beside trials that did not wait");
+  // The same in the samples while tuning.
+  scripted during{quiet(), busy(2)};
+  tuning_record r2(during.reader());
+  m = measured_after(r2, {{35.0, 0.0, 40}});
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+  // Beside trials that waited a tenth of their GPU time (under max_shared_wait): kept local, both said.
+  scripted shared{busy(1), busy(1)};
+  tuning_record r3(shared.reader());
+  m = measured_after(r3, {{35.0, 40 * 0.1 + 4.0, 40}});
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->clean);
+  EXPECT_EQ(m->conditions,
+            "1 other process busy on the GPU before tuning; the trials waited 4 ms for the GPU beyond their own "
+            "35 ms (another context held it)");
+  // A wait under the floor (0.5 ms) or a tenth of the GPU time is no contention, busy or not.
+  tuning_record r4(shared.reader());
+  m = measured_after(r4, {{35.0, 40 * 0.1 + 3.0, 40}});
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
+  // A GPU that slowed itself down is a reason whatever the waits.
+  nvml::gpu_conditions hot = quiet();
+  hot.throttle_read = true;
+  hot.throttle = 0x40;
+  scripted slowed{hot, quiet()};
+  tuning_record r5(slowed.reader());
+  m = measured_after(r5, {{35.0, 0.0, 40}});
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->clean);
+  EXPECT_EQ(m->conditions, "the GPU slowed itself down (throttle reasons 0x40) before tuning");
+}
+
 TEST(TuningRecord, ASpreadAboveTheBoundKeepsItLocal) {
   scripted s{quiet(), quiet()};
   tuning_record r(s.reader());
