@@ -277,6 +277,15 @@ TEST(StubLaunch, APluginPolicysBudgetIsForItsTrialsNotTheGatesAllocation) {
 // first trial takes the fleet's tuning lease and reads the GPU's conditions (NVML), which a virtual machine can
 // make slow. Here NVML's process query takes 30 ms; autotune(max_ms=50) counted that first trial as one of
 // 60 ms and timed nothing after it.
+// A plan file of this process's own in the temporary directory, none there yet.
+std::string fresh_plan_file(const std::string& tag) {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("launchfit-stub-" + tag + "-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::filesystem::remove(file);
+  return file;
+}
+
 namespace slow_nvml {
 int device_token = 0;
 ld::nvml::result init() { return ld::nvml::success; }
@@ -294,10 +303,7 @@ ld::nvml::result processes(ld::nvml::device, unsigned* count, ld::nvml::process_
 TEST(StubLaunch, LaunchfitsSetupInTheFirstTrialIsNotAPluginPolicysBudget) {
 #ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
   ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
-  const std::string file = (std::filesystem::temp_directory_path() /
-                            ("launchfit-stub-setup-" + std::to_string(::getpid()) + ".json"))
-                               .string();
-  std::filesystem::remove(file);
+  const std::string file = fresh_plan_file("setup");
   lf::set_cache_file(file);  // conditions are read, and the lease taken, where plans are stored
   ld::nvml::function_table table;
   table.init = slow_nvml::init;
@@ -323,15 +329,12 @@ TEST(StubLaunch, LaunchfitsSetupInTheFirstTrialIsNotAPluginPolicysBudget) {
 // One kernel launched with items(n) and with grid_stride(n) by a tuning policy: each launch's plan is tuned for
 // the grid it launches. The same map kernel, once one element per thread ("scale4") and once grid-stride
 // ("map4"), used to share one plan: the grid-stride launch ran the block the items launch had timed at full
-// residency, a grid no trial had timed (2-4% slower than its own tuning on an H100), and the plan file held one
+// residency, a grid no trial had timed (2-3% slower than its own tuning on an H100), and the plan file held one
 // entry for both.
 TEST(StubLaunch, ATuningPolicyTunesItemsAndGridStrideWorkOfOneKernelApart) {
 #ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
   ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
-  const std::string file = (std::filesystem::temp_directory_path() /
-                            ("launchfit-stub-kinds-" + std::to_string(::getpid()) + ".json"))
-                               .string();
-  std::filesystem::remove(file);
+  const std::string file = fresh_plan_file("kinds");
   lf::set_cache_file(file);
   const CUfunction f = axpy_kernel("_Z8map_kindfPKfPfi");
   launchfit_stub_set_cost(f, 0.002, 256);
