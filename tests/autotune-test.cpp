@@ -147,7 +147,7 @@ fake_timer::model trials_of_5_ms() {
 
 TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
   EXPECT_EQ(info_.name, "autotune");
-  EXPECT_EQ(info_.version, "1.4.2");
+  EXPECT_EQ(info_.version, "1.5.1");
   EXPECT_EQ(info_.abi_version, LAUNCHFIT_PLUGIN_ABI_VERSION);
   const auto names = lf::registered_policies();
   EXPECT_NE(std::find(names.begin(), names.end(), "autotune"), names.end());
@@ -467,6 +467,37 @@ TEST_F(Autotune, LaunchfitsSetupInTheFirstTrialIsNotTheBudgets) {
   old.setup_ms = nullptr;
   const lf::plan q_old = lf::policy_from_string("autotune(max_ms=50)")->choose(old);
   EXPECT_LE(calls, 2) << q_old.reason;
+}
+
+// Short trials leave room for confirmation within max_ms: the search keeps its time back (at most a quarter of
+// max_ms), so the fastest plans are re-timed instead of chosen by one timing each. Trials of 5 ms would need
+// 30 ms of 60 for it: they keep nothing back, and the search uses the whole budget.
+TEST_F(Autotune, ShortTrialsKeepTimeForConfirmationLongOnesDoNot) {
+  // Near-equal plans (within 3%, in no order): the search finds a new fastest plan to walk from as long as it
+  // has time, as on a GPU where many plans tie.
+  const auto trials_of = [](int us) {
+    return [us](int block, int bps) {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      const unsigned h = static_cast<unsigned>(block) * 2654435761u ^ static_cast<unsigned>(bps) * 40503u;
+      return 1.0 + 0.03 * static_cast<double>(h % 1000) / 1000.0;
+    };
+  };
+  lf::query q = h200_query(grid_stride_64m);
+  // 2.5 ms a trial: confirmation needs about 15 of 80 ms (at most 20 kept back), and the search would take
+  // about 100 ms (41 plans) to end by itself.
+  fake_timer fast(trials_of(2500));
+  q.time_plan = fast.callback();
+  const lf::plan p = lf::policy_from_string("autotune(max_ms=80,max_trials=500)")->choose(q);
+  EXPECT_TRUE(contains(p.reason, "fastest confirmed by re-timing")) << p.reason;
+  EXPECT_TRUE(contains(p.reason, "stopped at max_ms=80")) << p.reason << " (" << fast.calls() << " timings)";
+  EXPECT_LE(p.tuning_ms, 80.0 + 10.0) << p.reason;
+
+  lf::query slow_q = h200_query(grid_stride_64m);
+  fake_timer slow(trials_of(5000));
+  slow_q.time_plan = slow.callback();
+  const lf::plan s = lf::policy_from_string("autotune(max_ms=60,max_trials=500)")->choose(slow_q);
+  EXPECT_FALSE(contains(s.reason, "confirmed")) << s.reason;
+  EXPECT_GE(slow.calls(), 8) << s.reason;
 }
 
 TEST_F(Autotune, TiesWithinTheNoiseBandGoToTheFixedOrder) {

@@ -28,13 +28,16 @@
 namespace {
 
 constexpr const char* plugin_name = "autotune";
-constexpr const char* plugin_version = "1.4.2";
+constexpr const char* plugin_version = "1.5.1";
 // The noise rule, stated once: plans within max(the re-timing rounds' relative spread, min_noise) of the
 // fastest are equally fast, and the fixed order of better_in_tie() decides among them, so two independent
 // tunings of one kernel on one GPU model pick the same plan whichever of the near-equal plans their noise
 // ranked first (three tunings of one axpy picked 64, 1024 and 256 threads when noise decided).
 constexpr double min_noise = 0.01;
 constexpr std::size_t confirm_count = 3;  // fastest plans re-timed before deciding
+// The search keeps confirm()'s time back where it is at most this share of max_ms (trials of a millisecond or
+// two), never beyond: trials of several milliseconds would starve the coarse pass of the plans that matter.
+constexpr double max_confirm_share = 0.25;
 
 // ---- messages ----------------------------------------------------------------------------------------
 
@@ -172,6 +175,7 @@ struct trial {
   double ms = -1;          // < 0: could not run
   bool confirmed = false;  // re-timed by confirm(); ms is then the median of its timings
   int shape_x = 0;         // a 2-D block of its own: shape_x x (threads / shape_x); 0: launchfit's shape
+  double host_ms = 0;      // how long its timing took on the host (launches and synchronisation included)
 };
 
 // The lower median: a plan timed twice is not penalised against one timed three times.
@@ -268,12 +272,17 @@ class search {
     if (shapes_) time_shapes();
   }
 
+  // A budget spent in the coarse pass ends the search there, not confirmation (whose time confirm_ms() kept).
   void explore() {
+    bool spent = false;
     for (const auto& [bi, li] : coarse_plan()) {
-      if (!budget_left()) return;
+      if (!budget_left()) {
+        spent = true;
+        break;
+      }
       time(bi, li);
     }
-    while (budget_left()) {
+    while (!spent && budget_left()) {
       const auto next = next_refinement();
       if (next.first < 0) break;  // the neighbourhoods of the fastest plans are all timed
       time(next.first, next.second);
@@ -628,7 +637,7 @@ class search {
       stopped_by_trials_ = more_to_do();
       return false;
     }
-    if (!time_left()) {
+    if (!time_left(confirm_ms())) {
       stopped_by_time_ = more_to_do();
       return false;
     }
@@ -637,7 +646,28 @@ class search {
   // Whether one more trial, a quarter longer than the longest so far, ends within max_ms: tuning stays within its
   // budget instead of starting a trial at 49 ms of 50. The quarter: candidates of one kernel differ in how long
   // a trial takes (on an H100 a trial of 5.6 ms after shorter ones ended a tuning at 50.8 ms of 50).
-  bool time_left() const { return elapsed_ms() + 1.25 * longest_trial_ms_ <= limit_ms_; }
+  // `kept_back`: time kept for a later step (confirm_ms()).
+  bool time_left(double kept_back = 0) const {
+    return elapsed_ms() + 1.25 * longest_trial_ms_ + kept_back <= limit_ms_;
+  }
+  // The time confirm() will take (two more timings of each of the 3 fastest plans, each as long as its first),
+  // kept back from the search where that is at most max_confirm_share of max_ms: without it a search that used
+  // the whole budget chose by single timings (on an H100 a map of bytes at 2^24 kept a plan timed once at
+  // 14.9 us, which runs at 16.1 us, 7% behind the best). Longer trials keep nothing back (autotune 1.5.0 kept it
+  // always: a map of 32-byte elements at 2^26 then timed 6 plans and missed its full grid, 1.20 of the best).
+  double confirm_ms() const {
+    if (confirm_reserve() == 0) return 0;
+    std::vector<const trial*> ranked;
+    for (const trial& t : trials_)
+      if (t.ms >= 0 && t.shape_x == 0) ranked.push_back(&t);
+    const std::size_t n = std::min<std::size_t>(ranked.size(), confirm_count);
+    if (n < 2) return 0;
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.end(),
+                      [](const trial* a, const trial* b) { return a->ms < b->ms; });
+    double ms = 0;
+    for (std::size_t k = 0; k < n; ++k) ms += 2 * ranked[k]->host_ms;
+    return ms <= max_confirm_share * p_.max_ms ? ms : 0;
+  }
   // Whether the search would have timed another plan (so the reason mentions the budget only when it bit).
   bool more_to_do() const {
     for (const auto& [bi, li] : coarse_plan())
@@ -646,16 +676,21 @@ class search {
   }
 
   void time(int bi, int li) {
-    const double ms = timed_once(bi, li);
+    double host_ms = 0;
+    const double ms = timed_once(bi, li, 0, &host_ms);
     timed_[bi][li] = ms;
-    trials_.push_back(trial{bi, li, ms});
+    trial t{bi, li, ms};
+    t.host_ms = host_ms;
+    trials_.push_back(t);
   }
 
   // time_once(), noting how long the trial took (the host's time, launches and synchronisation included).
-  double timed_once(int bi, int li, int shape_x = 0) {
+  double timed_once(int bi, int li, int shape_x = 0, double* host_ms = nullptr) {
     const double before = elapsed_ms();
     const double ms = time_once(bi, li, shape_x);
-    longest_trial_ms_ = std::max(longest_trial_ms_, elapsed_ms() - before);
+    const double took = elapsed_ms() - before;
+    longest_trial_ms_ = std::max(longest_trial_ms_, took);
+    if (host_ms) *host_ms = took;
     return ms;
   }
 
