@@ -46,17 +46,34 @@ std::optional<dims> parse_dims(std::string_view s) {
 
 }  // namespace
 
+const char* work_kind_word(work::shape kind) noexcept {
+  switch (kind) {
+    case work::shape::items:
+      return "items";
+    case work::shape::grid_stride:
+      return "grid_stride";
+    case work::shape::grid:
+      return "grid";
+    case work::shape::none:
+      break;
+  }
+  return "none";
+}
+
 namespace {
 
 // The words after the policy's closing ')', in the order the planner writes them: the options first, then
 // the shape words. False for anything else.
 bool parse_key_words(std::string_view rest, stored_key_text& out) {
   int stage = 0;  // 0: cooperative next, 1: cluster, 2: pdl, 3: shape words only
+  bool in_block_rule = false;  // the last word was a block rule's ("blocks=multiple of 64" has spaces)
   while (!rest.empty()) {
     if (rest[0] != ' ') return false;
     rest.remove_prefix(1);
     const std::size_t end = rest.find(' ');
     const std::string_view word = rest.substr(0, end);
+    const bool continues_rule = in_block_rule && word.find('=') == std::string_view::npos;
+    in_block_rule = word.substr(0, 7) == "blocks=" || continues_rule;
     if (word == "cooperative" && stage == 0) {
       out.options.cooperative = true;
       stage = 1;
@@ -67,6 +84,18 @@ bool parse_key_words(std::string_view rest, stored_key_text& out) {
       stage = 2;
     } else if (word == "pdl" && stage <= 2) {
       out.options.programmatic = true;
+      stage = 3;
+    } else if (word.substr(0, 5) == "work=" && out.work.empty()) {
+      // The work's kind, once: one of the words work_kind_word() writes.
+      const std::string_view kind = word.substr(5);
+      bool known = false;
+      for (const work::shape k :
+           {work::shape::items, work::shape::grid_stride, work::shape::grid, work::shape::none})
+        known = known || kind == work_kind_word(k);
+      if (!known) return false;
+      out.work = std::string(kind);
+      out.rest += ' ';
+      out.rest += word;
       stage = 3;
     } else if (word.substr(0, 6) == "waves=" && out.options.waves == 0) {
       // grid_stride work capped at k waves (1..2^32-1): the plan a tuning policy timed under that cap.
@@ -84,9 +113,7 @@ bool parse_key_words(std::string_view rest, stored_key_text& out) {
       out.rest += word;
       stage = 3;
     } else if (word.substr(0, 7) == "blocks=" || word == "rows=32" || word.substr(0, 4) == "sms=" ||
-               ((word == "work=grid_stride" || word == "work=grid") && out.rest.find(" work=") == std::string::npos) ||
-               word.substr(0, 7) == "family=" ||
-               (!out.rest.empty() && word.find('=') == std::string_view::npos)) {
+               word.substr(0, 7) == "family=" || continues_rule) {
       // A block rule's text has spaces ("blocks=multiple of 64"): its later words follow it.
       out.rest += ' ';
       out.rest += word;
@@ -97,7 +124,8 @@ bool parse_key_words(std::string_view rest, stored_key_text& out) {
     if (end == std::string_view::npos) break;
     rest.remove_prefix(end);
   }
-  return true;
+  // A waves cap is grid-stride work's (an entry written before keys named the kind has no work word).
+  return out.options.waves == 0 || out.work.empty() || out.work == "grid_stride";
 }
 
 }  // namespace

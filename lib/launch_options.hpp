@@ -11,6 +11,7 @@
 
 #include "launchfit/launch_options.hpp"
 #include "launchfit/plan.hpp"
+#include "launchfit/work.hpp"
 
 namespace launchfit::detail {
 
@@ -37,6 +38,10 @@ inline std::uint64_t key_bits(const launch_options& o) noexcept {
 // that order, each only when set ("" for none).
 std::string key_text(const launch_options& o);
 
+// The word a stored key's policy text names the work's kind by (" work=items"; planner_stored.cpp writes it,
+// parse_key_text() reads it): "items", "grid_stride", "grid", "none".
+const char* work_kind_word(work::shape kind) noexcept;
+
 // A stored key's policy text split into the deciding policy's text ("max_occupancy(prefer_block=256,...)")
 // and what its suffix says of the launch options; the other suffix words (blocks=, rows=32, sms=, family=)
 // are left in `rest`. nullopt when the text is malformed (no "name(...)", an unknown suffix word).
@@ -45,6 +50,7 @@ struct stored_key_text {
   launch_options options;    // cooperative, cluster, programmatic, waves as the key says (smem: see below)
   block_shape shape;         // the block shape its " shape=" word says (the default without one)
   std::string rest;          // the other suffix words, with their leading spaces
+  std::string work;          // the work's kind its " work=" word names (work_kind_word()); "" without one
 };
 std::optional<stored_key_text> parse_key_text(std::string_view text);
 

@@ -72,6 +72,9 @@ struct gpu_conditions {
   unsigned sm_clock_mhz = 0, max_sm_clock_mhz = 0;  // 0: could not be read
   unsigned long long throttle = 0;                  // nvmlClocksThrottleReason bits
   bool throttle_read = false;
+  // Contexts on the device are shared through MPS (the driver's CU_DEVICE_ATTRIBUTE_MPS_ENABLED, set by the
+  // tuning's reader): other processes' kernels then run beside the trials instead of between their samples.
+  bool mps = false;
 };
 
 // Reads the conditions of the GPU with this UUID ("GPU-..." or "MIG-...", as cuDeviceGetUuid formats it), or

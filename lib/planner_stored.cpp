@@ -49,9 +49,10 @@ std::string decided_by_text(const std::string& policy_text, const launch_request
   if (r.shape_rule.is_set()) s += " shape=" + r.shape_rule.to_string();
   if (q.device.sm_count > 0 && r.options.sm_budget > 0 && r.options.sm_budget <= q.device.sm_count)
     s += " sms=" + std::to_string(q.device.sm_count);
-  // The work's kind, as the in-memory key has it (shape_bits()): items is the default and says nothing.
-  if (r.shape.kind == work::shape::grid_stride) s += " work=grid_stride";
-  if (r.shape.kind == work::shape::grid) s += " work=grid";
+  // The work's kind, as the in-memory key has it (shape_bits()), in every key: an entry written before keys
+  // named it (items, grid-stride and no work alike) is found by no launch and is tuned again.
+  s += " work=";
+  s += work_kind_word(r.shape.kind);
   if (r.options.waves != 0 && r.shape.kind == work::shape::grid_stride)
     s += " waves=" + std::to_string(r.options.waves);
   if (!fam.blocks.empty()) {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "driver.hpp"
+
 namespace launchfit::detail {
 
 tuning_record::key tuning_record::key_of(const plan& p) {
@@ -137,15 +139,16 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
     return text.empty() ? text : text + " while tuning";
   };
   const std::string busy = when(nvml::busy);
-  // Busy processes count beside trials that waited for the GPU (or whose waits were not measured), see
+  // Busy processes count beside trials that waited for the GPU, whose waits were not measured, or under MPS
+  // (whose other processes' kernels run beside the trials, which then wait for none of them), see
   // contended_wait_share; waits past max_shared_wait count alone.
   const bool waits_measured = gpu_ms > 0;
   const bool waited_some = waited_ms > std::max(min_contended_wait_ms, contended_wait_share * gpu_ms);
   const bool waited_long = waited_ms > std::max(min_shared_wait_ms, max_shared_wait * gpu_ms);
-  const bool busy_counts = !busy.empty() && (!waits_measured || waited_some);
+  const bool busy_counts = !busy.empty() && (!waits_measured || waited_some || before.mps || after.mps);
   std::string why = busy_counts ? busy : std::string();
   if (const std::string slow = when(nvml::slowdown); !slow.empty()) why += (why.empty() ? "" : ", ") + slow;
-  if (waits_measured && (waited_long || busy_counts)) {
+  if (waits_measured && (waited_long || (busy_counts && waited_some))) {
     char buf[160];
     std::snprintf(buf, sizeof buf,
                   "the trials waited %.3g ms for the GPU beyond their own %.3g ms (another context held it)",
@@ -192,7 +195,15 @@ std::string tuning_record::conditions_text() const {
 tuning_record::conditions_reader gpu_conditions_reader(const device_limits& dev) {
   // The limits live as long as the process: the reader holds a pointer (no copy of the UUID, and a callable
   // small enough for std::function to keep without an allocation on every miss).
-  return [d = &dev](std::uint64_t since_us) { return nvml::read(d->uuid, since_us); };
+  return [d = &dev](std::uint64_t since_us) {
+    nvml::gpu_conditions c = nvml::read(d->uuid, since_us);
+    const driver_api& api = driver();
+    int mps = 0;
+    if (d->ordinal >= 0 && api.cuDeviceGetAttribute &&
+        api.cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d->ordinal) == CUDA_SUCCESS)
+      c.mps = mps != 0;
+    return c;
+  };
 }
 
 std::string tuning_record::provisional_note(const plan_measurement& m) {

@@ -36,7 +36,8 @@ inline constexpr double sample_overhead_ms = 0.1;
 inline constexpr double max_shared_wait = 1.0;
 inline constexpr double min_shared_wait_ms = 2.0;
 // Other processes NVML saw busy are a reason only beside trials that waited at least this share of their GPU
-// time (and min_contended_wait_ms), or where no gated sample measured the waits. NVML keeps one sample per
+// time (and min_contended_wait_ms), where no gated sample measured the waits, or under MPS (other processes'
+// kernels run beside the trials there, which wait for none of them). NVML keeps one sample per
 // process per period of 1/6 to 1 s, stamped when it is recorded: the samples read around a tuning of 50 ms
 // mostly describe the time before it, and in a fleet that is the tuner of the previous kernel, whose trials
 // ended as this tuning began (8 processes tuning 4 kernels at once on an H100 tuned one kernel up to 13

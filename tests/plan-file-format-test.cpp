@@ -180,7 +180,9 @@ TEST(StoredEntry, APlanThatLaunchesAsItsKeySaysIsKept) {
   strided.plan.options.programmatic = true;
   strided.plan.options.waves = 2;
   const ld::stored_entry gridded = entry("_Z4gridPf", plain + " blocks=multiple of 64 work=grid");
-  for (const auto& e : {all_options, family, odd_params, unnamed, strided, gridded}) {
+  for (const auto& e : {all_options, family, odd_params, unnamed, strided, gridded,
+                        entry("_Z5itemsPf", plain + " blocks=one of 64,128 rows=32 work=items"),
+                        entry("_Z4nonePf", plain + " work=none")}) {
     EXPECT_EQ(ld::validate_stored_entry(e), "") << e.key.policy;
   }
   const ld::cache_file_contents c = ld::parse_cache_file(
@@ -197,7 +199,9 @@ TEST(StoredEntry, AMalformedKeyTextIsRefused) {
        {std::string("max_occupancy"), plain + " turbo", plain + " cluster=0x1x1", plain + " pdl cooperative",
         plain + "  cooperative", std::string("(x=1)"), plain + " cluster=1x1x1", plain + " waves=0",
         plain + " waves=", plain + " waves=2x", plain + " waves=4294967296", plain + " waves=1 waves=2",
-        plain + " work=items", plain + " work=", plain + " work=grid_stride work=grid"}) {
+        plain + " work=everything", plain + " work=", plain + " work=grid_stride work=grid",
+        plain + " work=items waves=2", plain + " waves=2 work=grid", plain + " rows=32 turbo",
+        plain + " work=items turbo"}) {
     SCOPED_TRACE(text);
     const ld::stored_entry e = entry("_Z3badPf", text);
     EXPECT_TRUE(has(ld::validate_stored_entry(e), "is not a policy followed by launch-option words"))

@@ -207,8 +207,8 @@ TEST(TuningRecord, TrialsThatWaitedForTheGpuKeepItLocal) {
 
 // NVML's samples are 1/6 to 1 s long and stamped when recorded: around a tuning of 50 ms they mostly describe
 // the time before it (in a fleet, the previous kernel's tuner). Busy processes are a reason beside trials that
-// waited for the GPU, or whose waits were not measured (the tests above); beside trials that did not wait
-// they are noted and the measurement is shared.
+// waited for the GPU, whose waits were not measured (the tests above), or under MPS; beside trials that did
+// not wait they are noted and the measurement is shared.
 TEST(TuningRecord, BusyProcessesCountBesideTrialsThatWaited) {
   // A fleet's previous tuner in the samples before this tuning; 35 ms of trials that waited nothing.
   scripted before{busy(1), quiet()};
@@ -239,6 +239,17 @@ TEST(TuningRecord, BusyProcessesCountBesideTrialsThatWaited) {
   m = measured_after(r4, {{35.0, 40 * 0.1 + 3.0, 40}});
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;
+  // Under MPS another process's kernels run beside the trials, which wait for none of them: busy counts alone.
+  nvml::gpu_conditions shared_mps = busy(1);
+  shared_mps.mps = true;
+  nvml::gpu_conditions quiet_mps = quiet();
+  quiet_mps.mps = true;
+  scripted mps{shared_mps, quiet_mps};
+  tuning_record r6(mps.reader());
+  m = measured_after(r6, {{35.0, 0.0, 40}});
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->clean);
+  EXPECT_EQ(m->conditions, "1 other process busy on the GPU before tuning");
   // A GPU that slowed itself down is a reason whatever the waits.
   nvml::gpu_conditions hot = quiet();
   hot.throttle_read = true;

@@ -50,7 +50,7 @@ struct LAUNCHFIT_API query {
   std::function<double(const plan&)> time_plan;
   // Milliseconds time_plan's calls have spent so far on launchfit's own one-off work rather than on trials
   // (the fleet's tuning lease, the GPU's conditions, the trials' stream gate; all in the first call): a
-  // policy's time budget should not count them. Empty where time_plan is.
+  // policy's time budget should not count them. May be empty (where no trial can run).
   std::function<double()> setup_ms;
   // Why time_plan answers no trial although the spec allows re-running (the launch is being captured into a
   // CUDA graph: a capture runs nothing); empty otherwise. A tuning policy that declines says it.

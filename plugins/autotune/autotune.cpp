@@ -194,7 +194,8 @@ class search {
         shapes_(p.shapes && LAUNCHFIT_HAS_FIELD(&q, launchfit_query, block_x_step) &&
                 q.block_shape_free != 0 && q.block_x_step > 0),
         limit_ms_(p.max_ms),
-        start_(clock::now()) {}
+        start_(clock::now()),
+        setup_at_start_(setup_ms_so_far()) {}
 
   // Returns false with a message when there is nothing to tune.
   bool build(std::string& why) {
@@ -382,10 +383,13 @@ class search {
   // trial (its tuning lease, the GPU's conditions), which would otherwise pass for a trial of that length and
   // stop the search by the rule of time_left() with a third of the budget unspent.
   double elapsed_ms() const {
-    return std::chrono::duration<double, std::milli>(clock::now() - start_).count() - setup_ms();
+    const double ms = std::chrono::duration<double, std::milli>(clock::now() - start_).count() - setup_ms();
+    return std::max(ms, 0.0);
   }
-  // launchfit's setup inside time_plan so far (ABI 1.3; 0 from an older launchfit).
-  double setup_ms() const {
+  // launchfit's setup inside this search's time_plan calls (ABI 1.3; 0 from an older launchfit): what the
+  // query reports beyond what it had reported when the search began (a query asked twice reports both).
+  double setup_ms() const { return std::max(setup_ms_so_far() - setup_at_start_, 0.0); }
+  double setup_ms_so_far() const {
     if (!LAUNCHFIT_HAS_FIELD(&q_, launchfit_query, setup_ms) || !q_.setup_ms) return 0;
     const double ms = q_.setup_ms(q_.ctx);
     return std::isfinite(ms) && ms > 0 ? ms : 0;
@@ -806,6 +810,7 @@ class search {
   bool stopped_by_trials_ = false;
   bool stopped_by_time_ = false;
   int confirmed_ = 0;            // plans re-timed by confirm()
+  double setup_at_start_ = 0;    // setup_ms_so_far() when the search began
   double longest_trial_ms_ = 0;  // the longest trial so far, host time
   int extra_timings_ = 0;        // confirm()'s timings: with trials_, every time_plan call
   double spread_ = 0;            // the re-timing rounds' relative spread (note_spread)

@@ -310,12 +310,14 @@ TEST(StubLaunch, LaunchfitsSetupInTheFirstTrialIsNotAPluginPolicysBudget) {
   table.handle_by_uuid = slow_nvml::by_uuid;
   table.compute_processes_v3 = slow_nvml::processes;
   ld::nvml::set_table_for_tests(&table);
+  struct restore {  // on every path: no later test may meet this stack's table
+    ~restore() { ld::nvml::set_library_for_tests(nullptr); }
+  } restored;
   const CUfunction f = axpy_kernel("_Z9slow_nvmlfPKfPfi");
   launchfit_stub_set_cost(f, 0.002, 256);
   const auto spec = lf::use("autotune(max_ms=50)").items(1 << 20).on(stream_of(0x17)).rerunnable();
   const lf::launched l =
       lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
-  ld::nvml::set_library_for_tests(nullptr);
   lf::close_cache_file();
   std::filesystem::remove(file);
   EXPECT_GE(l.plan().trials, 8) << l.plan().reason;
@@ -346,7 +348,8 @@ TEST(StubLaunch, ATuningPolicyTunesItemsAndGridStrideWorkOfOneKernelApart) {
   EXPECT_GT(a.plan().trials, 0) << a.plan().reason;
   EXPECT_GT(b.plan().trials, 0) << "the grid-stride launch ran the items launch's plan: " << b.plan().reason;
   EXPECT_NE(&a.plan(), &b.plan());
-  EXPECT_EQ(a.grid.x, static_cast<unsigned>(n) / a.plan().block.x) << "items: one thread per element";
+  EXPECT_EQ(a.grid.x, (static_cast<unsigned>(n) + a.plan().block.x - 1) / a.plan().block.x)
+      << "items: one thread per element";
   // Each launch again finds its own plan.
   const lf::launched a2 = lf::launch(lf::kernel(f), items, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
   const lf::launched b2 = lf::launch(lf::kernel(f), strided, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
@@ -357,10 +360,51 @@ TEST(StubLaunch, ATuningPolicyTunesItemsAndGridStrideWorkOfOneKernelApart) {
   std::ifstream in(file);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("work=grid_stride"), std::string::npos) << text;
+  EXPECT_NE(text.find("work=items"), std::string::npos) << text;
   std::size_t entries = 0;
   for (std::size_t at = text.find("_Z8map_kind"); at != std::string::npos; at = text.find("_Z8map_kind", at + 1))
     ++entries;
   EXPECT_EQ(entries, 2u) << text;
+  std::filesystem::remove(file);
+#else
+  GTEST_SKIP() << "the autotune plugin is not built (-DLAUNCHFIT_BUILD_PLUGINS=OFF)";
+#endif
+}
+
+// Every stored key names the work's kind: an entry written before keys named it is ambiguous (an items plan,
+// a grid-stride one or one made without work were written alike) and is found by no launch, which plans again.
+TEST(StubLaunch, AStoredEntryWithoutTheWorksKindIsFoundByNoLaunch) {
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+  ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
+  const std::string file = fresh_plan_file("legacy");
+  lf::set_cache_file(file);
+  const CUfunction f = axpy_kernel("_Z6legacyfPKfPfi");
+  launchfit_stub_set_cost(f, 0.002, 256);
+  const int n = 1 << 20;
+  const auto spec = lf::use("autotune(max_ms=20)").items(n).on(stream_of(0x18)).rerunnable();
+  const auto run = [&] {
+    return lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  };
+  EXPECT_EQ(run().plan().match, "computed");
+  lf::close_cache_file();
+  std::string text;
+  {
+    std::ifstream in(file);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::size_t at = text.find(" work=items");
+  ASSERT_NE(at, std::string::npos) << text;
+  lf::cache().clear();
+  lf::set_cache_file(file);  // the entry as written: found
+  EXPECT_EQ(run().plan().match, "cache-file");
+  lf::close_cache_file();
+  std::ofstream(file, std::ios::trunc) << text.substr(0, at) + text.substr(at + std::string(" work=items").size());
+  lf::cache().clear();
+  lf::set_cache_file(file);  // the same entry without its kind, as an older launchfit wrote it: tuned again
+  const lf::launched again = run();
+  EXPECT_EQ(again.plan().match, "computed") << again.plan().reason;
+  EXPECT_GT(again.plan().trials, 0);
+  lf::close_cache_file();
   std::filesystem::remove(file);
 #else
   GTEST_SKIP() << "the autotune plugin is not built (-DLAUNCHFIT_BUILD_PLUGINS=OFF)";
