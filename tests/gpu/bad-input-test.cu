@@ -567,7 +567,7 @@ TEST_F(BadCacheFile, AnInvalidStoredPlanIsIgnoredWithAWarningAndReplaced) {
   LF_CUDA_CHECK(cudaDriverGetVersion(&driver));
   const lf::stored_key key{dev.uuid, dev.cc(), dev.sm_count, driver,
                            lf::kernel_fingerprint(lf::query_resources(reinterpret_cast<CUfunction>(fn))),
-                           "fixed(block=128,grid=0)", "bytes=0", 0};
+                           "fixed(block=128,grid=0) work=items", "bytes=0", 0};
   const auto stored = lf::find_stored_plan(key);
   ASSERT_TRUE(stored) << "the plan was not stored under the expected key";
   ASSERT_EQ(stored->block_threads, 128);
