@@ -72,7 +72,9 @@ bool parse_key_words(std::string_view rest, stored_key_text& out) {
     rest.remove_prefix(1);
     const std::size_t end = rest.find(' ');
     const std::string_view word = rest.substr(0, end);
-    const bool continues_rule = in_block_rule && word.find('=') == std::string_view::npos;
+    if (word.empty()) return false;  // a doubled space
+    const bool continues_rule = in_block_rule && word.find('=') == std::string_view::npos && word != "pdl" &&
+                                word != "cooperative";
     in_block_rule = word.substr(0, 7) == "blocks=" || continues_rule;
     if (word == "cooperative" && stage == 0) {
       out.options.cooperative = true;

@@ -43,8 +43,8 @@ std::string key_text(const launch_options& o);
 const char* work_kind_word(work::shape kind) noexcept;
 
 // A stored key's policy text split into the deciding policy's text ("max_occupancy(prefer_block=256,...)")
-// and what its suffix says of the launch options; the other suffix words (blocks=, rows=32, sms=, family=)
-// are left in `rest`. nullopt when the text is malformed (no "name(...)", an unknown suffix word).
+// and what its suffix says of the launch options; the other suffix words (blocks=, rows=32, shape=, sms=,
+// work=, family=) are left in `rest`, the work's kind also in `work`. nullopt when the text is malformed (no "name(...)", an unknown suffix word).
 struct stored_key_text {
   std::string policy;        // up to and including the policy's closing ')'
   launch_options options;    // cooperative, cluster, programmatic, waves as the key says (smem: see below)

@@ -34,7 +34,8 @@ struct stored_key {
   int driver_version = 0;
   std::string kernel;  // kernel_fingerprint()
   // The deciding policy's text, then what the launch requires and its shape, as words: " cooperative",
-  // " cluster=2x1x1", " pdl", " blocks=...", " rows=32", " sms=N", " family=..." (parse_key_text()).
+  // " cluster=2x1x1", " pdl", " blocks=...", " rows=32", " shape=...", " sms=N", " work=<kind>" (every key
+  // written since 0.4), " waves=K" (grid-stride work), " family=..." (parse_key_text()).
   std::string policy;
   std::string smem_rule;  // "bytes=4096" or "fn=<type>"
   std::uint64_t bucket = 0;

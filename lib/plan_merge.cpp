@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
+#include "launch_options.hpp"
 #include "store/future_stamps.hpp"
 
 namespace launchfit::detail {
@@ -87,13 +89,24 @@ bool keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t 
   std::size_t bytes = frame;
   for (const auto& [k, h] : disk) bytes += h.line.size() + 2;
   if (disk.size() <= max_entries && bytes <= max_bytes) return true;
-  std::vector<std::pair<std::uint64_t, const key_tuple*>> by_age;
+  // First the entries no launch finds (written before keys named the work's kind: launchfit 0.3 and before),
+  // oldest first, whoever wrote them; then this process's own, oldest first.
+  std::vector<std::pair<std::uint64_t, const key_tuple*>> unfindable, by_age;
   by_age.reserve(own.size());
   for (const auto& [k, h] : disk) {
+    if (h.entry.key.kernel != calibration_kernel) {
+      const std::optional<stored_key_text> key = parse_key_text(h.entry.key.policy);
+      if (key && key->work.empty()) {
+        unfindable.emplace_back(h.entry.stored_at_ms, &k);
+        continue;
+      }
+    }
     const auto mine = own.find(k);
     if (mine != own.end() && mine->second == h.line) by_age.emplace_back(h.entry.stored_at_ms, &k);
   }
+  std::sort(unfindable.begin(), unfindable.end());
   std::sort(by_age.begin(), by_age.end());
+  by_age.insert(by_age.begin(), unfindable.begin(), unfindable.end());
   std::vector<key_tuple> drop;
   std::size_t left = disk.size();
   for (const auto& [t, k] : by_age) {

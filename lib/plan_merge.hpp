@@ -53,9 +53,10 @@ struct disk_view {
 cache_file_contents read_entries(std::string_view text, const disk_view* known, entry_lines& disk,
                                  std::vector<stored_entry>* changed);
 
-// Drops the oldest (stored_at) of the entries whose line `own` holds until at most max_entries remain and
-// the file is at most max_bytes. False when that is not enough: the rest was written by other processes,
-// and a limit never evicts their entries.
+// Drops entries no launch finds (keys that do not name the work's kind, written by launchfit 0.3 and
+// before), then the oldest (stored_at) of the entries whose line `own` holds, until at most max_entries
+// remain and the file is at most max_bytes. False when that is not enough: the rest was written by other
+// processes, and a limit never evicts their findable entries.
 bool keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t max_bytes,
                         const own_lines& own);
 

@@ -62,7 +62,6 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     std::optional<stream_gate> gate;
     trial_mode mode{graph_trials::active()};  // graph replays where tune_graph() offers this tuning
     std::atomic<std::int64_t> setup_ns{0};
-    std::atomic<bool> setup_claimed{false};  // the first trial's thread times the lease and the conditions
     void count_setup(std::chrono::steady_clock::time_point since) {
       setup_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                                               since)
@@ -92,14 +91,15 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
     raise_function_smem_limit(run, p.dynamic_smem_bytes, k, p);  // as its real launch would
     // One tuner per plan: the first trial takes the key's lease (tuning_lease.hpp); where another process
     // holds it no candidate runs here, the policy declines, and the launch runs the static plan.
-    // Timed by the one thread that does it (others of a plugin that times from several threads wait for it
-    // inside these calls: their wait overlaps it and is not counted again).
-    const bool times_setup = !t->setup_claimed.exchange(true, std::memory_order_relaxed);
+    // Counted by the call that does it (another thread of a plugin that times from several threads waits for
+    // the lease inside allow_trial(): that wait overlaps it and is not counted again).
     auto since = std::chrono::steady_clock::now();
-    const bool allowed = record->allow_trial();
-    if (allowed) record->before_trial();  // the GPU's conditions, before the first trial only
-    if (times_setup) t->count_setup(since);
+    bool asked = false;
+    const bool allowed = record->allow_trial(&asked);
+    if (asked) t->count_setup(since);
     if (!allowed) return -1.0;
+    since = std::chrono::steady_clock::now();
+    if (record->before_trial()) t->count_setup(since);  // the GPU's conditions, before the first trial only
     std::lock_guard<std::mutex> lock(t->m);  // another thread's trial is no setup: counted after the wait
     if (!t->gate) {
       since = std::chrono::steady_clock::now();

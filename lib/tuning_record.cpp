@@ -21,9 +21,12 @@ void tuning_record::set_trial_gate(std::function<bool()> gate) {
   gate_answer_ = -1;
 }
 
-bool tuning_record::allow_trial() {
+bool tuning_record::allow_trial(bool* asked) {
   std::lock_guard<std::mutex> lock(m_);
-  if (gate_answer_ < 0) gate_answer_ = !gate_ || gate_() ? 1 : 0;
+  if (gate_answer_ < 0) {
+    gate_answer_ = !gate_ || gate_() ? 1 : 0;
+    if (asked) *asked = static_cast<bool>(gate_);
+  }
   return gate_answer_ == 1;
 }
 
@@ -67,10 +70,10 @@ void tuning_record::prepare_trials() noexcept {
   }
 }
 
-void tuning_record::before_trial() {
+bool tuning_record::before_trial() {
   {
     std::lock_guard<std::mutex> lock(m_);
-    if (read_before_) return;
+    if (read_before_) return false;
     read_before_ = true;
   }
   // Busy before: in the last second's samples.
@@ -80,6 +83,7 @@ void tuning_record::before_trial() {
   std::lock_guard<std::mutex> lock(m_);
   before_ = std::move(c);
   started_us_ = now;
+  return static_cast<bool>(read_);
 }
 
 void tuning_record::add(const plan& p, double ms) {
@@ -145,7 +149,10 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   const bool waits_measured = gpu_ms > 0;
   const bool waited_some = waited_ms > std::max(min_contended_wait_ms, contended_wait_share * gpu_ms);
   const bool waited_long = waited_ms > std::max(min_shared_wait_ms, max_shared_wait * gpu_ms);
-  const bool busy_counts = !busy.empty() && (!waits_measured || waited_some || before.mps || after.mps);
+  // Under MPS the samples before tuning count no more than elsewhere (they show the fleet's previous tuner
+  // there too); those while tuning count alone.
+  const bool mps_busy = (before.mps || after.mps) && !nvml::busy(after).empty();
+  const bool busy_counts = !busy.empty() && (!waits_measured || waited_some || mps_busy);
   std::string why = busy_counts ? busy : std::string();
   if (const std::string slow = when(nvml::slowdown); !slow.empty()) why += (why.empty() ? "" : ", ") + slow;
   if (waits_measured && (waited_long || (busy_counts && waited_some))) {
@@ -197,11 +204,16 @@ tuning_record::conditions_reader gpu_conditions_reader(const device_limits& dev)
   // small enough for std::function to keep without an allocation on every miss).
   return [d = &dev](std::uint64_t since_us) {
     nvml::gpu_conditions c = nvml::read(d->uuid, since_us);
-    const driver_api& api = driver();
-    int mps = 0;
-    if (d->ordinal >= 0 && api.cuDeviceGetAttribute &&
-        api.cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d->ordinal) == CUDA_SUCCESS)
-      c.mps = mps != 0;
+    if (d->ordinal < 0) return c;  // a table's device: no driver to ask
+    try {
+      const driver_api& api = driver();
+      int mps = 0;
+      if (api.cuDeviceGetAttribute &&
+          api.cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d->ordinal) == CUDA_SUCCESS)
+        c.mps = mps != 0;
+    } catch (...) {
+      // No driver: not shared through MPS as far as anything here can tell.
+    }
     return c;
   };
 }

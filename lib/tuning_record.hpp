@@ -57,7 +57,8 @@ class tuning_record {
   // a policy that never times anything never takes one. Without a gate every trial is allowed.
   void set_trial_gate(std::function<bool()> gate);
   // Whether trials may run: the gate's answer, asked at the first call (under the record's lock).
-  bool allow_trial();
+  // `asked`, when given, is set when this call asked the gate (the one-off work a tuning's setup time counts).
+  bool allow_trial(bool* asked = nullptr);
   // Whether the gate refused the trials.
   bool trials_refused() const;
   // A trial asked for while the launch's stream is being captured into a CUDA graph (the capture records
@@ -67,7 +68,8 @@ class tuning_record {
 
   // One timing of a candidate as it launches (after the launch's requirements were applied); ms < 0: the
   // candidate could not run. The first call reads the GPU's conditions before it is timed.
-  void before_trial();
+  // True when this call read the conditions (the first, where a reader is set).
+  bool before_trial();
   // The GPU's conditions are not read for this tuning (nothing it measures is stored or shared).
   void skip_conditions();
   // What the first trial would otherwise do inside the policy's time budget (the trials' stream gate: a

@@ -1097,7 +1097,7 @@ TEST_F(Autotune, ABlockOfItsOwnSurvivesTheCacheFileForTheSameLaunchOnly) {
                      q.device.sm_count,
                      13000,
                      lf::kernel_fingerprint(q.kernel),
-                     policy->to_string() + " rows=32 shape=" + q.shape_rule.to_string(),
+                     policy->to_string() + " rows=32 shape=" + q.shape_rule.to_string() + " work=items",
                      "bytes=0",
                      policy->work_bucket(q.work_hint)};
   lf::set_cache_file(file);

@@ -24,6 +24,7 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/log.hpp"
 #include "plan_file_format.hpp"
+#include "plan_merge.hpp"
 #include "store_samples.hpp"
 
 namespace lf = launchfit;
@@ -201,7 +202,8 @@ TEST(StoredEntry, AMalformedKeyTextIsRefused) {
         plain + " waves=", plain + " waves=2x", plain + " waves=4294967296", plain + " waves=1 waves=2",
         plain + " work=everything", plain + " work=", plain + " work=grid_stride work=grid",
         plain + " work=items waves=2", plain + " waves=2 work=grid", plain + " rows=32 turbo",
-        plain + " work=items turbo"}) {
+        plain + " work=items turbo", plain + " blocks=power of two  work=items",
+        plain + " blocks=power of two pdl work=items"}) {
     SCOPED_TRACE(text);
     const ld::stored_entry e = entry("_Z3badPf", text);
     EXPECT_TRUE(has(ld::validate_stored_entry(e), "is not a policy followed by launch-option words"))
@@ -468,4 +470,32 @@ TEST(StoredEntry, AStoredAtFromTheFutureIsReadAsOfUnknownAgeCountedAndNamed) {
   EXPECT_FALSE(ld::parse_cache_file_lines(ld::serialize_cache_file({old, forged}), {}, fast));
   fast.clear();
   EXPECT_TRUE(ld::parse_cache_file_lines(ld::serialize_cache_file({old, near}), {}, fast));
+}
+
+// A file over its limits drops first the entries no launch finds (keys that do not name the work's kind,
+// written by launchfit 0.3 and before), whoever wrote them, then this process's own; never another process's
+// findable entries.
+TEST(StoredEntry, AFileOverItsLimitsDropsEntriesNoLaunchFindsFirst) {
+  ld::entry_lines disk;
+  const auto put = [&](const ld::stored_entry& e) {
+    disk.insert_or_assign(ld::tie_key(e.key), ld::held{e, ld::cache_file_line(e)});
+  };
+  ld::stored_entry legacy = entry("_Z6legacyPf", plain);
+  legacy.stored_at_ms = 5000;  // the newest: age alone would keep it
+  ld::stored_entry theirs = entry("_Z6theirsPf", plain + " work=items");
+  ld::stored_entry mine = entry("_Z4minePf", plain + " work=grid_stride");
+  put(legacy);
+  put(theirs);
+  put(mine);
+  ld::own_lines own{{ld::tie_key(mine.key), ld::cache_file_line(mine)}};
+  ld::entry_lines two = disk;
+  EXPECT_TRUE(ld::keep_within_limits(two, 2, 1 << 20, own));
+  EXPECT_EQ(two.count(ld::tie_key(legacy.key)), 0u) << "the entry no launch finds goes first";
+  EXPECT_EQ(two.size(), 2u);
+  ld::entry_lines one = disk;
+  EXPECT_TRUE(ld::keep_within_limits(one, 1, 1 << 20, own));
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one.count(ld::tie_key(theirs.key)), 1u) << "another process's findable entry stays";
+  ld::entry_lines none = disk;
+  EXPECT_FALSE(ld::keep_within_limits(none, 0, 1 << 20, own)) << "never evicts another's findable entry";
 }

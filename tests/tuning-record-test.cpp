@@ -239,17 +239,23 @@ TEST(TuningRecord, BusyProcessesCountBesideTrialsThatWaited) {
   m = measured_after(r4, {{35.0, 40 * 0.1 + 3.0, 40}});
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->clean) << m->conditions;
-  // Under MPS another process's kernels run beside the trials, which wait for none of them: busy counts alone.
+  // Under MPS another process's kernels run beside the trials, which wait for none of them: busy while
+  // tuning counts alone; busy before tuning alone (the fleet's previous tuner there too) does not.
   nvml::gpu_conditions shared_mps = busy(1);
   shared_mps.mps = true;
   nvml::gpu_conditions quiet_mps = quiet();
   quiet_mps.mps = true;
-  scripted mps{shared_mps, quiet_mps};
+  scripted mps{quiet_mps, shared_mps};
   tuning_record r6(mps.reader());
   m = measured_after(r6, {{35.0, 0.0, 40}});
   ASSERT_TRUE(m);
   EXPECT_FALSE(m->clean);
-  EXPECT_EQ(m->conditions, "1 other process busy on the GPU before tuning");
+  EXPECT_EQ(m->conditions, "1 other process busy on the GPU while tuning");
+  scripted mps_before{shared_mps, quiet_mps};
+  tuning_record r7(mps_before.reader());
+  m = measured_after(r7, {{35.0, 0.0, 40}});
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->clean) << m->conditions;
   // A GPU that slowed itself down is a reason whatever the waits.
   nvml::gpu_conditions hot = quiet();
   hot.throttle_read = true;
@@ -352,10 +358,21 @@ TEST(TuningRecord, TheTrialGateIsAskedOnceAtTheFirstTrial) {
     ++asked;
     return true;
   });
-  EXPECT_TRUE(allowed.allow_trial());
-  EXPECT_TRUE(allowed.allow_trial());
+  // The call that asks the gate says so (its time is the tuning's setup, query::setup_ms); later ones do not.
+  bool did = false;
+  EXPECT_TRUE(allowed.allow_trial(&did));
+  EXPECT_TRUE(did);
+  did = false;
+  EXPECT_TRUE(allowed.allow_trial(&did));
+  EXPECT_FALSE(did);
   EXPECT_EQ(asked, 2);
   EXPECT_FALSE(allowed.trials_refused());
+  // The same for the conditions: the first call reads them, where a reader is set.
+  EXPECT_TRUE(allowed.before_trial());
+  EXPECT_FALSE(allowed.before_trial());
+  tuning_record unread(s.reader());
+  unread.skip_conditions();
+  EXPECT_FALSE(unread.before_trial());
 }
 
 // The trials' setup runs once, before the policy is asked, and reads no GPU conditions (those are read at the

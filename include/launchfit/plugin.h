@@ -205,8 +205,9 @@ typedef struct launchfit_query {
   /* ABI 1.3. Milliseconds that this query's time_plan calls have spent so far on launchfit's own one-off work
      rather than on trials: taking the fleet's tuning lease (a lock file, a remote store's round trip, a
      re-read of the plan store), reading the GPU's conditions through NVML, making the trials' stream gate.
-     All of it happens inside the first call. A time budget should not count it. May be NULL (an older
-     launchfit, or a launch that offers no trials). */
+     All of it happens inside the first call (the first calls, where several threads time). Cumulative over the
+     query: a policy asked again with the same query subtracts what it read when it began. A time budget
+     should not count it. May be NULL (an older launchfit, or a launch that offers no trials). */
   double (*setup_ms)(void* ctx);
 } launchfit_query;
 

@@ -57,7 +57,7 @@ lf::stored_key key(int i) {
   k.driver_version = 12080;
   k.kernel = lf::kernel_fingerprint(
       lf::kernel_resources::manual(32, 0, 1024, "_Z6kernel" + std::to_string(i) + "Pf"));
-  k.policy = "max_occupancy(prefer_block=256,block_limit=0)";
+  k.policy = "max_occupancy(prefer_block=256,block_limit=0) work=items";  // as launchfit writes it
   k.smem_rule = "bytes=0";
   return k;
 }
