@@ -277,12 +277,28 @@ TEST(StubLaunch, APluginPolicysBudgetIsForItsTrialsNotTheGatesAllocation) {
 // first trial takes the fleet's tuning lease and reads the GPU's conditions (NVML), which a virtual machine can
 // make slow. Here NVML's process query takes 30 ms; autotune(max_ms=50) counted that first trial as one of
 // 60 ms and timed nothing after it.
-// A plan file of this process's own in the temporary directory, none there yet.
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+// A kernel the stub times at 2 us a launch (fastest in blocks of 256), with the autotune plugin loaded.
+CUfunction kernel_to_tune(const char* name) {
+  EXPECT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
+  const CUfunction f = axpy_kernel(name);
+  launchfit_stub_set_cost(f, 0.002, 256);
+  return f;
+}
+#endif
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A plan file of this process's own in the temporary directory, none there yet, in use from now on.
 std::string fresh_plan_file(const std::string& tag) {
   const std::string file = (std::filesystem::temp_directory_path() /
                             ("launchfit-stub-" + tag + "-" + std::to_string(::getpid()) + ".json"))
                                .string();
   std::filesystem::remove(file);
+  lf::set_cache_file(file);
   return file;
 }
 
@@ -302,9 +318,7 @@ ld::nvml::result processes(ld::nvml::device, unsigned* count, ld::nvml::process_
 
 TEST(StubLaunch, LaunchfitsSetupInTheFirstTrialIsNotAPluginPolicysBudget) {
 #ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
-  ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
-  const std::string file = fresh_plan_file("setup");
-  lf::set_cache_file(file);  // conditions are read, and the lease taken, where plans are stored
+  const std::string file = fresh_plan_file("setup");  // conditions are read, and the lease taken, where plans are stored
   ld::nvml::function_table table;
   table.init = slow_nvml::init;
   table.handle_by_uuid = slow_nvml::by_uuid;
@@ -313,8 +327,7 @@ TEST(StubLaunch, LaunchfitsSetupInTheFirstTrialIsNotAPluginPolicysBudget) {
   struct restore {  // on every path: no later test may meet this stack's table
     ~restore() { ld::nvml::set_library_for_tests(nullptr); }
   } restored;
-  const CUfunction f = axpy_kernel("_Z9slow_nvmlfPKfPfi");
-  launchfit_stub_set_cost(f, 0.002, 256);
+  const CUfunction f = kernel_to_tune("_Z9slow_nvmlfPKfPfi");
   const auto spec = lf::use("autotune(max_ms=50)").items(1 << 20).on(stream_of(0x17)).rerunnable();
   const lf::launched l =
       lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
@@ -335,11 +348,8 @@ TEST(StubLaunch, LaunchfitsSetupInTheFirstTrialIsNotAPluginPolicysBudget) {
 // entry for both.
 TEST(StubLaunch, ATuningPolicyTunesItemsAndGridStrideWorkOfOneKernelApart) {
 #ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
-  ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
   const std::string file = fresh_plan_file("kinds");
-  lf::set_cache_file(file);
-  const CUfunction f = axpy_kernel("_Z8map_kindfPKfPfi");
-  launchfit_stub_set_cost(f, 0.002, 256);
+  const CUfunction f = kernel_to_tune("_Z8map_kindfPKfPfi");
   const int n = 1 << 20;
   const auto items = lf::use("autotune(max_ms=20)").items(n).on(stream_of(0x16)).rerunnable();
   const auto strided = lf::use("autotune(max_ms=20)").grid_stride(n).on(stream_of(0x16)).rerunnable();
@@ -357,8 +367,7 @@ TEST(StubLaunch, ATuningPolicyTunesItemsAndGridStrideWorkOfOneKernelApart) {
   EXPECT_EQ(&b2.plan(), &b.plan());
   // The plan file keys them apart too: a later process's grid-stride launch does not find the items plan.
   lf::close_cache_file();
-  std::ifstream in(file);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_text(file);
   EXPECT_NE(text.find("work=grid_stride"), std::string::npos) << text;
   EXPECT_NE(text.find("work=items"), std::string::npos) << text;
   std::size_t entries = 0;
@@ -375,11 +384,8 @@ TEST(StubLaunch, ATuningPolicyTunesItemsAndGridStrideWorkOfOneKernelApart) {
 // a grid-stride one or one made without work were written alike) and is found by no launch, which plans again.
 TEST(StubLaunch, AStoredEntryWithoutTheWorksKindIsFoundByNoLaunch) {
 #ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
-  ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
   const std::string file = fresh_plan_file("legacy");
-  lf::set_cache_file(file);
-  const CUfunction f = axpy_kernel("_Z6legacyfPKfPfi");
-  launchfit_stub_set_cost(f, 0.002, 256);
+  const CUfunction f = kernel_to_tune("_Z6legacyfPKfPfi");
   const int n = 1 << 20;
   const auto spec = lf::use("autotune(max_ms=20)").items(n).on(stream_of(0x18)).rerunnable();
   const auto run = [&] {
@@ -387,11 +393,7 @@ TEST(StubLaunch, AStoredEntryWithoutTheWorksKindIsFoundByNoLaunch) {
   };
   EXPECT_EQ(run().plan().match, "computed");
   lf::close_cache_file();
-  std::string text;
-  {
-    std::ifstream in(file);
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  const std::string text = read_text(file);
   const std::size_t at = text.find(" work=items");
   ASSERT_NE(at, std::string::npos) << text;
   lf::cache().clear();
