@@ -271,6 +271,25 @@ TEST_F(PlansTool, MergeWaitsForTheLibrarysLockAndGivesUp) {
   EXPECT_FALSE(fs::exists(dir_ / "out.json"));
 }
 
+// Plans whose keys name no work kind (written by launchfit 0.3 or before) are found by no launch: prune
+// removes them on request, and keeps every plan whose key names its kind.
+TEST_F(PlansTool, PruneRemovesPlansWhoseKeysNameNoWorkKind) {
+  ld::stored_entry current = entry(gpu("GPU-a"), "_Z3newPf", 32, 128, 16);
+  current.key.policy += " work=items";
+  write("p.json", {entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16), current});
+  outcome r = run("prune p.json --without-work-kind --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "would remove _Z3oldPf")) << r.out;
+  EXPECT_TRUE(has(r.out, "written by launchfit 0.3 or before")) << r.out;
+  EXPECT_FALSE(has(r.out, "_Z3newPf")) << r.out;
+  r = run("prune p.json --without-work-kind");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "p.json: removed 1, kept 1")) << r.out;
+  const auto left = ld::parse_cache_file(slurp(dir_ / "p.json"));
+  ASSERT_EQ(left.entries.size(), 1u);
+  EXPECT_EQ(left.entries[0].key.kernel.rfind("_Z3newPf|", 0), 0u);
+}
+
 TEST_F(PlansTool, PruneOldDriversAndKernelsNoLongerPresent) {
   write("p.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8, 1000, 12020),
                    entry(gpu("GPU-a"), "_Z3fooPf", 32, 128, 16, 1000, 12080),

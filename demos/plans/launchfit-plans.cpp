@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "cache_file.hpp"
+#include "launch_options.hpp"
 #include "plan_match.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
@@ -683,10 +684,18 @@ std::set<std::string> read_kernel_list(const std::string& path, std::size_t max_
   return names;
 }
 
+// A plan whose key does not name the work's kind (written by launchfit 0.3 or before): no launch finds it.
+bool without_work_kind(const stored_entry& e) {
+  if (is_calibration(e)) return false;
+  const std::optional<ld::stored_key_text> key = ld::parse_key_text(e.key.policy);
+  return key && key->work.empty();
+}
+
 int run_prune(const std::string& path, const std::optional<std::string>& driver_below,
-              const std::optional<std::string>& keep_kernels, bool force, bool dry_run, unsigned lock_wait_ms,
-              std::size_t max_bytes) {
-  if (!driver_below && !keep_kernels) throw usage_error{"prune needs --driver-below and/or --keep-kernels"};
+              const std::optional<std::string>& keep_kernels, bool without_kind, bool force, bool dry_run,
+              unsigned lock_wait_ms, std::size_t max_bytes) {
+  if (!driver_below && !keep_kernels && !without_kind)
+    throw usage_error{"prune needs --driver-below, --keep-kernels and/or --without-work-kind"};
   const int below = driver_below ? parse_driver(*driver_below) : 0;
   const std::optional<std::set<std::string>> keep =
       keep_kernels ? std::optional(read_kernel_list(*keep_kernels, max_bytes)) : std::nullopt;
@@ -725,6 +734,8 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
             reason = "driver " + driver_text(e.key.driver_version) + " < " + driver_text(below);
           } else if (keep && !is_calibration(e) && !keep->count(parse_fingerprint(e.key.kernel).name)) {
             reason = "kernel not in " + shown(*keep_kernels, 256);
+          } else if (without_kind && without_work_kind(e)) {
+            reason = "its key names no work kind (written by launchfit 0.3 or before: no launch finds it)";
           }
           if (reason.empty()) {
             out.push_back(e);
@@ -1160,6 +1171,10 @@ int main(int argc, char** argv) {
       "e.g. nm --defined-only app | awk '{print $3}'); calibrations are kept; a list that names "
       "no kernel of FILE is refused (exit 1) unless --force");
   bool force = false;
+  bool without_kind = false;
+  prune->add_flag("--without-work-kind", without_kind,
+                  "remove plans whose key names no work kind (written by launchfit 0.3 or before; no launch finds "
+                  "them)");
   prune->add_flag("--force", force, "with --keep-kernels: prune even when the list names no kernel of FILE");
   prune->add_flag("--dry-run", dry_run, "say what would be removed, change nothing");
   prune->add_option("--lock-wait-ms", lock_wait_ms, "how long to wait for the file's lock (default 5000)");
@@ -1216,7 +1231,7 @@ int main(int argc, char** argv) {
     if (diff->parsed()) return run_diff(a, b, all, as_json, max_bytes);
     if (merge->parsed()) return run_merge(out, files, fail_on_conflict, dry_run, lock_wait_ms, max_bytes);
     if (prune->parsed())
-      return run_prune(out, driver_below, keep_kernels, force, dry_run, lock_wait_ms, max_bytes);
+      return run_prune(out, driver_below, keep_kernels, without_kind, force, dry_run, lock_wait_ms, max_bytes);
     if (check->parsed() && std::any_of(files.begin(), files.end(), is_remote_url))
       return run_check_with_stores(files, as_json, max_bytes);
     if (check->parsed()) return run_check(files, as_json, max_bytes);
