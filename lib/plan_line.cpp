@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "launch_options.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/occupancy.hpp"
 #include "log_line.hpp"
@@ -26,7 +27,7 @@ std::string work_to_string(const work& w) {
     per += (per.empty() ? "" : ",") + std::string("waves=") + std::to_string(w.waves);
   if (w.kind == work::shape::items && w.rank > 1)
     per += std::string(per.empty() ? "" : ",") + std::to_string(w.rank) + "d";
-  return (w.kind == work::shape::items ? "items" : "grid_stride") + (per.empty() ? per : "(" + per + ")");
+  return work_kind_word(w.kind) + (per.empty() ? per : "(" + per + ")");
 }
 
 std::string grid_rule(const plan& p, const work& w) {

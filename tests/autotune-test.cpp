@@ -463,11 +463,7 @@ TEST_F(Autotune, LaunchfitsSetupInTheFirstTrialIsNotTheBudgets) {
   // The same query asked again (launchfit asks a policy twice where the driver disagrees with the calculator):
   // the setup it already reported is not subtracted again, so the second search keeps to max_ms.
   calls = 1;  // no new setup
-  const auto again_start = std::chrono::steady_clock::now();
   const lf::plan again = lf::policy_from_string("autotune(max_ms=50)")->choose(q);
-  const double again_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - again_start).count();
-  EXPECT_LT(again_ms, 80.0) << again.reason;
   EXPECT_FALSE(contains(again.reason, "launchfit's setup")) << again.reason;
   // Without setup_ms (an older launchfit) the same first trial counts whole.
   lf::query old = q;
