@@ -9,6 +9,7 @@
 #include <launchfit/plugin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -184,6 +185,20 @@ double lower_median(std::vector<double> v) {
   return v[(v.size() - 1) / 2];
 }
 
+#ifdef LAUNCHFIT_AUTOTUNE_TEST_CLOCK
+// A test build only (launchfit-autotune-test-clock, never installed): a test replaces the clock the budgets are
+// measured by with one its fake trials advance, so max_ms's rules are tested without the host's scheduling.
+std::atomic<double (*)()> test_clock{nullptr};
+#endif
+
+// Milliseconds on a monotonic clock: the search's time and each trial's.
+double now_ms() {
+#ifdef LAUNCHFIT_AUTOTUNE_TEST_CLOCK
+  if (double (*const clock)() = test_clock.load(std::memory_order_acquire)) return clock();
+#endif
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 class search {
  public:
   // `full_grid`: whether launchfit reads launchfit_plan::full_grid (ABI 1.1), so full grids can be timed.
@@ -194,7 +209,7 @@ class search {
         shapes_(p.shapes && LAUNCHFIT_HAS_FIELD(&q, launchfit_query, block_x_step) &&
                 q.block_shape_free != 0 && q.block_x_step > 0),
         limit_ms_(p.max_ms),
-        start_(clock::now()),
+        start_ms_(now_ms()),
         setup_at_start_(setup_ms_so_far()) {}
 
   // Returns false with a message when there is nothing to tune.
@@ -383,7 +398,7 @@ class search {
   // trial (its tuning lease, the GPU's conditions), which would otherwise pass for a trial of that length and
   // stop the search by the rule of time_left() with a third of the budget unspent.
   double elapsed_ms() const {
-    const double ms = std::chrono::duration<double, std::milli>(clock::now() - start_).count() - setup_ms();
+    const double ms = now_ms() - start_ms_ - setup_ms();
     return std::max(ms, 0.0);
   }
   // launchfit's setup inside this search's time_plan calls (ABI 1.3; 0 from an older launchfit): what the
@@ -396,7 +411,6 @@ class search {
   }
 
  private:
-  using clock = std::chrono::steady_clock;
   static constexpr double untimed = -2;  // timed_[b][l] before its trial; -1 after a failed one
 
   // Every residency from 1 to `active` blocks per SM: the coarse pass picks full, 3/4, 5/8, ... of it and
@@ -803,7 +817,7 @@ class search {
   double limit_ms_ = 0;  // time_left()'s budget: max_ms, less a quarter while shapes are still to time
   int shapes_timed_ = 0;
   bool shapes_fit_ = true;  // time_shapes() found widths for the plan it widens
-  clock::time_point start_;
+  double start_ms_;
   std::vector<block_option> blocks_;
   std::vector<std::vector<double>> timed_;  // per block, per level: ms, -1 (failed) or untimed
   std::vector<trial> trials_;
@@ -914,3 +928,11 @@ const launchfit_plugin_descriptor descriptor = {
 extern "C" LAUNCHFIT_PLUGIN_EXPORT const launchfit_plugin_descriptor* launchfit_plugin_entry(void) {
   return &descriptor;
 }
+
+#ifdef LAUNCHFIT_AUTOTUNE_TEST_CLOCK
+// The test build's second symbol: `clock` (milliseconds, never decreasing) replaces the steady clock for every
+// search from now on; nullptr restores it.
+extern "C" LAUNCHFIT_PLUGIN_EXPORT void launchfit_autotune_test_clock(double (*clock)(void)) {
+  test_clock.store(clock, std::memory_order_release);
+}
+#endif
