@@ -8,12 +8,29 @@
 #include <string>
 
 #include "driver.hpp"
+#include "launch_config.hpp"
 #include "planner_steps.hpp"
 #include "text.hpp"
 
 namespace launchfit::detail {
 
 namespace planning {
+namespace {
+
+// cuOccupancyMaxPotentialClusterSize for `f` with blocks of `block` threads and `smem` bytes of dynamic smem, asked
+// through the one marshal step with one cluster's grid and no attribute; 0 where the driver does not answer.
+int most_blocks_per_cluster(CUfunction f, dims block, std::size_t smem, dims cluster) {
+  plan probe;
+  probe.block = block;
+  probe.dynamic_smem_bytes = smem;
+  CUlaunchConfig cfg;
+  launch_attributes attrs;
+  fill_launch_config(cfg, attrs, probe, cluster, nullptr);
+  int most = 0;
+  return driver().cuOccupancyMaxPotentialClusterSize(&most, f, &cfg) == CUDA_SUCCESS ? most : 0;
+}
+
+}  // namespace
 
 // Cluster sizes: above 8 blocks only when the launch allows non-portable sizes (which sets the kernel's
 // attribute, before any residency is asked), and never above what cuOccupancyMaxPotentialClusterSize says
@@ -40,16 +57,9 @@ void allow_cluster_size(const launch_requirements& need, const plan_entry& e, co
   // The device's own maximum (16 blocks on an H200), asked for the smallest block so that only the hardware
   // binds: above it no block size or smem co-schedules, and the message says the number, not "no plan".
   if (!d.cuOccupancyMaxPotentialClusterSize) return;
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = need.cluster.x;
-  cfg.gridDimY = need.cluster.y;
-  cfg.gridDimZ = need.cluster.z;
-  cfg.blockDimX = 32;
-  cfg.blockDimY = 1;
-  cfg.blockDimZ = 1;
-  int most = 0;
   const CUfunction f = fam.functions.empty() ? e.function : fam.functions.front();
-  if (d.cuOccupancyMaxPotentialClusterSize(&most, f, &cfg) != CUDA_SUCCESS || most <= 0) return;
+  const int most = most_blocks_per_cluster(f, dims{32, 1, 1}, 0, need.cluster);
+  if (most <= 0) return;
   if (size > static_cast<unsigned long long>(most)) {
     throw error(
         errc::cluster, "plan(cluster)",
@@ -63,16 +73,7 @@ void allow_cluster_size(const launch_requirements& need, const plan_entry& e, co
 void check_cluster_size(const launch_requirements& need, const plan_entry& e) {
   const unsigned long long size = need.cluster.count();
   if (size <= 1 || !driver().cuOccupancyMaxPotentialClusterSize) return;
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = need.cluster.x;
-  cfg.gridDimY = need.cluster.y;
-  cfg.gridDimZ = need.cluster.z;
-  cfg.blockDimX = e.plan.block.x;
-  cfg.blockDimY = e.plan.block.y;
-  cfg.blockDimZ = e.plan.block.z;
-  cfg.sharedMemBytes = static_cast<unsigned>(e.plan.dynamic_smem_bytes);
-  int most = 0;
-  if (driver().cuOccupancyMaxPotentialClusterSize(&most, e.function, &cfg) != CUDA_SUCCESS) return;
+  const int most = most_blocks_per_cluster(e.function, e.plan.block, e.plan.dynamic_smem_bytes, need.cluster);
   if (most > 0 && size > static_cast<unsigned long long>(most)) {
     throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "plan(cluster)",
                 "cluster " + need.cluster.to_string() + " (" + std::to_string(size) + " blocks of " +

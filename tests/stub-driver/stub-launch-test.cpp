@@ -227,6 +227,64 @@ TEST(StubLaunch, ARefusedClusterSizeThrowsNamingTheKernel) {
   EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), launches) << "a launch reached the driver";
 }
 
+// A cluster's size is asked of the driver (cuOccupancyMaxPotentialClusterSize) as its blocks will launch: a
+// grid of one cluster, the plan's block and dynamic smem, no attribute.
+TEST(StubLaunch, AClustersSizeIsAskedOfTheDriverAsItsBlocksLaunch) {
+  const CUfunction f = axpy_kernel("_Z8clusterafPKfPfi");
+  const lf::launched l = lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).cluster({4, 1, 1}).on(stream_of(0x18)),
+                                    1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+  CUlaunchConfig asked{};
+  ASSERT_EQ(launchfit_stub_last_cluster_query(&asked), 1) << "the cluster's size was not asked";
+  EXPECT_EQ(asked.gridDimX, 4u);
+  EXPECT_EQ(asked.gridDimY, 1u);
+  EXPECT_EQ(asked.gridDimZ, 1u);
+  EXPECT_EQ(asked.blockDimX, l.block.x);
+  EXPECT_EQ(asked.blockDimX * asked.blockDimY * asked.blockDimZ, 128u);
+  EXPECT_EQ(asked.sharedMemBytes, l.dynamic_smem_bytes);
+  EXPECT_EQ(asked.numAttrs, 0u);
+  EXPECT_EQ(last_launch(f).config.gridDimX % 4, 0u) << "whole clusters";
+}
+
+// A cluster above what the driver says co-schedules is refused naming the kernel, the size and the limit, and
+// nothing is launched: above 8 blocks against the device's non-portable maximum (asked for the smallest block),
+// up to 8 against the plan's block and smem.
+TEST(StubLaunch, AClusterAboveWhatTheDriverCoSchedulesIsRefusedAndNothingLaunches) {
+  struct no_limit {  // on every path: no later test may meet this limit
+    ~no_limit() { launchfit_stub_set_cluster_limit(0); }
+  } restored;
+  const unsigned long long launches = launchfit_stub_calls("cuLaunchKernelEx");
+  const auto refusal = [](CUfunction f, lf::dims cluster, bool non_portable) {
+    try {
+      lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).cluster(cluster, non_portable).on(stream_of(0x18)),
+                 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+    } catch (const lf::error& e) {
+      return std::string(e.what()) + " code=" + lf::to_string(e.code());
+    }
+    return std::string("no error");
+  };
+  launchfit_stub_set_cluster_limit(2);
+  const std::string small = refusal(axpy_kernel("_Z8clusterbfPKfPfi"), {4, 1, 1}, false);
+  EXPECT_NE(small.find("cluster 4 (4 blocks of 128 threads, 0 B dynamic smem): at most 2 co-schedule "
+                       "(cuOccupancyMaxPotentialClusterSize)"),
+            std::string::npos)
+      << small;
+  EXPECT_NE(small.find("clusterb(float"), std::string::npos) << small;
+  EXPECT_NE(small.find("CUDA_ERROR_INVALID_CLUSTER_SIZE"), std::string::npos) << small;
+  EXPECT_NE(small.find("code=" + std::string(lf::to_string(lf::errc::cluster))), std::string::npos) << small;
+  launchfit_stub_set_cluster_limit(8);
+  const std::string large = refusal(axpy_kernel("_Z8clustercfPKfPfi"), {16, 1, 1}, true);
+  EXPECT_NE(large.find("cluster 16 (16 blocks) is above the most this device co-schedules in one cluster: 8 "
+                       "blocks"),
+            std::string::npos)
+      << large;
+  EXPECT_NE(large.find("clusterc(float"), std::string::npos) << large;
+  EXPECT_NE(large.find("code=" + std::string(lf::to_string(lf::errc::cluster))), std::string::npos) << large;
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), launches) << "a launch reached the driver";
+  // Within the limit the same launch runs.
+  launchfit_stub_set_cluster_limit(0);
+  EXPECT_EQ(refusal(axpy_kernel("_Z8clusterdfPKfPfi"), {16, 1, 1}, true), "no error");
+}
+
 // The hit path: one cuLaunchKernelEx per launch, and of the driver only what identifies the current context
 // (cuCtxGetCurrent, and cuCtxGetId: a context destroyed and another made at the same address is another
 // context, whose plans are its own).

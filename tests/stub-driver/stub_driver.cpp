@@ -71,6 +71,7 @@ int device_attribute(CUdevice_attribute a) {
   X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)             \
   X(cuCtxGetId) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)          \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) X(cuOccupancyMaxPotentialBlockSize)               \
+  X(cuOccupancyMaxPotentialClusterSize)                                                                     \
   X(cuLaunchKernelEx) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)         \
   X(cuEventDestroy) X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuStreamIsCapturing) X(cuMemHostAlloc)     \
   X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuStreamGetCaptureInfo)            \
@@ -162,6 +163,7 @@ struct stub_function {
   int static_smem = 0;
   int max_threads = 1024;
   std::atomic<int> max_dynamic_smem{49152};  // cuFuncSetAttribute, while another thread may launch
+  std::atomic<bool> non_portable_cluster{false};  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
   std::vector<size_t> param_sizes;
   double best_ms = 0.001;
   unsigned best_block = 256;
@@ -337,6 +339,7 @@ CUresult CUDAAPI stub_cuGetErrorName(CUresult e, const char** s) {
     case CUDA_ERROR_INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
     case CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: *s = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"; break;
     case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: *s = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"; break;
+    case CUDA_ERROR_INVALID_CLUSTER_SIZE: *s = "CUDA_ERROR_INVALID_CLUSTER_SIZE"; break;
     default: *s = "CUDA_ERROR_UNKNOWN"; break;
   }
   return CUDA_SUCCESS;
@@ -424,6 +427,7 @@ CUresult CUDAAPI stub_cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, i
     if (v < 0 || v + fn(f)->static_smem > smem_optin) return CUDA_ERROR_INVALID_VALUE;
     fn(f)->max_dynamic_smem = v;
   }
+  if (a == CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED) fn(f)->non_portable_cluster = v != 0;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI stub_cuFuncGetName(const char** name, CUfunction f) {
@@ -448,6 +452,36 @@ CUresult CUDAAPI stub_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* 
   ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   *n = resident_blocks(*fn(f), block, smem);
+  return CUDA_SUCCESS;
+}
+// The last cuOccupancyMaxPotentialClusterSize's config (its attributes counted, not kept), and the most blocks
+// a cluster may have (launchfit_stub_set_cluster_limit; 0: as an H200 answers).
+struct cluster_queries {
+  std::mutex m;
+  CUlaunchConfig last{};
+  bool asked = false;
+  int limit = 0;
+};
+cluster_queries& the_cluster_queries() {
+  static cluster_queries& q = *new cluster_queries;
+  return q;
+}
+// As an H200 answers: 8 blocks (portable), 16 where the function allows non-portable sizes, fewer where a
+// cluster's blocks do not fit on a GPC's 16 SMs.
+CUresult CUDAAPI stub_cuOccupancyMaxPotentialClusterSize(int* most, CUfunction f, const CUlaunchConfig* config) {
+  ENTER(cuOccupancyMaxPotentialClusterSize);
+  if (!most || !config) return CUDA_ERROR_INVALID_VALUE;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  const stub_function& k = *fn(f);
+  const int block = static_cast<int>(config->blockDimX * config->blockDimY * config->blockDimZ);
+  int n = std::min(k.non_portable_cluster ? 16 : 8, 16 * resident_blocks(k, block, config->sharedMemBytes));
+  cluster_queries& q = the_cluster_queries();
+  std::lock_guard<std::mutex> lock(q.m);
+  if (q.limit > 0) n = std::min(n, q.limit);
+  q.last = *config;
+  q.last.attrs = nullptr;
+  q.asked = true;
+  *most = n;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI stub_cuOccupancyMaxPotentialBlockSize(int* min_grid, int* block_out, CUfunction f,
@@ -857,6 +891,20 @@ void launchfit_stub_reset_calls(void) {
 }
 
 void launchfit_stub_set_host_alloc_ms(double ms) { host_alloc_ms.store(ms); }
+
+void launchfit_stub_set_cluster_limit(int most) {
+  cluster_queries& q = the_cluster_queries();
+  std::lock_guard<std::mutex> lock(q.m);
+  q.limit = most;
+}
+
+int launchfit_stub_last_cluster_query(CUlaunchConfig* config) {
+  cluster_queries& q = the_cluster_queries();
+  std::lock_guard<std::mutex> lock(q.m);
+  if (!q.asked) return 0;
+  if (config) *config = q.last;
+  return 1;
+}
 
 int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAttribute* attrs, unsigned max_attrs) {
   launches& l = the_launches();

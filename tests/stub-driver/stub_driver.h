@@ -5,10 +5,11 @@
 //
 // What it simulates: one device and one context; kernels the test makes (launchfit_stub_function), with their
 // attributes and parameter sizes; occupancy by the CUDA occupancy rules (warps, registers, shared memory,
-// blocks); launches that run nothing but are counted and recorded with their attributes; events whose elapsed
-// time is the simulated time of the launches between them (launchfit_stub_set_cost); stream captures into
-// graphs of kernel nodes, executable graphs, node updates and user objects. Any entry point can be made to
-// fail (launchfit_stub_fail). Everything is for one process and thread-safe.
+// blocks) and the most blocks a cluster may have; launches that run nothing but are counted and recorded with
+// their attributes; events whose elapsed time is the simulated time of the launches between them
+// (launchfit_stub_set_cost); stream captures into graphs of kernel nodes, executable graphs, node updates and
+// user objects. Any entry point can be made to fail (launchfit_stub_fail). Everything is for one process and
+// thread-safe.
 
 #ifndef LAUNCHFIT_STUB_DRIVER_H
 #define LAUNCHFIT_STUB_DRIVER_H
@@ -36,6 +37,12 @@ void launchfit_stub_reset_calls(void);
 // The last cuLaunchKernelEx of `f` (any kernel when null): its config, its attributes copied into `attrs`
 // (up to `max_attrs`); 0 when there was none.
 int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAttribute* attrs, unsigned max_attrs);
+
+// cuOccupancyMaxPotentialClusterSize answers at most `most` blocks (0: as an H200 answers: 8, 16 where the
+// function allows non-portable sizes, fewer where a cluster's blocks do not fit on 16 SMs).
+void launchfit_stub_set_cluster_limit(int most);
+// The last cuOccupancyMaxPotentialClusterSize's config (numAttrs as asked, attrs null); 0 when none was asked.
+int launchfit_stub_last_cluster_query(CUlaunchConfig* config);
 
 // Each cuMemHostAlloc takes this long (0: at once), as page-locking memory can in a virtual machine.
 void launchfit_stub_set_host_alloc_ms(double ms);
