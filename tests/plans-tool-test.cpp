@@ -290,6 +290,31 @@ TEST_F(PlansTool, PruneRemovesPlansWhoseKeysNameNoWorkKind) {
   EXPECT_EQ(left.entries[0].key.kernel.rfind("_Z3newPf|", 0), 0u);
 }
 
+// check points out the entries no launch finds (valid, so exit 0), in text and JSON, and names the prune that
+// removes them; a file without such entries says nothing of them.
+TEST_F(PlansTool, CheckPointsOutPlansWhoseKeysNameNoWorkKind) {
+  ld::stored_entry current = entry(gpu("GPU-a"), "_Z3newPf", 32, 128, 16);
+  current.key.policy += " work=items";
+  write("p.json", {entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16), entry(gpu("GPU-a"), "_Z4old2Pf", 32, 128, 16),
+                   current});
+  outcome r = run("check p.json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "p.json: note: 2 entries name no work kind (written by launchfit 0.3 or before): no "
+                         "launch finds them; launchfit-plans prune --without-work-kind removes them"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "3 entries, all valid")) << r.out;
+  r = run("check p.json --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array() && j.size() == 1) << r.out;
+  EXPECT_EQ(j[0]["without_work_kind"], 2);
+  EXPECT_EQ(j[0]["notes"].size(), 1u) << r.out;
+  write("new.json", {current});
+  r = run("check new.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.out, "work kind")) << r.out;
+}
+
 TEST_F(PlansTool, PruneOldDriversAndKernelsNoLongerPresent) {
   write("p.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8, 1000, 12020),
                    entry(gpu("GPU-a"), "_Z3fooPf", 32, 128, 16, 1000, 12080),

@@ -782,6 +782,15 @@ std::string check_entry(const stored_entry& e, bool& unchecked) {
   return "";
 }
 
+// What check says of entries no launch finds (keys without the work's kind): valid, kept by every reader, but
+// dead weight an operator may remove. Empty when there are none.
+std::string unfindable_note(std::size_t n) {
+  if (n == 0) return "";
+  return std::to_string(n) + (n == 1 ? " entry names" : " entries name") +
+         " no work kind (written by launchfit 0.3 or before): no launch finds " + (n == 1 ? "it" : "them") +
+         "; launchfit-plans prune --without-work-kind removes " + (n == 1 ? "it" : "them");
+}
+
 int run_check(const std::vector<std::string>& files, bool as_json, std::size_t max_bytes) {
   std::size_t bad = 0;
   json report = json::array();
@@ -817,17 +826,23 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
     if (c.clamped > c.clamps.size() && !as_json)
       std::cout << shown(path, 512) << ": note: and " << c.clamped - c.clamps.size()
                 << " more stored_at stamps read as of unknown age\n";
-    std::size_t unchecked = 0;
+    std::size_t unchecked = 0, unfindable = 0;
     for (std::size_t i = 0; i < c.entries.size(); ++i) {
       bool no_table = false;
       const std::string why_bad = check_entry(c.entries[i], no_table);
       unchecked += no_table;
+      unfindable += without_work_kind(c.entries[i]);
       if (!why_bad.empty())
         problem("entry " + std::to_string(i) + " (" + entry_name(c.entries[i]) +
                 "): " + shown(why_bad, 1024));
     }
     file["entries"] = c.entries.size();
     file["not_checked_offline"] = unchecked;
+    file["without_work_kind"] = unfindable;
+    if (const std::string note = unfindable_note(unfindable); !note.empty()) {
+      file["notes"].push_back(note);
+      if (!as_json) std::cout << shown(path, 512) << ": note: " << note << "\n";
+    }
     if (!as_json && file["problems"].empty())
       std::cout << shown(path, 512) << ": " << c.entries.size()
                 << (c.entries.size() == 1 ? " entry" : " entries") << ", all valid"
@@ -949,16 +964,22 @@ int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
     for (const auto& p : l.problems) problem(shown(p.key, 128) + ": " + shown(p.why, 1024));
     if (l.refused > l.problems.size())
       problem("and " + std::to_string(l.refused - l.problems.size()) + " more bad entries");
-    std::size_t unchecked = 0;
+    std::size_t unchecked = 0, unfindable = 0;
     for (const auto& e : l.entries) {
       bool no_table = false;
       const std::string why_bad = check_entry(e, no_table);
       unchecked += no_table;
+      unfindable += without_work_kind(e);
       if (!why_bad.empty())
         problem(shown(tools::store_key(e.key), 128) + " (" + entry_name(e) + "): " + shown(why_bad, 1024));
     }
     store["entries"] = l.entries.size();
     store["not_checked_offline"] = unchecked;
+    store["without_work_kind"] = unfindable;
+    if (const std::string note = unfindable_note(unfindable); !note.empty()) {
+      store["notes"] = json::array({note});
+      if (!as_json) std::cout << shown(text, 300) << ": note: " << note << "\n";
+    }
     store["truncated"] = l.failed.what == tools::failure::kind::bound;
     if (!as_json && store["problems"].empty() && !l.failed)
       std::cout << shown(text, 300) << ": " << l.entries.size()
