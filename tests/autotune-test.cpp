@@ -45,7 +45,7 @@ std::string plugin_path() {
 #ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
   return LAUNCHFIT_AUTOTUNE_PLUGIN;
 #else
-  return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/../plugins/liblaunchfit-autotune.so";
+  return std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/autotune-test-clock/liblaunchfit-autotune-test-clock.so";
 #endif
 }
 
@@ -102,17 +102,6 @@ fake_timer::model bowl(int best_block, int best_bps) {
   };
 }
 
-class Autotune : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(plugin_path())) {
-      GTEST_SKIP() << "no autotune plugin at " << plugin_path()
-                   << " (configured with LAUNCHFIT_BUILD_PLUGINS=OFF?)";
-    }
-    info_ = lf::load_plugin(plugin_path());
-  }
-  lf::plugin_info info_;
-};
 
 // The search times each plan once; then confirm() re-times the 3 fastest twice each. Returns the search's
 // timings (those before the first repeat) and checks the rest: at most 6, each a plan the search timed.
@@ -140,7 +129,11 @@ void expect_distinct(const std::vector<std::pair<int, int>>& timed) { (void)sear
 // sleeps 2.5 ms took 4 under a sanitizer beside other tests, and a rule about short trials saw long ones).
 std::atomic<double> virtual_ms{0};
 double read_virtual_clock() { return virtual_ms.load(); }
-void advance_virtual_clock(double ms) { virtual_ms.store(virtual_ms.load() + ms); }
+void advance_virtual_clock(double ms) {
+  double was = virtual_ms.load();
+  while (!virtual_ms.compare_exchange_weak(was, was + ms)) {
+  }
+}
 
 // Installs the virtual clock in the loaded plugin for its lifetime.
 class virtual_clock {
@@ -162,6 +155,23 @@ class virtual_clock {
 
  private:
   void (*set_)(double (*)()) = nullptr;
+};
+
+// Every test runs on the virtual clock: it stands still unless a test's fake trials advance it, so max_ms
+// binds only where a test makes time pass (a host that stalls 50 ms mid-search changes no test's plan).
+class Autotune : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(plugin_path())) {
+      GTEST_SKIP() << "no autotune plugin at " << plugin_path()
+                   << " (configured with LAUNCHFIT_BUILD_PLUGINS=OFF?)";
+    }
+    info_ = lf::load_plugin(plugin_path());
+    clock_.emplace();
+    ASSERT_TRUE(clock_->installed()) << plugin_path() << " is not the test build of the plugin";
+  }
+  lf::plugin_info info_;
+  std::optional<virtual_clock> clock_;
 };
 
 // Trials that each take `ms` of the virtual clock (the bowl's timings), for the time budget's tests; full
@@ -466,8 +476,7 @@ TEST_F(Autotune, TheInstalledPluginHasNoClockToReplace) {
   EXPECT_NE(dlsym(handle, LAUNCHFIT_PLUGIN_ENTRY_SYMBOL), nullptr);
   EXPECT_EQ(dlsym(handle, "launchfit_autotune_test_clock"), nullptr);
   dlclose(handle);
-  const virtual_clock clock;
-  EXPECT_TRUE(clock.installed()) << plugin_path() << " is not the test build";
+  EXPECT_TRUE(clock_->installed()) << plugin_path() << " is not the test build";
 #endif
 }
 
@@ -475,8 +484,6 @@ TEST_F(Autotune, TheInstalledPluginHasNoClockToReplace) {
 // 5 ms: under max_ms=12, started at 0 and 5 ms (a third, at 10 ms, would end past 12); under max_ms=16 also two
 // (a third, at 10 ms, could end past 16 were it a quarter longer), where the longest alone would start it.
 TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
-  const virtual_clock clock;
-  ASSERT_TRUE(clock.installed());
   for (const int max_ms : {12, 16}) {
     lf::query q = h200_query(grid_stride_64m);
     fake_timer timer(trials_of_ms(5), full_grids_of_ms(5));
@@ -495,8 +502,6 @@ TEST_F(Autotune, StopsStartingTrialsOnceMaxMsIsSpent) {
 // autotune(max_ms=50) its search. Counted as a trial of 41 ms it stopped the search after that trial
 // (time_left(): 41 + 1.25 x 41 > 50).
 TEST_F(Autotune, LaunchfitsSetupInTheFirstTrialIsNotTheBudgets) {
-  const virtual_clock clock;
-  ASSERT_TRUE(clock.installed());
   lf::query q = h200_query(grid_stride_64m);
   double setup = 0;
   int calls = 0;
@@ -535,8 +540,6 @@ TEST_F(Autotune, LaunchfitsSetupInTheFirstTrialIsNotTheBudgets) {
 // max_ms), so the fastest plans are re-timed instead of chosen by one timing each. Trials of 5 ms would need
 // 30 ms of 60 for it: they keep nothing back, and the search uses the whole budget.
 TEST_F(Autotune, ShortTrialsKeepTimeForConfirmationLongOnesDoNot) {
-  const virtual_clock clock;
-  ASSERT_TRUE(clock.installed());
   // Near-equal plans (within 3%, in no order): the search finds a new fastest plan to walk from as long as it
   // has time, as on a GPU where many plans tie.
   const auto trials_of = [](double ms) {

@@ -706,6 +706,8 @@ TEST(RemotePlansTool, PushPullListAndCheckARedisUrl) {
   outcome r = run_tool("push '" + in.string() + "' " + url->text);
   EXPECT_EQ(r.exit_code, 1) << r.out;  // one entry has no device model: refused, counted
   EXPECT_TRUE(has(r.out, "2 written, 0 already stored, 1 refused")) << r.out;
+  // These keys are written as launchfit 0.3 wrote them (no work kind): pushed, and counted.
+  EXPECT_TRUE(has(r.out, "; 3 name no work kind (no launch finds them)")) << r.out;
   r = run_tool("push '" + in.string() + "' " + url->text);
   EXPECT_TRUE(has(r.out, "0 written, 2 already stored, 1 refused, 0 invalid values replaced")) << r.out;
   // push writes as the library does: garbage under a key is replaced.
@@ -739,6 +741,9 @@ TEST(RemotePlansTool, PushPullListAndCheckARedisUrl) {
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_TRUE(has(r.out, ld::remote_key(forged.key))) << r.out;
   EXPECT_TRUE(has(r.out, "cooperative")) << r.out;
+  EXPECT_TRUE(has(r.out, "name no work kind (written by launchfit 0.3 or before): no launch finds them; they "
+                         "stay until the store's values expire"))
+      << r.out;
   raw.call({"DEL", ld::remote_key(forged.key)});
 
   r = run_tool("check redis://127.0.0.1:1");

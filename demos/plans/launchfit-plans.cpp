@@ -783,12 +783,15 @@ std::string check_entry(const stored_entry& e, bool& unchecked) {
 }
 
 // What check says of entries no launch finds (keys without the work's kind): valid, kept by every reader, but
-// dead weight an operator may remove. Empty when there are none.
-std::string unfindable_note(std::size_t n) {
+// dead weight an operator may remove: in a file with prune (before a push, which sends them as they are); a
+// store holds them until its values expire. Empty when there are none.
+std::string unfindable_note(std::size_t n, bool in_file) {
   if (n == 0) return "";
+  const char* them = n == 1 ? "it" : "them";
   return std::to_string(n) + (n == 1 ? " entry names" : " entries name") +
-         " no work kind (written by launchfit 0.3 or before): no launch finds " + (n == 1 ? "it" : "them") +
-         "; launchfit-plans prune --without-work-kind removes " + (n == 1 ? "it" : "them");
+         " no work kind (written by launchfit 0.3 or before): no launch finds " + them +
+         (in_file ? std::string("; launchfit-plans prune --without-work-kind removes ") + them
+                  : std::string("; they stay until the store's values expire"));
 }
 
 int run_check(const std::vector<std::string>& files, bool as_json, std::size_t max_bytes) {
@@ -839,7 +842,7 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
     file["entries"] = c.entries.size();
     file["not_checked_offline"] = unchecked;
     file["without_work_kind"] = unfindable;
-    if (const std::string note = unfindable_note(unfindable); !note.empty()) {
+    if (const std::string note = unfindable_note(unfindable, true); !note.empty()) {
       file["notes"].push_back(note);
       if (!as_json) std::cout << shown(path, 512) << ": note: " << note << "\n";
     }
@@ -865,23 +868,29 @@ int run_push(const std::string& path, const std::string& target, std::uint64_t t
   check_store_url(target);
   const loaded f = load(path, max_bytes);
   warn_skipped(f);
+  // Entries no launch finds (keys without the work's kind) are pushed as they are, and counted.
+  const std::vector<stored_entry>& sent = f.entries;
+  const std::size_t unfindable =
+      static_cast<std::size_t>(std::count_if(sent.begin(), sent.end(), without_work_kind));
+  const std::string left_out =
+      unfindable ? "; " + std::to_string(unfindable) + " name no work kind (no launch finds them)" : "";
   if (dry_run) {  // the store is not even contacted
-    std::cout << "would push " << f.entries.size() << " entries of " << shown(path, 512) << " to "
+    std::cout << "would push " << sent.size() << " entries of " << shown(path, 512) << " to "
               << shown(target, 300) << " (keys already stored keep their plans unless measured worse)"
-              << (f.skipped ? ", " + std::to_string(f.skipped) + " bad entries skipped" : "") << "\n";
+              << (f.skipped ? ", " + std::to_string(f.skipped) + " bad entries skipped" : "") << left_out << "\n";
     return f.skipped == 0 ? 0 : 1;
   }
-  const tools::push_result r = tools::push_entries(target, f.entries, ttl_s);
+  const tools::push_result r = tools::push_entries(target, sent, ttl_s);
   for (const auto& p : r.problems) std::cout << shown(path, 512) << ": " << shown(p, 1024) << "\n";
   if (r.failed) {
     throw environment_error{shown(target, 300) + ": " + shown(r.failed.text, 1024) + " (" +
                             std::to_string(r.written + r.replaced) + " entries written before)"};
   }
-  std::cout << "pushed " << f.entries.size() << " entries of " << shown(path, 512) << " to "
+  std::cout << "pushed " << sent.size() << " entries of " << shown(path, 512) << " to "
             << shown(target, 300) << ": " << r.written << " written, " << r.present << " already stored, "
             << r.refused << " refused, " << r.replaced << " invalid values replaced, " << r.superseded
             << " replaced by plans measured better"
-            << (f.skipped ? ", " + std::to_string(f.skipped) + " bad entries skipped" : "") << "\n";
+            << (f.skipped ? ", " + std::to_string(f.skipped) + " bad entries skipped" : "") << left_out << "\n";
   return r.refused + f.skipped == 0 ? 0 : 1;
 }
 
@@ -976,8 +985,9 @@ int run_check_remote(const std::vector<std::string>& urls, bool as_json) {
     store["entries"] = l.entries.size();
     store["not_checked_offline"] = unchecked;
     store["without_work_kind"] = unfindable;
-    if (const std::string note = unfindable_note(unfindable); !note.empty()) {
-      store["notes"] = json::array({note});
+    store["notes"] = json::array();
+    if (const std::string note = unfindable_note(unfindable, false); !note.empty()) {
+      store["notes"].push_back(note);
       if (!as_json) std::cout << shown(text, 300) << ": note: " << note << "\n";
     }
     store["truncated"] = l.failed.what == tools::failure::kind::bound;

@@ -192,11 +192,18 @@ std::atomic<double (*)()> test_clock{nullptr};
 #endif
 
 // Milliseconds on a monotonic clock: the search's time and each trial's.
-double now_ms() {
-#ifdef LAUNCHFIT_AUTOTUNE_TEST_CLOCK
-  if (double (*const clock)() = test_clock.load(std::memory_order_acquire)) return clock();
-#endif
+double steady_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The clock a search measures its time by, chosen once when it begins (a clock replaced meanwhile serves the
+// next search: one search never mixes two clocks).
+using clock_fn = double (*)();
+clock_fn search_clock() {
+#ifdef LAUNCHFIT_AUTOTUNE_TEST_CLOCK
+  if (const clock_fn clock = test_clock.load(std::memory_order_acquire)) return clock;
+#endif
+  return &steady_ms;
 }
 
 class search {
@@ -209,7 +216,8 @@ class search {
         shapes_(p.shapes && LAUNCHFIT_HAS_FIELD(&q, launchfit_query, block_x_step) &&
                 q.block_shape_free != 0 && q.block_x_step > 0),
         limit_ms_(p.max_ms),
-        start_ms_(now_ms()),
+        now_ms_(search_clock()),
+        start_ms_(now_ms_()),
         setup_at_start_(setup_ms_so_far()) {}
 
   // Returns false with a message when there is nothing to tune.
@@ -398,7 +406,7 @@ class search {
   // trial (its tuning lease, the GPU's conditions), which would otherwise pass for a trial of that length and
   // stop the search by the rule of time_left() with a third of the budget unspent.
   double elapsed_ms() const {
-    const double ms = now_ms() - start_ms_ - setup_ms();
+    const double ms = now_ms_() - start_ms_ - setup_ms();
     return std::max(ms, 0.0);
   }
   // launchfit's setup inside this search's time_plan calls (ABI 1.3; 0 from an older launchfit): what the
@@ -817,6 +825,7 @@ class search {
   double limit_ms_ = 0;  // time_left()'s budget: max_ms, less a quarter while shapes are still to time
   int shapes_timed_ = 0;
   bool shapes_fit_ = true;  // time_shapes() found widths for the plan it widens
+  clock_fn now_ms_;
   double start_ms_;
   std::vector<block_option> blocks_;
   std::vector<std::vector<double>> timed_;  // per block, per level: ms, -1 (failed) or untimed
@@ -931,7 +940,7 @@ extern "C" LAUNCHFIT_PLUGIN_EXPORT const launchfit_plugin_descriptor* launchfit_
 
 #ifdef LAUNCHFIT_AUTOTUNE_TEST_CLOCK
 // The test build's second symbol: `clock` (milliseconds, never decreasing) replaces the steady clock for every
-// search from now on; nullptr restores it.
+// search that begins from now on; nullptr restores it.
 extern "C" LAUNCHFIT_PLUGIN_EXPORT void launchfit_autotune_test_clock(double (*clock)(void)) {
   test_clock.store(clock, std::memory_order_release);
 }

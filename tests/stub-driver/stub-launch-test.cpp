@@ -228,19 +228,28 @@ TEST(StubLaunch, ARefusedClusterSizeThrowsNamingTheKernel) {
 }
 
 // A cluster's size is asked of the driver (cuOccupancyMaxPotentialClusterSize) as its blocks will launch: a
-// grid of one cluster, the plan's block and dynamic smem, no attribute.
+// grid of one cluster, the plan's block (all three dimensions) and dynamic smem, no attribute and no stream.
 TEST(StubLaunch, AClustersSizeIsAskedOfTheDriverAsItsBlocksLaunch) {
   const CUfunction f = axpy_kernel("_Z8clusterafPKfPfi");
-  const lf::launched l = lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).cluster({4, 1, 1}).on(stream_of(0x18)),
-                                    1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+  launchfit_stub_reset_calls();  // also forgets the last cluster query
+  ASSERT_EQ(launchfit_stub_last_cluster_query(nullptr), 0);
+  const lf::launched l =
+      lf::launch(lf::kernel(f), lf::fixed({32, 4}).items(1 << 16).smem(8 * 1024).cluster({4, 1, 1}).on(stream_of(0x18)),
+                 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+  EXPECT_GE(launchfit_stub_calls("cuOccupancyMaxPotentialClusterSize"), 1u);
   CUlaunchConfig asked{};
   ASSERT_EQ(launchfit_stub_last_cluster_query(&asked), 1) << "the cluster's size was not asked";
   EXPECT_EQ(asked.gridDimX, 4u);
   EXPECT_EQ(asked.gridDimY, 1u);
   EXPECT_EQ(asked.gridDimZ, 1u);
-  EXPECT_EQ(asked.blockDimX, l.block.x);
-  EXPECT_EQ(asked.blockDimX * asked.blockDimY * asked.blockDimZ, 128u);
-  EXPECT_EQ(asked.sharedMemBytes, l.dynamic_smem_bytes);
+  EXPECT_EQ(asked.blockDimX, 32u);
+  EXPECT_EQ(asked.blockDimY, 4u);
+  EXPECT_EQ(asked.blockDimZ, 1u);
+  EXPECT_EQ(l.block.x, 32u);
+  EXPECT_EQ(l.block.y, 4u);
+  EXPECT_EQ(asked.sharedMemBytes, 8u * 1024u);
+  EXPECT_EQ(l.dynamic_smem_bytes, 8u * 1024u);
+  EXPECT_EQ(asked.hStream, nullptr);
   EXPECT_EQ(asked.numAttrs, 0u);
   EXPECT_EQ(last_launch(f).config.gridDimX % 4, 0u) << "whole clusters";
 }
@@ -252,7 +261,6 @@ TEST(StubLaunch, AClusterAboveWhatTheDriverCoSchedulesIsRefusedAndNothingLaunche
   struct no_limit {  // on every path: no later test may meet this limit
     ~no_limit() { launchfit_stub_set_cluster_limit(0); }
   } restored;
-  const unsigned long long launches = launchfit_stub_calls("cuLaunchKernelEx");
   const auto refusal = [](CUfunction f, lf::dims cluster, bool non_portable) {
     try {
       lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).cluster(cluster, non_portable).on(stream_of(0x18)),
@@ -262,6 +270,7 @@ TEST(StubLaunch, AClusterAboveWhatTheDriverCoSchedulesIsRefusedAndNothingLaunche
     }
     return std::string("no error");
   };
+  launchfit_stub_reset_calls();
   launchfit_stub_set_cluster_limit(2);
   const std::string small = refusal(axpy_kernel("_Z8clusterbfPKfPfi"), {4, 1, 1}, false);
   EXPECT_NE(small.find("cluster 4 (4 blocks of 128 threads, 0 B dynamic smem): at most 2 co-schedule "
@@ -279,7 +288,8 @@ TEST(StubLaunch, AClusterAboveWhatTheDriverCoSchedulesIsRefusedAndNothingLaunche
       << large;
   EXPECT_NE(large.find("clusterc(float"), std::string::npos) << large;
   EXPECT_NE(large.find("code=" + std::string(lf::to_string(lf::errc::cluster))), std::string::npos) << large;
-  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), launches) << "a launch reached the driver";
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u) << "a launch reached the driver";
+  EXPECT_GE(launchfit_stub_calls("cuOccupancyMaxPotentialClusterSize"), 2u);
   // Within the limit the same launch runs.
   launchfit_stub_set_cluster_limit(0);
   EXPECT_EQ(refusal(axpy_kernel("_Z8clusterdfPKfPfi"), {16, 1, 1}, true), "no error");

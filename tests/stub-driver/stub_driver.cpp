@@ -466,8 +466,8 @@ cluster_queries& the_cluster_queries() {
   static cluster_queries& q = *new cluster_queries;
   return q;
 }
-// As an H200 answers: 8 blocks (portable), 16 where the function allows non-portable sizes, fewer where a
-// cluster's blocks do not fit on a GPC's 16 SMs.
+// An approximation of an H200's answer: 8 blocks (portable), 16 where the function allows non-portable sizes;
+// 0 where one block does not fit an SM. It ignores the function's smem limit and a compiled-in cluster size.
 CUresult CUDAAPI stub_cuOccupancyMaxPotentialClusterSize(int* most, CUfunction f, const CUlaunchConfig* config) {
   ENTER(cuOccupancyMaxPotentialClusterSize);
   if (!most || !config) return CUDA_ERROR_INVALID_VALUE;
@@ -888,6 +888,10 @@ unsigned long long launchfit_stub_total_calls(void) {
 
 void launchfit_stub_reset_calls(void) {
   for (auto& c : calls) c.store(0, std::memory_order_relaxed);
+  cluster_queries& q = the_cluster_queries();
+  std::lock_guard<std::mutex> lock(q.m);
+  q.asked = false;
+  q.last = CUlaunchConfig{};
 }
 
 void launchfit_stub_set_host_alloc_ms(double ms) { host_alloc_ms.store(ms); }

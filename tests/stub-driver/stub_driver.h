@@ -33,15 +33,17 @@ void launchfit_stub_set_cost(CUfunction f, double best_ms, unsigned best_block);
 unsigned long long launchfit_stub_calls(const char* entry);
 // Calls of every entry point together (the control functions here are not driver calls).
 unsigned long long launchfit_stub_total_calls(void);
+// Sets every count to 0 and forgets the last cluster query.
 void launchfit_stub_reset_calls(void);
 // The last cuLaunchKernelEx of `f` (any kernel when null): its config, its attributes copied into `attrs`
 // (up to `max_attrs`); 0 when there was none.
 int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAttribute* attrs, unsigned max_attrs);
 
-// cuOccupancyMaxPotentialClusterSize answers at most `most` blocks (0: as an H200 answers: 8, 16 where the
-// function allows non-portable sizes, fewer where a cluster's blocks do not fit on 16 SMs).
+// cuOccupancyMaxPotentialClusterSize answers at most `most` blocks (0: about as an H200 answers: 8, 16 where
+// the function allows non-portable sizes, 0 where one block does not fit an SM).
 void launchfit_stub_set_cluster_limit(int most);
-// The last cuOccupancyMaxPotentialClusterSize's config (numAttrs as asked, attrs null); 0 when none was asked.
+// The last cuOccupancyMaxPotentialClusterSize's config (numAttrs as asked, attrs null) since the process
+// started or launchfit_stub_reset_calls(); 0 when none was asked.
 int launchfit_stub_last_cluster_query(CUlaunchConfig* config);
 
 // Each cuMemHostAlloc takes this long (0: at once), as page-locking memory can in a virtual machine.
