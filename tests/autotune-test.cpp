@@ -466,7 +466,8 @@ TEST_F(Autotune, StopsAtMaxTrials) {
   EXPECT_EQ(timer.timed().front(), (std::pair{1024, 2}));
 }
 
-// The installed plugin exports its entry point only: the clock these tests replace exists in the test build.
+// The installed plugin has no clock to replace (its version script exports the entry point alone): the clock
+// these tests replace exists in the test build only.
 TEST_F(Autotune, TheInstalledPluginHasNoClockToReplace) {
 #ifndef LAUNCHFIT_AUTOTUNE_INSTALLED_PLUGIN
   GTEST_SKIP() << "built without the installed plugin's path";
