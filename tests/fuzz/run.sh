@@ -16,6 +16,7 @@ cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLAUNCHFIT_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]}"
 
+failed=0
 printf '%-24s %12s %8s %8s %8s\n' target execs cov ft crashes
 for name in "${targets[@]}"; do
   corpus=$build/fuzz-corpus/$name
@@ -26,10 +27,15 @@ for name in "${targets[@]}"; do
   # libFuzzer exits non-zero on a crash; the summary below reports it.
   "$build/tests/fuzz/$name" "$corpus" ${seeds:+$([ -d "$seeds" ] && echo "$seeds")} \
     -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
-    -artifact_prefix="$artifacts/" -dict="$root/tests/fuzz/$name.dict" >"$log" 2>&1 || true
+    -artifact_prefix="$artifacts/" $([ -f "$root/tests/fuzz/$name.dict" ] && echo "-dict=$root/tests/fuzz/$name.dict") \
+    >"$log" 2>&1 || true
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
   crashes=$(find "$artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   printf '%-24s %12s %8s %8s %8s\n' "$name" "$execs" "$cov" "$ft" "$crashes"
+  # A target that ran nothing (libFuzzer refused its arguments) is a failure of this script, not a clean run.
+  [ "$execs" != 0 ] || { echo "$name ran no input: see $log" >&2; failed=1; }
+  [ "$crashes" = 0 ] || failed=1
 done
+exit "$failed"
