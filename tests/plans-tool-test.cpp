@@ -70,11 +70,12 @@ lf::device_limits gpu(const std::string& uuid, const std::string& name = "NVIDIA
   return d;
 }
 
+// A plan as launchfit 0.4 stores it: max_occupancy() of items work.
 ld::stored_entry entry(const lf::device_limits& d, const std::string& kernel, int regs, unsigned block,
                        int blocks_per_sm, std::uint64_t stored_at = 1000, int driver = 12080) {
   ld::stored_entry e;
   e.key = lf::stored_key_for(d, driver, lf::kernel_resources::manual(regs, 0, 1024, kernel),
-                             "max_occupancy()", "bytes=0", 0);
+                             "max_occupancy() work=items", "bytes=0", 0);
   e.plan.block = lf::dims{block, 1, 1};
   e.plan.block_threads = static_cast<int>(block);
   e.plan.blocks_per_sm = blocks_per_sm;
@@ -86,6 +87,14 @@ ld::stored_entry entry(const lf::device_limits& d, const std::string& kernel, in
   e.plan.policy = "max_occupancy()";
   e.plan.reason = "computed in staging";
   e.stored_at_ms = stored_at;
+  return e;
+}
+
+// The same plan as launchfit 0.3 stored it: its key names no work kind, and no launch finds it.
+ld::stored_entry legacy_entry(const lf::device_limits& d, const std::string& kernel, int regs, unsigned block,
+                              int blocks_per_sm) {
+  ld::stored_entry e = entry(d, kernel, regs, block, blocks_per_sm);
+  e.key.policy = "max_occupancy()";
   return e;
 }
 
@@ -159,7 +168,7 @@ TEST_F(PlansTool, ListColumnsStaySeparatedAndAlignedWhateverTheWidths) {
       "_ZN7physics6fluids12navier_stokes24pressure_projection_stepILi3EEEvPKfPfii";
   const std::string long_policy = "bytes_in_flight(per_thread=16,target_per_sm=32768,prefer_block=256)";
   auto wide = entry(gpu("GPU-a"), long_kernel, 40, 256, 8);
-  wide.key.policy = long_policy;
+  wide.key.policy = long_policy + " work=items";
   wide.plan.policy = long_policy;
   auto narrow = entry(gpu("GPU-b", "H"), "_Z1kPf", 32, 1024, 2);
   write("a.json", {wide, narrow});
@@ -204,12 +213,12 @@ TEST_F(PlansTool, DiffNamesWhatChangedPerKernelAndPolicy) {
   outcome r = run("diff before.json after.json");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(has(r.out,
-                  "~ _Z5saxpyfPKfPfi max_occupancy() [bytes=0]: block 256 -> 128; occupancy 100% -> 75%; "
+                  "~ _Z5saxpyfPKfPfi max_occupancy() work=items [bytes=0]: block 256 -> 128; occupancy 100% -> 75%; "
                   "limiters warps -> registers; residency 8 blocks/SM x 132 SMs -> 12 blocks/SM x 132 SMs; "
                   "registers 32 -> 40"))
       << r.out;
-  EXPECT_TRUE(has(r.out, "- _Z3fooPf max_occupancy() [bytes=0]: only in A")) << r.out;
-  EXPECT_TRUE(has(r.out, "+ _Z3newPf max_occupancy() [bytes=0]: only in B")) << r.out;
+  EXPECT_TRUE(has(r.out, "- _Z3fooPf max_occupancy() work=items [bytes=0]: only in A")) << r.out;
+  EXPECT_TRUE(has(r.out, "+ _Z3newPf max_occupancy() work=items [bytes=0]: only in B")) << r.out;
   EXPECT_FALSE(has(r.out, "_Z3barPf")) << r.out;
   EXPECT_TRUE(has(r.out, "1 same, 1 changed, 1 only in A (before.json), 1 only in B (after.json)")) << r.out;
 
@@ -238,7 +247,7 @@ TEST_F(PlansTool, MergeResolvesConflictsByAgeThenOrderAndReportsThem) {
   // out (1000) loses to one (2000); one and two tie at 2000: the later file wins.
   EXPECT_TRUE(
       has(r.out,
-          "conflict: _Z5saxpyfPKfPfi max_occupancy() on GPU-a (driver 12.8, bucket 0): kept one.json "
+          "conflict: _Z5saxpyfPKfPfi max_occupancy() work=items on GPU-a (driver 12.8, bucket 0): kept one.json "
           "(stored 1970-01-01T00:00:02Z), dropped out.json (stored 1970-01-01T00:00:01Z): block 128 vs 256"))
       << r.out;
   EXPECT_TRUE(has(r.out, "kept two.json (stored 1970-01-01T00:00:02Z), dropped one.json")) << r.out;
@@ -274,9 +283,8 @@ TEST_F(PlansTool, MergeWaitsForTheLibrarysLockAndGivesUp) {
 // Plans whose keys name no work kind (written by launchfit 0.3 or before) are found by no launch: prune
 // removes them on request, and keeps every plan whose key names its kind.
 TEST_F(PlansTool, PruneRemovesPlansWhoseKeysNameNoWorkKind) {
-  ld::stored_entry current = entry(gpu("GPU-a"), "_Z3newPf", 32, 128, 16);
-  current.key.policy += " work=items";
-  write("p.json", {entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16), current});
+  const ld::stored_entry current = entry(gpu("GPU-a"), "_Z3newPf", 32, 128, 16);
+  write("p.json", {legacy_entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16), current});
   outcome r = run("prune p.json --without-work-kind --dry-run");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "would remove _Z3oldPf")) << r.out;
@@ -293,10 +301,9 @@ TEST_F(PlansTool, PruneRemovesPlansWhoseKeysNameNoWorkKind) {
 // check points out the entries no launch finds (valid, so exit 0), in text and JSON, and names the prune that
 // removes them; a file without such entries says nothing of them.
 TEST_F(PlansTool, CheckPointsOutPlansWhoseKeysNameNoWorkKind) {
-  ld::stored_entry current = entry(gpu("GPU-a"), "_Z3newPf", 32, 128, 16);
-  current.key.policy += " work=items";
-  write("p.json", {entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16), entry(gpu("GPU-a"), "_Z4old2Pf", 32, 128, 16),
-                   current});
+  const ld::stored_entry current = entry(gpu("GPU-a"), "_Z3newPf", 32, 128, 16);
+  write("p.json", {legacy_entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16),
+                   legacy_entry(gpu("GPU-a"), "_Z4old2Pf", 32, 128, 16), current});
   outcome r = run("check p.json");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "p.json: note: 2 entries name no work kind (written by launchfit 0.3 or before): no "
@@ -325,7 +332,7 @@ TEST_F(PlansTool, PruneOldDriversAndKernelsNoLongerPresent) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(
       r.out,
-      "would remove _Z5saxpyfPKfPfi max_occupancy() on GPU-a (driver 12.2, bucket 0): driver 12.2 < 12.4"))
+      "would remove _Z5saxpyfPKfPfi max_occupancy() work=items on GPU-a (driver 12.2, bucket 0): driver 12.2 < 12.4"))
       << r.out;
   EXPECT_TRUE(has(r.out, "would remove _Z3oldPf")) << r.out;
   EXPECT_EQ(slurp(dir_ / "p.json"), before);
@@ -507,7 +514,7 @@ TEST_F(PlansTool, CheckRefusesAPlanThatLaunchesOtherwiseThanItsKey) {
   auto other_policy = entry(gpu("GPU-a"), "_Z5otherPf", 32, 256, 8);
   other_policy.plan.policy = "fixed(block=256,grid=0)";
   auto dropped = entry(gpu("GPU-a"), "_Z4dropPf", 32, 256, 8);
-  dropped.key.policy += " cooperative";
+  dropped.key.policy = "max_occupancy() cooperative work=items";
   write("opts.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), cooperative, programmatic,
                       clustered, other_policy, dropped});
   outcome r = run("check opts.json");
@@ -540,8 +547,8 @@ TEST_F(PlansTool, CheckRefusesAPlanThatLaunchesOtherwiseThanItsKey) {
   r = run("check calibrated.json");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "calibrated.json: 2 entries, all valid")) << r.out;
-  // A calibration has no work kind to name: only the plan (written here as 0.3 wrote keys) is counted.
-  EXPECT_TRUE(has(r.out, "calibrated.json: note: 1 entry names no work kind")) << r.out;
+  // A calibration has no work kind to name: it is not counted.
+  EXPECT_FALSE(has(r.out, "work kind")) << r.out;
 }
 
 TEST_F(PlansTool, HostileNamesAreShownEscaped) {
