@@ -70,7 +70,8 @@ lf::device_limits gpu(const std::string& uuid, const std::string& name = "NVIDIA
   return d;
 }
 
-// A plan as launchfit 0.4 stores it: max_occupancy() of items work.
+// A plan keyed as launchfit 0.4 stores it, with the work's kind (" work=items"; the built-in's own text, with
+// its parameters, is shortened to "max_occupancy()" here).
 ld::stored_entry entry(const lf::device_limits& d, const std::string& kernel, int regs, unsigned block,
                        int blocks_per_sm, std::uint64_t stored_at = 1000, int driver = 12080) {
   ld::stored_entry e;
@@ -439,6 +440,12 @@ TEST_F(PlansTool, EveryWritingCommandHasADryRun) {
   r = run("push a.json redis://127.0.0.1:1 --dry-run");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "would push 1 entries of a.json")) << r.out;
+  EXPECT_FALSE(has(r.out, "work kind")) << r.out;
+  write("old.json", {legacy_entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16)});
+  r = run("push old.json redis://127.0.0.1:1 --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "would push 1 entries of old.json")) << r.out;
+  EXPECT_TRUE(has(r.out, "; 1 name no work kind (no launch finds them)")) << r.out;
   for (const char* sub : {"merge", "prune", "push", "pull"}) {
     r = run(std::string(sub) + " --help");
     EXPECT_TRUE(has(r.out, "--dry-run")) << sub << ": " << r.out;
@@ -543,12 +550,14 @@ TEST_F(PlansTool, CheckRefusesAPlanThatLaunchesOtherwiseThanItsKey) {
   calibration.key.policy = ld::calibration_policy;
   calibration.key.smem_rule = "";
   calibration.bytes_in_flight_per_sm = 32 * 1024;
-  write("calibrated.json", {entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), calibration});
+  write("calibrated.json", {legacy_entry(gpu("GPU-a"), "_Z5saxpyfPKfPfi", 32, 256, 8), calibration});
   r = run("check calibrated.json");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "calibrated.json: 2 entries, all valid")) << r.out;
-  // A calibration has no work kind to name: it is not counted.
-  EXPECT_FALSE(has(r.out, "work kind")) << r.out;
+  // A calibration has no work kind to name: only the plan written as 0.3 wrote it is counted.
+  EXPECT_TRUE(has(r.out, "calibrated.json: note: 1 entry names no work kind")) << r.out;
+  r = run("check calibrated.json --json");
+  EXPECT_EQ(nlohmann::json::parse(r.out)[0]["without_work_kind"], 1) << r.out;
 }
 
 TEST_F(PlansTool, HostileNamesAreShownEscaped) {

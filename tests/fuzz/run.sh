@@ -24,18 +24,26 @@ for name in "${targets[@]}"; do
   mkdir -p "$corpus" "$artifacts"
   seeds=$root/tests/fuzz/seeds/$name
   log=$build/fuzz-$name.log
-  # libFuzzer exits non-zero on a crash; the summary below reports it.
-  "$build/tests/fuzz/$name" "$corpus" ${seeds:+$([ -d "$seeds" ] && echo "$seeds")} \
+  extra=()
+  if [ -d "$seeds" ]; then extra+=("$seeds"); fi
+  # libFuzzer refuses to start with a dictionary that is missing or empty.
+  if [ -s "$root/tests/fuzz/$name.dict" ]; then extra+=("-dict=$root/tests/fuzz/$name.dict"); fi
+  stamp=$build/fuzz-$name.started
+  touch "$stamp"
+  # libFuzzer exits non-zero on a crash (and 0 when its time is up); the summary below reports it.
+  rc=0
+  "$build/tests/fuzz/$name" "$corpus" ${extra[@]+"${extra[@]}"} \
     -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
-    -artifact_prefix="$artifacts/" $([ -f "$root/tests/fuzz/$name.dict" ] && echo "-dict=$root/tests/fuzz/$name.dict") \
-    >"$log" 2>&1 || true
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+    -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9][0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo 0)
-  crashes=$(find "$artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+  # This run's findings only: artifacts of earlier runs stay where they are, and are not counted again.
+  crashes=$(( $(find "$artifacts" -type f -newer "$stamp" \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
+                  -o -name 'oom-*' \) | wc -l) ))
   printf '%-24s %12s %8s %8s %8s\n' "$name" "$execs" "$cov" "$ft" "$crashes"
   # A target that ran nothing (libFuzzer refused its arguments) is a failure of this script, not a clean run.
-  [ "$execs" != 0 ] || { echo "$name ran no input: see $log" >&2; failed=1; }
-  [ "$crashes" = 0 ] || failed=1
+  [ "${execs:-0}" -gt 0 ] || { echo "$name ran no input: see $log" >&2; failed=1; }
+  [ "$crashes" -eq 0 ] && [ "$rc" -eq 0 ] || failed=1
 done
 exit "$failed"
