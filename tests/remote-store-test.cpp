@@ -228,7 +228,7 @@ TEST(RemoteValue, AForgedPlanThatChangesTheLaunchOptionsIsRefused) {
   EXPECT_TRUE(refused(e));
   EXPECT_TRUE(has(why, "cluster")) << why;
   e = entry(key("NVIDIA H200", 1), 128);
-  e.key.policy += " cooperative";
+  e.key.policy = std::string(launchfit_test::sample_policy) + " cooperative work=items";  // as launchfit writes it
   EXPECT_TRUE(refused(e));  // the key asks for cooperative, the plan is not
   e.plan.options.cooperative = true;
   EXPECT_FALSE(refused(e)) << why;
@@ -700,14 +700,15 @@ TEST(RemotePlansTool, PushPullListAndCheckARedisUrl) {
   const fs::path in = dir / "in.json", out = dir / "out.json";
   ld::stored_entry no_model = entry(key(model, 3), 64);
   no_model.key.device_name.clear();
-  std::ofstream(in) << ld::serialize_cache_file(
-      {entry(key(model, 1), 128), entry(key(model, 2), 256), no_model});
+  ld::stored_entry legacy = entry(key(model, 2), 256);
+  legacy.key.policy = launchfit_test::sample_policy;  // as launchfit 0.3 wrote keys: no work kind
+  std::ofstream(in) << ld::serialize_cache_file({entry(key(model, 1), 128), legacy, no_model});
 
   outcome r = run_tool("push '" + in.string() + "' " + url->text);
   EXPECT_EQ(r.exit_code, 1) << r.out;  // one entry has no device model: refused, counted
   EXPECT_TRUE(has(r.out, "2 written, 0 already stored, 1 refused")) << r.out;
-  // These keys are written as launchfit 0.3 wrote them (no work kind): pushed, and counted.
-  EXPECT_TRUE(has(r.out, "; 3 name no work kind (no launch finds them)")) << r.out;
+  // A key written as launchfit 0.3 wrote them (no work kind): pushed, and counted.
+  EXPECT_TRUE(has(r.out, "; 1 name no work kind (no launch finds them)")) << r.out;
   r = run_tool("push '" + in.string() + "' " + url->text);
   EXPECT_TRUE(has(r.out, "0 written, 2 already stored, 1 refused, 0 invalid values replaced")) << r.out;
   // push writes as the library does: garbage under a key is replaced.
@@ -741,8 +742,8 @@ TEST(RemotePlansTool, PushPullListAndCheckARedisUrl) {
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_TRUE(has(r.out, ld::remote_key(forged.key))) << r.out;
   EXPECT_TRUE(has(r.out, "cooperative")) << r.out;
-  EXPECT_TRUE(has(r.out, "name no work kind (written by launchfit 0.3 or before): no launch finds them; they "
-                         "stay until the store's values expire"))
+  EXPECT_TRUE(has(r.out, "1 entry names no work kind (written by launchfit 0.3 or before): no launch finds it; it "
+                         "stays until the store's values expire"))
       << r.out;
   raw.call({"DEL", ld::remote_key(forged.key)});
 

@@ -23,6 +23,8 @@
 namespace launchfit_test {
 
 inline constexpr const char* sample_policy = "max_occupancy(prefer_block=256,block_limit=0)";
+// Its text in a key, as launchfit 0.4 stores it: the work's kind named.
+inline const std::string sample_key_policy = std::string(sample_policy) + " work=items";
 
 // A device model no other test or process uses, so that tests sharing one server never see each other.
 inline std::string unique_model(const std::string& prefix, const std::string& what) {
@@ -32,7 +34,7 @@ inline std::string unique_model(const std::string& prefix, const std::string& wh
 
 // The key of kernel number `kernel` on a GPU of `model` (a UUID names one GPU, so no two models share one).
 inline launchfit::stored_key sample_key(const std::string& model, int kernel, std::uint64_t bucket = 0,
-                                        const std::string& policy = sample_policy) {
+                                        const std::string& policy = sample_key_policy) {
   launchfit::stored_key k;
   k.device_uuid = "GPU-" + std::to_string(std::hash<std::string>{}(model)) + "-" + std::to_string(kernel);
   k.cc = 90;

@@ -791,7 +791,7 @@ std::string unfindable_note(std::size_t n, bool in_file) {
   return std::to_string(n) + (n == 1 ? " entry names" : " entries name") +
          " no work kind (written by launchfit 0.3 or before): no launch finds " + them +
          (in_file ? std::string("; launchfit-plans prune --without-work-kind removes ") + them
-                  : std::string("; they stay until the store's values expire"));
+                  : std::string(n == 1 ? "; it stays" : "; they stay") + " until the store's values expire");
 }
 
 int run_check(const std::vector<std::string>& files, bool as_json, std::size_t max_bytes) {
