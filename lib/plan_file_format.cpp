@@ -391,6 +391,12 @@ bool replaces_in_file(const stored_entry& candidate, const stored_entry& stored)
   return better_measured(candidate.measurement, stored.measurement);
 }
 
+bool key_names_no_work_kind(const stored_key& k) {
+  if (k.kernel == calibration_kernel) return false;
+  const std::optional<stored_key_text> key = parse_key_text(k.policy);
+  return key && key->work.empty();
+}
+
 std::string validate_stored_entry(const stored_entry& e) {
   const stored_key& k = e.key;
   if (e.measurement) {

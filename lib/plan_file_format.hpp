@@ -144,6 +144,10 @@ inline constexpr std::uint64_t max_calibration_bytes_per_sm = std::uint64_t(1) <
 // useful read bandwidth with less in flight per SM, so such a target is a corrupt or forged file.
 inline constexpr std::uint64_t min_calibration_bytes_per_sm = 4 * 32 * 4;
 
+// Whether no launch finds a plan under this key: its policy text names no work kind (written by launchfit 0.3
+// or before, when items, grid-stride and no-work plans were keyed alike). A calibration is not a plan: false.
+bool key_names_no_work_kind(const stored_key& k);
+
 // Why a target of `bytes` in flight per SM cannot be a measurement on `dev`, or "": it must lie between
 // min_calibration_bytes_per_sm and what one of its SMs holds (its registers and shared memory, when known).
 std::string implausible_calibration(std::uint64_t bytes, const device_limits& dev);

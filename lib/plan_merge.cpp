@@ -7,11 +7,9 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
-#include <optional>
 #include <unordered_map>
 #include <utility>
 
-#include "launch_options.hpp"
 #include "store/future_stamps.hpp"
 
 namespace launchfit::detail {
@@ -94,12 +92,9 @@ bool keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t 
   std::vector<std::pair<std::uint64_t, const key_tuple*>> unfindable, by_age;
   by_age.reserve(own.size());
   for (const auto& [k, h] : disk) {
-    if (h.entry.key.kernel != calibration_kernel) {
-      const std::optional<stored_key_text> key = parse_key_text(h.entry.key.policy);
-      if (key && key->work.empty()) {
-        unfindable.emplace_back(h.entry.stored_at_ms, &k);
-        continue;
-      }
+    if (key_names_no_work_kind(h.entry.key)) {
+      unfindable.emplace_back(h.entry.stored_at_ms, &k);
+      continue;
     }
     const auto mine = own.find(k);
     if (mine != own.end() && mine->second == h.line) by_age.emplace_back(h.entry.stored_at_ms, &k);

@@ -91,6 +91,13 @@ ld::stored_entry entry(const lf::device_limits& d, const std::string& kernel, in
   return e;
 }
 
+// A plan file's text holds one entry, of the kernel `mangled` (its key's fingerprint starts with the name).
+void expect_only_kernel(const std::string& text, const std::string& mangled) {
+  const auto left = ld::parse_cache_file(text);
+  ASSERT_EQ(left.entries.size(), 1u) << text;
+  EXPECT_EQ(left.entries[0].key.kernel.rfind(mangled + "|", 0), 0u) << left.entries[0].key.kernel;
+}
+
 // The same plan as launchfit 0.3 stored it: its key names no work kind, and no launch finds it.
 ld::stored_entry legacy_entry(const lf::device_limits& d, const std::string& kernel, int regs, unsigned block,
                               int blocks_per_sm) {
@@ -294,9 +301,7 @@ TEST_F(PlansTool, PruneRemovesPlansWhoseKeysNameNoWorkKind) {
   r = run("prune p.json --without-work-kind");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "p.json: removed 1, kept 1")) << r.out;
-  const auto left = ld::parse_cache_file(slurp(dir_ / "p.json"));
-  ASSERT_EQ(left.entries.size(), 1u);
-  EXPECT_EQ(left.entries[0].key.kernel.rfind("_Z3newPf|", 0), 0u);
+  expect_only_kernel(slurp(dir_ / "p.json"), "_Z3newPf");
 }
 
 // check points out the entries no launch finds (valid, so exit 0), in text and JSON, and names the prune that
@@ -341,9 +346,7 @@ TEST_F(PlansTool, PruneOldDriversAndKernelsNoLongerPresent) {
   r = run("prune p.json --driver-below 12040 --keep-kernels kernels.txt");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "p.json: removed 2, kept 1")) << r.out;
-  const auto left = ld::parse_cache_file(slurp(dir_ / "p.json"));
-  ASSERT_EQ(left.entries.size(), 1u);
-  EXPECT_EQ(left.entries[0].key.kernel.rfind("_Z3fooPf|", 0), 0u);
+  expect_only_kernel(slurp(dir_ / "p.json"), "_Z3fooPf");
 
   EXPECT_EQ(run("prune p.json").exit_code, 2);
   r = run("prune p.json --driver-below twelve");

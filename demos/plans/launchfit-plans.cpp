@@ -35,7 +35,6 @@
 #include <vector>
 
 #include "cache_file.hpp"
-#include "launch_options.hpp"
 #include "plan_match.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
@@ -685,11 +684,7 @@ std::set<std::string> read_kernel_list(const std::string& path, std::size_t max_
 }
 
 // A plan whose key does not name the work's kind (written by launchfit 0.3 or before): no launch finds it.
-bool without_work_kind(const stored_entry& e) {
-  if (is_calibration(e)) return false;
-  const std::optional<ld::stored_key_text> key = ld::parse_key_text(e.key.policy);
-  return key && key->work.empty();
-}
+bool without_work_kind(const stored_entry& e) { return ld::key_names_no_work_kind(e.key); }
 
 int run_prune(const std::string& path, const std::optional<std::string>& driver_below,
               const std::optional<std::string>& keep_kernels, bool without_kind, bool force, bool dry_run,

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <string>
 #include <thread>
@@ -270,24 +271,20 @@ TEST(StubLaunch, AClusterAboveWhatTheDriverCoSchedulesIsRefusedAndNothingLaunche
     }
     return std::string("no error");
   };
+  const auto says = [](const std::string& text, std::initializer_list<std::string> parts) {
+    for (const std::string& part : parts) EXPECT_NE(text.find(part), std::string::npos) << part << " not in: " << text;
+  };
+  const std::string code = "code=" + std::string(lf::to_string(lf::errc::cluster));
   launchfit_stub_reset_calls();
   launchfit_stub_set_cluster_limit(2);
-  const std::string small = refusal(axpy_kernel("_Z8clusterbfPKfPfi"), {4, 1, 1}, false);
-  EXPECT_NE(small.find("cluster 4 (4 blocks of 128 threads, 0 B dynamic smem): at most 2 co-schedule "
-                       "(cuOccupancyMaxPotentialClusterSize)"),
-            std::string::npos)
-      << small;
-  EXPECT_NE(small.find("clusterb(float"), std::string::npos) << small;
-  EXPECT_NE(small.find("CUDA_ERROR_INVALID_CLUSTER_SIZE"), std::string::npos) << small;
-  EXPECT_NE(small.find("code=" + std::string(lf::to_string(lf::errc::cluster))), std::string::npos) << small;
+  says(refusal(axpy_kernel("_Z8clusterbfPKfPfi"), {4, 1, 1}, false),
+       {"cluster 4 (4 blocks of 128 threads, 0 B dynamic smem): at most 2 co-schedule "
+        "(cuOccupancyMaxPotentialClusterSize)",
+        "clusterb(float", "CUDA_ERROR_INVALID_CLUSTER_SIZE", code});
   launchfit_stub_set_cluster_limit(8);
-  const std::string large = refusal(axpy_kernel("_Z8clustercfPKfPfi"), {16, 1, 1}, true);
-  EXPECT_NE(large.find("cluster 16 (16 blocks) is above the most this device co-schedules in one cluster: 8 "
-                       "blocks"),
-            std::string::npos)
-      << large;
-  EXPECT_NE(large.find("clusterc(float"), std::string::npos) << large;
-  EXPECT_NE(large.find("code=" + std::string(lf::to_string(lf::errc::cluster))), std::string::npos) << large;
+  says(refusal(axpy_kernel("_Z8clustercfPKfPfi"), {16, 1, 1}, true),
+       {"cluster 16 (16 blocks) is above the most this device co-schedules in one cluster: 8 blocks",
+        "clusterc(float", code});
   EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u) << "a launch reached the driver";
   EXPECT_GE(launchfit_stub_calls("cuOccupancyMaxPotentialClusterSize"), 2u);
   // Within the limit the same launch runs.
