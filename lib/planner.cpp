@@ -100,9 +100,11 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
                 display_name(e.kernel), e.plan.to_string());
   }
   choose_member(q, e, fam);
-  check_cluster_size(need, e);
   add_launch_notes(e, r, q, dev, need);
   raise_smem_limit(q, e);
+  // After the limit is raised: the driver counts no cluster of blocks asking more dynamic smem than the
+  // function's current limit, and a check asked before would pass a cluster that cannot co-schedule.
+  check_cluster_size(need, e);
 }
 
 // The steps, top to bottom. `decided_by` is an override's policy when building under its route (an override

@@ -59,6 +59,16 @@ __global__ void cluster_items(unsigned* out, unsigned n, unsigned* info) {
   record_cluster(info);
 }
 
+// cluster_items with dynamic shared memory (a function of its own, so its smem limit starts at the default).
+__global__ void cluster_items_smem(unsigned* out, unsigned n, unsigned* info) {
+  extern __shared__ unsigned scratch[];
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  scratch[threadIdx.x] = i + 1;
+  __syncthreads();
+  if (i < n) out[i] = scratch[threadIdx.x];
+  record_cluster(info);
+}
+
 // The same kernel with its cluster dims compiled in.
 __global__ void __cluster_dims__(2, 1, 1) compiled_cluster_items(unsigned* out, unsigned n, unsigned* info) {
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -394,6 +404,65 @@ TEST_F(Clusters, AClusterAboveTheDevicesMaximumNamesTheMaximum) {
   std::printf("cluster 32: %s\n", refused.what());
   const auto o = out.download();
   EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](unsigned v) { return v == poison_u32; })) << "a refused launch ran";
+}
+
+// Clusters of blocks that ask more dynamic smem than a function's default limit (48 KB): launchfit raises the
+// limit for the plan and asks cuOccupancyMaxPotentialClusterSize after it has (the driver's answer below the
+// raised limit is printed: it counts no cluster there). A size that co-schedules runs, every item and cluster
+// exact; one block more than the driver co-schedules at the plan's smem is refused before anything launches.
+TEST_F(Clusters, ClustersOfBlocksAboveTheDefaultSmemLimitAreCheckedAtThePlansSmem) {
+  const unsigned n = 128 * 64;
+  const std::size_t smem = 200 * 1024;  // one block per SM
+  const auto most_at = [&](std::size_t bytes, cudaError_t* st) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(16, 1, 1);
+    cfg.blockDim = dim3(128, 1, 1);
+    cfg.dynamicSmemBytes = bytes;
+    int most = -1;
+    *st = cudaOccupancyMaxPotentialClusterSize(&most, reinterpret_cast<const void*>(cluster_items_smem), &cfg);
+    (void)cudaGetLastError();
+    return most;
+  };
+  cudaError_t before_st = cudaSuccess;
+  const int before = most_at(smem, &before_st);
+  std::printf("cuOccupancyMaxPotentialClusterSize at 128 threads and %zu B, the function's limit still 48 KB: "
+              "%d (%s)\n",
+              smem, before, cudaGetErrorName(before_st));
+  device_buffer<unsigned> out(n), info(4 * (n / 128));
+  out.poison();
+  const lf::launched l = lf::launch(cluster_items_smem, lf::fixed(128).items(n).smem(smem).cluster({2, 1, 1}),
+                                    out.ptr, n, info.ptr);
+  EXPECT_EQ(l.dynamic_smem_bytes, smem);
+  EXPECT_EQ(l.grid, (lf::dims{n / 128, 1, 1}));
+  const auto o = out.download();
+  std::size_t wrong = 0;
+  for (unsigned i = 0; i < n; ++i) wrong += o[i] != i + 1;
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(incomplete_clusters(info.download(), l.grid.x, 2), 0u);
+
+  LF_CUDA_CHECK(cudaFuncSetAttribute(cluster_items_smem, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaError_t after_st = cudaSuccess;
+  const int after = most_at(smem, &after_st);
+  std::printf("the same with the limit raised and non-portable sizes allowed: %d (%s)\n", after,
+              cudaGetErrorName(after_st));
+  ASSERT_EQ(after_st, cudaSuccess);
+  ASSERT_GE(after, 2);
+  if (after >= 16) {
+    std::printf("every cluster size up to 16 co-schedules at this smem here: no refusal to check\n");
+    return;
+  }
+  const unsigned too_many = static_cast<unsigned>(after) + 1;
+  out.poison();
+  const lf::error refused = error_from([&] {
+    lf::launch(cluster_items_smem, lf::fixed(128).items(n).smem(smem).cluster({too_many, 1, 1}, true), out.ptr,
+               n, info.ptr);
+  });
+  std::printf("cluster %u at %zu B: %s\n", too_many, smem, refused.what());
+  EXPECT_TRUE(refused.code() == lf::errc::cluster || refused.code() == lf::errc::invalid_plan) << refused.what();
+  EXPECT_NE(refused.call(), "cuLaunchKernelEx") << refused.what();
+  const auto untouched = out.download();
+  EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](unsigned v) { return v == poison_u32; }))
+      << "a refused launch ran";
 }
 
 TEST_F(Clusters, CompiledClusterDimsAreHonouredWithoutACallAndAConflictIsRefused) {

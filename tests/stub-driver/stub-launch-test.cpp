@@ -23,6 +23,7 @@
 #include "launchfit/param_policy.hpp"
 #include "launchfit/plugin.hpp"
 #include "nvml.hpp"
+#include "error_of.hpp"
 #include "plan_cache.hpp"
 #include "stub_driver.h"
 #include "stub_plan.hpp"
@@ -290,6 +291,38 @@ TEST(StubLaunch, AClusterAboveWhatTheDriverCoSchedulesIsRefusedAndNothingLaunche
   // Within the limit the same launch runs.
   launchfit_stub_set_cluster_limit(0);
   EXPECT_EQ(refusal(axpy_kernel("_Z8clusterdfPKfPfi"), {16, 1, 1}, true), "no error");
+}
+
+// A cluster whose blocks ask more dynamic smem than the function allows before launchfit raises its limit
+// (48 KB): the driver counts no cluster of such blocks until the limit is raised, so the size is checked after
+// it is, and a cluster that does not co-schedule is still refused before anything launches.
+TEST(StubLaunch, AClusterOfBlocksAboveTheSmemLimitIsCheckedAtTheRaisedLimit) {
+  struct no_limit {
+    ~no_limit() { launchfit_stub_set_cluster_limit(0); }
+  } restored;
+  const CUfunction f = axpy_kernel("_Z8clustersfPKfPfi");
+  const auto spec = lf::fixed(128).items(1 << 16).smem(96 * 1024).cluster({4, 1, 1}).on(stream_of(0x18));
+  launchfit_stub_reset_calls();
+  launchfit_stub_set_cluster_limit(2);
+  const lf::error refused = launchfit_test::error_of([&] {
+    lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+  });
+  EXPECT_EQ(refused.code(), lf::errc::cluster) << refused.what();
+  EXPECT_NE(std::string(refused.what()).find("cluster 4 (4 blocks of 128 threads, 98304 B dynamic smem): at most 2 "
+                                             "co-schedule (cuOccupancyMaxPotentialClusterSize)"),
+            std::string::npos)
+      << refused.what();
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u) << "a launch reached the driver";
+  CUlaunchConfig asked{};
+  ASSERT_EQ(launchfit_stub_last_cluster_query(&asked), 1);
+  EXPECT_EQ(asked.sharedMemBytes, 96u * 1024u);
+  // Within the limit the same launch runs, with the function's limit raised for it.
+  launchfit_stub_set_cluster_limit(0);
+  const lf::launched l =
+      lf::launch(lf::kernel(axpy_kernel("_Z8clustertfPKfPfi")), spec, 1.0f, device_pointer(0x1000),
+                 device_pointer(0x2000), 1 << 16);
+  EXPECT_EQ(l.dynamic_smem_bytes, 96u * 1024u);
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 1u);
 }
 
 // The hit path: one cuLaunchKernelEx per launch, and of the driver only what identifies the current context

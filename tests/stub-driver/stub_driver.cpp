@@ -467,7 +467,8 @@ cluster_queries& the_cluster_queries() {
   return q;
 }
 // An approximation of an H200's answer: 8 blocks (portable), 16 where the function allows non-portable sizes;
-// 0 where one block does not fit an SM. It ignores the function's smem limit and a compiled-in cluster size.
+// 0 where one block does not fit an SM, or asks more dynamic smem than the function's current limit (as the
+// driver's occupancy queries count nothing above it). It ignores a compiled-in cluster size.
 CUresult CUDAAPI stub_cuOccupancyMaxPotentialClusterSize(int* most, CUfunction f, const CUlaunchConfig* config) {
   ENTER(cuOccupancyMaxPotentialClusterSize);
   if (!most || !config) return CUDA_ERROR_INVALID_VALUE;
@@ -475,6 +476,7 @@ CUresult CUDAAPI stub_cuOccupancyMaxPotentialClusterSize(int* most, CUfunction f
   const stub_function& k = *fn(f);
   const int block = static_cast<int>(config->blockDimX * config->blockDimY * config->blockDimZ);
   int n = std::min(k.non_portable_cluster ? 16 : 8, 16 * resident_blocks(k, block, config->sharedMemBytes));
+  if (config->sharedMemBytes > static_cast<size_t>(k.max_dynamic_smem.load())) n = 0;
   cluster_queries& q = the_cluster_queries();
   std::lock_guard<std::mutex> lock(q.m);
   if (q.limit > 0) n = std::min(n, q.limit);
