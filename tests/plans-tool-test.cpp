@@ -305,17 +305,22 @@ TEST_F(PlansTool, PruneRemovesPlansWhoseKeysNameNoWorkKind) {
 }
 
 // check points out the entries no launch finds (valid, so exit 0), in text and JSON, and names the prune that
-// removes them; a file without such entries says nothing of them.
+// removes them, counted as that prune removes them (a key written twice is one plan); a file without such
+// entries says nothing of them.
 TEST_F(PlansTool, CheckPointsOutPlansWhoseKeysNameNoWorkKind) {
   const ld::stored_entry current = entry(gpu("GPU-a"), "_Z3newPf", 32, 128, 16);
   write("p.json", {legacy_entry(gpu("GPU-a"), "_Z3oldPf", 32, 128, 16),
-                   legacy_entry(gpu("GPU-a"), "_Z4old2Pf", 32, 128, 16), current});
+                   legacy_entry(gpu("GPU-a"), "_Z4old2Pf", 32, 128, 16),
+                   legacy_entry(gpu("GPU-a"), "_Z3oldPf", 32, 256, 8), current});
   outcome r = run("check p.json");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "p.json: note: 2 entries name no work kind (written by launchfit 0.3 or before): no "
                          "launch finds them; launchfit-plans prune --without-work-kind removes them"))
       << r.out;
-  EXPECT_TRUE(has(r.out, "3 entries, all valid")) << r.out;
+  EXPECT_TRUE(has(r.out, "4 entries, all valid")) << r.out;
+  r = run("prune p.json --without-work-kind --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "would remove 2")) << r.out;
   r = run("check p.json --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
