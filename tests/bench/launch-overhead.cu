@@ -474,6 +474,45 @@ int run(int argc, char** argv) {
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
 
+  // Where a fresh kernel's first launch goes, at warn: the driver's answers for a never-launched kernel (its
+  // resolution, the attributes and name a miss asks, one occupancy query, its first launch), and launchfit's
+  // first launch split into the plan (plan_for: the miss without a launch) and the launch that follows (a hit
+  // whose cuLaunchKernelEx is the kernel's first). Each set launches fresh kernels of its own.
+  std::vector<double> fresh_q_resolve, fresh_q_resources, fresh_q_occupancy, fresh_q_launch, fresh_plan_only,
+      fresh_then_launch;
+  {
+    const std::vector<fresh_fn> queried = fresh_table<11 * fresh_count>(seq);
+    const std::vector<fresh_fn> planned = fresh_table<12 * fresh_count>(seq);
+    for (int i = 0; i < fresh_count; ++i) {
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      auto t0 = clock_type::now();
+      const CUfunction f = function_of(reinterpret_cast<const void*>(queried[i]));
+      fresh_q_resolve.push_back(us_since(t0));
+      t0 = clock_type::now();
+      (void)lf::query_resources(f);
+      fresh_q_resources.push_back(us_since(t0));
+      t0 = clock_type::now();
+      int blocks = 0;
+      check_cu(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f, 256, 0, 0),
+               "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
+      fresh_q_occupancy.push_back(us_since(t0));
+      int arg = 0;
+      void* args[] = {&arg};
+      t0 = clock_type::now();
+      check_cu(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
+      fresh_q_launch.push_back(us_since(t0));
+
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      t0 = clock_type::now();
+      (void)lf::plan_for(planned[i], lf::max_occupancy().items(256).on(stream));
+      fresh_plan_only.push_back(us_since(t0));
+      t0 = clock_type::now();
+      lf::launch(planned[i], lf::max_occupancy().items(256).on(stream), 0);
+      fresh_then_launch.push_back(us_since(t0));
+    }
+  }
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+
   // The same first launch at info and at warn by what the logging thread is doing when the line comes (each
   // pair launches fresh kernels of its own, alternating, after the same wait): "quiet", 60 ms after the last
   // line (past the thread's fast looks: a build that parks it after 50 ms wakes it for the line, one that keeps
@@ -552,6 +591,12 @@ int run(int argc, char** argv) {
        << ",\n\"fresh_first_launch_launchfit_info_sync_us\":" << bench::json_number(first_info_sync_us)
        << ",\n\"fresh_resolve_us\":" << bench::json_number(first_resolve_us)
        << ",\n\"fresh_first_cuLaunchKernel_us\":" << bench::json_number(first_cu_launch_us)
+       << ",\n\"fresh_parts_us\":{\"cudaGetFuncBySymbol\":" << bench::json_number(bench::median(fresh_q_resolve))
+       << ",\"query_resources\":" << bench::json_number(bench::median(fresh_q_resources))
+       << ",\"occupancy_query\":" << bench::json_number(bench::median(fresh_q_occupancy))
+       << ",\"first_cuLaunchKernel\":" << bench::json_number(bench::median(fresh_q_launch))
+       << ",\"launchfit_plan_for\":" << bench::json_number(bench::median(fresh_plan_only))
+       << ",\"launchfit_launch_after_plan_for\":" << bench::json_number(bench::median(fresh_then_launch)) << "}"
        << ",\n\"fresh_first_launch_by_logging_state\":[";
     for (std::size_t i = 0; i < states.size(); ++i) {
       js << (i ? ",\n" : "\n") << "{\"state\":" << bench::json_string(states[i].name)
@@ -583,6 +628,17 @@ int run(int argc, char** argv) {
               fresh_count, first_raw_us, first_lf_us, first_lf_us - first_raw_us, first_info_us,
               first_info_us - first_raw_us, first_info_sync_us, first_info_sync_us - first_raw_us, first_resolve_us,
               first_cu_launch_us);
+  std::printf("\n### A fresh kernel's first launch in parts, at warn (median of %d distinct kernels per set)\n\n"
+              "| part | us |\n|---|---:|\n"
+              "| driver: `cudaGetFuncBySymbol` (loads the kernel) | %.2f |\n"
+              "| driver: then `query_resources` (name, demangle, the attributes a miss asks) | %.2f |\n"
+              "| driver: then one occupancy query | %.2f |\n"
+              "| driver: then the first `cuLaunchKernel` | %.2f |\n"
+              "| launchfit: `plan_for` of a fresh kernel (resolves it; the miss without a launch) | %.2f |\n"
+              "| launchfit: then `launch` (a hit; the kernel's first launch) | %.2f |\n",
+              fresh_count, bench::median(fresh_q_resolve), bench::median(fresh_q_resources),
+              bench::median(fresh_q_occupancy), bench::median(fresh_q_launch), bench::median(fresh_plan_only),
+              bench::median(fresh_then_launch));
   std::printf("\n### The same by what the logging thread is doing (median of %d kernels each, levels alternating)\n\n"
               "| logging thread | at info us | at warn us | info - warn us |\n|---|---:|---:|---:|\n",
               fresh_count);
