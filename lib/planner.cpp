@@ -74,7 +74,8 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
   }
   std::atomic<bool>& asked = asked_shared ? *asked_shared : asked_here;
   tuning_record& record = record_shared ? *record_shared : *record_here;
-  e.plan = stored_or_chosen(r, key, bucket, chosen, q, need, e, dev, fam, may_tune, asked, record);
+  planning::plan_to_store pending;  // written and published once every step below accepted the plan
+  e.plan = stored_or_chosen(r, key, bucket, chosen, q, need, e, dev, fam, may_tune, asked, record, pending);
   // A launch inside a stream capture whose policy asked for trials is planned again with them outside the
   // capture, and its launches inside captures are remembered for tune_graph(); so are those of a spec that
   // does not allow re-running under a policy that is not a built-in (reported, never tuned).
@@ -101,10 +102,13 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
   }
   choose_member(q, e, fam);
   add_launch_notes(e, r, q, dev, need);
-  raise_smem_limit(q, e);
+  planning::smem_need smem;  // a refusal below gives the raised limit back
+  raise_smem_limit(q, e, smem);
   // After the limit is raised: the driver counts no cluster of blocks asking more dynamic smem than the
   // function's current limit, and a check asked before would pass a cluster that cannot co-schedule.
   check_cluster_size(need, e);
+  smem.keep();
+  pending.commit();
 }
 
 // The steps, top to bottom. `decided_by` is an override's policy when building under its route (an override

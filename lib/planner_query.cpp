@@ -41,8 +41,14 @@ int calculated_blocks(const device_limits& dev, const kernel_resources& k, int b
   }
 }
 
-// Clusters co-resident on the device (cuOccupancyMaxActiveClusters), scaled to an SM budget. Above the
-// function's current dynamic-smem limit the driver counts nothing: the query then estimates.
+}  // namespace
+
+bool calculator_trusted_now() noexcept { return calculator_trusted.load(std::memory_order_relaxed); }
+
+namespace planning {
+
+// Above the function's current dynamic-smem limit the driver counts nothing: the query then estimates (and
+// raise_smem_limit() asks again once the limit is raised).
 std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_requirements& need,
                                                     std::size_t smem_limit, int device_sms, int budget_sms) {
   if (!driver().cuOccupancyMaxActiveClusters) return {};
@@ -72,12 +78,6 @@ std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_r
     return n;
   };
 }
-
-}  // namespace
-
-bool calculator_trusted_now() noexcept { return calculator_trusted.load(std::memory_order_relaxed); }
-
-namespace planning {
 
 void resolve_kernel(const launch_request& r, plan_entry& e, family_members& fam) {
   if (r.family) {
@@ -228,9 +228,16 @@ query make_query(const launch_request& r, const plan_entry& e, const device_limi
     return 0;
   };
   if (need.cluster.count() > 1) {
-    q.active_clusters = [cluster_oracles, blocks = fam.blocks](int block, std::size_t smem) {
-      for (std::size_t i = 0; i < blocks.size(); ++i)
-        if (blocks[i] == block && cluster_oracles[i]) return std::max(cluster_oracles[i](block, smem), 0);
+    // Estimated from the family's residency, as for one kernel, where a member's driver cannot answer (above
+    // its smem limit, or no cuOccupancyMaxActiveClusters): never read as "no cluster co-resides".
+    query est = q;
+    est.active_clusters = nullptr;
+    q.active_clusters = [cluster_oracles, blocks = fam.blocks, est](int block, std::size_t smem) {
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        if (blocks[i] != block) continue;
+        const int n = cluster_oracles[i] ? cluster_oracles[i](block, smem) : -1;
+        return n >= 0 ? n : est.active_clusters_for(block);
+      }
       return 0;
     };
   }

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <string>
+#include <unordered_map>
 
 #include "driver.hpp"
 #include "launch_config.hpp"
@@ -84,31 +86,101 @@ void check_cluster_size(const launch_requirements& need, const plan_entry& e) {
   }
 }
 
-// The function's dynamic-smem limit raised to `needed` (a launched plan or a tuning trial), never lowered (a
-// user's higher setting stays). Returns the limit now in force.
-std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const kernel_resources& k,
-                                      const plan& p) {
-  static std::mutex& m = *new std::mutex();  // never destroyed, as every launchfit singleton
+namespace {
+
+// What launchfit asked of each function's dynamic-smem limit: the limit before it first raised it (the user's),
+// the value it last set, the most any plan kept or any trial needed (never given back: a cached plan launches
+// with it), and the needs of plans still being checked (given back when one is refused). One lock for all.
+struct smem_limits {
+  struct function_state {
+    std::size_t before = 0;  // the limit as launchfit found it
+    std::size_t set = 0;     // what launchfit last set (0: nothing yet)
+    std::size_t kept = 0;    // the most a kept plan or a trial needs
+    std::multiset<std::size_t> pending;  // plans raised for and not yet kept or refused
+  };
+  std::mutex m;
+  std::unordered_map<CUfunction, function_state> by_function;
+};
+smem_limits& the_smem_limits() {
+  static smem_limits& l = *new smem_limits;  // never destroyed, as every launchfit singleton
+  return l;
+}
+
+}  // namespace
+
+// The function's dynamic-smem limit raised to `needed` (a launched plan or a tuning trial), never lowered while
+// a plan or trial needs it (a user's higher setting stays). Returns the limit now in force. `pending`: the need
+// is given back by release_smem_need() if the plan is refused; otherwise it is kept for good.
+std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const kernel_resources& k, const plan& p,
+                                      bool pending) {
+  smem_limits& l = the_smem_limits();
   const driver_api& d = driver();
-  std::lock_guard<std::mutex> lock(m);
+  std::lock_guard<std::mutex> lock(l.m);
   int current = 0;
   check(d.cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
         "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k, p);
-  if (static_cast<std::size_t>(current) >= needed) return static_cast<std::size_t>(current);
+  smem_limits::function_state& st = l.by_function[f];
+  const auto now = static_cast<std::size_t>(current);
+  if (st.set == 0 || now != st.set) st.before = now;  // first seen, or set by someone else since
+  if (pending) {
+    st.pending.insert(needed);
+  } else {
+    st.kept = std::max(st.kept, needed);
+  }
+  if (now >= needed) return now;
   check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(needed)),
         "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k, p);
+  st.set = needed;
   return needed;
 }
 
+void smem_need::keep() noexcept {
+  if (!f_) return;
+  smem_limits& l = the_smem_limits();
+  std::lock_guard<std::mutex> lock(l.m);
+  smem_limits::function_state& st = l.by_function[f_];
+  if (const auto it = st.pending.find(needed_); it != st.pending.end()) st.pending.erase(it);
+  st.kept = std::max(st.kept, needed_);
+  f_ = nullptr;
+}
+
+// A refused plan gives its need back: the limit goes down to the most any other plan, trial or the user still
+// needs, where launchfit raised it and nobody has changed it since (a refusal leaves the function as it was).
+smem_need::~smem_need() {
+  if (!f_) return;
+  smem_limits& l = the_smem_limits();
+  std::lock_guard<std::mutex> lock(l.m);
+  smem_limits::function_state& st = l.by_function[f_];
+  if (const auto it = st.pending.find(needed_); it != st.pending.end()) st.pending.erase(it);
+  std::size_t target = std::max(st.before, st.kept);
+  if (!st.pending.empty()) target = std::max(target, *st.pending.rbegin());
+  int current = 0;
+  const driver_api& d = driver();
+  if (st.set == 0 || d.cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f_) != CUDA_SUCCESS)
+    return;
+  const auto now = static_cast<std::size_t>(current);
+  if (now != st.set || now <= target) return;  // changed by someone else, or still needed
+  if (d.cuFuncSetAttribute(f_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(target)) ==
+      CUDA_SUCCESS)
+    st.set = target;
+}
+
 // Raised to what the launched plan needs, never lowered (a user's higher setting stays), and checked with the
-// driver afterwards: the plan's residency came from the calculator above the old limit.
-void raise_smem_limit(const query& q, plan_entry& e) {
+// driver afterwards: the plan's residency came from the calculator above the old limit, and its clusters (the
+// driver counts none of blocks above a function's limit) from an estimate.
+void raise_smem_limit(const query& q, plan_entry& e, smem_need& need) {
   if (e.plan.dynamic_smem_bytes <= e.kernel.max_dynamic_smem_bytes) return;
   e.kernel.max_dynamic_smem_bytes =
-      raise_function_smem_limit(e.function, e.plan.dynamic_smem_bytes, e.kernel, e.plan);
+      raise_function_smem_limit(e.function, e.plan.dynamic_smem_bytes, e.kernel, e.plan, true);
+  need.hold(e.function, e.plan.dynamic_smem_bytes);
   query checked = q;
   checked.kernel.max_dynamic_smem_bytes = e.kernel.max_dynamic_smem_bytes;
   checked.active_blocks = driver_oracle(e.function, q.device, checked.kernel, true);
+  if (e.plan.options.cluster.count() > 1 && e.device) {
+    if (auto clusters = cluster_oracle(e.function, e.plan.options, e.kernel.max_dynamic_smem_bytes,
+                                       e.device->sm_count, q.device.sm_count))
+      checked.active_clusters = std::move(clusters);
+  }
   const std::string reason = e.plan.reason;
   try {
     validate_plan(checked, e.plan);

@@ -10,11 +10,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "plan_file_format.hpp"
 #include "planner.hpp"
+#include "tuning_lease.hpp"
 #include "tuning_record.hpp"
 
 namespace launchfit::detail::planning {
@@ -45,6 +48,11 @@ std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_li
 // Whether the driver confirms the residency p was validated with; false (and the calculator withdrawn, said
 // once in a warning) when it does not.
 bool driver_confirms(CUfunction f, const device_limits& dev, const kernel_resources& k, const plan& p);
+// Clusters of `need.cluster` co-resident on the device (cuOccupancyMaxActiveClusters), scaled from
+// `device_sms` to an SM budget of `budget_sms`; -1 for blocks above `smem_limit` (the driver counts none there),
+// 0 where the driver does not answer. Empty where the driver has no such entry point.
+std::function<int(int, std::size_t)> cluster_oracle(CUfunction f, const launch_requirements& need,
+                                                    std::size_t smem_limit, int device_sms, int budget_sms);
 // The query `chosen` answers: the device (within an SM budget), the kernel, the rules, the oracles; the plan
 // file's measured bytes in flight per SM only for a policy that may read them (bytes_in_flight, and any policy
 // launchfit does not ship).
@@ -70,12 +78,31 @@ void offer_tuning(query& q, const launch_request& r, const plan_entry& e, const 
 
 // ---- step 5: a stored plan, or the policy's (planner_stored.cpp) ------------------------------------------
 
-// The plan store's checked entry for this launch, else the policy's choice (stored when `may_store` and no
-// trial was refused). A tuned plan is stored with its measurement from `record`.
+// What stored_or_chosen() keeps back for the plan store's layers (and the tuning lease it publishes under)
+// until every later step accepted the plan: a plan refused after it (its family member, its smem limit, its
+// cluster size) is neither written nor published; its lease is released unpublished.
+class plan_to_store {
+ public:
+  // Writes the plan to the store's layers (when there is one to write) and publishes it under the lease.
+  void commit();
+
+ private:
+  friend plan stored_or_chosen(const launch_request&, const plan_key&, std::uint64_t, const policy&,
+                               const query&, const launch_requirements&, plan_entry&, const device_limits&,
+                               const family_members&, bool, const std::atomic<bool>&, tuning_record&,
+                               plan_to_store&);
+  std::optional<stored_key> key_;
+  plan plan_;
+  std::optional<plan_measurement> measured_;
+  std::optional<tuning_lease> lease_;
+};
+
+// The plan store's checked entry for this launch, else the policy's choice (kept in `pending` to be stored
+// when `may_store` and no trial was refused). A tuned plan is stored with its measurement from `record`.
 plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_t bucket,
                       const policy& chosen, const query& q, const launch_requirements& need, plan_entry& e,
                       const device_limits& dev, const family_members& fam, bool may_store,
-                      const std::atomic<bool>& asked, tuning_record& record);
+                      const std::atomic<bool>& asked, tuning_record& record, plan_to_store& pending);
 
 // ---- what the launch requires of the function (planner_requirements.cpp) ----------------------------------
 
@@ -83,11 +110,31 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
 void allow_cluster_size(const launch_requirements& need, const plan_entry& e, const family_members& fam);
 // Throws where the plan's clusters cannot co-schedule (cuOccupancyMaxPotentialClusterSize).
 void check_cluster_size(const launch_requirements& need, const plan_entry& e);
-// The function's dynamic-smem limit raised to `needed`, never lowered; returns the limit in force.
+// The function's dynamic-smem limit raised to `needed`, never lowered while a plan or trial needs it; returns
+// the limit in force. `pending`: a plan still being checked (smem_need gives it back if refused).
 std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const kernel_resources& k,
-                                      const plan& p);
-// Step 6: the limit raised to the launched plan's smem and the plan validated again with the driver.
-void raise_smem_limit(const query& q, plan_entry& e);
+                                      const plan& p, bool pending = false);
+// A plan's need of its function's smem limit while the plan is still being checked: kept (keep()) once every
+// step accepted it, else given back when this goes out of scope, the limit lowered to what is still needed.
+class smem_need {
+ public:
+  smem_need() = default;
+  smem_need(const smem_need&) = delete;
+  smem_need& operator=(const smem_need&) = delete;
+  ~smem_need();
+  void hold(CUfunction f, std::size_t needed) noexcept {
+    f_ = f;
+    needed_ = needed;
+  }
+  void keep() noexcept;
+
+ private:
+  CUfunction f_ = nullptr;
+  std::size_t needed_ = 0;
+};
+// Step 6: the limit raised to the launched plan's smem and the plan validated again with the driver (its
+// residency and its clusters at the raised limit). `need` holds the raise until the plan is kept.
+void raise_smem_limit(const query& q, plan_entry& e, smem_need& need);
 
 // ---- steps 7-8: what is said about the plan (planner_report.cpp) ------------------------------------------
 

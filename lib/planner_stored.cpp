@@ -112,10 +112,17 @@ plan while_tuned_elsewhere(tuning_lease& lease, plan p) {
 // `may_store`: the plan is the one a launch caches (not one made for this call only, nor one a plan_for()
 // that was asked for a trial will refuse): only such a plan is written to the store's layers, where the first
 // writer wins for the whole fleet.
+void plan_to_store::commit() {
+  if (key_) store_plan(*key_, plan_, std::move(measured_));
+  key_.reset();
+  if (lease_) lease_->publish_and_release();  // the others adopt what the store holds
+  lease_.reset();
+}
+
 plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_t bucket,
                       const policy& chosen, const query& q, const launch_requirements& need, plan_entry& e,
                       const device_limits& dev, const family_members& fam, bool may_store,
-                      const std::atomic<bool>& asked, tuning_record& record) {
+                      const std::atomic<bool>& asked, tuning_record& record, plan_to_store& pending) {
   // The plan store's layers (the local file, the remote store) are asked only when one is in use.
   if (!cache_file_open() && !remote_layer()) {
     record.skip_conditions();  // nothing is stored or shared: the GPU's conditions are not read
@@ -205,10 +212,17 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
     // entry and make each other plan again, forever.
     if (differs_only) return *computed;
   }
-  // A plan made inside a capture is the static one the capture forced: never stored as the policy's.
-  if (may_store && !asked.load(std::memory_order_relaxed) && !record.trials_captured())
-    store_plan(sk, *computed, measured(record, *computed));
-  if (lease) lease->publish_and_release();  // the others adopt what the store holds
+  // A plan made inside a capture is the static one the capture forced: never stored as the policy's. Stored
+  // and published by plan_with() once every later step accepted it (pending.commit()).
+  if (may_store && !asked.load(std::memory_order_relaxed) && !record.trials_captured()) {
+    pending.measured_ = measured(record, *computed);
+    pending.key_ = sk;
+    pending.plan_ = *computed;
+  }
+  if (lease) {
+    pending.lease_.emplace(std::move(*lease));
+    lease.reset();
+  }
   return *computed;
 }
 

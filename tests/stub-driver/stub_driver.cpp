@@ -71,7 +71,7 @@ int device_attribute(CUdevice_attribute a) {
   X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)             \
   X(cuCtxGetId) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)          \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) X(cuOccupancyMaxPotentialBlockSize)               \
-  X(cuOccupancyMaxPotentialClusterSize)                                                                     \
+  X(cuOccupancyMaxPotentialClusterSize) X(cuOccupancyMaxActiveClusters)                                    \
   X(cuLaunchKernelEx) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)         \
   X(cuEventDestroy) X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuStreamIsCapturing) X(cuMemHostAlloc)     \
   X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuStreamGetCaptureInfo)            \
@@ -340,6 +340,7 @@ CUresult CUDAAPI stub_cuGetErrorName(CUresult e, const char** s) {
     case CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: *s = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"; break;
     case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: *s = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"; break;
     case CUDA_ERROR_INVALID_CLUSTER_SIZE: *s = "CUDA_ERROR_INVALID_CLUSTER_SIZE"; break;
+    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: *s = "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"; break;
     default: *s = "CUDA_ERROR_UNKNOWN"; break;
   }
   return CUDA_SUCCESS;
@@ -486,6 +487,40 @@ CUresult CUDAAPI stub_cuOccupancyMaxPotentialClusterSize(int* most, CUfunction f
   *most = n;
   return CUDA_SUCCESS;
 }
+// With LAUNCHFIT_STUB_ACTIVE_CLUSTERS=1 (read when launchfit looks the entry point up; without it the entry is
+// absent, as on a driver before 11.8): co-resident clusters as a GPU places them, each within one of 8 GPCs of
+// 18, 18 and six of 16 SMs (132), none of blocks above the function's smem limit; cooperative launches of
+// clusters beyond that many are refused at launch (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE).
+bool active_clusters_modelled() {
+  const char* v = std::getenv("LAUNCHFIT_STUB_ACTIVE_CLUSTERS");
+  return v && std::strcmp(v, "1") == 0;
+}
+unsigned config_cluster_size(const CUlaunchConfig& c) {
+  for (unsigned i = 0; c.attrs && i < c.numAttrs; ++i)
+    if (c.attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      return c.attrs[i].value.clusterDim.x * c.attrs[i].value.clusterDim.y * c.attrs[i].value.clusterDim.z;
+  return 1;
+}
+bool config_cooperative(const CUlaunchConfig& c) {
+  for (unsigned i = 0; c.attrs && i < c.numAttrs; ++i)
+    if (c.attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && c.attrs[i].value.cooperative) return true;
+  return false;
+}
+int gpc_clusters(const stub_function& k, const CUlaunchConfig& c) {
+  const unsigned size = config_cluster_size(c);
+  if (size == 0 || c.sharedMemBytes > static_cast<size_t>(k.max_dynamic_smem.load())) return 0;
+  const int per_sm = resident_blocks(k, static_cast<int>(c.blockDimX * c.blockDimY * c.blockDimZ), c.sharedMemBytes);
+  int n = 0;
+  for (const int sms : {18, 18, 16, 16, 16, 16, 16, 16}) n += sms * per_sm / static_cast<int>(size);
+  return n;
+}
+CUresult CUDAAPI stub_cuOccupancyMaxActiveClusters(int* n, CUfunction f, const CUlaunchConfig* config) {
+  ENTER(cuOccupancyMaxActiveClusters);
+  if (!n || !config) return CUDA_ERROR_INVALID_VALUE;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  *n = gpc_clusters(*fn(f), *config);
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI stub_cuOccupancyMaxPotentialBlockSize(int* min_grid, int* block_out, CUfunction f,
                                                        CUoccupancyB2DSize smem_of, size_t smem, int limit) {
   ENTER(cuOccupancyMaxPotentialBlockSize);
@@ -516,6 +551,10 @@ CUresult CUDAAPI stub_cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, 
     return CUDA_ERROR_INVALID_VALUE;
   if (cfg->sharedMemBytes > static_cast<unsigned>(k.max_dynamic_smem.load())) return CUDA_ERROR_INVALID_VALUE;
   if (!k.param_sizes.empty() && !args) return CUDA_ERROR_INVALID_VALUE;
+  if (active_clusters_modelled() && config_cooperative(*cfg) && config_cluster_size(*cfg) > 1 &&
+      static_cast<long long>(cfg->gridDimX) * cfg->gridDimY * cfg->gridDimZ >
+          static_cast<long long>(gpc_clusters(k, *cfg)) * config_cluster_size(*cfg))
+    return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   graphs& g = the_graphs();
   if (g.capturing.load(std::memory_order_acquire) > 0) {
     std::lock_guard<std::mutex> lock(g.m);
@@ -833,6 +872,7 @@ STUB_ENTRIES(STUB_SAME_TYPE)
 #undef STUB_SAME_TYPE
 
 void* lookup(const char* name) {
+  if (std::strcmp(name, "cuOccupancyMaxActiveClusters") == 0 && !active_clusters_modelled()) return nullptr;
 #define STUB_LOOKUP(entry) \
   if (std::strcmp(name, #entry) == 0) return reinterpret_cast<void*>(&stub_##entry);
   STUB_ENTRIES(STUB_LOOKUP)

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+// Clusters through the stub driver, where a refused plan must leave nothing behind (no raised smem limit, no
+// stored entry, no launch) and a plan must not be refused where the same kernel alone plans. ctest runs this
+// twice: as a driver without cuOccupancyMaxActiveClusters answers (cluster residency estimated), and with
+// LAUNCHFIT_STUB_ACTIVE_CLUSTERS=1, the stub placing clusters within GPCs as a GPU does and refusing a
+// cooperative launch of more clusters than co-reside.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "error_of.hpp"
+#include "launchfit/cache.hpp"
+#include "launchfit/error.hpp"
+#include "launchfit/launch.hpp"
+#include "stub_driver.h"
+
+extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+namespace lf = launchfit;
+namespace ld = launchfit::detail;
+
+namespace {
+
+const std::size_t axpy_params[] = {sizeof(float), sizeof(void*), sizeof(void*), sizeof(int)};
+
+CUfunction axpy_kernel(const char* name) { return launchfit_stub_function(name, 16, 0, 1024, axpy_params, 4); }
+
+float* device_pointer(std::uintptr_t n) { return reinterpret_cast<float*>(n); }
+
+bool clusters_placed() {
+  const char* v = std::getenv("LAUNCHFIT_STUB_ACTIVE_CLUSTERS");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+// The stub's own entry point, as launchfit finds it.
+template <class Fn>
+Fn* entry(const char* name) {
+  void* p = nullptr;
+  EXPECT_EQ(cuGetProcAddress_v2(name, &p, CUDA_VERSION, 0, nullptr), CUDA_SUCCESS) << name;
+  return reinterpret_cast<Fn*>(p);
+}
+
+int smem_limit_of(CUfunction f) {
+  int v = -1;
+  EXPECT_EQ(entry<decltype(cuFuncGetAttribute)>("cuFuncGetAttribute")(
+                &v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
+            CUDA_SUCCESS);
+  return v;
+}
+
+CUresult set_smem_limit(CUfunction f, int bytes) {
+  return entry<decltype(cuFuncSetAttribute)>("cuFuncSetAttribute")(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                                     bytes);
+}
+
+struct cluster_limit {  // on every path: no later test meets it
+  explicit cluster_limit(int most) { launchfit_stub_set_cluster_limit(most); }
+  ~cluster_limit() { launchfit_stub_set_cluster_limit(0); }
+};
+
+// A family of stub functions, each member found by the address of its tag (as a runtime kernel by its stub).
+int member_tags[4];
+CUfunction member_functions[4];
+cudaFunction_t resolve_member(const void* stub) {
+  for (int i = 0; i < 4; ++i)
+    if (stub == &member_tags[i]) return reinterpret_cast<cudaFunction_t>(member_functions[i]);
+  return nullptr;
+}
+
+template <class Spec>
+const lf::plan& family_plan(const Spec& s, std::uintptr_t id, const ld::family_member* members, std::size_t count) {
+  ld::launch_request r = ld::make_request(s);
+  r.kernel_id = id;
+  r.stub = members[0].stub;
+  r.resolve = &resolve_member;
+  r.family = members;
+  r.family_size = count;
+  return ld::plan_for(r);
+}
+
+}  // namespace
+
+// A cluster refused after launchfit raised the function's smem limit for it gives the limit back: the function
+// is as the program left it. The same function's launch that co-schedules keeps the raised limit.
+TEST(StubClusters, ARefusedClusterLeavesTheFunctionsSmemLimitAsItWas) {
+  const CUfunction f = axpy_kernel("_Z8refusalfPKfPfi");
+  ASSERT_EQ(smem_limit_of(f), 48 * 1024);
+  const auto spec = lf::fixed(128).items(1 << 16).smem(96 * 1024).cluster({4, 1, 1});
+  {
+    const cluster_limit most(2);
+    launchfit_stub_reset_calls();
+    const lf::error refused = launchfit_test::error_of([&] {
+      lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+    });
+    EXPECT_EQ(refused.code(), lf::errc::cluster) << refused.what();
+    EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u);
+  }
+  EXPECT_EQ(smem_limit_of(f), 48 * 1024) << "the refused plan's smem limit stayed on the function";
+  // A limit the program raised itself stays where it put it.
+  ASSERT_EQ(set_smem_limit(f, 64 * 1024), CUDA_SUCCESS);
+  {
+    const cluster_limit most(2);
+    (void)launchfit_test::error_of([&] {
+      lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+    });
+  }
+  EXPECT_EQ(smem_limit_of(f), 64 * 1024);
+  const lf::launched l = lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+  EXPECT_EQ(l.dynamic_smem_bytes, 96u * 1024u);
+  EXPECT_EQ(smem_limit_of(f), 96 * 1024) << "a launched plan keeps its limit";
+}
+
+// A plan refused after the policy chose it (here its cluster size) is neither written to the plan file nor
+// published: a later process would adopt it and be refused again.
+TEST(StubClusters, ARefusedPlanIsNotStored) {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("launchfit-stub-refused-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::filesystem::remove(file);
+  lf::set_cache_file(file);
+  const CUfunction f = axpy_kernel("_Z9unstoredfPKfPfi");
+  const CUfunction kept = axpy_kernel("_Z6storedfPKfPfi");
+  {
+    const cluster_limit most(2);
+    const lf::error refused = launchfit_test::error_of([&] {
+      lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).cluster({4, 1, 1}), 1.0f, device_pointer(0x1000),
+                 device_pointer(0x2000), 1 << 16);
+    });
+    EXPECT_EQ(refused.code(), lf::errc::cluster) << refused.what();
+  }
+  lf::launch(lf::kernel(kept), lf::fixed(128).items(1 << 16).cluster({4, 1, 1}), 1.0f, device_pointer(0x1000),
+             device_pointer(0x2000), 1 << 16);
+  lf::close_cache_file();
+  std::ifstream in(file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(file);
+  EXPECT_NE(text.find("_Z6storedfPKfPfi"), std::string::npos) << "nothing was stored at all:\n" << text;
+  EXPECT_EQ(text.find("_Z9unstoredfPKfPfi"), std::string::npos) << "the refused plan was stored:\n" << text;
+}
+
+// A family with a cluster plans as its members alone do: where a member's driver cannot count its clusters
+// (blocks above its smem limit, or no cuOccupancyMaxActiveClusters) the residency is estimated, never read as
+// "no cluster co-resides" (which refused the family with an error about its block rule).
+TEST(StubClusters, AFamilyWithAClusterPlansAsItsMembersDo) {
+  member_functions[0] = axpy_kernel("_Z9member128fPKfPfi");
+  member_functions[1] = axpy_kernel("_Z9member256fPKfPfi");
+  static const ld::family_member members[] = {{128, &member_tags[0]}, {256, &member_tags[1]}};
+  const CUfunction alone = axpy_kernel("_Z5alonefPKfPfi");
+  std::uintptr_t id = 0x7100;
+  for (const std::size_t smem : {std::size_t{16 * 1024}, std::size_t{64 * 1024}}) {
+    SCOPED_TRACE("smem " + std::to_string(smem));
+    const auto spec = lf::max_occupancy().items(1 << 20).smem(smem).cluster({2, 1, 1});
+    const lf::plan& single = lf::plan_for(lf::kernel(alone), spec);
+    EXPECT_GT(single.resident_clusters, 0) << single.to_string();
+    try {
+      const lf::plan& p = family_plan(spec, id++, members, 2);
+      EXPECT_TRUE(p.block_threads == 128 || p.block_threads == 256) << p.to_string();
+      EXPECT_GT(p.resident_clusters, 0) << p.to_string();
+      EXPECT_EQ(p.options.cluster, (lf::dims{2, 1, 1}));
+    } catch (const lf::error& e) {
+      ADD_FAILURE() << "the family was refused where its member alone plans: " << e.what();
+    }
+  }
+}
+
+// A cooperative launch of clusters whose blocks ask more smem than the function's limit: its clusters were
+// counted from an estimate (the driver counts none above the limit), which can be more than co-reside, and
+// the driver refused the launch of the cached plan every time. Asked again once the limit is raised, a grid
+// that cannot co-reside is refused before anything launches; below the limit the same launch runs.
+TEST(StubClusters, ACooperativeClusterAboveTheSmemLimitIsCountedByTheDriver) {
+  if (!clusters_placed()) GTEST_SKIP() << "needs the stub's cluster placement (LAUNCHFIT_STUB_ACTIVE_CLUSTERS=1)";
+  const auto spec_at = [](std::size_t smem) { return lf::cooperative().smem(smem).cluster({4, 1, 1}); };
+  const CUfunction small = axpy_kernel("_Z9coopsmallfPKfPfi");
+  const lf::launched l =
+      lf::launch(lf::kernel(small), spec_at(40 * 1024), 1.0f, device_pointer(0x1000), device_pointer(0x2000), 7);
+  EXPECT_EQ(l.grid.x % 4, 0u);
+  const CUfunction large = axpy_kernel("_Z9cooplargefPKfPfi");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    SCOPED_TRACE("attempt " + std::to_string(attempt));
+    launchfit_stub_reset_calls();
+    try {
+      const lf::launched big =
+          lf::launch(lf::kernel(large), spec_at(200 * 1024), 1.0f, device_pointer(0x1000), device_pointer(0x2000), 7);
+      // One block per SM, clusters of 4 within GPCs of 18 and 16 SMs: 32 co-reside, not 132 / 4 = 33.
+      EXPECT_LE(big.grid.x, 128u) << big.plan().to_string();
+    } catch (const lf::error& e) {
+      EXPECT_NE(e.call(), "cuLaunchKernelEx") << "the driver refused a launch launchfit planned: " << e.what();
+      EXPECT_TRUE(e.code() == lf::errc::invalid_plan || e.code() == lf::errc::cooperative_too_large ||
+                  e.code() == lf::errc::cluster)
+          << e.what();
+      EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u) << e.what();
+      EXPECT_EQ(smem_limit_of(large), 48 * 1024) << "the refused plan's smem limit stayed on the function";
+    }
+  }
+}
