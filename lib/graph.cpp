@@ -41,8 +41,8 @@ namespace {
 // 60-kernel chain on an H100), for the graph's whole life. A destroyed graph's launches are dropped as the
 // oldest, or by tune_graph() of a graph at the same handle (still_the_node() does not find them).
 constexpr std::size_t max_captured_launches = 1 << 12;
-// An smem rule is asked at the capture for the block sizes a policy may choose (the callable may not outlive
-// the launch): every multiple of 32 up to this and every size below 32, or every size its block rule allows.
+// An smem rule is asked at the capture for the block sizes a tuning may choose (the callable may not outlive
+// the launch): every multiple of 32 up to this (and the captured block), or every size its block rule allows.
 constexpr int max_block_threads = 1024;
 // What a block the rule was not asked for gets: more than any SM holds, so no plan can choose it.
 constexpr std::size_t unknown_smem = std::size_t{1} << 40;
@@ -82,7 +82,11 @@ struct captures {
   std::deque<std::pair<std::pair<CUgraph, CUgraphNode>, std::uint64_t>> oldest_first;
   std::uint64_t next_order = 1;
   bool told_full = false;
+  // Per graph, its launches that would have been tuned and were dropped as the oldest (tune_graph() says how
+  // many it cannot tune). At most max_forgotten_graphs graphs: past that the fewest are dropped first.
+  std::map<CUgraph, std::size_t> forgotten;
 };
+constexpr std::size_t max_forgotten_graphs = 1 << 10;
 
 captures& the_captures() {
   static captures& c = *[] {
@@ -112,6 +116,14 @@ void drop_oldest_locked(captures& all, std::vector<std::shared_ptr<captured_laun
                      "are forgotten from now on (their nodes keep their static plans unless tuned before)",
                      max_captured_launches);
     }
+    const captured_launch& dropped = *it->second;
+    if (dropped.deferred && dropped.left.empty()) {
+      if (all.forgotten.size() >= max_forgotten_graphs && !all.forgotten.count(dropped.graph)) {
+        all.forgotten.erase(std::min_element(all.forgotten.begin(), all.forgotten.end(),
+                                             [](const auto& a, const auto& b) { return a.second < b.second; }));
+      }
+      ++all.forgotten[dropped.graph];
+    }
     gone.push_back(std::move(it->second));
     all.by_node.erase(it);
   }
@@ -140,20 +152,33 @@ const char* why_not_tunable_later(const launch_request& r) {
   return "";
 }
 
-// The smem rule's answers for the block sizes a policy may choose: up to the kernel's own limit on threads per
-// block (its launch bounds; a rule may refuse blocks the kernel cannot run); false (with `why`) where the rule
-// throws.
-bool ask_smem_rule(const launch_request& r, captured_launch& c, int kernel_max_threads, std::string& why) {
-  const int most = kernel_max_threads > 0 ? std::min(kernel_max_threads, max_block_threads) : max_block_threads;
+// The smem rule's answers for the block sizes a tuning may choose: whole warps (and the captured plan's own
+// block), or every size the block rule allows, up to the kernel's own limit on threads per block (its launch
+// bounds; for a family, its widest member's: each member's own limit is checked when it is planned). A size
+// the rule refuses (throws for) is one no plan may choose; false (with `why`) where it refuses every size.
+bool ask_smem_rule(const launch_request& r, captured_launch& c, int kernel_max_threads, int captured_block,
+                   std::string& why) {
+  int most = kernel_max_threads > 0 ? std::min(kernel_max_threads, max_block_threads) : max_block_threads;
+  if (r.family && r.family_size) {
+    most = 0;
+    for (std::size_t i = 0; i < r.family_size; ++i) most = std::max(most, r.family[i].block);
+    most = std::min(std::max(most, 1), max_block_threads);
+  }
+  std::string first_refusal;
   for (int t = 1; t <= most; ++t) {
-    const bool asked = r.blocks.k == block_rule::kind::any ? (t < 32 || t % 32 == 0) : r.blocks.allows(t);
+    const bool asked =
+        r.blocks.k == block_rule::kind::any ? (t % 32 == 0 || t == captured_block) : r.blocks.allows(t);
     if (!asked) continue;
     try {
       c.smem_answers.emplace_back(t, (*r.smem_fn)(t));
     } catch (...) {
-      why = "its smem rule threw for a block of " + std::to_string(t) + " threads";
-      return false;
+      if (first_refusal.empty()) first_refusal = std::to_string(t);
     }
+  }
+  if (c.smem_answers.empty()) {
+    why = "its smem rule threw for every block size it was asked (the first: " +
+          (first_refusal.empty() ? std::string("none asked") : first_refusal + " threads") + ")";
+    return false;
   }
   const auto* answers = &c.smem_answers;
   c.smem_rule = [answers](int t) {
@@ -166,7 +191,8 @@ bool ask_smem_rule(const launch_request& r, captured_launch& c, int kernel_max_t
 
 // The launch's request with owned copies of what it points to (the policy, the kernel, the arguments...);
 // false (with `why`) where one cannot be made.
-bool copy_request(const launch_request& r, captured_launch& c, int kernel_max_threads, std::string& why) {
+bool copy_request(const launch_request& r, captured_launch& c, int kernel_max_threads, int captured_block,
+                  std::string& why) {
   c.request = r;
   c.request.stream = nullptr;
   c.request.node = nullptr;
@@ -192,7 +218,7 @@ bool copy_request(const launch_request& r, captured_launch& c, int kernel_max_th
     c.family.assign(r.family, r.family + r.family_size);
     c.request.family = c.family.data();
   }
-  if (r.smem_fn && !ask_smem_rule(r, c, kernel_max_threads, why)) return false;
+  if (r.smem_fn && !ask_smem_rule(r, c, kernel_max_threads, captured_block, why)) return false;
   std::size_t words = 0;
   std::vector<std::size_t> offsets(r.arg_count);
   for (std::size_t i = 0; i < r.arg_count; ++i) {
@@ -221,25 +247,28 @@ struct node_state {
   bool deferred = false;
 };
 
-// Whether `c.node` is still the node `c` remembers: a kernel node of the graph, running what c says it runs
-// (function, grid, block, dynamic smem) on c's arguments (a node the caller removed and a new one given its
-// handle, or set to other parameters, is not).
-bool still_the_node(const captured_launch& c, const node_state& now, const std::set<CUgraphNode>& nodes) {
+// Whether `c.node` is still the node `c` remembers: a kernel node of the graph (else `gone`: removed, and its
+// handle maybe another node's now), running what c says it runs (function, grid, block, dynamic smem) on c's
+// arguments (else `changed`: the program set it to other parameters, cudaGraphKernelNodeSetParams).
+enum class node_match { same, gone, changed };
+node_match still_the_node(const captured_launch& c, const node_state& now, const std::set<CUgraphNode>& nodes) {
   const driver_api& d = driver();
-  if (!nodes.count(c.node)) return false;
+  if (!nodes.count(c.node)) return node_match::gone;
   CUgraphNodeType type{};
-  if (d.cuGraphNodeGetType(c.node, &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL) return false;
+  if (d.cuGraphNodeGetType(c.node, &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL)
+    return node_match::gone;
   CUDA_KERNEL_NODE_PARAMS p{};
-  if (d.cuGraphKernelNodeGetParams(c.node, &p) != CUDA_SUCCESS || p.func != now.function) return false;
+  if (d.cuGraphKernelNodeGetParams(c.node, &p) != CUDA_SUCCESS || p.func != now.function) return node_match::gone;
   if (dims{p.gridDimX, p.gridDimY, p.gridDimZ} != now.grid || dims{p.blockDimX, p.blockDimY, p.blockDimZ} != now.block ||
       p.sharedMemBytes != now.smem)
-    return false;
-  if (c.arg_sizes.empty()) return true;
-  if (!p.kernelParams) return false;
+    return node_match::changed;
+  if (c.arg_sizes.empty()) return node_match::same;
+  if (!p.kernelParams) return node_match::changed;
   for (std::size_t i = 0; i < c.arg_sizes.size(); ++i) {
-    if (!p.kernelParams[i] || std::memcmp(p.kernelParams[i], c.arg_ptrs[i], c.arg_sizes[i]) != 0) return false;
+    if (!p.kernelParams[i] || std::memcmp(p.kernelParams[i], c.arg_ptrs[i], c.arg_sizes[i]) != 0)
+      return node_match::changed;
   }
-  return true;
+  return node_match::same;
 }
 
 // Whether the graph allocates or frees memory in its own nodes (cudaMallocAsync inside the capture): buffers
@@ -347,7 +376,8 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, const ke
     c->deferred = e.tuning_deferred;
     c->context_id = e.key.context;
     c->left = why_not_tunable_later(r);
-    if (c->left.empty() && c->deferred && !copy_request(r, *c, e.kernel.max_threads_per_block, c->left)) {
+    if (c->left.empty() && c->deferred &&
+        !copy_request(r, *c, e.kernel.max_threads_per_block, e.plan.block_threads, c->left)) {
       c->owned_policy.reset();
       c->smem_answers.clear();
     }
@@ -419,6 +449,13 @@ namespace launchfit {
 std::string graph_tuning::to_string() const {
   std::string out = std::to_string(tuned) + " tuned, " + std::to_string(unchanged) + " unchanged, " +
                     std::to_string(left) + " left";
+  if (forgotten > 0) {
+    out += "; " + std::to_string(forgotten) + " launch" + (forgotten == 1 ? "" : "es") +
+           " captured into this graph (or a destroyed graph at its handle) that would have been tuned " +
+           (forgotten == 1 ? "was" : "were") +
+           " forgotten (more than " + std::to_string(detail::max_captured_launches) +
+           " launches inside captures are remembered at once): their nodes keep their static plans";
+  }
   for (const graph_node_report& n : nodes) {
     out += '\n';
     switch (n.result) {
@@ -456,20 +493,26 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
   // what each node runs now, read under the lock; then checked against the graph without it (driver calls).
   captures& all = the_captures();
   std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> mine;
+  std::size_t forgotten = 0;
   {
     std::lock_guard<std::mutex> lock(all.m);
     for (const auto& [key, c] : all.by_node) {
       if (key.first != graph) continue;
       mine.push_back({c, node_state{c->function, c->grid, c->block, c->smem, c->plan, c->deferred}});
     }
+    if (const auto it = all.forgotten.find(graph); it != all.forgotten.end()) forgotten = it->second;
   }
   std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> valid;
   std::vector<std::shared_ptr<captured_launch>> stale;
+  std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> changed;
   for (auto& m : mine) {
-    if (still_the_node(*m.first, m.second, nodes)) {
-      valid.push_back(std::move(m));
-    } else {
-      stale.push_back(m.first);
+    switch (still_the_node(*m.first, m.second, nodes)) {
+      case node_match::same: valid.push_back(std::move(m)); break;
+      case node_match::changed:
+        changed.push_back(m);
+        stale.push_back(m.first);
+        break;
+      case node_match::gone: stale.push_back(m.first); break;
     }
   }
   if (!stale.empty()) {
@@ -485,6 +528,23 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
             [&order](const auto& a, const auto& b) { return order[a.first->node] < order[b.first->node]; });
 
   graph_tuning out;
+  out.forgotten = forgotten;
+  // A node the program set to other parameters since it was captured: launchfit no longer knows what it runs
+  // (reported once; forgotten from now on).
+  std::sort(changed.begin(), changed.end(),
+            [&order](const auto& a, const auto& b) { return order[a.first->node] < order[b.first->node]; });
+  for (const auto& [c, now] : changed) {
+    graph_node_report rep;
+    rep.node = c->node;
+    rep.kernel = display_name(*now.plan);
+    rep.before = now.plan->plan.to_string();
+    rep.after = rep.before;
+    rep.result = graph_node_report::outcome::left;
+    rep.why = "the graph's node was set to other parameters since it was captured (kernel, grid, block, smem or "
+              "arguments): launchfit no longer knows what it runs, and leaves it as it is";
+    ++out.left;
+    out.nodes.push_back(std::move(rep));
+  }
   for (const auto& [c, now] : valid) {
     graph_node_report rep;
     rep.node = c->node;
@@ -519,45 +579,58 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
     } else if (current_context(c->request).id != c->context_id) {
       rep.why = "captured in another CUDA context: make that context current to tune it";
     } else {
-      launch_request r = c->request;
-      r.stream = stream;
-      const plan_reader reading;
-      local_entry local;
-      const graph_trials as_nodes_run;  // the trials time each candidate as graph replays
-      const plan_entry& e = entry_for(r, local);
-      if (e.tuning_deferred) {
-        rep.why = "the stream given to tune_graph() is being captured, so no trial could run";
-      } else if (e.plan.match == plan_match::waiting) {
-        rep.why = "another process of the fleet is tuning this plan: call tune_graph() again once it has "
-                  "published it";
-      } else if (e.plan.match == plan_match::fallback) {
-        // The policy declined (its trials could not run, or it chose nothing): the node keeps what it runs.
-        rep.why = "its policy declined to tune it: " + e.plan.reason;
-      } else {
-        const dims grid = grid_for(e.plan, r.shape, e.max_grid_x);
-        CUlaunchConfig cfg;
-        launch_attributes attrs;  // already on the node: a node update keeps its attributes and edges
-        fill_launch_config(cfg, attrs, e.plan, grid, nullptr);
-        const auto p = kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, e.function, c->arg_ptrs.data());
-        const kept_plan& tuned = kept_of(e);
-        const std::string text = tuned.plan.to_string();
-        // A node the driver will not update keeps what it runs, in the executable graph and in the graph
-        // alike, and is reported; the other nodes are tuned all the same.
-        const node_update done = set_node(exec, *c, now, p);
-        if (!done.refused.empty()) {
-          rep.why = done.refused;
-          if (done.exec_runs_new) rep.after = text;  // what the executable graph runs
+      try {
+        launch_request r = c->request;
+        r.stream = stream;
+        const plan_reader reading;
+        local_entry local;
+        const graph_trials as_nodes_run;  // the trials time each candidate as graph replays
+        const plan_entry& e = entry_for(r, local);
+        if (e.tuning_deferred) {
+          rep.why = "the stream given to tune_graph() is being captured, so no trial could run";
+        } else if (e.plan.match == plan_match::waiting) {
+          rep.why =
+              "another process of the fleet is tuning this plan: call tune_graph() again once it has "
+              "published it";
+        } else if (e.plan.match == plan_match::fallback) {
+          // The policy declined (its trials could not run, or it chose nothing): the node keeps what it runs.
+          rep.why = "its policy declined to tune it: " + e.plan.reason;
         } else {
-          rep.result = graph_node_report::outcome::tuned;
-          rep.after = text;
-          std::lock_guard<std::mutex> lock(all.m);
-          c->function = e.function;
-          c->grid = grid;
-          c->block = e.plan.block;
-          c->smem = e.plan.dynamic_smem_bytes;
-          c->plan = &tuned;
-          c->deferred = false;
+          const dims grid = grid_for(e.plan, r.shape, e.max_grid_x);
+          CUlaunchConfig cfg;
+          launch_attributes attrs;  // already on the node: a node update keeps its attributes and edges
+          fill_launch_config(cfg, attrs, e.plan, grid, nullptr);
+          const auto p = kernel_node_params<CUDA_KERNEL_NODE_PARAMS>(cfg, e.function, c->arg_ptrs.data());
+          const kept_plan& tuned = kept_of(e);
+          const std::string text = tuned.plan.to_string();
+          // A node the driver will not update keeps what it runs, in the executable graph and in the graph
+          // alike, and is reported; the other nodes are tuned all the same.
+          const node_update done = set_node(exec, *c, now, p);
+          if (!done.refused.empty()) {
+            rep.why = done.refused;
+            if (done.exec_runs_new) rep.after = text;  // what the executable graph runs
+          } else {
+            rep.result = graph_node_report::outcome::tuned;
+            rep.after = text;
+            std::lock_guard<std::mutex> lock(all.m);
+            c->function = e.function;
+            c->grid = grid;
+            c->block = e.plan.block;
+            c->smem = e.plan.dynamic_smem_bytes;
+            c->plan = &tuned;
+            c->deferred = false;
+          }
         }
+      } catch (const std::exception& failed) {
+        // Planning this node again failed (a policy that throws, a refused plan): it keeps what it runs, and
+        // the other nodes are tuned all the same.
+        rep.result = graph_node_report::outcome::left;
+        rep.after = rep.before;
+        rep.why = "planning it again failed, so it keeps what it runs: " + escape_text(failed.what(), 1024);
+      } catch (...) {
+        rep.result = graph_node_report::outcome::left;
+        rep.after = rep.before;
+        rep.why = "planning it again threw something that is not a std::exception, so it keeps what it runs";
       }
     }
     switch (rep.result) {

@@ -70,7 +70,10 @@ struct LAUNCHFIT_API graph_tuning {
   std::size_t tuned = 0;      ///< nodes set to a tuned plan
   std::size_t unchanged = 0;  ///< nodes whose plan needs no trials
   std::size_t left = 0;       ///< nodes that could not be tuned (see graph_node_report::why)
-  std::vector<graph_node_report> nodes;  ///< one per node, in the graph's order
+  /// Launches of this graph that would have been tuned but were forgotten (launchfit remembers 4096 launches
+  /// inside captures at once, dropping the oldest): their nodes keep their static plans and are not listed.
+  std::size_t forgotten = 0;
+  std::vector<graph_node_report> nodes;  ///< one per node, in the graph's order (changed nodes first)
   /// One line per node: "tuned k: <before> -> <after>", "left k: <why>".
   std::string to_string() const;
 };
@@ -90,8 +93,14 @@ struct LAUNCHFIT_API graph_tuning {
 /// again once it is published); so is one whose policy declines (its trials could not run), with the
 /// policy's reason. Another executable graph of the same graph, given after the first was tuned, is set to the
 /// tuned plans too; a clone of the graph, or a graph that embeds it as a child graph, has nodes of its own and
-/// nothing remembered (tune the captured graph, then clone or embed it). Throws launchfit::error where
-/// planning fails, as a launch would.
+/// nothing remembered (tune the captured graph, then clone or embed it). A node is set to its captured
+/// arguments and work with the tuned block, grid and smem: a graph node the program set to other parameters
+/// since the capture (cudaGraphKernelNodeSetParams) is left and reported, but changes made to `exec`'s nodes
+/// alone (cudaGraphExecKernelNodeSetParams, cudaGraphExecUpdate), which the CUDA driver gives no way to read,
+/// are replaced: tune before making them. A node whose planning fails (a policy that throws) is left and
+/// reported with the error, and the other nodes are tuned; a smem rule is asked for whole warps only (and the
+/// captured block), and a size it throws for is one no tuned plan chooses. Throws launchfit::error for a null
+/// graph or a driver without the graph entry points.
 LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
 
 /// The dependencies of a node add_kernel_node() adds: `{a, b}` (copied), or an array and its size (not

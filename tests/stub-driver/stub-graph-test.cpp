@@ -21,6 +21,8 @@
 #include "stub_driver.h"
 #include "stub_plan.hpp"
 
+extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
 namespace lf = launchfit;
 
 namespace {
@@ -506,6 +508,180 @@ TEST(StubNodes, ANodeTheDriverRefusesToAddThrowsNamingTheKernel) {
     EXPECT_NE(std::string(e.what()).find("noroom"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("policy=max_occupancy("), std::string::npos) << e.what();
   }
+  launchfit_stub_destroy_graph(g);
+}
+
+// An smem rule defined for whole warps only (as every launch outside a capture asks it) is asked for whole
+// warps at the capture too: the node is tuned, not left because the rule threw for a block of 1 thread.
+TEST_F(StubGraph, AnSmemRuleForWholeWarpsOnlyIsTunedInPlace) {
+  const CUfunction f = map_kernel("_Z9wholewarpPKfPfi", 128);
+  const auto rule = [](int b) -> std::size_t {
+    if (b % 32 != 0) throw std::invalid_argument("whole warps only");
+    return static_cast<std::size_t>(b) * 16;
+  };
+  const int n = 1 << 20;
+  const CUstream s = stream_of(0x90);
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(f), tuned_spec(n, s).smem_per_block(rule), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  const lf::graph_tuning t = tune(g, e, 0x91);
+  EXPECT_EQ(t.tuned, 1u) << t.to_string();
+  EXPECT_EQ(exec_block(e, only_node(g)), 128u) << t.to_string();
+  CUDA_KERNEL_NODE_PARAMS p{};
+  ASSERT_EQ(launchfit_stub_exec_node(e, only_node(g), &p), 1);
+  EXPECT_EQ(p.sharedMemBytes, 128u * 16u) << "the node's smem is not the rule's for its block";
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
+}
+
+// A family of kernels, each with launch bounds of its own block, whose smem comes from a rule: tuned in place,
+// any member may be chosen (the rule asked up to the widest member's block), as a launch outside a capture
+// chooses; the tuning stored for the key is that one too.
+int member_tags[3];
+CUfunction member_functions[3];
+cudaFunction_t resolve_member(const void* stub) {
+  for (int i = 0; i < 3; ++i)
+    if (stub == &member_tags[i]) return reinterpret_cast<cudaFunction_t>(member_functions[i]);
+  return nullptr;
+}
+lf::launched launch_family_with_rule(CUstream s, int n, std::uintptr_t id) {
+  static const lf::detail::family_member members[3] = {
+      {128, &member_tags[0]}, {256, &member_tags[1]}, {512, &member_tags[2]}};
+  const auto rule = [](int b) -> std::size_t { return static_cast<std::size_t>(b) * 8; };
+  const auto spec = tuned_spec(n, s).smem_per_block(rule);  // the request points into it
+  lf::detail::launch_request r = lf::detail::make_request(spec);
+  r.kernel_id = id;
+  r.stub = &member_tags[0];
+  r.resolve = &resolve_member;
+  r.family = members;
+  r.family_size = 3;
+  const float* a = device_pointer(0x1000);
+  float* b = device_pointer(0x2000);
+  int count = n;
+  void* args[] = {&a, &b, &count};
+  r.args = args;
+  r.arg_sizes = map_params;
+  r.arg_count = 3;
+  r.has_arguments = true;
+  return lf::detail::launch(r);
+}
+TEST_F(StubGraph, AFamilyWithAnSmemRuleIsTunedUpToItsWidestMember) {
+  member_functions[0] = launchfit_stub_function("_Z6memberILi128EEvPKfPfi", 16, 0, 128, map_params, 3);
+  member_functions[1] = launchfit_stub_function("_Z6memberILi256EEvPKfPfi", 16, 0, 256, map_params, 3);
+  member_functions[2] = launchfit_stub_function("_Z6memberILi512EEvPKfPfi", 16, 0, 512, map_params, 3);
+  for (CUfunction f : member_functions) launchfit_stub_set_cost(f, 0.01, 512);
+  const int n = 1 << 20;
+  EXPECT_EQ(launch_family_with_rule(stream_of(0xa0), n, 0xa001).block.x, 512u) << "outside a capture";
+  const CUstream s = stream_of(0xa1);
+  launchfit_stub_begin_capture(s);
+  const lf::launched captured = launch_family_with_rule(s, n, 0xa003);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  EXPECT_NE(captured.block.x, 512u) << "the static plan is the tuned one already: the test would show nothing";
+  const lf::graph_tuning t = tune(g, e, 0xa2);
+  EXPECT_EQ(t.tuned, 1u) << t.to_string();
+  EXPECT_EQ(exec_block(e, only_node(g)), 512u) << t.to_string();
+  EXPECT_EQ(launch_family_with_rule(stream_of(0xa3), n, 0xa003).block.x, 512u) << "the key's plan after tuning";
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
+}
+
+// A node whose planning throws (here a policy of the program's own, once trials run) is left and reported with
+// the error; the nodes before and after it are tuned, and tune_graph() returns its report.
+struct throwing_params {
+  int x = 0;
+  static constexpr std::array<const char*, 1> names{"x"};
+};
+class throws_once_timed : public lf::param_policy<throws_once_timed, throwing_params> {
+ public:
+  static constexpr const char* policy_name = "throws_once_timed";
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    const lf::plan p = launchfit_test::full_residency_plan(q, 256, "throws once timed");
+    if (q.time_plan && q.time_plan(p) >= 0) throw std::runtime_error("a policy's own bug once trials run");
+    return p;
+  }
+};
+TEST_F(StubGraph, ANodeWhosePlanningThrowsIsLeftAndTheOthersAreTuned) {
+  const CUfunction a = map_kernel("_Z7throw_aPKfPfi", 128);
+  const CUfunction b = map_kernel("_Z7throw_bPKfPfi", 128);
+  const CUfunction c = map_kernel("_Z7throw_cPKfPfi", 128);
+  const CUstream s = stream_of(0xb0);
+  const int n = 1 << 20;
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(a), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  lf::launch(lf::kernel(b), lf::spec<throws_once_timed>(throws_once_timed{}).items(n).on(s).rerunnable(),
+             device_pointer(0x1000), device_pointer(0x2000), n);
+  lf::launch(lf::kernel(c), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  lf::graph_tuning t;
+  try {
+    t = tune(g, e, 0xb1);
+  } catch (const std::exception& x) {
+    FAIL() << "one node's failure ended the tuning of every node: " << x.what();
+  }
+  EXPECT_EQ(t.tuned, 2u) << t.to_string();
+  EXPECT_EQ(t.left, 1u) << t.to_string();
+  ASSERT_EQ(t.nodes.size(), 3u) << t.to_string();
+  EXPECT_EQ(t.nodes[1].result, lf::graph_node_report::outcome::left);
+  EXPECT_NE(t.nodes[1].why.find("a policy's own bug once trials run"), std::string::npos) << t.nodes[1].why;
+  EXPECT_EQ(exec_block(e, only_node(g, 0)), 128u);
+  EXPECT_EQ(exec_block(e, only_node(g, 1)), 256u);
+  EXPECT_EQ(exec_block(e, only_node(g, 2)), 128u);
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
+}
+
+// A graph node the program set to other parameters after the capture is left as it is and reported (it used
+// to be dropped without a word); an executable graph's own changes cannot be read, and tune_graph() says so.
+TEST_F(StubGraph, AGraphNodeChangedSinceTheCaptureIsLeftAndReported) {
+  const CUfunction f = map_kernel("_Z7changedPKfPfi", 128);
+  const int n = 1 << 20;
+  const one_capture c = capture_one(f, n, stream_of(0xc0));
+  CUDA_KERNEL_NODE_PARAMS p{};
+  ASSERT_EQ(launchfit_stub_graph_node(c.node, &p), 1);
+  const float* other_a = device_pointer(0x9000);
+  float* other_b = device_pointer(0xa000);
+  int other_n = 1024;
+  void* other_args[] = {&other_a, &other_b, &other_n};
+  p.kernelParams = other_args;
+  p.gridDimX = (other_n + p.blockDimX - 1) / p.blockDimX;
+  void* set = nullptr;
+  ASSERT_EQ(cuGetProcAddress_v2("cuGraphKernelNodeSetParams", &set, CUDA_VERSION, 0, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(reinterpret_cast<decltype(&cuGraphKernelNodeSetParams)>(set)(c.node, &p), CUDA_SUCCESS);
+  const lf::graph_tuning t = tune(c.graph, c.exec, 0xc1);
+  EXPECT_EQ(t.tuned, 0u) << t.to_string();
+  EXPECT_EQ(t.left, 1u) << t.to_string();
+  ASSERT_EQ(t.nodes.size(), 1u) << t.to_string();
+  EXPECT_NE(t.nodes[0].why.find("set to other parameters since it was captured"), std::string::npos)
+      << t.nodes[0].why;
+  CUDA_KERNEL_NODE_PARAMS now{};
+  ASSERT_EQ(launchfit_stub_graph_node(c.node, &now), 1);
+  EXPECT_EQ(now.gridDimX, p.gridDimX) << "the program's node was changed";
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
+}
+
+// Launches forgotten past the bound on remembered launches are counted in the report of their graph.
+TEST_F(StubGraph, LaunchesForgottenPastTheBoundAreCountedInTheReport) {
+  const CUfunction f = map_kernel("_Z9forgottenPKfPfi", 128);
+  const CUstream s = stream_of(0xd0);
+  const int n = 1 << 20;
+  constexpr int bound = 4096;  // max_captured_launches
+  launchfit_stub_begin_capture(s);
+  for (int i = 0; i < bound + 100; ++i)
+    lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  const lf::graph_tuning t = tune(g, e, 0xd1);
+  EXPECT_EQ(t.tuned, static_cast<std::size_t>(bound)) << "every remembered node is set to the tuned plan";
+  EXPECT_EQ(t.nodes.size(), static_cast<std::size_t>(bound));
+  EXPECT_EQ(t.forgotten, 100u);
+  EXPECT_NE(t.to_string().find("100 launches captured into this graph"), std::string::npos) << t.to_string().substr(0, 400);
+  launchfit_stub_destroy_exec(e);
   launchfit_stub_destroy_graph(g);
 }
 
