@@ -156,6 +156,7 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   require_pdl_support(need, e.kernel);
   for (const kernel_resources& member : fam.kernels) require_pdl_support(need, member);
   try {
+    require_family_cluster(fam.kernels);  // the widest member's dims stand for every member's
     require_kernel_cluster(need, e.kernel);
   } catch (const error& bad) {
     throw bad.with_kernel(display_name(e.kernel));

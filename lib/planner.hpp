@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "device_query.hpp"
 #include "launch_options.hpp"
@@ -116,6 +117,8 @@ void require_pdl_support(const launch_requirements& need, const kernel_resources
 // Adds the kernel's compile-time __cluster_dims__ to what the launch requires; throws when the launch asks
 // for other cluster dims.
 void require_kernel_cluster(launch_requirements& need, const kernel_resources& k);
+// Throws where a family's members are compiled with different __cluster_dims__ (or some with and some without).
+void require_family_cluster(const std::vector<kernel_resources>& members);
 
 // Makes p launch as the launch requires: cooperative when required, with exactly the required cluster dims
 // (then re-validated: co-residency, resident clusters), programmatic when asked, and its block shaped for

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "driver.hpp"
 #include "launch_config.hpp"
@@ -208,6 +209,27 @@ void require_pdl_support(const launch_requirements& need, const kernel_resources
           "launched with .pdl() it could read the previous kernel's output before it is written. Build "
           "it for sm_90 (e.g. -gencode arch=compute_90,code=sm_90) or launch it without .pdl()",
       display_name(k));
+}
+
+void require_family_cluster(const std::vector<kernel_resources>& members) {
+  if (members.size() < 2) return;
+  const auto dims_of = [](const kernel_resources& k) {
+    return k.required_cluster[0] == 0 ? std::string("none")
+                                      : dims{k.required_cluster[0], std::max(k.required_cluster[1], 1u),
+                                             std::max(k.required_cluster[2], 1u)}
+                                            .to_string();
+  };
+  const std::string first = dims_of(members.front());
+  for (const kernel_resources& m : members) {
+    if (dims_of(m) == first) continue;
+    std::string each;
+    for (const kernel_resources& k : members) each += (each.empty() ? "" : ", ") + display_name(k) + ": " + dims_of(k);
+    throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "plan(cluster)",
+                "the family's members are compiled with different __cluster_dims__ (" + each +
+                    "): one launch's cluster cannot be what each member requires; give every member the same "
+                    "__cluster_dims__, or launch a member alone",
+                display_name(members.front()));
+  }
 }
 
 void require_kernel_cluster(launch_requirements& need, const kernel_resources& k) {

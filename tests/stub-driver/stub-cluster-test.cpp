@@ -201,3 +201,29 @@ TEST(StubClusters, ACooperativeClusterAboveTheSmemLimitIsCountedByTheDriver) {
     }
   }
 }
+
+// A family is launched with one cluster for whichever member the policy chooses: members compiled with
+// different __cluster_dims__ (or some with and some without) cannot all get what they require, and the launch
+// is refused before anything runs, naming each member's dims (only the widest member's were looked at: a
+// narrower member with dims of its own was launched in a grid of no whole clusters, which the driver refuses,
+// and the plan was cached). Members that agree are planned with their dims.
+TEST(StubClusters, AFamilysMembersMustAgreeOnTheirCompiledClusterDims) {
+  member_functions[2] = axpy_kernel("_Z8dims64_afPKfPfi");
+  member_functions[3] = axpy_kernel("_Z9dims128_afPKfPfi");
+  launchfit_stub_set_compiled_cluster(member_functions[2], 2, 1, 1);
+  static const ld::family_member mixed[] = {{64, &member_tags[2]}, {128, &member_tags[3]}};
+  const lf::error refused =
+      launchfit_test::error_of([&] { (void)family_plan(lf::fixed(64).items(192), 0x7201, mixed, 2); });
+  EXPECT_EQ(refused.code(), lf::errc::cluster) << refused.what();
+  EXPECT_NE(std::string(refused.what()).find("different __cluster_dims__"), std::string::npos) << refused.what();
+  EXPECT_NE(std::string(refused.what()).find("dims64_a(float, float const*, float*, int): 2, "),
+            std::string::npos)
+      << refused.what();
+  EXPECT_NE(std::string(refused.what()).find("dims128_a(float, float const*, float*, int): none"),
+            std::string::npos)
+      << refused.what();
+  launchfit_stub_set_compiled_cluster(member_functions[3], 2, 1, 1);
+  const lf::plan& p = family_plan(lf::fixed(64).items(192), 0x7203, mixed, 2);
+  EXPECT_EQ(p.options.cluster, (lf::dims{2, 1, 1})) << p.to_string();
+  EXPECT_TRUE(p.options.cluster_from_kernel) << p.to_string();
+}

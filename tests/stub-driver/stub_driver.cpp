@@ -164,6 +164,7 @@ struct stub_function {
   int max_threads = 1024;
   std::atomic<int> max_dynamic_smem{49152};  // cuFuncSetAttribute, while another thread may launch
   std::atomic<bool> non_portable_cluster{false};  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+  unsigned required_cluster[3] = {0, 0, 0};        // __cluster_dims__ (launchfit_stub_set_compiled_cluster)
   std::vector<size_t> param_sizes;
   double best_ms = 0.001;
   unsigned best_block = 256;
@@ -417,6 +418,9 @@ CUresult CUDAAPI stub_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunct
     case CU_FUNC_ATTRIBUTE_PTX_VERSION: *v = 90; break;
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = k.max_dynamic_smem; break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: *v = static_cast<int>(k.required_cluster[0]); break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: *v = static_cast<int>(k.required_cluster[1]); break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: *v = static_cast<int>(k.required_cluster[2]); break;
     default: *v = 0; break;
   }
   return CUDA_SUCCESS;
@@ -937,6 +941,13 @@ void launchfit_stub_reset_calls(void) {
 }
 
 void launchfit_stub_set_host_alloc_ms(double ms) { host_alloc_ms.store(ms); }
+
+void launchfit_stub_set_compiled_cluster(CUfunction f, unsigned x, unsigned y, unsigned z) {
+  stub_function& k = *fn(f);
+  k.required_cluster[0] = x;
+  k.required_cluster[1] = y;
+  k.required_cluster[2] = z;
+}
 
 void launchfit_stub_set_cluster_limit(int most) {
   cluster_queries& q = the_cluster_queries();

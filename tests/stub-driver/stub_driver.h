@@ -42,6 +42,9 @@ int launchfit_stub_last_launch(CUfunction f, CUlaunchConfig* config, CUlaunchAtt
 // cuOccupancyMaxPotentialClusterSize answers at most `most` blocks (0: about as an H200 answers: 8, 16 where
 // the function allows non-portable sizes, 0 where one block does not fit an SM).
 void launchfit_stub_set_cluster_limit(int most);
+// The function's compiled cluster dims (__cluster_dims__(x, y, z)), as CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*
+// report them; 0, 0, 0: none (the default).
+void launchfit_stub_set_compiled_cluster(CUfunction f, unsigned x, unsigned y, unsigned z);
 // The last cuOccupancyMaxPotentialClusterSize's config (numAttrs as asked, attrs null) since the process
 // started or launchfit_stub_reset_calls(); 0 when none was asked.
 int launchfit_stub_last_cluster_query(CUlaunchConfig* config);
