@@ -465,6 +465,33 @@ TEST_F(Clusters, ClustersOfBlocksAboveTheDefaultSmemLimitAreCheckedAtThePlansSme
       << "a refused launch ran";
 }
 
+// A cooperative launch of clusters whose blocks ask more dynamic smem than the function's default limit: its
+// clusters are counted by the driver once the limit is raised (the blocks-per-SM estimate above the limit can be
+// more than co-reside, and the driver refused that grid), so the grid co-resides and every item is written.
+TEST_F(Clusters, ACooperativeClusterGridAboveTheDefaultSmemLimitCoResides) {
+  const std::size_t smem = 200 * 1024;  // one block per SM
+  const auto spec = lf::cooperative().smem(smem).cluster({4, 1, 1});
+  const lf::plan& p = lf::plan_for(cluster_items_smem, spec);
+  const unsigned grid = lf::grid_for(p, spec.work_shape()).x;
+  ASSERT_GT(grid, 0u);
+  EXPECT_EQ(grid % 4, 0u);
+  const int clusters = driver_active_clusters(cluster_items_smem, p, 4);
+  std::printf("cooperative clusters of 4 at %zu B: grid %u, the driver co-schedules %d clusters (%d blocks); "
+              "estimate from blocks per SM: %d\n",
+              smem, grid, clusters, 4 * clusters, p.blocks_per_sm * sms_ / 4);
+  EXPECT_LE(static_cast<long long>(grid), 4LL * clusters) << p.to_string();
+  const unsigned n = grid * static_cast<unsigned>(p.block_threads);
+  device_buffer<unsigned> out(n), info(4 * std::size_t(grid));
+  out.poison();
+  const lf::launched l = lf::launch(cluster_items_smem, spec, out.ptr, n, info.ptr);
+  EXPECT_EQ(l.grid.x, grid);
+  const auto o = out.download();
+  std::size_t wrong = 0;
+  for (unsigned i = 0; i < n; ++i) wrong += o[i] != i + 1;
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(incomplete_clusters(info.download(), grid, 4), 0u);
+}
+
 TEST_F(Clusters, CompiledClusterDimsAreHonouredWithoutACallAndAConflictIsRefused) {
   const unsigned n = 1u << 20;
   const auto spec = lf::max_occupancy().items(n);
