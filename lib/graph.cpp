@@ -529,29 +529,29 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
 
   graph_tuning out;
   out.forgotten = forgotten;
+  // A node's report as it stands before anything is done to it: left, running the plan it ran.
+  const auto left_as_it_runs = [](const captured_launch& c, const node_state& now) {
+    graph_node_report rep;
+    rep.node = c.node;
+    rep.kernel = display_name(*now.plan);
+    rep.before = now.plan->plan.to_string();
+    rep.after = rep.before;
+    rep.result = graph_node_report::outcome::left;
+    return rep;
+  };
   // A node the program set to other parameters since it was captured: launchfit no longer knows what it runs
   // (reported once; forgotten from now on).
   std::sort(changed.begin(), changed.end(),
             [&order](const auto& a, const auto& b) { return order[a.first->node] < order[b.first->node]; });
   for (const auto& [c, now] : changed) {
-    graph_node_report rep;
-    rep.node = c->node;
-    rep.kernel = display_name(*now.plan);
-    rep.before = now.plan->plan.to_string();
-    rep.after = rep.before;
-    rep.result = graph_node_report::outcome::left;
+    graph_node_report rep = left_as_it_runs(*c, now);
     rep.why = "the graph's node was set to other parameters since it was captured (kernel, grid, block, smem or "
               "arguments): launchfit no longer knows what it runs, and leaves it as it is";
     ++out.left;
     out.nodes.push_back(std::move(rep));
   }
   for (const auto& [c, now] : valid) {
-    graph_node_report rep;
-    rep.node = c->node;
-    rep.kernel = display_name(*now.plan);
-    rep.before = now.plan->plan.to_string();
-    rep.after = rep.before;
-    rep.result = graph_node_report::outcome::left;
+    graph_node_report rep = left_as_it_runs(*c, now);
     if (!now.deferred) {
       rep.result = c->left.empty() ? graph_node_report::outcome::unchanged : graph_node_report::outcome::left;
       rep.why = !c->left.empty() ? c->left

@@ -90,6 +90,19 @@ one_capture capture_one(CUfunction f, int n, CUstream s) {
   c.node = only_node(c.graph);
   return c;
 }
+// One autotuned launch of `f` over n items with an smem rule, captured on `s`, instantiated.
+template <class Rule>
+one_capture capture_with_rule(CUfunction f, int n, CUstream s, Rule rule) {
+  one_capture c;
+  launchfit_stub_begin_capture(s);
+  c.launched = lf::launch(lf::kernel(f), tuned_spec(n, s).smem_per_block(rule), device_pointer(0x1000),
+                          device_pointer(0x2000), n);
+  c.graph = launchfit_stub_end_capture(s);
+  c.exec = launchfit_stub_instantiate(c.graph);
+  c.node = only_node(c.graph);
+  return c;
+}
+
 lf::graph_tuning tune(CUgraph g, CUgraphExec exec, std::uintptr_t stream) {
   return lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
                         reinterpret_cast<cudaStream_t>(stream_of(stream)));
@@ -418,20 +431,15 @@ TEST_F(StubGraph, AnSmemRuleIsNotAskedForBlocksAboveTheKernelsLimit) {
     if (b > 256) throw std::invalid_argument("a block above the kernel's launch bounds");
     return static_cast<std::size_t>(b) * 16;
   };
-  const int n = 1 << 20;
-  const CUstream s = stream_of(0xc0);
-  launchfit_stub_begin_capture(s);
-  lf::launch(lf::kernel(f), tuned_spec(n, s).smem_per_block(rule), device_pointer(0x1000), device_pointer(0x2000), n);
-  const CUgraph g = launchfit_stub_end_capture(s);
-  const CUgraphExec e = launchfit_stub_instantiate(g);
-  const lf::graph_tuning t = tune(g, e, 0xc1);
+  const one_capture c = capture_with_rule(f, 1 << 20, stream_of(0xc0), rule);
+  const lf::graph_tuning t = tune(c.graph, c.exec, 0xc1);
   EXPECT_EQ(t.tuned, 1u) << t.to_string();
   CUDA_KERNEL_NODE_PARAMS p{};
-  ASSERT_EQ(launchfit_stub_exec_node(e, only_node(g), &p), 1);
+  ASSERT_EQ(launchfit_stub_exec_node(c.exec, c.node, &p), 1);
   EXPECT_EQ(p.blockDimX, 64u);
   EXPECT_EQ(p.sharedMemBytes, 64u * 16);
-  launchfit_stub_destroy_exec(e);
-  launchfit_stub_destroy_graph(g);
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
 }
 
 TEST_F(StubGraph, ANodeWhoseTrialsCannotRunIsLeftWithItsPolicysReason) {
@@ -519,20 +527,15 @@ TEST_F(StubGraph, AnSmemRuleForWholeWarpsOnlyIsTunedInPlace) {
     if (b % 32 != 0) throw std::invalid_argument("whole warps only");
     return static_cast<std::size_t>(b) * 16;
   };
-  const int n = 1 << 20;
-  const CUstream s = stream_of(0x90);
-  launchfit_stub_begin_capture(s);
-  lf::launch(lf::kernel(f), tuned_spec(n, s).smem_per_block(rule), device_pointer(0x1000), device_pointer(0x2000), n);
-  const CUgraph g = launchfit_stub_end_capture(s);
-  const CUgraphExec e = launchfit_stub_instantiate(g);
-  const lf::graph_tuning t = tune(g, e, 0x91);
+  const one_capture c = capture_with_rule(f, 1 << 20, stream_of(0x90), rule);
+  const lf::graph_tuning t = tune(c.graph, c.exec, 0x91);
   EXPECT_EQ(t.tuned, 1u) << t.to_string();
-  EXPECT_EQ(exec_block(e, only_node(g)), 128u) << t.to_string();
   CUDA_KERNEL_NODE_PARAMS p{};
-  ASSERT_EQ(launchfit_stub_exec_node(e, only_node(g), &p), 1);
+  ASSERT_EQ(launchfit_stub_exec_node(c.exec, c.node, &p), 1);
+  EXPECT_EQ(p.blockDimX, 128u) << t.to_string();
   EXPECT_EQ(p.sharedMemBytes, 128u * 16u) << "the node's smem is not the rule's for its block";
-  launchfit_stub_destroy_exec(e);
-  launchfit_stub_destroy_graph(g);
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
 }
 
 // A family of kernels, each with launch bounds of its own block, whose smem comes from a rule: tuned in place,
