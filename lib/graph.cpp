@@ -41,8 +41,8 @@ namespace {
 // 60-kernel chain on an H100), for the graph's whole life. A destroyed graph's launches are dropped as the
 // oldest, or by tune_graph() of a graph at the same handle (still_the_node() does not find them).
 constexpr std::size_t max_captured_launches = 1 << 12;
-// An smem rule is asked at the capture for the block sizes a tuning may choose (the callable may not outlive
-// the launch): every multiple of 32 up to this (and the captured block), or every size its block rule allows.
+// An smem rule is asked at the capture for the block sizes a policy may choose (the callable may not outlive
+// the launch), up to this: see ask_smem_rule().
 constexpr int max_block_threads = 1024;
 // What a block the rule was not asked for gets: more than any SM holds, so no plan can choose it.
 constexpr std::size_t unknown_smem = std::size_t{1} << 40;
@@ -152,22 +152,30 @@ const char* why_not_tunable_later(const launch_request& r) {
   return "";
 }
 
-// The smem rule's answers for the block sizes a tuning may choose: whole warps (and the captured plan's own
-// block), or every size the block rule allows, up to the kernel's own limit on threads per block (its launch
-// bounds; for a family, its widest member's: each member's own limit is checked when it is planned). A size
-// the rule refuses (throws for) is one no plan may choose; false (with `why`) where it refuses every size.
+// The smem rule's answers for the block sizes a policy may choose: every size below a warp and every whole
+// warp, the kernel's own limit and the captured plan's block (or every size the block rule allows), and each
+// family member's block, up to the kernel's limit on threads per block (its launch bounds; for a family, its
+// widest member's: each member's own limit is checked when it is planned). A size the rule refuses (throws
+// for) is one no plan may choose; false (with `why`) where it refuses every size.
 bool ask_smem_rule(const launch_request& r, captured_launch& c, int kernel_max_threads, int captured_block,
                    std::string& why) {
   int most = kernel_max_threads > 0 ? std::min(kernel_max_threads, max_block_threads) : max_block_threads;
+  std::vector<int> members;
   if (r.family && r.family_size) {
     most = 0;
-    for (std::size_t i = 0; i < r.family_size; ++i) most = std::max(most, r.family[i].block);
+    for (std::size_t i = 0; i < r.family_size; ++i) {
+      members.push_back(r.family[i].block);
+      most = std::max(most, r.family[i].block);
+    }
     most = std::min(std::max(most, 1), max_block_threads);
   }
   std::string first_refusal;
   for (int t = 1; t <= most; ++t) {
     const bool asked =
-        r.blocks.k == block_rule::kind::any ? (t % 32 == 0 || t == captured_block) : r.blocks.allows(t);
+        r.blocks.k == block_rule::kind::any
+            ? (t < 32 || t % 32 == 0 || t == most || t == captured_block ||
+               std::find(members.begin(), members.end(), t) != members.end())
+            : r.blocks.allows(t);
     if (!asked) continue;
     try {
       c.smem_answers.emplace_back(t, (*r.smem_fn)(t));
@@ -258,9 +266,9 @@ node_match still_the_node(const captured_launch& c, const node_state& now, const
   if (d.cuGraphNodeGetType(c.node, &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL)
     return node_match::gone;
   CUDA_KERNEL_NODE_PARAMS p{};
-  if (d.cuGraphKernelNodeGetParams(c.node, &p) != CUDA_SUCCESS || p.func != now.function) return node_match::gone;
-  if (dims{p.gridDimX, p.gridDimY, p.gridDimZ} != now.grid || dims{p.blockDimX, p.blockDimY, p.blockDimZ} != now.block ||
-      p.sharedMemBytes != now.smem)
+  if (d.cuGraphKernelNodeGetParams(c.node, &p) != CUDA_SUCCESS) return node_match::gone;
+  if (p.func != now.function || dims{p.gridDimX, p.gridDimY, p.gridDimZ} != now.grid ||
+      dims{p.blockDimX, p.blockDimY, p.blockDimZ} != now.block || p.sharedMemBytes != now.smem)
     return node_match::changed;
   if (c.arg_sizes.empty()) return node_match::same;
   if (!p.kernelParams) return node_match::changed;
@@ -528,7 +536,14 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
             [&order](const auto& a, const auto& b) { return order[a.first->node] < order[b.first->node]; });
 
   graph_tuning out;
-  out.forgotten = forgotten;
+  // At most the graph's kernel nodes launchfit does not remember (a count a destroyed graph at this handle
+  // left behind, or one whose nodes were removed since, is not this graph's).
+  std::size_t kernel_nodes = 0;
+  for (CUgraphNode n : listed) {
+    CUgraphNodeType type{};
+    kernel_nodes += forgotten > 0 && d.cuGraphNodeGetType(n, &type) == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL;
+  }
+  out.forgotten = std::min(forgotten, kernel_nodes > mine.size() ? kernel_nodes - mine.size() : std::size_t{0});
   // A node's report as it stands before anything is done to it: left, running the plan it ran.
   const auto left_as_it_runs = [](const captured_launch& c, const node_state& now) {
     graph_node_report rep;

@@ -4,6 +4,7 @@
 // dynamic-smem limit raised to the plan's).
 
 #include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "driver.hpp"
 #include "launch_config.hpp"
+#include "lifecycle.hpp"
 #include "planner_steps.hpp"
 #include "text.hpp"
 
@@ -102,8 +104,19 @@ struct smem_limits {
   std::mutex m;
   std::unordered_map<CUfunction, function_state> by_function;
 };
+// Functions remembered at most: past this, those with no plan being checked are forgotten (a function's next
+// raise reads its limit as it finds it, which holds what its kept plans needed).
+constexpr std::size_t max_smem_functions = 1 << 12;
 smem_limits& the_smem_limits() {
-  static smem_limits& l = *new smem_limits;  // never destroyed, as every launchfit singleton
+  static smem_limits& l = *[] {
+    auto* made = new smem_limits;  // never destroyed, as every launchfit singleton
+    lifecycle::on_fork({[] { the_smem_limits().m.lock(); }, [] { the_smem_limits().m.unlock(); },
+                        [] {
+                          lifecycle::abandoned_in_child(&the_smem_limits().m);
+                          new (&the_smem_limits().m) std::mutex;
+                        }});
+    return made;
+  }();
   return l;
 }
 
@@ -120,8 +133,17 @@ std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const ke
   int current = 0;
   check(d.cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
         "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k, p);
-  smem_limits::function_state& st = l.by_function[f];
   const auto now = static_cast<std::size_t>(current);
+  if (now < needed) {
+    check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(needed)),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k, p);
+  }
+  // Noted once the limit holds the need (a raise that failed leaves no need behind).
+  if (l.by_function.size() >= max_smem_functions && !l.by_function.count(f)) {
+    for (auto it = l.by_function.begin(); it != l.by_function.end();)
+      it = it->second.pending.empty() ? l.by_function.erase(it) : std::next(it);
+  }
+  smem_limits::function_state& st = l.by_function[f];
   if (st.set == 0 || now != st.set) st.before = now;  // first seen, or set by someone else since
   if (pending) {
     st.pending.insert(needed);
@@ -129,8 +151,6 @@ std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const ke
     st.kept = std::max(st.kept, needed);
   }
   if (now >= needed) return now;
-  check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(needed)),
-        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", k, p);
   st.set = needed;
   return needed;
 }
@@ -170,10 +190,17 @@ smem_need::~smem_need() {
 // driver afterwards: the plan's residency came from the calculator above the old limit, and its clusters (the
 // driver counts none of blocks above a function's limit) from an estimate.
 void raise_smem_limit(const query& q, plan_entry& e, smem_need& need) {
-  if (e.plan.dynamic_smem_bytes <= e.kernel.max_dynamic_smem_bytes) return;
-  e.kernel.max_dynamic_smem_bytes =
+  // A plan within the smem every block may have without opting in never needs the limit raised. Any other
+  // notes its need under the registry's lock even where the limit read when its kernel was resolved already
+  // holds it: another plan may have raised it, and may give it back if that plan is refused.
+  const std::size_t without_opt_in = q.device.smem_per_block_bytes > 0 ? q.device.smem_per_block_bytes : 48 * 1024;
+  if (e.plan.dynamic_smem_bytes + e.kernel.static_smem_bytes <= without_opt_in) return;
+  const std::size_t before = e.kernel.max_dynamic_smem_bytes;
+  const std::size_t limit =
       raise_function_smem_limit(e.function, e.plan.dynamic_smem_bytes, e.kernel, e.plan, true);
   need.hold(e.function, e.plan.dynamic_smem_bytes);
+  e.kernel.max_dynamic_smem_bytes = limit;
+  if (e.plan.dynamic_smem_bytes <= before) return;  // planned with the limit as it is: nothing to ask again
   query checked = q;
   checked.kernel.max_dynamic_smem_bytes = e.kernel.max_dynamic_smem_bytes;
   checked.active_blocks = driver_oracle(e.function, q.device, checked.kernel, true);

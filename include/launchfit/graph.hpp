@@ -98,8 +98,8 @@ struct LAUNCHFIT_API graph_tuning {
 /// since the capture (cudaGraphKernelNodeSetParams) is left and reported, but changes made to `exec`'s nodes
 /// alone (cudaGraphExecKernelNodeSetParams, cudaGraphExecUpdate), which the CUDA driver gives no way to read,
 /// are replaced: tune before making them. A node whose planning fails (a policy that throws) is left and
-/// reported with the error, and the other nodes are tuned; a smem rule is asked for whole warps only (and the
-/// captured block), and a size it throws for is one no tuned plan chooses. Throws launchfit::error for a null
+/// reported with the error, and the other nodes are tuned; a block size an smem rule throws for is one no tuned
+/// plan chooses. Throws launchfit::error for a null
 /// graph or a driver without the graph entry points.
 LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
 

@@ -227,3 +227,56 @@ TEST(StubClusters, AFamilysMembersMustAgreeOnTheirCompiledClusterDims) {
   EXPECT_EQ(p.options.cluster, (lf::dims{2, 1, 1})) << p.to_string();
   EXPECT_TRUE(p.options.cluster_from_kernel) << p.to_string();
 }
+
+// A plan of the same function made while another plan's raise of its smem limit was still being checked
+// finds the limit raised, and notes its own need all the same: when the other plan is refused, the limit is
+// not given back under the plan that relies on it. (The other launch is made from inside the first plan's
+// smem rule, which launchfit asks again once the limit is raised: a second thread's launch at that moment.)
+TEST(StubClusters, ARefusedPlansLimitIsNotGivenBackUnderAPlanThatReliesOnIt) {
+  static CUfunction f = nullptr;
+  static bool other_launched = false;
+  f = axpy_kernel("_Z7reliantfPKfPfi");
+  ASSERT_EQ(smem_limit_of(f), 48 * 1024);
+  const auto rule = [](int) -> std::size_t {
+    if (!other_launched && smem_limit_of(f) >= 96 * 1024) {
+      other_launched = true;
+      lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).smem(96 * 1024), 1.0f, device_pointer(0x1000),
+                 device_pointer(0x2000), 1 << 16);
+    }
+    return 96 * 1024;
+  };
+  {
+    const cluster_limit most(2);
+    const lf::error refused = launchfit_test::error_of([&] {
+      lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).cluster({4, 1, 1}).smem_per_block(rule), 1.0f,
+                 device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+    });
+    EXPECT_EQ(refused.code(), lf::errc::cluster) << refused.what();
+  }
+  ASSERT_TRUE(other_launched) << "the scenario did not happen";
+  EXPECT_EQ(smem_limit_of(f), 96 * 1024) << "the limit was given back under a cached plan of 96 KB";
+  launchfit_stub_reset_calls();
+  EXPECT_NO_THROW(lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).smem(96 * 1024), 1.0f,
+                             device_pointer(0x1000), device_pointer(0x2000), 1 << 16));
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 1u);
+}
+
+// A raise the driver refuses notes no need: a later refused plan gives its limit back to what it was.
+TEST(StubClusters, ARaiseTheDriverRefusedLeavesNoNeedBehind) {
+  const CUfunction f = axpy_kernel("_Z9unraisedfPKfPfi");
+  launchfit_stub_fail("cuFuncSetAttribute", CUDA_ERROR_INVALID_VALUE, 1);
+  const lf::error failed = launchfit_test::error_of([&] {
+    lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).smem(200 * 1024), 1.0f, device_pointer(0x1000),
+               device_pointer(0x2000), 1 << 16);
+  });
+  EXPECT_NE(std::string(failed.what()).find("cuFuncSetAttribute"), std::string::npos) << failed.what();
+  ASSERT_EQ(smem_limit_of(f), 48 * 1024);
+  {
+    const cluster_limit most(2);
+    (void)launchfit_test::error_of([&] {
+      lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).smem(96 * 1024).cluster({4, 1, 1}), 1.0f,
+                 device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+    });
+  }
+  EXPECT_EQ(smem_limit_of(f), 48 * 1024) << "the refused raise's need kept the limit up";
+}

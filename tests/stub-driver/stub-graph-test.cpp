@@ -688,4 +688,65 @@ TEST_F(StubGraph, LaunchesForgottenPastTheBoundAreCountedInTheReport) {
   launchfit_stub_destroy_graph(g);
 }
 
+// A policy of the program's own may choose a block below a warp: the smem rule is asked for such blocks at the
+// capture too, so tune_graph() may choose what the same policy chooses outside a capture.
+struct below_warp_params {
+  int x = 0;
+  static constexpr std::array<const char*, 1> names{"x"};
+};
+class times_16_and_128 : public lf::param_policy<times_16_and_128, below_warp_params> {
+ public:
+  static constexpr const char* policy_name = "times_16_and_128";
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    lf::plan best = launchfit_test::full_residency_plan(q, 128, "128");
+    if (!q.time_plan) return best;
+    const lf::plan small = launchfit_test::full_residency_plan(q, 16, "16");
+    const double at_small = q.time_plan(small), at_128 = q.time_plan(best);
+    return at_small >= 0 && (at_128 < 0 || at_small < at_128) ? small : best;
+  }
+};
+TEST_F(StubGraph, APolicyMayTuneABlockBelowAWarpInPlace) {
+  const auto rule = [](int b) -> std::size_t { return static_cast<std::size_t>(b) * 16; };
+  const int n = 1 << 16;
+  const auto spec_on = [&](CUstream s) {
+    return lf::spec<times_16_and_128>(times_16_and_128{}).items(n).on(s).rerunnable().smem_per_block(rule);
+  };
+  const CUfunction outside = map_kernel("_Z7small16PKfPfi", 16);
+  EXPECT_EQ(lf::launch(lf::kernel(outside), spec_on(stream_of(0xe0)), device_pointer(0x1000),
+                       device_pointer(0x2000), n)
+                .block.x,
+            16u);
+  const CUfunction f = map_kernel("_Z8small16cPKfPfi", 16);
+  const CUstream s = stream_of(0xe1);
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(f), spec_on(s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  const lf::graph_tuning t = tune(g, e, 0xe2);
+  EXPECT_EQ(exec_block(e, only_node(g)), 16u) << t.to_string();
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
+}
+
+// A node the program set to run another kernel since the capture is reported as left too.
+TEST_F(StubGraph, AGraphNodeSetToAnotherKernelIsLeftAndReported) {
+  const CUfunction f = map_kernel("_Z8swappedPKfPfi", 128);
+  const CUfunction other = map_kernel("_Z8replacedPKfPfi", 128);
+  const one_capture c = capture_one(f, 1 << 20, stream_of(0xe4));
+  CUDA_KERNEL_NODE_PARAMS p{};
+  ASSERT_EQ(launchfit_stub_graph_node(c.node, &p), 1);
+  p.func = other;
+  void* set = nullptr;
+  ASSERT_EQ(cuGetProcAddress_v2("cuGraphKernelNodeSetParams", &set, CUDA_VERSION, 0, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(reinterpret_cast<decltype(&cuGraphKernelNodeSetParams)>(set)(c.node, &p), CUDA_SUCCESS);
+  const lf::graph_tuning t = tune(c.graph, c.exec, 0xe5);
+  ASSERT_EQ(t.nodes.size(), 1u) << t.to_string();
+  EXPECT_EQ(t.nodes[0].result, lf::graph_node_report::outcome::left);
+  EXPECT_NE(t.nodes[0].why.find("set to other parameters"), std::string::npos) << t.nodes[0].why;
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
+}
+
 }  // namespace
