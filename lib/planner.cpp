@@ -107,8 +107,8 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
   // After the limit is raised: the driver counts no cluster of blocks asking more dynamic smem than the
   // function's current limit, and a check asked before would pass a cluster that cannot co-schedule.
   check_cluster_size(need, e);
+  pending.commit();  // may throw (a store that cannot take the plan): the limit is then given back
   smem.keep();
-  pending.commit();
 }
 
 // The steps, top to bottom. `decided_by` is an override's policy when building under its route (an override

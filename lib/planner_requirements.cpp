@@ -190,11 +190,14 @@ smem_need::~smem_need() {
 // driver afterwards: the plan's residency came from the calculator above the old limit, and its clusters (the
 // driver counts none of blocks above a function's limit) from an estimate.
 void raise_smem_limit(const query& q, plan_entry& e, smem_need& need) {
-  // A plan within the smem every block may have without opting in never needs the limit raised. Any other
-  // notes its need under the registry's lock even where the limit read when its kernel was resolved already
-  // holds it: another plan may have raised it, and may give it back if that plan is refused.
+  // A plan within the smem every block may have without opting in, and within the function's limit as the
+  // program left it, never needs the limit raised. Any other notes its need under the registry's lock even
+  // where the limit read when its kernel was resolved already holds it: another plan may have raised it, and
+  // may give it back if that plan is refused.
   const std::size_t without_opt_in = q.device.smem_per_block_bytes > 0 ? q.device.smem_per_block_bytes : 48 * 1024;
-  if (e.plan.dynamic_smem_bytes + e.kernel.static_smem_bytes <= without_opt_in) return;
+  if (e.plan.dynamic_smem_bytes + e.kernel.static_smem_bytes <= without_opt_in &&
+      e.plan.dynamic_smem_bytes <= e.kernel.max_dynamic_smem_bytes)
+    return;
   const std::size_t before = e.kernel.max_dynamic_smem_bytes;
   const std::size_t limit =
       raise_function_smem_limit(e.function, e.plan.dynamic_smem_bytes, e.kernel, e.plan, true);

@@ -280,3 +280,16 @@ TEST(StubClusters, ARaiseTheDriverRefusedLeavesNoNeedBehind) {
   }
   EXPECT_EQ(smem_limit_of(f), 48 * 1024) << "the refused raise's need kept the limit up";
 }
+
+// A function whose limit the program lowered below the default is raised for a plan above it, also where the
+// plan is within what every block may have without opting in.
+TEST(StubClusters, ALimitTheProgramLoweredIsRaisedForAPlanAboveIt) {
+  const CUfunction f = axpy_kernel("_Z7loweredfPKfPfi");
+  ASSERT_EQ(set_smem_limit(f, 16 * 1024), CUDA_SUCCESS);
+  launchfit_stub_reset_calls();
+  const lf::launched l = lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).smem(32 * 1024), 1.0f,
+                                    device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
+  EXPECT_EQ(l.dynamic_smem_bytes, 32u * 1024u);
+  EXPECT_EQ(smem_limit_of(f), 32 * 1024);
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 1u);
+}
