@@ -233,15 +233,17 @@ struct stub_node {
   std::vector<CUlaunchAttribute> attrs;
 
   void set(const CUDA_KERNEL_NODE_PARAMS& p) {
-    params = p;
-    arg_values.clear();
+    // Copied before the old copies go: the arguments given may be this node's own (read back from it).
+    std::vector<std::vector<unsigned char>> values;
     const stub_function* k = fn(p.func);
     if (k && p.kernelParams) {
       for (size_t i = 0; i < k->param_sizes.size(); ++i) {
         const auto* from = static_cast<const unsigned char*>(p.kernelParams[i]);
-        arg_values.emplace_back(from, from + k->param_sizes[i]);
+        values.emplace_back(from, from + k->param_sizes[i]);
       }
     }
+    params = p;
+    arg_values.swap(values);
     arg_ptrs.clear();
     for (auto& v : arg_values) arg_ptrs.push_back(v.data());
     arg_ptrs.push_back(nullptr);
