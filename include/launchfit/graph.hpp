@@ -88,7 +88,9 @@ struct LAUNCHFIT_API graph_tuning {
 /// says so and its `after` is the tuned plan the executable graph then runs). Trials run on `stream` with the
 /// captured arguments, on what the buffers hold now (replay the graph once first). Call it where the graph is
 /// not running (trials and the update race a replay in flight), and not while another thread captures in
-/// cudaStreamCaptureModeGlobal (trials allocate pinned memory and launch, which that mode forbids). A node
+/// cudaStreamCaptureModeGlobal (trials allocate pinned memory and launch, which that mode forbids). With no
+/// `stream` the trials run on the legacy default stream, which no thread may use while another thread captures
+/// a blocking stream in any mode: give a stream made with cudaStreamNonBlocking where captures run beside it. A node
 /// tuned already is reported unchanged; one whose plan another process of the fleet is tuning is left (call
 /// again once it is published); so is one whose policy declines (its trials could not run), with the
 /// policy's reason. Another executable graph of the same graph, given after the first was tuned, is set to the
