@@ -126,6 +126,51 @@ BENCHMARK(BM_launchfit_hit_spec_inline);
 void BM_launchfit_hit_pdl(benchmark::State& state) { time_hits(state, lf::max_occupancy().items(n).on(stream).pdl()); }
 BENCHMARK(BM_launchfit_hit_pdl);
 
+// A hit and a raw launch after the CPU's private caches were filled with other data (not timed), as a launch
+// finds them after the driver's previous launch and the program's own work between launches: what the hit
+// path costs in cache misses (Arg: KB of other data read between launches; 0: none).
+template <class Launch>
+void time_cold(benchmark::State& state, Launch&& launch) {
+  static const std::vector<unsigned char> all(64u << 20, 1);  // read, never written: no write-backs timed
+  const std::vector<unsigned char> other(all.begin(), all.begin() + (state.range(0) << 10));
+  launchfit_stub_reset_calls();
+  for (auto _ : state) {
+    state.PauseTiming();
+    unsigned sum = 0;
+    for (std::size_t i = 0; i < other.size(); i += 64) sum += other[i];
+    benchmark::DoNotOptimize(sum);
+    state.ResumeTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    launch();
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  count_calls(state);
+}
+void BM_raw_cuLaunchKernelEx_cold(benchmark::State& state) {
+  void* fn = nullptr;
+  cuGetProcAddress_v2("cuLaunchKernelEx", &fn, CUDA_VERSION, 0, nullptr);
+  const auto launch = reinterpret_cast<decltype(&cuLaunchKernelEx)>(fn);
+  const CUfunction f = fresh_kernel();
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = n / 256;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 256;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = stream;
+  float a = 2.0f;
+  int count = n;
+  void* args[] = {&a, const_cast<float**>(&x), const_cast<float**>(&y), &count};
+  time_cold(state, [&] { benchmark::DoNotOptimize(launch(&cfg, f, args, nullptr)); });
+}
+BENCHMARK(BM_raw_cuLaunchKernelEx_cold)->UseManualTime()->Arg(0)->Arg(1024);
+void BM_launchfit_hit_cold(benchmark::State& state) {
+  const lf::kernel k(fresh_kernel());
+  const auto spec = lf::max_occupancy().items(n).on(stream);
+  lf::launch(k, spec, 2.0f, x, y, n);
+  time_cold(state, [&] { benchmark::DoNotOptimize(lf::launch(k, lf::max_occupancy().items(n).on(stream), 2.0f, x, y, n)); });
+}
+BENCHMARK(BM_launchfit_hit_cold)->UseManualTime()->Arg(0)->Arg(1024);
+
 // The first launch of a kernel launchfit has not seen: the whole miss, at the default log level (its line is
 // formatted and written by the logging thread). The cache is emptied every 256 kernels (not timed), so it
 // holds what a program's does, not tens of thousands of plans.
