@@ -21,6 +21,7 @@
 #include "launchfit/error.hpp"
 #include "launchfit/launch.hpp"
 #include "stub_driver.h"
+#include "stub_plan.hpp"
 
 extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
@@ -28,6 +29,9 @@ namespace lf = launchfit;
 namespace ld = launchfit::detail;
 
 namespace {
+
+using launchfit_test::family_functions;
+using launchfit_test::family_tags;
 
 const std::size_t axpy_params[] = {sizeof(float), sizeof(void*), sizeof(void*), sizeof(int)};
 
@@ -66,23 +70,10 @@ struct cluster_limit {  // on every path: no later test meets it
   ~cluster_limit() { launchfit_stub_set_cluster_limit(0); }
 };
 
-// A family of stub functions, each member found by the address of its tag (as a runtime kernel by its stub).
-int member_tags[4];
-CUfunction member_functions[4];
-cudaFunction_t resolve_member(const void* stub) {
-  for (int i = 0; i < 4; ++i)
-    if (stub == &member_tags[i]) return reinterpret_cast<cudaFunction_t>(member_functions[i]);
-  return nullptr;
-}
-
 template <class Spec>
 const lf::plan& family_plan(const Spec& s, std::uintptr_t id, const ld::family_member* members, std::size_t count) {
   ld::launch_request r = ld::make_request(s);
-  r.kernel_id = id;
-  r.stub = members[0].stub;
-  r.resolve = &resolve_member;
-  r.family = members;
-  r.family_size = count;
+  launchfit_test::as_family(r, id, members, count);
   return ld::plan_for(r);
 }
 
@@ -150,9 +141,9 @@ TEST(StubClusters, ARefusedPlanIsNotStored) {
 // (blocks above its smem limit, or no cuOccupancyMaxActiveClusters) the residency is estimated, never read as
 // "no cluster co-resides" (which refused the family with an error about its block rule).
 TEST(StubClusters, AFamilyWithAClusterPlansAsItsMembersDo) {
-  member_functions[0] = axpy_kernel("_Z9member128fPKfPfi");
-  member_functions[1] = axpy_kernel("_Z9member256fPKfPfi");
-  static const ld::family_member members[] = {{128, &member_tags[0]}, {256, &member_tags[1]}};
+  family_functions[0] = axpy_kernel("_Z9member128fPKfPfi");
+  family_functions[1] = axpy_kernel("_Z9member256fPKfPfi");
+  static const ld::family_member members[] = {{128, &family_tags[0]}, {256, &family_tags[1]}};
   const CUfunction alone = axpy_kernel("_Z5alonefPKfPfi");
   std::uintptr_t id = 0x7100;
   for (const std::size_t smem : {std::size_t{16 * 1024}, std::size_t{64 * 1024}}) {
@@ -208,10 +199,10 @@ TEST(StubClusters, ACooperativeClusterAboveTheSmemLimitIsCountedByTheDriver) {
 // narrower member with dims of its own was launched in a grid of no whole clusters, which the driver refuses,
 // and the plan was cached). Members that agree are planned with their dims.
 TEST(StubClusters, AFamilysMembersMustAgreeOnTheirCompiledClusterDims) {
-  member_functions[2] = axpy_kernel("_Z8dims64_afPKfPfi");
-  member_functions[3] = axpy_kernel("_Z9dims128_afPKfPfi");
-  launchfit_stub_set_compiled_cluster(member_functions[2], 2, 1, 1);
-  static const ld::family_member mixed[] = {{64, &member_tags[2]}, {128, &member_tags[3]}};
+  family_functions[2] = axpy_kernel("_Z8dims64_afPKfPfi");
+  family_functions[3] = axpy_kernel("_Z9dims128_afPKfPfi");
+  launchfit_stub_set_compiled_cluster(family_functions[2], 2, 1, 1);
+  static const ld::family_member mixed[] = {{64, &family_tags[2]}, {128, &family_tags[3]}};
   const lf::error refused =
       launchfit_test::error_of([&] { (void)family_plan(lf::fixed(64).items(192), 0x7201, mixed, 2); });
   EXPECT_EQ(refused.code(), lf::errc::cluster) << refused.what();
@@ -222,7 +213,7 @@ TEST(StubClusters, AFamilysMembersMustAgreeOnTheirCompiledClusterDims) {
   EXPECT_NE(std::string(refused.what()).find("dims128_a(float, float const*, float*, int): none"),
             std::string::npos)
       << refused.what();
-  launchfit_stub_set_compiled_cluster(member_functions[3], 2, 1, 1);
+  launchfit_stub_set_compiled_cluster(family_functions[3], 2, 1, 1);
   const lf::plan& p = family_plan(lf::fixed(64).items(192), 0x7203, mixed, 2);
   EXPECT_EQ(p.options.cluster, (lf::dims{2, 1, 1})) << p.to_string();
   EXPECT_TRUE(p.options.cluster_from_kernel) << p.to_string();

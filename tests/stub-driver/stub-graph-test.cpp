@@ -27,6 +27,9 @@ namespace lf = launchfit;
 
 namespace {
 
+using launchfit_test::family_functions;
+using launchfit_test::family_tags;
+
 const std::size_t map_params[] = {sizeof(void*), sizeof(void*), sizeof(int)};
 
 CUfunction map_kernel(const char* name, unsigned best_block) {
@@ -541,24 +544,13 @@ TEST_F(StubGraph, AnSmemRuleForWholeWarpsOnlyIsTunedInPlace) {
 // A family of kernels, each with launch bounds of its own block, whose smem comes from a rule: tuned in place,
 // any member may be chosen (the rule asked up to the widest member's block), as a launch outside a capture
 // chooses; the tuning stored for the key is that one too.
-int member_tags[3];
-CUfunction member_functions[3];
-cudaFunction_t resolve_member(const void* stub) {
-  for (int i = 0; i < 3; ++i)
-    if (stub == &member_tags[i]) return reinterpret_cast<cudaFunction_t>(member_functions[i]);
-  return nullptr;
-}
 lf::launched launch_family_with_rule(CUstream s, int n, std::uintptr_t id) {
   static const lf::detail::family_member members[3] = {
-      {128, &member_tags[0]}, {256, &member_tags[1]}, {512, &member_tags[2]}};
+      {128, &family_tags[0]}, {256, &family_tags[1]}, {512, &family_tags[2]}};
   const auto rule = [](int b) -> std::size_t { return static_cast<std::size_t>(b) * 8; };
   const auto spec = tuned_spec(n, s).smem_per_block(rule);  // the request points into it
   lf::detail::launch_request r = lf::detail::make_request(spec);
-  r.kernel_id = id;
-  r.stub = &member_tags[0];
-  r.resolve = &resolve_member;
-  r.family = members;
-  r.family_size = 3;
+  launchfit_test::as_family(r, id, members, 3);
   const float* a = device_pointer(0x1000);
   float* b = device_pointer(0x2000);
   int count = n;
@@ -570,10 +562,10 @@ lf::launched launch_family_with_rule(CUstream s, int n, std::uintptr_t id) {
   return lf::detail::launch(r);
 }
 TEST_F(StubGraph, AFamilyWithAnSmemRuleIsTunedUpToItsWidestMember) {
-  member_functions[0] = launchfit_stub_function("_Z6memberILi128EEvPKfPfi", 16, 0, 128, map_params, 3);
-  member_functions[1] = launchfit_stub_function("_Z6memberILi256EEvPKfPfi", 16, 0, 256, map_params, 3);
-  member_functions[2] = launchfit_stub_function("_Z6memberILi512EEvPKfPfi", 16, 0, 512, map_params, 3);
-  for (CUfunction f : member_functions) launchfit_stub_set_cost(f, 0.01, 512);
+  family_functions[0] = launchfit_stub_function("_Z6memberILi128EEvPKfPfi", 16, 0, 128, map_params, 3);
+  family_functions[1] = launchfit_stub_function("_Z6memberILi256EEvPKfPfi", 16, 0, 256, map_params, 3);
+  family_functions[2] = launchfit_stub_function("_Z6memberILi512EEvPKfPfi", 16, 0, 512, map_params, 3);
+  for (int i = 0; i < 3; ++i) launchfit_stub_set_cost(family_functions[i], 0.01, 512);
   const int n = 1 << 20;
   EXPECT_EQ(launch_family_with_rule(stream_of(0xa0), n, 0xa001).block.x, 512u) << "outside a capture";
   const CUstream s = stream_of(0xa1);
@@ -591,19 +583,24 @@ TEST_F(StubGraph, AFamilyWithAnSmemRuleIsTunedUpToItsWidestMember) {
 }
 
 // A node whose planning throws (here a policy of the program's own, once trials run) is left and reported with
-// the error; the nodes before and after it are tuned, and tune_graph() returns its report.
+// the error; the nodes before and after it are tuned, and tune_graph() returns its report. not_an_exception: the
+// policy throws an int instead of a std::exception.
 struct throwing_params {
-  int x = 0;
-  static constexpr std::array<const char*, 1> names{"x"};
+  int not_an_exception = 0;
+  static constexpr std::array<const char*, 1> names{"not_an_exception"};
 };
 class throws_once_timed : public lf::param_policy<throws_once_timed, throwing_params> {
  public:
   static constexpr const char* policy_name = "throws_once_timed";
+  using lf::param_policy<throws_once_timed, throwing_params>::param_policy;
 
  protected:
   lf::plan choose_impl(const lf::query& q) const override {
     const lf::plan p = launchfit_test::full_residency_plan(q, 256, "throws once timed");
-    if (q.time_plan && q.time_plan(p) >= 0) throw std::runtime_error("a policy's own bug once trials run");
+    if (q.time_plan && q.time_plan(p) >= 0) {
+      if (params_.not_an_exception) throw 42;
+      throw std::runtime_error("a policy's own bug once trials run");
+    }
     return p;
   }
 };
@@ -634,6 +631,36 @@ TEST_F(StubGraph, ANodeWhosePlanningThrowsIsLeftAndTheOthersAreTuned) {
   EXPECT_EQ(exec_block(e, only_node(g, 0)), 128u);
   EXPECT_EQ(exec_block(e, only_node(g, 1)), 256u);
   EXPECT_EQ(exec_block(e, only_node(g, 2)), 128u);
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
+}
+
+// The same with a policy that throws something that is not a std::exception: the node is left and reported as
+// such, the other node tuned, and nothing escapes tune_graph().
+TEST_F(StubGraph, ANodeWhosePlanningThrowsANonStandardExceptionIsLeftAndReported) {
+  const CUfunction a = map_kernel("_Z7throw_dPKfPfi", 128);
+  const CUfunction b = map_kernel("_Z7throw_ePKfPfi", 128);
+  const CUstream s = stream_of(0xb2);
+  const int n = 1 << 20;
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(a), lf::spec<throws_once_timed>(throws_once_timed(throwing_params{1})).items(n).on(s).rerunnable(),
+             device_pointer(0x1000), device_pointer(0x2000), n);
+  lf::launch(lf::kernel(b), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  lf::graph_tuning t;
+  try {
+    t = tune(g, e, 0xb3);
+  } catch (...) {
+    FAIL() << "a policy's int escaped tune_graph()";
+  }
+  EXPECT_EQ(t.tuned, 1u) << t.to_string();
+  EXPECT_EQ(t.left, 1u) << t.to_string();
+  ASSERT_EQ(t.nodes.size(), 2u) << t.to_string();
+  EXPECT_EQ(t.nodes[0].result, lf::graph_node_report::outcome::left);
+  EXPECT_NE(t.nodes[0].why.find("not a std::exception"), std::string::npos) << t.nodes[0].why;
+  EXPECT_EQ(exec_block(e, only_node(g, 0)), 256u) << "the captured plan";
+  EXPECT_EQ(exec_block(e, only_node(g, 1)), 128u) << "tuned";
   launchfit_stub_destroy_exec(e);
   launchfit_stub_destroy_graph(g);
 }
