@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 
 #include "fault/bounded.hpp"
@@ -22,6 +23,8 @@
 #include "launchfit/log.hpp"
 #include "launchfit/plugin.hpp"
 #include "stub_driver.h"
+
+extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
 namespace lf = launchfit;
 using namespace std::chrono_literals;
@@ -138,6 +141,73 @@ TEST(StubLifecycle, ChildrenForkedWhileAThreadCapturesLogAndEnd) {
   stop = true;
   worker.join();
   EXPECT_GT(rounds.load(), 3);
+}
+
+// Another thread keeps raising functions' dynamic-smem limits for new plans and giving them back for refused ones
+// (the limit registry's lock taken at any moment) while this one forks: each child logs and ends, and the
+// parent's limits are what the kept plans need.
+TEST(StubLifecycle, ChildrenForkedWhileAThreadRaisesAndGivesBackSmemLimitsLogAndEnd) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer cannot follow the threads a forked child of a multithreaded process starts";
+#endif
+  const std::size_t axpy_params[] = {sizeof(float), sizeof(void*), sizeof(void*), sizeof(int)};
+  std::atomic<bool> stop{false}, pause{false}, parked{false};
+  std::atomic<int> rounds{0};
+  std::atomic<int> wrong{0};
+  const auto limit_of = [](CUfunction f) {
+    int v = 0;
+    void* get = nullptr;
+    if (cuGetProcAddress_v2("cuFuncGetAttribute", &get, CUDA_VERSION, 0, nullptr) != CUDA_SUCCESS) return -1;
+    reinterpret_cast<decltype(&cuFuncGetAttribute)>(get)(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f);
+    return v;
+  };
+  std::thread worker([&] {
+    const int n = 1 << 16;
+    for (int i = 0; !stop; ++i) {
+      if (pause) {  // between two rounds: outside launchfit and the allocator
+        parked = true;
+        while (pause && !stop) std::this_thread::yield();
+        parked = false;
+      }
+      const std::string name = "_Z9smemstorm" + std::to_string(i % 64) + "fPKfPfi";
+      const CUfunction f = launchfit_stub_function(name.c_str(), 16, 0, 1024, axpy_params, 4);
+      const auto spec = lf::fixed(128).items(n).smem((64 + i % 64) * 1024).cluster({4, 1, 1});
+      launchfit_stub_set_cluster_limit(2);  // refused after the raise: the limit is given back
+      try {
+        lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+        ++wrong;  // a cluster of 4 where 2 co-schedule was launched
+      } catch (const lf::error&) {
+      }
+      launchfit_stub_set_cluster_limit(0);
+      if (limit_of(f) != 48 * 1024) ++wrong;  // the refused plan's raise stayed
+      lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+      if (limit_of(f) != (64 + i % 64) * 1024) ++wrong;  // a launched plan keeps its raise
+      ++rounds;
+    }
+  });
+  while (rounds < 3) std::this_thread::sleep_for(1ms);
+  constexpr int forks = 20;
+  for (int i = 0; i < forks; ++i) {
+    if (sanitized) {
+      // GCC 12's sanitizer allocator has no fork handlers: the worker stops between two rounds for the fork.
+      pause = true;
+      while (!parked) std::this_thread::yield();
+    }
+    const auto r = lf::fault::run_bounded(5000ms * slow_factor, [i] {
+      in_forked_child = true;
+      lf::logger()->info("forked child {} ends", i);
+      std::exit(0);
+      return 1;
+    });
+    pause = false;
+    EXPECT_TRUE(r.finished) << "child " << i << " hung";
+    EXPECT_EQ(r.exit_code, 0) << "child " << i << ", signal " << r.signal;
+    if (!r.finished || r.exit_code != 0) break;
+  }
+  stop = true;
+  worker.join();
+  EXPECT_GT(rounds.load(), 3);
+  EXPECT_EQ(wrong.load(), 0) << "limits not as the plans left them, or a refused cluster launched";
 }
 
 }  // namespace
