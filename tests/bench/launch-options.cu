@@ -7,7 +7,8 @@
 // outside the loop). cuLaunchKernelEx without attributes is shown beside the plain launch: <<<>>> goes through the runtime.
 // Three more raw rows take launchfit's hit path apart against it: the same launch after the context identity
 // launchfit reads (cuCtxGetCurrent + cuCtxGetId), after the same identity read in one call (cuCtxGetId(NULL):
-// does the second call cost anything?), and through the pointer cuGetProcAddress gives.
+// does the second call cost anything?), and through the pointer cuGetProcAddress gives; and the launches with the
+// PDL and the cluster attribute after the same context identity (what the driver's calls cost beside each).
 //
 // Two batch shapes, as launch-overhead: 10,000 back-to-back async launches (once the driver's queue fills
 // this measures the queue, so paths converge) and 100-launch batches with the stream drained in between (the
@@ -133,6 +134,8 @@ enum class path {
   ex_pdl,           // cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
   ex_context,       // cuCtxGetCurrent + cuCtxGetId, then cuLaunchKernelEx without attributes: the driver calls of
                     // launchfit's hit path, without launchfit
+  ex_pdl_context,   // cuCtxGetCurrent + cuCtxGetId, then cuLaunchKernelEx with the PDL attribute
+  ex_cluster_context,  // cuCtxGetCurrent + cuCtxGetId, then cuLaunchKernelEx with the cluster attribute
   ex_context_id,    // cuCtxGetId(NULL) (the current context's identity in one call), then cuLaunchKernelEx without
                     // attributes
   ex_proc_address,  // cuLaunchKernelEx without attributes through the pointer cuGetProcAddress gives for CUDA_VERSION
@@ -259,11 +262,14 @@ int run(int argc, char** argv) {
   variants.push_back(variant{"cuLaunchKernelEx + cluster attribute {2,1,1}", path::ex_cluster, probe,
                              d_cluster.grid, d_cluster.block});
   base = static_cast<int>(variants.size() - 1);
+  add("cuCtxGetCurrent + cuCtxGetId + cuLaunchKernelEx + cluster attribute", path::ex_cluster_context, d_cluster, base,
+      -1);
   add("launchfit .cluster({2, 1, 1})", path::lf_cluster, d_cluster, base, chevron_row(probe, d_cluster));
   add("launchfit .cluster({2, 1, 1}), spec built once", path::lf_cluster_once, d_cluster, base, -1);
   variants.push_back(
       variant{"cuLaunchKernelEx + PDL attribute", path::ex_pdl, probe, d_pdl.grid, d_pdl.block});
   base = static_cast<int>(variants.size() - 1);
+  add("cuCtxGetCurrent + cuCtxGetId + cuLaunchKernelEx + PDL attribute", path::ex_pdl_context, d_pdl, base, -1);
   add("launchfit .pdl()", path::lf_pdl, d_pdl, base, chevron_row(probe, d_pdl));
   add("launchfit .pdl(), spec built once", path::lf_pdl_once, d_pdl, base, -1);
 
@@ -339,6 +345,14 @@ int run(int argc, char** argv) {
         context_identity();
         check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
         break;
+      case path::ex_pdl_context:
+        context_identity();
+        check_cu(cuLaunchKernelEx(&pdl_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+        break;
+      case path::ex_cluster_context:
+        context_identity();
+        check_cu(cuLaunchKernelEx(&cluster_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+        break;
       case path::ex_context_id:
         context_identity_one_call();
         check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
@@ -404,6 +418,20 @@ int run(int argc, char** argv) {
             [&] {
               context_identity();
               check_cu(cuLaunchKernelEx(&plain_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+            },
+            batch, nb, stream);
+      case path::ex_pdl_context:
+        return host_us_per_launch(
+            [&] {
+              context_identity();
+              check_cu(cuLaunchKernelEx(&pdl_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
+            },
+            batch, nb, stream);
+      case path::ex_cluster_context:
+        return host_us_per_launch(
+            [&] {
+              context_identity();
+              check_cu(cuLaunchKernelEx(&cluster_config, probe_cu, params, nullptr), "cuLaunchKernelEx");
             },
             batch, nb, stream);
       case path::ex_context_id:
