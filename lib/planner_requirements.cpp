@@ -4,7 +4,9 @@
 // dynamic-smem limit raised to the plan's).
 
 #include <algorithm>
+#include <atomic>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -103,6 +105,7 @@ struct smem_limits {
   };
   std::mutex m;
   std::unordered_map<CUfunction, function_state> by_function;
+  std::atomic<bool> any{false};  // a function was noted: a plan's resolve asks the registry from then on
 };
 // Functions remembered at most: past this, those with no plan being checked are forgotten (a function's next
 // raise reads its limit as it finds it, which holds what its kept plans needed).
@@ -144,6 +147,7 @@ std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const ke
       it = it->second.pending.empty() ? l.by_function.erase(it) : std::next(it);
   }
   smem_limits::function_state& st = l.by_function[f];
+  l.any.store(true, std::memory_order_release);
   if (st.set == 0 || now != st.set) st.before = now;  // first seen, or set by someone else since
   if (pending) {
     st.pending.insert(needed);
@@ -153,6 +157,37 @@ std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const ke
   if (now >= needed) return now;
   st.set = needed;
   return needed;
+}
+
+void smem_reads::hold(plan_entry& e, family_members& fam) {
+  smem_limits& l = the_smem_limits();
+  if (!l.any.load(std::memory_order_acquire)) return;  // launchfit has set no function's limit yet
+  // Read again under the registry's lock, so that the limit this plan is chosen at is the one held (a raise given
+  // back between resolve and here would otherwise leave the plan at a limit no longer in force).
+  const auto hold_one = [this, &l](CUfunction f, std::size_t& read) {
+    if (!f) return;
+    std::lock_guard<std::mutex> lock(l.m);
+    const auto it = l.by_function.find(f);
+    if (it == l.by_function.end()) return;  // launchfit never changed it: nothing of launchfit's can lower it
+    int current = 0;
+    if (driver().cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f) != CUDA_SUCCESS)
+      return;
+    read = static_cast<std::size_t>(current);
+    smem_limits::function_state& st = it->second;
+    // launchfit's own setting, above what a give-back may lower it to anyway (the program's, the kept plans').
+    if (st.set == 0 || read != st.set || read <= std::max(st.before, st.kept)) return;
+    held_.push_back(std::make_unique<smem_need>());
+    st.pending.insert(read);
+    held_.back()->hold(f, read);
+  };
+  if (fam.functions.empty()) {
+    hold_one(e.function, e.kernel.max_dynamic_smem_bytes);
+    return;
+  }
+  for (std::size_t i = 0; i < fam.functions.size() && i < fam.kernels.size(); ++i) {
+    hold_one(fam.functions[i], fam.kernels[i].max_dynamic_smem_bytes);
+    if (fam.functions[i] == e.function) e.kernel.max_dynamic_smem_bytes = fam.kernels[i].max_dynamic_smem_bytes;
+  }
 }
 
 void smem_need::keep() noexcept {

@@ -132,6 +132,19 @@ class smem_need {
   CUfunction f_ = nullptr;
   std::size_t needed_ = 0;
 };
+// The limits the kernel was resolved with, held while its plan is chosen where they are a raise of launchfit's for
+// another plan not kept yet (a plan of the same function under another key): that plan's refusal gives its raise
+// back, and this plan's driver queries, asked at the limit resolve read, would then count nothing above the
+// lowered limit (no co-resident cluster, a refusal). Given back like any need once this plan is kept or refused.
+class smem_reads {
+ public:
+  // Reads each function's limit again under the registry's lock (into e and fam) and holds it.
+  void hold(plan_entry& e, family_members& fam);
+
+ private:
+  std::vector<std::unique_ptr<smem_need>> held_;
+};
+
 // Step 6: the limit raised to the launched plan's smem and the plan validated again with the driver (its
 // residency and its clusters at the raised limit). `need` holds the raise until the plan is kept.
 void raise_smem_limit(const query& q, plan_entry& e, smem_need& need);

@@ -14,12 +14,17 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "error_of.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/launch.hpp"
+#include "launchfit/param_policy.hpp"
 #include "stub_driver.h"
 #include "stub_plan.hpp"
 
@@ -250,6 +255,94 @@ TEST(StubClusters, ARefusedPlansLimitIsNotGivenBackUnderAPlanThatReliesOnIt) {
   EXPECT_NO_THROW(lf::launch(lf::kernel(f), lf::fixed(128).items(1 << 16).smem(96 * 1024), 1.0f,
                              device_pointer(0x1000), device_pointer(0x2000), 1 << 16));
   EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 1u);
+}
+
+// Steps of two threads, each waited for at most 10 s (a test that fails never hangs).
+struct steps {
+  std::mutex m;
+  std::condition_variable cv;
+  int done = 0;
+  void reach(int step) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      done = std::max(done, step);
+    }
+    cv.notify_all();
+  }
+  bool wait_for(int step) {
+    std::unique_lock<std::mutex> lock(m);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return done >= step; });
+  }
+};
+steps race;
+constexpr int a_raised = 1, b_resolved = 2, a_refused = 3;
+std::thread::id thread_a;
+
+// B's policy: chosen after B's kernel was resolved, it lets A be refused before it answers.
+struct waiting_params {
+  int block = 128;
+  static constexpr std::array<const char*, 1> names{"block"};
+};
+class waits_for_a : public lf::param_policy<waits_for_a, waiting_params> {
+ public:
+  static constexpr const char* policy_name = "waits_for_a";
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    race.reach(b_resolved);
+    EXPECT_TRUE(race.wait_for(a_refused)) << "A was not refused within 10 s";
+    return launchfit_test::full_residency_plan(q, static_cast<unsigned>(params_.block), "waits for A");
+  }
+};
+
+// Two plans of one function under two keys, on two threads: A raises the function's smem limit to 96 KB and is
+// refused after the raise (its cluster of 4 does not co-schedule); B's kernel is resolved while A's raise is
+// still in force (the limit reads 96 KB), and B is chosen after A was refused. A's refusal gives its raise back
+// only to what B holds: B's queries at the limit it was resolved with count what co-resides (the driver counts
+// nothing above a function's limit: B was refused, "no cluster co-resides", for a launch that runs), B is
+// launched, and the limit stays at B's 96 KB.
+TEST(StubClusters, APlanResolvedWhileAnotherPlansRaiseIsInForceKeepsThatLimitUntilItIsChosen) {
+  const CUfunction f = axpy_kernel("_Z6racingfPKfPfi");
+  ASSERT_EQ(smem_limit_of(f), 48 * 1024);
+  const int n = 1 << 16;
+  const cluster_limit most(2);
+  thread_a = {};
+  launchfit_stub_on_call(
+      "cuOccupancyMaxPotentialClusterSize",
+      [](void*) {
+        if (std::this_thread::get_id() != thread_a) return;
+        race.reach(a_raised);  // A's cluster size is checked after its raise: A holds it here
+        EXPECT_TRUE(race.wait_for(b_resolved)) << "B was not resolved within 10 s";
+      },
+      nullptr);
+  struct unhook {  // on every path: no later test meets the hook
+    ~unhook() { launchfit_stub_on_call("cuOccupancyMaxPotentialClusterSize", nullptr, nullptr); }
+  } unhooked;
+  std::string a_error;
+  std::thread a([&] {
+    thread_a = std::this_thread::get_id();
+    try {
+      lf::launch(lf::kernel(f), lf::fixed(128).items(n).smem(96 * 1024).cluster({4, 1, 1}), 1.0f,
+                 device_pointer(0x1000), device_pointer(0x2000), n);
+    } catch (const lf::error& e) {
+      a_error = e.what();
+    }
+    thread_a = {};
+    race.reach(a_refused);
+  });
+  while (thread_a == std::thread::id{} && race.done < a_refused) std::this_thread::yield();
+  ASSERT_TRUE(race.wait_for(a_raised)) << "A did not raise the limit within 10 s";
+  EXPECT_EQ(smem_limit_of(f), 96 * 1024) << "A's raise";
+  try {
+    const lf::launched b = lf::launch(lf::kernel(f), lf::spec<waits_for_a>(waits_for_a{}).items(n).smem(96 * 1024).cluster({2, 1, 1}),
+                                      1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+    EXPECT_EQ(b.dynamic_smem_bytes, 96u * 1024u);
+  } catch (const lf::error& e) {
+    ADD_FAILURE() << "B was refused at the limit A's refusal gave back: " << e.what();
+  }
+  a.join();
+  EXPECT_NE(a_error.find("cluster"), std::string::npos) << "A: " << a_error;
+  EXPECT_EQ(smem_limit_of(f), 96 * 1024) << "B's limit";
 }
 
 // A raise the driver refuses notes no need: a later refused plan gives its limit back to what it was.

@@ -97,6 +97,9 @@ constexpr const char* entry_names[] = {
 
 std::atomic<unsigned long long> calls[entry_count];
 std::atomic<bool> any_failure{false};
+// launchfit_stub_on_call: a test's function called at the start of one entry point (null: none), with its argument.
+std::atomic<void (*)(void*)> hooks[entry_count];
+std::atomic<void*> hook_args[entry_count];
 
 struct failure {
   CUresult code = CUDA_SUCCESS;
@@ -123,6 +126,8 @@ int entry_of(const char* name) {
 // Counts the call; the injected failure of this entry point, if any.
 CUresult enter(entry_id id) {
   calls[id].fetch_add(1, std::memory_order_relaxed);
+  if (void (*hook)(void*) = hooks[id].load(std::memory_order_acquire))
+    hook(hook_args[id].load(std::memory_order_relaxed));
   if (!any_failure.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
   state& s = the_state();
   std::lock_guard<std::mutex> lock(s.m);
@@ -986,6 +991,13 @@ void launchfit_stub_fail_after(const char* entry, CUresult code, int skip, int t
   bool any = false;
   for (const failure& f : s.failures) any = any || f.times != 0;
   any_failure.store(any, std::memory_order_relaxed);
+}
+
+void launchfit_stub_on_call(const char* entry, void (*hook)(void*), void* arg) {
+  const int id = entry_of(entry);
+  if (id < 0) std::abort();  // a test's typo: never a hook silently not installed
+  hook_args[id].store(arg, std::memory_order_relaxed);
+  hooks[id].store(hook, std::memory_order_release);
 }
 
 void launchfit_stub_begin_capture(CUstream stream) {

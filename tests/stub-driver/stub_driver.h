@@ -55,6 +55,9 @@ void launchfit_stub_set_host_alloc_ms(double ms);
 void launchfit_stub_fail(const char* entry, CUresult code, int times);
 // The same once `skip` more calls of it have succeeded.
 void launchfit_stub_fail_after(const char* entry, CUresult code, int skip, int times);
+// `hook(arg)` is called at the start of every call of `entry`, on the calling thread, before it answers (null:
+// none): a test holds a thread inside the driver there.
+void launchfit_stub_on_call(const char* entry, void (*hook)(void*), void* arg);
 
 // Stream capture: launches on `stream` become kernel nodes of a new graph, each depending on the one before,
 // until end_capture returns the graph.
