@@ -14,6 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -276,7 +279,7 @@ struct steps {
 };
 steps race;
 constexpr int a_raised = 1, b_resolved = 2, a_refused = 3;
-std::thread::id thread_a;
+std::atomic<std::thread::id> thread_a;
 
 // B's policy: chosen after B's kernel was resolved, it lets A be refused before it answers.
 struct waiting_params {
@@ -306,11 +309,11 @@ TEST(StubClusters, APlanResolvedWhileAnotherPlansRaiseIsInForceKeepsThatLimitUnt
   ASSERT_EQ(smem_limit_of(f), 48 * 1024);
   const int n = 1 << 16;
   const cluster_limit most(2);
-  thread_a = {};
+  thread_a = std::thread::id{};
   launchfit_stub_on_call(
       "cuOccupancyMaxPotentialClusterSize",
       [](void*) {
-        if (std::this_thread::get_id() != thread_a) return;
+        if (std::this_thread::get_id() != thread_a.load()) return;
         race.reach(a_raised);  // A's cluster size is checked after its raise: A holds it here
         EXPECT_TRUE(race.wait_for(b_resolved)) << "B was not resolved within 10 s";
       },
@@ -327,10 +330,9 @@ TEST(StubClusters, APlanResolvedWhileAnotherPlansRaiseIsInForceKeepsThatLimitUnt
     } catch (const lf::error& e) {
       a_error = e.what();
     }
-    thread_a = {};
+    thread_a = std::thread::id{};
     race.reach(a_refused);
   });
-  while (thread_a == std::thread::id{} && race.done < a_refused) std::this_thread::yield();
   ASSERT_TRUE(race.wait_for(a_raised)) << "A did not raise the limit within 10 s";
   EXPECT_EQ(smem_limit_of(f), 96 * 1024) << "A's raise";
   try {
