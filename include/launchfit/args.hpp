@@ -20,15 +20,16 @@
 
 namespace launchfit {
 
-// A reference to an aggregate whose fields are the arguments; make it with args() inside the launch call.
+// A copy of an aggregate whose fields are the arguments (a copy: `auto a = args(saxpy_args{...});` kept for
+// later launches holds its fields, where a reference held the temporary it was made from after it died).
 template <class Aggregate>
 struct packed_args {
-  const Aggregate& fields;  // the aggregate, referenced for the duration of the launch call
+  Aggregate fields;  // the aggregate's copy, whose fields are launched
 };
 
 // An aggregate's fields as a kernel's arguments: launch(k, spec, args(saxpy_args{a, x, y, n})).
 template <class Aggregate>
-packed_args<Aggregate> args(const Aggregate& a) noexcept {
+packed_args<Aggregate> args(const Aggregate& a) {
   static_assert(
       std::is_class_v<Aggregate> && std::is_aggregate_v<Aggregate>,
       "launchfit::args: the kernel's arguments must be the fields of an aggregate (a plain struct)");

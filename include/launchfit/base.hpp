@@ -45,9 +45,11 @@ namespace detail {
 // A class whose get() gives a cudaStream_t (cuda::stream_ref, cuda::stream, a unique_ptr holding a stream).
 template <class S, class = void>
 struct is_stream_wrapper : std::false_type {};
+// Detected on get() alone, without enable_if_t around the void_t: nvcc's front end rewrote that form into one whose
+// get() is always formed, so a class converting to cudaStream_t without a get() (rmm's cuda_stream_view, a
+// program's own wrapper) was a hard error instead of the plain cudaStream_t overload.
 template <class S>
-struct is_stream_wrapper<
-    S, std::enable_if_t<std::is_class_v<S>, std::void_t<decltype(std::declval<const S&>().get())>>>
+struct is_stream_wrapper<S, std::void_t<decltype(std::declval<const S&>().get())>>
     : std::is_same<std::decay_t<decltype(std::declval<const S&>().get())>, cudaStream_t> {};
 
 // A dimension as a policy parameter (int): one above INT_MAX throws launchfit::error naming it.
@@ -404,26 +406,44 @@ inline spec<bytes_in_flight_policy> bytes_in_flight(
 inline spec<cooperative_policy> cooperative(int blocks_per_sm = 0, int block = 0) {
   return spec<cooperative_policy>(cooperative_policy{cooperative_params{blocks_per_sm, block}});
 }
-// Today's <<<grid, block>>>; grid 0 = from the work shape.
-inline spec<fixed_policy> fixed(int block, int grid = 0) {
-  return spec<fixed_policy>(fixed_policy{fixed_params{block, grid}});
+// Today's <<<grid, block>>>, validated. fixed(block): the grid from the work (items(n), grid_stride(n)), or one
+// wave without work. fixed(block, grid): that grid, as <<<grid, block>>> gives it; a grid of 0 (one computed
+// from an empty input, (n + 255) / 256 for n = 0) launches nothing, as items(0) does, never a wave sized from
+// the work. (In a policy string, "fixed(block=256,grid=0)", grid=0 still means "from the work".)
+inline spec<fixed_policy> fixed(int block) { return spec<fixed_policy>(fixed_policy{fixed_params{block, 0}}); }
+inline spec<fixed_policy> fixed(int block, int grid) {
+  spec<fixed_policy> s(fixed_policy{fixed_params{block, grid}});
+  if (grid == 0) s.grid(dims{0, 1, 1});  // the caller's grid is empty: nothing to launch
+  return s;
 }
 // The same with other integer types (unsigned, size_t): a value above INT_MAX throws launchfit::error naming
 // it.
-template <class B, class G = int,
+template <class B, std::enable_if_t<detail::is_integer_v<B> && !std::is_same_v<B, int>, int> = 0>
+spec<fixed_policy> fixed(B block) {
+  return fixed(detail::int_parameter(block, "fixed block"));
+}
+// fixed(block, grid) with other integer types: that grid (0: nothing launched), each value at most INT_MAX.
+template <class B, class G,
           std::enable_if_t<detail::is_integer_v<B> && detail::is_integer_v<G> &&
                                !(std::is_same_v<B, int> && std::is_same_v<G, int>),
                            int> = 0>
-spec<fixed_policy> fixed(B block, G grid = 0) {
+spec<fixed_policy> fixed(B block, G grid) {
   return fixed(detail::int_parameter(block, "fixed block"), detail::int_parameter(grid, "fixed grid"));
 }
-// A 2-D or 3-D block: fixed({32, 32}) (of any integer types, or a dim3); grid {0}: from the work per
-// dimension.
-inline spec<fixed_dims_policy> fixed(dims block, dims grid = dims{0, 1, 1}) {
+// A 2-D or 3-D block: fixed({32, 32}) (of any integer types, or a dim3), the grid from the work per dimension.
+// fixed(block, grid): that grid, as <<<grid, block>>> gives it; one with a dimension of 0 launches nothing.
+inline spec<fixed_dims_policy> fixed(dims block) {
   return spec<fixed_dims_policy>(fixed_dims_policy{fixed_dims_params{
+      detail::int_parameter(block.x, "fixed block x"), detail::int_parameter(block.y, "fixed block y"),
+      detail::int_parameter(block.z, "fixed block z"), 0, 1, 1}});
+}
+inline spec<fixed_dims_policy> fixed(dims block, dims grid) {
+  spec<fixed_dims_policy> s(fixed_dims_policy{fixed_dims_params{
       detail::int_parameter(block.x, "fixed block x"), detail::int_parameter(block.y, "fixed block y"),
       detail::int_parameter(block.z, "fixed block z"), detail::int_parameter(grid.x, "fixed grid x"),
       detail::int_parameter(grid.y, "fixed grid y"), detail::int_parameter(grid.z, "fixed grid z")}});
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) s.grid(dims{0, 1, 1});  // an empty grid: nothing to launch
+  return s;
 }
 }  // namespace LAUNCHFIT_DEFAULT_STREAM_NS
 
@@ -544,11 +564,18 @@ struct argument_converts<Param, Arg, true>
     : std::is_convertible<decltype(std::declval<std::decay_t<Arg>&>().f(std::declval<const plan&>())),
                           Param> {};
 
+// A kernel parameter copy-initialised from its argument: the implicit conversions <<<>>> makes (a constructor
+// marked explicit is never chosen, where a static_cast chose it), with the compiler's warnings for narrowing ones.
+template <class Param, class Arg>
+Param implicit_argument(Arg&& a) {
+  return std::forward<Arg>(a);
+}
+
 // One kernel argument: a value converted once, or a plan_argument evaluated for each plan.
 template <class Param, class Arg, bool = is_plan_argument<std::decay_t<Arg>>::value>
 struct argument_slot {
   Param value;
-  explicit argument_slot(Arg&& a) : value(static_cast<Param>(std::forward<Arg>(a))) {}
+  explicit argument_slot(Arg&& a) : value(implicit_argument<Param>(std::forward<Arg>(a))) {}
   void bind(const plan&) noexcept {}
 };
 template <class Param, class Arg>
@@ -556,7 +583,7 @@ struct argument_slot<Param, Arg, true> {
   std::decay_t<Arg> from;
   Param value{};
   explicit argument_slot(Arg&& a) : from(std::forward<Arg>(a)) {}
-  void bind(const plan& p) { value = static_cast<Param>(from.f(p)); }
+  void bind(const plan& p) { value = implicit_argument<Param>(from.f(p)); }
 };
 
 // The converted arguments (or their slots) of one launch, one member each, without std::tuple.
@@ -591,6 +618,9 @@ void bind_arguments(void* self, const plan& p) {
 // Launches a runtime-API kernel (or a family member chosen by the planner) with converted arguments.
 template <class... Params, class... Args>
 launched launch_runtime(launch_request& r, Args&&... args) {
+  static_assert(!(std::is_reference_v<Params> || ...),
+                "launchfit::launch: the kernel takes a parameter by reference, which a kernel cannot read (nvcc "
+                "passes the host address): take it by value, or by device pointer");
   static_assert(sizeof...(Params) == sizeof...(Args), "launchfit::launch: wrong number of kernel arguments");
   static_assert((argument_converts<Params, Args&&>::value && ...),
                 "launchfit::launch: an argument does not convert to the kernel's parameter type");
@@ -608,7 +638,7 @@ launched launch_runtime(launch_request& r, Args&&... args) {
     r.bind_self = &slots;
     return launch(r);
   } else {
-    pack_of<std::decay_t<Params>...> converted{static_cast<Params>(std::forward<Args>(args))...};
+    pack_of<std::decay_t<Params>...> converted{implicit_argument<std::decay_t<Params>>(std::forward<Args>(args))...};
     converted.addresses(ptrs, [](auto& a) { return static_cast<void*>(&a); });
     return launch(r);
   }
@@ -617,9 +647,11 @@ launched launch_runtime(launch_request& r, Args&&... args) {
 }  // namespace detail
 
 // Runtime-API kernel: argument count and convertibility checked at compile time; every argument is
-// converted to the kernel's parameter type before its address is passed. Returns what was launched.
+// converted to the kernel's parameter type (implicitly, as <<<>>> converts) before its address is passed.
+// Arguments are taken by value, as <<<>>> takes them (a bit-field, a packed struct's member or a static const
+// member without a definition are arguments too). Returns what was launched.
 template <class... Params, class Policy, class... Args>
-launched launch(void (*k)(Params...), const spec<Policy>& s, Args&&... args) {
+launched launch(void (*k)(Params...), const spec<Policy>& s, Args... args) {
   if (!k) detail::throw_null_kernel("launchfit::launch");
   detail::launch_request r = detail::make_request(s);
   r.kernel_id = reinterpret_cast<std::uintptr_t>(k);

@@ -19,6 +19,13 @@
 
 #include "launchfit/export.hpp"
 
+// Under -std=c++20 nvcc's front end warns (#3189) that "module" is parsed as an identifier wherever this header
+// names the class launchfit::module, which is its name on purpose: not here.
+#if defined(__NVCC_DIAG_PRAGMA_SUPPORT__)
+#pragma nv_diagnostic push
+#pragma nv_diag_suppress 3189
+#endif
+
 namespace launchfit {
 namespace detail {
 class kernel_id_set;
@@ -117,3 +124,7 @@ class LAUNCHFIT_API module {
 LAUNCHFIT_API std::string demangle(std::string_view mangled);
 
 }  // namespace launchfit
+
+#if defined(__NVCC_DIAG_PRAGMA_SUPPORT__)
+#pragma nv_diagnostic pop
+#endif

@@ -86,8 +86,9 @@ launched launch_driver(launch_request& r, const kernel& k, Args&&... args) {
 // Driver-API kernel: each argument is passed as one kernel parameter (a struct too: a kernel may take one by
 // value; lf::args(aggregate) from launchfit/args.hpp passes an aggregate's fields instead). Argument count
 // and sizes are checked against cuFuncGetParamInfo where the driver reports them.
+// Arguments are taken by value, as a function call takes them (an array argument is a pointer to it).
 template <class Policy, class... Args>
-launched launch(const kernel& k, const spec<Policy>& s, Args&&... args) {
+launched launch(const kernel& k, const spec<Policy>& s, Args... args) {
   detail::launch_request r = detail::make_request(s);
   return detail::launch_driver(r, k, std::forward<Args>(args)...);
 }

@@ -14,6 +14,11 @@ struct not_a_stream {
   int get() const { return 0; }  // a get() that gives no cudaStream_t
 };
 
+struct big {
+  int values[4];
+};
+void by_reference(const big&) {}  // as a __global__ function taking a parameter by reference
+
 [[maybe_unused]] void misuse(float f, double d) {
   (void)f;
   (void)d;
@@ -37,6 +42,8 @@ struct not_a_stream {
   (void)lf::max_occupancy().on(std::string("stream"));  // MISUSE 9: a stream's name is no stream
 #elif LAUNCHFIT_MISUSE == 10
   constexpr lf::dims too_large{std::size_t{1} << 33};  // MISUSE 10: above 2^32 - 1 in a constant expression
+#elif LAUNCHFIT_MISUSE == 11
+  (void)lf::launch(by_reference, lf::fixed(32, 1), big{});  // MISUSE 11: a kernel cannot read a reference parameter
 #endif
 }
 

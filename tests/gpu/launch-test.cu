@@ -64,6 +64,14 @@ __global__ void neighbour_exchange(int* slots, int* seen, unsigned* grid_seen) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *grid_seen = gridDim.x;
 }
 
+// A parameter whose type converts from double implicitly and from int only explicitly, as <<<>>> chooses.
+struct chosen_constructor {
+  __host__ __device__ chosen_constructor(double) : which(1) {}
+  __host__ __device__ explicit chosen_constructor(int) : which(2) {}
+  int which;
+};
+__global__ void record_constructor(chosen_constructor c, int* out) { *out = c.which; }
+
 __global__ void __launch_bounds__(128) bounded(int* out) { out[blockIdx.x * blockDim.x + threadIdx.x] = 1; }
 
 __global__ void big_smem(float* out, int n) {
@@ -157,6 +165,27 @@ TEST_F(Launch, ArgumentsAreConvertedToTheKernelsParameterTypes) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto h = out.download();
   for (int i = 0; i < n; ++i) ASSERT_EQ(h[i], static_cast<unsigned long long>(i) + 7) << i;
+}
+
+// A stream wrapper that converts to cudaStream_t and has no get() (as rmm's cuda_stream_view, a program's own
+// RAII stream) is a stream: nvcc's front end made it a hard error ("has no member named 'get'"). And arguments
+// convert as <<<>>> converts them, implicitly: an int for a parameter constructible from double and, explicitly
+// only, from int runs the double constructor (a static_cast chose the explicit one).
+struct converting_stream {
+  cudaStream_t s;
+  operator cudaStream_t() const { return s; }
+};
+TEST_F(Launch, ArgumentsConvertImplicitlyAndAStreamThatConvertsIsAStream) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  device_buffer<int> out(1);
+  out.poison();
+  lf::launch(record_constructor, lf::fixed(32, 1).on(converting_stream{s}), 5, out.ptr);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(out.download()[0], 1) << "the explicit constructor was chosen";
+  const chosen_constructor as_a_call_converts = 5;  // what <<<>>> and a call choose
+  EXPECT_EQ(as_a_call_converts.which, 1);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
 TEST_F(Launch, TemplateKernels) {

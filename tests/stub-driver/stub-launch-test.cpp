@@ -19,6 +19,7 @@
 
 #include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
+#include "launchfit/args.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/param_policy.hpp"
 #include "launchfit/plugin.hpp"
@@ -323,6 +324,61 @@ TEST(StubLaunch, AClusterOfBlocksAboveTheSmemLimitIsCheckedAtTheRaisedLimit) {
                  device_pointer(0x2000), 1 << 16);
   EXPECT_EQ(l.dynamic_smem_bytes, 96u * 1024u);
   EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 1u);
+}
+
+// A grid the program computed, given to fixed(block, grid), is launched as <<<grid, block>>> launches it: an
+// empty one ((n + 255) / 256 for n = 0) launches nothing (a kernel writing partial[blockIdx.x] was launched
+// over a full wave of 1,056 blocks, as fixed(block) without work is). fixed(block) alone still sizes its grid
+// from the work, or one wave.
+TEST(StubLaunch, AnEmptyGridGivenToFixedLaunchesNothing) {
+  const CUfunction f = axpy_kernel("_Z9emptygridfPKfPfi");
+  const lf::kernel k(f);
+  const int n = 0;
+  launchfit_stub_reset_calls();
+  const lf::launched none = lf::launch(k, lf::fixed(256, (n + 255) / 256).on(stream_of(0x41)), 1.0f,
+                                       device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(none.grid.count(), 0u) << none.grid.to_string();
+  const lf::launched none_dims = lf::launch(k, lf::fixed({16, 16}, {(n + 15) / 16, 4}).on(stream_of(0x41)), 1.0f,
+                                            device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(none_dims.grid.count(), 0u) << none_dims.grid.to_string();
+  const lf::launched none_unsigned = lf::launch(k, lf::fixed(256u, std::size_t{0}).on(stream_of(0x41)), 1.0f,
+                                                device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(none_unsigned.grid.count(), 0u) << none_unsigned.grid.to_string();
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u) << "an empty grid was launched";
+  const lf::launched four = lf::launch(k, lf::fixed(256, (1000 + 255) / 256).on(stream_of(0x41)), 1.0f,
+                                       device_pointer(0x1000), device_pointer(0x2000), 1000);
+  EXPECT_EQ(four.grid, (lf::dims{4, 1, 1}));
+  const lf::launched wave = lf::launch(k, lf::fixed(256).on(stream_of(0x41)), 1.0f, device_pointer(0x1000),
+                                       device_pointer(0x2000), 1000);
+  EXPECT_EQ(wave.grid.x, static_cast<unsigned>(wave.plan().resident_blocks())) << "fixed(block) without work";
+  const lf::launched from_work = lf::launch(k, lf::fixed(256).items(1000).on(stream_of(0x41)), 1.0f,
+                                            device_pointer(0x1000), device_pointer(0x2000), 1000);
+  EXPECT_EQ(from_work.grid, (lf::dims{4, 1, 1}));
+}
+
+// Arguments are taken by value, as a call takes them: a static const member without a definition outside its
+// class is an argument (bound to a reference it was odr-used, and a build without optimisation, as this file's,
+// did not link), and an aggregate's args() kept in a variable holds its own copy of the fields (it held a
+// reference to the temporary it was made from, read after that died: AddressSanitizer, stack-use-after-scope).
+struct launch_sizes {
+  static const int n = 1 << 16;
+};
+struct axpy_fields {
+  float a;
+  const float* x;
+  float* y;
+  int n;
+};
+TEST(StubLaunch, ArgumentsAreTakenByValue) {
+  const CUfunction f = axpy_kernel("_Z8byvaluefPKfPfi");
+  const lf::kernel k(f);
+  launchfit_stub_reset_calls();
+  lf::launch(k, lf::fixed(256).items(launch_sizes::n).on(stream_of(0x42)), 1.0f, device_pointer(0x1000),
+             device_pointer(0x2000), launch_sizes::n);
+  const auto kept = lf::args(axpy_fields{2.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16});
+  lf::launch(k, lf::fixed(256).items(1 << 16).on(stream_of(0x42)), kept);
+  EXPECT_EQ(kept.fields.n, 1 << 16);
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 2u);
 }
 
 // The hit path: one cuLaunchKernelEx per launch, and of the driver only what identifies the current context
