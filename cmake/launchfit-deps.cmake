@@ -11,6 +11,14 @@ find_package(nlohmann_json CONFIG REQUIRED)
 set(LAUNCHFIT_BOOST_MIN_VERSION 1.75)
 find_package(Boost ${LAUNCHFIT_BOOST_MIN_VERSION} REQUIRED)
 find_package(Threads REQUIRED)
+# libiberty (Debian libiberty-dev, a static library): the demangler that writes through a callback, so that a
+# kernel's readable name is made within a budget (lib/demangle.cpp). Linked into launchfit; a static launchfit
+# asks its users to link it too (its package config and launchfit.pc name the archive).
+find_path(LAUNCHFIT_IBERTY_INCLUDE_DIR libiberty/demangle.h)
+find_library(LAUNCHFIT_IBERTY_LIBRARY NAMES libiberty.a iberty)
+if(NOT LAUNCHFIT_IBERTY_INCLUDE_DIR OR NOT LAUNCHFIT_IBERTY_LIBRARY)
+  message(FATAL_ERROR "launchfit needs libiberty's demangler: apt install libiberty-dev (cmake/setup.sh installs it)")
+endif()
 # launchfit-calc's command line (Debian libcli11-dev, header-only, with a CMake config): the demos only.
 if(LAUNCHFIT_BUILD_DEMOS)
   find_package(CLI11 CONFIG REQUIRED)

@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 # libhiredis-dev: the remote plan store (the library loads libhiredis at run time); redis-server and
 # redis-tools: tests/run.sh starts a server for its tests.
 # doxygen: the API reference (the docs target, checked in CI).
+# libiberty-dev: the demangler launchfit makes kernels' readable names with, within a budget.
 packages=(cmake ninja-build g++ pkgconf doxygen libspdlog-dev libgtest-dev nlohmann-json3-dev libbenchmark-dev
-          libcli11-dev libhiredis-dev redis-server redis-tools libzstd-dev)
+          libcli11-dev libhiredis-dev redis-server redis-tools libzstd-dev libiberty-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

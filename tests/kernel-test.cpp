@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
 #include <string>
 
@@ -160,4 +161,45 @@ TEST(PtxScan, TheRecordIsPerKernelAndForgotten) {
   EXPECT_EQ(ld::kernel_waits(0x1234), true);
   ld::forget_kernel_wait(0x1234);
   EXPECT_FALSE(ld::kernel_waits(0x1234).has_value());
+}
+
+// A mangled name is untrusted (a cubin's symbol table, a driver's answer): one of under 400 bytes whose
+// substitutions nest 36 deep (each level names the one before twice) demangles to 2^36 characters, and the demangler without a
+// budget ran for ever (the launching thread, an override's match, an error's text) and took gigabytes (the
+// logging thread). It is shown mangled, at once; a kernel's real name is demangled as before.
+TEST(Demangle, ASubstitutionBombIsShownMangledAtOnce) {
+  const char* digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string bomb = "_Z1f1AIS_S_E";
+  for (int level = 0; level < 36; ++level) {  // one base-36 digit per substitution index
+    const std::string ref = "S" + std::string(1, digits[level]) + "_";
+    bomb += "S_I" + ref + ref + "E";
+  }
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(launchfit::demangle(bomb), bomb);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_LT(ms, 5000.0) << "the demangler ran on";  // a bound far above its time (under 1 ms)
+  // Nested 8 deep it is 256 times a short text: within the budget, demangled.
+  std::string small = "_Z1f1AIS_S_E";
+  for (int level = 0; level < 8; ++level) {
+    const std::string ref = "S" + std::string(1, digits[level]) + "_";
+    small += "S_I" + ref + ref + "E";
+  }
+  const std::string readable = launchfit::demangle(small);
+  EXPECT_NE(readable, small);
+  EXPECT_EQ(readable.rfind("f(A<", 0), 0u) << readable.substr(0, 80);
+}
+
+TEST(Demangle, KernelNamesAreDemangledAndOthersLeftAsTheyAre) {
+  EXPECT_EQ(launchfit::demangle("_Z5saxpyfPKfPfi"), "saxpy(float, float const*, float*, int)");
+  EXPECT_EQ(launchfit::demangle("_ZN7samples16templated_kernelIdLi3EEEvPT_"),
+            "void samples::templated_kernel<double, 3>(double*)");
+  EXPECT_EQ(launchfit::demangle("i"), "i");  // an extern "C" kernel named i, not the type int
+  EXPECT_EQ(launchfit::demangle("axpy"), "axpy");
+  EXPECT_EQ(launchfit::demangle("_Z"), "_Z");
+  EXPECT_EQ(launchfit::demangle("_Zxyz_not_valid"), "_Zxyz_not_valid");
+  const std::string long_name = "_Z" + std::to_string(5000) + std::string(5000, 'a') + "v";
+  EXPECT_EQ(launchfit::demangle(long_name), long_name) << "above 4 KiB: shown mangled";
+  const std::string with_nul("_Z5saxpy\0fPKfPfi", 16);
+  EXPECT_EQ(launchfit::demangle(with_nul), with_nul);
 }
