@@ -467,6 +467,36 @@ std::string entry_label(std::size_t index, const stored_key& key) {
          escape_text(kernel.substr(0, kernel.find('|')), 200) + ")";
 }
 
+namespace {
+// The entry lines of launchfit's layout after its head, as parse_cache_file() reads a whole file's entries: each
+// that reads is kept (its stamp clamped as there), each that does not is counted and named.
+void salvage_entry_lines(std::string_view body, cache_file_contents& out) {
+  std::size_t index = 0;
+  while (!body.empty()) {
+    const std::size_t end = body.find('\n');
+    std::string_view line = body.substr(0, end);
+    body.remove_prefix(end == std::string_view::npos ? body.size() : end + 1);
+    if (line.empty()) continue;
+    if (line == file_tail.substr(0, file_tail.size() - 1)) break;  // "]}": the end of the entries
+    if (line.back() == ',') line.remove_suffix(1);
+    stored_entry e;
+    std::string why;
+    const entry_result r = read_entry_text(line, e, &why);
+    why = "line " + std::to_string(index + 2) + ": " + why;
+    ++index;
+    if (r == entry_result::clamped && out.clamped++ < cache_file_max_problems) out.clamps.push_back(why);
+    if (r == entry_result::ok || r == entry_result::clamped) {
+      out.entries.push_back(std::move(e));
+      continue;
+    }
+    if (r == entry_result::refused && out.refused++ < cache_file_max_problems) out.refusals.push_back(why);
+    if (out.problems.size() < cache_file_max_problems) out.problems.push_back(why);
+    ++out.skipped;
+  }
+  stamps_cleared.fetch_add(out.clamped, std::memory_order_relaxed);
+}
+}  // namespace
+
 cache_file_contents parse_cache_file(std::string_view text) {
   cache_file_contents out;
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return out;  // empty: a new file
@@ -476,9 +506,22 @@ cache_file_contents parse_cache_file(std::string_view text) {
   const json doc =
       has_nul ? json(json::value_t::discarded) : json::parse(text.begin(), text.end(), nullptr, false);
   if (doc.is_discarded()) {
-    // Ours if it names our format (a truncated launchfit file): replaceable. Otherwise leave it alone.
-    out.status = mentions_format ? cache_file_status::corrupt : cache_file_status::foreign;
-    out.problem = mentions_format ? "not valid JSON (truncated?)" : "not a launchfit plan cache (not JSON)";
+    if (text.substr(0, file_head.size()) != file_head) {
+      // Not a file launchfit wrote (a note or a README that names the format, an edited copy): left alone.
+      out.status = cache_file_status::foreign;
+      out.problem = mentions_format ? "not a launchfit plan cache (not valid JSON; it names the format, but is "
+                                      "not a file launchfit wrote)"
+                                    : "not a launchfit plan cache (not JSON)";
+      return out;
+    }
+    // launchfit's own layout, one entry per line, cut short by a crash or damaged in a line (a byte that is not
+    // UTF-8, a NUL, a number JSON cannot hold): every entry line that still reads is kept, and the file is
+    // replaced with them. One bad byte used to cost every entry of the file.
+    salvage_entry_lines(text.substr(file_head.size()), out);
+    out.status = cache_file_status::corrupt;
+    out.problem = "not valid JSON (truncated or damaged): " + std::to_string(out.entries.size()) +
+                  (out.entries.size() == 1 ? " entry" : " entries") + " read line by line, " +
+                  std::to_string(out.skipped) + (out.skipped == 1 ? " line" : " lines") + " skipped";
     return out;
   }
   const auto format = doc.is_object() ? doc.find("format") : doc.end();

@@ -157,7 +157,7 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
       out.why = "it was replaced by something else: " + contents.problem;
       return out;
     }
-    // A corrupt file is replaced: `disk` holds nothing of it.
+    // A damaged file of launchfit's is replaced: `disk` holds what of it still reads, line by line.
   }
   view.valid = false;
 

@@ -226,12 +226,64 @@ TEST_F(CacheFile, TruncatedFileIsIgnoredOnceAndReplaced) {
   lf::set_cache_file(file_.string());
   EXPECT_EQ(lf::stored_plan_count(), 0u);
   EXPECT_EQ(warnings(), 1) << log_.str();
-  EXPECT_NE(log_.str().find("not valid JSON (truncated?); it will be replaced"), std::string::npos)
+  EXPECT_NE(log_.str().find("not valid JSON (truncated or damaged): 0 entries read line by line, 1 line skipped"),
+            std::string::npos)
+      << log_.str();
+  EXPECT_NE(log_.str().find("it will be replaced with what was read"), std::string::npos)
       << log_.str();
   lf::store_plan(key(1), sample_plan(256));
   EXPECT_TRUE(lf::flush_cache_file());
   EXPECT_EQ(warnings(), 1) << log_.str();
   EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 1u);
+}
+
+// A file of launchfit's damaged in one line (a byte that is not UTF-8 in a reason) keeps every other entry: they
+// are used, and written back when the file is replaced (one bad byte used to cost the whole file). A file that
+// only names the format (notes, a README) is not launchfit's and is never replaced.
+TEST_F(CacheFile, ADamagedLineCostsThatEntryAloneAndANoteNamingTheFormatIsLeftAlone) {
+  std::vector<lf::detail::stored_entry> five;
+  for (int k = 0; k < 5; ++k) five.push_back({key(k), sample_plan(128)});
+  std::string text = lf::detail::serialize_cache_file(five);
+  const std::size_t third = text.find("\n", text.find("\n", text.find("\n") + 1) + 1);  // the end of entry 2's line
+  const std::size_t reason = text.rfind("\"reason\"", third);
+  ASSERT_NE(reason, std::string::npos);
+  text.insert(reason + 11, "\xff");  // inside entry 2's reason: the whole file is no longer JSON
+  write_text(file_, text);
+  lf::set_cache_file(file_.string());
+  EXPECT_EQ(lf::stored_plan_count(), 4u) << log_.str();
+  EXPECT_NE(log_.str().find("4 entries read line by line, 1 line skipped"), std::string::npos) << log_.str();
+  lf::store_plan(key(9), sample_plan(256));
+  ASSERT_TRUE(lf::flush_cache_file());
+  const auto after = lf::detail::parse_cache_file(slurp(file_));
+  EXPECT_EQ(after.status, lf::detail::cache_file_status::ok);
+  EXPECT_EQ(after.entries.size(), 5u) << "the four that read and the new one";
+  lf::close_cache_file();
+
+  // The same damage made while the process runs, between two of its writes: the others' entries stay.
+  write_text(file_, lf::detail::serialize_cache_file(five));
+  log_.str("");
+  lf::set_cache_file(file_.string());
+  lf::store_plan(key(10), sample_plan(256));
+  ASSERT_TRUE(lf::flush_cache_file());
+  std::string now = slurp(file_);
+  const std::size_t at = now.find("\"reason\"");
+  ASSERT_NE(at, std::string::npos);
+  now.insert(at + 11, "\xff");
+  write_text(file_, now);
+  lf::store_plan(key(11), sample_plan(256));
+  ASSERT_TRUE(lf::flush_cache_file());
+  EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 6u) << "five of six that read and the new one";
+  lf::close_cache_file();
+
+  const std::string note = "Our plans live in a launchfit-plan-cache file; see the wiki.\n";
+  write_text(file_, note);
+  log_.str("");
+  lf::set_cache_file(file_.string());
+  lf::store_plan(key(12), sample_plan(128));
+  lf::flush_cache_file();
+  EXPECT_EQ(slurp(file_), note) << "a note that names the format was replaced";
+  EXPECT_NE(log_.str().find("not a file launchfit wrote"), std::string::npos) << log_.str();
+  lf::close_cache_file();
 }
 
 TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
@@ -251,13 +303,8 @@ TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
     lf::store_plan(key(0), sample_plan(128));
     ASSERT_TRUE(lf::find_stored_plan(key(0)));  // kept in memory
     lf::flush_cache_file();
-    const bool ours = content.find("launchfit-plan-cache") != std::string::npos &&
-                      content.find("\"version\":2") == std::string::npos;
-    if (ours) {
-      EXPECT_EQ(lf::detail::parse_cache_file(slurp(file_)).entries.size(), 1u);  // a truncated one of ours
-    } else {
-      EXPECT_EQ(slurp(file_), content);
-    }
+    // None is a file launchfit wrote (its head, one entry per line), not even the one that names the format.
+    EXPECT_EQ(slurp(file_), content);
     EXPECT_EQ(warnings(), 1) << log_.str();
     lf::close_cache_file();
   }
@@ -466,7 +513,7 @@ TEST(CacheFileFormat, NulBytesMakeAFileCorrupt) {
   // the line parser while the whole file was rejected. Crashes can leave zero-filled blocks in a file.
   const std::string good = lf::detail::serialize_cache_file({{key(0), sample_plan(128)}});
   std::string zeroed = good;
-  zeroed.insert(zeroed.find("}}\n") + 2, std::string(8, '\0') + "{\"x\":1}");
+  zeroed.insert(zeroed.find("\n]}"), std::string(8, '\0') + "{\"x\":1}");  // at the end of the entry's line
   const auto c = lf::detail::parse_cache_file(zeroed);
   EXPECT_EQ(c.status, lf::detail::cache_file_status::corrupt);
   EXPECT_TRUE(c.entries.empty());

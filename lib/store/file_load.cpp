@@ -80,8 +80,12 @@ loaded_file load(const std::string& path, cache_file_mode mode) {
       out.view = {std::move(disk), out.id, true, {}};
       break;
     case cache_file_status::corrupt:
-      out.warnings.push_back("ignored: " + contents.problem +
-                             (mode == cache_file_mode::frozen ? "" : "; it will be replaced"));
+      // What still reads (launchfit's layout, line by line) is used and kept when the file is replaced.
+      out.warnings.push_back(contents.problem + (contents.problems.empty() ? std::string() : " (" + contents.problems.front() + ")") +
+                             (mode == cache_file_mode::frozen ? "" : "; it will be replaced with what was read"));
+      out.refused = contents.refused;
+      out.entries.reserve(disk.size());
+      for (const auto& [k, h] : disk) out.entries.push_back(h.entry);
       break;
     case cache_file_status::foreign:
     case cache_file_status::wrong_version:

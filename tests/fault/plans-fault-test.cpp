@@ -100,7 +100,7 @@ TEST_F(PlansFault, TruncatedAndForeignFilesAreRefusedAndNeverReplaced) {
   outcome r = run("list cut.json");
   ASSERT_TRUE(r.finished);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("cut.json: not valid JSON (truncated?)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cut.json: not valid JSON (truncated or damaged)"), std::string::npos) << r.err;
   write("in.json", whole);
   for (const char* out : {"cut.json", "foreign.json"}) {
     const std::string before = slurp(dir_ / out);
