@@ -102,7 +102,12 @@ read_result read_bounded(const std::string& path, std::size_t max_bytes, std::st
     why = too_large(static_cast<unsigned long long>(st.st_size), max_bytes);
     return read_result::refused;
   }
-  text.resize(static_cast<std::size_t>(st.st_size) + 1);
+  try {
+    text.resize(static_cast<std::size_t>(st.st_size) + 1);
+  } catch (const std::bad_alloc&) {  // a limit raised far above the memory there is: refused, never a crash
+    why = "cannot read it (no memory for its " + std::to_string(st.st_size) + " bytes)";
+    return read_result::refused;
+  }
   std::size_t done = 0;
   for (;;) {
     if (done == text.size()) {  // it grew since fstat

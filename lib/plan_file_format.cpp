@@ -497,9 +497,59 @@ void salvage_entry_lines(std::string_view body, cache_file_contents& out) {
 }
 }  // namespace
 
+namespace {
+// The JSON values of `text` outside its strings, counted by their separators ('{', '[' and ','): what the parsed
+// document's size follows (about a hundred bytes a value).
+std::size_t json_values(std::string_view text) {
+  std::size_t n = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[' || c == ',') {
+      ++n;
+    }
+  }
+  return n;
+}
+}  // namespace
+
+static cache_file_contents parse_cache_file_text(std::string_view text);
+
 cache_file_contents parse_cache_file(std::string_view text) {
+  try {
+    return parse_cache_file_text(text);
+  } catch (const std::bad_alloc&) {
+    cache_file_contents out;
+    out.status = cache_file_status::foreign;  // never replaced: what it holds is unknown
+    out.problem = "could not be read (no memory to parse its " + std::to_string(text.size()) + " bytes)";
+    return out;
+  }
+}
+
+static cache_file_contents parse_cache_file_text(std::string_view text) {
   cache_file_contents out;
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return out;  // empty: a new file
+  // A file launchfit writes has a JSON value per 16 bytes or so; a large one far denser ([{},{},...]) is not its,
+  // and its document would cost 40 times its size (16 MiB of it took 600 MB). Below 4 MiB the document stays
+  // within a few hundred MB whatever the file holds, and its entries are read (and bad ones counted) as usual.
+  if (const std::size_t values = text.size() > (std::size_t{4} << 20) ? json_values(text) : 0;
+      values > text.size() / 8) {
+    out.status = cache_file_status::foreign;
+    out.problem = "not a launchfit plan cache (" + std::to_string(values) + " JSON values in " +
+                  std::to_string(text.size()) + " bytes: far denser than a file launchfit writes)";
+    return out;
+  }
   const bool mentions_format = text.find(cache_file_format) != std::string_view::npos;
   // nlohmann::json stops at a NUL byte and ignores the rest; crashes leave zero-filled blocks behind.
   const bool has_nul = text.find('\0') != std::string_view::npos;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cache_file.hpp"
+#include "file_lock.hpp"
 #include "settings.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/log.hpp"
@@ -284,6 +285,44 @@ TEST_F(CacheFile, ADamagedLineCostsThatEntryAloneAndANoteNamingTheFormatIsLeftAl
   EXPECT_EQ(slurp(file_), note) << "a note that names the format was replaced";
   EXPECT_NE(log_.str().find("not a file launchfit wrote"), std::string::npos) << log_.str();
   lf::close_cache_file();
+}
+
+// A large file of tiny JSON values ([{},{},...] after launchfit's head, 6 MiB) is not launchfit's: refused without
+// building its document (16 MiB of it took 600 MB to parse, and a process near its memory limit aborted).
+TEST(CacheFileFormat, ALargeFileOfTinyValuesIsRefusedUnparsed) {
+  std::string text = "{\"format\": \"launchfit-plan-cache\", \"version\": 1, \"entries\": [\n";
+  text.reserve(6u << 20);
+  while (text.size() < (6u << 20)) text += "{},";
+  text += "{}]}\n";
+  const auto c = lf::detail::parse_cache_file(text);
+  EXPECT_EQ(c.status, lf::detail::cache_file_status::foreign);
+  EXPECT_NE(c.problem.find("far denser than a file launchfit writes"), std::string::npos) << c.problem;
+}
+
+// A file larger than the memory there is, under a limit raised to allow it (LAUNCHFIT_CACHE_MAX_BYTES takes up to
+// 1 TiB): refused with a reason, never a std::bad_alloc out of a launch (which, through a noexcept flush, ended
+// the process). A sparse file of 200 GB, which no machine of this kind can hold in memory.
+TEST(CacheFileFormat, AFileLargerThanMemoryIsRefusedNotThrown) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator reports an allocation this large instead of failing it";
+#else
+  std::ifstream mode_file("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  mode_file >> mode;
+  if (mode != 0 && mode != 2) GTEST_SKIP() << "overcommit_memory " << mode << ": a 200 GB allocation may succeed";
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("launchfit-huge-" + std::to_string(::getpid()) + ".json")).string();
+  {
+    std::ofstream f(path);
+  }
+  ASSERT_EQ(::truncate(path.c_str(), 200LL << 30), 0);
+  std::string text, why;
+  lf::detail::file_identity id;
+  const auto r = lf::detail::read_bounded(path, std::size_t{1} << 40, text, why, id);
+  std::filesystem::remove(path);
+  EXPECT_EQ(r, lf::detail::read_result::refused) << why;
+  EXPECT_NE(why.find("no memory"), std::string::npos) << why;
+#endif
 }
 
 TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
