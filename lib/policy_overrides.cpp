@@ -19,8 +19,29 @@
 namespace launchfit {
 namespace detail {
 
-bool glob_match(std::string_view pattern, std::string_view text) noexcept {
-  // Iterative, backtracking only to the last '*': O(|pattern| x |text|) at worst.
+namespace {
+
+// Where `word` first occurs in text[from, to), or npos: Knuth-Morris-Pratt, linear in both (a name and a glob
+// are untrusted: a glob of 5,000 'a's then 'b' against a name of 10,000 'a's cost O(n x m) in a naive search).
+std::size_t find_linear(std::string_view text, std::size_t from, std::size_t to, std::string_view word) {
+  if (word.empty()) return from;
+  if (to < from || to - from < word.size()) return std::string_view::npos;
+  std::vector<std::size_t> fail(word.size(), 0);
+  for (std::size_t i = 1, k = 0; i < word.size(); ++i) {
+    while (k > 0 && word[i] != word[k]) k = fail[k - 1];
+    if (word[i] == word[k]) ++k;
+    fail[i] = k;
+  }
+  for (std::size_t i = from, k = 0; i < to; ++i) {
+    while (k > 0 && text[i] != word[k]) k = fail[k - 1];
+    if (text[i] == word[k]) ++k;
+    if (k == word.size()) return i + 1 - word.size();
+  }
+  return std::string_view::npos;
+}
+
+// A glob with '?' in it: backtracking only to the last '*', O(|pattern| x |text|) at worst.
+bool glob_match_backtracking(std::string_view pattern, std::string_view text) noexcept {
   std::size_t p = 0, t = 0, star = std::string_view::npos, star_t = 0;
   while (t < text.size()) {
     if (p < pattern.size() && pattern[p] == '*') {  // before the literal test: '*' also matches a '*'
@@ -38,6 +59,39 @@ bool glob_match(std::string_view pattern, std::string_view text) noexcept {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
+}
+
+}  // namespace
+
+bool glob_match(std::string_view pattern, std::string_view text) noexcept {
+  if (pattern.find('?') != std::string_view::npos) return glob_match_backtracking(pattern, text);
+  // Only '*': the text starts with the first literal run, ends with the last, and holds the runs between in
+  // order, each where it first occurs after the one before (the leftmost choice never loses a match). Linear.
+  const std::size_t first_star = pattern.find('*');
+  if (first_star == std::string_view::npos) return pattern == text;
+  const std::size_t last_star = pattern.rfind('*');
+  const std::string_view head = pattern.substr(0, first_star), tail = pattern.substr(last_star + 1);
+  if (text.size() < head.size() + tail.size() || text.substr(0, head.size()) != head ||
+      text.substr(text.size() - tail.size()) != tail)
+    return false;
+  try {
+    std::size_t at = head.size();
+    const std::size_t end = text.size() - tail.size();
+    std::string_view middle =
+        last_star > first_star ? pattern.substr(first_star + 1, last_star - first_star - 1) : std::string_view();
+    while (!middle.empty()) {
+      const std::size_t star = middle.find('*');
+      const std::string_view run = middle.substr(0, star);
+      middle = star == std::string_view::npos ? std::string_view() : middle.substr(star + 1);
+      if (run.empty()) continue;
+      const std::size_t found = find_linear(text, at, end, run);
+      if (found == std::string_view::npos) return false;
+      at = found + run.size();
+    }
+    return true;
+  } catch (...) {  // no memory for a run's table: the quadratic search, which needs none
+    return glob_match_backtracking(pattern, text);
+  }
 }
 
 kernel_match_names match_names(std::string_view demangled) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -359,6 +360,50 @@ TEST(PolicyOverrides, Globs) {
   EXPECT_FALSE(glob_match("*b", "*a"));
   // No exponential blow-up on adversarial patterns.
   EXPECT_FALSE(glob_match("*a*a*a*a*a*a*a*a*a*a*b", std::string(5000, 'a')));
+}
+
+// A glob and a kernel name are untrusted: "*" then 5,000 'a's then "b" against a name of 200,000 'a's took
+// O(|glob| x |name|), seconds per kernel's first launch with a dozen such globs. Linear now (a '*'-only glob);
+// a bound far above its time, which is a millisecond or two.
+TEST(PolicyOverrides, AGlobIsMatchedInLinearTime) {
+  using lf::detail::glob_match;
+  const std::string glob = "*" + std::string(5000, 'a') + "b";
+  const std::string name(200000, 'a');
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 12; ++i) EXPECT_FALSE(glob_match(glob, name));
+  EXPECT_TRUE(glob_match(glob, name + "b"));
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_LT(ms, 2000.0);
+}
+
+// The linear matcher agrees with a plain recursive one on every small glob and name over a two-letter alphabet.
+bool reference_glob(std::string_view p, std::string_view t) {
+  if (p.empty()) return t.empty();
+  if (p[0] == '*') return reference_glob(p.substr(1), t) || (!t.empty() && reference_glob(p, t.substr(1)));
+  return !t.empty() && (p[0] == '?' || p[0] == t[0]) && reference_glob(p.substr(1), t.substr(1));
+}
+TEST(PolicyOverrides, GlobsAgreeWithAPlainMatcher) {
+  const auto all = [](int length, const char* alphabet) {
+    std::vector<std::string> out{""};
+    for (int l = 1; l <= length; ++l) {
+      std::vector<std::string> next;
+      for (const std::string& s : out)
+        if (static_cast<int>(s.size()) == l - 1)
+          for (const char* c = alphabet; *c; ++c) next.push_back(s + *c);
+      out.insert(out.end(), next.begin(), next.end());
+    }
+    return out;
+  };
+  const auto globs = all(5, "ab*?");
+  const auto names = all(6, "ab*");
+  std::size_t checked = 0;
+  for (const std::string& g : globs)
+    for (const std::string& n : names) {
+      ASSERT_EQ(lf::detail::glob_match(g, n), reference_glob(g, n)) << "glob '" << g << "', name '" << n << "'";
+      ++checked;
+    }
+  EXPECT_GT(checked, 1000000u);
 }
 
 TEST(PolicyOverrides, FirstMatchWins) {
