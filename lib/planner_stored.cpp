@@ -276,7 +276,9 @@ std::string check_stored_plan(const query& q, plan& stored, const launch_require
   const bool remote = plan_match::from_remote_store(stored.match);
   stored.reason = (remote ? "stored in the remote plan store: " : "stored in the plan-cache file: ") +
                   escape_text(stored.reason);
-  stored.warning = escape_text(stored.warning);
+  // Said as the store's, not as launchfit's own: a file or a peer may write any sentence there.
+  if (!stored.warning.empty())
+    stored.warning = (remote ? "the remote plan store says: " : "the plan-cache file says: ") + escape_text(stored.warning);
   return {};
 }
 

@@ -258,6 +258,20 @@ TEST(StoredPlans, AnAcceptedEntryShowsNoFileTextRaw) {
       << stored.reason;  // escaped, as every log shows it
 }
 
+// A stored warning is logged as a warning of its plan: said as the store's, never as launchfit's own (a file
+// wrote "driver fault detected, reset the GPU", and the log showed it as launchfit's warning).
+TEST(StoredPlans, AStoredWarningIsSaidAsTheStores) {
+  const lf::query q = h200_query();
+  const lf::plan computed = lf::max_occupancy_policy{}.choose(q);
+  lf::plan stored = stored_from(computed);
+  stored.warning = "driver fault detected, reset the GPU";
+  EXPECT_EQ(ld::check_stored_plan(q, stored, {}, &computed), "");
+  EXPECT_EQ(stored.warning, "the plan-cache file says: driver fault detected, reset the GPU");
+  lf::plan quiet = stored_from(computed);
+  EXPECT_EQ(ld::check_stored_plan(q, quiet, {}, &computed), "");
+  EXPECT_EQ(quiet.warning, "") << "no warning stored: none said";
+}
+
 TEST(StoredPlans, ABlockAboveTheKernelsLimitIsRejected) {
   lf::query q = h200_query();
   q.kernel.max_threads_per_block = 128;
