@@ -18,6 +18,23 @@ key_tuple tie_key(const stored_key& k) {
   return {k.device_uuid, k.cc, k.sm_count, k.driver_version, k.kernel, k.policy, k.smem_rule, k.bucket};
 }
 
+namespace {
+// Two entries of one key in one file (edited by hand, concatenated): the one launchfit would keep, as when it
+// writes and as launchfit-plans merge does: where either was measured, the measured rule (replaces_in_file);
+// else the newer (stored_at), the later in the file on a tie. The last one used to win, even when older.
+bool kept_over(const stored_entry& later, const stored_entry& earlier) noexcept {
+  if (later.measurement || earlier.measurement) return replaces_in_file(later, earlier);
+  return later.stored_at_ms >= earlier.stored_at_ms;
+}
+// Whether `h` is kept under `k` (false: an entry of the key already read wins over it).
+bool keep_entry(entry_lines& disk, const key_tuple& k, const held& h) {
+  const auto it = disk.find(k);
+  if (it != disk.end() && !kept_over(h.entry, it->second.entry)) return false;
+  disk.insert_or_assign(k, h);
+  return true;
+}
+}  // namespace
+
 cache_file_contents read_entries(std::string_view text, const disk_view* known, entry_lines& disk,
                                  std::vector<stored_entry>* changed) {
   // An entry is changed when the view held another line, or none, for its key.
@@ -58,13 +75,12 @@ cache_file_contents read_entries(std::string_view text, const disk_view* known, 
     contents.status = cache_file_status::ok;
     for (const in_order& o : order) {
       if (o.seen) {
-        disk.insert_or_assign(tie_key(o.seen->entry.key), *o.seen);
+        keep_entry(disk, tie_key(o.seen->entry.key), *o.seen);
         continue;
       }
-      held h{std::move(parsed[o.parsed]), std::string(raw[o.parsed])};
-      key_tuple k = tie_key(h.entry.key);
-      note(k, h);
-      disk.insert_or_assign(std::move(k), std::move(h));
+      const held h{std::move(parsed[o.parsed]), std::string(raw[o.parsed])};
+      const key_tuple k = tie_key(h.entry.key);
+      if (keep_entry(disk, k, h)) note(k, h);
     }
     return contents;
   }
@@ -72,10 +88,9 @@ cache_file_contents read_entries(std::string_view text, const disk_view* known, 
   contents = parse_cache_file(text);  // a file edited by hand, or with bad entries: parsed whole
   for (auto& e : contents.entries) {
     std::string line = cache_file_line(e);
-    held h{std::move(e), std::move(line)};
-    key_tuple k = tie_key(h.entry.key);
-    note(k, h);
-    disk.insert_or_assign(std::move(k), std::move(h));
+    const held h{std::move(e), std::move(line)};
+    const key_tuple k = tie_key(h.entry.key);
+    if (keep_entry(disk, k, h)) note(k, h);
   }
   contents.entries.clear();
   return contents;

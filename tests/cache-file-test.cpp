@@ -325,6 +325,26 @@ TEST(CacheFileFormat, AFileLargerThanMemoryIsRefusedNotThrown) {
 #endif
 }
 
+// Two entries of one key in one file (edited by hand, two files concatenated): the newer is used, whichever
+// comes last (the last one was, even when older), and the file keeps it alone when rewritten.
+TEST_F(CacheFile, OfTwoEntriesOfOneKeyTheNewerIsUsed) {
+  lf::detail::stored_entry newer{key(0), sample_plan(256)}, older{key(0), sample_plan(128)};
+  newer.stored_at_ms = 2000;
+  older.stored_at_ms = 1000;
+  write_text(file_, lf::detail::serialize_cache_file({newer, older}));
+  lf::set_cache_file(file_.string());
+  const auto used = lf::find_stored_plan(key(0));
+  ASSERT_TRUE(used);
+  EXPECT_EQ(used->block_threads, 256) << "the older entry, last in the file, was used";
+  lf::store_plan(key(1), sample_plan(128));
+  ASSERT_TRUE(lf::flush_cache_file());
+  const auto after = lf::detail::parse_cache_file(slurp(file_));
+  ASSERT_EQ(after.entries.size(), 2u);
+  for (const auto& e : after.entries)
+    if (e.key.kernel == key(0).kernel) EXPECT_EQ(e.plan.block_threads, 256);
+  lf::close_cache_file();
+}
+
 TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
   for (const std::string content :
        {std::string(R"({"format":"launchfit-plan-cache","version":2,"entries":[]})"),
