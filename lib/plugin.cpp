@@ -43,14 +43,19 @@ using detail::plugin_internal::text_cap_bytes;
 constexpr std::size_t name_scan_bytes = 256;  // longest descriptor name read (policy names are shorter)
 constexpr std::size_t version_scan_bytes = 4096;
 constexpr std::size_t version_cap_bytes = 64;
+// LAUNCHFIT_PLUGINS failures named in the log and in errors: the rest are counted (a list of 15,000 missing
+// paths logged 15,000 lines, and every unknown policy's error carried them all).
+constexpr std::size_t env_failures_named = 8;
 
 // Never destroyed (a policy dropped from a static destructor still finds it). Lock order: this table, then
 // the policy registry. No lock is held while plugin code runs, nor while a library is closed.
 struct plugin_table {
   std::mutex mutex;
   std::vector<std::shared_ptr<const loaded_plugin>> plugins;
-  std::vector<std::string> env_failures;
+  std::vector<std::string> env_failures;  // the first env_failures_named, each logged once
   std::set<std::string> env_failed_paths;
+  std::size_t env_failures_unnamed = 0;         // failures past those (a path may count once per thread's pass)
+  std::size_t env_failures_unnamed_logged = 0;  // of those, already counted in a log line
   std::atomic<bool> env_done{false};
 };
 
@@ -315,16 +320,26 @@ void load_env_plugins() {
           "plugin " + quote_text(path, text_cap_bytes, '\'') + ": " + escape_text(e.what(), text_cap_bytes);
     }
     if (failure.empty()) continue;
-    bool first = false;
+    bool named = false;
     {
       std::lock_guard lock(table.mutex);
-      if (table.env_failed_paths.insert(path).second) {
+      if (table.env_failed_paths.size() < env_failures_named && table.env_failed_paths.insert(path).second) {
         table.env_failures.push_back(failure);
-        first = true;
+        named = true;
+      } else if (!table.env_failed_paths.count(path)) {
+        ++table.env_failures_unnamed;  // a list of thousands is named in its first few, then counted
       }
     }
-    if (first) logger()->error("LAUNCHFIT_PLUGINS: {}", failure);
+    if (named) logger()->error("LAUNCHFIT_PLUGINS: {}", failure);
   }
+  std::size_t unnamed = 0;
+  {
+    std::lock_guard lock(table.mutex);
+    unnamed = std::exchange(table.env_failures_unnamed_logged, table.env_failures_unnamed);
+    unnamed = table.env_failures_unnamed - unnamed;
+  }
+  if (unnamed > 0) logger()->error("LAUNCHFIT_PLUGINS: {} more paths failed to load (the first {} are named)", unnamed,
+                                   env_failures_named);
   table.env_done.store(true, std::memory_order_release);
 }
 
@@ -333,6 +348,8 @@ std::string env_plugin_failures() {
   std::lock_guard lock(table.mutex);
   std::string out;
   for (const auto& f : table.env_failures) out += "; LAUNCHFIT_PLUGINS: " + f;
+  if (table.env_failures_unnamed > 0)
+    out += "; LAUNCHFIT_PLUGINS: " + std::to_string(table.env_failures_unnamed) + " more paths failed to load";
   return out;
 }
 

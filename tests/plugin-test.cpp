@@ -338,6 +338,33 @@ TEST_F(PluginEnv, FallbackSwitchRefusesOtherWords) {
       testing::ExitedWithCode(0), "LAUNCHFIT_PLUGIN_FALLBACK=.*maybe.*is not a switch");
 }
 
+// A list of thousands of paths that do not load is named in its first eight and counted beyond: it logged a
+// line per path, and every unknown policy's error carried them all.
+TEST_F(PluginEnv, ThousandsOfPathsThatDoNotLoadAreNamedInTheirFirstFew) {
+  EXPECT_EXIT(
+      {
+        std::string list = plugin_path("good");
+        for (int i = 0; i < 3000; ++i) list += ":/nonexistent/launchfit-plugin-" + std::to_string(i) + ".so";
+        setenv("LAUNCHFIT_PLUGINS", list.c_str(), 1);
+        const auto p = lf::policy_from_string("test_good(block=32)")->choose(h200_query());
+        std::string missing;
+        try {
+          lf::make_policy("no_such_policy");
+        } catch (const lf::error& e) {
+          missing = e.message();
+        }
+        std::size_t named = 0;
+        for (std::size_t at = missing.find("LAUNCHFIT_PLUGINS: plugin '"); at != std::string::npos;
+             at = missing.find("LAUNCHFIT_PLUGINS: plugin '", at + 1))
+          ++named;
+        const bool ok = p.block_threads == 32 && named == 8 && contains(missing, "2992 more paths failed to load") &&
+                        missing.size() < 8000;
+        if (!ok) std::fprintf(stderr, "named %zu, %zu bytes: %.600s\n", named, missing.size(), missing.c_str());
+        std::exit(ok ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
 TEST_F(PluginEnv, PluginsFromTheEnvironment) {
   EXPECT_EXIT(
       {
