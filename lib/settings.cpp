@@ -217,6 +217,17 @@ void read_log_level(reader& r, settings& s) {
     level = named ? named : bare;
   }
   s.log.level = level.value_or(log_level_setting::info);
+  // The first few refused items are named, one warning each; the rest counted in one (10,000 bad items logged
+  // 10,000 warnings).
+  constexpr std::size_t named_at_most = 4;
+  if (refused.size() > named_at_most) {
+    const std::size_t more = refused.size() - named_at_most;
+    refused.resize(named_at_most);
+    r.warn("SPDLOG_LEVEL", *spdlog_level,
+           std::to_string(more) + " more items are not levels (the first " + std::to_string(named_at_most) +
+               " are named)",
+           level_text(s.log.level));
+  }
   for (const auto& [v, entry] : refused) {
     if (entry.empty()) {
       r.warn("LAUNCHFIT_LOG_LEVEL", v, "is not a level (valid: " + std::string(level_words) + ")",

@@ -490,6 +490,18 @@ TEST(LogEnv, SpdlogLevelWithAGarbageLaunchfitEntryWarnsAndKeepsInfo) {
   }
 }
 
+// An SPDLOG_LEVEL of thousands of bad items: the first four named, the rest counted in one more warning (it was
+// a warning per item).
+TEST(LogEnv, ThousandsOfBadSpdlogLevelItemsAreNamedInTheirFirstFew) {
+  std::string value;
+  for (int i = 0; i < 2000; ++i) value += (i ? "," : "") + std::string("launchfit=q") + std::to_string(i);
+  logging_env env({{"SPDLOG_LEVEL", value.c_str()}});
+  EXPECT_EQ(lf::logger()->level(), spdlog::level::info);
+  const auto warnings = env.lines_with("SPDLOG_LEVEL");
+  EXPECT_EQ(warnings.size(), 5u);
+  EXPECT_EQ(env.lines_with("1996 more items are not levels").size(), 1u);
+}
+
 TEST(LogEnv, EveryUnknownValueIsReportedOnceAndTheDefaultKept) {
   struct bad {
     const char* var;
