@@ -468,6 +468,19 @@ std::string entry_label(std::size_t index, const stored_key& key) {
 }
 
 namespace {
+// One entry read (r) into the contents: kept (its stamp clamped, counted), or counted and named as skipped. The
+// first skipped one's `why` is the contents' problem where `first_is_problem`.
+void take_entry(cache_file_contents& out, entry_result r, stored_entry&& e, std::string&& why, bool first_is_problem) {
+  if (r == entry_result::clamped && out.clamped++ < cache_file_max_problems) out.clamps.push_back(why);
+  if (r == entry_result::ok || r == entry_result::clamped) {
+    out.entries.push_back(std::move(e));
+    return;
+  }
+  if (r == entry_result::refused && out.refused++ < cache_file_max_problems) out.refusals.push_back(why);
+  if (out.problems.size() < cache_file_max_problems) out.problems.push_back(why);
+  if (out.skipped++ == 0 && first_is_problem) out.problem = std::move(why);
+}
+
 // The entry lines of launchfit's layout after its head, as parse_cache_file() reads a whole file's entries: each
 // that reads is kept (its stamp clamped as there), each that does not is counted and named.
 void salvage_entry_lines(std::string_view body, cache_file_contents& out) {
@@ -484,14 +497,7 @@ void salvage_entry_lines(std::string_view body, cache_file_contents& out) {
     const entry_result r = read_entry_text(line, e, &why);
     why = "line " + std::to_string(index + 2) + ": " + why;
     ++index;
-    if (r == entry_result::clamped && out.clamped++ < cache_file_max_problems) out.clamps.push_back(why);
-    if (r == entry_result::ok || r == entry_result::clamped) {
-      out.entries.push_back(std::move(e));
-      continue;
-    }
-    if (r == entry_result::refused && out.refused++ < cache_file_max_problems) out.refusals.push_back(why);
-    if (out.problems.size() < cache_file_max_problems) out.problems.push_back(why);
-    ++out.skipped;
+    take_entry(out, r, std::move(e), std::move(why), false);
   }
   stamps_cleared.fetch_add(out.clamped, std::memory_order_relaxed);
 }
@@ -598,14 +604,7 @@ static cache_file_contents parse_cache_file_text(std::string_view text) {
     stored_entry e;
     std::string why;
     const entry_result r = read_entry((*entries)[i], i, e, why);
-    if (r == entry_result::clamped && out.clamped++ < cache_file_max_problems) out.clamps.push_back(why);
-    if (r == entry_result::ok || r == entry_result::clamped) {
-      out.entries.push_back(std::move(e));
-      continue;
-    }
-    if (r == entry_result::refused && out.refused++ < cache_file_max_problems) out.refusals.push_back(why);
-    if (out.problems.size() < cache_file_max_problems) out.problems.push_back(why);
-    if (out.skipped++ == 0) out.problem = std::move(why);
+    take_entry(out, r, std::move(e), std::move(why), true);
   }
   stamps_cleared.fetch_add(out.clamped, std::memory_order_relaxed);
   return out;

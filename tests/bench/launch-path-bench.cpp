@@ -81,23 +81,35 @@ void count_calls(benchmark::State& state) {
   state.counters["driver_calls"] = static_cast<double>(launchfit_stub_total_calls()) * per;
 }
 
-// The stub's cuLaunchKernelEx, called as a program without launchfit would: the floor of this driver.
-void BM_raw_cuLaunchKernelEx(benchmark::State& state) {
-  void* fn = nullptr;
-  cuGetProcAddress_v2("cuLaunchKernelEx", &fn, CUDA_VERSION, 0, nullptr);
-  const auto launch = reinterpret_cast<decltype(&cuLaunchKernelEx)>(fn);
-  const CUfunction f = fresh_kernel();
+// The stub's cuLaunchKernelEx as a program without launchfit calls it: a fresh kernel, its configuration and
+// arguments made once.
+struct raw_launch {
+  decltype(&cuLaunchKernelEx) launch = nullptr;
+  CUfunction f = fresh_kernel();
   CUlaunchConfig cfg{};
-  cfg.gridDimX = n / 256;
-  cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = 256;
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.hStream = stream;
   float a = 2.0f;
   int count = n;
-  void* args[] = {&a, const_cast<float**>(&x), const_cast<float**>(&y), &count};
+  void* args[4] = {&a, const_cast<float**>(&x), const_cast<float**>(&y), &count};
+  raw_launch() {
+    void* fn = nullptr;
+    cuGetProcAddress_v2("cuLaunchKernelEx", &fn, CUDA_VERSION, 0, nullptr);
+    launch = reinterpret_cast<decltype(&cuLaunchKernelEx)>(fn);
+    cfg.gridDimX = n / 256;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 256;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = stream;
+  }
+  raw_launch(const raw_launch&) = delete;
+  raw_launch& operator=(const raw_launch&) = delete;
+  CUresult operator()() { return launch(&cfg, f, args, nullptr); }
+};
+
+// The stub's cuLaunchKernelEx, called as a program without launchfit would: the floor of this driver.
+void BM_raw_cuLaunchKernelEx(benchmark::State& state) {
+  raw_launch raw;
   launchfit_stub_reset_calls();
-  for (auto _ : state) benchmark::DoNotOptimize(launch(&cfg, f, args, nullptr));
+  for (auto _ : state) benchmark::DoNotOptimize(raw());
   count_calls(state);
 }
 BENCHMARK(BM_raw_cuLaunchKernelEx);
@@ -147,20 +159,8 @@ void time_cold(benchmark::State& state, Launch&& launch) {
   count_calls(state);
 }
 void BM_raw_cuLaunchKernelEx_cold(benchmark::State& state) {
-  void* fn = nullptr;
-  cuGetProcAddress_v2("cuLaunchKernelEx", &fn, CUDA_VERSION, 0, nullptr);
-  const auto launch = reinterpret_cast<decltype(&cuLaunchKernelEx)>(fn);
-  const CUfunction f = fresh_kernel();
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = n / 256;
-  cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = 256;
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.hStream = stream;
-  float a = 2.0f;
-  int count = n;
-  void* args[] = {&a, const_cast<float**>(&x), const_cast<float**>(&y), &count};
-  time_cold(state, [&] { benchmark::DoNotOptimize(launch(&cfg, f, args, nullptr)); });
+  raw_launch raw;
+  time_cold(state, [&] { benchmark::DoNotOptimize(raw()); });
 }
 BENCHMARK(BM_raw_cuLaunchKernelEx_cold)->UseManualTime()->Arg(0)->Arg(1024);
 void BM_launchfit_hit_cold(benchmark::State& state) {

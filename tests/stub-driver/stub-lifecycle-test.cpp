@@ -64,6 +64,29 @@ lf::graph_tuning tune(CUgraph g, CUgraphExec exec, CUstream s) {
                         reinterpret_cast<cudaStream_t>(s));
 }
 
+// 20 children forked one after another while a worker thread runs (with a sanitizer the worker is paused between
+// two of its rounds for each fork): each logs through launchfit and ends within its bound.
+void fork_children_that_log(std::atomic<bool>& pause, const std::atomic<bool>& parked) {
+  constexpr int forks = 20;
+  for (int i = 0; i < forks; ++i) {
+    if (sanitized) {
+      // GCC 12's sanitizer allocator has no fork handlers: the worker stops between two rounds for the fork.
+      pause = true;
+      while (!parked) std::this_thread::yield();
+    }
+    const auto r = lf::fault::run_bounded(5000ms * slow_factor, [i] {
+      in_forked_child = true;
+      lf::logger()->info("forked child {} ends", i);
+      std::exit(0);
+      return 1;
+    });
+    pause = false;
+    EXPECT_TRUE(r.finished) << "child " << i << " hung";
+    EXPECT_EQ(r.exit_code, 0) << "child " << i << ", signal " << r.signal;
+    if (!r.finished || r.exit_code != 0) break;
+  }
+}
+
 // First in this file: forked before this process has started any thread of launchfit's.
 TEST(StubLifecycle, AProcessEndsAtOnceWithCapturedLaunchesPending) {
   const auto r = lf::fault::run_bounded(10000ms * slow_factor, [] {
@@ -120,24 +143,7 @@ TEST(StubLifecycle, ChildrenForkedWhileAThreadCapturesLogAndEnd) {
     }
   });
   while (rounds < 3) std::this_thread::sleep_for(1ms);
-  constexpr int forks = 20;
-  for (int i = 0; i < forks; ++i) {
-    if (sanitized) {
-      // GCC 12's sanitizer allocator has no fork handlers: the worker stops between two rounds for the fork.
-      pause = true;
-      while (!parked) std::this_thread::yield();
-    }
-    const auto r = lf::fault::run_bounded(5000ms * slow_factor, [i] {
-      in_forked_child = true;
-      lf::logger()->info("forked child {} ends", i);
-      std::exit(0);
-      return 1;
-    });
-    pause = false;
-    EXPECT_TRUE(r.finished) << "child " << i << " hung";
-    EXPECT_EQ(r.exit_code, 0) << "child " << i << ", signal " << r.signal;
-    if (!r.finished || r.exit_code != 0) break;
-  }
+  fork_children_that_log(pause, parked);
   stop = true;
   worker.join();
   EXPECT_GT(rounds.load(), 3);
@@ -186,24 +192,7 @@ TEST(StubLifecycle, ChildrenForkedWhileAThreadRaisesAndGivesBackSmemLimitsLogAnd
     }
   });
   while (rounds < 3) std::this_thread::sleep_for(1ms);
-  constexpr int forks = 20;
-  for (int i = 0; i < forks; ++i) {
-    if (sanitized) {
-      // GCC 12's sanitizer allocator has no fork handlers: the worker stops between two rounds for the fork.
-      pause = true;
-      while (!parked) std::this_thread::yield();
-    }
-    const auto r = lf::fault::run_bounded(5000ms * slow_factor, [i] {
-      in_forked_child = true;
-      lf::logger()->info("forked child {} ends", i);
-      std::exit(0);
-      return 1;
-    });
-    pause = false;
-    EXPECT_TRUE(r.finished) << "child " << i << " hung";
-    EXPECT_EQ(r.exit_code, 0) << "child " << i << ", signal " << r.signal;
-    if (!r.finished || r.exit_code != 0) break;
-  }
+  fork_children_that_log(pause, parked);
   stop = true;
   worker.join();
   EXPECT_GT(rounds.load(), 3);
