@@ -516,8 +516,10 @@ TEST_F(BadCacheFile, UnusableFilesWarnOnceAndLaunchesStillRunCorrectly) {
     const char* warning;
   };
   const bad_file files[] = {
-      {"truncated", R"({"format":"launchfit-plan-cache","version":1,"entries":[{"device_uuid":"GPU-)",
-       "not valid JSON (truncated?)"},
+      {"truncated", "{\"format\": \"launchfit-plan-cache\", \"version\": 1, \"entries\": [\n{\"key\":{\"device_uuid\":\"GPU-",
+       "not valid JSON (truncated or damaged)"},
+      {"not launchfit's layout", R"({"format":"launchfit-plan-cache","version":1,"entries":[{"device_uuid":"GPU-)",
+       "it names the format, but is not a file launchfit wrote"},
       {"wrong version", R"({"format":"launchfit-plan-cache","version":999,"entries":[]})", "format version 999"},
       {"foreign JSON", R"({"name":"my-project","dependencies":{"left-pad":"1.0"}})", "not a launchfit plan cache"},
       {"unwritable directory", "", "cannot write it"},
