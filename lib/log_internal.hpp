@@ -41,6 +41,8 @@ struct plan_report {
 
 // How the plan's grid is made for this work: "items", "grid_stride(cap 1056)", "co-resident(1056)", ...
 std::string grid_rule_text(const plan& p, const work& w);
+// The items of this work, as launched: "items(1000003)", "items({1024, 768})" (plan.cpp).
+std::string items_text(const work& w);
 
 // The line logged for a new plan (text: key=value pairs; json: one object). Untrusted fields are escaped
 // and capped; never throws for any field content.

@@ -14,6 +14,15 @@
 
 namespace launchfit {
 
+namespace detail {
+std::string items_text(const work& w) {
+  if (w.rank <= 1) return "items(" + std::to_string(w.n) + ")";
+  std::string s = "items({" + std::to_string(w.n) + ", " + std::to_string(w.ny);
+  if (w.rank == 3) s += ", " + std::to_string(w.nz);
+  return s + "})";
+}
+}  // namespace detail
+
 // "block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100% limiters=warps policy=..."
 std::string plan::to_string() const { return detail::fields_text(detail::describe_plan(*this), detail::shown::everywhere); }
 
@@ -42,12 +51,7 @@ constexpr std::uint64_t max_grid_yz = 65535;  // every CUDA device
   throw error(code, "grid_for", what, {}, p.to_string());
 }
 
-std::string items_text(const work& w) {
-  if (w.rank <= 1) return "items(" + std::to_string(w.n) + ")";
-  std::string s = "items({" + std::to_string(w.n) + ", " + std::to_string(w.ny);
-  if (w.rank == 3) s += ", " + std::to_string(w.nz);
-  return s + "})";
-}
+using detail::items_text;
 
 // A caller's grid: every dimension within the device's limits and made of whole clusters.
 dims caller_grid(const plan& p, const work& w, long long max_grid_x) {

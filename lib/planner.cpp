@@ -270,7 +270,7 @@ std::string override_work_refusal(const plan& p, const work& w, long long max_gr
     const dims needed = grid_for(from_work, w, max_grid_x);
     if (g.x >= needed.x && g.y >= needed.y && g.z >= needed.z) return {};
     return "its fixed grid " + g.to_string() + " is smaller than the grid of " + needed.to_string() +
-           " blocks that " + grid_rule_text(p, w) + " needs in blocks of " + p.block.to_string() +
+           " blocks that " + items_text(w) + " needs in blocks of " + p.block.to_string() +
            ": items would be left undone";
   } catch (const error& e) {
     if (!cannot_serve(e)) throw;
@@ -285,7 +285,8 @@ const plan_entry& serve_work(const launch_request& r, const context_ref& ctx, co
   if (refused.empty()) return e;
   const std::string why = "the LAUNCHFIT_POLICY override " + quote_text(e.override_glob, 256, '\'') + " = " +
                           escape_text(e.overriding->to_string()) + " cannot serve " +
-                          grid_rule_text(e.plan, r.shape) + " (" + escape_text(refused) + ")";
+                          (r.shape.kind == work::shape::items ? items_text(r.shape) : grid_rule_text(e.plan, r.shape)) +
+                          " (" + escape_text(refused) + ")";
   plan_key base = base_key(r, ctx);
   base.smem_rule = e.key.smem_rule;  // as replan_for_smem_rule() keyed the override's plan, if it did
   const plan_entry* own = &own_policy_entry(r, ctx, base, why, local);

@@ -526,6 +526,8 @@ TEST(Overrides, AnOverridesGridThatCannotServeTheWorkGivesWay) {
   const std::string undone = ld::override_work_refusal(fixed, work_of(lf::fixed(1).items(80 * 256 + 1)));
   EXPECT_NE(undone.find("fixed grid 80"), std::string::npos) << undone;
   EXPECT_NE(undone.find("left undone"), std::string::npos) << undone;
+  // The work it names is the launch's, not the override's own grid ("that fixed(80) needs" before).
+  EXPECT_NE(undone.find("blocks that items(20481) needs"), std::string::npos) << undone;
   EXPECT_EQ(ld::override_work_refusal(fixed, work_of(lf::fixed(1).grid_stride(1ull << 30))), "")
       << "the kernel loops";
   EXPECT_EQ(ld::override_work_refusal(fixed, lf::work{}), "");
