@@ -345,6 +345,43 @@ TEST_F(CacheFile, OfTwoEntriesOfOneKeyTheNewerIsUsed) {
   lf::close_cache_file();
 }
 
+// A plan file this user may read but not write (another user's, mode 0444) in a directory anyone may write: its
+// plans are read, and it is never replaced (the rename put this user's file in its place, owner and mode too).
+// Run as another user (nobody) in a child where the tests run as root; skipped otherwise.
+TEST(CacheFileFormat, AFileThisUserMayNotWriteIsReadAndNeverReplaced) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run the process as another user";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("launchfit-ro-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::all);
+  const std::filesystem::path file = dir / "plans.json";
+  const std::string text = lf::detail::serialize_cache_file({{key(0), sample_plan(256)}});
+  {
+    std::ofstream f(file);
+    f << text;
+  }
+  std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::others_read);
+  EXPECT_EXIT(
+      {
+        if (::setgid(65534) != 0 || ::setuid(65534) != 0) std::exit(3);
+        lf::set_cache_file(file.string());
+        const auto read = lf::find_stored_plan(key(0));
+        lf::store_plan(key(1), sample_plan(128));
+        lf::flush_cache_file();
+        lf::close_cache_file();
+        std::exit(read && read->block_threads == 256 ? 0 : 4);
+      },
+      testing::ExitedWithCode(0), "read-only for this process");
+  std::ifstream f(file);
+  const std::string after((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, text) << "replaced by a user who may not write it";
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "the file changed owner";
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
   for (const std::string content :
        {std::string(R"({"format":"launchfit-plan-cache","version":2,"entries":[]})"),

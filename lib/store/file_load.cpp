@@ -3,6 +3,10 @@
 
 #include "file_load.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+
 #include "../settings.hpp"
 #include "file_store.hpp"
 #include "future_stamps.hpp"
@@ -65,6 +69,12 @@ loaded_file load(const std::string& path, cache_file_mode mode) {
                            "; plans are kept in memory only");
     out.writable = false;
     return out;
+  }
+  // A file this user may read but not write (another user's, or made read-only) is read, never replaced: a
+  // writable directory let the rename put this user's file in its place, owner and mode included.
+  if (mode != cache_file_mode::frozen && ::access(out.real.c_str(), W_OK) != 0 && errno == EACCES) {
+    out.warnings.push_back("read-only for this process (not replaced: its plans are read, new ones kept in memory)");
+    out.writable = false;
   }
   entry_lines disk;
   const cache_file_contents contents = read_entries(text, nullptr, disk, nullptr);
