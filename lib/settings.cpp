@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -288,17 +287,6 @@ settings read_settings(environment_lookup lookup, void* context) {
   s.plugins.fallback = r.on_off("LAUNCHFIT_PLUGIN_FALLBACK", false);
   s.policy_overrides = r.text("LAUNCHFIT_POLICY");
   s.cache.file = r.text("LAUNCHFIT_CACHE");
-  // A path that begins or ends with white space or holds a control character is a mistake of quoting (a file
-  // named "plans.json " or "plans.json\n" was made beside the one meant): not used.
-  if (const std::string& f = s.cache.file;
-      !f.empty() && (f.front() == ' ' || f.back() == ' ' || f.front() == '\t' || f.back() == '\t' ||
-                     std::any_of(f.begin(), f.end(), [](char c) {
-                       return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-                     }))) {
-    r.warn("LAUNCHFIT_CACHE", f, "begins or ends with white space or holds a control character",
-           "no plan file: plans are kept in memory only");
-    s.cache.file.clear();
-  }
   // A typo must not start writing to a file meant to be read only, nor widen what a production job accepts.
   s.cache.mode =
       r.either("LAUNCHFIT_CACHE_MODE", cache_file_mode::read_write, "read_write", cache_file_mode::read_write,

@@ -382,6 +382,23 @@ TEST(CacheFileFormat, AFileThisUserMayNotWriteIsReadAndNeverReplaced) {
   std::filesystem::remove_all(dir);
 }
 
+// A path that begins or ends with white space is a mistake of quoting: not used, one warning, no file made
+// (LAUNCHFIT_CACHE="plans.json " made a file of that name beside the one meant).
+TEST_F(CacheFile, APathWithSurroundingBlanksIsNotUsed) {
+  for (const std::string odd : {file_.string() + " ", file_.string() + "\n", " " + file_.string(),
+                                file_.string() + "\t"}) {
+    log_.str("");
+    lf::set_cache_file(odd);
+    lf::store_plan(key(0), sample_plan(128));
+    ASSERT_TRUE(lf::find_stored_plan(key(0))) << "kept in memory";
+    lf::flush_cache_file();
+    lf::close_cache_file();
+    EXPECT_EQ(warnings(), 1) << log_.str();
+    EXPECT_NE(log_.str().find("begins or ends with white space"), std::string::npos) << log_.str();
+    EXPECT_FALSE(std::filesystem::exists(odd)) << "a file was made at the odd path";
+  }
+}
+
 TEST_F(CacheFile, WrongVersionAndForeignFilesAreNeverOverwritten) {
   for (const std::string content :
        {std::string(R"({"format":"launchfit-plan-cache","version":2,"entries":[]})"),

@@ -140,23 +140,6 @@ TEST(SettingsRead, AnEmptyVariableIsAnUnsetOne) {
   EXPECT_FALSE(s.cuda_launch_blocking);
 }
 
-// A plan file path that begins or ends with white space or holds a control character is a mistake of quoting:
-// not used (a file named "plans.json " or "plans.json\n" was made beside the one meant), one warning.
-TEST(SettingsRead, APlanFilePathWithSurroundingBlanksOrControlCharactersIsNotUsed) {
-  for (const char* bad : {"plans.json ", " plans.json", "plans.json\n", "\tplans.json", "pla\x1bns.json"}) {
-    fake_environment env;
-    env.vars["LAUNCHFIT_CACHE"] = bad;
-    const ld::settings s = env.read();
-    EXPECT_EQ(s.cache.file, "") << bad;
-    ASSERT_EQ(s.warnings.size(), 1u) << bad;
-    EXPECT_NE(s.warnings[0].message.find("white space or holds a control character"), std::string::npos)
-        << s.warnings[0].message;
-  }
-  fake_environment env;
-  env.vars["LAUNCHFIT_CACHE"] = "/tmp/my plans.json";  // a blank inside is a name like any other
-  EXPECT_EQ(env.read().cache.file, "/tmp/my plans.json");
-}
-
 struct number_variable {
   const char* name;
   std::uint64_t fallback, max;

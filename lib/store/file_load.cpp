@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 
 #include "../settings.hpp"
@@ -54,6 +55,15 @@ loaded_file load(const std::string& path, cache_file_mode mode) {
   const settings::cache_settings& set = current_settings().cache;
   out.max_bytes = limit_or(set.max_bytes, cache_file_default_max_bytes);
   out.max_entries = limit_or(set.max_entries, default_max_entries);
+  // A path that begins or ends with white space (a blank, a newline) is a mistake of quoting (a file named
+  // "plans.json " or "plans.json\n" was made beside the one meant): not used. Inside a name anything goes, and
+  // the log escapes it.
+  if (!path.empty() &&
+      (std::isspace(static_cast<unsigned char>(path.front())) || std::isspace(static_cast<unsigned char>(path.back())))) {
+    out.warnings.push_back("not used: the path begins or ends with white space; plans are kept in memory only");
+    out.writable = false;
+    return out;
+  }
   const resolved_path where = resolve(path);
   out.real = where.real;
   if (!where.problem.empty()) {
