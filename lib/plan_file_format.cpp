@@ -664,8 +664,20 @@ std::string kernel_fingerprint(const kernel_resources& k) {
   // Made on every miss where a plan store is open: appended, not streamed (an ostringstream's construction
   // alone cost more than the rest of the key).
   std::string out;
-  out.reserve(k.name.size() + 48);
-  out += k.name;
+  out.reserve(2 * k.name.size() + 48);
+  if (detail::is_clean_text(k.name, k.name.size())) {
+    out += k.name;
+  } else {
+    // A name that would not read back as written (bytes that are not UTF-8, control characters: the writer
+    // replaced them, the reader refused them, and the kernel's stored plan was never found again, its plan made
+    // and tuned on every run) is written in hex, "~x" and two digits a byte: no kernel's name begins so.
+    constexpr char hex[] = "0123456789abcdef";
+    out += "~x";
+    for (const unsigned char c : k.name) {
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
   const auto field = [&out](const auto v) {  // each in its own type, as a stream writes it
     out += '|';
     out += std::to_string(v);

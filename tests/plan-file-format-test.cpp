@@ -91,6 +91,21 @@ TEST(StoredKey, AKernelsFingerprintIgnoresTheGlobalLocale) {
   EXPECT_EQ(back->max_threads_per_block, 1024);
 }
 
+// A kernel whose name is not clean text (bytes that are not UTF-8, a control character) is keyed by its name in
+// hex: its entry reads back under the key a launch makes (the writer replaced the bytes, the reader refused the
+// control characters, and the kernel's plan was made again, and tuned, on every run). Clean names are as they are.
+TEST(StoredKey, ANameThatIsNotCleanTextReadsBackUnderTheSameKey) {
+  for (const std::string name : {std::string("_Z4ax\xffypfPKfPfi"), std::string("_Z4a\x1b[31mxfPKfPfi"),
+                                 std::string("_Z4axpyfPKfPfi")}) {
+    const ld::stored_entry e = entry(name, plain);
+    const bool clean = name == "_Z4axpyfPKfPfi";
+    EXPECT_EQ(e.key.kernel.rfind(clean ? name : "~x", 0), 0u) << e.key.kernel;
+    const auto back = ld::parse_cache_file(ld::serialize_cache_file({e}));
+    ASSERT_EQ(back.entries.size(), 1u) << back.problem;
+    EXPECT_EQ(back.entries[0].key.kernel, e.key.kernel);
+  }
+}
+
 TEST(StoredEntry, APlanThatAddsALaunchOptionIsRefusedNamingTheEntryAndTheKernel) {
   ld::stored_entry cooperative = entry("_Z4coopPf", plain);
   cooperative.plan.options.cooperative = true;
