@@ -501,9 +501,7 @@ void salvage_entry_lines(std::string_view body, cache_file_contents& out) {
   }
   stamps_cleared.fetch_add(out.clamped, std::memory_order_relaxed);
 }
-}  // namespace
 
-namespace {
 // The JSON values of `text` outside its strings, counted by their separators ('{', '[' and ','): what the parsed
 // document's size follows (about a hundred bytes a value).
 std::size_t json_values(std::string_view text) {
@@ -528,22 +526,7 @@ std::size_t json_values(std::string_view text) {
   }
   return n;
 }
-}  // namespace
-
-static cache_file_contents parse_cache_file_text(std::string_view text);
-
-cache_file_contents parse_cache_file(std::string_view text) {
-  try {
-    return parse_cache_file_text(text);
-  } catch (const std::bad_alloc&) {
-    cache_file_contents out;
-    out.status = cache_file_status::foreign;  // never replaced: what it holds is unknown
-    out.problem = "could not be read (no memory to parse its " + std::to_string(text.size()) + " bytes)";
-    return out;
-  }
-}
-
-static cache_file_contents parse_cache_file_text(std::string_view text) {
+cache_file_contents parse_cache_file_text(std::string_view text) {
   cache_file_contents out;
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return out;  // empty: a new file
   // A file launchfit writes has a JSON value per 16 bytes or so; a large one far denser ([{},{},...]) is not its,
@@ -609,6 +592,18 @@ static cache_file_contents parse_cache_file_text(std::string_view text) {
   stamps_cleared.fetch_add(out.clamped, std::memory_order_relaxed);
   return out;
 }
+}  // namespace
+
+cache_file_contents parse_cache_file(std::string_view text) {
+  try {
+    return parse_cache_file_text(text);
+  } catch (const std::bad_alloc&) {
+    cache_file_contents out;
+    out.status = cache_file_status::foreign;  // never replaced: what it holds is unknown
+    out.problem = "could not be read (no memory to parse its " + std::to_string(text.size()) + " bytes)";
+    return out;
+  }
+}
 
 std::string cache_file_line(const stored_entry& e) {
   return entry_json(e).dump(-1, ' ', false, json::error_handler_t::replace);
@@ -671,12 +666,8 @@ std::string kernel_fingerprint(const kernel_resources& k) {
     // A name that would not read back as written (bytes that are not UTF-8, control characters: the writer
     // replaced them, the reader refused them, and the kernel's stored plan was never found again, its plan made
     // and tuned on every run) is written in hex, "~x" and two digits a byte: no kernel's name begins so.
-    constexpr char hex[] = "0123456789abcdef";
     out += "~x";
-    for (const unsigned char c : k.name) {
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
+    for (const unsigned char c : k.name) detail::append_hex(out, "", c, 2);
   }
   const auto field = [&out](const auto v) {  // each in its own type, as a stream writes it
     out += '|';

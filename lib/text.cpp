@@ -6,9 +6,13 @@
 
 namespace launchfit::detail {
 
-namespace {
+void append_hex(std::string& out, const char* prefix, std::uint32_t v, int digits) {
+  constexpr char hex_digits[] = "0123456789abcdef";
+  out += prefix;
+  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out += hex_digits[(v >> shift) & 15];
+}
 
-constexpr char hex_digits[] = "0123456789abcdef";
+namespace {
 
 // Bytes of the well-formed UTF-8 sequence at s[at] (Unicode table 3-7: no overlong form, no surrogate,
 // nothing above U+10FFFF), its code point in `cp`; 0 when the byte there starts none.
@@ -52,10 +56,6 @@ bool invisible_control(std::uint32_t cp) {
 
 bool unsafe_code_point(std::uint32_t cp) { return cp < 0x20 || cp == 0x7f || invisible_control(cp); }
 
-void append_hex(std::string& out, const char* prefix, std::uint32_t v, int digits) {
-  out += prefix;
-  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out += hex_digits[(v >> shift) & 15];
-}
 
 std::string escape(std::string_view s, std::size_t max_bytes, char quote, bool keep_backslash = false) {
   std::string out;

@@ -6,6 +6,7 @@
 // quote_text() are declared in launchfit/detail/text.hpp, for the public headers that quote a value.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,9 @@ namespace launchfit::detail {
 // A line assembled from pieces escaped already (a log message, an explanation quoting a value), made safe
 // as a whole: as escape_text() but '\' is kept, so the escapes the pieces hold read as they are.
 std::string escape_line(std::string_view s, std::size_t max_bytes);
+
+// Appends `prefix` and the low `digits` hex digits of v, lowercase ("\\x1b", "~x" "ff").
+void append_hex(std::string& out, const char* prefix, std::uint32_t v, int digits);
 
 // `s` as valid UTF-8 for a serializer that escapes everything else (a JSON string): each invalid byte
 // becomes U+FFFD; at most max_bytes, never cut inside a character, then "...(N bytes)" when cut.
