@@ -39,9 +39,9 @@ std::string found(std::string_view text, std::size_t pos) {
   if (pos >= text.size()) return "end of string";
   const char c = text[pos];
   if (c >= 0x20 && c < 0x7f) return std::string("'") + c + "'";
-  static constexpr char hex[] = "0123456789abcdef";
-  const auto byte = static_cast<unsigned char>(c);
-  return std::string("byte 0x") + hex[byte >> 4] + hex[byte & 15];
+  std::string out;
+  append_hex(out, "byte 0x", static_cast<unsigned char>(c), 2);
+  return out;
 }
 
 std::string_view trim(std::string_view s, std::size_t* offset) {

@@ -70,7 +70,7 @@ class family<void(Params...)> {
       id = detail::mix_hash(detail::mix_hash(id, static_cast<std::uint64_t>(m.block)),
                             reinterpret_cast<std::uintptr_t>(m.kernel));
     }
-    id_ = static_cast<std::uintptr_t>(id | 1);  // never a valid function address: odd
+    id_ = id | 1;  // never a valid function address: odd
   }
 
   // Number of members.
