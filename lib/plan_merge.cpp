@@ -35,6 +35,23 @@ bool keep_entry(entry_lines& disk, const key_tuple& k, const held& h) {
 }
 }  // namespace
 
+std::vector<stored_entry> one_entry_per_key(std::vector<stored_entry> entries, std::size_t* dropped) {
+  std::map<key_tuple, std::size_t> at;
+  std::vector<stored_entry> out;
+  out.reserve(entries.size());
+  for (stored_entry& e : entries) {
+    key_tuple k = tie_key(e.key);
+    if (const auto it = at.find(k); it != at.end()) {
+      if (dropped) ++*dropped;
+      if (kept_over(e, out[it->second])) out[it->second] = std::move(e);
+    } else {
+      at.emplace(std::move(k), out.size());
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
 cache_file_contents read_entries(std::string_view text, const disk_view* known, entry_lines& disk,
                                  std::vector<stored_entry>* changed) {
   // An entry is changed when the view held another line, or none, for its key.

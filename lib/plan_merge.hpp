@@ -29,6 +29,12 @@ using key_tuple =
     std::tuple<std::string, int, int, int, std::string, std::string, std::string, std::uint64_t>;
 key_tuple tie_key(const stored_key& k);
 
+// One entry per key, in the order each key first appears, each the one launchfit keeps of a key written more
+// than once (a file edited by hand or concatenated): the measured rule where either was measured, else the
+// newer, the later on a tie. What every reader and launchfit-plans keep. `dropped`, when given, counts the
+// entries left out.
+std::vector<stored_entry> one_entry_per_key(std::vector<stored_entry> entries, std::size_t* dropped = nullptr);
+
 struct held {
   stored_entry entry;
   std::string line;  // as in the file

@@ -326,11 +326,48 @@ TEST_F(PlansTool, CheckPointsOutPlansWhoseKeysNameNoWorkKind) {
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_TRUE(j.is_array() && j.size() == 1) << r.out;
   EXPECT_EQ(j[0]["without_work_kind"], 2);
-  EXPECT_EQ(j[0]["notes"].size(), 1u) << r.out;
+  EXPECT_EQ(j[0]["repeated_keys"], 1);
+  EXPECT_EQ(j[0]["notes"].size(), 2u) << r.out;  // and the key written twice
   write("new.json", {current});
   r = run("check new.json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(has(r.out, "work kind")) << r.out;
+}
+
+// A key written twice (a hand edit, two files concatenated) is valid and read as one plan, the one the library
+// keeps (the newer where neither was measured, wherever it stands in the file): check says so (exit 0), and
+// prune and list keep that plan. The tool kept the later entry in the file, which the library does not read.
+TEST_F(PlansTool, AKeyWrittenTwiceIsPointedOutAndKeptAsTheLibraryReadsIt) {
+  const ld::stored_entry newer = entry(gpu("GPU-a"), "_Z4twicePf", 32, 256, 8, /*stored_at=*/5000);
+  const ld::stored_entry older = entry(gpu("GPU-a"), "_Z4twicePf", 32, 128, 16, /*stored_at=*/1000);
+  write_text("p.json", ld::serialize_cache_file({newer}) + "\n");
+  {  // the older one after it, as a concatenation leaves it: one entry per line, the second file's last
+    std::string text = slurp(dir_ / "p.json");
+    const std::string second = ld::serialize_cache_file({older});
+    const std::size_t line = second.find("\n{");
+    ASSERT_NE(line, std::string::npos) << second;
+    const std::size_t end = second.find('\n', line + 1);
+    const std::size_t close = text.rfind("\n]");
+    ASSERT_NE(close, std::string::npos) << text;
+    text.insert(close, ",\n" + second.substr(line + 1, end - line - 1));
+    write_text("p.json", text);
+  }
+  ASSERT_EQ(ld::parse_cache_file(slurp(dir_ / "p.json")).entries.size(), 2u) << slurp(dir_ / "p.json");
+  outcome r = run("check p.json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "p.json: note: 1 entry repeats a key written before in the file: launchfit reads one "
+                         "plan per key (the measured, else the newer)"))
+      << r.out;
+  r = run("prune p.json --without-work-kind");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "removed 0, kept 1, 1 repeated entries of a key dropped")) << r.out;
+  const auto left = ld::parse_cache_file(slurp(dir_ / "p.json"));
+  ASSERT_EQ(left.entries.size(), 1u) << slurp(dir_ / "p.json");
+  EXPECT_EQ(left.entries[0].plan.block_threads, 256) << "the tool kept the older entry the library never reads";
+  EXPECT_EQ(left.entries[0].stored_at_ms, 5000u);
+  r = run("check p.json --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)[0]["repeated_keys"], 0) << r.out;
 }
 
 TEST_F(PlansTool, PruneOldDriversAndKernelsNoLongerPresent) {

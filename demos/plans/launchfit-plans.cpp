@@ -36,6 +36,7 @@
 
 #include "cache_file.hpp"
 #include "plan_match.hpp"
+#include "plan_merge.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/kernel.hpp"
@@ -82,31 +83,16 @@ std::string shown(std::string_view s, std::size_t max_bytes = 4096) {
 
 struct loaded {
   std::string path;
-  std::vector<stored_entry> entries;  // one per key, in file order (a later duplicate replaces)
+  std::vector<stored_entry> entries;  // one per key, in file order (the one launchfit keeps of a duplicate)
   std::size_t skipped = 0;
   std::vector<std::string> problems;
 };
 
-using key_tuple =
-    std::tuple<std::string, int, int, int, std::string, std::string, std::string, std::uint64_t>;
-key_tuple tie_key(const stored_key& k) {
-  return {k.device_uuid, k.cc, k.sm_count, k.driver_version, k.kernel, k.policy, k.smem_rule, k.bucket};
-}
+using ld::key_tuple;
+using ld::tie_key;
 
-std::vector<stored_entry> unique_entries(std::vector<stored_entry> in) {
-  std::map<key_tuple, std::size_t> at;
-  std::vector<stored_entry> out;
-  for (auto& e : in) {
-    auto k = tie_key(e.key);
-    if (const auto it = at.find(k); it != at.end()) {
-      out[it->second] = std::move(e);
-    } else {
-      at.emplace(std::move(k), out.size());
-      out.push_back(std::move(e));
-    }
-  }
-  return out;
-}
+// One entry per key, as every reader of the library keeps them (plan_merge.hpp).
+std::vector<stored_entry> unique_entries(std::vector<stored_entry> in) { return ld::one_entry_per_key(std::move(in)); }
 
 // A remote store in place of a file: "redis://..." (any "scheme://" is taken for a URL, so that a typo in the
 // scheme is reported as such rather than as a missing file).
@@ -694,7 +680,7 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
   const int below = driver_below ? parse_driver(*driver_below) : 0;
   const std::optional<std::set<std::string>> keep =
       keep_kernels ? std::optional(read_kernel_list(*keep_kernels, max_bytes)) : std::nullopt;
-  std::size_t removed = 0, kept = 0;
+  std::size_t removed = 0, kept = 0, repeated = 0;
   std::string problem;
   std::size_t skipped = 0;
   bool refused = false;
@@ -705,7 +691,8 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
           problem = current.problem;
           return std::nullopt;
         }
-        const std::vector<stored_entry> entries = unique_entries(current.entries);
+        repeated = 0;
+        const std::vector<stored_entry> entries = ld::one_entry_per_key(current.entries, &repeated);
         // A list that names no kernel of the file is the wrong list far more often than a wish to empty the
         // file (a stripped binary, the wrong program): it removes nothing unless --force says so.
         if (keep && !force) {
@@ -740,7 +727,7 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
             ++removed;
           }
         }
-        if (dry_run || (removed == 0 && skipped == 0)) return std::nullopt;
+        if (dry_run || (removed == 0 && skipped == 0 && repeated == 0)) return std::nullopt;
         return out;
       });
   if (!why.empty()) write_failed(path, why, max_bytes);
@@ -755,6 +742,9 @@ int run_prune(const std::string& path, const std::optional<std::string>& driver_
             << (skipped ? ", " + std::to_string(skipped) + " bad entries " + (dry_run ? "would be " : "") +
                               "dropped"
                         : "")
+            << (repeated ? ", " + std::to_string(repeated) + " repeated entries of a key " +
+                               (dry_run ? "would be " : "") + "dropped (the one launchfit reads kept)"
+                         : "")
             << "\n";
   return 0;
 }
@@ -826,7 +816,8 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
                 << " more stored_at stamps read as of unknown age\n";
     std::size_t unchecked = 0;
     // Counted as prune removes them: a key written twice is one plan (the later entry), as a lookup reads it.
-    const std::vector<stored_entry> plans = unique_entries(c.entries);
+    std::size_t repeated = 0;
+    const std::vector<stored_entry> plans = ld::one_entry_per_key(c.entries, &repeated);
     const auto unfindable = static_cast<std::size_t>(std::count_if(plans.begin(), plans.end(), without_work_kind));
     for (std::size_t i = 0; i < c.entries.size(); ++i) {
       bool no_table = false;
@@ -839,6 +830,16 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
     file["entries"] = c.entries.size();
     file["not_checked_offline"] = unchecked;
     file["without_work_kind"] = unfindable;
+    file["repeated_keys"] = repeated;
+    if (repeated > 0) {
+      // Valid, and read as one plan per key, but a hand edit or a concatenation an operator wants to know of.
+      const std::string note =
+          std::to_string(repeated) + (repeated == 1 ? " entry repeats a key" : " entries repeat a key") +
+          " written before in the file: launchfit reads one plan per key (the measured, else the newer); "
+          "any launchfit-plans prune writes the file with that one alone";
+      file["notes"].push_back(note);
+      if (!as_json) std::cout << shown(path, 512) << ": note: " << note << "\n";
+    }
     if (const std::string note = unfindable_note(unfindable, true); !note.empty()) {
       file["notes"].push_back(note);
       if (!as_json) std::cout << shown(path, 512) << ": note: " << note << "\n";
