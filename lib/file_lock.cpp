@@ -154,6 +154,13 @@ resolved_path resolve(const std::string& path) {
 }
 
 lock_result take_lock(const std::string& path, fd_closer& lock, std::string& why, milliseconds wait) {
+  // A target that is there and is not a file (a directory, a FIFO) is refused before its lock is made: no
+  // write replaces it, and a lock file left beside it is litter in someone else's directory.
+  struct stat target {};
+  if (::stat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode)) {
+    why = std::string("not a regular file (") + kind_of(target.st_mode) + ")";
+    return lock_result::failed;
+  }
   const std::string lock_path = path + ".lock";
   lock.fd =
       ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);

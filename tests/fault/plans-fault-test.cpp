@@ -149,6 +149,15 @@ TEST_F(PlansFault, AFifoNeverBlocks) {
   r = run("prune fifo.json --driver-below 12.0", 5000);
   ASSERT_TRUE(r.finished) << "blocked on a FIFO";
   EXPECT_EQ(r.exit_code, 3);
+  // Refused before a lock is made: no lock file is left beside what is not a plan file.
+  EXPECT_FALSE(fs::exists(dir_ / "fifo.json.lock"));
+  fs::create_directory(dir_ / "dir.json");
+  write("empty.json", "{\"format\": \"launchfit-plan-cache\", \"version\": 1, \"entries\": [\n]}\n");
+  r = run("merge dir.json empty.json", 5000);
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("not a regular file (a directory)"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "dir.json.lock"));
 }
 
 TEST_F(PlansFault, ControlCharactersInNamesAndPathsAreEscaped) {
