@@ -16,6 +16,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "launchfit/family.hpp"
 #include "launchfit/launch.hpp"
 
 namespace launchfit {
@@ -41,6 +42,14 @@ packed_args<Aggregate> args(const Aggregate& a) {
 template <class... Params, class Policy, class Aggregate>
 launched launch(void (*k)(Params...), const spec<Policy>& s, packed_args<Aggregate> a) {
   return std::apply([&](const auto&... field) { return launch(k, s, field...); },
+                    boost::pfr::structure_tie(a.fields));
+}
+
+// A kernel family: the fields as the member the policy chooses takes them (every member has the family's
+// signature); returns what was launched.
+template <class... Params, class Policy, class Aggregate>
+launched launch(const family<void(Params...)>& f, const spec<Policy>& s, packed_args<Aggregate> a) {
+  return std::apply([&](const auto&... field) { return launch(f, s, field...); },
                     boost::pfr::structure_tie(a.fields));
 }
 

@@ -20,6 +20,7 @@
 
 #include "gpu_test.hpp"
 #include "test_doubles.hpp"
+#include "launchfit/args.hpp"
 #include "launchfit/family.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/plugin.hpp"
@@ -539,6 +540,21 @@ TEST_F(Shapes, FamilyPicksAMemberWhoseBlockItIsAndSumsRight) {
   EXPECT_EQ(m[1], 0u) << "a member ran with a block it is not written for";
   std::uint64_t sum = 0;
   EXPECT_EQ(d.wrong_partials(l.grid.x, static_cast<unsigned>(p.block_threads), &sum), 0u);
+  EXPECT_EQ(sum, d.total);
+
+  // The same launch with the arguments as an aggregate's fields (lf::args): the same plan and member, as right.
+  struct reduce_fields {
+    const unsigned* in;
+    unsigned* partial;
+    unsigned n;
+    unsigned* member;
+  };
+  member.zero();
+  d.partial.poison();
+  const lf::launched packed = lf::launch(reduce_family(), spec, lf::args(reduce_fields{d.in.ptr, d.partial.ptr, d.n, member.ptr}));
+  EXPECT_EQ(&packed.plan(), &p);
+  EXPECT_EQ(member.download()[0], static_cast<unsigned>(p.block_threads));
+  EXPECT_EQ(d.wrong_partials(packed.grid.x, static_cast<unsigned>(p.block_threads), &sum), 0u);
   EXPECT_EQ(sum, d.total);
 
   // A single member planned after the family has its own plan too.
