@@ -92,3 +92,44 @@ TEST(Base, LargeCapturesAreHeldToo) {
   EXPECT_EQ(s.smem_fn(), nullptr);
   EXPECT_EQ((*copy.smem_fn())(32), 8u);
 }
+
+// A const spec (a policy kept in a static, refined per launch) refines into a copy with every setter, and is
+// left as it was: none of these compiled on a const spec.
+TEST(Base, AConstSpecRefinesIntoACopy) {
+  static const auto base = lf::bytes_in_flight(16).on(reinterpret_cast<cudaStream_t>(0x42));
+  const auto a = base.items(1000);
+  EXPECT_EQ(a.work_shape().kind, lf::work::shape::items);
+  EXPECT_EQ(a.work_shape().n, 1000u);
+  EXPECT_EQ(a.stream(), reinterpret_cast<cudaStream_t>(0x42));
+  EXPECT_EQ(base.work_shape().kind, lf::work::shape::none) << "refining a const spec changed it";
+  EXPECT_EQ(base.items(7).work_shape().n, 7u);  // a signed count
+  const auto b = base.grid_stride(std::int64_t{9});
+  EXPECT_EQ(b.work_shape().kind, lf::work::shape::grid_stride);
+  EXPECT_EQ(base.grid_stride(std::uint64_t{10}).work_shape().n, 10u);
+  struct stream_handle {
+    cudaStream_t get() const { return reinterpret_cast<cudaStream_t>(0x43); }
+  };
+  EXPECT_EQ(base.on(stream_handle{}).stream(), reinterpret_cast<cudaStream_t>(0x43));
+  EXPECT_EQ(base.on(cudaStream_t{}).stream(), cudaStream_t{});
+  EXPECT_EQ(base.stream(), reinterpret_cast<cudaStream_t>(0x42));
+  const auto c = base.items(lf::extent{64, 32}).per_thread(2).per_thread_y(2).block_y(4).block_z(1)
+                     .block_x_multiple(32).block_x_free().waves(2).sms(8).pdl();
+  EXPECT_EQ(c.work_shape().rank, 2);
+  EXPECT_TRUE(c.is_programmatic());
+  EXPECT_EQ(c.sm_budget(), 8);
+  EXPECT_FALSE(base.is_programmatic());
+  const auto& cb = base;
+  EXPECT_EQ(cb.smem(64).smem_bytes(), 64u);
+  EXPECT_NE(cb.smem_per_block([](int t) { return static_cast<std::size_t>(t); }).smem_fn(), nullptr);
+  EXPECT_EQ(base.smem_fn(), nullptr);
+  EXPECT_TRUE(cb.rerunnable().is_rerunnable());
+  EXPECT_TRUE(cb.reset([] {}).is_rerunnable());
+  EXPECT_FALSE(base.is_rerunnable());
+  EXPECT_TRUE(cb.cooperative().requires_cooperative());
+  EXPECT_EQ(cb.cluster(lf::dims{2, 1, 1}).cluster_dims().x, 2u);
+  EXPECT_EQ(cb.grid(lf::dims{3, 1, 1}).work_shape().kind, base.grid(lf::dims{3, 1, 1}).work_shape().kind);
+  EXPECT_EQ(cb.shape(lf::block_shape{}).work_shape().kind, lf::work::shape::none);
+  EXPECT_EQ(cb.blocks(lf::block_rule{}).work_shape().kind, lf::work::shape::none);
+  EXPECT_EQ(base.cluster_dims().x, 1u);
+  EXPECT_FALSE(base.requires_cooperative());
+}
