@@ -82,11 +82,40 @@ struct captures {
   std::deque<std::pair<std::pair<CUgraph, CUgraphNode>, std::uint64_t>> oldest_first;
   std::uint64_t next_order = 1;
   bool told_full = false;
-  // Per graph, its launches that would have been tuned and were dropped as the oldest (tune_graph() says how
-  // many it cannot tune). At most max_forgotten_graphs graphs: past that the fewest are dropped first.
-  std::map<CUgraph, std::size_t> forgotten;
+  // Per graph, its launches that would have been tuned and were dropped as the oldest, by node and function
+  // (tune_graph() says how many of the graph it cannot tune: those whose node is still in the graph and runs
+  // that function, so that a destroyed graph's count never passes to another graph made at its handle). At most
+  // max_forgotten_graphs graphs and max_forgotten_launches launches: past that the graphs with the fewest
+  // are dropped first (a graph past the bound on its own keeps its newest).
+  struct forgotten_launch {
+    CUgraphNode node = nullptr;
+    CUfunction function = nullptr;
+  };
+  std::map<CUgraph, std::deque<forgotten_launch>> forgotten;
+  std::size_t forgotten_launches = 0;
 };
 constexpr std::size_t max_forgotten_graphs = 1 << 10;
+constexpr std::size_t max_forgotten_launches = 1 << 16;
+
+// Notes `dropped` as forgotten under its graph, within the bounds above.
+void note_forgotten_locked(captures& all, const captured_launch& dropped) {
+  all.forgotten[dropped.graph].push_back({dropped.node, dropped.function});
+  ++all.forgotten_launches;
+  while (all.forgotten.size() > max_forgotten_graphs || all.forgotten_launches > max_forgotten_launches) {
+    auto fewest = all.forgotten.end();
+    for (auto it = all.forgotten.begin(); it != all.forgotten.end(); ++it)
+      if (it->first != dropped.graph && (fewest == all.forgotten.end() || it->second.size() < fewest->second.size()))
+        fewest = it;
+    if (fewest == all.forgotten.end()) {  // this graph alone: its oldest go
+      auto& mine = all.forgotten[dropped.graph];
+      mine.pop_front();
+      --all.forgotten_launches;
+      continue;
+    }
+    all.forgotten_launches -= fewest->second.size();
+    all.forgotten.erase(fewest);
+  }
+}
 
 captures& the_captures() {
   static captures& c = *[] {
@@ -117,13 +146,7 @@ void drop_oldest_locked(captures& all, std::vector<std::shared_ptr<captured_laun
                      max_captured_launches);
     }
     const captured_launch& dropped = *it->second;
-    if (dropped.deferred && dropped.left.empty()) {
-      if (all.forgotten.size() >= max_forgotten_graphs && !all.forgotten.count(dropped.graph)) {
-        all.forgotten.erase(std::min_element(all.forgotten.begin(), all.forgotten.end(),
-                                             [](const auto& a, const auto& b) { return a.second < b.second; }));
-      }
-      ++all.forgotten[dropped.graph];
-    }
+    if (dropped.deferred && dropped.left.empty()) note_forgotten_locked(all, dropped);
     gone.push_back(std::move(it->second));
     all.by_node.erase(it);
   }
@@ -501,15 +524,17 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
   // what each node runs now, read under the lock; then checked against the graph without it (driver calls).
   captures& all = the_captures();
   std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> mine;
-  std::size_t forgotten = 0;
+  std::deque<captures::forgotten_launch> forgotten_here;
   {
     std::lock_guard<std::mutex> lock(all.m);
     for (const auto& [key, c] : all.by_node) {
       if (key.first != graph) continue;
       mine.push_back({c, node_state{c->function, c->grid, c->block, c->smem, c->plan, c->deferred}});
     }
-    if (const auto it = all.forgotten.find(graph); it != all.forgotten.end()) forgotten = it->second;
+    if (const auto it = all.forgotten.find(graph); it != all.forgotten.end()) forgotten_here = it->second;
   }
+  std::set<CUgraphNode> remembered;  // (the loop below moves `mine` away)
+  for (const auto& m : mine) remembered.insert(m.first->node);
   std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> valid;
   std::vector<std::shared_ptr<captured_launch>> stale;
   std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> changed;
@@ -536,14 +561,36 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
             [&order](const auto& a, const auto& b) { return order[a.first->node] < order[b.first->node]; });
 
   graph_tuning out;
-  // At most the graph's kernel nodes launchfit does not remember (a count a destroyed graph at this handle
-  // left behind, or one whose nodes were removed since, is not this graph's).
-  std::size_t kernel_nodes = 0;
-  for (CUgraphNode n : listed) {
+  // The forgotten launches still in this graph: a node of it, not one remembered, running the function it was
+  // captured with (a destroyed graph's at this handle, or nodes removed since, are not this graph's; they
+  // are dropped).
+  std::set<std::pair<CUgraphNode, CUfunction>> not_here;
+  for (const auto& f : forgotten_here) {
     CUgraphNodeType type{};
-    kernel_nodes += forgotten > 0 && d.cuGraphNodeGetType(n, &type) == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL;
+    CUDA_KERNEL_NODE_PARAMS p{};
+    const bool here = nodes.count(f.node) && !remembered.count(f.node) &&
+                      d.cuGraphNodeGetType(f.node, &type) == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL &&
+                      d.cuGraphKernelNodeGetParams(f.node, &p) == CUDA_SUCCESS && p.func == f.function;
+    if (here) {
+      ++out.forgotten;
+    } else {
+      not_here.insert({f.node, f.function});
+    }
   }
-  out.forgotten = std::min(forgotten, kernel_nodes > mine.size() ? kernel_nodes - mine.size() : std::size_t{0});
+  if (!not_here.empty()) {
+    std::lock_guard<std::mutex> lock(all.m);
+    if (const auto it = all.forgotten.find(graph); it != all.forgotten.end()) {
+      auto& list = it->second;
+      const auto before = list.size();
+      list.erase(std::remove_if(list.begin(), list.end(),
+                                [&not_here](const captures::forgotten_launch& f) {
+                                  return not_here.count({f.node, f.function}) > 0;
+                                }),
+                 list.end());
+      all.forgotten_launches -= before - list.size();
+      if (list.empty()) all.forgotten.erase(it);
+    }
+  }
   // A node's report as it stands before anything is done to it: left, running the plan it ran.
   const auto left_as_it_runs = [](const captured_launch& c, const node_state& now) {
     graph_node_report rep;

@@ -19,11 +19,13 @@
 #include "launchfit/param_policy.hpp"
 #include "launchfit/plugin.hpp"
 #include "stub_driver.h"
+#include "driver.hpp"
 #include "stub_plan.hpp"
 
 extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
 namespace lf = launchfit;
+namespace ld = launchfit::detail;
 
 namespace {
 
@@ -713,6 +715,58 @@ TEST_F(StubGraph, LaunchesForgottenPastTheBoundAreCountedInTheReport) {
   EXPECT_NE(t.to_string().find("100 launches captured into this graph"), std::string::npos) << t.to_string().substr(0, 400);
   launchfit_stub_destroy_exec(e);
   launchfit_stub_destroy_graph(g);
+}
+
+// A destroyed graph's forgotten launches are not another graph's: a graph made at its handle (drivers reuse
+// them) with kernel nodes launchfit does not remember reported them as forgotten (the count was kept per
+// handle and only clamped by the new graph's unremembered kernel nodes).
+TEST_F(StubGraph, ForgottenLaunchesOfADestroyedGraphAreNotCountedForAGraphAtItsHandle) {
+  launchfit_stub_reuse_graph_handles(1);
+  struct restore {
+    ~restore() { launchfit_stub_reuse_graph_handles(0); }
+  } restored;
+  const CUfunction f = map_kernel("_Z10forgottenbPKfPfi", 128);
+  const CUstream s = stream_of(0xd8);
+  const int n = 1 << 20;
+  constexpr int bound = 4096;  // max_captured_launches
+  launchfit_stub_begin_capture(s);
+  for (int i = 0; i < bound + 100; ++i)
+    lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph old = launchfit_stub_end_capture(s);
+  // Another graph's launches push the rest of the old graph's out: launchfit remembers none of it now.
+  launchfit_stub_begin_capture(s);
+  for (int i = 0; i < bound; ++i)
+    lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  const CUgraph pusher = launchfit_stub_end_capture(s);
+  launchfit_stub_destroy_graph(old);  // never tuned: its forgotten launches stay noted under its handle
+
+  // Another graph at the same handle: one launch launchfit remembers and five raw kernel nodes it does not.
+  const CUfunction other = map_kernel("_Z6otherbPKfPfi", 128);
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(other), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  for (int i = 0; i < 5; ++i) {
+    float* x = device_pointer(0x1000);
+    float* y = device_pointer(0x2000);
+    int items = n;
+    void* args[] = {&x, &y, &items};
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = 4096;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 256;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = s;
+    ASSERT_EQ(ld::driver().cuLaunchKernelEx(&cfg, other, args, nullptr), CUDA_SUCCESS);
+  }
+  const CUgraph g = launchfit_stub_end_capture(s);
+  ASSERT_EQ(g, old) << "the stub did not reuse the destroyed graph's handle";
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  const lf::graph_tuning t = tune(g, e, 0xd9);
+  EXPECT_EQ(t.forgotten, 0u) << t.to_string().substr(0, 400);
+  EXPECT_EQ(t.tuned, 1u) << t.to_string().substr(0, 400);
+  EXPECT_EQ(t.to_string().find("forgotten"), std::string::npos) << t.to_string().substr(0, 400);
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
+  launchfit_stub_destroy_graph(pusher);
 }
 
 // A policy of the program's own may choose a block below a warp: the smem rule is asked for such blocks at the

@@ -289,6 +289,10 @@ struct graphs {
   unsigned long long instantiations = 0;
   unsigned long long graph_launches = 0;
   std::set<void*> live_streams;  // made by cuStreamCreate, not destroyed yet
+  // launchfit_stub_reuse_graph_handles(1): a destroyed graph's handle is the next capture's, as a driver's
+  // allocator may hand it out again.
+  bool reuse_handles = false;
+  std::vector<stub_graph*> free_graphs;
 };
 
 graphs& the_graphs() {
@@ -320,6 +324,14 @@ void release_graph_if_done(stub_graph* g) {
     objects.swap(g->objects);
   }
   for (auto& [o, n] : objects) release_object(o, n);
+  {
+    std::lock_guard<std::mutex> lock(the_graphs().m);
+    if (the_graphs().reuse_handles) {
+      *g = stub_graph{};
+      the_graphs().free_graphs.push_back(g);
+      return;
+    }
+  }
   delete g;
 }
 
@@ -1004,7 +1016,12 @@ void launchfit_stub_begin_capture(CUstream stream) {
   graphs& g = the_graphs();
   std::lock_guard<std::mutex> lock(g.m);
   stub_capture& c = g.captures[stream];
-  c.graph = new stub_graph;
+  if (g.reuse_handles && !g.free_graphs.empty()) {
+    c.graph = g.free_graphs.back();
+    g.free_graphs.pop_back();
+  } else {
+    c.graph = new stub_graph;
+  }
   g.live_graphs.insert(c.graph);
   c.id = g.next_capture++;
   c.last = nullptr;
@@ -1051,6 +1068,16 @@ void launchfit_stub_destroy_exec(CUgraphExec exec) {
   }
   delete e;
   release_graph_if_done(gr);
+}
+
+void launchfit_stub_reuse_graph_handles(int on) {
+  std::vector<stub_graph*> freed;
+  {
+    std::lock_guard<std::mutex> lock(the_graphs().m);
+    the_graphs().reuse_handles = on != 0;
+    if (!on) freed.swap(the_graphs().free_graphs);
+  }
+  for (stub_graph* g : freed) delete g;
 }
 
 void launchfit_stub_destroy_graph(CUgraph graph) {
