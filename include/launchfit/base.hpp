@@ -102,6 +102,7 @@ class spec {
 
   // One thread per item: grid = ceil(n / block). A negative n (an int) throws launchfit::error naming it.
   spec items(std::uint64_t n) && { return std::move(items(n)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec items(std::uint64_t n) const& { return spec(*this).items(n); }
   spec& items(std::uint64_t n) & {
     work_.kind = work::shape::items;
@@ -113,6 +114,7 @@ class spec {
   spec items(N n) && {
     return std::move(items(detail::size_value(n, "items n")));
   }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
   spec items(N n) const& { return spec(*this).items(n); }
   // The same, on a named spec (changed in place and returned).
@@ -125,6 +127,7 @@ class spec {
   // 32})), and grid = ceil(n / block) per dimension (y: per_thread_y() rows per thread), each checked against
   // the device (y and z at most 65535).
   spec items(extent e) && { return std::move(items(e)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec items(extent e) const& { return spec(*this).items(e); }
   spec& items(extent e) & {
     work_.kind = work::shape::items;
@@ -136,6 +139,7 @@ class spec {
   }
   // k items per thread: grid = ceil(n / (block x k)).
   spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec per_thread(std::uint32_t k) const& { return spec(*this).per_thread(k); }
   spec& per_thread(std::uint32_t k) & {
     work_.per_thread = k;
@@ -143,6 +147,7 @@ class spec {
   }
   // The kernel loops over n items: grid = min(ceil(n / block), the resident blocks the policy wants).
   spec grid_stride(std::uint64_t n) && { return std::move(grid_stride(n)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec grid_stride(std::uint64_t n) const& { return spec(*this).grid_stride(n); }
   spec& grid_stride(std::uint64_t n) & {
     work_.kind = work::shape::grid_stride;
@@ -154,6 +159,7 @@ class spec {
   spec grid_stride(N n) && {
     return std::move(grid_stride(detail::size_value(n, "grid_stride n")));
   }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
   spec grid_stride(N n) const& { return spec(*this).grid_stride(n); }
   // The same, on a named spec (changed in place and returned).
@@ -166,6 +172,7 @@ class spec {
   // per-block reduction) costs per block, which no policy can see. A kernel without one whose elements are
   // wide (12 B or more per thread) may run faster with more blocks: give waves(k), or launch items(n).
   spec waves(std::uint32_t k) && { return std::move(waves(k)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec waves(std::uint32_t k) const& { return spec(*this).waves(k); }
   spec& waves(std::uint32_t k) & {
     options_.waves = k > 0 ? k : 1;
@@ -175,6 +182,7 @@ class spec {
   // clusters and, cooperative, for co-residency, or refused. The policy still chooses the block. {gx, gy} of
   // any integer types, or a dim3.
   spec grid(dims g) && { return std::move(grid(g)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec grid(dims g) const& { return spec(*this).grid(g); }
   spec& grid(dims g) & {
     work_.kind = work::shape::grid;
@@ -184,6 +192,7 @@ class spec {
   // Block sizes the kernel can run with: block_rule::power_of_two(), multiple_of(64), one_of({128, 256}).
   // Every policy (autotune too) chooses among them; a plan from elsewhere that does not fit is refused.
   spec blocks(block_rule rule) && { return std::move(blocks(rule)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec blocks(block_rule rule) const& { return spec(*this).blocks(rule); }
   spec& blocks(block_rule rule) & {
     blocks_ = rule;
@@ -193,6 +202,7 @@ class spec {
   // chosen by the policy (a multiple of 32, or of block_x_multiple(m)); 0: free. Above 1024: no block fits
   // (refused). 1-D work (items(n), grid_stride(n)) then runs along x, one block row of y per block.
   spec block_y(unsigned y) && { return std::move(block_y(y)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec block_y(unsigned y) const& { return spec(*this).block_y(y); }
   spec& block_y(unsigned y) & {
     shape_.y = static_cast<std::uint16_t>(y > 1024 ? 1024 : y);
@@ -201,6 +211,7 @@ class spec {
   }
   // The block's z as the kernel indexes it (1 by default; above 64 no block fits).
   spec block_z(unsigned z) && { return std::move(block_z(z)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec block_z(unsigned z) const& { return spec(*this).block_z(z); }
   spec& block_z(unsigned z) & {
     shape_.z = static_cast<std::uint16_t>(z == 0 ? 1 : z > 64 ? 64 : z);
@@ -209,6 +220,7 @@ class spec {
   }
   // Block x is a multiple of m (a tile width); with a free y the block is {m, threads / m}. 0: 32.
   spec block_x_multiple(unsigned m) && { return std::move(block_x_multiple(m)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec block_x_multiple(unsigned m) const& { return spec(*this).block_x_multiple(m); }
   spec& block_x_multiple(unsigned m) & {
     shape_.x_multiple = static_cast<std::uint16_t>(m > 1024 ? 1024 : m);
@@ -222,6 +234,7 @@ class spec {
   // itself: plugins (autotune), stored and remote plans keep {32, threads/32}; a policy that names its own
   // 2-D block (fixed({32, 32}), an override) is launched as named. 1-D work and a fixed y or z: no effect.
   spec block_x_free() && { return std::move(block_x_free()); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec block_x_free() const& { return spec(*this).block_x_free(); }
   spec& block_x_free() & {
     shape_.free_x = true;
@@ -229,6 +242,7 @@ class spec {
   }
   // k rows along y per thread (a 32x32 tile with 32x8 blocks: 4): grid y = ceil(ny / (block y x k)).
   spec per_thread_y(std::uint32_t k) && { return std::move(per_thread_y(k)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec per_thread_y(std::uint32_t k) const& { return spec(*this).per_thread_y(k); }
   spec& per_thread_y(std::uint32_t k) & {
     shape_.per_thread_y = k > 0 ? k : 1;
@@ -236,6 +250,7 @@ class spec {
   }
   // The whole block shape at once (what plan::shape_rule holds; planned(p) passes it on).
   spec shape(block_shape b) && { return std::move(shape(b)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec shape(block_shape b) const& { return spec(*this).shape(b); }
   spec& shape(block_shape b) & {
     shape_ = b;
@@ -244,6 +259,7 @@ class spec {
   // Size resident grids (no work, grid_stride, cooperative) for k SMs, so the kernel can run beside others
   // (e.g. communication kernels); k above the context's SMs is the context's SMs. 0: all.
   spec sms(int k) && { return std::move(sms(k)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec sms(int k) const& { return spec(*this).sms(k); }
   spec& sms(int k) & {
     options_.sm_budget = k > 0 ? k : 0;
@@ -252,6 +268,7 @@ class spec {
   // Programmatic dependent launch (sm_90+): this kernel may start while the previous kernel in the stream is
   // still running; it must call cudaGridDependencySynchronize() before reading that kernel's output. Opt-in.
   spec pdl() && { return std::move(pdl()); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec pdl() const& { return spec(*this).pdl(); }
   spec& pdl() & {
     options_.programmatic = true;
@@ -261,6 +278,7 @@ class spec {
   // stream, as <<<>>> here (the legacy stream, or the per-thread stream in a file compiled with
   // --default-stream per-thread).
   spec on(cudaStream_t s) && { return std::move(on(s)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec on(cudaStream_t s) const& { return spec(*this).on(s); }
   spec& on(cudaStream_t s) & {
     stream_ = s;
@@ -273,6 +291,7 @@ class spec {
   spec on(const S& s) && {
     return std::move(on(static_cast<cudaStream_t>(s.get())));
   }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class S, std::enable_if_t<detail::is_stream_wrapper<S>::value, int> = 0>
   spec on(const S& s) const& { return spec(*this).on(s); }
   // The same, on a named spec (changed in place and returned).
@@ -282,6 +301,7 @@ class spec {
   }
   // Fixed dynamic shared memory per block.
   spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec smem(std::size_t bytes) const& { return spec(*this).smem(bytes); }
   spec& smem(std::size_t bytes) & {
     options_.smem_bytes = bytes;
@@ -295,6 +315,7 @@ class spec {
   spec smem_per_block(F f, std::uint64_t key = 0) && {
     return std::move(smem_per_block(std::move(f), key));
   }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class F>
   spec smem_per_block(F f, std::uint64_t key = 0) const& {
     return spec(*this).smem_per_block(std::move(f), key);
@@ -319,6 +340,7 @@ class spec {
   spec cluster(dims c, bool allow_non_portable = false) && {
     return std::move(cluster(c, allow_non_portable));
   }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec cluster(dims c, bool allow_non_portable = false) const& {
     return spec(*this).cluster(c, allow_non_portable);
   }
@@ -330,6 +352,7 @@ class spec {
   // The kernel needs a cooperative launch (it calls grid.sync()): whatever policy decides, the launch stays
   // cooperative and its grid is checked for co-residency, or it is refused. cooperative() implies it.
   spec cooperative() && { return std::move(cooperative()); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec cooperative() const& { return spec(*this).cooperative(); }
   spec& cooperative() & {
     options_.cooperative = true;
@@ -339,6 +362,7 @@ class spec {
   // candidate plans on the real arguments. With reset(f) as well: re-running is memory-safe but changes the
   // data (e.g. it accumulates); trials then run back to back after f, and f restores the data at the end.
   spec rerunnable() && { return std::move(rerunnable()); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   spec rerunnable() const& { return spec(*this).rerunnable(); }
   spec& rerunnable() & {
     rerunnable_ = true;
@@ -350,6 +374,7 @@ class spec {
   spec reset(F f) && {
     return std::move(reset(std::move(f)));
   }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class F>
   spec reset(F f) const& { return spec(*this).reset(std::move(f)); }
   // The same, on a named spec (changed in place and returned).
