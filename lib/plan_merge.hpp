@@ -30,9 +30,11 @@ using key_tuple =
 key_tuple tie_key(const stored_key& k);
 
 // One entry per key, in the order each key first appears, each the one launchfit keeps of a key written more
-// than once (a file edited by hand or concatenated): the measured rule where either was measured, else the
-// newer, the later on a tie. What every reader and launchfit-plans keep. `dropped`, when given, counts the
-// entries left out.
+// than once (a file edited by hand or concatenated), folding in file order: where either was measured, a later
+// entry replaces the kept one only as replaces_in_file() says (a measured plan over an unmeasured one, the
+// faster of two measured ones beyond their noise: on a measured tie the earlier stays); else the newer
+// (stored_at), the later on a tie. What every reader and launchfit-plans keep. `dropped`, when given, counts
+// the entries left out.
 std::vector<stored_entry> one_entry_per_key(std::vector<stored_entry> entries, std::size_t* dropped = nullptr);
 
 struct held {

@@ -356,7 +356,8 @@ TEST_F(PlansTool, AKeyWrittenTwiceIsPointedOutAndKeptAsTheLibraryReadsIt) {
   outcome r = run("check p.json");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "p.json: note: 1 entry repeats a key written before in the file: launchfit reads one "
-                         "plan per key (the measured, else the newer)"))
+                         "plan per key (a measured plan over an unmeasured one, the faster of two measured ones beyond their noise, "
+                         "else the newer)"))
       << r.out;
   r = run("prune p.json --without-work-kind");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

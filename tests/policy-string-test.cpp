@@ -415,7 +415,10 @@ TEST(PolicyOverrides, AGlobWithAnyCharacterIsMatchedWithoutBacktracking) {
   const std::string glob = "*" + run + "b";
   const std::string name(200000, 'a');
   const auto started = std::chrono::steady_clock::now();
-  for (int i = 0; i < 12; ++i) EXPECT_FALSE(glob_match(glob, name));
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(glob_match(glob, name));
+  // The run searched through the whole name and not found (the anchored tail alone fails the glob above at
+  // once): a billion comparisons each when backtracking, about 16 million word operations now.
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(glob_match("*" + run + "b*", name));
   EXPECT_TRUE(glob_match(glob, name + "b"));
   EXPECT_TRUE(glob_match("*" + run + "*", name));
   EXPECT_FALSE(glob_match("*" + run + "*", std::string(5000, 'a')));  // one character short
@@ -431,7 +434,7 @@ TEST(PolicyOverrides, AGlobWithAnyCharacterIsMatchedWithoutBacktracking) {
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  EXPECT_LT(ms, 2000.0);
+  EXPECT_LT(ms, 3000.0);
 }
 
 TEST(PolicyOverrides, FirstMatchWins) {

@@ -815,7 +815,8 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
       std::cout << shown(path, 512) << ": note: and " << c.clamped - c.clamps.size()
                 << " more stored_at stamps read as of unknown age\n";
     std::size_t unchecked = 0;
-    // Counted as prune removes them: a key written twice is one plan (the later entry), as a lookup reads it.
+    // Counted as prune removes them: a key written twice is one plan (the one the library keeps), as a lookup
+    // reads it.
     std::size_t repeated = 0;
     const std::vector<stored_entry> plans = ld::one_entry_per_key(c.entries, &repeated);
     const auto unfindable = static_cast<std::size_t>(std::count_if(plans.begin(), plans.end(), without_work_kind));
@@ -835,7 +836,8 @@ int run_check(const std::vector<std::string>& files, bool as_json, std::size_t m
       // Valid, and read as one plan per key, but a hand edit or a concatenation an operator wants to know of.
       const std::string note =
           std::to_string(repeated) + (repeated == 1 ? " entry repeats a key" : " entries repeat a key") +
-          " written before in the file: launchfit reads one plan per key (the measured, else the newer); "
+          " written before in the file: launchfit reads one plan per key (a measured plan over an unmeasured one, "
+          "the faster of two measured ones beyond their noise, else the newer); "
           "any launchfit-plans prune writes the file with that one alone";
       file["notes"].push_back(note);
       if (!as_json) std::cout << shown(path, 512) << ": note: " << note << "\n";

@@ -101,9 +101,9 @@ class spec {
   explicit spec(Policy p) : policy_(std::move(p)) {}
 
   // One thread per item: grid = ceil(n / block). A negative n (an int) throws launchfit::error naming it.
-  spec items(std::uint64_t n) && { return std::move(items(n)); }
+  [[nodiscard]] spec items(std::uint64_t n) && { return std::move(items(n)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec items(std::uint64_t n) const& { return spec(*this).items(n); }
+  [[nodiscard]] spec items(std::uint64_t n) const& { return copy_of_const().items(n); }
   spec& items(std::uint64_t n) & {
     work_.kind = work::shape::items;
     work_.n = n;
@@ -111,12 +111,12 @@ class spec {
   }
   // The same with a signed count (an int variable): a negative one throws launchfit::error naming it.
   template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
-  spec items(N n) && {
+  [[nodiscard]] spec items(N n) && {
     return std::move(items(detail::size_value(n, "items n")));
   }
   // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
-  spec items(N n) const& { return spec(*this).items(n); }
+  [[nodiscard]] spec items(N n) const& { return copy_of_const().items(n); }
   // The same, on a named spec (changed in place and returned).
   template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
   spec& items(N n) & {
@@ -126,9 +126,9 @@ class spec {
   // (rows of one warp), or as block_y() / block_x_multiple() say, unless it chose a shape itself (fixed({32,
   // 32})), and grid = ceil(n / block) per dimension (y: per_thread_y() rows per thread), each checked against
   // the device (y and z at most 65535).
-  spec items(extent e) && { return std::move(items(e)); }
+  [[nodiscard]] spec items(extent e) && { return std::move(items(e)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec items(extent e) const& { return spec(*this).items(e); }
+  [[nodiscard]] spec items(extent e) const& { return copy_of_const().items(e); }
   spec& items(extent e) & {
     work_.kind = work::shape::items;
     work_.n = e.x;
@@ -138,17 +138,17 @@ class spec {
     return *this;
   }
   // k items per thread: grid = ceil(n / (block x k)).
-  spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
+  [[nodiscard]] spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec per_thread(std::uint32_t k) const& { return spec(*this).per_thread(k); }
+  [[nodiscard]] spec per_thread(std::uint32_t k) const& { return copy_of_const().per_thread(k); }
   spec& per_thread(std::uint32_t k) & {
     work_.per_thread = k;
     return *this;
   }
   // The kernel loops over n items: grid = min(ceil(n / block), the resident blocks the policy wants).
-  spec grid_stride(std::uint64_t n) && { return std::move(grid_stride(n)); }
+  [[nodiscard]] spec grid_stride(std::uint64_t n) && { return std::move(grid_stride(n)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec grid_stride(std::uint64_t n) const& { return spec(*this).grid_stride(n); }
+  [[nodiscard]] spec grid_stride(std::uint64_t n) const& { return copy_of_const().grid_stride(n); }
   spec& grid_stride(std::uint64_t n) & {
     work_.kind = work::shape::grid_stride;
     work_.n = n;
@@ -156,12 +156,12 @@ class spec {
   }
   // The same with a signed count (an int variable): a negative one throws launchfit::error naming it.
   template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
-  spec grid_stride(N n) && {
+  [[nodiscard]] spec grid_stride(N n) && {
     return std::move(grid_stride(detail::size_value(n, "grid_stride n")));
   }
   // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
-  spec grid_stride(N n) const& { return spec(*this).grid_stride(n); }
+  [[nodiscard]] spec grid_stride(N n) const& { return copy_of_const().grid_stride(n); }
   // The same, on a named spec (changed in place and returned).
   template <class N, std::enable_if_t<std::is_integral_v<N> && std::is_signed_v<N>, int> = 0>
   spec& grid_stride(N n) & {
@@ -171,9 +171,9 @@ class spec {
   // one wave (a tuned plan may launch more, see plan::full_grid): a block's epilogue (global atomics, a
   // per-block reduction) costs per block, which no policy can see. A kernel without one whose elements are
   // wide (12 B or more per thread) may run faster with more blocks: give waves(k), or launch items(n).
-  spec waves(std::uint32_t k) && { return std::move(waves(k)); }
+  [[nodiscard]] spec waves(std::uint32_t k) && { return std::move(waves(k)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec waves(std::uint32_t k) const& { return spec(*this).waves(k); }
+  [[nodiscard]] spec waves(std::uint32_t k) const& { return copy_of_const().waves(k); }
   spec& waves(std::uint32_t k) & {
     options_.waves = k > 0 ? k : 1;
     return *this;
@@ -181,9 +181,9 @@ class spec {
   // The caller's grid (e.g. a cooperative solver's), launched as given: checked against the device, for whole
   // clusters and, cooperative, for co-residency, or refused. The policy still chooses the block. {gx, gy} of
   // any integer types, or a dim3.
-  spec grid(dims g) && { return std::move(grid(g)); }
+  [[nodiscard]] spec grid(dims g) && { return std::move(grid(g)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec grid(dims g) const& { return spec(*this).grid(g); }
+  [[nodiscard]] spec grid(dims g) const& { return copy_of_const().grid(g); }
   spec& grid(dims g) & {
     work_.kind = work::shape::grid;
     work_.grid = g;
@@ -191,9 +191,9 @@ class spec {
   }
   // Block sizes the kernel can run with: block_rule::power_of_two(), multiple_of(64), one_of({128, 256}).
   // Every policy (autotune too) chooses among them; a plan from elsewhere that does not fit is refused.
-  spec blocks(block_rule rule) && { return std::move(blocks(rule)); }
+  [[nodiscard]] spec blocks(block_rule rule) && { return std::move(blocks(rule)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec blocks(block_rule rule) const& { return spec(*this).blocks(rule); }
+  [[nodiscard]] spec blocks(block_rule rule) const& { return copy_of_const().blocks(rule); }
   spec& blocks(block_rule rule) & {
     blocks_ = rule;
     return *this;
@@ -201,27 +201,27 @@ class spec {
   // The block's y as the kernel indexes it (e.g. 3 dimensions in threadIdx.y): blocks are {x, y, z} with x
   // chosen by the policy (a multiple of 32, or of block_x_multiple(m)); 0: free. Above 1024: no block fits
   // (refused). 1-D work (items(n), grid_stride(n)) then runs along x, one block row of y per block.
-  spec block_y(unsigned y) && { return std::move(block_y(y)); }
+  [[nodiscard]] spec block_y(unsigned y) && { return std::move(block_y(y)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec block_y(unsigned y) const& { return spec(*this).block_y(y); }
+  [[nodiscard]] spec block_y(unsigned y) const& { return copy_of_const().block_y(y); }
   spec& block_y(unsigned y) & {
     shape_.y = static_cast<std::uint16_t>(y > 1024 ? 1024 : y);
     shape_.invalid = shape_.invalid || y > 1024;
     return *this;
   }
   // The block's z as the kernel indexes it (1 by default; above 64 no block fits).
-  spec block_z(unsigned z) && { return std::move(block_z(z)); }
+  [[nodiscard]] spec block_z(unsigned z) && { return std::move(block_z(z)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec block_z(unsigned z) const& { return spec(*this).block_z(z); }
+  [[nodiscard]] spec block_z(unsigned z) const& { return copy_of_const().block_z(z); }
   spec& block_z(unsigned z) & {
     shape_.z = static_cast<std::uint16_t>(z == 0 ? 1 : z > 64 ? 64 : z);
     shape_.invalid = shape_.invalid || z > 64;
     return *this;
   }
   // Block x is a multiple of m (a tile width); with a free y the block is {m, threads / m}. 0: 32.
-  spec block_x_multiple(unsigned m) && { return std::move(block_x_multiple(m)); }
+  [[nodiscard]] spec block_x_multiple(unsigned m) && { return std::move(block_x_multiple(m)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec block_x_multiple(unsigned m) const& { return spec(*this).block_x_multiple(m); }
+  [[nodiscard]] spec block_x_multiple(unsigned m) const& { return copy_of_const().block_x_multiple(m); }
   spec& block_x_multiple(unsigned m) & {
     shape_.x_multiple = static_cast<std::uint16_t>(m > 1024 ? 1024 : m);
     shape_.invalid = shape_.invalid || m > 1024;
@@ -233,43 +233,43 @@ class spec {
   // shape: an smem rule is given the thread count only. Without it launchfit never picks another shape by
   // itself: plugins (autotune), stored and remote plans keep {32, threads/32}; a policy that names its own
   // 2-D block (fixed({32, 32}), an override) is launched as named. 1-D work and a fixed y or z: no effect.
-  spec block_x_free() && { return std::move(block_x_free()); }
+  [[nodiscard]] spec block_x_free() && { return std::move(block_x_free()); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec block_x_free() const& { return spec(*this).block_x_free(); }
+  [[nodiscard]] spec block_x_free() const& { return copy_of_const().block_x_free(); }
   spec& block_x_free() & {
     shape_.free_x = true;
     return *this;
   }
   // k rows along y per thread (a 32x32 tile with 32x8 blocks: 4): grid y = ceil(ny / (block y x k)).
-  spec per_thread_y(std::uint32_t k) && { return std::move(per_thread_y(k)); }
+  [[nodiscard]] spec per_thread_y(std::uint32_t k) && { return std::move(per_thread_y(k)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec per_thread_y(std::uint32_t k) const& { return spec(*this).per_thread_y(k); }
+  [[nodiscard]] spec per_thread_y(std::uint32_t k) const& { return copy_of_const().per_thread_y(k); }
   spec& per_thread_y(std::uint32_t k) & {
     shape_.per_thread_y = k > 0 ? k : 1;
     return *this;
   }
   // The whole block shape at once (what plan::shape_rule holds; planned(p) passes it on).
-  spec shape(block_shape b) && { return std::move(shape(b)); }
+  [[nodiscard]] spec shape(block_shape b) && { return std::move(shape(b)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec shape(block_shape b) const& { return spec(*this).shape(b); }
+  [[nodiscard]] spec shape(block_shape b) const& { return copy_of_const().shape(b); }
   spec& shape(block_shape b) & {
     shape_ = b;
     return *this;
   }
   // Size resident grids (no work, grid_stride, cooperative) for k SMs, so the kernel can run beside others
   // (e.g. communication kernels); k above the context's SMs is the context's SMs. 0: all.
-  spec sms(int k) && { return std::move(sms(k)); }
+  [[nodiscard]] spec sms(int k) && { return std::move(sms(k)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec sms(int k) const& { return spec(*this).sms(k); }
+  [[nodiscard]] spec sms(int k) const& { return copy_of_const().sms(k); }
   spec& sms(int k) & {
     options_.sm_budget = k > 0 ? k : 0;
     return *this;
   }
   // Programmatic dependent launch (sm_90+): this kernel may start while the previous kernel in the stream is
   // still running; it must call cudaGridDependencySynchronize() before reading that kernel's output. Opt-in.
-  spec pdl() && { return std::move(pdl()); }
+  [[nodiscard]] spec pdl() && { return std::move(pdl()); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec pdl() const& { return spec(*this).pdl(); }
+  [[nodiscard]] spec pdl() const& { return copy_of_const().pdl(); }
   spec& pdl() & {
     options_.programmatic = true;
     return *this;
@@ -277,9 +277,9 @@ class spec {
   // The stream to launch on: a cudaStream_t or a CUstream (the same type). None (or 0): this file's default
   // stream, as <<<>>> here (the legacy stream, or the per-thread stream in a file compiled with
   // --default-stream per-thread).
-  spec on(cudaStream_t s) && { return std::move(on(s)); }
+  [[nodiscard]] spec on(cudaStream_t s) && { return std::move(on(s)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec on(cudaStream_t s) const& { return spec(*this).on(s); }
+  [[nodiscard]] spec on(cudaStream_t s) const& { return copy_of_const().on(s); }
   spec& on(cudaStream_t s) & {
     stream_ = s;
     return *this;
@@ -288,21 +288,21 @@ class spec {
   // by the caller: launchfit does not include CCCL), or any such handle. Not owned: it must outlive the
   // launch.
   template <class S, std::enable_if_t<detail::is_stream_wrapper<S>::value, int> = 0>
-  spec on(const S& s) && {
+  [[nodiscard]] spec on(const S& s) && {
     return std::move(on(static_cast<cudaStream_t>(s.get())));
   }
   // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class S, std::enable_if_t<detail::is_stream_wrapper<S>::value, int> = 0>
-  spec on(const S& s) const& { return spec(*this).on(s); }
+  [[nodiscard]] spec on(const S& s) const& { return copy_of_const().on(s); }
   // The same, on a named spec (changed in place and returned).
   template <class S, std::enable_if_t<detail::is_stream_wrapper<S>::value, int> = 0>
   spec& on(const S& s) & {
     return on(static_cast<cudaStream_t>(s.get()));
   }
   // Fixed dynamic shared memory per block.
-  spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
+  [[nodiscard]] spec smem(std::size_t bytes) && { return std::move(smem(bytes)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec smem(std::size_t bytes) const& { return spec(*this).smem(bytes); }
+  [[nodiscard]] spec smem(std::size_t bytes) const& { return copy_of_const().smem(bytes); }
   spec& smem(std::size_t bytes) & {
     options_.smem_bytes = bytes;
     options_.smem_rule = 0;
@@ -312,13 +312,13 @@ class spec {
   // Dynamic shared memory as a function of the block size (capturing lambdas welcome). The plan cache
   // tells rules apart by their type plus `key`: give a different key when captured state changes the result.
   template <class F>
-  spec smem_per_block(F f, std::uint64_t key = 0) && {
+  [[nodiscard]] spec smem_per_block(F f, std::uint64_t key = 0) && {
     return std::move(smem_per_block(std::move(f), key));
   }
   // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class F>
-  spec smem_per_block(F f, std::uint64_t key = 0) const& {
-    return spec(*this).smem_per_block(std::move(f), key);
+  [[nodiscard]] spec smem_per_block(F f, std::uint64_t key = 0) const& {
+    return copy_of_const().smem_per_block(std::move(f), key);
   }
   // The same, on a named spec (changed in place and returned).
   template <class F>
@@ -337,12 +337,12 @@ class spec {
   // Thread-block cluster dimensions (sm_90+). The grid is rounded up to whole clusters and sized by the
   // clusters that co-reside (cuOccupancyMaxActiveClusters); sizes above 8 blocks need allow_non_portable,
   // which sets the kernel's non-portable cluster attribute. A kernel with __cluster_dims__ needs no call.
-  spec cluster(dims c, bool allow_non_portable = false) && {
+  [[nodiscard]] spec cluster(dims c, bool allow_non_portable = false) && {
     return std::move(cluster(c, allow_non_portable));
   }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec cluster(dims c, bool allow_non_portable = false) const& {
-    return spec(*this).cluster(c, allow_non_portable);
+  [[nodiscard]] spec cluster(dims c, bool allow_non_portable = false) const& {
+    return copy_of_const().cluster(c, allow_non_portable);
   }
   spec& cluster(dims c, bool allow_non_portable = false) & {
     options_.cluster = c;
@@ -351,9 +351,9 @@ class spec {
   }
   // The kernel needs a cooperative launch (it calls grid.sync()): whatever policy decides, the launch stays
   // cooperative and its grid is checked for co-residency, or it is refused. cooperative() implies it.
-  spec cooperative() && { return std::move(cooperative()); }
+  [[nodiscard]] spec cooperative() && { return std::move(cooperative()); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec cooperative() const& { return spec(*this).cooperative(); }
+  [[nodiscard]] spec cooperative() const& { return copy_of_const().cooperative(); }
   spec& cooperative() & {
     options_.cooperative = true;
     return *this;
@@ -361,9 +361,9 @@ class spec {
   // The kernel may be run several times, back to back, on the same arguments: lets a tuning policy time
   // candidate plans on the real arguments. With reset(f) as well: re-running is memory-safe but changes the
   // data (e.g. it accumulates); trials then run back to back after f, and f restores the data at the end.
-  spec rerunnable() && { return std::move(rerunnable()); }
+  [[nodiscard]] spec rerunnable() && { return std::move(rerunnable()); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  spec rerunnable() const& { return spec(*this).rerunnable(); }
+  [[nodiscard]] spec rerunnable() const& { return copy_of_const().rerunnable(); }
   spec& rerunnable() & {
     rerunnable_ = true;
     return *this;
@@ -371,12 +371,12 @@ class spec {
   // Called before every tuning sample to restore the kernel's inputs/outputs (implies tunable); without
   // rerunnable(), each sample is a single launch after f.
   template <class F>
-  spec reset(F f) && {
+  [[nodiscard]] spec reset(F f) && {
     return std::move(reset(std::move(f)));
   }
   // The same, on a const spec: a refined copy (the spec is left as it is).
   template <class F>
-  spec reset(F f) const& { return spec(*this).reset(std::move(f)); }
+  [[nodiscard]] spec reset(F f) const& { return copy_of_const().reset(std::move(f)); }
   // The same, on a named spec (changed in place and returned).
   template <class F>
   spec& reset(F f) & {
@@ -437,6 +437,14 @@ class spec {
   const detail::reset_fn* reset_fn() const noexcept { return has_reset_ ? &reset_ : nullptr; }
 
  private:
+  // The copy a setter on a const spec refines.
+  spec copy_of_const() const {
+    static_assert(std::is_copy_constructible_v<Policy>,
+                  "launchfit::spec: a setter on a const spec refines a copy, and this spec's policy cannot be "
+                  "copied (a std::unique_ptr): refine a spec of your own, or hold the policy by shared_ptr");
+    return *this;
+  }
+
   Policy policy_;
   work work_{};
   cudaStream_t stream_ = nullptr;

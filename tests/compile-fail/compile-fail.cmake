@@ -8,7 +8,7 @@ foreach(var CXX SOURCE INCLUDES)
     message(FATAL_ERROR "compile-fail.cmake: -D${var}=... is required")
   endif()
 endforeach()
-set(flags -std=c++17 -fsyntax-only)
+set(flags -std=c++17 -fsyntax-only -Werror=unused-result)  # a [[nodiscard]] result dropped is a misuse too
 foreach(dir IN LISTS INCLUDES)
   if(dir)
     list(APPEND flags -I${dir})

@@ -44,6 +44,9 @@ void by_reference(const big&) {}  // as a __global__ function taking a parameter
   constexpr lf::dims too_large{std::size_t{1} << 33};  // MISUSE 10: above 2^32 - 1 in a constant expression
 #elif LAUNCHFIT_MISUSE == 11
   (void)lf::launch(by_reference, lf::fixed(32, 1), big{});  // MISUSE 11: a kernel cannot read a reference parameter
+#elif LAUNCHFIT_MISUSE == 12
+  static const auto base = lf::bytes_in_flight(16);
+  base.items(100);  // MISUSE 12: a const spec's setter refines a copy, which this drops (base is unchanged)
 #endif
 }
 
