@@ -165,9 +165,10 @@ bool trial_mode::decide(bool captured) {
 }
 
 // Times one candidate plan on the real arguments: a warm-up launch (also the pilot), then the median of 5
-// samples (fewer for slow kernels, see below), each queued behind a stream gate. A kernel without a reset callback (or with one and rerunnable())
-// runs back to back, up to 64 launches per sample, enough to fill ~0.3 ms (a microsecond kernel timed alone
-// is mostly event and launch jitter); with only a reset, one launch per sample, after the reset.
+// samples (fewer for slow kernels, see below), each queued behind a stream gate. A kernel without a reset
+// callback (or with one and rerunnable()) runs back to back, up to 64 launches per sample, enough to fill
+// ~0.3 ms, ~0.1 ms for a kernel under 20 us (a microsecond kernel timed alone is mostly event and launch
+// jitter); with only a reset, one launch per sample, after the reset.
 double time_candidate(CUfunction f, const launch_request& r, const plan& p, long long max_grid_x,
                       stream_gate& gate, sample_wait* wait, trial_mode* mode) {
   const driver_api& d = driver();
@@ -230,10 +231,11 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     return static_cast<double>(ms) / launches;
   };
   // Back-to-back launches until a sample fills ~0.3 ms (a kernel under 0.3 ms runs at least twice: the steady
-  // state of a kernel launched in a loop).
-  constexpr double sample_target_ms = 0.3;
+  // state of a kernel launched in a loop); ~0.1 ms for a kernel of microseconds, whose trial is otherwise
+  // mostly the host queueing launches behind the gate, so that a tuning budget times more candidates.
   constexpr int max_launches_per_sample = 64;  // well below the driver's queue depth while the stream is held
   const double pilot = sample(1, false);
+  const double sample_target_ms = pilot > 0 && pilot < 0.02 ? 0.1 : 0.3;
   int per_sample = 1;
   const bool back_to_back = !r.reset || r.back_to_back;  // with a reset only if rerunnable() said so too
   if (back_to_back && pilot > 0) {

@@ -427,6 +427,30 @@ TEST(StubLaunch, APluginPolicysBudgetIsForItsTrialsNotTheGatesAllocation) {
 #endif
 }
 
+// A trial of a microsecond kernel is samples of ~0.1 ms of back-to-back launches, not ~0.3 ms: such a trial was
+// mostly the host queueing launches behind the stream gate (on an H100, kernels of 3-7 us at 2^20 items took
+// 48 ms of autotune's 50 to tune; 25 ms with these samples, the same plans within noise). Here a kernel of 4 us:
+// a timing is the pilot and five samples of at most 25 launches (ceil(0.1 ms / 4 us)); at ~0.3 ms they were
+// 38-64 launches each.
+TEST(StubLaunch, AMicrosecondKernelIsTimedInSamplesOfATenthOfAMillisecond) {
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+  ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
+  const CUfunction f = axpy_kernel("_Z10microsecfPKfPfi");
+  launchfit_stub_set_cost(f, 0.004, 256);
+  launchfit_stub_reset_calls();
+  const auto spec = lf::use("autotune(max_ms=50,max_trials=16)").items(1 << 20).on(stream_of(0x16)).rerunnable();
+  const lf::launched l =
+      lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
+  ASSERT_GE(l.plan().trials, 8) << l.plan().reason;
+  const double per_timing =
+      static_cast<double>(launchfit_stub_calls("cuLaunchKernelEx") - 1) / l.plan().trials;  // less the launch
+  EXPECT_LE(per_timing, 1 + 5 * 25) << l.plan().reason;
+  EXPECT_GE(per_timing, 1 + 5 * 10) << "samples too short to time a microsecond kernel: " << l.plan().reason;
+#else
+  GTEST_SKIP() << "the autotune plugin is not built (-DLAUNCHFIT_BUILD_PLUGINS=OFF)";
+#endif
+}
+
 // launchfit's own work inside a tuning's first trial is not a plugin policy's budget: where plans are stored the
 // first trial takes the fleet's tuning lease and reads the GPU's conditions (NVML), which a virtual machine can
 // make slow. Here NVML's process query takes 30 ms; autotune(max_ms=50) counted that first trial as one of
