@@ -159,6 +159,26 @@ CUstream trial_mode::capture_stream() {
   return stream_;
 }
 
+namespace {
+
+// A kernel whose first launch took under short_kernel_ms is timed in samples of short_sample_ms: its trial is
+// otherwise mostly the host queueing launches behind the gate (on an H100, tuning 3-7 us kernels took 48 ms of
+// a 50 ms budget with ~0.3 ms samples, 25 ms with ~0.1 ms, the same plans within noise).
+constexpr double short_kernel_ms = 0.02;
+constexpr double short_sample_ms = 0.1;
+constexpr double long_sample_ms = 0.3;
+
+double sample_target_for(double pilot_ms) noexcept {
+  return pilot_ms > 0 && pilot_ms < short_kernel_ms ? short_sample_ms : long_sample_ms;
+}
+
+}  // namespace
+
+double trial_mode::sample_target_ms(double pilot_ms) noexcept {
+  if (sample_target_ms_ == 0 && pilot_ms > 0) sample_target_ms_ = sample_target_for(pilot_ms);
+  return sample_target_ms_ > 0 ? sample_target_ms_ : long_sample_ms;
+}
+
 bool trial_mode::decide(bool captured) {
   if (chosen_ == chosen::undecided) chosen_ = captured ? chosen::graph : chosen::stream;
   return chosen_ == chosen::graph && captured;
@@ -231,11 +251,11 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
     return static_cast<double>(ms) / launches;
   };
   // Back-to-back launches until a sample fills ~0.3 ms (a kernel under 0.3 ms runs at least twice: the steady
-  // state of a kernel launched in a loop); ~0.1 ms for a kernel of microseconds, whose trial is otherwise
-  // mostly the host queueing launches behind the gate, so that a tuning budget times more candidates.
+  // state of a kernel launched in a loop); ~0.1 ms for a kernel of microseconds (sample_target_for), as the
+  // tuning's first candidate decided.
   constexpr int max_launches_per_sample = 64;  // well below the driver's queue depth while the stream is held
   const double pilot = sample(1, false);
-  const double sample_target_ms = pilot > 0 && pilot < 0.02 ? 0.1 : 0.3;
+  const double sample_target_ms = mode ? mode->sample_target_ms(pilot) : sample_target_for(pilot);
   int per_sample = 1;
   const bool back_to_back = !r.reset || r.back_to_back;  // with a reset only if rerunnable() said so too
   if (back_to_back && pilot > 0) {

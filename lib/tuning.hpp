@@ -96,10 +96,15 @@ class trial_mode {
   CUstream capture_stream();
   // The first candidate's capture decides; true where this candidate's samples are graph replays.
   bool decide(bool captured);
+  // How long a sample of back-to-back launches runs, the same for every candidate of the tuning (each sample
+  // pays a fixed start, which must weigh alike on every candidate): decided by the first candidate's pilot
+  // (~0.1 ms for a kernel under 20 us, else ~0.3 ms).
+  double sample_target_ms(double pilot_ms) noexcept;
 
  private:
   enum class chosen { undecided, graph, stream };
   bool want_graph_;
+  double sample_target_ms_ = 0;  // 0: not decided yet
   chosen chosen_ = chosen::undecided;
   CUstream stream_ = nullptr;
   bool stream_tried_ = false;

@@ -9,13 +9,16 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
@@ -446,6 +449,58 @@ TEST(StubLaunch, AMicrosecondKernelIsTimedInSamplesOfATenthOfAMillisecond) {
       static_cast<double>(launchfit_stub_calls("cuLaunchKernelEx") - 1) / l.plan().trials;  // less the launch
   EXPECT_LE(per_timing, 1 + 5 * 25) << l.plan().reason;
   EXPECT_GE(per_timing, 1 + 5 * 10) << "samples too short to time a microsecond kernel: " << l.plan().reason;
+#else
+  GTEST_SKIP() << "the autotune plugin is not built (-DLAUNCHFIT_BUILD_PLUGINS=OFF)";
+#endif
+}
+
+// Every candidate of one tuning is timed in samples of the same length: each sample pays a fixed start, which
+// must weigh alike on every candidate. Here the kernel takes 18 us in blocks of 256 and 22.5-31.5 us in others,
+// either side of the 20 us under which samples are ~0.1 ms: chosen per candidate, some were timed in samples of
+// ~0.1 ms and others of ~0.3 ms. The launches between two event records are one sample.
+namespace sample_lengths {
+CUfunction kernel = nullptr;
+unsigned long long launches_before = 0;
+std::vector<std::pair<unsigned long long, unsigned>> samples;  // (launches, block)
+void on_event_record(void*) {
+  const unsigned long long now = launchfit_stub_calls("cuLaunchKernelEx");
+  const unsigned long long n = now - launches_before;
+  launches_before = now;
+  CUlaunchConfig cfg{};
+  if (n > 1 && launchfit_stub_last_launch(kernel, &cfg, nullptr, 0)) samples.emplace_back(n, cfg.blockDimX);
+}
+}  // namespace sample_lengths
+TEST(StubLaunch, EveryCandidateOfATuningIsTimedInSamplesOfOneLength) {
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+  ASSERT_EQ(lf::load_plugin(LAUNCHFIT_AUTOTUNE_PLUGIN).name, "autotune");
+  const CUfunction f = axpy_kernel("_Z11samplelengthfPKfPfi");
+  launchfit_stub_set_cost(f, 0.018, 256);
+  sample_lengths::kernel = f;
+  sample_lengths::samples.clear();
+  sample_lengths::launches_before = launchfit_stub_calls("cuLaunchKernelEx");
+  launchfit_stub_on_call("cuEventRecord", sample_lengths::on_event_record, nullptr);
+  struct restore {
+    ~restore() { launchfit_stub_on_call("cuEventRecord", nullptr, nullptr); }
+  } restored;
+  const auto spec = lf::use("autotune(max_ms=50,max_trials=16)").items(1 << 20).on(stream_of(0x18)).rerunnable();
+  const lf::launched l =
+      lf::launch(lf::kernel(f), spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
+  ASSERT_GE(l.plan().trials, 8) << l.plan().reason;
+  // The stub's time of a launch: 18 us at 256 threads, a quarter more per doubling away.
+  const auto cost_ms = [](unsigned block) {
+    return 0.018 * (1.0 + 0.25 * std::fabs(std::log2(static_cast<double>(block) / 256.0)));
+  };
+  double shortest = 1e9, longest = 0;
+  std::set<unsigned> blocks;
+  for (const auto& [launches, block] : sample_lengths::samples) {
+    const double ms = static_cast<double>(launches) * cost_ms(block);
+    shortest = std::min(shortest, ms);
+    longest = std::max(longest, ms);
+    blocks.insert(block);
+  }
+  ASSERT_GE(blocks.size(), 3u) << "too few candidates timed to compare: " << l.plan().reason;
+  ASSERT_TRUE(blocks.count(256) && blocks.size() > 1) << l.plan().reason;
+  EXPECT_LT(longest, 1.5 * shortest) << "samples of " << shortest << " to " << longest << " ms in one tuning";
 #else
   GTEST_SKIP() << "the autotune plugin is not built (-DLAUNCHFIT_BUILD_PLUGINS=OFF)";
 #endif
