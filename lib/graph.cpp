@@ -82,33 +82,61 @@ struct captures {
   std::deque<std::pair<std::pair<CUgraph, CUgraphNode>, std::uint64_t>> oldest_first;
   std::uint64_t next_order = 1;
   bool told_full = false;
-  // Per graph, its launches that would have been tuned and were dropped as the oldest, by node and function
-  // (tune_graph() says how many of the graph it cannot tune: those whose node is still in the graph and runs
-  // that function, so that a destroyed graph's count never passes to another graph made at its handle). At most
-  // max_forgotten_graphs graphs and max_forgotten_launches launches: past that the graphs with the fewest
-  // are dropped first (a graph past the bound on its own keeps its newest).
+  // Per graph, its launches that would have been tuned and were dropped as the oldest, one per node: what the
+  // node ran (function, grid, block, smem and the arguments' bytes). tune_graph() says how many of the graph it
+  // cannot tune: those whose node is still in the graph, not remembered, and runs exactly that launch, so that
+  // neither a destroyed graph's launches nor a later capture's at reused handles count for another graph. At
+  // most max_forgotten_graphs graphs and max_forgotten_launches launches: past that the graphs with the fewest
+  // are dropped first (a graph past the bound on its own drops others of its own).
   struct forgotten_launch {
-    CUgraphNode node = nullptr;
     CUfunction function = nullptr;
+    dims grid, block;
+    std::size_t smem = 0;
+    std::vector<std::size_t> arg_sizes;
+    std::uint64_t args_hash = 0;
+    bool operator==(const forgotten_launch& o) const {
+      return function == o.function && grid == o.grid && block == o.block && smem == o.smem &&
+             arg_sizes == o.arg_sizes && args_hash == o.args_hash;
+    }
   };
-  std::map<CUgraph, std::deque<forgotten_launch>> forgotten;
+  std::map<CUgraph, std::map<CUgraphNode, forgotten_launch>> forgotten;
   std::size_t forgotten_launches = 0;
 };
 constexpr std::size_t max_forgotten_graphs = 1 << 10;
 constexpr std::size_t max_forgotten_launches = 1 << 16;
 
-// Notes `dropped` as forgotten under its graph, within the bounds above.
+// The arguments' bytes, in order, as one hash (FNV-1a): what a kernel node's parameters are compared by.
+std::uint64_t hash_arguments(void* const* args, const std::vector<std::size_t>& sizes) noexcept {
+  std::uint64_t h = 14695981039346656037ULL;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto* bytes = static_cast<const unsigned char*>(args[i]);
+    for (std::size_t k = 0; k < sizes[i]; ++k) h = (h ^ bytes[k]) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL;  // the end of one argument
+  }
+  return h;
+}
+
+// Notes `dropped` as forgotten under its graph and node, within the bounds above.
 void note_forgotten_locked(captures& all, const captured_launch& dropped) {
-  all.forgotten[dropped.graph].push_back({dropped.node, dropped.function});
-  ++all.forgotten_launches;
+  captures::forgotten_launch f;
+  f.function = dropped.function;
+  f.grid = dropped.grid;
+  f.block = dropped.block;
+  f.smem = dropped.smem;
+  f.arg_sizes = dropped.arg_sizes;
+  f.args_hash = hash_arguments(dropped.arg_ptrs.data(), dropped.arg_sizes);
+  auto& mine = all.forgotten[dropped.graph];
+  if (mine.insert_or_assign(dropped.node, std::move(f)).second) ++all.forgotten_launches;
   while (all.forgotten.size() > max_forgotten_graphs || all.forgotten_launches > max_forgotten_launches) {
     auto fewest = all.forgotten.end();
     for (auto it = all.forgotten.begin(); it != all.forgotten.end(); ++it)
       if (it->first != dropped.graph && (fewest == all.forgotten.end() || it->second.size() < fewest->second.size()))
         fewest = it;
-    if (fewest == all.forgotten.end()) {  // this graph alone: its oldest go
-      auto& mine = all.forgotten[dropped.graph];
-      mine.pop_front();
+    if (fewest == all.forgotten.end()) {  // this graph alone: another of its nodes goes
+      auto other = mine.begin();
+      if (other->first == dropped.node) ++other;
+      if (other == mine.end()) break;
+      mine.erase(other);
       --all.forgotten_launches;
       continue;
     }
@@ -482,7 +510,7 @@ std::string graph_tuning::to_string() const {
                     std::to_string(left) + " left";
   if (forgotten > 0) {
     out += "; " + std::to_string(forgotten) + " launch" + (forgotten == 1 ? "" : "es") +
-           " captured into this graph (or a destroyed graph at its handle) that would have been tuned " +
+           " captured into this graph that would have been tuned " +
            (forgotten == 1 ? "was" : "were") +
            " forgotten (more than " + std::to_string(detail::max_captured_launches) +
            " launches inside captures are remembered at once): their nodes keep their static plans";
@@ -524,7 +552,7 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
   // what each node runs now, read under the lock; then checked against the graph without it (driver calls).
   captures& all = the_captures();
   std::vector<std::pair<std::shared_ptr<captured_launch>, node_state>> mine;
-  std::deque<captures::forgotten_launch> forgotten_here;
+  std::map<CUgraphNode, captures::forgotten_launch> forgotten_here;
   {
     std::lock_guard<std::mutex> lock(all.m);
     for (const auto& [key, c] : all.by_node) {
@@ -561,33 +589,38 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
             [&order](const auto& a, const auto& b) { return order[a.first->node] < order[b.first->node]; });
 
   graph_tuning out;
-  // The forgotten launches still in this graph: a node of it, not one remembered, running the function it was
-  // captured with (a destroyed graph's at this handle, or nodes removed since, are not this graph's; they
-  // are dropped).
-  std::set<std::pair<CUgraphNode, CUfunction>> not_here;
-  for (const auto& f : forgotten_here) {
+  // The forgotten launches still in this graph: a node of it, not one remembered, running exactly the launch it
+  // was captured with (a destroyed graph's at this handle, or nodes removed or changed since, are not this
+  // graph's; they are dropped). One per node.
+  std::vector<std::pair<CUgraphNode, captures::forgotten_launch>> not_here;
+  for (auto& [node, f] : forgotten_here) {
     CUgraphNodeType type{};
     CUDA_KERNEL_NODE_PARAMS p{};
-    const bool here = nodes.count(f.node) && !remembered.count(f.node) &&
-                      d.cuGraphNodeGetType(f.node, &type) == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL &&
-                      d.cuGraphKernelNodeGetParams(f.node, &p) == CUDA_SUCCESS && p.func == f.function;
+    bool here = nodes.count(node) && !remembered.count(node) && d.cuGraphNodeGetType(node, &type) == CUDA_SUCCESS &&
+                type == CU_GRAPH_NODE_TYPE_KERNEL && d.cuGraphKernelNodeGetParams(node, &p) == CUDA_SUCCESS &&
+                p.func == f.function && dims{p.gridDimX, p.gridDimY, p.gridDimZ} == f.grid &&
+                dims{p.blockDimX, p.blockDimY, p.blockDimZ} == f.block && p.sharedMemBytes == f.smem;
+    if (here && !f.arg_sizes.empty()) {
+      here = p.kernelParams != nullptr;
+      for (std::size_t i = 0; here && i < f.arg_sizes.size(); ++i) here = p.kernelParams[i] != nullptr;
+      here = here && hash_arguments(p.kernelParams, f.arg_sizes) == f.args_hash;
+    }
     if (here) {
       ++out.forgotten;
     } else {
-      not_here.insert({f.node, f.function});
+      not_here.emplace_back(node, std::move(f));
     }
   }
   if (!not_here.empty()) {
     std::lock_guard<std::mutex> lock(all.m);
     if (const auto it = all.forgotten.find(graph); it != all.forgotten.end()) {
       auto& list = it->second;
-      const auto before = list.size();
-      list.erase(std::remove_if(list.begin(), list.end(),
-                                [&not_here](const captures::forgotten_launch& f) {
-                                  return not_here.count({f.node, f.function}) > 0;
-                                }),
-                 list.end());
-      all.forgotten_launches -= before - list.size();
+      for (const auto& [node, f] : not_here) {
+        const auto at = list.find(node);
+        if (at == list.end() || !(at->second == f)) continue;  // noted again since: not the record checked
+        list.erase(at);
+        --all.forgotten_launches;
+      }
       if (list.empty()) all.forgotten.erase(it);
     }
   }

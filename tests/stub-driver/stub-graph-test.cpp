@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "launchfit/cache.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
@@ -740,7 +741,8 @@ TEST_F(StubGraph, ForgottenLaunchesOfADestroyedGraphAreNotCountedForAGraphAtItsH
   const CUgraph pusher = launchfit_stub_end_capture(s);
   launchfit_stub_destroy_graph(old);  // never tuned: its forgotten launches stay noted under its handle
 
-  // Another graph at the same handle: one launch launchfit remembers and five raw kernel nodes it does not.
+  // Another graph at the same handle and node handles: one launch launchfit remembers, and five raw kernel
+  // nodes it does not, of the forgotten launches' own kernel at another grid (a function alone matched them).
   const CUfunction other = map_kernel("_Z6otherbPKfPfi", 128);
   launchfit_stub_begin_capture(s);
   lf::launch(lf::kernel(other), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
@@ -750,15 +752,17 @@ TEST_F(StubGraph, ForgottenLaunchesOfADestroyedGraphAreNotCountedForAGraphAtItsH
     int items = n;
     void* args[] = {&x, &y, &items};
     CUlaunchConfig cfg{};
-    cfg.gridDimX = 4096;
+    cfg.gridDimX = 2048;
     cfg.gridDimY = cfg.gridDimZ = 1;
     cfg.blockDimX = 256;
     cfg.blockDimY = cfg.blockDimZ = 1;
     cfg.hStream = s;
-    ASSERT_EQ(ld::driver().cuLaunchKernelEx(&cfg, other, args, nullptr), CUDA_SUCCESS);
+    ASSERT_EQ(ld::driver().cuLaunchKernelEx(&cfg, f, args, nullptr), CUDA_SUCCESS);
   }
   const CUgraph g = launchfit_stub_end_capture(s);
   ASSERT_EQ(g, old) << "the stub did not reuse the destroyed graph's handle";
+  std::array<CUgraphNode, 6> made{};
+  ASSERT_EQ(launchfit_stub_graph_nodes(g, made.data(), made.size()), 6u);
   const CUgraphExec e = launchfit_stub_instantiate(g);
   const lf::graph_tuning t = tune(g, e, 0xd9);
   EXPECT_EQ(t.forgotten, 0u) << t.to_string().substr(0, 400);
@@ -767,6 +771,35 @@ TEST_F(StubGraph, ForgottenLaunchesOfADestroyedGraphAreNotCountedForAGraphAtItsH
   launchfit_stub_destroy_exec(e);
   launchfit_stub_destroy_graph(g);
   launchfit_stub_destroy_graph(pusher);
+}
+
+// A graph captured again at the same graph and node handles (a driver's allocator hands them out again) with the
+// same forgotten launches counts them once per node, not once per capture: the count grew by the forgotten
+// launches at every capture.
+TEST_F(StubGraph, ForgottenLaunchesCaptureAfterCaptureAtTheSameHandlesAreCountedOnce) {
+  launchfit_stub_reuse_graph_handles(1);
+  struct restore {
+    ~restore() { launchfit_stub_reuse_graph_handles(0); }
+  } restored;
+  const CUfunction f = map_kernel("_Z10forgottencPKfPfi", 128);
+  const CUstream s = stream_of(0xda);
+  const int n = 1 << 20;
+  constexpr int bound = 4096;  // max_captured_launches
+  CUgraph first = nullptr;
+  for (int round = 0; round < 3; ++round) {
+    lf::cache().clear();  // the capture plans again, so every launch's tuning is deferred again
+    launchfit_stub_begin_capture(s);
+    for (int i = 0; i < bound + 100; ++i)
+      lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+    const CUgraph g = launchfit_stub_end_capture(s);
+    if (round == 0) first = g;
+    ASSERT_EQ(g, first) << "the stub did not reuse the graph's handle";
+    const CUgraphExec e = launchfit_stub_instantiate(g);
+    const lf::graph_tuning t = tune(g, e, 0xdb);
+    EXPECT_EQ(t.forgotten, 100u) << "round " << round << ": " << t.to_string().substr(0, 300);
+    launchfit_stub_destroy_exec(e);
+    launchfit_stub_destroy_graph(g);
+  }
 }
 
 // A policy of the program's own may choose a block below a warp: the smem rule is asked for such blocks at the

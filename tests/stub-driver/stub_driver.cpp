@@ -293,7 +293,17 @@ struct graphs {
   // allocator may hand it out again.
   bool reuse_handles = false;
   std::vector<stub_graph*> free_graphs;
+  std::vector<std::unique_ptr<stub_node>> free_nodes;  // the last is the next capture's first node
 };
+
+// A node for a capture: a destroyed graph's, in the order that graph made them, while handles are reused.
+std::unique_ptr<stub_node> new_node_locked(graphs& g) {
+  if (!g.reuse_handles || g.free_nodes.empty()) return std::make_unique<stub_node>();
+  std::unique_ptr<stub_node> n = std::move(g.free_nodes.back());
+  g.free_nodes.pop_back();
+  *n = stub_node{};
+  return n;
+}
 
 graphs& the_graphs() {
   static graphs& g = *new graphs;
@@ -327,6 +337,8 @@ void release_graph_if_done(stub_graph* g) {
   {
     std::lock_guard<std::mutex> lock(the_graphs().m);
     if (the_graphs().reuse_handles) {
+      auto& free_nodes = the_graphs().free_nodes;
+      for (auto it = g->nodes.rbegin(); it != g->nodes.rend(); ++it) free_nodes.push_back(std::move(*it));
       *g = stub_graph{};
       the_graphs().free_graphs.push_back(g);
       return;
@@ -583,7 +595,7 @@ CUresult CUDAAPI stub_cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, 
     std::lock_guard<std::mutex> lock(g.m);
     const auto it = g.captures.find(cfg->hStream);
     if (it != g.captures.end()) {
-      auto node = std::make_unique<stub_node>();
+      auto node = new_node_locked(g);
       node->graph = it->second.graph;
       CUDA_KERNEL_NODE_PARAMS p{};
       p.func = f;
@@ -1072,10 +1084,14 @@ void launchfit_stub_destroy_exec(CUgraphExec exec) {
 
 void launchfit_stub_reuse_graph_handles(int on) {
   std::vector<stub_graph*> freed;
+  std::vector<std::unique_ptr<stub_node>> freed_nodes;
   {
     std::lock_guard<std::mutex> lock(the_graphs().m);
     the_graphs().reuse_handles = on != 0;
-    if (!on) freed.swap(the_graphs().free_graphs);
+    if (!on) {
+      freed.swap(the_graphs().free_graphs);
+      freed_nodes.swap(the_graphs().free_nodes);
+    }
   }
   for (stub_graph* g : freed) delete g;
 }

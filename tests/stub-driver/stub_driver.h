@@ -68,8 +68,9 @@ CUgraph launchfit_stub_end_capture(CUstream stream);
 CUgraphExec launchfit_stub_instantiate(CUgraph graph);
 void launchfit_stub_destroy_exec(CUgraphExec exec);
 void launchfit_stub_destroy_graph(CUgraph graph);
-// On: the handle of a graph destroyed (and released) is the next capture's graph handle, as a driver may reuse
-// it. Off (the default) frees those kept for reuse.
+// On: the handle of a graph destroyed (and released) is the next capture's graph handle, and its nodes' handles
+// the next captured nodes', in the order it made them, as a driver's allocator may hand them out again. Off (the
+// default) frees those kept for reuse.
 void launchfit_stub_reuse_graph_handles(int on);
 // Instantiations of any graph so far.
 unsigned long long launchfit_stub_instantiations(void);
