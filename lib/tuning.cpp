@@ -260,8 +260,9 @@ double time_candidate(CUfunction f, const launch_request& r, const plan& p, long
   const bool back_to_back = !r.reset || r.back_to_back;  // with a reset only if rerunnable() said so too
   if (back_to_back && pilot > 0) {
     per_sample = static_cast<int>(std::clamp(std::ceil(sample_target_ms / pilot), 1.0, double{max_launches_per_sample}));
-    // The pilot is one cold, ungated launch (it overstates): anything near the target still runs twice.
-    if (pilot < 1.5 * sample_target_ms) per_sample = std::max(per_sample, 2);
+    // The pilot is one cold, ungated launch (it overstates): anything near ~0.3 ms still runs twice, also where
+    // the tuning's first candidate chose shorter samples.
+    if (pilot < 1.5 * long_sample_ms) per_sample = std::max(per_sample, 2);
   }
   // The median of 5 samples; of 3 for a kernel of half a millisecond or more, and 1 from 2 ms, where launch
   // and event jitter are a small part of a sample: the trials a tuning budget (autotune's max_ms) affords

@@ -71,8 +71,9 @@ template <class... Args>
 launched launch_driver(launch_request& r, const kernel& k, Args&&... args) {
   static_assert(!(is_plan_argument<std::decay_t<Args>>::value || ...),
                 "launchfit::launch: from_plan() arguments need a runtime-API kernel (its parameter types are known)");
-  std::array<void*, sizeof...(Args)> ptrs{const_cast<void*>(static_cast<const void*>(&args))...};
-  std::array<std::size_t, sizeof...(Args)> sizes{sizeof(std::decay_t<Args>)...};
+  // + 1: never a zero-length array, whose data() is null (a kernel without parameters has sizes all the same).
+  std::array<void*, sizeof...(Args) + 1> ptrs{const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
+  std::array<std::size_t, sizeof...(Args) + 1> sizes{sizeof(std::decay_t<Args>)..., 0};
   r.kernel_id = k.id();
   r.driver_kernel = &k;
   r.args = ptrs.data();

@@ -734,6 +734,8 @@ TEST_F(StubGraph, ForgottenLaunchesOfADestroyedGraphAreNotCountedForAGraphAtItsH
   for (int i = 0; i < bound + 100; ++i)
     lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
   const CUgraph old = launchfit_stub_end_capture(s);
+  std::array<CUgraphNode, 11> old_nodes{};
+  ASSERT_GE(launchfit_stub_graph_nodes(old, old_nodes.data(), old_nodes.size()), old_nodes.size());
   // Another graph's launches push the rest of the old graph's out: launchfit remembers none of it now.
   launchfit_stub_begin_capture(s);
   for (int i = 0; i < bound; ++i)
@@ -741,28 +743,32 @@ TEST_F(StubGraph, ForgottenLaunchesOfADestroyedGraphAreNotCountedForAGraphAtItsH
   const CUgraph pusher = launchfit_stub_end_capture(s);
   launchfit_stub_destroy_graph(old);  // never tuned: its forgotten launches stay noted under its handle
 
-  // Another graph at the same handle and node handles: one launch launchfit remembers, and five raw kernel
-  // nodes it does not, of the forgotten launches' own kernel at another grid (a function alone matched them).
+  // Another graph at the same handle and node handles: one launch launchfit remembers, and ten raw kernel nodes
+  // it does not, of the forgotten launches' own kernel: five at another grid (a function alone matched them),
+  // five at the forgotten launches' grid and block with other arguments.
   const CUfunction other = map_kernel("_Z6otherbPKfPfi", 128);
+  const lf::plan& static_plan = lf::plan_for(lf::kernel(f), lf::max_occupancy().items(n));
   launchfit_stub_begin_capture(s);
   lf::launch(lf::kernel(other), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
-  for (int i = 0; i < 5; ++i) {
-    float* x = device_pointer(0x1000);
+  for (int i = 0; i < 10; ++i) {
+    float* x = device_pointer(i < 5 ? 0x1000 : 0x3000);
     float* y = device_pointer(0x2000);
     int items = n;
     void* args[] = {&x, &y, &items};
     CUlaunchConfig cfg{};
-    cfg.gridDimX = 2048;
+    cfg.gridDimX = i < 5 ? 2048 : static_cast<unsigned>((n + static_plan.block_threads - 1) / static_plan.block_threads);
     cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = 256;
+    cfg.blockDimX = i < 5 ? 256 : static_cast<unsigned>(static_plan.block_threads);
     cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = i < 5 ? 0 : static_cast<unsigned>(static_plan.dynamic_smem_bytes);
     cfg.hStream = s;
     ASSERT_EQ(ld::driver().cuLaunchKernelEx(&cfg, f, args, nullptr), CUDA_SUCCESS);
   }
   const CUgraph g = launchfit_stub_end_capture(s);
   ASSERT_EQ(g, old) << "the stub did not reuse the destroyed graph's handle";
-  std::array<CUgraphNode, 6> made{};
-  ASSERT_EQ(launchfit_stub_graph_nodes(g, made.data(), made.size()), 6u);
+  std::array<CUgraphNode, 11> made{};
+  ASSERT_EQ(launchfit_stub_graph_nodes(g, made.data(), made.size()), 11u);
+  EXPECT_EQ(made, old_nodes) << "the stub did not reuse the destroyed graph's node handles";
   const CUgraphExec e = launchfit_stub_instantiate(g);
   const lf::graph_tuning t = tune(g, e, 0xd9);
   EXPECT_EQ(t.forgotten, 0u) << t.to_string().substr(0, 400);
@@ -786,20 +792,47 @@ TEST_F(StubGraph, ForgottenLaunchesCaptureAfterCaptureAtTheSameHandlesAreCounted
   const int n = 1 << 20;
   constexpr int bound = 4096;  // max_captured_launches
   CUgraph first = nullptr;
+  std::array<CUgraphNode, 8> first_nodes{};
   for (int round = 0; round < 3; ++round) {
     lf::cache().clear();  // the capture plans again, so every launch's tuning is deferred again
     launchfit_stub_begin_capture(s);
     for (int i = 0; i < bound + 100; ++i)
       lf::launch(lf::kernel(f), tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
     const CUgraph g = launchfit_stub_end_capture(s);
-    if (round == 0) first = g;
+    std::array<CUgraphNode, 8> nodes{};
+    ASSERT_GE(launchfit_stub_graph_nodes(g, nodes.data(), nodes.size()), nodes.size());
+    if (round == 0) {
+      first = g;
+      first_nodes = nodes;
+    }
     ASSERT_EQ(g, first) << "the stub did not reuse the graph's handle";
+    EXPECT_EQ(nodes, first_nodes) << "the stub did not reuse the graph's node handles";
     const CUgraphExec e = launchfit_stub_instantiate(g);
     const lf::graph_tuning t = tune(g, e, 0xdb);
     EXPECT_EQ(t.forgotten, 100u) << "round " << round << ": " << t.to_string().substr(0, 300);
     launchfit_stub_destroy_exec(e);
     launchfit_stub_destroy_graph(g);
   }
+}
+
+// A driver-API kernel without parameters is tuned in place like any other: its launch handed launchfit a null
+// array of argument sizes (a zero-length std::array's), and tune_graph() left it as "the sizes of its arguments
+// are unknown".
+TEST_F(StubGraph, AKernelWithoutParametersIsTunedInPlace) {
+  const CUfunction f = launchfit_stub_function("_Z8noparamsv", 16, 0, 1024, nullptr, 0);
+  launchfit_stub_set_cost(f, 0.01, 128);
+  const CUstream s = stream_of(0xdc);
+  const int n = 1 << 20;
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(f), tuned_spec(n, s));
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  const lf::graph_tuning t = tune(g, e, 0xdd);
+  ASSERT_EQ(t.nodes.size(), 1u) << t.to_string();
+  EXPECT_EQ(t.left, 0u) << t.to_string();
+  EXPECT_EQ(t.tuned + t.unchanged, 1u) << t.to_string();
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
 }
 
 // A policy of the program's own may choose a block below a warp: the smem rule is asked for such blocks at the
