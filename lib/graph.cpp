@@ -105,15 +105,11 @@ struct captures {
 constexpr std::size_t max_forgotten_graphs = 1 << 10;
 constexpr std::size_t max_forgotten_launches = 1 << 16;
 
-// The arguments' bytes, in order, as one hash (FNV-1a): what a kernel node's parameters are compared by.
+// The arguments' bytes, in order, as one hash: what a kernel node's parameters are compared by.
 std::uint64_t hash_arguments(void* const* args, const std::vector<std::size_t>& sizes) noexcept {
-  std::uint64_t h = 14695981039346656037ULL;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    const auto* bytes = static_cast<const unsigned char*>(args[i]);
-    for (std::size_t k = 0; k < sizes[i]; ++k) h = (h ^ bytes[k]) * 1099511628211ULL;
-    h = (h ^ 0xff) * 1099511628211ULL;  // the end of one argument
-  }
-  return h;
+  field_hash h;
+  for (std::size_t i = 0; i < sizes.size(); ++i) h.text({static_cast<const char*>(args[i]), sizes[i]});
+  return h.h;
 }
 
 // Notes `dropped` as forgotten under its graph and node, within the bounds above.
@@ -310,17 +306,25 @@ struct node_state {
 // handle maybe another node's now), running what c says it runs (function, grid, block, dynamic smem) on c's
 // arguments (else `changed`: the program set it to other parameters, cudaGraphKernelNodeSetParams).
 enum class node_match { same, gone, changed };
-node_match still_the_node(const captured_launch& c, const node_state& now, const std::set<CUgraphNode>& nodes) {
+// `node`'s kernel parameters, where it is a kernel node of the graph whose nodes are `nodes`; false otherwise.
+bool kernel_node_of(CUgraphNode node, const std::set<CUgraphNode>& nodes, CUDA_KERNEL_NODE_PARAMS& p) {
+  if (!nodes.count(node)) return false;
   const driver_api& d = driver();
-  if (!nodes.count(c.node)) return node_match::gone;
   CUgraphNodeType type{};
-  if (d.cuGraphNodeGetType(c.node, &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL)
-    return node_match::gone;
+  return d.cuGraphNodeGetType(node, &type) == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL &&
+         d.cuGraphKernelNodeGetParams(node, &p) == CUDA_SUCCESS;
+}
+
+// Whether a kernel node's parameters launch this function with this grid, block and dynamic smem.
+bool node_runs(const CUDA_KERNEL_NODE_PARAMS& p, CUfunction function, dims grid, dims block, std::size_t smem) {
+  return p.func == function && dims{p.gridDimX, p.gridDimY, p.gridDimZ} == grid &&
+         dims{p.blockDimX, p.blockDimY, p.blockDimZ} == block && p.sharedMemBytes == smem;
+}
+
+node_match still_the_node(const captured_launch& c, const node_state& now, const std::set<CUgraphNode>& nodes) {
   CUDA_KERNEL_NODE_PARAMS p{};
-  if (d.cuGraphKernelNodeGetParams(c.node, &p) != CUDA_SUCCESS) return node_match::gone;
-  if (p.func != now.function || dims{p.gridDimX, p.gridDimY, p.gridDimZ} != now.grid ||
-      dims{p.blockDimX, p.blockDimY, p.blockDimZ} != now.block || p.sharedMemBytes != now.smem)
-    return node_match::changed;
+  if (!kernel_node_of(c.node, nodes, p)) return node_match::gone;
+  if (!node_runs(p, now.function, now.grid, now.block, now.smem)) return node_match::changed;
   if (c.arg_sizes.empty()) return node_match::same;
   if (!p.kernelParams) return node_match::changed;
   for (std::size_t i = 0; i < c.arg_sizes.size(); ++i) {
@@ -594,12 +598,9 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
   // graph's; they are dropped). One per node.
   std::vector<std::pair<CUgraphNode, captures::forgotten_launch>> not_here;
   for (auto& [node, f] : forgotten_here) {
-    CUgraphNodeType type{};
     CUDA_KERNEL_NODE_PARAMS p{};
-    bool here = nodes.count(node) && !remembered.count(node) && d.cuGraphNodeGetType(node, &type) == CUDA_SUCCESS &&
-                type == CU_GRAPH_NODE_TYPE_KERNEL && d.cuGraphKernelNodeGetParams(node, &p) == CUDA_SUCCESS &&
-                p.func == f.function && dims{p.gridDimX, p.gridDimY, p.gridDimZ} == f.grid &&
-                dims{p.blockDimX, p.blockDimY, p.blockDimZ} == f.block && p.sharedMemBytes == f.smem;
+    bool here = !remembered.count(node) && kernel_node_of(node, nodes, p) &&
+                node_runs(p, f.function, f.grid, f.block, f.smem);
     if (here && !f.arg_sizes.empty()) {
       here = p.kernelParams != nullptr;
       for (std::size_t i = 0; here && i < f.arg_sizes.size(); ++i) here = p.kernelParams[i] != nullptr;

@@ -18,6 +18,30 @@ namespace launchfit::detail {
 // as a whole: as escape_text() but '\' is kept, so the escapes the pieces hold read as they are.
 std::string escape_line(std::string_view s, std::size_t max_bytes);
 
+// FNV-1a over length-prefixed fields, so that no two field lists hash the same text: the remote store's key names
+// (stored: its start value is part of the format) and the bytes a graph node's arguments are compared by.
+struct field_hash {
+  std::uint64_t h = 1469598103934665603ull;
+  void byte(unsigned char b) noexcept {
+    h ^= b;
+    h *= 1099511628211ull;
+  }
+  void number(std::uint64_t v) noexcept {
+    for (int i = 0; i < 8; ++i) byte(static_cast<unsigned char>(v >> (8 * i)));
+  }
+  void text(std::string_view s) noexcept {
+    number(s.size());
+    for (const char c : s) byte(static_cast<unsigned char>(c));
+  }
+  // Sixteen lowercase hex digits.
+  std::string hex() const {
+    constexpr std::string_view digits = "0123456789abcdef";
+    std::string out(16, '0');
+    for (int i = 0; i < 16; ++i) out[15 - i] = digits[(h >> (4 * i)) & 0xf];
+    return out;
+  }
+};
+
 // Appends `prefix` and the low `digits` hex digits of v, lowercase ("\\x1b", "~x" "ff").
 void append_hex(std::string& out, const char* prefix, std::uint32_t v, int digits);
 

@@ -10,31 +10,10 @@
 
 #include "../plan_match.hpp"
 #include "device_match.hpp"
+#include "../text.hpp"
 
 namespace launchfit::detail {
 namespace {
-
-// FNV-1a over length-prefixed fields, so that no two field lists hash the same text.
-struct key_hash {
-  std::uint64_t h = 1469598103934665603ull;
-  void byte(unsigned char b) {
-    h ^= b;
-    h *= 1099511628211ull;
-  }
-  void number(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) byte(static_cast<unsigned char>(v >> (8 * i)));
-  }
-  void text(std::string_view s) {
-    number(s.size());
-    for (const char c : s) byte(static_cast<unsigned char>(c));
-  }
-  std::string hex() const {
-    constexpr std::string_view digits = "0123456789abcdef";
-    std::string out(16, '0');
-    for (int i = 0; i < 16; ++i) out[15 - i] = digits[(h >> (4 * i)) & 0xf];
-    return out;
-  }
-};
 
 bool is_hex16(std::string_view s) {
   return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
@@ -207,7 +186,7 @@ std::optional<remote_url> parse_remote_url(std::string_view text, std::string& w
 
 std::string remote_model_prefix(const stored_key& k) {
   if (k.device_name.empty()) return "";
-  key_hash h;
+  field_hash h;
   h.text(k.device_name);
   h.number(static_cast<std::uint64_t>(k.cc));
   h.number(static_cast<std::uint64_t>(k.sm_count));
@@ -221,7 +200,7 @@ std::string remote_model_prefix(const stored_key& k) {
 std::string remote_key(const stored_key& k) {
   std::string prefix = remote_model_prefix(k);
   if (prefix.empty()) return prefix;
-  key_hash h;
+  field_hash h;
   h.text(k.kernel);
   h.text(k.policy);
   h.text(k.smem_rule);
