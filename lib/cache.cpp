@@ -369,6 +369,7 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
   plan_entry& made = sl->made.emplace(build).e;  // only this thread builds it: `builder` is this thread
   // A route has no plan of its own; a plan logged at info was kept when its line was queued.
   if (!made.route && !made.kept) made.kept = &keep_plan(made.plan, made.kernel);
+  ready_for_hits(made);
   {
     std::lock_guard<std::mutex> lock(sl->m);
     s.builds.fetch_add(1, std::memory_order_relaxed);

@@ -129,10 +129,20 @@ device_limits device_limits::query_current() {
 namespace launchfit::detail {
 namespace {
 
+// The context's identity: cuCtxGetId, or the handle on drivers before 12.0 (which have no identity).
+CUresult identity_of(const driver_api& d, CUcontext ctx, std::uint64_t& id) noexcept {
+  if (!d.cuCtxGetId) {
+    id = reinterpret_cast<std::uintptr_t>(ctx);
+    return CUDA_SUCCESS;
+  }
+  unsigned long long got = 0;
+  const CUresult st = d.cuCtxGetId(ctx, &got);
+  id = got;
+  return st;
+}
 std::uint64_t identity_of(const driver_api& d, CUcontext ctx) {
-  if (!d.cuCtxGetId) return reinterpret_cast<std::uintptr_t>(ctx);  // drivers before 12.0: the handle
-  unsigned long long id = 0;
-  check(d.cuCtxGetId(ctx, &id), "cuCtxGetId");
+  std::uint64_t id = 0;
+  check(identity_of(d, ctx, id), "cuCtxGetId");
   return id;
 }
 
@@ -163,6 +173,13 @@ context_ref current_context(const launch_request& r) {
                 "no current CUDA context (cuCtxSetCurrent / cudaSetDevice first)");
   }
   return context_ref{ctx, identity_of(d, ctx)};
+}
+
+bool current_context_if_set(const driver_api& d, context_ref& out) noexcept {
+  CUcontext ctx = nullptr;
+  if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return false;
+  out.handle = ctx;
+  return identity_of(d, ctx, out.id) == CUDA_SUCCESS;
 }
 
 void note_context(const context_ref& ctx) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "driver.hpp"
 #include "launchfit/detail/launch_request.hpp"
 #include "launchfit/device.hpp"
 
@@ -22,6 +23,9 @@ struct context_ref {
 // The calling thread's current context. A thread that has not used the runtime yet gets the runtime
 // kernel's primary context (resolving the kernel makes it current). Throws when there is none.
 context_ref current_context(const launch_request& r);
+// The same for a launch that hits, without a call that can throw: false where the thread has no current
+// context or the driver fails (current_context() then resolves the kernel, or throws naming the call).
+bool current_context_if_set(const driver_api& d, context_ref& out) noexcept;
 
 // Called on every plan miss. When a handle shows up with a new identity, the context it named before was
 // destroyed (cudaDeviceReset, cuDevicePrimaryCtxReset, cuCtxDestroy + a new context): every plan, resolved

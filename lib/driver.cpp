@@ -100,6 +100,8 @@ const driver_api& driver() {
   return l.api;
 }
 
+const driver_api* loaded_driver() noexcept { return usable.load(std::memory_order_acquire); }
+
 bool driver_available() noexcept {
   try {
     return instance().failure.empty();

@@ -38,6 +38,8 @@ struct driver_api {
 // The loaded driver, initialised once (cuInit(0)). Throws launchfit::error "no CUDA driver" when libcuda
 // cannot be loaded or initialised; the error is remembered and rethrown on every later call.
 const driver_api& driver();
+// The driver's entry points once driver() has loaded them; null before (never loads, never throws).
+const driver_api* loaded_driver() noexcept;
 // True when a driver loaded and cuInit succeeded (never throws).
 bool driver_available() noexcept;
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The hit path: the context's identity, a thread-local plan lookup, the smem rule checked by value, integer
-// grid arithmetic and one cuLaunchKernelEx. Everything else (planning, tuning, reporting) is the miss path
-// in planner.cpp.
+// The hit path: the context's identity, a thread-local plan lookup, the entry's ready launch configuration,
+// integer grid arithmetic and one cuLaunchKernelEx; launch_in_full() for what a ready entry does not say (an
+// smem rule checked by value, routes, captures, NVTX, trace lines). Planning, tuning and reporting are the miss
+// path in planner.cpp.
 
 #include <atomic>
 #include <cstdio>
@@ -33,14 +34,14 @@ namespace {
 // Inputs read from the environment at first use (LAUNCHFIT_PLUGINS, LAUNCHFIT_POLICY, LAUNCHFIT_CACHE,
 // LAUNCHFIT_REMOTE) are loaded before the first plan key is made: loading one may register policies, and a
 // generation bumped inside the first miss would make the next launch plan (and tune) again.
+std::atomic<bool> environment_loaded{false};
 void load_environment_inputs() {
-  static std::atomic<bool> loaded{false};
-  if (loaded.load(std::memory_order_acquire)) return;
+  if (environment_loaded.load(std::memory_order_acquire)) return;
   load_env_plugins();
   (void)policy_overrides_configured();  // a bad LAUNCHFIT_POLICY throws here, as the miss would
   (void)cache_file_open();
   (void)remote_layer();
-  loaded.store(true, std::memory_order_release);
+  environment_loaded.store(true, std::memory_order_release);
 }
 
 // The entry this request launches with. `local` holds a plan made for this call only (a request asked
@@ -68,8 +69,18 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local) {
   return *e;
 }
 
+[[noreturn]] __attribute__((noinline)) void refuse_arguments(const launch_request& r, const plan_entry& e);
+
 void check_arguments(const launch_request& r, const plan_entry& e) {
   if (!r.arg_sizes || !e.param_sizes) return;
+  const auto& expected = *e.param_sizes;
+  bool same = expected.size() == r.arg_count;
+  for (std::size_t i = 0; same && i < expected.size(); ++i) same = expected[i] == r.arg_sizes[i];
+  if (!same) refuse_arguments(r, e);
+}
+
+// The launch's arguments are not the kernel's parameters: which one, and how.
+void refuse_arguments(const launch_request& r, const plan_entry& e) {
   const auto& expected = *e.param_sizes;
   if (expected.size() != r.arg_count) {
     throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
@@ -85,6 +96,8 @@ void check_arguments(const launch_request& r, const plan_entry& e) {
                   display_name(e.kernel), e.plan.to_string());
     }
   }
+  throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch", "the arguments are not the kernel's parameters",
+              display_name(e.kernel), e.plan.to_string());
 }
 
 }  // namespace
@@ -122,7 +135,12 @@ const plan& plan_for(const launch_request& r) {
   return kept_of(e).plan;
 }
 
-launched launch(const launch_request& r) {
+namespace {
+
+// Every launch that does not hit a ready entry, and every launch that needs more than a configuration and
+// a grid: planning, routes, overrides, smem rules, plans made inside a capture, arguments from the plan,
+// graph nodes, NVTX ranges and trace lines.
+__attribute__((noinline)) launched launch_in_full(const launch_request& r) {
   const plan_reader reading;  // no entry is freed while this launch uses it
   local_entry local;
   const plan_entry& e = entry_for(r, local);
@@ -156,6 +174,81 @@ launched launch(const launch_request& r) {
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
   // A capture's node, for tune_graph(), while the plan's capture watch lasts.
   if (e.captured.on()) e.captured.saw(note_captured_launch(r, e, kept, grid));
+  note_launched(kept);
+  return done;
+}
+
+// The entry a launch may launch from without launch_in_full(): found by the request's own key in the
+// thread's front or the map, published ready, deciding by the spec's own policy, not waiting for trials, not
+// watched for captures, without NVTX ranges, for a request with nothing to compute from the plan. Null
+// otherwise (launch_in_full() then says why, or plans).
+const plan_entry* hit_entry(const launch_request& r, const driver_api*& driver_out) noexcept {
+  if (r.node || r.bind || r.smem_fn || !r.policy || r.kernel_id == 0) return nullptr;
+  if (r.driver_kernel && !r.driver_kernel->valid()) return nullptr;
+  const dims& cluster = r.options.cluster;  // the key keeps 16 bits of each: a wider one is refused in full
+  if ((cluster.x | cluster.y | cluster.z) > 0xffffu) return nullptr;
+  if (!environment_loaded.load(std::memory_order_acquire)) return nullptr;
+  const driver_api* d = loaded_driver();
+  context_ref ctx;
+  if (!d || !current_context_if_set(*d, ctx)) return nullptr;
+  driver_out = d;
+  const plan_entry* e = find(base_key(r, ctx));
+  if (!e || !e->ready || e->route || e->overriding || e->tuning_deferred || e->nvtx || e->captured.on())
+    return nullptr;
+  return e;
+}
+
+}  // namespace
+
+void ready_for_hits(plan_entry& e) noexcept {
+  e.ready = false;
+  if (e.route || !e.kept || !e.function) return;
+  const plan& p = e.plan;
+  fill_launch_config(e.ready_config, e.ready_attrs, p, dims{0, 0, 0}, nullptr);
+  e.ready_config.attrs = nullptr;  // set per launch (the entry's own ready_attrs), never kept as a pointer
+  const launch_options& o = p.options;
+  const int b = p.block_threads;
+  // grid_for()'s first case, decided once: a computed grid of power-of-two blocks, nothing else to check.
+  e.items_by_shift = p.grid.x == 0 && !p.without_work && b > 0 && (b & (b - 1)) == 0 && !o.cooperative &&
+                     o.cluster.x <= 1 && !o.has_cluster() && p.shape_rule.is_default();
+  e.items_shift = static_cast<std::uint8_t>(b > 0 ? __builtin_ctz(static_cast<unsigned>(b)) : 0);
+  e.ready = true;
+}
+
+// The hit path: the context's identity, the thread's front, the entry's ready configuration and one
+// cuLaunchKernelEx. What it does not do itself it leaves whole to launch_in_full(), before anything is
+// launched.
+launched launch(const launch_request& r) {
+  const plan_reader reading;  // no entry is freed while this launch uses it
+  const driver_api* d = nullptr;
+  const plan_entry* found = hit_entry(r, d);
+  if (!found || logger_fast().should_log(spdlog::level::trace)) return launch_in_full(r);
+  const plan_entry& e = *found;
+  if (r.arg_sizes && e.param_sizes) check_arguments(r, e);
+  const work& w = r.shape;
+  dims grid;
+  if (e.items_by_shift && w.kind == work::shape::items && w.rank <= 1 && w.per_thread <= 1 && w.n != 0 &&
+      w.ny != 0 && w.nz != 0 && (w.n >> e.items_shift) < static_cast<std::uint64_t>(e.max_grid_x)) {
+    const std::uint64_t mask = (std::uint64_t{1} << e.items_shift) - 1;
+    grid = dims{static_cast<unsigned>((w.n >> e.items_shift) + ((w.n & mask) != 0)), 1, 1};
+  } else {
+    try {
+      grid = grid_for(e.plan, w, e.max_grid_x);
+    } catch (const error& err) {
+      throw err.with_kernel(display_name(e.kernel), e.plan.to_string());
+    }
+  }
+  const kept_plan& kept = *e.kept;
+  launched done{grid, e.plan.block, e.plan.dynamic_smem_bytes, &kept.plan};
+  if (grid.count() == 0) return done;  // items(0) / grid_stride(0): nothing to do
+  CUlaunchConfig cfg = e.ready_config;
+  cfg.gridDimX = grid.x;
+  cfg.gridDimY = grid.y;
+  cfg.gridDimZ = grid.z;
+  cfg.hStream = r.stream;
+  if (cfg.numAttrs) cfg.attrs = const_cast<CUlaunchAttribute*>(e.ready_attrs.data());
+  const CUresult st = d->cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
+  if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
   note_launched(kept);
   return done;
 }

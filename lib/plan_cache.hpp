@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "launch_config.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
@@ -85,6 +86,15 @@ class capture_watch {
 struct plan_entry {
   plan_key key;
   // ---- read by every launch that hits ----
+  // The plan's launch configuration less its grid and stream (fill_launch_config(), with its attributes in
+  // `ready_attrs`), made where the entry is published (ready_for_hits()): a launch that hits copies it and
+  // sets two fields. `ready` false: every launch of the entry takes the full path.
+  CUlaunchConfig ready_config{};
+  // The plan's 1-D items(n) grid is n divided by 2^items_shift, rounded up (a power-of-two block of a computed
+  // grid, without cluster, co-residency or block shape): no call to grid_for().
+  bool items_by_shift = false;
+  std::uint8_t items_shift = 0;
+  bool ready = false;
   CUfunction function = nullptr;
   // `plan` and the kernel's name as callers keep them: set when the plan is logged or cached.
   const kept_plan* kept = nullptr;
@@ -104,6 +114,7 @@ struct plan_entry {
   std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
   launchfit::plan plan;
   // ---- read on a miss, a route or a report ----
+  launch_attributes ready_attrs{};  // ready_config's attributes (read by the driver, not by launchfit)
   std::uint64_t route_hash = 0;  // route->hash(), kept: hashing a policy's parameters costs on every launch
   std::string override_glob;
   // Why the override (override_glob, overriding) cannot serve this launch where the spec's own policy made
@@ -134,6 +145,10 @@ class local_entry {
 };
 
 std::uint64_t hash_key(const plan_key& k) noexcept;
+
+// Makes a published entry ready for the hit path (ready_config, items_shift): where it lives for good, since
+// ready_config points at the entry's own ready_attrs. A route (no plan of its own) is left not ready.
+void ready_for_hits(plan_entry& e) noexcept;
 
 // query_resources, demangling the name only when asked: a miss demangles only when the name is shown
 // (a log line, an override, a policy other than the built-ins), as __cxa_demangle costs about as much as the

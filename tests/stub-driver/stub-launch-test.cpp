@@ -21,12 +21,14 @@
 #include <vector>
 
 #include "launchfit/cache.hpp"
+#include "launchfit/log.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/args.hpp"
 #include "launchfit/launch.hpp"
 #include "launchfit/param_policy.hpp"
 #include "launchfit/plugin.hpp"
 #include "nvml.hpp"
+#include "captured_log.hpp"
 #include "error_of.hpp"
 #include "plan_cache.hpp"
 #include "stub_driver.h"
@@ -405,6 +407,73 @@ TEST(StubLaunch, TheHitPathAsksTheDriverForTheLaunchAndTheContextAlone) {
         "cuStreamIsCapturing", "cuStreamGetCaptureInfo", "cuFuncSetAttribute", "cuCtxGetDevice"}) {
     EXPECT_EQ(launchfit_stub_calls(other), 0u) << other << " on the hit path";
   }
+}
+
+// A launch that hits launches from the entry's ready configuration, and leaves to the full path whatever that
+// configuration does not say: each case below is launched once to plan it, then again as a hit, and the hit
+// must do what the full path does (every case fails where the hit path skips its check).
+TEST(StubLaunch, AHitLaunchesWhatTheFullPathWouldAndLeavesItTheRest) {
+  const CUfunction f = axpy_kernel("_Z7hitpathfPKfPfi");
+  const lf::kernel k(f);
+  const CUstream st = stream_of(0x15);
+  float* x = device_pointer(0x1000);
+  float* y = device_pointer(0x2000);
+  auto grid_of = [&](const auto& spec, std::uint64_t n) {
+    lf::launch(k, spec, 1.0f, x, y, static_cast<int>(n));  // planned (or a hit already)
+    const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+    const lf::launched l = lf::launch(k, spec, 1.0f, x, y, static_cast<int>(n));
+    EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before + 1);
+    const launch_seen seen = last_launch(f);
+    EXPECT_EQ(seen.config.gridDimX, l.grid.x);
+    EXPECT_EQ(seen.config.blockDimX, l.block.x);
+    EXPECT_EQ(seen.config.hStream, st);
+    return l;
+  };
+  // items(n), a power-of-two block: n / 256 rounded up, exactly at and either side of a block's edge.
+  for (std::uint64_t n : {1ull, 255ull, 256ull, 257ull, 1000003ull})
+    EXPECT_EQ(grid_of(lf::max_occupancy().items(n).on(st), n).grid.x, (n + 255) / 256) << n;
+  // Not a power of two, k items per thread, grid-stride work: the same grid as the plan's own rule.
+  EXPECT_EQ(grid_of(lf::fixed(96).items(1000).on(st), 1000).grid.x, 11u);
+  EXPECT_EQ(grid_of(lf::max_occupancy().items(1000003).per_thread(4).on(st), 1000003).grid.x, (1000003u + 1023) / 1024);
+  const lf::launched stride = grid_of(lf::max_occupancy().grid_stride(1u << 30).on(st), 1u << 30);
+  EXPECT_EQ(static_cast<long long>(stride.grid.x), stride.plan().resident_blocks());
+  // The attributes a hit carries are its own plan's (a PDL plan's, not the plain one launched before it).
+  lf::launch(k, lf::max_occupancy().items(4096).on(st).pdl(), 1.0f, x, y, 4096);
+  lf::launch(k, lf::max_occupancy().items(4096).on(st).pdl(), 1.0f, x, y, 4096);
+  EXPECT_TRUE(has_attribute(last_launch(f), CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION));
+  lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
+  EXPECT_EQ(last_launch(f).config.numAttrs, 0u);
+
+  // items(0) on a hit: nothing launched, as on the full path.
+  const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+  const lf::launched none = lf::launch(k, lf::max_occupancy().items(0).on(st), 1.0f, x, y, 0);
+  EXPECT_EQ(none.grid.count(), 0u);
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before);
+  // A grid above the device's limit on a hit: refused naming the kernel, nothing launched.
+  const lf::error e = launchfit_test::error_of([&] {
+    lf::launch(k, lf::max_occupancy().items(std::uint64_t{1} << 42).on(st), 1.0f, x, y, 0);
+  });
+  EXPECT_NE(std::string(e.what()).find("hitpath"), std::string::npos) << e.what();
+  // Arguments of other sizes on a hit: refused, nothing launched.
+  EXPECT_THROW(lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0, x, y, 4096), lf::error);
+  EXPECT_THROW(lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y), lf::error);
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before);
+
+  // Trace lines turned on with the plan already cached: every hit logs its launch.
+  {
+    launchfit_test::captured_log log(spdlog::level::trace);
+    lf::logger()->set_level(spdlog::level::warn);
+    lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
+    EXPECT_EQ(log.text().find("launch "), std::string::npos) << log.text();
+    lf::logger()->set_level(spdlog::level::trace);
+    lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
+    EXPECT_NE(log.text().find("[trace] launch "), std::string::npos) << log.text();
+  }
+  // After cache().clear() the hit's entry is gone: the next launch plans again.
+  const std::uint64_t builds = ld::stats().builds;
+  lf::cache().clear();
+  lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
+  EXPECT_EQ(ld::stats().builds, builds + 1);
 }
 
 // A tuning policy's budget is for its trials. The trials' stream gate holds a pinned word, and page-locking
