@@ -69,29 +69,32 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local) {
   return *e;
 }
 
-[[noreturn]] __attribute__((noinline)) void refuse_arguments(const launch_request& r, const plan_entry& e);
+[[noreturn]] __attribute__((noinline)) void refuse_arguments(const std::size_t* sizes, std::size_t count,
+                                                             const plan_entry& e);
 
-void check_arguments(const launch_request& r, const plan_entry& e) {
+// A driver-API kernel's arguments against the sizes of its parameters, where the driver reports them.
+template <class R>
+void check_arguments(const R& r, const plan_entry& e) {
   if (!r.arg_sizes || !e.param_sizes) return;
   const auto& expected = *e.param_sizes;
   bool same = expected.size() == r.arg_count;
   for (std::size_t i = 0; same && i < expected.size(); ++i) same = expected[i] == r.arg_sizes[i];
-  if (!same) refuse_arguments(r, e);
+  if (!same) refuse_arguments(r.arg_sizes, r.arg_count, e);
 }
 
 // The launch's arguments are not the kernel's parameters: which one, and how.
-void refuse_arguments(const launch_request& r, const plan_entry& e) {
+void refuse_arguments(const std::size_t* sizes, std::size_t count, const plan_entry& e) {
   const auto& expected = *e.param_sizes;
-  if (expected.size() != r.arg_count) {
+  if (expected.size() != count) {
     throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
                 "kernel takes " + std::to_string(expected.size()) + " parameters, " +
-                    std::to_string(r.arg_count) + " arguments given",
+                    std::to_string(count) + " arguments given",
                 display_name(e.kernel), e.plan.to_string());
   }
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    if (expected[i] != r.arg_sizes[i]) {
+    if (expected[i] != sizes[i]) {
       throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
-                  "argument " + std::to_string(i) + " is " + std::to_string(r.arg_sizes[i]) +
+                  "argument " + std::to_string(i) + " is " + std::to_string(sizes[i]) +
                       " bytes, the kernel's parameter is " + std::to_string(expected[i]) + " bytes",
                   display_name(e.kernel), e.plan.to_string());
     }
@@ -178,14 +181,21 @@ __attribute__((noinline)) launched launch_in_full(const launch_request& r) {
   return done;
 }
 
+// What a request or a probe says beyond the key.
+bool hands_over(const launch_request& r) noexcept { return r.node || r.bind || r.smem_fn; }
+bool hands_over(const launch_probe& p) noexcept { return p.smem_fn != nullptr; }
+const launch_options& options_of(const launch_request& r) noexcept { return r.options; }
+const launch_options& options_of(const launch_probe& p) noexcept { return *p.options; }
+
 // The entry a launch may launch from without launch_in_full(): found by the request's own key in the
 // thread's front or the map, published ready, deciding by the spec's own policy, not waiting for trials, not
 // watched for captures, without NVTX ranges, for a request with nothing to compute from the plan. Null
 // otherwise (launch_in_full() then says why, or plans).
-const plan_entry* hit_entry(const launch_request& r, const driver_api*& driver_out) noexcept {
-  if (r.node || r.bind || r.smem_fn || !r.policy || r.kernel_id == 0) return nullptr;
+template <class R>
+const plan_entry* hit_entry(const R& r, const driver_api*& driver_out) noexcept {
+  if (hands_over(r) || !r.policy || r.kernel_id == 0) return nullptr;
   if (r.driver_kernel && !r.driver_kernel->valid()) return nullptr;
-  const dims& cluster = r.options.cluster;  // the key keeps 16 bits of each: a wider one is refused in full
+  const dims& cluster = options_of(r).cluster;  // the key keeps 16 bits of each: a wider one is refused in full
   if ((cluster.x | cluster.y | cluster.z) > 0xffffu) return nullptr;
   if (!environment_loaded.load(std::memory_order_acquire)) return nullptr;
   const driver_api* d = loaded_driver();
@@ -198,33 +208,38 @@ const plan_entry* hit_entry(const launch_request& r, const driver_api*& driver_o
   return e;
 }
 
-}  // namespace
+// The probe's whole request: the spec's, with the probe's kernel and arguments.
+launch_request request_of(const launch_probe& p) {
+  launch_request r = p.make(p.spec);
+  r.kernel_id = p.kernel_id;
+  r.stub = p.stub;
+  r.resolve = p.resolve;
+  r.driver_kernel = p.driver_kernel;
+  r.args = p.args;
+  r.arg_sizes = p.arg_sizes;
+  r.arg_count = p.arg_count;
+  r.has_arguments = true;
+  return r;
+}
+const launch_request& request_of(const launch_request& r) noexcept { return r; }
 
-void ready_for_hits(plan_entry& e) noexcept {
-  e.ready = false;
-  if (e.route || !e.kept || !e.function) return;
-  const plan& p = e.plan;
-  fill_launch_config(e.ready_config, e.ready_attrs, p, dims{0, 0, 0}, nullptr);
-  e.ready_config.attrs = nullptr;  // set per launch (the entry's own ready_attrs), never kept as a pointer
-  const launch_options& o = p.options;
-  const int b = p.block_threads;
-  // grid_for()'s first case, decided once: a computed grid of power-of-two blocks, nothing else to check.
-  e.items_by_shift = p.grid.x == 0 && !p.without_work && b > 0 && (b & (b - 1)) == 0 && !o.cooperative &&
-                     o.cluster.x <= 1 && !o.has_cluster() && p.shape_rule.is_default();
-  e.items_shift = static_cast<std::uint8_t>(b > 0 ? __builtin_ctz(static_cast<unsigned>(b)) : 0);
-  e.ready = true;
+// launch_in_full() for a request or a probe: out of the hit path's way (a probe's request is made here).
+template <class R>
+__attribute__((noinline)) launched hand_over(const R& r) {
+  return launch_in_full(request_of(r));
 }
 
 // The hit path: the context's identity, the thread's front, the entry's ready configuration and one
 // cuLaunchKernelEx. What it does not do itself it leaves whole to launch_in_full(), before anything is
 // launched.
-launched launch(const launch_request& r) {
+template <class R>
+launched launch_hit_or_full(const R& r) {
   const plan_reader reading;  // no entry is freed while this launch uses it
   const driver_api* d = nullptr;
   const plan_entry* found = hit_entry(r, d);
-  if (!found || logger_fast().should_log(spdlog::level::trace)) return launch_in_full(r);
+  if (__builtin_expect(!found || logger_fast().should_log(spdlog::level::trace), 0)) return hand_over(r);
   const plan_entry& e = *found;
-  if (r.arg_sizes && e.param_sizes) check_arguments(r, e);
+  check_arguments(r, e);
   const work& w = r.shape;
   dims grid;
   if (e.items_by_shift && w.kind == work::shape::items && w.rank <= 1 && w.per_thread <= 1 && w.n != 0 &&
@@ -252,5 +267,26 @@ launched launch(const launch_request& r) {
   note_launched(kept);
   return done;
 }
+
+}  // namespace
+
+void ready_for_hits(plan_entry& e) noexcept {
+  e.ready = false;
+  if (e.route || !e.kept || !e.function) return;
+  const plan& p = e.plan;
+  fill_launch_config(e.ready_config, e.ready_attrs, p, dims{0, 0, 0}, nullptr);
+  e.ready_config.attrs = nullptr;  // set per launch (the entry's own ready_attrs), never kept as a pointer
+  const launch_options& o = p.options;
+  const int b = p.block_threads;
+  // grid_for()'s first case, decided once: a computed grid of power-of-two blocks, nothing else to check.
+  e.items_by_shift = p.grid.x == 0 && !p.without_work && b > 0 && (b & (b - 1)) == 0 && !o.cooperative &&
+                     o.cluster.x <= 1 && !o.has_cluster() && p.shape_rule.is_default();
+  e.items_shift = static_cast<std::uint8_t>(b > 0 ? __builtin_ctz(static_cast<unsigned>(b)) : 0);
+  e.ready = true;
+}
+
+launched launch(const launch_request& r) { return launch_hit_or_full(r); }
+
+launched launch(const launch_probe& p) { return launch_hit_or_full(p); }
 
 }  // namespace launchfit::detail

@@ -25,9 +25,11 @@ launch_options launch_options_of(const launch_request& r) noexcept;
 // 33-48, bit 49 programmatic, bit 50 non-portable cluster sizes allowed. (The SM budget is in
 // plan_key::shape.)
 // Inline: every launch keys its plan by them.
-inline std::uint64_t key_bits(const launch_options& o) noexcept {
+// `cooperative_policy`: the policy is cooperative() (a launch_probe's options are the spec's, to which
+// make_request() adds it).
+inline std::uint64_t key_bits(const launch_options& o, bool cooperative_policy = false) noexcept {
   const dims& c = o.cluster;
-  const std::uint64_t bits = (o.cooperative ? 1u : 0u) | (std::uint64_t{o.programmatic} << 49) |
+  const std::uint64_t bits = (o.cooperative || cooperative_policy ? 1u : 0u) | (std::uint64_t{o.programmatic} << 49) |
                              (std::uint64_t{o.non_portable_cluster} << 50);
   if (c.count() <= 1) return bits;
   return bits | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |

@@ -47,20 +47,24 @@ inline constexpr std::uint64_t own_policy_bit = 1ULL << 62;
 // and a policy that times candidates (autotune) or reads the query's work kind decides for the grid it was
 // given, so a plan tuned for one kind is never the other's. 0 for 1-D items work with none of these.
 // `w`: the request's work.
-inline std::uint64_t shape_bits(const launch_request& r, const work& w) noexcept {
-  const std::uint64_t rule = r.blocks.k == block_rule::kind::any ? 0 : r.blocks.hash();
-  const std::uint64_t shape = r.shape_rule.is_set() ? r.shape_rule.hash() : 0;
-  const std::uint64_t waves = w.kind == work::shape::grid_stride ? r.options.waves : 0;
+inline std::uint64_t shape_bits(const block_rule& blocks, const block_shape& shape_rule,
+                                const launch_options& options, const work& w) noexcept {
+  const std::uint64_t rule = blocks.k == block_rule::kind::any ? 0 : blocks.hash();
+  const std::uint64_t shape = shape_rule.is_set() ? shape_rule.hash() : 0;
+  const std::uint64_t waves = w.kind == work::shape::grid_stride ? options.waves : 0;
   const std::uint64_t kind = w.kind == work::shape::none          ? 4u
                              : w.kind == work::shape::grid_stride ? 8u
                              : w.kind == work::shape::grid        ? 16u
                                                                   : 0u;
   const std::uint64_t extra = (w.rank >= 2 ? 2u : 0u) | kind |
-                              (static_cast<std::uint64_t>(r.options.sm_budget & 0xffffff) << 8) |
+                              (static_cast<std::uint64_t>(options.sm_budget & 0xffffff) << 8) |
                               (waves << 32);
   if ((rule | extra | shape) == 0) return 0;
   const std::uint64_t h = hash_combine(rule, extra);
   return (shape ? hash_combine(h, shape) : h) | 1;
+}
+inline std::uint64_t shape_bits(const launch_request& r, const work& w) noexcept {
+  return shape_bits(r.blocks, r.shape_rule, r.options, w);
 }
 inline std::uint64_t shape_bits(const launch_request& r) noexcept { return shape_bits(r, r.shape); }
 
@@ -69,6 +73,18 @@ inline std::uint64_t shape_bits(const launch_request& r) noexcept { return shape
 inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexcept {
   return plan_key{ctx.id,   r.kernel_id,    r.policy_hash, r.options.smem_identity(),
                   r.bucket, launch_bits(r), shape_bits(r), plan_inputs_generation()};
+}
+// The same key for a launch_probe (its options are the spec's, its cooperative flag the policy's): the key
+// make_request()'s request of the same spec has.
+inline plan_key base_key(const launch_probe& p, const context_ref& ctx) noexcept {
+  return plan_key{ctx.id,
+                  p.kernel_id,
+                  p.policy_hash,
+                  p.options->smem_identity(),
+                  p.bucket,
+                  key_bits(*p.options, p.cooperative_policy),
+                  shape_bits(*p.blocks, *p.shape_rule, *p.options, p.shape),
+                  plan_inputs_generation()};
 }
 
 // The key of a request missed: plans it (or waits for the thread that does). A request asked again from

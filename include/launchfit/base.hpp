@@ -551,26 +551,43 @@ policy_copy copy_policy_of(const void* holder) {
   }
 }
 
+// The one place that decides whether the launch is cooperative beyond what the spec says: its policy is
+// cooperative() (also when it came from use("cooperative") or a pointer). No later step adds or drops it.
+template <class Policy>
+bool is_cooperative_policy(const launchfit::policy& p) noexcept {
+  if constexpr (std::is_same_v<Policy, launchfit::cooperative_policy>) {
+    (void)p;
+    return true;
+  } else if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
+    // cooperative_policy is final: its exact type, without dynamic_cast's walk of the policy's bases.
+    return typeid(p) == typeid(launchfit::cooperative_policy);
+  } else {
+    (void)p;
+    return false;
+  }
+}
+// The size bucket a spec's plan is keyed by: the policy's, and the row width's octave where the block may widen.
+template <class Policy>
+std::uint64_t bucket_of(const spec<Policy>& s, const launchfit::policy& p, const work& shape) {
+  const std::uint64_t bucket = p.work_bucket(shape);
+  return s.shape_rule().free_x ? plan_bucket(bucket, shape, s.shape_rule()) : bucket;
+}
+// The stream a spec launches on: 0 means what <<<>>> means in this file.
+template <class Policy>
+cudaStream_t stream_of(const spec<Policy>& s) noexcept {
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+  return s.stream() ? s.stream() : cudaStreamPerThread;
+#else
+  return s.stream();
+#endif
+}
+
 template <class Policy>
 launch_request make_request(const spec<Policy>& s) {
   const launchfit::policy& p = s.get_policy();
   const work shape = s.work_shape();
   launch_options options = s.options();
-  // The one place that decides whether the launch is cooperative: the spec says so, or its policy is
-  // cooperative() (also when it came from use("cooperative") or a pointer). No later step adds or drops it.
-  if constexpr (std::is_same_v<Policy, cooperative_policy>) {
-    options.cooperative = true;
-  } else if constexpr (!std::is_base_of_v<launchfit::policy, Policy>) {
-    // cooperative_policy is final: its exact type, without dynamic_cast's walk of the policy's bases.
-    options.cooperative = options.cooperative || typeid(p) == typeid(cooperative_policy);
-  }
-  std::uint64_t bucket = p.work_bucket(shape);
-  if (s.shape_rule().free_x) bucket = plan_bucket(bucket, shape, s.shape_rule());
-#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
-  cudaStream_t stream = s.stream() ? s.stream() : cudaStreamPerThread;  // 0 here means what <<<>>> means here
-#else
-  cudaStream_t stream = s.stream();
-#endif
+  options.cooperative = options.cooperative || is_cooperative_policy<Policy>(p);
   // Every member given, in declaration order (launch_request.hpp; planner-test checks each): a request is made
   // on every launch, and one made from its defaults first was zeroed whole (about 350 bytes) before these
   // stores, about a quarter of a cached launch's own time. launch() and plan_for() set the kernel and arguments.
@@ -582,10 +599,10 @@ launch_request make_request(const spec<Policy>& s) {
                         /*policy_holder=*/&s.policy_value(),
                         /*copy_policy=*/&copy_policy_of<Policy>,
                         /*policy_hash=*/p.hash(),
-                        /*bucket=*/bucket,
+                        /*bucket=*/bucket_of(s, p, shape),
                         /*smem_fn=*/s.smem_fn(),
                         /*shape=*/shape,
-                        /*stream=*/stream,
+                        /*stream=*/stream_of(s),
                         /*options=*/options,
                         /*blocks=*/s.block_sizes(),
                         /*shape_rule=*/s.shape_rule(),
@@ -601,6 +618,39 @@ launch_request make_request(const spec<Policy>& s) {
                         /*reset=*/s.reset_fn(),
                         /*has_arguments=*/false,
                         /*node=*/nullptr};
+}
+
+// The whole request of the spec at `s` (a spec<Policy>), for a probe that did not hit.
+template <class Policy>
+launch_request request_of_spec(const void* s) {
+  return make_request(*static_cast<const spec<Policy>*>(s));
+}
+
+// The probe of a launch of this spec (launch_request.hpp): the key's parts as make_request() makes them, the
+// rest by address. launch() sets the kernel and arguments.
+template <class Policy>
+launch_probe make_probe(const spec<Policy>& s) {
+  const launchfit::policy& p = s.get_policy();
+  const work shape = s.work_shape();
+  return launch_probe{/*kernel_id=*/0,
+                      /*stub=*/nullptr,
+                      /*resolve=*/nullptr,
+                      /*driver_kernel=*/nullptr,
+                      /*policy=*/&p,
+                      /*policy_hash=*/p.hash(),
+                      /*bucket=*/bucket_of(s, p, shape),
+                      /*options=*/&s.options(),
+                      /*blocks=*/&s.block_sizes(),
+                      /*shape_rule=*/&s.shape_rule(),
+                      /*smem_fn=*/s.smem_fn(),
+                      /*stream=*/stream_of(s),
+                      /*cooperative_policy=*/is_cooperative_policy<Policy>(p),
+                      /*shape=*/shape,
+                      /*args=*/nullptr,
+                      /*arg_sizes=*/nullptr,
+                      /*arg_count=*/0,
+                      /*spec=*/&s,
+                      /*make=*/&request_of_spec<Policy>};
 }
 
 }  // namespace detail
@@ -684,8 +734,9 @@ void bind_arguments(void* self, const plan& p) {
 }
 
 // Launches a runtime-API kernel (or a family member chosen by the planner) with converted arguments.
-template <class... Params, class... Args>
-launched launch_runtime(launch_request& r, Args&&... args) {
+// `R`: a launch_request, or a launch_probe where no argument is computed from the plan.
+template <class... Params, class R, class... Args>
+launched launch_runtime(R& r, Args&&... args) {
   static_assert(!(std::is_reference_v<Params> || ...),
                 "launchfit::launch: the kernel takes a parameter by reference, which a kernel cannot read (nvcc "
                 "passes the host address): take it by value, or by device pointer");
@@ -693,13 +744,14 @@ launched launch_runtime(launch_request& r, Args&&... args) {
   static_assert((argument_converts<Params, Args&&>::value && ...),
                 "launchfit::launch: an argument does not convert to the kernel's parameter type");
   r.resolve = &resolve_runtime_kernel;
-  r.has_arguments = true;
+  if constexpr (std::is_same_v<R, launch_request>) r.has_arguments = true;  // a probe is always a launch's
   void* ptrs[sizeof...(Params) + 1] = {};  // + 1: never a zero-length array
   static constexpr std::size_t sizes[sizeof...(Params) + 1] = {sizeof(std::decay_t<Params>)..., 0};
   r.args = ptrs;
   r.arg_sizes = sizes;
   r.arg_count = sizeof...(Params);
   if constexpr ((is_plan_argument<std::decay_t<Args>>::value || ...)) {
+    static_assert(std::is_same_v<R, launch_request>, "from_plan() arguments are bound through a launch_request");
     pack_of<argument_slot<std::decay_t<Params>, Args&&>...> slots{std::forward<Args>(args)...};
     slots.addresses(ptrs, [](auto& slot) { return static_cast<void*>(&slot.value); });
     r.bind = &bind_arguments<argument_slot<std::decay_t<Params>, Args&&>...>;
@@ -721,10 +773,17 @@ launched launch_runtime(launch_request& r, Args&&... args) {
 template <class... Params, class Policy, class... Args>
 launched launch(void (*k)(Params...), const spec<Policy>& s, Args... args) {
   if (!k) detail::throw_null_kernel("launchfit::launch");
-  detail::launch_request r = detail::make_request(s);
-  r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
-  r.stub = reinterpret_cast<const void*>(k);
-  return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
+  if constexpr ((detail::is_plan_argument<std::decay_t<Args>>::value || ...)) {
+    detail::launch_request r = detail::make_request(s);
+    r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
+    r.stub = reinterpret_cast<const void*>(k);
+    return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
+  } else {
+    detail::launch_probe r = detail::make_probe(s);
+    r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
+    r.stub = reinterpret_cast<const void*>(k);
+    return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
+  }
 }
 
 // The plan a launch would use, without launching (computed and cached on first use).

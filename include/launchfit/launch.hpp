@@ -67,8 +67,9 @@ inline spec<std::shared_ptr<const policy>> use(std::string_view policy_string) {
 namespace detail {
 // A driver-API kernel's request with its arguments (each one kernel parameter), launched (or added as a node,
 // where the request says so).
-template <class... Args>
-launched launch_driver(launch_request& r, const kernel& k, Args&&... args) {
+// `R`: a launch_request, or a launch_probe.
+template <class R, class... Args>
+launched launch_driver(R& r, const kernel& k, Args&&... args) {
   static_assert(!(is_plan_argument<std::decay_t<Args>>::value || ...),
                 "launchfit::launch: from_plan() arguments need a runtime-API kernel (its parameter types are known)");
   // + 1: never a zero-length array, whose data() is null (a kernel without parameters has sizes all the same).
@@ -79,7 +80,7 @@ launched launch_driver(launch_request& r, const kernel& k, Args&&... args) {
   r.args = ptrs.data();
   r.arg_sizes = sizes.data();
   r.arg_count = sizeof...(Args);
-  r.has_arguments = true;
+  if constexpr (std::is_same_v<R, launch_request>) r.has_arguments = true;  // a probe is always a launch's
   return launch(r);
 }
 }  // namespace detail
@@ -90,7 +91,7 @@ launched launch_driver(launch_request& r, const kernel& k, Args&&... args) {
 // Arguments are taken by value, as a function call takes them (an array argument is a pointer to it).
 template <class Policy, class... Args>
 launched launch(const kernel& k, const spec<Policy>& s, Args... args) {
-  detail::launch_request r = detail::make_request(s);
+  detail::launch_probe r = detail::make_probe(s);
   return detail::launch_driver(r, k, std::forward<Args>(args)...);
 }
 

@@ -93,9 +93,38 @@ struct launch_request {
   node_target* node = nullptr;  // add a kernel node to this graph instead of launching (add_kernel_node())
 };
 
+// What a launch of a kernel with its own arguments hands the library first: the key's parts, the spec's
+// options, block rule and block shape by address, the stream and the arguments; about a third of a
+// launch_request, and all a launch that hits reads. Where it does not hit (a miss, or a plan that needs more
+// than its ready launch configuration), `make` makes the spec's whole request (make_request()) and the launch
+// takes the full path. Made by make_probe() alone, from a spec that outlives the launch.
+struct launch_probe {
+  std::uintptr_t kernel_id = 0;
+  const void* stub = nullptr;       // runtime kernels
+  resolve_fn resolve = nullptr;     // runtime kernels
+  const launchfit::kernel* driver_kernel = nullptr;
+  const launchfit::policy* policy = nullptr;
+  std::uint64_t policy_hash = 0;
+  std::uint64_t bucket = 0;
+  const launch_options* options = nullptr;  // the spec's: cooperative_policy is added to them, as make_request() does
+  const block_rule* blocks = nullptr;
+  const block_shape* shape_rule = nullptr;
+  const smem_rule_fn* smem_fn = nullptr;
+  cudaStream_t stream = nullptr;
+  bool cooperative_policy = false;  // the policy is cooperative()
+  work shape{};                     // with options->waves (spec::work_shape())
+  void** args = nullptr;
+  const std::size_t* arg_sizes = nullptr;
+  std::size_t arg_count = 0;
+  const void* spec = nullptr;
+  launch_request (*make)(const void* spec) = nullptr;  // the spec's whole request, less kernel and arguments
+};
+
 // The cached plan for this request (computing, validating and logging it on a miss).
 LAUNCHFIT_API const plan& plan_for(const launch_request& r);
 // Plan lookup + grid arithmetic + cuLaunchKernelEx; what was launched.
 LAUNCHFIT_API launched launch(const launch_request& r);
+// The same for a probe: the hit path, else the probe's whole request launched as launch(r) launches it.
+LAUNCHFIT_API launched launch(const launch_probe& p);
 
 }  // namespace launchfit::detail
