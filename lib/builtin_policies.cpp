@@ -95,17 +95,7 @@ std::map<int, std::size_t>& bif_overrides() {
   return m;
 }
 
-// Small work: per power of two of the threads it needs, below 2^18 (a few waves of any block on any GPU).
-std::uint64_t small_work_bucket(const work& w) {
-  if (w.kind != work::shape::items && w.kind != work::shape::grid_stride) return 0;
-  if (w.rank > 1) return 0;
-  const std::uint64_t threads =
-      w.n / std::max<std::uint32_t>(w.per_thread, 1) + (w.n % std::max<std::uint32_t>(w.per_thread, 1) != 0);
-  if (threads == 0 || threads >= (1u << 18)) return 0;
-  std::uint64_t bucket = 1;
-  for (std::uint64_t t = threads; t > 1; t >>= 1) ++bucket;
-  return bucket;  // floor(log2(threads)) + 1
-}
+using detail::small_work_bucket;
 
 // Fills the SMs before maximising occupancy: when the work's blocks (counted from the smallest size of its
 // bucket, so every size in it gets the same plan) leave more than 5% of the SMs idle, the largest allowed
@@ -152,10 +142,6 @@ void set_block_and_grid(plan& p, const F& f) {
 
 }  // namespace
 
-std::uint64_t max_occupancy_policy::work_bucket(const work& w) const {
-  return params_.prefer_block == 0 ? 0 : small_work_bucket(w);  // 0: exactly the driver's block, for any work
-}
-std::uint64_t bytes_in_flight_policy::work_bucket(const work& w) const { return small_work_bucket(w); }
 
 plan max_occupancy_policy::choose_impl(const query& q) const {
   require_non_negative(q, "prefer_block", params_.prefer_block, "the largest block");

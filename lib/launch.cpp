@@ -46,7 +46,9 @@ void load_environment_inputs() {
 
 // The entry this request launches with. `local` holds a plan made for this call only (a request asked
 // again from inside its own planning, or an smem rule that never settles).
-const plan_entry& entry_or_miss(const launch_request& r, local_entry& local) {
+// `known`: the calling thread's current context where the caller read it already (the hit path, handing
+// over), else null.
+const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, const context_ref* known = nullptr) {
   if (!r.policy) throw error(errc::invalid_policy, "launchfit::launch", "no policy");
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
     throw error(CUDA_ERROR_INVALID_HANDLE, "launchfit::launch", "null or empty kernel");
@@ -57,7 +59,7 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local) {
                 "cluster " + cluster.to_string() + " has a dimension above 65535");
   }
   load_environment_inputs();
-  const context_ref ctx = current_context(r);
+  const context_ref ctx = known ? *known : current_context(r);
   const plan_key key = base_key(r, ctx);
   const plan_entry* e = find(key);
   if (!e) e = &plan_miss(r, ctx, key, local);
@@ -105,8 +107,10 @@ void refuse_arguments(const std::size_t* sizes, std::size_t count, const plan_en
 
 }  // namespace
 
-const plan_entry& entry_for(const launch_request& r, local_entry& local) {
-  const plan_entry& e = entry_or_miss(r, local);
+const plan_entry& entry_for(const launch_request& r, local_entry& local) { return entry_for(r, local, nullptr); }
+
+const plan_entry& entry_for(const launch_request& r, local_entry& local, const context_ref* known) {
+  const plan_entry& e = entry_or_miss(r, local, known);
   // A plan a stream capture kept from its trials: the first launch that may time them outside a capture
   // plans again (once: the new entry is the tuned plan, or a stored one).
   if (!e.tuning_deferred || !r.rerunnable || !r.has_arguments || stream_capture(r.stream) != capture_state::none)
@@ -143,10 +147,11 @@ namespace {
 // Every launch that does not hit a ready entry, and every launch that needs more than a configuration and
 // a grid: planning, routes, overrides, smem rules, plans made inside a capture, arguments from the plan,
 // graph nodes, NVTX ranges and trace lines.
-__attribute__((noinline)) launched launch_in_full(const launch_request& r) {
+// `known`: as entry_or_miss()'s.
+__attribute__((noinline)) launched launch_in_full(const launch_request& r, const context_ref* known = nullptr) {
   const plan_reader reading;  // no entry is freed while this launch uses it
   local_entry local;
-  const plan_entry& e = entry_for(r, local);
+  const plan_entry& e = entry_for(r, local, known);
   check_arguments(r, e);
   const kept_plan& kept = kept_of(e);
   const plan& p = kept.plan;
@@ -191,16 +196,20 @@ const launch_options& options_of(const launch_probe& p) noexcept { return *p.opt
 // thread's front or the map, published ready, deciding by the spec's own policy, not waiting for trials, not
 // watched for captures, without NVTX ranges, for a request with nothing to compute from the plan. Null
 // otherwise (launch_in_full() then says why, or plans).
+// `ctx`: the current context, where it was read (ctx.handle null where not).
 template <class R>
-const plan_entry* hit_entry(const R& r, const driver_api*& driver_out) noexcept {
+const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, context_ref& ctx) noexcept {
   if (hands_over(r) || !r.policy || r.kernel_id == 0) return nullptr;
   if (r.driver_kernel && !r.driver_kernel->valid()) return nullptr;
   const dims& cluster = options_of(r).cluster;  // the key keeps 16 bits of each: a wider one is refused in full
   if ((cluster.x | cluster.y | cluster.z) > 0xffffu) return nullptr;
   if (!environment_loaded.load(std::memory_order_acquire)) return nullptr;
   const driver_api* d = loaded_driver();
-  context_ref ctx;
-  if (!d || !current_context_if_set(*d, ctx)) return nullptr;
+  if (!d) return nullptr;
+  if (!current_context_if_set(*d, ctx)) {
+    ctx = context_ref{};
+    return nullptr;
+  }
   driver_out = d;
   const plan_entry* e = find(base_key(r, ctx));
   if (!e || !e->ready || e->route || e->overriding || e->tuning_deferred || e->nvtx || e->captured.on())
@@ -225,8 +234,8 @@ const launch_request& request_of(const launch_request& r) noexcept { return r; }
 
 // launch_in_full() for a request or a probe: out of the hit path's way (a probe's request is made here).
 template <class R>
-__attribute__((noinline)) launched hand_over(const R& r) {
-  return launch_in_full(request_of(r));
+__attribute__((noinline)) launched hand_over(const R& r, const context_ref& ctx) {
+  return launch_in_full(request_of(r), ctx.handle ? &ctx : nullptr);
 }
 
 // The hit path: the context's identity, the thread's front, the entry's ready configuration and one
@@ -236,8 +245,9 @@ template <class R>
 launched launch_hit_or_full(const R& r) {
   const plan_reader reading;  // no entry is freed while this launch uses it
   const driver_api* d = nullptr;
-  const plan_entry* found = hit_entry(r, d);
-  if (__builtin_expect(!found || logger_fast().should_log(spdlog::level::trace), 0)) return hand_over(r);
+  context_ref ctx;
+  const plan_entry* found = hit_entry(r, d, ctx);
+  if (__builtin_expect(!found || logger_fast().should_log(spdlog::level::trace), 0)) return hand_over(r, ctx);
   const plan_entry& e = *found;
   check_arguments(r, e);
   const work& w = r.shape;
@@ -270,20 +280,6 @@ launched launch_hit_or_full(const R& r) {
 
 }  // namespace
 
-void ready_for_hits(plan_entry& e) noexcept {
-  e.ready = false;
-  if (e.route || !e.kept || !e.function) return;
-  const plan& p = e.plan;
-  fill_launch_config(e.ready_config, e.ready_attrs, p, dims{0, 0, 0}, nullptr);
-  e.ready_config.attrs = nullptr;  // set per launch (the entry's own ready_attrs), never kept as a pointer
-  const launch_options& o = p.options;
-  const int b = p.block_threads;
-  // grid_for()'s first case, decided once: a computed grid of power-of-two blocks, nothing else to check.
-  e.items_by_shift = p.grid.x == 0 && !p.without_work && b > 0 && (b & (b - 1)) == 0 && !o.cooperative &&
-                     o.cluster.x <= 1 && !o.has_cluster() && p.shape_rule.is_default();
-  e.items_shift = static_cast<std::uint8_t>(b > 0 ? __builtin_ctz(static_cast<unsigned>(b)) : 0);
-  e.ready = true;
-}
 
 launched launch(const launch_request& r) { return launch_hit_or_full(r); }
 

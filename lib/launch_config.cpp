@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "launch_config.hpp"
 
+#include "plan_cache.hpp"
+
 namespace launchfit::detail {
 
 void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, dims grid, CUstream stream) {
@@ -38,6 +40,22 @@ void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const pla
   }
   cfg.attrs = n ? attrs.data() : nullptr;
   cfg.numAttrs = n;
+}
+
+// An entry made ready for the hit path (plan_cache.hpp).
+void ready_for_hits(plan_entry& e) noexcept {
+  e.ready = false;
+  if (e.route || !e.kept || !e.function) return;
+  const plan& p = e.plan;
+  fill_launch_config(e.ready_config, e.ready_attrs, p, dims{0, 0, 0}, nullptr);
+  e.ready_config.attrs = nullptr;  // set per launch (the entry's own ready_attrs), never kept as a pointer
+  const launch_options& o = p.options;
+  const int b = p.block_threads;
+  // grid_for()'s first case, decided once: a computed grid of power-of-two blocks, nothing else to check.
+  e.items_by_shift = p.grid.x == 0 && !p.without_work && b > 0 && (b & (b - 1)) == 0 && !o.cooperative &&
+                     o.cluster.x <= 1 && !o.has_cluster() && p.shape_rule.is_default();
+  e.items_shift = static_cast<std::uint8_t>(b > 0 ? __builtin_ctz(static_cast<unsigned>(b)) : 0);
+  e.ready = true;
 }
 
 }  // namespace launchfit::detail

@@ -17,14 +17,7 @@ namespace detail {
 
 std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept { return mix_hash(seed, v); }
 
-std::uint64_t hash_string(std::string_view s) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
+std::uint64_t hash_string(std::string_view s) noexcept { return hash_text(s.data(), s.size()); }  // FNV-1a
 
 }  // namespace detail
 

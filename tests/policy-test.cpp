@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -455,4 +456,69 @@ TEST(Validation, ClusterOnADeviceWithoutClustersIsRefused) {
   p.options.cluster = {2, 1, 1};
   const std::string what = error_text([&] { lf::validate_plan(q, p); });
   EXPECT_NE(what.find("does not support thread-block clusters"), std::string::npos) << what;
+}
+
+// A built-in policy's hash is inline (builtin_hash(), so that a launch of constant parameters hashes nothing at
+// run time) and must stay the value params_hash() gives every param_policy: the same name hash and each field
+// mixed in order, for any parameters (negative ones too). Plan keys, and the plans found by them, depend on it.
+template <class Policy>
+void expect_builtin_hash_is_params_hash(std::mt19937_64& rng) {
+  using params = typename Policy::params_type;
+  constexpr std::size_t n = params::names.size();
+  for (int round = 0; round < 200; ++round) {
+    int v[n];
+    for (int& x : v) {
+      const auto r = static_cast<std::uint32_t>(rng());
+      x = round < 20 ? static_cast<int>(r % 5) - 2 : static_cast<int>(r);
+    }
+    params p{};
+    std::memcpy(&p, v, sizeof p);
+    const Policy policy(p);
+    EXPECT_EQ(policy.hash(), lf::params_hash(lf::detail::hash_string(Policy::policy_name), p))
+        << Policy::policy_name << " " << policy.params();
+    EXPECT_EQ(static_cast<const lf::policy&>(policy).hash(), policy.hash());
+  }
+}
+
+TEST(BuiltinPolicies, AnInlineHashIsTheParamPolicyHash) {
+  std::mt19937_64 rng(7);
+  expect_builtin_hash_is_params_hash<lf::max_occupancy_policy>(rng);
+  expect_builtin_hash_is_params_hash<lf::bytes_in_flight_policy>(rng);
+  expect_builtin_hash_is_params_hash<lf::cooperative_policy>(rng);
+  expect_builtin_hash_is_params_hash<lf::fixed_policy>(rng);
+  expect_builtin_hash_is_params_hash<lf::fixed_dims_policy>(rng);
+  expect_builtin_hash_is_params_hash<lf::planned_policy>(rng);
+  // The names' hashes made at compile time are hash_string()'s.
+  static_assert(lf::detail::hash_text("max_occupancy", 13) != lf::detail::hash_text("max_occupanc", 12));
+  EXPECT_EQ(lf::detail::hash_text("bytes_in_flight", 15), lf::detail::hash_string("bytes_in_flight"));
+}
+
+// small_work_bucket() (inline, for the built-ins' work_bucket()): one bucket per power of two of the threads
+// the work needs, below 2^18; 0 above, for 2-D work and for a grid.
+TEST(BuiltinPolicies, SmallWorkIsBucketedPerPowerOfTwoOfItsThreads) {
+  auto items = [](std::uint64_t n, std::uint32_t per_thread = 1) {
+    lf::work w;
+    w.kind = lf::work::shape::items;
+    w.n = n;
+    w.per_thread = per_thread;
+    return w;
+  };
+  EXPECT_EQ(lf::detail::small_work_bucket(items(0)), 0u);
+  EXPECT_EQ(lf::detail::small_work_bucket(items(1)), 1u);
+  EXPECT_EQ(lf::detail::small_work_bucket(items(2)), 2u);
+  EXPECT_EQ(lf::detail::small_work_bucket(items(3)), 2u);
+  EXPECT_EQ(lf::detail::small_work_bucket(items(4)), 3u);
+  EXPECT_EQ(lf::detail::small_work_bucket(items((1u << 18) - 1)), 18u);
+  EXPECT_EQ(lf::detail::small_work_bucket(items(1u << 18)), 0u);
+  EXPECT_EQ(lf::detail::small_work_bucket(items(9, 4)), 2u);  // 3 threads
+  EXPECT_EQ(lf::detail::small_work_bucket(items(8, 4)), 2u);  // 2 threads
+  lf::work rows = items(100);
+  rows.rank = 2;
+  EXPECT_EQ(lf::detail::small_work_bucket(rows), 0u);
+  lf::work grid = items(100);
+  grid.kind = lf::work::shape::grid;
+  EXPECT_EQ(lf::detail::small_work_bucket(grid), 0u);
+  EXPECT_EQ(lf::max_occupancy_policy(lf::max_occupancy_params{0, 0}).work_bucket(items(100)), 0u);
+  EXPECT_EQ(lf::max_occupancy_policy().work_bucket(items(100)), 7u);
+  EXPECT_EQ(lf::bytes_in_flight_policy().work_bucket(items(100)), 7u);
 }

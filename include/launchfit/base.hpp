@@ -566,10 +566,20 @@ bool is_cooperative_policy(const launchfit::policy& p) noexcept {
     return false;
   }
 }
+// The spec's policy as its own type where the spec holds it by value (a built-in's hash() and work_bucket()
+// are then inline, and a launch of constant parameters computes them at compile time), else as a policy.
+template <class Policy>
+const auto& policy_of(const spec<Policy>& s) noexcept {
+  if constexpr (std::is_base_of_v<launchfit::policy, Policy>) {
+    return s.policy_value();
+  } else {
+    return s.get_policy();
+  }
+}
 // The size bucket a spec's plan is keyed by: the policy's, and the row width's octave where the block may widen.
 template <class Policy>
-std::uint64_t bucket_of(const spec<Policy>& s, const launchfit::policy& p, const work& shape) {
-  const std::uint64_t bucket = p.work_bucket(shape);
+std::uint64_t bucket_of(const spec<Policy>& s, const work& shape) {
+  const std::uint64_t bucket = policy_of(s).work_bucket(shape);
   return s.shape_rule().free_x ? plan_bucket(bucket, shape, s.shape_rule()) : bucket;
 }
 // The stream a spec launches on: 0 means what <<<>>> means in this file.
@@ -598,8 +608,8 @@ launch_request make_request(const spec<Policy>& s) {
                         /*policy=*/&p,
                         /*policy_holder=*/&s.policy_value(),
                         /*copy_policy=*/&copy_policy_of<Policy>,
-                        /*policy_hash=*/p.hash(),
-                        /*bucket=*/bucket_of(s, p, shape),
+                        /*policy_hash=*/policy_of(s).hash(),
+                        /*bucket=*/bucket_of(s, shape),
                         /*smem_fn=*/s.smem_fn(),
                         /*shape=*/shape,
                         /*stream=*/stream_of(s),
@@ -637,8 +647,8 @@ launch_probe make_probe(const spec<Policy>& s) {
                       /*resolve=*/nullptr,
                       /*driver_kernel=*/nullptr,
                       /*policy=*/&p,
-                      /*policy_hash=*/p.hash(),
-                      /*bucket=*/bucket_of(s, p, shape),
+                      /*policy_hash=*/policy_of(s).hash(),
+                      /*bucket=*/bucket_of(s, shape),
                       /*options=*/&s.options(),
                       /*blocks=*/&s.block_sizes(),
                       /*shape_rule=*/&s.shape_rule(),

@@ -13,6 +13,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "launchfit/detail/string_fwd.hpp"
 #include "launchfit/export.hpp"
@@ -77,6 +79,49 @@ constexpr std::uint64_t mix_hash(std::uint64_t seed, std::uint64_t v) noexcept {
 }
 // mix_hash(), exported: programs built against earlier headers call it from their own template code.
 LAUNCHFIT_API std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
+// FNV-1a of a name: hash_string()'s value (hash_string() is this function), at compile time for the
+// built-in policies' names.
+constexpr std::uint64_t hash_text(const char* s, std::size_t n) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= static_cast<unsigned char>(s[i]);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+constexpr std::size_t text_length(const char* s) noexcept {
+  std::size_t n = 0;
+  while (s[n] != '\0') ++n;
+  return n;
+}
+// A built-in policy's hash (every parameter an int): its name's hash, then each parameter mixed in as
+// params_hash() mixes a field (the std::hash of an int is its value), inline so that a launch whose
+// parameters are constants hashes nothing at run time. policy-test checks it against params_hash().
+template <class Derived, class Params>
+std::uint64_t builtin_hash(const Params& p) noexcept {
+  constexpr std::size_t n = Params::names.size();
+  static_assert(n > 0 && sizeof(Params) == n * sizeof(int) && std::is_trivially_copyable_v<Params>,
+                "builtin_hash: a built-in policy's parameters are ints");
+  constexpr std::uint64_t name = hash_text(Derived::policy_name, text_length(Derived::policy_name));
+  int v[n];
+  std::memcpy(v, &p, sizeof v);
+  std::uint64_t h = name;
+  for (std::size_t i = 0; i < n; ++i) h = mix_hash(h, static_cast<std::size_t>(v[i]));
+  return h;
+}
+// Small work: per power of two of the threads it needs, below 2^18 (a few waves of any block on any GPU);
+// 0 for larger work, 2-D and 3-D work and work of other kinds. max_occupancy() and bytes_in_flight() plan per
+// bucket (their work_bucket()).
+constexpr std::uint64_t small_work_bucket(const work& w) noexcept {
+  if (w.kind != work::shape::items && w.kind != work::shape::grid_stride) return 0;
+  if (w.rank > 1) return 0;
+  const std::uint64_t k = w.per_thread > 1 ? w.per_thread : 1;
+  const std::uint64_t threads = w.n / k + (w.n % k != 0);
+  if (threads == 0 || threads >= (1u << 18)) return 0;
+  std::uint64_t bucket = 1;
+  for (std::uint64_t t = threads; t > 1; t >>= 1) ++bucket;
+  return bucket;  // floor(log2(threads)) + 1
+}
 // Defined in launchfit/param_policy.hpp (Boost.PFR): a policy deriving from param_policy needs that header.
 template <class Derived, class Params>
 struct param_policy_members;
@@ -146,7 +191,11 @@ class LAUNCHFIT_API max_occupancy_policy final
   static constexpr const char* policy_name = "max_occupancy";  // its name in policy strings
   using param_policy::param_policy;
   bool builtin() const noexcept override { return true; }
-  std::uint64_t work_bucket(const work& w) const override;
+  std::uint64_t hash() const override { return detail::builtin_hash<max_occupancy_policy>(params_); }
+  // 0 for max_occupancy(0), exactly the driver's block for any work.
+  std::uint64_t work_bucket(const work& w) const override {
+    return params_.prefer_block == 0 ? 0 : detail::small_work_bucket(w);
+  }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -173,7 +222,8 @@ class LAUNCHFIT_API bytes_in_flight_policy final
   static constexpr const char* policy_name = "bytes_in_flight";  // its name in policy strings
   using param_policy::param_policy;
   bool builtin() const noexcept override { return true; }
-  std::uint64_t work_bucket(const work& w) const override;
+  std::uint64_t hash() const override { return detail::builtin_hash<bytes_in_flight_policy>(params_); }
+  std::uint64_t work_bucket(const work& w) const override { return detail::small_work_bucket(w); }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -192,6 +242,7 @@ class LAUNCHFIT_API cooperative_policy final : public param_policy<cooperative_p
   static constexpr const char* policy_name = "cooperative";  // its name in policy strings
   using param_policy::param_policy;
   bool builtin() const noexcept override { return true; }
+  std::uint64_t hash() const override { return detail::builtin_hash<cooperative_policy>(params_); }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -210,6 +261,7 @@ class LAUNCHFIT_API fixed_policy final : public param_policy<fixed_policy, fixed
   static constexpr const char* policy_name = "fixed";  // its name in policy strings
   using param_policy::param_policy;
   bool builtin() const noexcept override { return true; }
+  std::uint64_t hash() const override { return detail::builtin_hash<fixed_policy>(params_); }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -233,6 +285,7 @@ class LAUNCHFIT_API fixed_dims_policy final : public param_policy<fixed_dims_pol
   static constexpr const char* policy_name = "fixed_dims";  // its name in policy strings
   using param_policy::param_policy;
   bool builtin() const noexcept override { return true; }
+  std::uint64_t hash() const override { return detail::builtin_hash<fixed_dims_policy>(params_); }
 
  protected:
   plan choose_impl(const query& q) const override;
@@ -261,6 +314,7 @@ class LAUNCHFIT_API planned_policy final : public param_policy<planned_policy, p
   static constexpr const char* policy_name = "planned";  // its name in policy strings
   using param_policy::param_policy;
   bool builtin() const noexcept override { return true; }
+  std::uint64_t hash() const override { return detail::builtin_hash<planned_policy>(params_); }
 
  protected:
   plan choose_impl(const query& q) const override;

@@ -466,8 +466,12 @@ TEST(StubLaunch, AHitLaunchesWhatTheFullPathWouldAndLeavesItTheRest) {
     lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
     EXPECT_EQ(log.text().find("launch "), std::string::npos) << log.text();
     lf::logger()->set_level(spdlog::level::trace);
+    launchfit_stub_reset_calls();
     lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
     EXPECT_NE(log.text().find("[trace] launch "), std::string::npos) << log.text();
+    // Handed over to the full path with the context it read: the driver is asked once for it.
+    EXPECT_EQ(launchfit_stub_calls("cuCtxGetCurrent"), 1u);
+    EXPECT_EQ(launchfit_stub_calls("cuCtxGetId"), 1u);
   }
   // After cache().clear() the hit's entry is gone: the next launch plans again.
   const std::uint64_t builds = ld::stats().builds;
