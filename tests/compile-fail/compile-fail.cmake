@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Compiles SOURCE once as it is (it must compile), then once per "MISUSE <n>" marker with -DLAUNCHFIT_MISUSE=<n>:
 # each must fail, and the compiler must name the marked line, so a case that fails for another reason (a
-# missing include, a typo) does not pass. -fsyntax-only: nothing is linked or written.
+# missing include, a typo) does not pass; a case ending in "[says: TEXT]" must also have the compiler say TEXT.
+# -fsyntax-only: nothing is linked or written.
 # -DCXX=<compiler> -DSOURCE=<file> -DINCLUDES=<dir;dir>
 foreach(var CXX SOURCE INCLUDES)
   if(NOT DEFINED ${var})
@@ -37,6 +38,14 @@ foreach(line IN LISTS lines)
     endif()
     if(NOT err MATCHES "${name}:${line_number}:")
       message(FATAL_ERROR "misuse ${n} (${what}) failed to compile, but not at ${name}:${line_number}:\n${err}")
+    endif()
+    # "... [says: TEXT]": the compiler's message must say TEXT too (a static_assert's own words), so that a case
+    # refused by a later error of the same line does not pass for it.
+    if(what MATCHES "\\[says: ([^]]*)\\]")
+      string(FIND "${err}" "${CMAKE_MATCH_1}" said)
+      if(said EQUAL -1)
+        message(FATAL_ERROR "misuse ${n} (${what}) failed to compile, but the compiler did not say '${CMAKE_MATCH_1}':\n${err}")
+      endif()
     endif()
     message(STATUS "misuse ${n} refused at ${name}:${line_number}: ${what}")
   endif()

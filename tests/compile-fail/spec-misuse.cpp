@@ -4,6 +4,7 @@
 // cases'.
 
 #include <launchfit/base.hpp>
+#include <memory>
 #include <string>
 
 namespace lf = launchfit;
@@ -47,6 +48,9 @@ void by_reference(const big&) {}  // as a __global__ function taking a parameter
 #elif LAUNCHFIT_MISUSE == 12
   static const auto base = lf::bytes_in_flight(16);
   base.items(100);  // MISUSE 12: a const spec's setter refines a copy, which this drops (base is unchanged)
+#elif LAUNCHFIT_MISUSE == 13
+  static const lf::spec<std::unique_ptr<const lf::policy>> owned(std::make_unique<lf::max_occupancy_policy>());
+  (void)owned.items(100);  // MISUSE 13: a const spec held by unique_ptr [says: this spec's policy cannot be copied]
 #endif
 }
 
