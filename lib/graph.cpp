@@ -439,6 +439,13 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, const ke
     c->deferred = e.tuning_deferred;
     c->context_id = e.key.context;
     c->left = why_not_tunable_later(r);
+    // A driver-API kernel's arguments are checked against its parameters only where the driver reports them:
+    // without that (drivers before CUDA 12.4) a launch's arguments may not be its node's parameters, and
+    // comparing them with the node's would read past the node's (fewer, or smaller) parameters.
+    if (c->left.empty() && r.driver_kernel && !e.param_sizes) {
+      c->left = "the driver does not report its parameters (cuFuncGetParamInfo, CUDA 12.4), so its node's "
+                "arguments cannot be checked against the launch's";
+    }
     if (c->left.empty() && c->deferred &&
         !copy_request(r, *c, e.kernel.max_threads_per_block, e.plan.block_threads, c->left)) {
       c->owned_policy.reset();

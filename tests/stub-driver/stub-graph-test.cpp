@@ -835,6 +835,31 @@ TEST_F(StubGraph, AKernelWithoutParametersIsTunedInPlace) {
   launchfit_stub_destroy_graph(g);
 }
 
+// Where the driver does not report a driver-API kernel's parameters (before CUDA 12.4), a launch's arguments are
+// not checked against them: here five arguments, the first a 16-byte struct, for three parameters, the first a
+// pointer. Its node is left and says why; its arguments are never compared with the node's parameters, which
+// would read past them (two more than the node has, and sixteen bytes of an eight-byte one).
+struct sixteen_bytes {
+  double a = 1, b = 2;
+};
+TEST_F(StubGraph, ANodeOfAKernelWhoseParametersTheDriverDoesNotReportIsLeftUnread) {
+  const CUfunction f = launchfit_stub_function("_Z8unlistedPKfPfi", 16, 0, 1024, map_params, 3);
+  launchfit_stub_report_params(f, 0);
+  const CUstream s = stream_of(0xde);
+  const int n = 1 << 20;
+  launchfit_stub_begin_capture(s);
+  lf::launch(lf::kernel(f), tuned_spec(n, s), sixteen_bytes{}, device_pointer(0x2000), n, n, n);
+  const CUgraph g = launchfit_stub_end_capture(s);
+  const CUgraphExec e = launchfit_stub_instantiate(g);
+  const lf::graph_tuning t = tune(g, e, 0xdf);
+  ASSERT_EQ(t.nodes.size(), 1u) << t.to_string();
+  EXPECT_EQ(t.left, 1u) << t.to_string();
+  EXPECT_EQ(t.nodes[0].result, lf::graph_node_report::outcome::left) << t.to_string();
+  EXPECT_NE(t.nodes[0].why.find("cuFuncGetParamInfo"), std::string::npos) << t.nodes[0].why;
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(g);
+}
+
 // A policy of the program's own may choose a block below a warp: the smem rule is asked for such blocks at the
 // capture too, so tune_graph() may choose what the same policy chooses outside a capture.
 struct below_warp_params {

@@ -171,6 +171,7 @@ struct stub_function {
   std::atomic<bool> non_portable_cluster{false};  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
   unsigned required_cluster[3] = {0, 0, 0};        // __cluster_dims__ (launchfit_stub_set_compiled_cluster)
   std::vector<size_t> param_sizes;
+  std::atomic<bool> params_reported{true};  // cuFuncGetParamInfo answers (launchfit_stub_report_params)
   double best_ms = 0.001;
   unsigned best_block = 256;
 };
@@ -476,6 +477,7 @@ CUresult CUDAAPI stub_cuFuncGetParamInfo(CUfunction f, size_t index, size_t* off
   ENTER(cuFuncGetParamInfo);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   const stub_function& k = *fn(f);
+  if (!k.params_reported.load()) return CUDA_ERROR_NOT_SUPPORTED;
   if (index >= k.param_sizes.size()) return CUDA_ERROR_INVALID_VALUE;
   size_t at = 0;
   for (size_t i = 0; i < index; ++i) at = (at + k.param_sizes[i] + 7) / 8 * 8;
@@ -945,6 +947,8 @@ CUfunction launchfit_stub_function(const char* name, int regs_per_thread, int st
   if (param_sizes) k->param_sizes.assign(param_sizes, param_sizes + param_count);
   return reinterpret_cast<CUfunction>(k);
 }
+
+void launchfit_stub_report_params(CUfunction f, int reported) { fn(f)->params_reported.store(reported != 0); }
 
 void launchfit_stub_set_cost(CUfunction f, double best_ms, unsigned best_block) {
   std::lock_guard<std::mutex> lock(the_launches().m);

@@ -27,6 +27,9 @@ CUfunction launchfit_stub_function(const char* name, int regs_per_thread, int st
 // Simulated run time of one launch of `f`: `best_ms` at block `best_block` threads, growing with the distance
 // in powers of two from it (x (1 + 0.25 per doubling)); 0.001 ms at block 256 unless set.
 void launchfit_stub_set_cost(CUfunction f, double best_ms, unsigned best_block);
+// Whether cuFuncGetParamInfo answers for `f` (1, the default) or returns CUDA_ERROR_NOT_SUPPORTED (0), as a
+// driver before CUDA 12.4, or a binary it cannot read the parameters of, does.
+void launchfit_stub_report_params(CUfunction f, int reported);
 
 // Calls of one entry point by its name in cuda.h ("cuLaunchKernelEx", "cuStreamGetCaptureInfo"), since the
 // process started or the last reset.
