@@ -84,23 +84,21 @@ const loaded& instance() {
   return l;
 }
 
-// The usable driver once loaded: every launch asks twice, and a function-local static's guard and the failure
-// text are one more branch and cache line each.
-std::atomic<const driver_api*> usable{nullptr};
-
 }  // namespace
 
+// The usable driver once loaded: every launch asks twice, and a function-local static's guard and the failure
+// text are one more branch and cache line each.
+std::atomic<const driver_api*> usable_driver{nullptr};
+
 const driver_api& driver() {
-  if (const driver_api* api = usable.load(std::memory_order_acquire)) return *api;
+  if (const driver_api* api = usable_driver.load(std::memory_order_acquire)) return *api;
   const loaded& l = instance();
   if (!l.failure.empty()) {
     throw error(CUDA_ERROR_NO_DEVICE, "cuInit", l.failure);
   }
-  usable.store(&l.api, std::memory_order_release);
+  usable_driver.store(&l.api, std::memory_order_release);
   return l.api;
 }
-
-const driver_api* loaded_driver() noexcept { return usable.load(std::memory_order_acquire); }
 
 bool driver_available() noexcept {
   try {

@@ -5,6 +5,8 @@
 
 #include <cuda.h>
 
+#include <atomic>
+
 #include <string>
 
 namespace launchfit::detail {
@@ -38,8 +40,10 @@ struct driver_api {
 // The loaded driver, initialised once (cuInit(0)). Throws launchfit::error "no CUDA driver" when libcuda
 // cannot be loaded or initialised; the error is remembered and rethrown on every later call.
 const driver_api& driver();
-// The driver's entry points once driver() has loaded them; null before (never loads, never throws).
-const driver_api* loaded_driver() noexcept;
+// The driver's entry points once driver() has loaded them; null before (never loads, never throws). Inline:
+// every launch that hits asks.
+extern std::atomic<const driver_api*> usable_driver;
+inline const driver_api* loaded_driver() noexcept { return usable_driver.load(std::memory_order_acquire); }
 // True when a driver loaded and cuInit succeeded (never throws).
 bool driver_available() noexcept;
 

@@ -7,11 +7,10 @@
 #include "driver.hpp"
 
 namespace launchfit::detail {
-namespace {
 
-// The most recently launched plan and kernel: named when a later call reports a sticky (asynchronous) fault.
-// A kept plan, never freed (the entry it came from may be).
 std::atomic<const kept_plan*> last_launched{nullptr};
+
+namespace {
 
 std::string sticky_note() {
   std::string note = "; the context is unusable after an earlier kernel faulted";
@@ -22,11 +21,6 @@ std::string sticky_note() {
 
 }  // namespace
 
-void note_launched(const kept_plan& launched) noexcept {
-  // Written only when it changes: threads launching the same plans read a shared line instead of taking it.
-  if (last_launched.load(std::memory_order_relaxed) != &launched)
-    last_launched.store(&launched, std::memory_order_release);
-}
 
 bool is_sticky(CUresult r) noexcept { return is_sticky_cuda_result(static_cast<int>(r)); }
 

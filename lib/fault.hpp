@@ -5,15 +5,24 @@
 
 #include <cuda.h>
 
+#include <atomic>
+
 #include "launchfit/error.hpp"
 #include "launchfit/plan.hpp"
 #include "plan_cache.hpp"
 
 namespace launchfit::detail {
 
-// Records the plan and kernel just launched (one release store on the hit path): a kept plan, valid after its
-// entry is freed.
-void note_launched(const kept_plan& launched) noexcept;
+// The most recently launched plan and kernel: named when a later call reports a sticky (asynchronous) fault.
+// A kept plan, never freed (the entry it came from may be).
+extern std::atomic<const kept_plan*> last_launched;
+
+// Records the plan and kernel just launched (on the hit path: inline, a store only when it changes, so that
+// threads launching the same plans read a shared line instead of taking it).
+inline void note_launched(const kept_plan& launched) noexcept {
+  if (last_launched.load(std::memory_order_relaxed) != &launched)
+    last_launched.store(&launched, std::memory_order_release);
+}
 
 // Whether r leaves the context unusable (every later call returns it).
 bool is_sticky(CUresult r) noexcept;

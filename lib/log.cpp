@@ -36,6 +36,9 @@
 
 namespace launchfit {
 namespace detail {
+
+std::atomic<spdlog::logger*> fast_logger{nullptr};
+
 namespace {
 
 // A message that is already one launchfit JSON object carries this file name (compared by address, so no
@@ -334,8 +337,6 @@ void configure_locked(log_state& s, std::shared_ptr<spdlog::sinks::sink> output)
   s.user_route = false;
 }
 
-std::atomic<spdlog::logger*> fast_logger{nullptr};
-
 log_state& make_state() {
   log_state& s = *new log_state();  // never destroyed: a line logged from a static destructor still works
   s.sink = std::make_shared<launchfit_sink>(s);
@@ -459,10 +460,7 @@ void reset_logging_for_tests(std::shared_ptr<spdlog::sinks::sink> output) {
 
 std::shared_ptr<spdlog::logger> logger() { return started_state().front; }
 
-spdlog::logger& logger_fast() {
-  if (spdlog::logger* l = fast_logger.load(std::memory_order_acquire)) return *l;
-  return *started_state().front;
-}
+spdlog::logger& logger_started() { return *started_state().front; }
 
 }  // namespace detail
 

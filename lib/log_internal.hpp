@@ -24,8 +24,14 @@ namespace launchfit::detail {
 
 // The launchfit logger, for library internals.
 std::shared_ptr<spdlog::logger> logger();
+// The launchfit logger once made (log.cpp), and the call that makes it.
+extern std::atomic<spdlog::logger*> fast_logger;
+spdlog::logger& logger_started();
 // The launchfit logger without locking (for the per-launch trace check); valid for the process lifetime.
-spdlog::logger& logger_fast();
+inline spdlog::logger& logger_fast() {
+  if (spdlog::logger* l = fast_logger.load(std::memory_order_acquire)) return *l;
+  return logger_started();
+}
 
 struct kept_plan;
 

@@ -21,7 +21,6 @@ struct input_entry {
 input_entry inputs[max_plan_inputs];
 std::atomic<std::size_t> named{0};  // entries [0, named) hold their name
 std::atomic_flag registering = ATOMIC_FLAG_INIT;
-std::atomic<std::uint64_t> generation{1};
 
 constexpr std::string_view overflow_name = "other plan inputs";
 
@@ -34,6 +33,8 @@ void write_name(input_entry& e, std::string_view name) noexcept {
 }
 
 }  // namespace
+
+std::atomic<std::uint64_t> inputs_generation{1};
 
 plan_input register_plan_input(std::string_view name) noexcept {
   name = name.substr(0, std::min(name.size(), plan_input_name_bytes));
@@ -63,7 +64,7 @@ plan_input register_plan_input(std::string_view name) noexcept {
 void plan_input_changed(plan_input input) noexcept {
   const std::size_t i = std::min<std::size_t>(input.index, max_plan_inputs - 1);
   inputs[i].changes.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t now = generation.fetch_add(1, std::memory_order_acq_rel) + 1;
+  const std::uint64_t now = inputs_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
   try {
     if (!logger_fast().should_log(spdlog::level::trace)) return;
     log_event(spdlog::level::trace, "plan_inputs_changed", "plan inputs changed",
@@ -72,7 +73,6 @@ void plan_input_changed(plan_input input) noexcept {
   }
 }
 
-std::uint64_t plan_inputs_generation() noexcept { return generation.load(std::memory_order_acquire); }
 
 std::uint64_t plan_input_changes(plan_input input) noexcept {
   return inputs[std::min<std::size_t>(input.index, max_plan_inputs - 1)].changes.load(

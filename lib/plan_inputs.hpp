@@ -14,6 +14,7 @@
 // The registry is a fixed table of max_plan_inputs names, constant-initialised: registering allocates
 // nothing, and neither a change nor reading the generation ever takes a lock.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -37,8 +38,9 @@ plan_input register_plan_input(std::string_view name) noexcept;
 // Records that `input` changed: a new generation, its own count, and a trace line naming it.
 void plan_input_changed(plan_input input) noexcept;
 
-// The current generation (starts at 1; only grows). One atomic load: cheap enough for the hit path.
-std::uint64_t plan_inputs_generation() noexcept;
+// The current generation (starts at 1; only grows). One atomic load, inline: every launch reads it.
+extern std::atomic<std::uint64_t> inputs_generation;
+inline std::uint64_t plan_inputs_generation() noexcept { return inputs_generation.load(std::memory_order_acquire); }
 
 // How many times `input` changed, and its name (for reports and tests).
 std::uint64_t plan_input_changes(plan_input input) noexcept;
