@@ -185,6 +185,13 @@ TEST(DefaultStream, IsTheTranslationUnitsAsForTripleChevrons) {
   EXPECT_EQ(lf::detail::make_request(lf::fixed(256).items(1000).on(given)).stream, given);
   EXPECT_EQ(per_thread_file_stream(0, given), CU_STREAM_PER_THREAD);
   EXPECT_EQ(per_thread_file_stream(1, given), given) << "a stream given is kept";
-  EXPECT_EQ(per_thread_file_stream(2, given), CU_STREAM_PER_THREAD) << "0 means the file's default stream";
+  EXPECT_EQ(per_thread_file_stream(3, given), CU_STREAM_PER_THREAD) << "0 means the file's default stream";
   EXPECT_EQ(lf::detail::make_request(lf::fixed(256).items(1000)).stream, nullptr) << "after the other file's";
+  // A launch's probe, and the request it makes where it does not hit, in each file: the same spec type's
+  // request made by the other file's code would launch on the other file's default stream.
+  EXPECT_EQ(per_thread_file_stream(2, given), CU_STREAM_PER_THREAD);
+  const auto s = lf::fixed(256).items(1000);
+  const lf::detail::launch_probe p = lf::detail::make_probe(s);
+  EXPECT_EQ(p.stream, nullptr);
+  EXPECT_EQ(p.make(p.spec).stream, nullptr);
 }

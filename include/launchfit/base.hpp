@@ -630,10 +630,12 @@ launch_request make_request(const spec<Policy>& s) {
                         /*node=*/nullptr};
 }
 
-// The whole request of the spec at `s` (a spec<Policy>), for a probe that did not hit.
-template <class Policy>
+// The whole request of the spec at `s`, for a probe that did not hit. A template of the spec's own type, whose
+// name carries the file's default stream (LAUNCHFIT_DEFAULT_STREAM_NS): one of the policy alone would be one
+// symbol in files compiled either way, and the linker would keep one file's for both.
+template <class Spec>
 launch_request request_of_spec(const void* s) {
-  return make_request(*static_cast<const spec<Policy>*>(s));
+  return make_request(*static_cast<const Spec*>(s));
 }
 
 // The probe of a launch of this spec (launch_request.hpp): the key's parts as make_request() makes them, the
@@ -660,7 +662,7 @@ launch_probe make_probe(const spec<Policy>& s) {
                       /*arg_sizes=*/nullptr,
                       /*arg_count=*/0,
                       /*spec=*/&s,
-                      /*make=*/&request_of_spec<Policy>};
+                      /*make=*/&request_of_spec<spec<Policy>>};
 }
 
 }  // namespace detail
