@@ -16,8 +16,6 @@
 
 namespace launchfit::detail {
 
-struct context_ref;  // device_query.hpp
-
 struct plan_entry;
 struct kept_plan;
 class local_entry;
@@ -39,9 +37,7 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, const ke
 void add_planned_node(const CUlaunchConfig& cfg, CUfunction f, void** args, node_target& target,
                       const plan_entry& e);
 
-// The entry a request launches with (launch.cpp): the cached plan, or the miss path's. `known`: the calling
-// thread's current context where the caller has read it, else null.
+// The entry a request launches with (launch.cpp): the cached plan, or the miss path's.
 const plan_entry& entry_for(const launch_request& r, local_entry& local);
-const plan_entry& entry_for(const launch_request& r, local_entry& local, const context_ref* known);
 
 }  // namespace launchfit::detail

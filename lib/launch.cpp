@@ -31,6 +31,17 @@
 namespace launchfit::detail {
 namespace {
 
+// What the hit path read and found before it handed a launch over to the full path: the calling thread's current
+// context (handle null where not read) and, where `looked`, the entry its key found in the cache (null: missed),
+// so that the full path neither asks the driver nor looks the key up again. Valid while the caller's
+// plan_reader is held.
+struct looked_up {
+  context_ref ctx;
+  plan_key key;
+  const plan_entry* entry = nullptr;
+  bool looked = false;
+};
+
 // Inputs read from the environment at first use (LAUNCHFIT_PLUGINS, LAUNCHFIT_POLICY, LAUNCHFIT_CACHE,
 // LAUNCHFIT_REMOTE) are loaded before the first plan key is made: loading one may register policies, and a
 // generation bumped inside the first miss would make the next launch plan (and tune) again.
@@ -46,9 +57,8 @@ void load_environment_inputs() {
 
 // The entry this request launches with. `local` holds a plan made for this call only (a request asked
 // again from inside its own planning, or an smem rule that never settles).
-// `known`: the calling thread's current context where the caller read it already (the hit path, handing
-// over), else null.
-const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, const context_ref* known = nullptr) {
+// `known`: what the hit path read and found before handing the launch over, else null.
+const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, const looked_up* known = nullptr) {
   if (!r.policy) throw error(errc::invalid_policy, "launchfit::launch", "no policy");
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
     throw error(CUDA_ERROR_INVALID_HANDLE, "launchfit::launch", "null or empty kernel");
@@ -59,9 +69,11 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, con
                 "cluster " + cluster.to_string() + " has a dimension above 65535");
   }
   load_environment_inputs();
-  const context_ref ctx = known ? *known : current_context(r);
+  const context_ref ctx = known && known->ctx.handle ? known->ctx : current_context(r);
   const plan_key key = base_key(r, ctx);
-  const plan_entry* e = find(key);
+  // The hit path's lookup of this very key (the inputs' generation may have moved since: then look again).
+  const bool looked = known && known->looked && known->key == key;
+  const plan_entry* e = looked ? known->entry : find(key);
   if (!e) e = &plan_miss(r, ctx, key, local);
   if (e->route) e = &follow_route(r, ctx, *e, local);
   // A kernel never receives dynamic smem other than rule(block): the key tells rules apart by type only.
@@ -107,9 +119,9 @@ void refuse_arguments(const std::size_t* sizes, std::size_t count, const plan_en
 
 }  // namespace
 
-const plan_entry& entry_for(const launch_request& r, local_entry& local) { return entry_for(r, local, nullptr); }
-
-const plan_entry& entry_for(const launch_request& r, local_entry& local, const context_ref* known) {
+namespace {
+// entry_for(), with what the hit path found (`known`, else null).
+const plan_entry& entry_for(const launch_request& r, local_entry& local, const looked_up* known) {
   const plan_entry& e = entry_or_miss(r, local, known);
   // A plan a stream capture kept from its trials: the first launch that may time them outside a capture
   // plans again (once: the new entry is the tuned plan, or a stored one).
@@ -119,6 +131,9 @@ const plan_entry& entry_for(const launch_request& r, local_entry& local, const c
   local.reset();
   return entry_or_miss(r, local);
 }
+}  // namespace
+
+const plan_entry& entry_for(const launch_request& r, local_entry& local) { return entry_for(r, local, nullptr); }
 
 const plan& plan_for(const launch_request& r) {
   local_entry local;
@@ -148,7 +163,7 @@ namespace {
 // a grid: planning, routes, overrides, smem rules, plans made inside a capture, arguments from the plan,
 // graph nodes, NVTX ranges and trace lines.
 // `known`: as entry_or_miss()'s.
-__attribute__((noinline)) launched launch_in_full(const launch_request& r, const context_ref* known = nullptr) {
+__attribute__((noinline)) launched launch_in_full(const launch_request& r, const looked_up* known = nullptr) {
   const plan_reader reading;  // no entry is freed while this launch uses it
   local_entry local;
   const plan_entry& e = entry_for(r, local, known);
@@ -196,9 +211,9 @@ const launch_options& options_of(const launch_probe& p) noexcept { return *p.opt
 // thread's front or the map, published ready, deciding by the spec's own policy, not waiting for trials, not
 // watched for captures, without NVTX ranges, for a request with nothing to compute from the plan. Null
 // otherwise (launch_in_full() then says why, or plans).
-// `ctx`: the current context, where it was read (ctx.handle null where not).
+// `seen`: the current context, where it was read (ctx.handle null where not), and the entry its key found.
 template <class R>
-const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, context_ref& ctx) noexcept {
+const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, looked_up& seen) noexcept {
   if (hands_over(r) || !r.policy || r.kernel_id == 0) return nullptr;
   if (r.driver_kernel && !r.driver_kernel->valid()) return nullptr;
   const dims& cluster = options_of(r).cluster;  // the key keeps 16 bits of each: a wider one is refused in full
@@ -206,12 +221,15 @@ const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, context_r
   if (!environment_loaded.load(std::memory_order_acquire)) return nullptr;
   const driver_api* d = loaded_driver();
   if (!d) return nullptr;
-  if (!current_context_if_set(*d, ctx)) {
-    ctx = context_ref{};
+  if (!current_context_if_set(*d, seen.ctx)) {
+    seen.ctx = context_ref{};
     return nullptr;
   }
   driver_out = d;
-  const plan_entry* e = find(base_key(r, ctx));
+  seen.key = base_key(r, seen.ctx);
+  const plan_entry* e = find(seen.key);
+  seen.entry = e;
+  seen.looked = true;
   if (!e || !e->ready || e->route || e->overriding || e->tuning_deferred || e->nvtx || e->captured.on())
     return nullptr;
   return e;
@@ -234,8 +252,8 @@ const launch_request& request_of(const launch_request& r) noexcept { return r; }
 
 // launch_in_full() for a request or a probe: out of the hit path's way (a probe's request is made here).
 template <class R>
-__attribute__((noinline)) launched hand_over(const R& r, const context_ref& ctx) {
-  return launch_in_full(request_of(r), ctx.handle ? &ctx : nullptr);
+__attribute__((noinline)) launched hand_over(const R& r, const looked_up& seen) {
+  return launch_in_full(request_of(r), &seen);
 }
 
 // The hit path: the context's identity, the thread's front, the entry's ready configuration and one
@@ -245,9 +263,9 @@ template <class R>
 launched launch_hit_or_full(const R& r) {
   const plan_reader reading;  // no entry is freed while this launch uses it
   const driver_api* d = nullptr;
-  context_ref ctx;
-  const plan_entry* found = hit_entry(r, d, ctx);
-  if (__builtin_expect(!found || logger_fast().should_log(spdlog::level::trace), 0)) return hand_over(r, ctx);
+  looked_up seen;
+  const plan_entry* found = hit_entry(r, d, seen);
+  if (__builtin_expect(!found || logger_fast().should_log(spdlog::level::trace), 0)) return hand_over(r, seen);
   const plan_entry& e = *found;
   check_arguments(r, e);
   const work& w = r.shape;
@@ -266,12 +284,17 @@ launched launch_hit_or_full(const R& r) {
   const kept_plan& kept = *e.kept;
   launched done{grid, e.plan.block, e.plan.dynamic_smem_bytes, &kept.plan};
   if (grid.count() == 0) return done;  // items(0) / grid_stride(0): nothing to do
-  CUlaunchConfig cfg = e.ready_config;
-  cfg.gridDimX = grid.x;
-  cfg.gridDimY = grid.y;
-  cfg.gridDimZ = grid.z;
-  cfg.hStream = r.stream;
-  if (cfg.numAttrs) cfg.attrs = const_cast<CUlaunchAttribute*>(e.ready_attrs.data());
+  CUlaunchConfig cfg;
+  launch_attributes attrs;  // written only by a launch with attributes
+  if (e.ready_config.numAttrs == 0) {
+    cfg = e.ready_config;
+    cfg.gridDimX = grid.x;
+    cfg.gridDimY = grid.y;
+    cfg.gridDimZ = grid.z;
+    cfg.hStream = r.stream;
+  } else {
+    fill_launch_config(cfg, attrs, e.plan, grid, r.stream);
+  }
   const CUresult st = d->cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
   note_launched(kept);

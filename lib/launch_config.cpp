@@ -47,8 +47,9 @@ void ready_for_hits(plan_entry& e) noexcept {
   e.ready = false;
   if (e.route || !e.kept || !e.function) return;
   const plan& p = e.plan;
-  fill_launch_config(e.ready_config, e.ready_attrs, p, dims{0, 0, 0}, nullptr);
-  e.ready_config.attrs = nullptr;  // set per launch (the entry's own ready_attrs), never kept as a pointer
+  launch_attributes attrs;
+  fill_launch_config(e.ready_config, attrs, p, dims{0, 0, 0}, nullptr);
+  e.ready_config.attrs = nullptr;  // a launch with attributes is marshalled whole (numAttrs says it has some)
   const launch_options& o = p.options;
   const int b = p.block_threads;
   // grid_for()'s first case, decided once: a computed grid of power-of-two blocks, nothing else to check.

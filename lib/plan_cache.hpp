@@ -87,9 +87,10 @@ struct plan_entry {
   plan_key key;
   // ---- read by every launch that hits ----
   // The plan's launch configuration less its grid and stream (fill_launch_config()), made where the entry is
-  // published (ready_for_hits()): a launch that hits copies it, sets the grid and the stream, and points it at
-  // `ready_attrs` where it has attributes (no pointer into the entry is kept in it). `ready` false: every launch
-  // of the entry takes the full path.
+  // published (ready_for_hits()): a launch that hits copies it and sets the grid and the stream; one with
+  // launch attributes (cooperative, cluster, PDL) is marshalled by fill_launch_config() whole, its attributes
+  // on the stack (kept here they would take the entry past the size the allocator keeps per thread, see
+  // cache.cpp). `ready` false: every launch of the entry takes the full path.
   CUlaunchConfig ready_config{};
   // The plan's 1-D items(n) grid is n divided by 2^items_shift, rounded up (a power-of-two block of a computed
   // grid, without cluster, co-residency or block shape): no call to grid_for().
@@ -115,9 +116,6 @@ struct plan_entry {
   std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
   launchfit::plan plan;
   // ---- read on a miss, a route or a report ----
-  // ready_config's attributes: read by the driver on a hit that has any (cooperative, cluster, PDL), kept out of
-  // the lines every hit reads.
-  launch_attributes ready_attrs{};
   std::uint64_t route_hash = 0;  // route->hash(), kept: hashing a policy's parameters costs on every launch
   std::string override_glob;
   // Why the override (override_glob, overriding) cannot serve this launch where the spec's own policy made
