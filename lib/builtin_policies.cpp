@@ -143,6 +143,9 @@ void set_block_and_grid(plan& p, const F& f) {
 }  // namespace
 
 
+std::uint64_t max_occupancy_policy::work_bucket(const work& w) const { return bucket_of(params_, w); }
+std::uint64_t bytes_in_flight_policy::work_bucket(const work& w) const { return bucket_of(params_, w); }
+
 plan max_occupancy_policy::choose_impl(const query& q) const {
   require_non_negative(q, "prefer_block", params_.prefer_block, "the largest block");
   require_non_negative(q, "block_limit", params_.block_limit, "no limit");

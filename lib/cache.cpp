@@ -50,7 +50,9 @@ struct slot {
 // A slot with its shared_ptr's control block stays within the sizes glibc's allocator keeps per thread (at most
 // 1032 bytes): a larger one is freed through the shared bins (unlink, consolidation), which took a first
 // launch's miss from 2.5 to 3.2 us through the stub driver when the entry grew by 280 bytes.
+#if defined(__GLIBC__) && defined(__LP64__) && !defined(_GLIBCXX_DEBUG)
 static_assert(sizeof(slot) + 2 * sizeof(long) <= 1032, "a plan entry's slot outgrew the allocator's per-thread cache");
+#endif
 
 // A slot out of the map, waiting until no reader can reach it.
 struct retired_slot {

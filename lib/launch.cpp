@@ -237,7 +237,7 @@ const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, looked_up
 
 // The probe's whole request: the spec's, with the probe's kernel and arguments.
 launch_request request_of(const launch_probe& p) {
-  launch_request r = p.make(p.spec);
+  launch_request r = p.make(p.spec, p.policy_hash, p.bucket);
   r.kernel_id = p.kernel_id;
   r.stub = p.stub;
   r.resolve = p.resolve;
@@ -251,8 +251,11 @@ launch_request request_of(const launch_probe& p) {
 const launch_request& request_of(const launch_request& r) noexcept { return r; }
 
 // launch_in_full() for a request or a probe: out of the hit path's way (a probe's request is made here).
+std::atomic<std::uint64_t> handed_over{0};
+
 template <class R>
 __attribute__((noinline)) launched hand_over(const R& r, const looked_up& seen) {
+  handed_over.fetch_add(1, std::memory_order_relaxed);
   return launch_in_full(request_of(r), &seen);
 }
 
@@ -303,6 +306,8 @@ launched launch_hit_or_full(const R& r) {
 
 }  // namespace
 
+
+std::uint64_t handed_over_launches() noexcept { return handed_over.load(std::memory_order_relaxed); }
 
 launched launch(const launch_request& r) { return launch_hit_or_full(r); }
 

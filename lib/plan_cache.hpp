@@ -147,8 +147,8 @@ class local_entry {
 
 std::uint64_t hash_key(const plan_key& k) noexcept;
 
-// Makes a published entry ready for the hit path (ready_config, items_shift): where it lives for good, since
-// ready_config points at the entry's own ready_attrs. A route (no plan of its own) is left not ready.
+// Makes a published entry ready for the hit path (ready_config, items_shift), where it is published. A route (no
+// plan of its own) is left not ready.
 void ready_for_hits(plan_entry& e) noexcept;
 
 // query_resources, demangling the name only when asked: a miss demangles only when the name is shown
@@ -237,6 +237,9 @@ struct cache_stats {
   std::uint64_t kept_plans = 0;  // distinct plans keep_plan() holds
 };
 cache_stats stats() noexcept;
+// Launches the hit path handed over to the full path since the process started (launch.cpp; counted there, off
+// the hit path), for tests: a launch that leaves it unchanged launched from a ready entry.
+std::uint64_t handed_over_launches() noexcept;
 
 // Frees the retired entries no reader can reach any more (a miss after an input change and every forget_*()
 // do it too); returns how many are left. For tests and for a process that wants its memory back now.

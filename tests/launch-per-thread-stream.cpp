@@ -19,7 +19,7 @@ CUstream per_thread_file_stream(int which, CUstream given) {
       // A launch's probe, and the whole request it makes where it does not hit.
       const auto s = lf::fixed(256).items(1000);
       const lf::detail::launch_probe p = lf::detail::make_probe(s);
-      return p.stream == p.make(p.spec).stream ? p.stream : nullptr;
+      return p.stream == p.make(p.spec, p.policy_hash, p.bucket).stream ? p.stream : nullptr;
     }
     default:
       return lf::detail::make_request(lf::max_occupancy().items(1000).on(nullptr)).stream;

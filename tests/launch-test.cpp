@@ -193,5 +193,5 @@ TEST(DefaultStream, IsTheTranslationUnitsAsForTripleChevrons) {
   const auto s = lf::fixed(256).items(1000);
   const lf::detail::launch_probe p = lf::detail::make_probe(s);
   EXPECT_EQ(p.stream, nullptr);
-  EXPECT_EQ(p.make(p.spec).stream, nullptr);
+  EXPECT_EQ(p.make(p.spec, p.policy_hash, p.bucket).stream, nullptr);
 }

@@ -566,20 +566,33 @@ bool is_cooperative_policy(const launchfit::policy& p) noexcept {
     return false;
   }
 }
-// The spec's policy as its own type where the spec holds it by value (a built-in's hash() and work_bucket()
-// are then inline, and a launch of constant parameters computes them at compile time), else as a policy.
+// A built-in policy held by value: its hash() is inline and its bucket a constexpr rule, so a launch of constant
+// parameters computes its key's policy parts at compile time. Any other policy is asked through launchfit::policy
+// (its overrides may be private).
 template <class Policy>
-const auto& policy_of(const spec<Policy>& s) noexcept {
-  if constexpr (std::is_base_of_v<launchfit::policy, Policy>) {
-    return s.policy_value();
+constexpr bool is_inline_builtin = std::is_same_v<Policy, max_occupancy_policy> ||
+                                   std::is_same_v<Policy, bytes_in_flight_policy> ||
+                                   std::is_same_v<Policy, launchfit::cooperative_policy> ||
+                                   std::is_same_v<Policy, fixed_policy> || std::is_same_v<Policy, fixed_dims_policy> ||
+                                   std::is_same_v<Policy, planned_policy>;
+// The spec's policy's hash, part of every plan key.
+template <class Policy>
+std::uint64_t policy_hash_of(const spec<Policy>& s) {
+  if constexpr (is_inline_builtin<Policy>) {
+    return s.policy_value().hash();
   } else {
-    return s.get_policy();
+    return s.get_policy().hash();
   }
 }
 // The size bucket a spec's plan is keyed by: the policy's, and the row width's octave where the block may widen.
 template <class Policy>
 std::uint64_t bucket_of(const spec<Policy>& s, const work& shape) {
-  const std::uint64_t bucket = policy_of(s).work_bucket(shape);
+  std::uint64_t bucket = 0;
+  if constexpr (std::is_same_v<Policy, max_occupancy_policy> || std::is_same_v<Policy, bytes_in_flight_policy>) {
+    bucket = Policy::bucket_of(s.policy_value().parameters(), shape);
+  } else {
+    bucket = s.get_policy().work_bucket(shape);
+  }
   return s.shape_rule().free_x ? plan_bucket(bucket, shape, s.shape_rule()) : bucket;
 }
 // The stream a spec launches on: 0 means what <<<>>> means in this file.
@@ -592,8 +605,10 @@ cudaStream_t stream_of(const spec<Policy>& s) noexcept {
 #endif
 }
 
+// `policy_hash` and `bucket`: the key's policy parts, as policy_hash_of() and bucket_of() give them (a probe's,
+// which asked the policy once already).
 template <class Policy>
-launch_request make_request(const spec<Policy>& s) {
+launch_request make_request(const spec<Policy>& s, std::uint64_t policy_hash, std::uint64_t bucket) {
   const launchfit::policy& p = s.get_policy();
   const work shape = s.work_shape();
   launch_options options = s.options();
@@ -608,8 +623,8 @@ launch_request make_request(const spec<Policy>& s) {
                         /*policy=*/&p,
                         /*policy_holder=*/&s.policy_value(),
                         /*copy_policy=*/&copy_policy_of<Policy>,
-                        /*policy_hash=*/policy_of(s).hash(),
-                        /*bucket=*/bucket_of(s, shape),
+                        /*policy_hash=*/policy_hash,
+                        /*bucket=*/bucket,
                         /*smem_fn=*/s.smem_fn(),
                         /*shape=*/shape,
                         /*stream=*/stream_of(s),
@@ -629,19 +644,24 @@ launch_request make_request(const spec<Policy>& s) {
                         /*has_arguments=*/false,
                         /*node=*/nullptr};
 }
+// The request of a launch or plan_for() of this spec: what launchfit plans and launches by.
+template <class Policy>
+launch_request make_request(const spec<Policy>& s) {
+  return make_request(s, policy_hash_of(s), bucket_of(s, s.work_shape()));
+}
 
 // The whole request of the spec at `s`, for a probe that did not hit. A template of the spec's own type, whose
 // name carries the file's default stream (LAUNCHFIT_DEFAULT_STREAM_NS): one of the policy alone would be one
 // symbol in files compiled either way, and the linker would keep one file's for both.
 template <class Spec>
-launch_request request_of_spec(const void* s) {
-  return make_request(*static_cast<const Spec*>(s));
+launch_request request_of_spec(const void* s, std::uint64_t policy_hash, std::uint64_t bucket) {
+  return make_request(*static_cast<const Spec*>(s), policy_hash, bucket);
 }
 
 // The probe of a launch of this spec (launch_request.hpp): the key's parts as make_request() makes them, the
 // rest by address. launch() sets the kernel and arguments.
 template <class Policy>
-launch_probe make_probe(const spec<Policy>& s) {
+inline launch_probe make_probe(const spec<Policy>& s) {
   const launchfit::policy& p = s.get_policy();
   const work shape = s.work_shape();
   return launch_probe{/*kernel_id=*/0,
@@ -649,7 +669,7 @@ launch_probe make_probe(const spec<Policy>& s) {
                       /*resolve=*/nullptr,
                       /*driver_kernel=*/nullptr,
                       /*policy=*/&p,
-                      /*policy_hash=*/policy_of(s).hash(),
+                      /*policy_hash=*/policy_hash_of(s),
                       /*bucket=*/bucket_of(s, shape),
                       /*options=*/&s.options(),
                       /*blocks=*/&s.block_sizes(),
@@ -748,7 +768,7 @@ void bind_arguments(void* self, const plan& p) {
 // Launches a runtime-API kernel (or a family member chosen by the planner) with converted arguments.
 // `R`: a launch_request, or a launch_probe where no argument is computed from the plan.
 template <class... Params, class R, class... Args>
-launched launch_runtime(R& r, Args&&... args) {
+inline launched launch_runtime(R& r, Args&&... args) {
   static_assert(!(std::is_reference_v<Params> || ...),
                 "launchfit::launch: the kernel takes a parameter by reference, which a kernel cannot read (nvcc "
                 "passes the host address): take it by value, or by device pointer");
@@ -783,7 +803,7 @@ launched launch_runtime(R& r, Args&&... args) {
 // Arguments are taken by value, as <<<>>> takes them (a bit-field, a packed struct's member or a static const
 // member without a definition are arguments too). Returns what was launched.
 template <class... Params, class Policy, class... Args>
-launched launch(void (*k)(Params...), const spec<Policy>& s, Args... args) {
+inline launched launch(void (*k)(Params...), const spec<Policy>& s, Args... args) {
   if (!k) detail::throw_null_kernel("launchfit::launch");
   if constexpr ((detail::is_plan_argument<std::decay_t<Args>>::value || ...)) {
     detail::launch_request r = detail::make_request(s);

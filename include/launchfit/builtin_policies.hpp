@@ -100,6 +100,8 @@ constexpr std::size_t text_length(const char* s) noexcept {
 template <class Derived, class Params>
 std::uint64_t builtin_hash(const Params& p) noexcept {
   constexpr std::size_t n = Params::names.size();
+  // Every parameter an int, in declaration order (what Boost.PFR walks): the size says so for the count, and
+  // policy-test compares every built-in's hash with params_hash() for the types.
   static_assert(n > 0 && sizeof(Params) == n * sizeof(int) && std::is_trivially_copyable_v<Params>,
                 "builtin_hash: a built-in policy's parameters are ints");
   constexpr std::uint64_t name = hash_text(Derived::policy_name, text_length(Derived::policy_name));
@@ -192,9 +194,11 @@ class LAUNCHFIT_API max_occupancy_policy final
   using param_policy::param_policy;
   bool builtin() const noexcept override { return true; }
   std::uint64_t hash() const override { return detail::builtin_hash<max_occupancy_policy>(params_); }
-  // 0 for max_occupancy(0), exactly the driver's block for any work.
-  std::uint64_t work_bucket(const work& w) const override {
-    return params_.prefer_block == 0 ? 0 : detail::small_work_bucket(w);
+  std::uint64_t work_bucket(const work& w) const override;  // bucket_of(parameters(), w)
+  // The size bucket of these parameters' plans (inline, for a launch of constant parameters): small work per
+  // power of two of its threads; 0 for max_occupancy(0), exactly the driver's block for any work.
+  static constexpr std::uint64_t bucket_of(const max_occupancy_params& p, const work& w) noexcept {
+    return p.prefer_block == 0 ? 0 : detail::small_work_bucket(w);
   }
 
  protected:
@@ -223,7 +227,12 @@ class LAUNCHFIT_API bytes_in_flight_policy final
   using param_policy::param_policy;
   bool builtin() const noexcept override { return true; }
   std::uint64_t hash() const override { return detail::builtin_hash<bytes_in_flight_policy>(params_); }
-  std::uint64_t work_bucket(const work& w) const override { return detail::small_work_bucket(w); }
+  std::uint64_t work_bucket(const work& w) const override;  // bucket_of(parameters(), w)
+  // The size bucket of these parameters' plans (inline, for a launch of constant parameters): small work per
+  // power of two of its threads.
+  static constexpr std::uint64_t bucket_of(const bytes_in_flight_params&, const work& w) noexcept {
+    return detail::small_work_bucket(w);
+  }
 
  protected:
   plan choose_impl(const query& q) const override;

@@ -69,7 +69,7 @@ namespace detail {
 // where the request says so).
 // `R`: a launch_request, or a launch_probe.
 template <class R, class... Args>
-launched launch_driver(R& r, const kernel& k, Args&&... args) {
+inline launched launch_driver(R& r, const kernel& k, Args&&... args) {
   static_assert(!(is_plan_argument<std::decay_t<Args>>::value || ...),
                 "launchfit::launch: from_plan() arguments need a runtime-API kernel (its parameter types are known)");
   // + 1: never a zero-length array, whose data() is null (a kernel without parameters has sizes all the same).
@@ -90,7 +90,7 @@ launched launch_driver(R& r, const kernel& k, Args&&... args) {
 // and sizes are checked against cuFuncGetParamInfo where the driver reports them.
 // Arguments are taken by value, as a function call takes them (an array argument is a pointer to it).
 template <class Policy, class... Args>
-launched launch(const kernel& k, const spec<Policy>& s, Args... args) {
+inline launched launch(const kernel& k, const spec<Policy>& s, Args... args) {
   detail::launch_probe r = detail::make_probe(s);
   return detail::launch_driver(r, k, std::forward<Args>(args)...);
 }

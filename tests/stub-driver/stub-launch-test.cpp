@@ -421,7 +421,9 @@ TEST(StubLaunch, AHitLaunchesWhatTheFullPathWouldAndLeavesItTheRest) {
   auto grid_of = [&](const auto& spec, std::uint64_t n) {
     lf::launch(k, spec, 1.0f, x, y, static_cast<int>(n));  // planned (or a hit already)
     const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+    const std::uint64_t handed_over = ld::handed_over_launches();
     const lf::launched l = lf::launch(k, spec, 1.0f, x, y, static_cast<int>(n));
+    EXPECT_EQ(ld::handed_over_launches(), handed_over) << "not launched by the hit path";
     EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before + 1);
     const launch_seen seen = last_launch(f);
     EXPECT_EQ(seen.config.gridDimX, l.grid.x);
@@ -439,7 +441,9 @@ TEST(StubLaunch, AHitLaunchesWhatTheFullPathWouldAndLeavesItTheRest) {
   EXPECT_EQ(static_cast<long long>(stride.grid.x), stride.plan().resident_blocks());
   // The attributes a hit carries are its own plan's (a PDL plan's, not the plain one launched before it).
   lf::launch(k, lf::max_occupancy().items(4096).on(st).pdl(), 1.0f, x, y, 4096);
+  const std::uint64_t handed_over = ld::handed_over_launches();
   lf::launch(k, lf::max_occupancy().items(4096).on(st).pdl(), 1.0f, x, y, 4096);
+  EXPECT_EQ(ld::handed_over_launches(), handed_over) << "not launched by the hit path";
   EXPECT_TRUE(has_attribute(last_launch(f), CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION));
   lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
   EXPECT_EQ(last_launch(f).config.numAttrs, 0u);

@@ -117,7 +117,9 @@ struct launch_probe {
   const std::size_t* arg_sizes = nullptr;
   std::size_t arg_count = 0;
   const void* spec = nullptr;
-  launch_request (*make)(const void* spec) = nullptr;  // the spec's whole request, less kernel and arguments
+  // The spec's whole request, less kernel and arguments, with the probe's policy hash and bucket (the policy is
+  // asked once a launch).
+  launch_request (*make)(const void* spec, std::uint64_t policy_hash, std::uint64_t bucket) = nullptr;
 };
 
 // The cached plan for this request (computing, validating and logging it on a miss).
