@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "launchfit/builtin_policies.hpp"  // fnv1a_byte
 #include "launchfit/detail/text.hpp"
 
 namespace launchfit::detail {
@@ -21,11 +22,8 @@ std::string escape_line(std::string_view s, std::size_t max_bytes);
 // FNV-1a over length-prefixed fields, so that no two field lists hash the same text: the remote store's key names
 // (stored: its start value is part of the format) and the bytes a graph node's arguments are compared by.
 struct field_hash {
-  std::uint64_t h = 1469598103934665603ull;
-  void byte(unsigned char b) noexcept {
-    h ^= b;
-    h *= 1099511628211ull;
-  }
+  std::uint64_t h = fnv1a_basis;
+  void byte(unsigned char b) noexcept { h = fnv1a_byte(h, b); }
   void number(std::uint64_t v) noexcept {
     for (int i = 0; i < 8; ++i) byte(static_cast<unsigned char>(v >> (8 * i)));
   }

@@ -79,14 +79,15 @@ constexpr std::uint64_t mix_hash(std::uint64_t seed, std::uint64_t v) noexcept {
 }
 // mix_hash(), exported: programs built against earlier headers call it from their own template code.
 LAUNCHFIT_API std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t v) noexcept;
+// 64-bit FNV-1a, one byte at a time from its offset basis: the step of every FNV hash launchfit makes (names
+// here, stored key fields in lib/text.hpp's field_hash).
+inline constexpr std::uint64_t fnv1a_basis = 0xcbf29ce484222325ULL;
+constexpr std::uint64_t fnv1a_byte(std::uint64_t h, unsigned char b) noexcept { return (h ^ b) * 0x100000001b3ULL; }
 // FNV-1a of a name: hash_string()'s value (hash_string() is this function), at compile time for the
 // built-in policies' names.
 constexpr std::uint64_t hash_text(const char* s, std::size_t n) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(s[i]);
-    h *= 0x100000001b3ULL;
-  }
+  std::uint64_t h = fnv1a_basis;
+  for (std::size_t i = 0; i < n; ++i) h = fnv1a_byte(h, static_cast<unsigned char>(s[i]));
   return h;
 }
 constexpr std::size_t text_length(const char* s) noexcept {
