@@ -13,6 +13,7 @@
 #include <string_view>
 #include <utility>
 
+#include "demangle.hpp"
 #include "launchfit/kernel.hpp"
 
 namespace launchfit {
@@ -26,6 +27,8 @@ constexpr std::size_t max_mangled = 4096;
 // bomb of substitutions, not a kernel's.
 constexpr std::size_t max_demangled = 64 * 1024;
 
+thread_local std::uint64_t bytes_made = 0;
+
 struct bounded_output {
   std::string text;
   std::jmp_buf stop;
@@ -33,6 +36,7 @@ struct bounded_output {
 
 extern "C" void append_within_budget(const char* piece, std::size_t size, void* opaque) {
   auto* out = static_cast<bounded_output*>(opaque);
+  bytes_made += size;
   if (out->text.size() + size > max_demangled) std::longjmp(out->stop, 1);  // nothing of ours to unwind here
   out->text.append(piece, size);
 }
@@ -45,6 +49,10 @@ bool demangle_into(const char* mangled, bounded_output& out) {
 }
 
 }  // namespace
+
+namespace detail {
+std::uint64_t demangled_bytes() noexcept { return bytes_made; }
+}  // namespace detail
 
 std::string demangle(std::string_view mangled) {
   // Only Itanium function names: the demangler also accepts bare type encodings, and a kernel

@@ -23,30 +23,44 @@ namespace detail {
 
 namespace {
 
+thread_local std::uint64_t glob_steps_taken = 0;
+
 // Where `word` first occurs in text[from, to), or npos: Knuth-Morris-Pratt, linear in both (a name and a glob
 // are untrusted: a glob of 5,000 'a's then 'b' against a name of 10,000 'a's cost O(n x m) in a naive search).
 std::size_t find_linear(std::string_view text, std::size_t from, std::size_t to, std::string_view word) {
   if (word.empty()) return from;
   if (to < from || to - from < word.size()) return std::string_view::npos;
   std::vector<std::size_t> fail(word.size(), 0);
-  for (std::size_t i = 1, k = 0; i < word.size(); ++i) {
-    while (k > 0 && word[i] != word[k]) k = fail[k - 1];
+  std::uint64_t steps = 0;
+  for (std::size_t i = 1, k = 0; i < word.size(); ++i, ++steps) {
+    while (k > 0 && word[i] != word[k]) k = fail[k - 1], ++steps;
     if (word[i] == word[k]) ++k;
     fail[i] = k;
   }
-  for (std::size_t i = from, k = 0; i < to; ++i) {
-    while (k > 0 && text[i] != word[k]) k = fail[k - 1];
+  std::size_t found = std::string_view::npos;
+  for (std::size_t i = from, k = 0; i < to; ++i, ++steps) {
+    while (k > 0 && text[i] != word[k]) k = fail[k - 1], ++steps;
     if (text[i] == word[k]) ++k;
-    if (k == word.size()) return i + 1 - word.size();
+    if (k == word.size()) {
+      found = i + 1 - word.size();
+      break;
+    }
   }
-  return std::string_view::npos;
+  glob_steps_taken += steps;
+  return found;
 }
 
 // The glob's matcher when no memory is left for the linear one's tables: backtracking only to the last '*',
 // O(|pattern| x |text|) at worst, needing none.
 bool glob_match_backtracking(std::string_view pattern, std::string_view text) noexcept {
   std::size_t p = 0, t = 0, star = std::string_view::npos, star_t = 0;
+  std::uint64_t steps = 0;
+  const auto done = [&](bool matched) {
+    glob_steps_taken += steps;
+    return matched;
+  };
   while (t < text.size()) {
+    ++steps;
     if (p < pattern.size() && pattern[p] == '*') {  // before the literal test: '*' also matches a '*'
       star = p++;
       star_t = t;
@@ -57,15 +71,16 @@ bool glob_match_backtracking(std::string_view pattern, std::string_view text) no
       p = star + 1;
       t = ++star_t;
     } else {
-      return false;
+      return done(false);
     }
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
+  return done(p == pattern.size());
 }
 
 // Whether `run` (literal characters and '?') matches text at `at`, where the text holds it.
 bool run_matches_at(std::string_view text, std::size_t at, std::string_view run) noexcept {
+  glob_steps_taken += run.size();
   for (std::size_t i = 0; i < run.size(); ++i)
     if (run[i] != '?' && run[i] != text[at + i]) return false;
   return true;
@@ -98,7 +113,9 @@ std::size_t find_with_any(std::string_view text, std::size_t from, std::size_t t
   const std::size_t last_word = (run.size() - 1) / 64;
   const std::uint64_t last_bit = std::uint64_t{1} << ((run.size() - 1) % 64);
   std::vector<std::uint64_t> state(words, 0);  // bit i: run[0..i] matches the text ending here
+  glob_steps_taken += masks.size() + run.size();
   for (std::size_t t = from; t < to; ++t) {
+    glob_steps_taken += words;
     const std::uint64_t* mask = &masks[static_cast<std::size_t>(slot[static_cast<unsigned char>(text[t])]) * words];
     std::uint64_t carry = 1;  // a match of run[0] may start at every position
     for (std::size_t w = 0; w < words; ++w) {
@@ -117,6 +134,8 @@ std::size_t find_with_any(std::string_view text, std::size_t from, std::size_t t
 // between in order, each where it first matches after the one before: runs have a fixed length, '?' included,
 // so the leftmost choice never loses a match. Linear in the text for runs of literal characters (KMP), and
 // O(|text| x |run| / 64) for a run with '?' (Shift-And): a glob and a name are untrusted.
+std::uint64_t glob_steps() noexcept { return glob_steps_taken; }
+
 bool glob_match(std::string_view pattern, std::string_view text) noexcept {
   const std::size_t first_star = pattern.find('*');
   if (first_star == std::string_view::npos)

@@ -75,6 +75,10 @@ std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& parsed);
                                      const syntax_error& e);
 
 bool glob_match(std::string_view pattern, std::string_view text) noexcept;
+// The steps glob_match() took on this thread so far (a character of the literal search, a 64-bit word of the
+// search with '?', a step of the matcher without tables): the tests bound a match's work by its inputs' sizes,
+// not by a clock.
+std::uint64_t glob_steps() noexcept;
 
 // The names an override glob is matched against, from a demangled kernel name: the parameter list and any
 // return type are dropped ("void ns::reduce<float, 4>(float const*, int)" -> "ns::reduce<float, 4>"), and
