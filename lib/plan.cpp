@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "launchfit/error.hpp"
@@ -37,8 +38,12 @@ std::uint64_t ceil_div(std::uint64_t n, std::uint64_t d) noexcept {
   return n / d + (n % d != 0);
 }
 
+// Saturates where the multiple would not fit (a count near 2^64 rounded up to whole clusters): the grid is then
+// refused as above the device's limit, never wrapped to an empty grid that launches nothing.
 std::uint64_t round_up(std::uint64_t v, unsigned multiple) noexcept {
-  return multiple > 1 ? ceil_div(v, multiple) * multiple : v;
+  if (multiple <= 1) return v;
+  const std::uint64_t q = ceil_div(v, multiple);
+  return q > UINT64_MAX / multiple ? UINT64_MAX - UINT64_MAX % multiple : q * multiple;
 }
 
 constexpr std::uint64_t max_grid_yz = 65535;  // every CUDA device

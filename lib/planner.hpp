@@ -5,6 +5,7 @@
 // rule (checked by value on every launch) and what the launch requires (cooperative, cluster dims), which no
 // policy, override, plugin or stored plan may drop.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -47,6 +48,9 @@ inline constexpr std::uint64_t own_policy_bit = 1ULL << 62;
 // and a policy that times candidates (autotune) or reads the query's work kind decides for the grid it was
 // given, so a plan tuned for one kind is never the other's. 0 for 1-D items work with none of these.
 // `w`: the request's work.
+// An SM budget at or above this is every SM of any device (as one above the context's SMs is): keyed as one value,
+// never cut to its low bits (sms(8) and sms((1 << 24) + 8) are different plans).
+constexpr int max_keyed_sms = 0xffffff;
 inline std::uint64_t shape_bits(const block_rule& blocks, const block_shape& shape_rule,
                                 const launch_options& options, const work& w) noexcept {
   const std::uint64_t rule = blocks.k == block_rule::kind::any ? 0 : blocks.hash();
@@ -57,7 +61,7 @@ inline std::uint64_t shape_bits(const block_rule& blocks, const block_shape& sha
                              : w.kind == work::shape::grid        ? 16u
                                                                   : 0u;
   const std::uint64_t extra = (w.rank >= 2 ? 2u : 0u) | kind |
-                              (static_cast<std::uint64_t>(options.sm_budget & 0xffffff) << 8) |
+                              (static_cast<std::uint64_t>(std::min(options.sm_budget, max_keyed_sms)) << 8) |
                               (waves << 32);
   if ((rule | extra | shape) == 0) return 0;
   const std::uint64_t h = hash_combine(rule, extra);

@@ -93,6 +93,34 @@ TEST(Base, LargeCapturesAreHeldToo) {
   EXPECT_EQ((*copy.smem_fn())(32), 8u);
 }
 
+// A named spec refined with 1-D work after 2-D work is the 1-D spec a fresh one makes: items(n) after
+// items({1024, 768}) kept rank 2 and ny 768 (a 2-D block, each x index run 768 times).
+TEST(Base, OneDimensionalWorkReplacesAnEarlierExtent) {
+  auto s = lf::max_occupancy();
+  s.items(lf::extent{1024, 768, 4});
+  ASSERT_EQ(s.work_shape().rank, 3);
+  const auto fresh_items = lf::max_occupancy().items(4096).work_shape();
+  s.items(4096);
+  EXPECT_EQ(s.work_shape().rank, fresh_items.rank);
+  EXPECT_EQ(s.work_shape().ny, 1u);
+  EXPECT_EQ(s.work_shape().nz, 1u);
+  s.items(lf::extent{64, 32});
+  s.grid_stride(std::uint64_t{1} << 20);
+  EXPECT_EQ(s.work_shape().rank, 1);
+  EXPECT_EQ(s.work_shape().ny, 1u);
+  s.items(lf::extent{64, 32});
+  s.items(std::int64_t{4096});  // a signed count
+  EXPECT_EQ(s.work_shape().rank, 1);
+  s.items(lf::extent{64, 32});
+  s.grid(lf::dims{8, 1, 1});
+  EXPECT_EQ(s.work_shape().rank, 1);
+  EXPECT_EQ(s.work_shape().ny, 1u);
+  // A refined copy (rvalue and const setters) as well.
+  const auto two_d = lf::max_occupancy().items(lf::extent{64, 32});
+  EXPECT_EQ(two_d.items(100).work_shape().rank, 1);
+  EXPECT_EQ(lf::max_occupancy().items(lf::extent{64, 32}).grid_stride(std::uint64_t{100}).work_shape().ny, 1u);
+}
+
 // A const spec (a policy kept in a static, refined per launch) refines into a copy with every setter, and is
 // left as it was: none of these compiled on a const spec.
 TEST(Base, AConstSpecRefinesIntoACopy) {

@@ -377,6 +377,24 @@ TEST(PlanIdentity, EveryLaunchOptionAndShapeIsInTheKey) {
   }
 }
 
+// The SM budget was keyed by its low 24 bits: sms((1 << 24) + 8), every SM, found the plan of sms(8), whose
+// resident grid is sized for 8 SMs (and the other way round). Every budget above any device's SMs is one key.
+TEST(PlanIdentity, AnSmBudgetIsKeyedWhole) {
+  const auto key_of = [](auto spec) { return ld::base_key(request(spec), ctx); };
+  const lf::plan_key eight = key_of(lf::max_occupancy().grid_stride(1 << 22).sms(8));
+  EXPECT_FALSE(key_of(lf::max_occupancy().grid_stride(1 << 22).sms((1 << 24) + 8)) == eight);
+  EXPECT_FALSE(key_of(lf::max_occupancy().grid_stride(1 << 22).sms(1 << 24)) ==
+               key_of(lf::max_occupancy().grid_stride(1 << 22)));
+  EXPECT_TRUE(key_of(lf::max_occupancy().grid_stride(1 << 22).sms(1 << 30)) ==
+              key_of(lf::max_occupancy().grid_stride(1 << 22).sms((1 << 24) + 8)))
+      << "budgets above every device's SMs plan alike";
+  // The probe a launch makes keys the same.
+  const auto spec = lf::max_occupancy().grid_stride(1 << 22).sms((1 << 24) + 8);
+  ld::launch_probe probe = ld::make_probe(spec);
+  probe.kernel_id = request(spec).kernel_id;  // as the launch sets it
+  EXPECT_TRUE(ld::base_key(probe, ctx) == key_of(spec));
+}
+
 TEST(PlanIdentity, SmemAndWavesTravelInTheLaunchOptions) {
   const ld::launch_request fixed_smem = request(lf::max_occupancy().grid_stride(1 << 22).smem(4096).waves(3));
   EXPECT_EQ(fixed_smem.options.smem_bytes, 4096u);

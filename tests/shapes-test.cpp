@@ -58,6 +58,25 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 
 // ---- grids for multi-dimensional work ---------------------------------------------------------------------
 
+
+// A count near 2^64 rounded up to whole clusters wrapped to a grid of 0, which launches nothing and says
+// nothing: it is refused as above the device's limit, as the count one cluster smaller is.
+TEST(Shapes, AGridRoundedToWholeClustersNeverWrapsToEmpty) {
+  lf::plan x = plan_of({1, 1, 1}, 8, 132, {2, 1, 1});
+  const std::string wrapped = message_of([&] { lf::grid_for(x, lf::work{lf::work::shape::items, UINT64_MAX, 1}); });
+  EXPECT_TRUE(has(wrapped, "limit")) << wrapped;
+  lf::plan y = plan_of({32, 1, 1}, 8, 132, {1, 2, 1});
+  y.shape_rule.per_thread_y = 1;
+  const std::string rows = message_of([&] { lf::grid_for(y, items2(32, UINT64_MAX)); });
+  EXPECT_TRUE(has(rows, "65535")) << rows;
+  lf::plan z = plan_of({32, 1, 1}, 8, 132, {1, 1, 2});
+  lf::work w3 = items2(32, 2);
+  w3.rank = 3;
+  w3.nz = UINT64_MAX;
+  const std::string depth = message_of([&] { lf::grid_for(z, w3); });
+  EXPECT_TRUE(has(depth, "65535")) << depth;
+}
+
 TEST(Grid, TwoDimensionalWorkIsCeilPerDimension) {
   const lf::plan p = plan_of({32, 8, 1}, 8, 132);
   EXPECT_EQ(lf::grid_for(p, items2(1000, 777)), (lf::dims{32, 98, 1}));  // ceil(1000/32), ceil(777/8)

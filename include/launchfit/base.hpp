@@ -105,6 +105,7 @@ class spec {
   // The same, on a const spec: a refined copy (the spec is left as it is).
   [[nodiscard]] spec items(std::uint64_t n) const& { return copy_of_const().items(n); }
   spec& items(std::uint64_t n) & {
+    one_dimension();
     work_.kind = work::shape::items;
     work_.n = n;
     return *this;
@@ -150,6 +151,7 @@ class spec {
   // The same, on a const spec: a refined copy (the spec is left as it is).
   [[nodiscard]] spec grid_stride(std::uint64_t n) const& { return copy_of_const().grid_stride(n); }
   spec& grid_stride(std::uint64_t n) & {
+    one_dimension();
     work_.kind = work::shape::grid_stride;
     work_.n = n;
     return *this;
@@ -185,6 +187,7 @@ class spec {
   // The same, on a const spec: a refined copy (the spec is left as it is).
   [[nodiscard]] spec grid(dims g) const& { return copy_of_const().grid(g); }
   spec& grid(dims g) & {
+    one_dimension();
     work_.kind = work::shape::grid;
     work_.grid = g;
     return *this;
@@ -437,6 +440,12 @@ class spec {
   const detail::reset_fn* reset_fn() const noexcept { return has_reset_ ? &reset_ : nullptr; }
 
  private:
+  // A 1-D work setter replaces a named spec's earlier items({nx, ny[, nz]}) whole: no 2-D block, no rows.
+  void one_dimension() noexcept {
+    work_.rank = 1;
+    work_.ny = 1;
+    work_.nz = 1;
+  }
   // The copy a setter on a const spec refines.
   spec copy_of_const() const {
     static_assert(std::is_copy_constructible_v<Policy>,
