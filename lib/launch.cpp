@@ -124,9 +124,11 @@ namespace {
 const plan_entry& entry_for(const launch_request& r, local_entry& local, const looked_up* known) {
   const plan_entry& e = entry_or_miss(r, local, known);
   // A plan a stream capture kept from its trials: the first launch that may time them outside a capture
-  // plans again (once: the new entry is the tuned plan, or a stored one).
-  if (!e.tuning_deferred || !r.rerunnable || !r.has_arguments || stream_capture(r.stream) != capture_state::none)
-    return e;
+  // plans again (once: the new entry is the tuned plan, or a stored one). A fallback made for a launch that
+  // may not re-run: the first rerunnable launch plans again (and tunes, or keeps its trials for tune_graph()
+  // inside a capture).
+  if (!(e.tuning_deferred || e.untimed) || !r.rerunnable || !r.has_arguments) return e;
+  if (!e.untimed && stream_capture(r.stream) != capture_state::none) return e;
   (void)forget_entry(e.key, &e);  // false: another thread planned it again first
   local.reset();
   return entry_or_miss(r, local);
@@ -141,6 +143,12 @@ const plan& plan_for(const launch_request& r) {
   const plan_entry& e = entry_for(r, local);
   // The plan contract: a static plan launched while another process tunes the key is not what launches will
   // run once its tuned plan is adopted (tuning_lease.hpp).
+  if (e.untimed && r.rerunnable) {
+    throw error(errc::not_planned_yet, "launchfit::plan_for",
+                "this plan is its policy's fallback, made for a launch that may not re-run the kernel: the first "
+                "launch of this rerunnable spec plans again and may tune, then plan_for() answers with its plan",
+                display_name(e.kernel));
+  }
   if (e.tuning_deferred) {
     throw error(errc::not_planned_yet, "launchfit::plan_for",
                 "this plan was made inside a stream capture, which kept its policy from timing candidates: the "
@@ -204,6 +212,8 @@ __attribute__((noinline)) launched launch_in_full(const launch_request& r, const
 // What a request or a probe says beyond the key.
 bool hands_over(const launch_request& r) noexcept { return r.node || r.bind || r.smem_fn; }
 bool hands_over(const launch_probe& p) noexcept { return p.smem_fn != nullptr; }
+bool rerunnable(const launch_request& r) noexcept { return r.rerunnable; }
+bool rerunnable(const launch_probe& p) noexcept { return p.rerunnable; }
 const launch_options& options_of(const launch_request& r) noexcept { return r.options; }
 const launch_options& options_of(const launch_probe& p) noexcept { return *p.options; }
 
@@ -230,7 +240,8 @@ const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, looked_up
   const plan_entry* e = find(seen.key);
   seen.entry = e;
   seen.looked = true;
-  if (!e || !e->ready || e->route || e->overriding || e->tuning_deferred || e->nvtx || e->captured.on())
+  if (!e || !e->ready || e->route || e->overriding || e->tuning_deferred || e->nvtx || e->captured.on() ||
+      (e->untimed && rerunnable(r)))
     return nullptr;
   return e;
 }

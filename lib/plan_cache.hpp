@@ -105,6 +105,9 @@ struct plan_entry {
   // The policy asked for trials that the capture did not allow: its static plan is launched inside captures,
   // and the first launch outside one (or tune_graph()) plans again with trials.
   bool tuning_deferred = false;
+  // A plugin policy's fallback made for a launch that may not re-run its kernel (no trials offered): the
+  // plan of such launches, never a rerunnable launch's, which plans again (and tunes) instead.
+  bool untimed = false;
   // Made while its stream was being captured into a CUDA graph, by a policy that is not a built-in: launches
   // of it inside a capture are remembered for tune_graph() (graph_capture.hpp) while the watch lasts.
   capture_watch captured;

@@ -14,6 +14,7 @@
 #include "fault.hpp"
 #include "graph_capture.hpp"
 #include "log_internal.hpp"
+#include "plan_match.hpp"
 #include "planner_steps.hpp"
 #include "policy_string.hpp"
 #include "text.hpp"
@@ -80,6 +81,7 @@ void plan_with(const policy& chosen, std::uint64_t bucket, const launch_request&
   // capture, and its launches inside captures are remembered for tune_graph(); so are those of a spec that
   // does not allow re-running under a policy that is not a built-in (reported, never tuned).
   e.tuning_deferred = record.trials_captured();
+  e.untimed = !r.rerunnable && e.plan.match == plan_match::fallback;
   if (e.tuning_deferred ||
       (!r.node && !r.rerunnable && !chosen.builtin() && stream_capture(r.stream) == capture_state::active))
     e.captured.start();

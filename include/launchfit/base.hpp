@@ -686,6 +686,7 @@ inline launch_probe make_probe(const spec<Policy>& s) {
                       /*smem_fn=*/s.smem_fn(),
                       /*stream=*/stream_of(s),
                       /*cooperative_policy=*/is_cooperative_policy<Policy>(p),
+                      /*rerunnable=*/s.is_rerunnable(),
                       /*shape=*/shape,
                       /*args=*/nullptr,
                       /*arg_sizes=*/nullptr,

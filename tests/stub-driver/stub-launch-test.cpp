@@ -651,6 +651,46 @@ TEST(StubLaunch, LaunchfitsSetupInTheFirstTrialIsNotAPluginPolicysBudget) {
 #endif
 }
 
+// A launch that may not re-run its kernel gets autotune's fallback (autotune declines without trials); the
+// rerunnable spec of the same key did not tune after it, for the life of the process: .rerunnable() is not in
+// the key, and the hit path launched the fallback. Now the fallback is the plan of such launches only: the first
+// rerunnable launch plans again and tunes, plan_for() of the rerunnable spec says it is not planned yet until
+// then, and the later launches of either spec run the tuned plan.
+TEST(StubLaunch, AFallbackForALaunchThatMayNotRerunIsNotARerunnableLaunchsPlan) {
+#ifdef LAUNCHFIT_AUTOTUNE_PLUGIN
+  const CUfunction f = kernel_to_tune("_Z11untimedfirstfPKfPfi");
+  const int n = 1 << 20;
+  const auto once = lf::use("autotune(max_ms=20)").items(n).on(stream_of(0x19));
+  const auto rerun = once.rerunnable();
+  const lf::launched a = lf::launch(lf::kernel(f), once, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(a.plan().trials, 0);
+  EXPECT_NE(a.plan().reason.find(".rerunnable()"), std::string::npos) << a.plan().reason;
+  // Again: its own plan, from the hit path.
+  std::uint64_t handed = ld::handed_over_launches();
+  const lf::launched a2 = lf::launch(lf::kernel(f), once, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(&a2.plan(), &a.plan());
+  EXPECT_EQ(ld::handed_over_launches(), handed) << "a launch that may not re-run hits its fallback";
+  try {
+    (void)lf::plan_for(lf::kernel(f), rerun);
+    ADD_FAILURE() << "plan_for() answered with the fallback the rerunnable launch will not run";
+  } catch (const lf::error& e) {
+    EXPECT_EQ(e.code(), lf::errc::not_planned_yet) << e.what();
+  }
+  const lf::launched b = lf::launch(lf::kernel(f), rerun, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_GT(b.plan().trials, 0) << "the rerunnable launch ran the fallback: " << b.plan().reason;
+  // Both specs launch the tuned plan from now on, from the hit path, and plan_for() answers with it.
+  handed = ld::handed_over_launches();
+  const lf::launched b2 = lf::launch(lf::kernel(f), rerun, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  const lf::launched a3 = lf::launch(lf::kernel(f), once, 1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(&b2.plan(), &b.plan());
+  EXPECT_EQ(&a3.plan(), &b.plan());
+  EXPECT_EQ(ld::handed_over_launches(), handed);
+  EXPECT_EQ(&lf::plan_for(lf::kernel(f), rerun), &b.plan());
+#else
+  GTEST_SKIP() << "the autotune plugin is not built (-DLAUNCHFIT_BUILD_PLUGINS=OFF)";
+#endif
+}
+
 // One kernel launched with items(n) and with grid_stride(n) by a tuning policy: each launch's plan is tuned for
 // the grid it launches. The same map kernel, once one element per thread ("scale4") and once grid-stride
 // ("map4"), used to share one plan: the grid-stride launch ran the block the items launch had timed at full

@@ -112,6 +112,7 @@ struct launch_probe {
   const smem_rule_fn* smem_fn = nullptr;
   cudaStream_t stream = nullptr;
   bool cooperative_policy = false;  // the policy is cooperative()
+  bool rerunnable = false;          // spec::is_rerunnable()
   work shape{};                     // with options->waves (spec::work_shape())
   void** args = nullptr;
   const std::size_t* arg_sizes = nullptr;
