@@ -56,7 +56,9 @@ class LAUNCHFIT_API plan_cache {
   std::vector<cached_plan> plans() const;
   // Plans made under the current inputs.
   std::size_t size() const;
-  // Drops every plan (tests; after changing a kernel attribute such as the smem carveout).
+  // Drops every plan: after changing a kernel attribute such as the smem carveout, and after unloading code
+  // whose kernels were launched by other means than launchfit::module (dlclose of a library holding
+  // __global__ functions, cuModuleUnload): plans are keyed by the kernel's handle, which such code may reuse.
   void clear();
 };
 
