@@ -203,8 +203,11 @@ __attribute__((noinline)) launched launch_in_full(const launch_request& r, const
   const CUresult st = driver().cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (mark) nvtx_pop();
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
-  // A capture's node, for tune_graph(), while the plan's capture watch lasts.
-  if (e.captured.on()) e.captured.saw(note_captured_launch(r, e, kept, grid));
+  // A capture's node, for tune_graph(), while the plan's capture watch lasts. A plan whose trials a capture
+  // kept is watched until it is tuned: launches of it that may not re-run (of the same key, outside captures)
+  // do not end the watch, or a later capture of a rerunnable launch of it would be neither remembered nor
+  // reported.
+  if (e.captured.on()) e.captured.saw(note_captured_launch(r, e, kept, grid) || e.tuning_deferred);
   note_launched(kept);
   return done;
 }

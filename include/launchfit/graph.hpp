@@ -101,7 +101,8 @@ struct LAUNCHFIT_API graph_tuning {
 /// alone (cudaGraphExecKernelNodeSetParams, cudaGraphExecUpdate), which the CUDA driver gives no way to read,
 /// are replaced: tune before making them. A node whose planning fails (a policy that throws) is left and
 /// reported with the error, and the other nodes are tuned; a block size an smem rule throws for is one no tuned
-/// plan chooses. Throws launchfit::error for a null
+/// plan chooses (the rule is asked at the capture for every size a policy may choose, below a warp too: a rule
+/// for whole warps only throws for the others, never asserts or divides by t / 32). Throws launchfit::error for a null
 /// graph or a driver without the graph entry points.
 LAUNCHFIT_API graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream = nullptr);
 

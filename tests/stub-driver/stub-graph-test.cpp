@@ -21,6 +21,7 @@
 #include "launchfit/plugin.hpp"
 #include "stub_driver.h"
 #include "driver.hpp"
+#include "plan_cache.hpp"
 #include "stub_plan.hpp"
 
 extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
@@ -112,6 +113,27 @@ one_capture capture_with_rule(CUfunction f, int n, CUstream s, Rule rule) {
 lf::graph_tuning tune(CUgraph g, CUgraphExec exec, std::uintptr_t stream) {
   return lf::tune_graph(reinterpret_cast<cudaGraph_t>(g), reinterpret_cast<cudaGraphExec_t>(exec),
                         reinterpret_cast<cudaStream_t>(stream_of(stream)));
+}
+
+// A plan a capture kept from its trials, launched many times outside captures by a spec that may not re-run
+// (the same key: .rerunnable() is not in it), is still watched: a later capture of the rerunnable spec is
+// remembered and tuned in place. The launches that may not re-run ended the watch, and the second graph's node
+// kept its static plan with nothing said.
+TEST_F(StubGraph, LaunchesThatMayNotRerunDoNotEndTheWatchOfAPlanWaitingForItsTrials) {
+  const CUfunction f = map_kernel("_Z8watchedPKfPfi", 128);
+  const int n = 1 << 20;
+  const one_capture first = capture_one(f, n, stream_of(0x94));
+  const auto once = lf::use("autotune(max_trials=16)").items(n).on(stream_of(0x95));
+  for (std::uint32_t i = 0; i < 2 * lf::detail::capture_watch::launches; ++i)
+    lf::launch(lf::kernel(f), once, device_pointer(0x1000), device_pointer(0x2000), n);
+  const one_capture second = capture_one(f, n, stream_of(0x96));
+  const lf::graph_tuning t = tune(second.graph, second.exec, 0x97);
+  EXPECT_EQ(t.tuned + t.unchanged, 1u) << t.to_string();
+  EXPECT_EQ(exec_block(second.exec, second.node), 128u) << t.to_string();
+  for (const one_capture* c : {&first, &second}) {
+    launchfit_stub_destroy_exec(c->exec);
+    launchfit_stub_destroy_graph(c->graph);
+  }
 }
 
 TEST_F(StubGraph, ALaunchCapturedWithAutotuneIsTunedInPlace) {
