@@ -406,6 +406,12 @@ capture_state stream_capture(CUstream stream) noexcept {
   }
 }
 
+namespace {
+// Remembers `node` of `graph`, which the launch made, for tune_graph(). Throws only for lack of memory.
+void remember_node(const launch_request& r, const plan_entry& e, const kept_plan& kept, dims grid, CUgraph graph,
+                   CUgraphNode node);
+}  // namespace
+
 bool note_captured_launch(const launch_request& r, const plan_entry& e, const kept_plan& kept, dims grid) noexcept {
   try {
     const driver_api& d = driver();
@@ -428,45 +434,62 @@ bool note_captured_launch(const launch_request& r, const plan_entry& e, const ke
       }
       return true;
     }
-    auto c = std::make_shared<captured_launch>();
-    c->graph = graph;
-    c->node = deps[0];
-    c->function = e.function;
-    c->grid = grid;
-    c->block = e.plan.block;
-    c->smem = e.plan.dynamic_smem_bytes;
-    c->plan = &kept;
-    c->deferred = e.tuning_deferred;
-    c->context_id = e.key.context;
-    c->left = why_not_tunable_later(r);
-    // A driver-API kernel's arguments are checked against its parameters only where the driver reports them:
-    // without that (drivers before CUDA 12.4) a launch's arguments may not be its node's parameters, and
-    // comparing them with the node's would read past the node's (fewer, or smaller) parameters.
-    if (c->left.empty() && r.driver_kernel && !e.param_sizes) {
-      c->left = "the driver does not report its parameters (cuFuncGetParamInfo, CUDA 12.4), so its node's "
-                "arguments cannot be checked against the launch's";
-    }
-    if (c->left.empty() && c->deferred &&
-        !copy_request(r, *c, e.kernel.max_threads_per_block, e.plan.block_threads, c->left)) {
-      c->owned_policy.reset();
-      c->smem_answers.clear();
-    }
     (void)id;
-    captures& all = the_captures();
-    std::vector<std::shared_ptr<captured_launch>> gone;  // destroyed after the lock
-    std::lock_guard<std::mutex> lock(all.m);
-    const auto key = std::make_pair(c->graph, c->node);
-    c->order = all.next_order++;
-    all.oldest_first.emplace_back(key, c->order);
-    all.by_node[key].swap(c);  // c: the launch it replaces (a node handle a destroyed graph had), destroyed after
-    gone.push_back(std::move(c));
-    drop_oldest_locked(all, gone);
+    remember_node(r, e, kept, grid, graph, deps[0]);
     return true;
   } catch (...) {
     // Out of memory or a driver without graphs: this launch stays out of tune_graph(); the launch itself ran.
     return true;
   }
 }
+
+void note_planned_node(const launch_request& r, const plan_entry& e, const kept_plan& kept, dims grid) noexcept {
+  if (!r.node || !r.node->graph || !r.node->node) return;
+  try {
+    remember_node(r, e, kept, grid, reinterpret_cast<CUgraph>(r.node->graph),
+                  reinterpret_cast<CUgraphNode>(r.node->node));
+  } catch (...) {
+    // Out of memory: this node stays out of tune_graph(); the node itself was added.
+  }
+}
+
+namespace {
+void remember_node(const launch_request& r, const plan_entry& e, const kept_plan& kept, dims grid, CUgraph graph,
+                   CUgraphNode node) {
+  auto c = std::make_shared<captured_launch>();
+  c->graph = graph;
+  c->node = node;
+  c->function = e.function;
+  c->grid = grid;
+  c->block = e.plan.block;
+  c->smem = e.plan.dynamic_smem_bytes;
+  c->plan = &kept;
+  c->deferred = e.tuning_deferred;
+  c->context_id = e.key.context;
+  c->left = why_not_tunable_later(r);
+  // A driver-API kernel's arguments are checked against its parameters only where the driver reports them:
+  // without that (drivers before CUDA 12.4) a launch's arguments may not be its node's parameters, and
+  // comparing them with the node's would read past the node's (fewer, or smaller) parameters.
+  if (c->left.empty() && r.driver_kernel && !e.param_sizes) {
+    c->left = "the driver does not report its parameters (cuFuncGetParamInfo, CUDA 12.4), so its node's "
+              "arguments cannot be checked against the launch's";
+  }
+  if (c->left.empty() && c->deferred &&
+      !copy_request(r, *c, e.kernel.max_threads_per_block, e.plan.block_threads, c->left)) {
+    c->owned_policy.reset();
+    c->smem_answers.clear();
+  }
+  captures& all = the_captures();
+  std::vector<std::shared_ptr<captured_launch>> gone;  // destroyed after the lock
+  std::lock_guard<std::mutex> lock(all.m);
+  const auto key = std::make_pair(c->graph, c->node);
+  c->order = all.next_order++;
+  all.oldest_first.emplace_back(key, c->order);
+  all.by_node[key].swap(c);  // c: the launch it replaces (a node handle a destroyed graph had), destroyed after
+  gone.push_back(std::move(c));
+  drop_oldest_locked(all, gone);
+}
+}  // namespace
 
 void add_planned_node(const CUlaunchConfig& cfg, CUfunction f, void** args, node_target& target,
                       const plan_entry& e) {

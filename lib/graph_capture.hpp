@@ -31,6 +31,9 @@ capture_state stream_capture(CUstream stream) noexcept;
 // remembered is left out of tune_graph(), said once). `kept`: e's plan as kept_of() keeps it (its text and the
 // kernel's name are made only for tune_graph()'s report).
 bool note_captured_launch(const launch_request& r, const plan_entry& e, const kept_plan& kept, dims grid) noexcept;
+// The same for the node add_kernel_node() added (r.node) with a plan whose trials were kept from it (the capture
+// of another thread on the legacy stream made its stream's state unknown): tune_graph() of its graph tunes it.
+void note_planned_node(const launch_request& r, const plan_entry& e, const kept_plan& kept, dims grid) noexcept;
 
 // Adds the kernel node r.node asks for, as `cfg` describes the launch (launch_config.hpp): its attributes set
 // on the node (cooperative, cluster dims), a programmatic launch as programmatic edges from its dependencies.

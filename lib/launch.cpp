@@ -196,6 +196,7 @@ __attribute__((noinline)) launched launch_in_full(const launch_request& r, const
   }
   if (r.node) {  // add_kernel_node(): a node of this plan instead of a launch
     add_planned_node(cfg, e.function, r.args, *r.node, e);
+    if (e.tuning_deferred) note_planned_node(r, e, kept, grid);
     return done;
   }
   const void* mark = e.nvtx && nvtx_on() ? e.nvtx : nullptr;  // null: NVTX was off when this plan was made

@@ -165,7 +165,8 @@ kernel_node add_node(launch_request& r, cudaGraph_t graph, const node_dependenci
 /// (and logged) by the spec's policy, with the plan's block, grid and dynamic smem, cooperative and cluster
 /// attributes, and for a `.pdl()` spec programmatic edges from `deps` (the kernel may start while they finish;
 /// each dependency must then be a kernel node). The arguments are copied into the node. A tuning policy times
-/// its candidates on the spec's stream first, as a launch would (the spec must allow re-running).
+/// its candidates on the spec's stream first, as a launch would (the spec must allow re-running); where that
+/// stream is being captured the node gets the static plan and is remembered, so tune_graph() of `graph` tunes it.
 template <class... Params, class Policy, class... Args>
 kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, void (*k)(Params...),
                             const spec<Policy>& s, Args&&... args) {

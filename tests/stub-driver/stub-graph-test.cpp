@@ -389,6 +389,28 @@ TEST_F(StubGraph, ANodeAddedWhileItsStreamIsCapturedIsTunedByTheNextLaunchOutsid
   launchfit_stub_destroy_graph(into);
 }
 
+// The same node is remembered for tune_graph(): its graph, instantiated, is tuned in place (it kept the static
+// plan for good, and tune_graph() said "no launch remembered").
+TEST_F(StubGraph, ANodeAddedWithItsTrialsKeptFromItIsTunedInPlace) {
+  const CUfunction f = map_kernel("_Z8addnode2PKfPfi", 128);
+  const CUstream s = stream_of(0x52);
+  const int n = 1 << 20;
+  launchfit_stub_begin_capture(s);
+  const CUgraph into = launchfit_stub_end_capture(s);
+  launchfit_stub_begin_capture(s);
+  const lf::kernel_node made = lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(into), {}, lf::kernel(f),
+                                                   tuned_spec(n, s), device_pointer(0x1000), device_pointer(0x2000), n);
+  launchfit_stub_destroy_graph(launchfit_stub_end_capture(s));
+  ASSERT_NE(made.node, nullptr);
+  ASSERT_NE(made.what.block.x, 128u) << "the static plan is the tuned one already: the test would show nothing";
+  const CUgraphExec e = launchfit_stub_instantiate(into);
+  const lf::graph_tuning t = tune(into, e, 0x53);
+  EXPECT_EQ(t.tuned, 1u) << t.to_string();
+  EXPECT_EQ(exec_block(e, reinterpret_cast<CUgraphNode>(made.node)), 128u) << t.to_string();
+  launchfit_stub_destroy_exec(e);
+  launchfit_stub_destroy_graph(into);
+}
+
 TEST_F(StubGraph, ALaunchWhoseCaptureStateTheDriverCannotTellIsTunedLater) {
   const CUfunction f = map_kernel("_Z7unknownPKfPfi", 128);
   const int n = 1 << 20;
