@@ -713,7 +713,19 @@ graph_tuning tune_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t st
         const graph_trials as_nodes_run;  // the trials time each candidate as graph replays
         const plan_entry& e = entry_for(r, local);
         if (e.tuning_deferred) {
-          rep.why = "the stream given to tune_graph() is being captured, so no trial could run";
+          switch (stream_capture(stream)) {
+            case capture_state::unknown:
+              rep.why = "the driver could not tell whether the stream given to tune_graph() is being captured "
+                        "(the legacy stream while another thread captures a blocking stream), so no trial ran: "
+                        "give a stream created with cudaStreamNonBlocking";
+              break;
+            case capture_state::none:
+              rep.why = "a capture on another thread planned this launch's kernel again while tune_graph() "
+                        "tuned it, so no trial ran: call tune_graph() again";
+              break;
+            default:
+              rep.why = "the stream given to tune_graph() is being captured, so no trial could run";
+          }
         } else if (e.plan.match == plan_match::waiting) {
           rep.why =
               "another process of the fleet is tuning this plan: call tune_graph() again once it has "

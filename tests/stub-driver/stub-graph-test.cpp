@@ -411,6 +411,29 @@ TEST_F(StubGraph, ANodeAddedWithItsTrialsKeptFromItIsTunedInPlace) {
   launchfit_stub_destroy_graph(into);
 }
 
+// A node left because no trial could run says why by the state of the stream tune_graph() was given: being
+// captured, or a state the driver could not tell (it blamed a capture of that stream for both).
+TEST_F(StubGraph, ANodeLeftForWantOfTrialsSaysWhatTheStreamWas) {
+  const CUfunction f = map_kernel("_Z9whystreamPKfPfi", 128);
+  const one_capture c = capture_one(f, 1 << 20, stream_of(0x54));
+  launchfit_stub_begin_capture(stream_of(0x55));
+  const lf::graph_tuning captured = tune(c.graph, c.exec, 0x55);
+  launchfit_stub_destroy_graph(launchfit_stub_end_capture(stream_of(0x55)));
+  ASSERT_EQ(captured.nodes.size(), 1u) << captured.to_string();
+  EXPECT_EQ(captured.nodes[0].result, lf::graph_node_report::outcome::left) << captured.to_string();
+  EXPECT_NE(captured.nodes[0].why.find("is being captured"), std::string::npos) << captured.to_string();
+  launchfit_stub_fail("cuStreamIsCapturing", CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, -1);
+  const lf::graph_tuning unknown = tune(c.graph, c.exec, 0x56);
+  launchfit_stub_fail("cuStreamIsCapturing", CUDA_SUCCESS, 0);
+  ASSERT_EQ(unknown.nodes.size(), 1u) << unknown.to_string();
+  EXPECT_NE(unknown.nodes[0].why.find("could not tell"), std::string::npos) << unknown.to_string();
+  EXPECT_NE(unknown.nodes[0].why.find("cudaStreamNonBlocking"), std::string::npos) << unknown.to_string();
+  const lf::graph_tuning later = tune(c.graph, c.exec, 0x57);
+  EXPECT_EQ(later.tuned, 1u) << later.to_string();
+  launchfit_stub_destroy_exec(c.exec);
+  launchfit_stub_destroy_graph(c.graph);
+}
+
 TEST_F(StubGraph, ALaunchWhoseCaptureStateTheDriverCannotTellIsTunedLater) {
   const CUfunction f = map_kernel("_Z7unknownPKfPfi", 128);
   const int n = 1 << 20;
