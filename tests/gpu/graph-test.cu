@@ -4,12 +4,15 @@
 // tune_graph(): every result exact after the update, the same executable graph (never instantiated again),
 // its nodes set to exactly the plans the same chain gets when captured after tuning, and the one node whose
 // spec does not allow re-running untouched and reported. Kernel nodes built from cooperative, cluster and
-// PDL specs run exactly as the same launches in a stream. A spec that cannot be re-run stops asking the driver
-// about captures after its launches outside them, and keeps being reported while captures launch it.
+// PDL specs run exactly as the same launches in a stream. Captured cooperative, cluster and PDL launches tuned
+// in place keep their attributes and programmatic edge, and run exactly. A spec that cannot be re-run stops
+// asking the driver about captures after its launches outside them, and keeps being reported while captures
+// launch it.
 
 #include <cooperative_groups.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -22,6 +25,7 @@
 #include "launchfit/cache.hpp"
 #include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
+#include "launchfit/param_policy.hpp"
 #include "launchfit/plugin.hpp"
 #include "plan_cache.hpp"
 
@@ -539,6 +543,173 @@ TEST(GraphNodesGpu, CooperativeClusterAndPdlNodesRunExactlyAsTheSameLaunchesInAS
   cudaGraphDestroy(g);
   for (void* p : {static_cast<void*>(in), static_cast<void*>(partial), static_cast<void*>(sum),
                   static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(ranks)})
+    cudaFree(p);
+}
+
+// ---- captured cooperative, cluster and PDL launches, tuned in place ----------------------------------------
+
+// A tuning policy of the program's own whose choice does not depend on timings: 256 threads where it may not
+// time (inside a capture), 128 where it may (it times that plan first, as a tuning policy does). So
+// tune_graph() changes every node's block, whatever the GPU's timings.
+struct retimed_params {
+  int static_block = 256, timed_block = 128;
+  static constexpr std::array<const char*, 2> names{"static_block", "timed_block"};
+};
+class static_256_timed_128 final : public lf::param_policy<static_256_timed_128, retimed_params> {
+ public:
+  static constexpr const char* policy_name = "static_256_timed_128";
+  using param_policy::param_policy;
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    const auto plan_of = [&q](unsigned block, const char* why) {
+      lf::plan p;
+      p.block = lf::dims{block, 1, 1};
+      p.block_threads = static_cast<int>(block);
+      p.blocks_per_sm = q.active_blocks_for(static_cast<int>(block));
+      p.reason = why;
+      return p;
+    };
+    const auto static_block = static_cast<unsigned>(params_.static_block);
+    if (!q.time_plan) return plan_of(static_block, "static: no trials");
+    const lf::plan timed = plan_of(static_cast<unsigned>(params_.timed_block), "timed");
+    return q.time_plan(timed) >= 0 ? timed : plan_of(static_block, "the trial failed");
+  }
+};
+
+// coop_sum, with the block it ran and whether its grid was launched cooperatively (without the attribute
+// this_grid() is not valid: the kernel says so and returns instead of waiting at grid.sync()).
+__global__ void coop_sum_checked(const int* in, int* partial, int* out, unsigned* seen, unsigned n) {
+  cg::grid_group grid = cg::this_grid();
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    seen[0] = blockDim.x;
+    seen[1] = grid.is_valid() ? 1u : 0u;
+  }
+  if (!grid.is_valid()) return;
+  int sum = 0;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) sum += in[i];
+  atomicAdd(&partial[blockIdx.x], sum);
+  grid.sync();
+  if (grid.thread_rank() == 0) {
+    int total = 0;
+    for (unsigned b = 0; b < gridDim.x; ++b) total += partial[b];
+    *out = total;
+  }
+}
+__global__ void cluster_ranks_seen(unsigned* out, unsigned* seen) {
+  const unsigned rank = cg::this_cluster().block_rank();
+  const unsigned size = cg::this_cluster().num_blocks();
+  if (threadIdx.x == 0) out[blockIdx.x] = rank * 100 + size;
+  if (blockIdx.x == 0 && threadIdx.x == 0) seen[0] = blockDim.x;
+}
+__global__ void pdl_consume_seen(const int* a, int* b, unsigned n, unsigned* seen) {
+  cudaGridDependencySynchronize();
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) b[i] = 2 * a[i];
+  if (blockIdx.x == 0 && threadIdx.x == 0) seen[0] = blockDim.x;
+}
+
+TEST(GraphNodesGpu, CapturedCooperativeClusterAndPdlLaunchesKeepTheirAttributesWhenTunedInPlace) {
+  LAUNCHFIT_REQUIRE_GPU_OR_SKIP();
+  lf::cache().clear();
+  constexpr unsigned n = 1u << 20;
+  constexpr unsigned cluster_items = 64 * 256;
+  int *in = nullptr, *partial = nullptr, *sum = nullptr, *a = nullptr, *b = nullptr;
+  unsigned *ranks = nullptr, *seen = nullptr;
+  ASSERT_EQ(cudaMalloc(&in, n * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&partial, 8192 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&sum, sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&a, n * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, n * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ranks, 4096 * sizeof(unsigned)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&seen, 8 * sizeof(unsigned)), cudaSuccess);
+  std::vector<int> values(n);
+  long long want_sum = 0;
+  for (unsigned i = 0; i < n; ++i) want_sum += values[i] = static_cast<int>(i % 13) - 6;
+  ASSERT_EQ(cudaMemcpy(in, values.data(), n * sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<int> want_b(n);
+  for (unsigned i = 0; i < n; ++i) want_b[i] = 2 * (static_cast<int>(i) + 1);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const auto tuned = [s] { return lf::spec<static_256_timed_128>(static_256_timed_128{}).on(s).rerunnable(); };
+  const auto coop = tuned().cooperative().grid_stride(n);
+  const auto clustered = tuned().items(cluster_items).cluster({2, 1, 1});
+  const auto producer = lf::max_occupancy().items(n).on(s);
+  const auto consumer = tuned().items(n).pdl();
+
+  // Captured at start-up: the first use of each spec is inside the capture, so each runs its static plan.
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const lf::launched lc = lf::launch(coop_sum_checked, coop, in, partial, sum, seen, n);
+  const lf::launched lr = lf::launch(cluster_ranks_seen, clustered, ranks, seen + 2);
+  lf::launch(pdl_produce, producer, a, n);
+  const lf::launched lq = lf::launch(pdl_consume_seen, consumer, a, b, n, seen + 4);
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  EXPECT_EQ(lc.block.x, 256u);
+  EXPECT_EQ(lr.block.x, 256u);
+  EXPECT_EQ(lq.block.x, 256u);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  const auto replay_and_check = [&](unsigned block, const char* when) {
+    ASSERT_EQ(cudaMemset(partial, 0, 8192 * sizeof(int)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(sum, 0xff, sizeof(int)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(a, 0, n * sizeof(int)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(b, 0xff, n * sizeof(int)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(ranks, 0xff, 4096 * sizeof(unsigned)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(seen, 0xff, 8 * sizeof(unsigned)), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const std::vector<unsigned> saw = read_back(seen, 8);
+    EXPECT_EQ(saw[0], block) << when << ": the cooperative node's block";
+    EXPECT_EQ(saw[1], 1u) << when << ": the cooperative node was not launched cooperatively";
+    EXPECT_EQ(saw[2], block) << when << ": the cluster node's block";
+    EXPECT_EQ(saw[4], block) << when << ": the PDL node's block";
+    EXPECT_EQ(read_back(sum, 1)[0], static_cast<int>(want_sum)) << when;
+    const unsigned grid = cluster_items / block;
+    const std::vector<unsigned> r = read_back(ranks, grid);
+    for (unsigned i = 0; i < grid; ++i) ASSERT_EQ(r[i], (i % 2) * 100 + 2) << when << ": block " << i;
+    EXPECT_EQ(read_back(b, n), want_b) << when;
+  };
+  replay_and_check(256, "before tuning");
+
+  const lf::graph_tuning t = lf::tune_graph(g, exec, s);
+  EXPECT_EQ(t.tuned, 3u) << t.to_string();
+  replay_and_check(128, "tuned in place");
+  // The graph's own nodes: the cooperative and cluster attributes and the programmatic edge are still there.
+  std::size_t count = 0;
+  ASSERT_EQ(cudaGraphGetNodes(g, nullptr, &count), cudaSuccess);
+  std::vector<cudaGraphNode_t> nodes(count);
+  ASSERT_EQ(cudaGraphGetNodes(g, nodes.data(), &count), cudaSuccess);
+  int cooperative_nodes = 0, cluster_nodes = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    ASSERT_EQ(cudaGraphNodeGetType(node, &type), cudaSuccess);
+    if (type != cudaGraphNodeTypeKernel) continue;
+    cudaLaunchAttributeValue v{};
+    if (cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeCooperative, &v) == cudaSuccess && v.cooperative)
+      ++cooperative_nodes;
+    v = cudaLaunchAttributeValue{};
+    if (cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &v) == cudaSuccess &&
+        v.clusterDim.x == 2)
+      ++cluster_nodes;
+  }
+  EXPECT_EQ(cooperative_nodes, 1);
+  EXPECT_EQ(cluster_nodes, 1);
+  auto get_edges = LF_DRIVER(cuGraphGetEdges);
+  ASSERT_NE(get_edges, nullptr);
+  std::size_t ne = 0;
+  get_edges(reinterpret_cast<CUgraph>(g), nullptr, nullptr, nullptr, &ne);
+  std::vector<CUgraphNode> from(ne), to(ne);
+  std::vector<CUgraphEdgeData> data(ne);
+  get_edges(reinterpret_cast<CUgraph>(g), from.data(), to.data(), data.data(), &ne);
+  int programmatic = 0;
+  for (std::size_t i = 0; i < ne; ++i) programmatic += data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+  EXPECT_EQ(programmatic, 1) << "the PDL launch's programmatic edge";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  for (void* p : {static_cast<void*>(in), static_cast<void*>(partial), static_cast<void*>(sum),
+                  static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(ranks), static_cast<void*>(seen)})
     cudaFree(p);
 }
 
