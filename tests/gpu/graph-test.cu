@@ -424,8 +424,8 @@ TEST_F(GraphGpu, APlanACaptureKeptFromTrialsIsNeverStoredAndTheFirstLaunchOutsid
 
 // ---- nodes from specs ----------------------------------------------------------------------------------
 
-__global__ void coop_sum(const int* in, int* partial, int* out, unsigned n) {
-  cg::grid_group grid = cg::this_grid();
+// The sum of in[0, n) into *out: partial sums per block, a grid-wide barrier, then block 0 adds them up.
+__device__ void grid_sum(cg::grid_group& grid, const int* in, int* partial, int* out, unsigned n) {
   int sum = 0;
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) sum += in[i];
   atomicAdd(&partial[blockIdx.x], sum);
@@ -435,6 +435,32 @@ __global__ void coop_sum(const int* in, int* partial, int* out, unsigned n) {
     for (unsigned b = 0; b < gridDim.x; ++b) total += partial[b];
     *out = total;
   }
+}
+__global__ void coop_sum(const int* in, int* partial, int* out, unsigned n) {
+  cg::grid_group grid = cg::this_grid();
+  grid_sum(grid, in, partial, out, n);
+}
+
+// The edges of `g` as (from, to, data).
+struct graph_edges {
+  std::vector<CUgraphNode> from, to;
+  std::vector<CUgraphEdgeData> data;
+};
+graph_edges edges_of(cudaGraph_t g) {
+  graph_edges e;
+  auto get_edges = LF_DRIVER(cuGraphGetEdges);
+  EXPECT_NE(get_edges, nullptr);
+  if (!get_edges) return e;
+  std::size_t ne = 0;
+  get_edges(reinterpret_cast<CUgraph>(g), nullptr, nullptr, nullptr, &ne);
+  e.from.resize(ne);
+  e.to.resize(ne);
+  e.data.resize(ne);
+  get_edges(reinterpret_cast<CUgraph>(g), e.from.data(), e.to.data(), e.data.data(), &ne);
+  return e;
+}
+bool is_programmatic(const CUgraphEdgeData& d) {
+  return d.type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC && d.from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
 }
 
 __global__ void cluster_ranks(unsigned* out) {
@@ -516,20 +542,12 @@ TEST(GraphNodesGpu, CooperativeClusterAndPdlNodesRunExactlyAsTheSameLaunchesInAS
   EXPECT_EQ(nr.what.plan().options.cluster.x, 2u);
   EXPECT_TRUE(nq.what.plan().options.programmatic);
   // The consumer's edge is programmatic, as a captured .pdl() launch's is.
-  auto get_edges = LF_DRIVER(cuGraphGetEdges);
-  ASSERT_NE(get_edges, nullptr);
   {
-    std::size_t ne = 0;
-    get_edges(reinterpret_cast<CUgraph>(g), nullptr, nullptr, nullptr, &ne);
-    std::vector<CUgraphNode> from(ne), to(ne);
-    std::vector<CUgraphEdgeData> data(ne);
-    get_edges(reinterpret_cast<CUgraph>(g), from.data(), to.data(), data.data(), &ne);
+    const graph_edges e = edges_of(g);
     bool programmatic = false;
-    for (std::size_t i = 0; i < ne; ++i)
-      programmatic |= to[i] == reinterpret_cast<CUgraphNode>(nq.node) &&
-                      from[i] == reinterpret_cast<CUgraphNode>(np.node) &&
-                      data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC &&
-                      data[i].from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+    for (std::size_t i = 0; i < e.data.size(); ++i)
+      programmatic |= e.to[i] == reinterpret_cast<CUgraphNode>(nq.node) &&
+                      e.from[i] == reinterpret_cast<CUgraphNode>(np.node) && is_programmatic(e.data[i]);
     EXPECT_TRUE(programmatic);
   }
   cudaGraphExec_t exec = nullptr;
@@ -585,16 +603,7 @@ __global__ void coop_sum_checked(const int* in, int* partial, int* out, unsigned
     seen[0] = blockDim.x;
     seen[1] = grid.is_valid() ? 1u : 0u;
   }
-  if (!grid.is_valid()) return;
-  int sum = 0;
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) sum += in[i];
-  atomicAdd(&partial[blockIdx.x], sum);
-  grid.sync();
-  if (grid.thread_rank() == 0) {
-    int total = 0;
-    for (unsigned b = 0; b < gridDim.x; ++b) total += partial[b];
-    *out = total;
-  }
+  if (grid.is_valid()) grid_sum(grid, in, partial, out, n);
 }
 __global__ void cluster_ranks_seen(unsigned* out, unsigned* seen) {
   const unsigned rank = cg::this_cluster().block_rank();
@@ -695,15 +704,8 @@ TEST(GraphNodesGpu, CapturedCooperativeClusterAndPdlLaunchesKeepTheirAttributesW
   }
   EXPECT_EQ(cooperative_nodes, 1);
   EXPECT_EQ(cluster_nodes, 1);
-  auto get_edges = LF_DRIVER(cuGraphGetEdges);
-  ASSERT_NE(get_edges, nullptr);
-  std::size_t ne = 0;
-  get_edges(reinterpret_cast<CUgraph>(g), nullptr, nullptr, nullptr, &ne);
-  std::vector<CUgraphNode> from(ne), to(ne);
-  std::vector<CUgraphEdgeData> data(ne);
-  get_edges(reinterpret_cast<CUgraph>(g), from.data(), to.data(), data.data(), &ne);
   int programmatic = 0;
-  for (std::size_t i = 0; i < ne; ++i) programmatic += data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+  for (const CUgraphEdgeData& d : edges_of(g).data) programmatic += is_programmatic(d);
   EXPECT_EQ(programmatic, 1) << "the PDL launch's programmatic edge";
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(g);
