@@ -136,7 +136,9 @@ __attribute__((noinline)) dims grid_for_any(const plan& p, const work& w, long l
     std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.options.cluster.x);
     std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, rows), p.options.cluster.y) : 1;
     std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.options.cluster.z) : 1;
-    if (w.kind == work::shape::grid_stride && (!p.full_grid || w.waves != 0)) {
+    // The full grid never where a waves cap or an SM budget bounds the grid (a stored or tuned plan may say
+    // full_grid for any grid_stride launch).
+    if (w.kind == work::shape::grid_stride && (!p.full_grid || w.waves != 0 || p.options.sm_budget > 0)) {
       const std::uint64_t cap = static_cast<std::uint64_t>(resident) * std::max<std::uint32_t>(w.waves, 1);
       gx = std::max<std::uint64_t>(std::min<std::uint64_t>(gx, cap), 1);
     } else if (w.kind == work::shape::grid_stride) {

@@ -27,6 +27,16 @@ namespace {
 
 using nlohmann::json;
 
+// An untrusted value as a log or report shows it: a number, string, bool or null as JSON (at most 64 bytes),
+// anything else by its type. Never dump() of a nested value: nlohmann's dump() recurses, and a file or a store
+// value of 100,000 nested brackets overflowed the stack of every process reading it.
+std::string value_shown(const json& v) {
+  if (!v.is_primitive()) return std::string(v.is_array() ? "an array" : "an object");
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 64) + "...";
+  return text;
+}
+
 struct bad_entry : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -572,7 +582,7 @@ cache_file_contents parse_cache_file_text(std::string_view text) {
   const auto version = doc.find("version");
   if (version == doc.end() || !version->is_number_integer() || *version != cache_file_version) {
     out.status = cache_file_status::wrong_version;
-    out.problem = "format version " + (version == doc.end() ? std::string("missing") : version->dump()) +
+    out.problem = "format version " + (version == doc.end() ? std::string("missing") : value_shown(*version)) +
                   ", this launchfit reads version " + std::to_string(cache_file_version);
     return out;
   }

@@ -344,8 +344,9 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
   bool changed = (need.has_cluster() && (chose.cluster != need.cluster || p.resident_clusters == 0)) ||
                  chose.programmatic != need.programmatic;
   p.options = need;  // the launch's options, as one value: what every launch of this plan is marshalled with
-  // A cooperative grid co-resides: never the full grid (a tuner may offer it to any grid_stride launch).
-  if (need.cooperative) p.full_grid = false;
+  // A cooperative grid co-resides, and a grid within an SM budget leaves the other SMs to other kernels: never
+  // the full grid (a tuner may offer it to any grid_stride launch, and times it on every SM).
+  if (need.cooperative || need.sm_budget > 0) p.full_grid = false;
   const dims before = p.block;
   shape_block(q, p);
   // A block shape is checked (and carried, for the grid's rows per thread) on every plan, a trial's too.

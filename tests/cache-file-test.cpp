@@ -615,6 +615,16 @@ TEST(CacheFileFormat, ParserNeverThrowsOnOddInput) {
             cache_file_status::wrong_version);
   EXPECT_EQ(lf::detail::parse_cache_file(R"({"format":"launchfit-plan-cache","version":1})").status,
             cache_file_status::corrupt);
+  // A version nested 200,000 deep (400 KB, under every size bound): the report named it by dump(), which
+  // recurses, and overflowed the stack of every process reading the file.
+  const auto nested = lf::detail::parse_cache_file(R"({"format":"launchfit-plan-cache","version":)" +
+                                                   std::string(200000, '[') + std::string(200000, ']') + "}");
+  EXPECT_EQ(nested.status, cache_file_status::wrong_version);
+  EXPECT_NE(nested.problem.find("format version an array"), std::string::npos) << nested.problem;
+  const auto long_text = lf::detail::parse_cache_file(R"({"format":"launchfit-plan-cache","version":")" +
+                                                      std::string(10000, 'v') + "\"}");
+  EXPECT_EQ(long_text.status, cache_file_status::wrong_version);
+  EXPECT_LT(long_text.problem.size(), 200u) << "the version's text is cut";
   const auto c = lf::detail::parse_cache_file(
       R"({"format":"launchfit-plan-cache","version":1,"entries":[{"key":{},"plan":{}},{"key":[],"plan":1}]})");
   EXPECT_EQ(c.status, cache_file_status::ok);

@@ -181,8 +181,13 @@ TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
   p.options.cluster = lf::dims{2, 1, 1};
   p.dynamic_smem_bytes = 4096;
   p.sm_count = 100;
+  p.options.waves = 4;
   const auto spec = lf::planned(p).items(16384);
   const ld::launch_request r = ld::make_request(spec);
+  // A grid_stride launch's waves cap: planned(p) launches the grid grid_for(p, work) says (it launched one wave
+  // where the plan was made for four).
+  EXPECT_EQ(r.options.waves, 4u);
+  EXPECT_EQ(lf::planned(p).grid_stride(1u << 26).work_shape().waves, 4u);
   EXPECT_TRUE(r.options.cooperative);
   EXPECT_TRUE(r.options.programmatic);
   EXPECT_EQ(r.options.cluster, (lf::dims{2, 1, 1}));

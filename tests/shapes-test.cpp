@@ -59,6 +59,17 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 // ---- grids for multi-dimensional work ---------------------------------------------------------------------
 
 
+// A plan that says full grid (a tuner's, or a stored one) is never launched over every SM where the launch has
+// an SM budget (sms(k)): its grid_stride grid is capped at the budget's resident blocks, as a waves cap caps it.
+TEST(Shapes, AFullGridPlanKeepsToItsSmBudget) {
+  lf::plan p = plan_of({256, 1, 1}, 8, 16);  // planned for a budget of 16 SMs
+  p.full_grid = true;
+  const lf::work w{lf::work::shape::grid_stride, std::uint64_t{1} << 26, 1};
+  EXPECT_EQ(lf::grid_for(p, w).x, (1u << 26) / 256) << "without a budget the full grid is the work's";
+  p.options.sm_budget = 16;
+  EXPECT_EQ(lf::grid_for(p, w).x, 8u * 16u);
+}
+
 // A count near 2^64 rounded up to whole clusters wrapped to a grid of 0, which launches nothing and says
 // nothing: it is refused as above the device's limit, as the count one cluster smaller is.
 TEST(Shapes, AGridRoundedToWholeClustersNeverWrapsToEmpty) {

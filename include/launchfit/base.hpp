@@ -515,11 +515,15 @@ inline spec<fixed_dims_policy> fixed(dims block) {
       detail::int_parameter(block.z, "fixed block z"), 0, 1, 1}});
 }
 inline spec<fixed_dims_policy> fixed(dims block, dims grid) {
+  // An empty grid launches nothing: its policy is given the empty grid along x only (one of 0 along y or z is
+  // no grid it could plan), and the work says there is none.
+  const bool empty = grid.x == 0 || grid.y == 0 || grid.z == 0;
   spec<fixed_dims_policy> s(fixed_dims_policy{fixed_dims_params{
       detail::int_parameter(block.x, "fixed block x"), detail::int_parameter(block.y, "fixed block y"),
-      detail::int_parameter(block.z, "fixed block z"), detail::int_parameter(grid.x, "fixed grid x"),
-      detail::int_parameter(grid.y, "fixed grid y"), detail::int_parameter(grid.z, "fixed grid z")}});
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) s.grid(dims{0, 1, 1});  // an empty grid: nothing to launch
+      detail::int_parameter(block.z, "fixed block z"), empty ? 0 : detail::int_parameter(grid.x, "fixed grid x"),
+      empty ? 1 : detail::int_parameter(grid.y, "fixed grid y"),
+      empty ? 1 : detail::int_parameter(grid.z, "fixed grid z")}});
+  if (empty) s.grid(dims{0, 1, 1});
   return s;
 }
 }  // namespace LAUNCHFIT_DEFAULT_STREAM_NS

@@ -35,7 +35,8 @@ namespace launchfit {
 inline namespace LAUNCHFIT_DEFAULT_STREAM_NS {
 
 // A plan from plan_for() (or launched().plan()) launched verbatim: its block, grid rule, residency, dynamic
-// smem and launch options (cooperative, cluster, PDL, SM budget), validated again for the kernel launched.
+// smem and launch options (cooperative, cluster, PDL, SM budget, a grid_stride launch's waves cap), validated
+// again for the kernel launched.
 // Give the work again (items(n), grid_stride(n)); overrides never replace it. With it "plan, compute
 // block-dependent arguments, launch" cannot diverge: launch(k, planned(p).items(n), args_from(p)...).
 inline spec<planned_policy> planned(const plan& p) {
@@ -49,6 +50,7 @@ inline spec<planned_policy> planned(const plan& p) {
   if (o.has_cluster() && !o.cluster_from_kernel) s.cluster(o.cluster, o.non_portable_cluster || o.cluster.count() > 8);
   if (o.programmatic) s.pdl();
   if (p.sm_count > 0) s.sms(p.sm_count);
+  if (o.waves > 0) s.waves(o.waves);
   s.shape(p.shape_rule);
   return s;
 }

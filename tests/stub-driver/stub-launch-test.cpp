@@ -346,6 +346,12 @@ TEST(StubLaunch, AnEmptyGridGivenToFixedLaunchesNothing) {
   const lf::launched none_dims = lf::launch(k, lf::fixed({16, 16}, {(n + 15) / 16, 4}).on(stream_of(0x41)), 1.0f,
                                             device_pointer(0x1000), device_pointer(0x2000), n);
   EXPECT_EQ(none_dims.grid.count(), 0u) << none_dims.grid.to_string();
+  // Empty along y or z (an image of no rows): nothing launched either, never a refusal of the grid.
+  for (const lf::dims empty : {lf::dims{4, (n + 15) / 16, 1}, lf::dims{4, 4, static_cast<unsigned>(n)}}) {
+    const lf::launched none_yz = lf::launch(k, lf::fixed({16, 16}, empty).on(stream_of(0x41)), 1.0f,
+                                            device_pointer(0x1000), device_pointer(0x2000), n);
+    EXPECT_EQ(none_yz.grid.count(), 0u) << none_yz.grid.to_string();
+  }
   const lf::launched none_unsigned = lf::launch(k, lf::fixed(256u, std::size_t{0}).on(stream_of(0x41)), 1.0f,
                                                 device_pointer(0x1000), device_pointer(0x2000), n);
   EXPECT_EQ(none_unsigned.grid.count(), 0u) << none_unsigned.grid.to_string();
