@@ -27,8 +27,10 @@ C abi_struct() {
   return c;
 }
 
-// Callbacks: `ctx` is the C++ query; nothing may throw across the C boundary.
+// Callbacks: `ctx` is the C++ query; nothing may throw across the C boundary, and a plugin's null `ctx` or
+// plan is answered as a refusal (0, SIZE_MAX, -1), never dereferenced.
 int active_blocks_cb(void* ctx, int block_threads, size_t dynamic_smem_bytes) {
+  if (!ctx) return 0;
   const auto& q = *static_cast<const query*>(ctx);
   try {
     if (block_threads <= 0 || block_threads > q.max_block_threads()) return 0;
@@ -41,6 +43,7 @@ int active_blocks_cb(void* ctx, int block_threads, size_t dynamic_smem_bytes) {
 }
 
 size_t smem_for_block_cb(void* ctx, int block_threads) {
+  if (!ctx) return SIZE_MAX;
   try {
     return static_cast<const query*>(ctx)->smem_for(block_threads);
   } catch (...) {
@@ -49,6 +52,7 @@ size_t smem_for_block_cb(void* ctx, int block_threads) {
 }
 
 double time_plan_cb(void* ctx, const launchfit_plan* c) {
+  if (!ctx || !c) return -1;
   const auto& q = *static_cast<const query*>(ctx);
   try {
     plan p = from_c(*c, q);
@@ -62,6 +66,7 @@ double time_plan_cb(void* ctx, const launchfit_plan* c) {
 }
 
 double setup_ms_cb(void* ctx) {
+  if (!ctx) return 0.0;
   const auto& q = *static_cast<const query*>(ctx);
   try {
     return q.setup_ms ? q.setup_ms() : 0.0;

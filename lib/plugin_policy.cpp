@@ -86,19 +86,20 @@ class plugin_policy final : public policy_base {
   std::string params() const override { return join_params(all_params_, false); }
   // Hashed once: every launch of the policy asks (its plugin and parameters never change).
   std::uint64_t hash() const override { return hash_; }
-  // On the launch path: no nesting bound here, only the exception barrier.
+  // On the launch path (asked before any plan is looked up): the exception barrier and the nesting bound of
+  // every plugin call (a work_bucket() that launches with its own policy recursed without one).
   std::uint64_t work_bucket(const work& w) const override {
     const auto& d = desc();
     if (!LAUNCHFIT_HAS_FIELD(&d, launchfit_plugin_descriptor, work_bucket) || !d.work_bucket) return 0;
-    try {
-      return d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), total_items(w), w.per_thread);
-    } catch (const std::exception& e) {
-      log_call_failure("work_bucket() threw: " + detail::escape_text(e.what(), text_cap_bytes) +
-                       "; using bucket 0");
-    } catch (...) {
-      log_call_failure("work_bucket() threw an exception of unknown type; using bucket 0");
+    std::uint64_t bucket = 0;
+    std::string failure;
+    if (!call_plugin(
+            [&] { bucket = d.work_bucket(state_, static_cast<std::uint32_t>(w.kind), total_items(w), w.per_thread); },
+            failure)) {
+      log_call_failure("work_bucket() " + failure + "; using bucket 0");
+      return 0;
     }
-    return 0;
+    return bucket;
   }
 
   void feedback(const plan& p, double ms) const {
@@ -145,6 +146,14 @@ class plugin_policy final : public policy_base {
     }
     try {
       plan p = from_c(cp, q);
+      // The grid of items work is computed per launch (one thread per item): a fixed one would be launched for
+      // every n of the plan's bucket, leaving items undone (as the plan file refuses a stored one).
+      if (q.work_hint.kind == work::shape::items && p.grid.x != 0) {
+        throw error(errc::invalid_plan, "plan(grid)",
+                    "a fixed grid " + p.grid.to_string() + " for " + detail::items_text(q.work_hint) +
+                        ": the grid of items work is computed per launch, one thread per item",
+                    q.kernel.demangled, p.to_string());
+      }
       check_own_shape(q, p);
       plan checked = p;
       shape_block(q, checked);

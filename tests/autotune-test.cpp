@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <clocale>
 #include <cmath>
 #include <condition_variable>
 #include <cstddef>
@@ -201,6 +202,22 @@ TEST_F(Autotune, LoadsAsAPolicyNamedAutotune) {
   // Parameters are part of the cache key.
   EXPECT_NE(lf::policy_from_string("autotune(max_trials=40)")->hash(),
             lf::policy_from_string("autotune")->hash());
+}
+
+// A budget with a fraction in a program whose locale writes decimals with a comma: std::strtod read "2.5" as
+// 2 and refused it, and the policy string cannot hold "2,5". Needs such a locale installed.
+TEST_F(Autotune, ReadsItsParametersInTheCLocaleWhateverTheProgramsIs) {
+  const std::string before = std::setlocale(LC_NUMERIC, nullptr);
+  const char* comma = nullptr;
+  for (const char* name : {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8", "ru_RU.UTF-8", "nl_NL.UTF-8"})
+    if (std::setlocale(LC_NUMERIC, name)) {
+      comma = name;
+      break;
+    }
+  if (!comma) GTEST_SKIP() << "no locale with a decimal comma is installed";
+  EXPECT_EQ(std::localeconv()->decimal_point[0], ',');
+  EXPECT_NO_THROW(lf::policy_from_string("autotune(max_ms=2.5)")) << comma;
+  std::setlocale(LC_NUMERIC, before.c_str());
 }
 
 TEST_F(Autotune, RejectsBadParametersByName) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -104,12 +105,14 @@ bool parse_int(const std::string& v, long long lo, long long hi, int& out) {
   return true;
 }
 
+// In the C locale whatever the program's (std::strtod reads "2.5" as 2 under a locale whose decimal point is a
+// comma, and the policy string cannot hold "2,5").
 bool parse_positive_double(const std::string& v, double& out) {
   if (v.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const double x = std::strtod(v.c_str(), &end);
-  if (errno != 0 || *end != '\0' || !std::isfinite(x) || x <= 0) return false;
+  double x = 0;
+  const char* end = v.data() + v.size();
+  const auto [at, ec] = std::from_chars(v.data(), end, x);
+  if (ec != std::errc() || at != end || !std::isfinite(x) || x <= 0) return false;
   out = x;
   return true;
 }

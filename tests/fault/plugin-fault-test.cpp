@@ -384,6 +384,67 @@ TEST(PluginThrow, ThrowingDestroyFeedbackAndWorkBucketAreLoggedNotFatal) {
   });
 }
 
+// A plugin that calls launchfit's callbacks with a null context, or time_plan with a null plan, gets a refusal
+// from each (-1, 0, SIZE_MAX, 0 ms): they dereferenced both, a segmentation fault no barrier catches.
+TEST(PluginCallbacks, NullContextsAndPlansAreRefusedNeverRead) {
+  expect_bounded([] {
+    checks check;
+    lf::load_plugin(plugin_path("hostile"));
+    lf::query q = h200_query();
+    q.time_plan = [](const lf::plan&) { return 1.0; };
+    q.setup_ms = [] { return 0.0; };
+    const lf::plan p = lf::policy_from_string("test_hostile(nulls=1)")->choose(q);
+    check(has(p.reason, "time_plan -1 -1 -1, active_blocks 0, smem 18446744073709551615, setup 0"), p.reason);
+    return check.rc();
+  });
+}
+
+// work_bucket() is bounded as every plugin call is: one that asks its own policy's bucket again (here through
+// the test's hook; a plugin launching with its own policy does the same) recursed until the stack overflowed.
+TEST(PluginCallbacks, AWorkBucketThatCallsBackIntoItsPolicyIsBounded) {
+  expect_bounded([] {
+    checks check;
+    captured_log log(spdlog::level::debug);
+    lf::load_plugin(plugin_path("hostile"));
+    const auto p = lf::policy_from_string("test_hostile");
+    const lf::work w{lf::work::shape::items, 1000, 1};
+    int calls = 0;
+    install_hook([&](const char* where) {
+      if (std::string(where) != "bucket") return;
+      ++calls;
+      (void)p->work_bucket(w);
+    });
+    const std::uint64_t b = p->work_bucket(w);
+    install_hook({});
+    check(calls > 0 && calls < 100, "nested calls: " + std::to_string(calls));
+    check(b == 1 || b == 0, "a bucket: " + std::to_string(b));
+    check(has(log.text(), "work_bucket() not called: plugin calls nested"), log.text());
+    return check.rc();
+  });
+}
+
+// A plugin's plan with a fixed grid for items(n) work takes the fallback path (fallback= given) or is refused
+// naming it: the grid of items work is computed per launch, and one block of 256 threads was launched for a
+// million items.
+TEST(PluginPlans, AFixedGridForItemsWorkIsAnInvalidPlan) {
+  expect_bounded([] {
+    checks check;
+    lf::load_plugin(plugin_path("hostile"));
+    lf::query q = h200_query();
+    q.work_hint = lf::work{lf::work::shape::items, 1u << 20, 1};
+    const std::string e =
+        error_text([&] { lf::policy_from_string("test_hostile(block=256,grid=1)")->choose(q); });
+    check(has(e, "LAUNCHFIT_INVALID_PLAN") && has(e, "a fixed grid 1 for items(1048576)"), e);
+    const lf::plan p = lf::policy_from_string("test_hostile(block=256,grid=1,fallback=fixed)")->choose(q);
+    check(p.match == "fallback" && p.grid.x == 0, "the fallback decided: " + p.reason);
+    lf::query strided = q;
+    strided.work_hint.kind = lf::work::shape::grid_stride;
+    check(lf::policy_from_string("test_hostile(block=256,grid=132)")->choose(strided).grid.x == 132,
+          "a fixed grid for grid_stride work stays the plugin's");
+    return check.rc();
+  });
+}
+
 // ---- paths -------------------------------------------------------------------------------------------
 
 TEST(PluginPath, SpecialFilesAreRefusedBeforeDlopenNeverAHang) {

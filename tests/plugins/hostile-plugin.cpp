@@ -7,6 +7,9 @@
 //   control
 //                                   characters, invalid UTF-8 and no NUL; text=long with 10 KB of words
 //   block=N, by=N, bz=N, grid=N, bps=N, trials=N, ms=nan|inf|-1   numbers choose() returns
+//   nulls=1                         choose() calls every callback with a null context and time_plan with a
+//                                   null plan, and writes their answers into the reason
+//   work_bucket() calls hook("bucket") before it answers
 // LF_TEST_HOOK (an address in hex of `void hook(const char* where)`, set by a test in its own process) is
 // called from the static constructor ("ctor") and destructor ("dtor"), the entry ("entry"), create, choose
 // and destroy, so a test can call back into launchfit from inside plugin code.
@@ -124,6 +127,17 @@ int choose(void* st, const launchfit_query* q, launchfit_plan* plan, char* errbu
     std::snprintf(errbuf, errbuf_size, "%s", words.c_str());
     std::snprintf(plan->reason, sizeof plan->reason, "%s", words.c_str());
   }
+  if (s->get("nulls") == "1") {
+    const launchfit_plan blank = *plan;
+    std::snprintf(plan->reason, sizeof plan->reason, "nulls: time_plan %g %g %g, active_blocks %d, smem %zu, setup %g",
+                  q->time_plan ? q->time_plan(nullptr, &blank) : -2.0, q->time_plan ? q->time_plan(q->ctx, nullptr) : -2.0,
+                  q->time_plan ? q->time_plan(nullptr, nullptr) : -2.0,
+                  q->active_blocks ? q->active_blocks(nullptr, 128, 0) : -2,
+                  q->smem_for_block ? q->smem_for_block(nullptr, 128) : static_cast<size_t>(7),
+                  LAUNCHFIT_HAS_FIELD(q, launchfit_query, setup_ms) && q->setup_ms ? q->setup_ms(nullptr) : -2.0);
+    plan->block_x = 128;
+    return LAUNCHFIT_PLUGIN_OK;
+  }
   if (say == "decline") return LAUNCHFIT_PLUGIN_DECLINE;
   if (say == "error") return LAUNCHFIT_PLUGIN_ERROR;
   if (say == "status") return 77;  // not a launchfit_plugin_status
@@ -159,6 +173,7 @@ void destroy(void* st) {
 }
 
 uint64_t work_bucket(void* st, uint32_t, uint64_t n, uint32_t) {
+  hook("bucket");
   static_cast<const state*>(st)->maybe_throw("bucket");
   return n ? 1 : 0;
 }
