@@ -40,6 +40,22 @@ plan choose(const policy& chosen, const query& q, plan_entry& e, bool calculated
   }
 }
 
+// The policy's plan with the launch's requirements applied (apply_requirements()). A plugin's plan they refuse
+// (a cooperative plan for a launch that is not, which the plugin cannot see) takes the plugin's fallback path,
+// as any invalid plan of a plugin does.
+plan chosen_plan(const policy& chosen, const query& q, plan_entry& e, bool calculated,
+                 const launch_requirements& need) {
+  plan p = choose(chosen, q, e, calculated);
+  try {
+    apply_requirements(q, p, need);
+  } catch (const error& refused) {
+    if (refused.code() != errc::invalid_plan || !plugin_internal::is_plugin_policy(chosen)) throw;
+    p = plugin_internal::plugin_fallback(chosen, q, refused);
+    apply_requirements(q, p, need);
+  }
+  return p;
+}
+
 // What, besides the policy, decides the plan: part of the cache file's key.
 std::string decided_by_text(const std::string& policy_text, const launch_request& r, const query& q,
                             const launch_requirements& need, const family_members& fam) {
@@ -127,8 +143,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
   if (!cache_file_open() && !remote_layer()) {
     record.skip_conditions();  // nothing is stored or shared: the GPU's conditions are not read
     if (plugin_internal::is_plugin_policy(chosen)) record.prepare_trials();  // real trials offered: the gate
-    plan p = choose(chosen, q, e, fam.blocks.empty());
-    apply_requirements(q, p, need);
+    plan p = chosen_plan(chosen, q, e, fam.blocks.empty(), need);
     say_graph_timed(record, p);
     return p;
   }
@@ -170,8 +185,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
       nvml::load_now();
       if (plugin_internal::is_plugin_policy(chosen)) record.prepare_trials();
     }
-    computed = choose(chosen, q, e, fam.blocks.empty());
-    apply_requirements(q, *computed, need);
+    computed = chosen_plan(chosen, q, e, fam.blocks.empty(), need);
     if (record.trials_refused() && lease) {
       if (lease->what() == tuning_lease::turn::wait) return while_tuned_elsewhere(*lease, *computed);
       // Published before this process took the lease: the plan is checked as a stored one (not against the
@@ -203,10 +217,7 @@ plan stored_or_chosen(const launch_request& r, const plan_key& key, std::uint64_
     logger()->warn("{} entry for {} ignored ({}); computing a new plan",
                    plan_match::from_remote_store(match) ? "remote plan store" : "plan cache file",
                    display_name(e.kernel), escape_text(problem));
-    if (!computed) {
-      computed = choose(chosen, q, e, fam.blocks.empty());
-      apply_requirements(q, *computed, need);
-    }
+    if (!computed) computed = chosen_plan(chosen, q, e, fam.blocks.empty(), need);
     // A broken entry is replaced; a valid one that another process's view chose is not: processes that
     // disagree on it (another bytes-in-flight target, another version) would otherwise overwrite each other's
     // entry and make each other plan again, forever.

@@ -111,5 +111,9 @@ policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin);
 // Whether `p` is a plugin's policy: the policies that tune (autotune), for which the trials are prepared before
 // the policy is asked (tuning_record::prepare_trials()); any other policy's first trial prepares them.
 bool is_plugin_policy(const policy& p) noexcept;
+// A plugin policy's plan refused after choose() returned (`why`: the launch's requirements, which the plugin
+// cannot see, e.g. a cooperative plan for a launch that is not): the plugin's fallback decides (fallback= or
+// LAUNCHFIT_PLUGIN_FALLBACK=1), else `why` is thrown as the plugin's invalid plan.
+plan plugin_fallback(const policy& p, const query& q, const error& why);
 
 }  // namespace launchfit::detail::plugin_internal

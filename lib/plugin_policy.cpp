@@ -188,6 +188,7 @@ class plugin_policy final : public policy_base {
     }
   }
 
+ public:
   // An error or invalid plan: thrown, or (fallback=<name> / LAUNCHFIT_PLUGIN_FALLBACK=1) logged once
   // per policy and replaced by the fallback's plan.
   plan failed(const query& q, const error& e) const {
@@ -205,6 +206,7 @@ class plugin_policy final : public policy_base {
     return p;
   }
 
+ private:
   std::shared_ptr<const loaded_plugin> plugin_;
   std::map<std::string, std::string> all_params_;
   std::uint64_t hash_ = 0;  // name, version and parameters: part of every plan key
@@ -217,6 +219,14 @@ class plugin_policy final : public policy_base {
 }  // namespace
 
 bool is_plugin_policy(const policy& p) noexcept { return dynamic_cast<const plugin_policy*>(&p) != nullptr; }
+
+plan plugin_fallback(const policy& p, const query& q, const error& why) {
+  const auto* plugin = dynamic_cast<const plugin_policy*>(&p);
+  if (!plugin) throw why;
+  const std::string message = "plugin '" + plugin->name() + "' returned an invalid plan: " + why.message();
+  return plugin->failed(q, why.cuda_result() ? error(why.cuda_result(), why.call(), message, why.kernel(), why.config())
+                                             : error(why.code(), why.call(), message, why.kernel(), why.config()));
+}
 
 policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {
   return [plugin](const std::map<std::string, std::string>& params) -> std::shared_ptr<const policy> {

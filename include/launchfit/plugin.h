@@ -229,7 +229,7 @@ struct launchfit_plan {
   double tuning_ms;                        /* time spent doing so */
   char reason[LAUNCHFIT_PLAN_REASON_SIZE]; /* one sentence, NUL-terminated */
   /* ABI 1.1. Nonzero: grid_stride work launches the full grid (one loop iteration per thread) instead of
-     blocks_per_sm x SMs; a spec's waves(k) still caps it. For a plan that measured it: a static policy never
+     blocks_per_sm x SMs; a spec's waves(k) or sms(k) still caps it. For a plan that measured it: a static policy never
      sets it, since more blocks cost more where a block ends in costly work (global atomics). */
   int32_t full_grid;
   uint32_t reserved2; /* 0; makes the tail padding explicit, so a later field never lands in it */

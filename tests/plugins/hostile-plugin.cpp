@@ -9,6 +9,7 @@
 //   block=N, by=N, bz=N, grid=N, bps=N, trials=N, ms=nan|inf|-1   numbers choose() returns
 //   nulls=1                         choose() calls every callback with a null context and time_plan with a
 //                                   null plan, and writes their answers into the reason
+//   coop=1                          choose() returns a cooperative plan (the launch may not be)
 //   work_bucket() calls hook("bucket") before it answers
 // LF_TEST_HOOK (an address in hex of `void hook(const char* where)`, set by a test in its own process) is
 // called from the static constructor ("ctor") and destructor ("dtor"), the entry ("entry"), create, choose
@@ -147,6 +148,7 @@ int choose(void* st, const launchfit_query* q, launchfit_plan* plan, char* errbu
   plan->block_z = static_cast<uint32_t>(s->num("bz", 1));
   plan->blocks_per_sm = static_cast<int32_t>(s->num("bps", 0));
   if (const long grid = s->num("grid", 0)) plan->grid_x = static_cast<uint32_t>(grid);
+  plan->cooperative = s->get("coop") == "1" ? 1 : 0;
   plan->trials = static_cast<int32_t>(s->num("trials", 0));
   const std::string ms = s->get("ms");
   if (ms == "nan") plan->tuning_ms = std::numeric_limits<double>::quiet_NaN();

@@ -657,6 +657,38 @@ TEST(StubLaunch, LaunchfitsSetupInTheFirstTrialIsNotAPluginPolicysBudget) {
 #endif
 }
 
+// A plugin's plan that the launch's requirements refuse (a cooperative plan for a launch that is not: the plugin
+// cannot see which launches are) takes the plugin's fallback path, as any invalid
+// plan of a plugin: its fallback decides where one is given, else the launch is refused naming the plan. It was
+// refused even with fallback= given.
+TEST(StubLaunch, APluginPlanTheLaunchRefusesTakesThePluginsFallbackPath) {
+#ifdef LAUNCHFIT_HOSTILE_PLUGIN
+  lf::load_plugin(LAUNCHFIT_HOSTILE_PLUGIN);
+  const CUfunction f = axpy_kernel("_Z9coopplugfPKfPfi");
+  const lf::kernel k(f);
+  const int n = 1 << 20;
+  {
+    const char* flag = "coop=1";
+    const std::string policy = std::string("test_hostile(block=128,") + flag;
+    try {
+      lf::launch(k, lf::use(policy + ")").items(n).on(stream_of(0x1a)), 1.0f, device_pointer(0x1000),
+                 device_pointer(0x2000), n);
+      ADD_FAILURE() << flag << ": a plan the launch refuses was launched";
+    } catch (const lf::error& e) {
+      EXPECT_EQ(e.code(), lf::errc::invalid_plan) << e.what();
+      EXPECT_NE(std::string(e.what()).find("returned an invalid plan"), std::string::npos) << e.what();
+    }
+    const lf::launched l = lf::launch(k, lf::use(policy + ",fallback=max_occupancy)").items(n).on(stream_of(0x1a)),
+                                      1.0f, device_pointer(0x1000), device_pointer(0x2000), n);
+    EXPECT_EQ(l.plan().match, "fallback") << l.plan().reason;
+    EXPECT_FALSE(l.plan().options.cooperative) << l.plan().reason;
+    EXPECT_NE(l.plan().reason.find("returned an invalid plan"), std::string::npos) << l.plan().reason;
+  }
+#else
+  GTEST_SKIP() << "the hostile test plugin is not built";
+#endif
+}
+
 // A launch that may not re-run its kernel gets autotune's fallback (autotune declines without trials); the
 // rerunnable spec of the same key did not tune after it, for the life of the process: .rerunnable() is not in
 // the key, and the hit path launched the fallback. Now the fallback is the plan of such launches only: the first
