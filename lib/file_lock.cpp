@@ -165,8 +165,9 @@ lock_result take_lock(const std::string& path, fd_closer& lock, std::string& why
   lock.fd =
       ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
   if (lock.fd < 0) {
-    why = shown(lock_path) + ": " + errno_text(errno);
-    return lock_result::failed;
+    const int e = errno;
+    why = shown(lock_path) + ": " + errno_text(e);
+    return transient_errno(e) ? lock_result::retry : lock_result::failed;
   }
   struct stat st {};
   if (::fstat(lock.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -240,7 +241,18 @@ void sweep_temp_files(const std::string& path) {
   ::closedir(d);
 }
 
-bool replace_file(const std::string& path, const std::string& text, file_identity& id, std::string& why) {
+bool transient_errno(int e) noexcept {
+  switch (e) {
+    case ENOSPC: case EDQUOT: case EFBIG: case EMFILE: case ENFILE: case ENOMEM: case EIO: case EINTR:
+    case EAGAIN: case EBUSY:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool replace_file(const std::string& path, const std::string& text, file_identity& id, std::string& why,
+                  int* error) {
   std::string temp;
   int fd = -1;
   for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
@@ -249,6 +261,7 @@ bool replace_file(const std::string& path, const std::string& text, file_identit
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
+    if (error) *error = errno;
     why = shown(temp) + ": " + errno_text(errno);
     return false;
   }
@@ -271,6 +284,7 @@ bool replace_file(const std::string& path, const std::string& text, file_identit
   }
   if (!ok) {
     ::unlink(temp.c_str());
+    if (error) *error = saved;
     why = errno_text(saved);
     return false;
   }

@@ -38,6 +38,11 @@ file_identity identity_of(const struct stat& st) noexcept;
 file_identity identity_now(const std::string& path) noexcept;
 
 std::string errno_text(int e);
+// Whether an error of a file operation may pass by itself: a full disk or quota (ENOSPC, EDQUOT, EFBIG), the
+// process's or the system's open files (EMFILE, ENFILE), memory (ENOMEM), an I/O error (EIO), an
+// interruption (EINTR, EAGAIN, EBUSY). A write that met one is tried again later; any other (EACCES, EROFS, a
+// path that is not a directory) stops writing the file.
+bool transient_errno(int e) noexcept;
 
 enum class read_result { ok, missing, refused };
 
@@ -66,7 +71,9 @@ struct fd_closer {
   ~fd_closer();
 };
 
-enum class lock_result { held, busy, failed };
+// busy: held by another process; retry: not takeable for now (transient_errno(): no descriptor left, a full
+// disk); both: try again later.
+enum class lock_result { held, busy, retry, failed };
 
 // Takes the lock on "<path>.lock" with non-blocking attempts until `wait` has passed; `lock` then holds
 // it. `why` says why not.
@@ -87,8 +94,10 @@ void sweep_temp_files(const std::string& path);
 
 // Writes text to a new temp file next to path and renames it over path; `id` is then the new file's
 // identity. The directory is not fsynced: after a crash the file is the old or the new version, never a
-// mix, and may lose its newest plans. False with `why` when it was not replaced.
-bool replace_file(const std::string& path, const std::string& text, file_identity& id, std::string& why);
+// mix, and may lose its newest plans. False with `why` when it was not replaced, and `error` the errno of the
+// step that failed.
+bool replace_file(const std::string& path, const std::string& text, file_identity& id, std::string& why,
+                  int* error = nullptr);
 
 enum class cache_file_read { ok, missing, refused };
 

@@ -165,6 +165,9 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
     case lock_result::busy:
       out.status = write_status::lock_busy;
       return out;
+    case lock_result::retry:
+      out.status = write_status::retry;
+      return out;
     case lock_result::failed:
       return out;
   }
@@ -219,10 +222,13 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
   for (auto it = own.begin(); it != own.end();) it = disk.count(it->first) ? std::next(it) : own.erase(it);
   view.own = std::move(own);
 
-  if (replace_file(job.path, file_text(disk), view.id, out.why)) {
+  int error = 0;
+  if (replace_file(job.path, file_text(disk), view.id, out.why, &error)) {
     out.status = write_status::written;
     view.entries = std::move(disk);
     view.valid = true;
+  } else if (transient_errno(error)) {
+    out.status = write_status::retry;
   }
   return out;
 }

@@ -79,7 +79,9 @@ struct write_job {
   std::chrono::milliseconds lock_wait{1000};
 };
 
-enum class write_status { written, lock_busy, failed };
+// lock_busy: the lock is held elsewhere; retry: an error that may pass (transient_errno(), no memory for the
+// merge); both keep the plans and try again later. failed: the file is not written again.
+enum class write_status { written, lock_busy, retry, failed };
 
 struct write_outcome {
   write_status status = write_status::failed;

@@ -47,6 +47,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds batch_delay{20};         // stores this close together share one write
 constexpr milliseconds lock_wait{1000};         // per attempt at the file's lock
 constexpr milliseconds lock_retry_after{1000};  // after a failed attempt, unless a flush is waiting
+constexpr milliseconds error_retry_after{5000};  // after an error that may pass (a full disk, no descriptors)
 constexpr milliseconds close_wait{2000};        // set_cache_file / close_cache_file flush this long at most
 constexpr milliseconds exit_wait{2000};         // the drain at exit: attempts at a busy lock
 constexpr milliseconds write_wait_cap{30000};   // a write under way (a stuck file system, not a slow write)
@@ -104,6 +105,8 @@ class file_store final : public plan_store_layer, public background::task {
   int flushing = 0;                       // flush calls waiting: retry a busy lock at once
   steady::time_point flush_deadline{};    // the latest of theirs: an attempt at the lock ends by then
   bool lock_warned = false;
+  bool retry_warned = false;  // an error that may pass was said once (until a write succeeds)
+  std::string retry_why;      // that error, while it lasts
   std::string failure;  // why this file is not written (empty while it is)
   bool exiting = false;
   layer_stats counts;

@@ -101,7 +101,7 @@ background::clock::time_point file_store::run() noexcept {
   try {
     out = write_file(job, batch_entries, *f.view);
   } catch (const std::exception& e) {  // no memory for the merge: nothing half written (temp, then rename)
-    out.status = write_status::failed;
+    out.status = write_status::retry;
     out.why = e.what();
   }
   lk.lock();
@@ -111,6 +111,8 @@ background::clock::time_point file_store::run() noexcept {
   if (epoch == f.epoch) {
     switch (out.status) {
       case write_status::written:
+        f.retry_warned = false;
+        f.retry_why.clear();
         f.known = f.view->id;
         f.counts.writes += batch_entries.size();
         relied_on = f.table.take_from_disk(out.others, [&](const stored_key& k) { return f.ours(k); });
@@ -120,6 +122,16 @@ background::clock::time_point file_store::run() noexcept {
         f.not_before = steady::now() + lock_retry_after;
         if (!f.lock_warned) warning = out.why;
         f.lock_warned = true;
+        break;
+      case write_status::retry:
+        // A full disk, a descriptor limit, no memory: the plans stay pending and the write is tried again.
+        for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));  // a newer store wins
+        f.not_before = steady::now() + error_retry_after;
+        ++f.counts.failures;
+        if (!f.retry_warned)
+          warning = "cannot write it for now (" + out.why + "); its plans are kept and the write is tried again";
+        f.retry_warned = true;
+        f.retry_why = out.why;
         break;
       case write_status::failed:
         f.writable = false;
@@ -170,7 +182,9 @@ bool flush_locked(file_store& f, std::unique_lock<std::mutex>& lk, milliseconds 
       f.done->wait_until(lk, deadline, settled);
       break;
     }
-    // A busy lock: the next attempt comes at once (flushing), after lock_wait of this one.
+    // A busy lock: the next attempt comes at once (flushing), after lock_wait of this one. An error that may
+    // pass (a full disk) is not tried again in a loop until the deadline: the writer tries later.
+    if (!f.retry_why.empty()) break;
   }
   --f.flushing;
   return f.epoch == epoch && f.writable && f.written >= target;
@@ -183,9 +197,10 @@ void file_store::drain_at_exit() noexcept {
   if (!flush_locked(f, lk, exit_wait) && f.writable && (!f.pending.empty() || !f.in_flight.empty())) {
     const std::string path = f.path;
     const std::size_t left = f.pending.size() + f.in_flight.size();
+    const std::string why = f.retry_why.empty() ? std::string("the file stayed locked by another process")
+                                                : "it could not be written (" + f.retry_why + ")";
     lk.unlock();
-    warn(path,
-         std::to_string(left) + " plan(s) not written at exit: the file stayed locked by another process");
+    warn(path, std::to_string(left) + " plan(s) not written at exit: " + why);
   }
 }
 

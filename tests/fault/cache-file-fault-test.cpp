@@ -236,6 +236,42 @@ TEST_F(CacheFileFault, FlushGivesUpAfterItsDeadlineAndALaterOneWrites) {
       }));
 }
 
+// A write that meets an error that may pass (here no file descriptor left: EMFILE, as a full disk gives ENOSPC)
+// keeps its plans and is tried again, with one warning: the file was turned off for the rest of the process,
+// its pending plans dropped and no later plan written.
+TEST_F(CacheFileFault, AWriteErrorThatMayPassKeepsThePlansAndALaterWriteSucceeds) {
+  LAUNCHFIT_EXPECT_BOUNDED(
+      9000, ([&] {
+        captured_log log;
+        lf::set_cache_file(file_.string());
+        CHECK_IN_CHILD(lf::flush_cache_file(), log.text.str());
+        lf::store_plan(key(1), sample_plan(64));
+        // Every descriptor below the limit taken: the writer's next open fails with EMFILE.
+        rlimit before{};
+        ::getrlimit(RLIMIT_NOFILE, &before);
+        std::vector<int> taken;
+        int highest = 0;
+        for (const auto& e : fs::directory_iterator("/proc/self/fd"))
+          highest = std::max(highest, std::atoi(e.path().filename().c_str()));
+        rlimit few = before;
+        few.rlim_cur = static_cast<rlim_t>(highest + 1);
+        ::setrlimit(RLIMIT_NOFILE, &few);
+        for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) taken.push_back(fd);
+        const bool flushed = lf::flush_cache_file(1000);
+        for (const int fd : taken) ::close(fd);
+        ::setrlimit(RLIMIT_NOFILE, &before);
+        CHECK_IN_CHILD(!flushed, log.text.str());
+        CHECK_IN_CHILD(log.warnings() == 1 && log.says("cannot write it for now") && log.says("kept"),
+                       log.text.str());
+        lf::store_plan(key(2), sample_plan(128));
+        CHECK_IN_CHILD(lf::flush_cache_file(3000), log.text.str());
+        CHECK_IN_CHILD(block_in_file(file_, key(1)) == 64, log.text.str());
+        CHECK_IN_CHILD(block_in_file(file_, key(2)) == 128, log.text.str());
+        CHECK_IN_CHILD(log.warnings() == 1, log.text.str());
+        return 0;
+      }));
+}
+
 // An entry this process only read must never overwrite what another process wrote since.
 TEST_F(CacheFileFault, AnEntryOnlyReadNeverOverwritesANewerOneFromAnotherProcess) {
   write_text(file_, lf::detail::serialize_cache_file({{key(0), sample_plan(128)}}));
