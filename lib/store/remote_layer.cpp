@@ -61,6 +61,11 @@ store_registry& registry();
 constexpr milliseconds exit_wait{1000};
 // Entries written per run of the writer (one pipeline of SET NX, then the compare-and-set rounds).
 constexpr std::size_t batch_size = 64;
+// The most one run of the writer (a batch with its compare-and-set rounds, or a refresh of lifetimes) takes,
+// connecting included: a peer that answers each exchange just within its own bound cannot stretch a batch of
+// up to 33 exchanges (and the exit, or the tuning launch that publishes, waiting for it) to seconds. Past it
+// the store counts as failed, as a lookup past its bound does.
+constexpr milliseconds writer_run_limit = exit_wait;
 
 // Why the lookup on this thread found nothing, for get(): the failure that killed the store, or a lookup
 // that gave up waiting for another thread's (a timeout of its own bound). Plain data: no destructor.
@@ -367,21 +372,28 @@ struct redis_store::impl final : public background::task {
   void drain_at_exit() noexcept override { flush(static_cast<unsigned>(exit_wait.count())); }
   const char* name() const noexcept override { return "remote store"; }
 
-  // Under write_io: one exchange of the writer, connecting first when needed.
-  store_failure write_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies) {
+  // Under write_io: one exchange of the writer, connecting first when needed, within its own bounds and by
+  // `until` (the end of the writer's run: writer_run_limit).
+  store_failure write_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies,
+                               steady::time_point until) {
     store_failure f;
     const auto start = steady::now();
+    const store_failure over_limit{store_fault::timeout, "a run of the writer took more than " +
+                                                             std::to_string(writer_run_limit.count()) +
+                                                             " ms (the store answers slowly)"};
+    if (start >= until) return over_limit;
     if (!write_conn) {
-      write_conn = connect_store(opt.url, start + milliseconds(opt.connect_timeout_ms),
-                                 start + milliseconds(opt.connect_timeout_ms + opt.op_timeout_ms), f);
+      write_conn = connect_store(opt.url, std::min(until, start + milliseconds(opt.connect_timeout_ms)),
+                                 std::min(until, start + milliseconds(opt.connect_timeout_ms + opt.op_timeout_ms)),
+                                 f);
       if (!write_conn) return f;
     }
     std::string why;
-    const redis::fault r = write_conn->exchange(
-        cmds, replies, steady::now() + milliseconds(opt.op_timeout_ms), layer_bounds, why);
+    const auto own_bound = steady::now() + milliseconds(opt.op_timeout_ms);
+    const redis::fault r = write_conn->exchange(cmds, replies, std::min(until, own_bound), layer_bounds, why);
     if (r != redis::fault::none) {
       write_conn.reset();
-      f = {fault_of(r), why};
+      f = r == redis::fault::timeout && until < own_bound ? over_limit : store_failure{fault_of(r), why};
     }
     return f;
   }
@@ -393,10 +405,12 @@ struct redis_store::impl final : public background::task {
       std::lock_guard io(write_io);
       if (dead.load()) return;
       std::size_t refreshed = 0;
-      failure =
-          refresh_ttls([&](const std::vector<redis::command>& cmds,
-                           std::vector<redis::reply>& replies) { return write_exchange(cmds, replies); },
-                       keys, opt.ttl_s, refreshed);
+      const auto until = steady::now() + writer_run_limit;
+      failure = refresh_ttls(
+          [&](const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies) {
+            return write_exchange(cmds, replies, until);
+          },
+          keys, opt.ttl_s, refreshed);
       ttl_refreshes.fetch_add(refreshed, std::memory_order_relaxed);
     } catch (const std::exception&) {  // out of memory: refreshed on a later read
     }
@@ -411,9 +425,10 @@ struct redis_store::impl final : public background::task {
       if (!dead.load()) {
         std::vector<key_value> kvs;
         for (const auto& e : batch) kvs.push_back({remote_key(e.key), e});
+        const auto until = steady::now() + writer_run_limit;
         const auto exchange = [&](const std::vector<redis::command>& cmds,
                                   std::vector<redis::reply>& replies) {
-          return write_exchange(cmds, replies);
+          return write_exchange(cmds, replies, until);
         };
         write_counts counts;
         if (!kvs.empty()) failure = write_entries(exchange, kvs, opt.ttl_s, counts);

@@ -886,6 +886,40 @@ TEST_F(RemoteStoreFault, AStoreThatAnswersJustUnderTheBoundIsDroppedAsSlow) {
       }));
 }
 
+// A peer that makes every write go the longest way (SET NX finds the key taken, the read finds it gone, the
+// compare-and-set finds it changed: 33 exchanges for one entry), each answer 150 ms, within its own 600 ms
+// bound: a run of the writer stops at its limit (1 s) and the store is dropped as failed, so a flush (and the
+// exit, and the tuning launch that publishes) waits about 1 s, not the 5 s the batch's exchanges add up to.
+TEST_F(RemoteStoreFault, AWriterRunIsBoundedWhateverEachAnswerTakes) {
+  LAUNCHFIT_EXPECT_BOUNDED(
+      20000, ([&] {
+        std::atomic<int> rounds{0};
+        fake_redis peer([&](int c, const std::vector<std::string>& cmd, const std::atomic<bool>& stop) {
+          const std::string& name = cmd.empty() ? std::string() : cmd[0];
+          if (name == "SET" || name == "GETRANGE" || name == "EVAL") {
+            ++rounds;
+            pause_ms(150, stop);
+            send_all(c, name == "EVAL" ? ":0\r\n" : "$-1\r\n");
+            return;
+          }
+          answer_as_empty_store(c, cmd);
+        });
+        captured_log log(spdlog::level::info);
+        ld::redis_store store(peer.options(600));
+        store.put(entry(key(1), 128));
+        const auto t = clock_type::now();
+        const bool flushed = store.flush(10000);
+        const double ms = ms_since(t);
+        std::fprintf(stderr, "flush %.0f ms, %d exchanges\n", ms, rounds.load());
+        CHECK_IN_CHILD(!flushed, log.text());
+        CHECK_IN_CHILD(ms < 2000, std::to_string(ms) + " ms\n" + log.text());
+        CHECK_IN_CHILD(rounds.load() < 12, std::to_string(rounds.load()) + " exchanges\n" + log.text());
+        CHECK_IN_CHILD(store.statistics().dead, log.text());
+        CHECK_IN_CHILD(has(log.text(), "a run of the writer took more than 1000 ms"), log.text());
+        return 0;
+      }));
+}
+
 // A SCAN reply whose keys are dripped one every 16 ms, each reply done in ~400 ms, under a 600 ms operation
 // bound: every lookup bounded, and the store dropped as slow, not waited on again.
 TEST_F(RemoteStoreFault, AStoreThatDripsItsElementsUnderTheBoundIsDroppedAsSlow) {
