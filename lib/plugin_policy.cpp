@@ -160,9 +160,7 @@ class plugin_policy final : public policy_base {
       validate_plan(q, checked);  // here, so an invalid plan can fall back; choose() validates again
       return p;
     } catch (const error& e) {
-      const std::string message = "plugin '" + name() + "' returned an invalid plan: " + e.message();
-      return failed(q, e.cuda_result() ? error(e.cuda_result(), e.call(), message, e.kernel(), e.config())
-                                       : error(e.code(), e.call(), message, e.kernel(), e.config()));
+      return invalid_plan(q, e);
     }
   }
 
@@ -189,6 +187,13 @@ class plugin_policy final : public policy_base {
   }
 
  public:
+  // A plan of the plugin's refused (`why`, by its own check or by the launch's requirements): the failure path,
+  // the error saying whose plan it was.
+  plan invalid_plan(const query& q, const error& why) const {
+    const std::string message = "plugin '" + name() + "' returned an invalid plan: " + why.message();
+    return failed(q, why.cuda_result() ? error(why.cuda_result(), why.call(), message, why.kernel(), why.config())
+                                       : error(why.code(), why.call(), message, why.kernel(), why.config()));
+  }
   // An error or invalid plan: thrown, or (fallback=<name> / LAUNCHFIT_PLUGIN_FALLBACK=1) logged once
   // per policy and replaced by the fallback's plan.
   plan failed(const query& q, const error& e) const {
@@ -223,9 +228,7 @@ bool is_plugin_policy(const policy& p) noexcept { return dynamic_cast<const plug
 plan plugin_fallback(const policy& p, const query& q, const error& why) {
   const auto* plugin = dynamic_cast<const plugin_policy*>(&p);
   if (!plugin) throw why;
-  const std::string message = "plugin '" + plugin->name() + "' returned an invalid plan: " + why.message();
-  return plugin->failed(q, why.cuda_result() ? error(why.cuda_result(), why.call(), message, why.kernel(), why.config())
-                                             : error(why.code(), why.call(), message, why.kernel(), why.config()));
+  return plugin->invalid_plan(q, why);
 }
 
 policy_factory factory_for(const std::shared_ptr<const loaded_plugin>& plugin) {

@@ -76,7 +76,6 @@ std::vector<std::string> switch_file(file_store& f, const std::string& path, cac
   f.stored = f.written = 0;
   f.not_before = {};
   f.lock_warned = false;
-  f.retry_warned = false;
   f.retry_why.clear();
   f.failure.clear();
   f.table.clear();

@@ -105,8 +105,7 @@ class file_store final : public plan_store_layer, public background::task {
   int flushing = 0;                       // flush calls waiting: retry a busy lock at once
   steady::time_point flush_deadline{};    // the latest of theirs: an attempt at the lock ends by then
   bool lock_warned = false;
-  bool retry_warned = false;  // an error that may pass was said once (until a write succeeds)
-  std::string retry_why;      // that error, while it lasts
+  std::string retry_why;  // an error that may pass, said once, while it lasts (until a write succeeds)
   std::string failure;  // why this file is not written (empty while it is)
   bool exiting = false;
   layer_stats counts;

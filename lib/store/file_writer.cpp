@@ -111,7 +111,6 @@ background::clock::time_point file_store::run() noexcept {
   if (epoch == f.epoch) {
     switch (out.status) {
       case write_status::written:
-        f.retry_warned = false;
         f.retry_why.clear();
         f.known = f.view->id;
         f.counts.writes += batch_entries.size();
@@ -128,10 +127,9 @@ background::clock::time_point file_store::run() noexcept {
         for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));  // a newer store wins
         f.not_before = steady::now() + error_retry_after;
         ++f.counts.failures;
-        if (!f.retry_warned)
+        if (f.retry_why.empty())
           warning = "cannot write it for now (" + out.why + "); its plans are kept and the write is tried again";
-        f.retry_warned = true;
-        f.retry_why = out.why;
+        f.retry_why = out.why.empty() ? "an error that may pass" : out.why;
         break;
       case write_status::failed:
         f.writable = false;
