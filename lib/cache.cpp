@@ -83,11 +83,28 @@ struct store {
   std::atomic<std::uint64_t> map_hits{0};
   std::atomic<std::uint64_t> retired_now{0};
   std::atomic<std::uint64_t> freed{0};
+  // Slots per family of keys (a key less its size bucket), for bucket_admitted(): a policy whose
+  // work_bucket() answers a new value for every size would otherwise make a plan per size, without bound.
+  std::unordered_map<std::uint64_t, std::uint32_t> family_slots;
 };
 
 store& the_store() {
   static store* s = new store();  // never destroyed: launches may run during static destruction
   return *s;
+}
+
+// The family a key belongs to: every field but the size bucket.
+std::uint64_t family_of(plan_key k) noexcept {
+  k.bucket = 0;
+  return hash_key(k);
+}
+
+// Takes a slot out of the map (the caller retires it), keeping the family counts.
+template <class It>
+It erase_slot_locked(store& s, It it) {
+  const auto f = s.family_slots.find(family_of(it->first));
+  if (f != s.family_slots.end() && --f->second == 0) s.family_slots.erase(f);
+  return s.slots.erase(it);
 }
 
 // ---- readers: epoch-based reclamation -----------------------------------------------------------------
@@ -321,6 +338,14 @@ const plan_entry* find(const plan_key& key) noexcept {
   return sl->entry();
 }
 
+bool bucket_admitted(const plan_key& key) {
+  store& s = the_store();
+  std::shared_lock<std::shared_mutex> lock(s.mutex());
+  if (s.slots.count(key) != 0) return true;
+  const auto f = s.family_slots.find(family_of(key));
+  return f == s.family_slots.end() || f->second < max_buckets_per_family;
+}
+
 const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
   // No find() first: every caller has just missed it (a slot made meanwhile is found under the lock).
   store& s = the_store();
@@ -334,7 +359,7 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
       for (auto it = s.slots.begin(); it != s.slots.end();) {
         if (it->first.inputs < key.inputs && it->second->ready.load(std::memory_order_acquire)) {
           retire_locked(s, std::move(it->second));
-          it = s.slots.erase(it);
+          it = erase_slot_locked(s, it);
           swept = true;
         } else {
           ++it;
@@ -345,7 +370,15 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
     }
     reclaim_locked(s, gone);
     auto& ref = s.slots[key];
-    if (!ref) ref = std::make_shared<slot>();
+    if (!ref) {
+      try {
+        ref = std::make_shared<slot>();
+        ++s.family_slots[family_of(key)];
+      } catch (...) {
+        if (!ref) s.slots.erase(key);
+        throw;
+      }
+    }
     sl = ref;
   }
   gone.clear();
@@ -425,7 +458,7 @@ void forget_if(Pred drop) {
   for (auto it = s.slots.begin(); it != s.slots.end();) {
     if (drop(it->first)) {
       retire_locked(s, std::move(it->second));
-      it = s.slots.erase(it);
+      it = erase_slot_locked(s, it);
     } else {
       ++it;
     }
@@ -445,7 +478,7 @@ bool forget_entry(const plan_key& key, const plan_entry* expected) {
       it->second->entry() != expected)
     return false;
   retire_locked(s, std::move(it->second));
-  s.slots.erase(it);
+  erase_slot_locked(s, it);
   s.generation.fetch_add(1, std::memory_order_seq_cst);
   reclaim_locked(s, gone);
   return true;

@@ -212,6 +212,16 @@ const plan_entry* find_or_build(const plan_key& key, F&& build) {
 // Entry if present (front, then map); nullptr otherwise. Valid as find_or_build()'s.
 const plan_entry* find(const plan_key& key) noexcept;
 
+// Size buckets one family of keys (the same context, kernel, policy, smem rule, launch and shape: a key less
+// its bucket) may hold. The built-in policies' buckets are octaves of the work (at most 64, times the row
+// width's octaves for 2-D work whose block may widen); a policy whose work_bucket() answers a new value for
+// every size would make a plan, an entry and a stored plan per size for the process's life.
+inline constexpr std::uint32_t max_buckets_per_family = 1024;
+// Whether a plan under `key` may be made: its key is cached already, or its family holds fewer than
+// max_buckets_per_family buckets. The miss path plans a family's later buckets under one shared key instead
+// (planner.cpp).
+bool bucket_admitted(const plan_key& key);
+
 // The plan and kernel name as callers keep them: one copy per distinct plan and kernel (every field
 // compared), never freed, so they outlive the entry that made them. Bounded by the number of distinct plans
 // the process makes, not by how often it plans again.

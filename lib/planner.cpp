@@ -39,6 +39,11 @@ using planning::stored_or_chosen;
 using planning::note_planned_without_work;
 using planning::warn_if_planned_without_work;
 
+// The launch's work as a plan's warning names it: "items(4096)", "items({640, 480})", "grid_stride(n)".
+std::string work_text(const plan& p, const work& w) {
+  return w.kind == work::shape::items ? items_text(w) : grid_rule_text(p, w);
+}
+
 void describe_device(const device_limits& dev, plan_entry& e) {
   e.device = &dev;  // limits_for()'s: never freed
   e.max_grid_x = dev.max_grid_dim[0] > 0 ? dev.max_grid_dim[0] : 2147483647;
@@ -196,6 +201,13 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
     add_warning(e.plan, why_not + "; the spec's own policy " + escape_text(chosen->to_string()) + " decides");
     e.override_refused = why_not;
   }
+  if ((key.launch & shared_bucket_bit) != 0) {
+    add_warning(e.plan, "the policy " + escape_text(chosen->to_string()) + " gave this kernel more than " +
+                            std::to_string(max_buckets_per_family) +
+                            " size buckets (a work_bucket() that answers a new value for nearly every size?): "
+                            "this plan, made for " + work_text(e.plan, r.shape) +
+                            ", is launched for each later new size, and those launches are not cached ones");
+  }
   if (r.shape.kind == work::shape::none && chosen->depends_on_work()) {
     e.plan.without_work = true;
     note_planned_without_work();
@@ -233,6 +245,16 @@ const plan_entry& own_policy_entry(const launch_request& r, const context_ref& c
   return plan_once(r, ctx, base, nullptr, {}, refused, local);
 }
 
+// A new plan's key within its family's bound of size buckets (plan_cache.hpp): `key` itself, or the key the
+// family's later sizes share.
+plan_key bounded_key(const plan_key& key) {
+  if ((key.launch & shared_bucket_bit) != 0 || bucket_admitted(key)) return key;
+  plan_key shared = key;
+  shared.bucket = 0;
+  shared.launch |= shared_bucket_bit;
+  return shared;
+}
+
 }  // namespace
 
 // ---- the miss path ---------------------------------------------------------------------------------------
@@ -240,7 +262,11 @@ const plan_entry& own_policy_entry(const launch_request& r, const context_ref& c
 const plan_entry& plan_miss(const launch_request& r, const context_ref& ctx, const plan_key& key,
                             local_entry& local) {
   note_context(ctx);
-  return plan_once(r, ctx, key, nullptr, {}, {}, local);
+  const plan_key k = bounded_key(key);
+  if (!(k == key)) {
+    if (const plan_entry* hit = find(k)) return *hit;
+  }
+  return plan_once(r, ctx, k, nullptr, {}, {}, local);
 }
 
 plan_key override_key(const plan_key& base, std::uint64_t override_hash,
@@ -254,8 +280,10 @@ plan_key override_key(const plan_key& base, std::uint64_t override_hash,
 
 const plan_entry& follow_route(const launch_request& r, const context_ref& ctx, const plan_entry& route,
                                local_entry& local) {
-  const plan_key key = override_key(route.key, route.route_hash,
-                                    plan_bucket(route.route->work_bucket(r.shape), r.shape, r.shape_rule));
+  plan_key key = override_key(route.key, route.route_hash,
+                              plan_bucket(route.route->work_bucket(r.shape), r.shape, r.shape_rule));
+  if (const plan_entry* hit = find(key)) return *hit;
+  key = bounded_key(key);
   if (const plan_entry* hit = find(key)) return *hit;
   const std::shared_ptr<const policy> decided_by = route.route;  // `route` may be `local`, rebuilt below
   const std::string glob = route.override_glob;
@@ -287,7 +315,7 @@ const plan_entry& serve_work(const launch_request& r, const context_ref& ctx, co
   if (refused.empty()) return e;
   const std::string why = "the LAUNCHFIT_POLICY override " + quote_text(e.override_glob, 256, '\'') + " = " +
                           escape_text(e.overriding->to_string()) + " cannot serve " +
-                          (r.shape.kind == work::shape::items ? items_text(r.shape) : grid_rule_text(e.plan, r.shape)) +
+                          work_text(e.plan, r.shape) +
                           " (" + escape_text(refused) + ")";
   plan_key base = base_key(r, ctx);
   base.smem_rule = e.key.smem_rule;  // as replan_for_smem_rule() keyed the override's plan, if it did

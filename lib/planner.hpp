@@ -39,6 +39,9 @@ inline std::uint64_t launch_bits(const launch_request& r) noexcept { return key_
 inline constexpr std::uint64_t overridden_bit = 1ULL << 63;
 // Set in the key of the spec's own plan made where an override cannot serve the launch (follow_route()).
 inline constexpr std::uint64_t own_policy_bit = 1ULL << 62;
+// Set in the key of the plan a family's sizes share once it holds max_buckets_per_family buckets (plan_cache.hpp;
+// the key's bucket is 0): made for the first such size, with a warning naming the policy.
+inline constexpr std::uint64_t shared_bucket_bit = 1ULL << 61;
 
 // What shapes the block and the resident grid beyond the policy: the block rule, the block shape (block_y,
 // x multiple, rows per thread), multi-dimensional work (its blocks are shaped in rows of 32), the SM budget,

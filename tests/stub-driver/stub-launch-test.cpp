@@ -890,4 +890,67 @@ TEST(StubCapture, APlanMadeInsideACaptureStopsAskingAboutCapturesAfterItsWatch) 
   launchfit_stub_destroy_graph(again);
 }
 
+// A user's policy whose work_bucket() answers a new value for every size (a plan per size): the plans of one
+// kernel and policy stay within max_buckets_per_family buckets plus the one their later sizes share, made
+// once with a warning naming the policy; every launch still gets its own work's grid. Before the bound, the
+// cache held a plan (an entry, a stored plan) per size for the process's life.
+class plan_per_size final : public lf::policy_base {
+ public:
+  std::string name() const override { return "plan_per_size"; }
+  std::string params() const override { return {}; }
+  std::uint64_t hash() const override { return 0x5eed5eedULL; }
+  std::uint64_t work_bucket(const lf::work& w) const override { return w.n + 1; }
+
+ protected:
+  lf::plan choose_impl(const lf::query&) const override {
+    lf::plan p;
+    p.block = lf::dims{128, 1, 1};
+    p.reason = "128 threads for every size";
+    return p;
+  }
+};
+
+TEST(StubLaunch, APolicyWithABucketPerSizeHoldsABoundedNumberOfPlans) {
+  const CUfunction f = axpy_kernel("_Z12per_size_keyfPKfPfi");
+  const lf::kernel k(f);
+  const auto policy = std::make_shared<const plan_per_size>();
+  const std::size_t cap = ld::max_buckets_per_family;
+  const std::size_t sizes = cap + 200;
+  launchfit_test::captured_log log(spdlog::level::info);
+  const auto plans_of_kernel = [&] {
+    std::size_t n = 0;
+    for (const lf::cached_plan& c : lf::cache().plans()) n += c.key.kernel == reinterpret_cast<std::uintptr_t>(f);
+    return n;
+  };
+  for (std::size_t n = 1; n <= sizes; ++n) {
+    const lf::launched l = lf::launch(k, lf::use(policy).items(n).on(stream_of(0x19)), 1.0f,
+                                      device_pointer(0x1000), device_pointer(0x2000), static_cast<int>(n));
+    ASSERT_EQ(l.block.x, 128u) << n;
+    ASSERT_EQ(l.grid.x, (n + 127) / 128) << n;
+    const launch_seen seen = last_launch(f);
+    ASSERT_EQ(seen.config.gridDimX, (n + 127) / 128) << n;
+  }
+  // Launched again: the first sizes hit their own plans, the later ones the shared plan; nothing new is made.
+  const std::uint64_t builds = ld::stats().builds;
+  for (std::size_t n = 1; n <= sizes; n += 7)
+    lf::launch(k, lf::use(policy).items(n).on(stream_of(0x19)), 1.0f, device_pointer(0x1000),
+               device_pointer(0x2000), static_cast<int>(n));
+  EXPECT_EQ(ld::stats().builds, builds);
+  EXPECT_EQ(plans_of_kernel(), cap + 1);
+  const std::string text = log.text();
+  const std::string said = "gave this kernel more than " + std::to_string(cap) + " size buckets";
+  const std::size_t at = text.find(said);
+  ASSERT_NE(at, std::string::npos) << text.substr(text.size() > 4000 ? text.size() - 4000 : 0);
+  EXPECT_EQ(text.find(said, at + 1), std::string::npos) << "warned more than once";
+  EXPECT_NE(text.find("plan_per_size()"), std::string::npos);
+  EXPECT_NE(text.find("items(" + std::to_string(cap + 1) + ")"), std::string::npos) << text.substr(at, 600);
+  lf::cache().clear();
+  EXPECT_EQ(plans_of_kernel(), 0u);
+  // After a clear the family starts again: a size gets its own plan.
+  lf::launch(k, lf::use(policy).items(5).on(stream_of(0x19)), 1.0f, device_pointer(0x1000), device_pointer(0x2000), 5);
+  EXPECT_EQ(plans_of_kernel(), 1u);
+  for (const lf::cached_plan& c : lf::cache().plans())
+    if (c.key.kernel == reinterpret_cast<std::uintptr_t>(f)) EXPECT_EQ(c.key.bucket, policy->work_bucket(lf::work{lf::work::shape::items, 5, 1}));
+}
+
 }  // namespace
