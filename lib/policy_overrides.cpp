@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "launchfit/error.hpp"
+#include "log_internal.hpp"
 #include "plan_inputs.hpp"
 #include "policy_string.hpp"
 #include "settings.hpp"
@@ -234,7 +235,22 @@ std::optional<syntax_error> glob_refusal(std::string_view glob) {
   return std::nullopt;
 }
 
-std::vector<policy_override> parse_policy_overrides(std::string_view spec) {
+// One "<glob>=<policy>" entry, trimmed, at `entry_pos` in its spec (errors are positioned in the spec).
+policy_override parse_override_entry(std::string_view entry, std::size_t entry_pos) {
+  const std::size_t eq = entry.find('=');
+  if (eq == std::string_view::npos) throw syntax_error(entry_pos, "expected <kernel glob>=<policy>, found no '='");
+  const std::string_view glob = trim(entry.substr(0, eq));  // starts at entry_pos: entry is trimmed
+  if (glob.empty()) throw syntax_error(entry_pos, "expected a kernel name glob before '='");
+  if (auto refused = glob_refusal(glob)) throw syntax_error(entry_pos + refused->pos, refused->what());
+  const std::size_t policy_pos = entry_pos + eq + 1;
+  try {
+    return {std::string(glob), make_parsed_policy(parse_policy_string(entry.substr(eq + 1)))};
+  } catch (const syntax_error& e) {
+    throw syntax_error(policy_pos + e.pos, e.what());
+  }
+}
+
+std::vector<policy_override> parse_policy_overrides(std::string_view spec, std::vector<syntax_error>* skipped) {
   std::vector<policy_override> out;
   std::size_t begin = 0;
   while (begin <= spec.size()) {
@@ -242,20 +258,11 @@ std::vector<policy_override> parse_policy_overrides(std::string_view spec) {
     if (end == std::string_view::npos) end = spec.size();
     std::size_t entry_pos = begin;
     const std::string_view entry = trim(spec.substr(begin, end - begin), &entry_pos);
-    if (!entry.empty()) {
-      const std::size_t eq = entry.find('=');
-      if (eq == std::string_view::npos) {
-        throw syntax_error(entry_pos, "expected <kernel glob>=<policy>, found no '='");
-      }
-      const std::string_view glob = trim(entry.substr(0, eq));  // starts at entry_pos: entry is trimmed
-      if (glob.empty()) throw syntax_error(entry_pos, "expected a kernel name glob before '='");
-      if (auto refused = glob_refusal(glob)) throw syntax_error(entry_pos + refused->pos, refused->what());
-      const std::size_t policy_pos = entry_pos + eq + 1;
-      try {
-        out.push_back({std::string(glob), make_parsed_policy(parse_policy_string(entry.substr(eq + 1)))});
-      } catch (const syntax_error& e) {
-        throw syntax_error(policy_pos + e.pos, e.what());
-      }
+    try {
+      if (!entry.empty()) out.push_back(parse_override_entry(entry, entry_pos));
+    } catch (const syntax_error& e) {
+      if (!skipped) throw;
+      skipped->push_back(e);
     }
     begin = end + 1;
   }
@@ -270,7 +277,6 @@ struct override_table {
   std::shared_mutex mutex;
   bool loaded = false;  // from LAUNCHFIT_POLICY or set_policy_overrides()
   std::vector<detail::policy_override> entries;
-  std::optional<error> env_error;  // a bad LAUNCHFIT_POLICY is reported on every lookup, not once
 };
 
 // Created on first use and never destroyed: a plan miss from a static destructor still finds it.
@@ -293,6 +299,32 @@ std::vector<detail::policy_override> parse_overrides(std::string_view spec, std:
   }
 }
 
+// LAUNCHFIT_POLICY's entries: an operator's override never turns a launch that works into an exception, so a
+// bad entry (a typo, an unknown policy, a plugin that did not load) is left out with one error line naming its
+// column, and the others apply; a variable longer than policy strings may be is left out whole.
+std::vector<detail::policy_override> env_overrides(std::string_view env) {
+  std::vector<detail::syntax_error> skipped;
+  std::vector<detail::policy_override> entries;
+  try {
+    detail::check_length(env, "LAUNCHFIT_POLICY");
+    entries = detail::parse_policy_overrides(env, &skipped);
+  } catch (const detail::syntax_error& e) {
+    skipped.push_back(e);
+  }
+  constexpr std::size_t named = 8;  // a variable of thousands of bad entries is named in its first few
+  for (std::size_t i = 0; i < skipped.size() && i < named; ++i) {
+    detail::log_event(spdlog::level::err, "policy_override_ignored",
+                      "LAUNCHFIT_POLICY: an entry is ignored, the others apply",
+                      {{"error", detail::syntax_error_text("LAUNCHFIT_POLICY", env, skipped[i])}});
+  }
+  if (skipped.size() > named) {
+    const std::string more = std::to_string(skipped.size() - named);
+    detail::log_event(spdlog::level::err, "policy_override_ignored",
+                      "LAUNCHFIT_POLICY: more entries are ignored", {{"count", more}});
+  }
+  return entries;
+}
+
 }  // namespace
 
 std::uint64_t detail::policy_overrides_generation() noexcept {
@@ -304,7 +336,6 @@ void set_policy_overrides(std::string_view spec) {
   auto& table = overrides();
   std::unique_lock lock(table.mutex);
   std::swap(table.entries, entries);  // the old policies are destroyed below, after the lock (plugin code)
-  table.env_error.reset();
   table.loaded = true;
   generation.fetch_add(1, std::memory_order_acq_rel);
   lock.unlock();
@@ -323,18 +354,13 @@ std::shared_lock<std::shared_mutex> loaded_overrides(override_table& table) {
       std::unique_lock write(table.mutex);
       if (!table.loaded) {
         const std::string& env = detail::current_settings().policy_overrides;
-        try {
-          if (!env.empty()) table.entries = parse_overrides(env, "LAUNCHFIT_POLICY", "LAUNCHFIT_POLICY");
-        } catch (const error& e) {
-          table.env_error = e;
-        }
+        if (!env.empty()) table.entries = env_overrides(env);
         table.loaded = true;
         generation.fetch_add(1, std::memory_order_acq_rel);
       }
     }
     lock.lock();
   }
-  if (table.env_error) throw *table.env_error;
   return lock;
 }
 

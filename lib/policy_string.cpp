@@ -416,17 +416,19 @@ std::string shown_what(std::string_view what) {
 
 }  // namespace
 
-void throw_syntax_error(std::string_view call, std::string_view label, std::string_view source,
-                        const syntax_error& e) {
+std::string syntax_error_text(std::string_view label, std::string_view source, const syntax_error& e) {
   const std::size_t pos = std::min(e.pos, source.size());
   const echo shown = echo_around(source, pos);
   // A short source is quoted in full on the first line; a long one only by its size.
-  std::string message =
-      std::string(label) +
-      (shown.whole ? " \"" + shown.line + "\"" : " (" + std::to_string(source.size()) + " bytes)") + " col " +
-      std::to_string(pos + 1) + ": " + shown_what(e.what()) + "\n  " + shown.line + "\n  " +
-      std::string(shown.caret, ' ') + '^';
-  throw error(errc::bad_policy_string, std::string(call), std::move(message));
+  return std::string(label) +
+         (shown.whole ? " \"" + shown.line + "\"" : " (" + std::to_string(source.size()) + " bytes)") + " col " +
+         std::to_string(pos + 1) + ": " + shown_what(e.what()) + "\n  " + shown.line + "\n  " +
+         std::string(shown.caret, ' ') + '^';
+}
+
+void throw_syntax_error(std::string_view call, std::string_view label, std::string_view source,
+                        const syntax_error& e) {
+  throw error(errc::bad_policy_string, std::string(call), syntax_error_text(label, source, e));
 }
 
 void check_length(std::string_view text, std::string_view what) {

@@ -68,6 +68,8 @@ parsed_policy parse_policy_string(std::string_view text);
 // fixed({x, y}, ...) is fixed_dims, as the C++ factory fixed(dims, dims) makes it.
 std::shared_ptr<const policy> make_parsed_policy(const parsed_policy& parsed);
 
+// The message throw_syntax_error() throws: `label` and `source` (quoted when short), the column, a caret line.
+std::string syntax_error_text(std::string_view label, std::string_view source, const syntax_error& e);
 // Throws launchfit::error: `<label> "<source>" col <pos + 1>: <what>`, then the source and a caret under it.
 // A source longer than 80 bytes is shown as `<label> (<n> bytes)` and an 80-byte window around the column,
 // cut with "..."; echoed text has control characters, invalid UTF-8 and bidirectional controls escaped.
@@ -101,10 +103,12 @@ struct policy_override {
 // "(anonymous namespace)::k", "reduce<float, 4>".
 std::optional<syntax_error> glob_refusal(std::string_view glob);
 
-// Parses a whole LAUNCHFIT_POLICY-style spec; throws syntax_error with positions in `spec`.
-std::vector<policy_override> parse_policy_overrides(std::string_view spec);
+// Parses a whole LAUNCHFIT_POLICY-style spec; throws syntax_error with positions in `spec`. With `skipped`,
+// a bad entry is left out and its error (positioned in `spec`) appended there instead; the others are kept.
+std::vector<policy_override> parse_policy_overrides(std::string_view spec,
+                                                    std::vector<syntax_error>* skipped = nullptr);
 
-// Whether any override is in force (LAUNCHFIT_POLICY is read on first use; a bad one throws here too).
+// Whether any override is in force (LAUNCHFIT_POLICY is read on first use; its bad entries are logged then).
 bool policy_overrides_configured();
 
 // Changes whenever the overrides may have: each successful set_policy_overrides() and the first read of
