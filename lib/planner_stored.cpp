@@ -47,11 +47,15 @@ plan chosen_plan(const policy& chosen, const query& q, plan_entry& e, bool calcu
                  const launch_requirements& need) {
   plan p = choose(chosen, q, e, calculated);
   try {
-    apply_requirements(q, p, need);
-  } catch (const error& refused) {
-    if (refused.code() != errc::invalid_plan || !plugin_internal::is_plugin_policy(chosen)) throw;
-    p = plugin_internal::plugin_fallback(chosen, q, refused);
-    apply_requirements(q, p, need);
+    try {
+      apply_requirements(q, p, need);
+    } catch (const error& refused) {
+      if (refused.code() != errc::invalid_plan || !plugin_internal::is_plugin_policy(chosen)) throw;
+      p = plugin_internal::plugin_fallback(chosen, q, refused);
+      apply_requirements(q, p, need);
+    }
+  } catch (const error& bad) {
+    throw bad.with_kernel(display_name(e.kernel));  // a built-in's miss has not demangled the name
   }
   return p;
 }

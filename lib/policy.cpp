@@ -237,7 +237,9 @@ void shape_block(const query& q, plan& p) {
     p.block = q.shape_rule.block_for(static_cast<int>(p.block.x));
     return;
   }
-  if (q.work_hint.rank <= 1 || p.block.y != 1 || p.block.z != 1 || p.block.x <= 32 || p.block.x % 32 != 0)
+  // A fixed grid was sized for the policy's own block: shaped, the grid would cover other items.
+  if (q.work_hint.rank <= 1 || p.grid.x != 0 || p.block.y != 1 || p.block.z != 1 || p.block.x <= 32 ||
+      p.block.x % 32 != 0)
     return;
   p.block = dims{32, p.block.x / 32, 1};
 }

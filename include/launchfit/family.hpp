@@ -100,8 +100,9 @@ launch_request family_request(const family<void(Params...)>& f, const spec<Polic
 }  // namespace detail
 
 // Launches the member the policy chooses; returns what was launched (plan().block_threads is its block).
+// Arguments are taken by value, as launch() takes them.
 template <class... Params, class Policy, class... Args>
-launched launch(const family<void(Params...)>& f, const spec<Policy>& s, Args&&... args) {
+launched launch(const family<void(Params...)>& f, const spec<Policy>& s, Args... args) {
   detail::launch_request r = detail::family_request(f, s);
   return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...);
 }

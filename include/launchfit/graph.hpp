@@ -169,7 +169,7 @@ kernel_node add_node(launch_request& r, cudaGraph_t graph, const node_dependenci
 /// stream is being captured the node gets the static plan and is remembered, so tune_graph() of `graph` tunes it.
 template <class... Params, class Policy, class... Args>
 kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, void (*k)(Params...),
-                            const spec<Policy>& s, Args&&... args) {
+                            const spec<Policy>& s, Args... args) {
   if (!k) detail::throw_null_kernel("launchfit::add_kernel_node");
   detail::launch_request r = detail::make_request(s);
   r.kernel_id = reinterpret_cast<std::uintptr_t>(k);
@@ -177,10 +177,11 @@ kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, vo
   return detail::add_node(r, graph, deps, [&] { return detail::launch_runtime<Params...>(r, std::forward<Args>(args)...); });
 }
 
-/// The same for a driver-API kernel (each argument one kernel parameter, as launch() passes them).
+/// The same for a driver-API kernel (each argument one kernel parameter, as launch() passes them). Arguments
+/// are taken by value here too, as launch() takes them (an array argument is the pointer it decays to).
 template <class Policy, class... Args>
 kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, const kernel& k, const spec<Policy>& s,
-                            Args&&... args) {
+                            Args... args) {
   detail::launch_request r = detail::make_request(s);
   return detail::add_node(r, graph, deps, [&] { return detail::launch_driver(r, k, std::forward<Args>(args)...); });
 }

@@ -7,6 +7,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -986,6 +988,28 @@ TEST_F(StubGraph, AGraphNodeSetToAnotherKernelIsLeftAndReported) {
   EXPECT_NE(t.nodes[0].why.find("set to other parameters"), std::string::npos) << t.nodes[0].why;
   launchfit_stub_destroy_exec(c.exec);
   launchfit_stub_destroy_graph(c.graph);
+}
+
+// add_kernel_node() takes its arguments by value, as launch() does: an array argument is the pointer it decays
+// to, for a driver-API kernel whose parameter is a pointer. (Taken by reference, the node got the array's
+// contents as the pointer: 8 bytes of two floats have a pointer's size, so no size check caught it.)
+TEST_F(StubGraph, ANodesArgumentsAreTakenByValueAsALaunchTakesThem) {
+  static const std::size_t one_pointer[] = {sizeof(void*)};
+  const CUfunction f = launchfit_stub_function("_Z8by_valuePf", 16, 0, 1024, one_pointer, 1);
+  const CUstream s = stream_of(0x5a);
+  launchfit_stub_begin_capture(s);
+  const CUgraph into = launchfit_stub_end_capture(s);
+  float pair[2] = {1.0f, 2.0f};
+  const lf::kernel_node made =
+      lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(into), {}, lf::kernel(f), lf::fixed(64).items(64).on(s), pair);
+  ASSERT_NE(made.node, nullptr);
+  CUDA_KERNEL_NODE_PARAMS params{};
+  ASSERT_EQ(launchfit_stub_graph_node(reinterpret_cast<CUgraphNode>(made.node), &params), 1);
+  ASSERT_NE(params.kernelParams, nullptr);
+  void* passed = nullptr;
+  std::memcpy(&passed, params.kernelParams[0], sizeof passed);
+  EXPECT_EQ(passed, static_cast<void*>(pair)) << "the node's parameter is not the array's address";
+  launchfit_stub_destroy_graph(into);
 }
 
 }  // namespace

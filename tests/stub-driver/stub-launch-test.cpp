@@ -242,7 +242,7 @@ TEST(StubLaunch, AClustersSizeIsAskedOfTheDriverAsItsBlocksLaunch) {
   launchfit_stub_reset_calls();  // also forgets the last cluster query
   ASSERT_EQ(launchfit_stub_last_cluster_query(nullptr), 0);
   const lf::launched l =
-      lf::launch(lf::kernel(f), lf::fixed({32, 4}).items(1 << 16).smem(8 * 1024).cluster({4, 1, 1}).on(stream_of(0x18)),
+      lf::launch(lf::kernel(f), lf::fixed({32, 4}).items({256, 256}).smem(8 * 1024).cluster({4, 1, 1}).on(stream_of(0x18)),
                  1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16);
   EXPECT_GE(launchfit_stub_calls("cuOccupancyMaxPotentialClusterSize"), 1u);
   CUlaunchConfig asked{};
@@ -951,6 +951,74 @@ TEST(StubLaunch, APolicyWithABucketPerSizeHoldsABoundedNumberOfPlans) {
   EXPECT_EQ(plans_of_kernel(), 1u);
   for (const lf::cached_plan& c : lf::cache().plans())
     if (c.key.kernel == reinterpret_cast<std::uintptr_t>(f)) EXPECT_EQ(c.key.bucket, policy->work_bucket(lf::work{lf::work::shape::items, 5, 1}));
+}
+
+// 1-D work runs one thread per item over the block's threads, so a block with rows would leave every row's items
+// but the first undone in a kernel that indexes by threadIdx.x: such a plan is refused naming the kernel and
+// the block, and nothing is launched; an operator's override of that kind (fixed({16, 16}) matching 1-D
+// kernels too) gives way to the spec's own policy with a warning. Before, both launched ceil(n / 256) blocks
+// of 16 x 16 for n items.
+TEST(StubLaunch, ABlockWithRowsForOneDimensionalWorkIsRefusedAndAnOverrideGivesWay) {
+  const CUfunction f = axpy_kernel("_Z9rows_on_1fPKfPfi");
+  const lf::kernel k(f);
+  const int n = 100000;
+  const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+  const lf::error refused = launchfit_test::error_of([&] {
+    lf::launch(k, lf::fixed({32, 3}).items(n).on(stream_of(0x1a)), 1.0f, device_pointer(0x1000),
+               device_pointer(0x2000), n);
+  });
+  EXPECT_EQ(refused.code(), lf::errc::invalid_plan) << refused.what();
+  EXPECT_NE(refused.message().find("block 32x3 for 1-D work (items(100000))"), std::string::npos) << refused.what();
+  EXPECT_NE(refused.message().find(".block_y(y)"), std::string::npos) << refused.what();
+  EXPECT_EQ(refused.kernel(), "rows_on_1(float, float const*, float*, int)");
+  EXPECT_THROW(lf::launch(k, lf::fixed({16, 16}).grid_stride(n).on(stream_of(0x1a)), 1.0f, device_pointer(0x1000),
+                          device_pointer(0x2000), n),
+               lf::error);
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before) << "a refused plan launched";
+  // With the rows said (.block_y), the work runs along x: one block row per x range.
+  const lf::launched shaped = lf::launch(k, lf::fixed({32, 3}).items(n).block_y(3).on(stream_of(0x1a)), 1.0f,
+                                         device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(shaped.block, (lf::dims{32, 3, 1}));
+  EXPECT_EQ(shaped.grid.x, (n + 31u) / 32u);
+  // An operator's override for 1-D and 2-D kernels alike.
+  lf::set_policy_overrides("rows_on_1*=fixed({16, 16})");
+  struct restore {
+    ~restore() { lf::set_policy_overrides(""); }
+  } restored;
+  launchfit_test::captured_log log(spdlog::level::info);
+  const lf::launched own = lf::launch(k, lf::max_occupancy().items(n).on(stream_of(0x1a)), 1.0f,
+                                      device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(own.block.y, 1u);
+  EXPECT_GE(static_cast<long long>(own.grid.x) * own.block.x, n);
+  EXPECT_EQ(last_launch(f).config.blockDimY, 1u);
+  EXPECT_NE(log.text().find("cannot serve"), std::string::npos) << log.text();
+  EXPECT_NE(log.text().find("for 1-D work"), std::string::npos) << log.text();
+  // The same override serves 2-D work as named.
+  const lf::launched two_d = lf::launch(k, lf::max_occupancy().items({512, 512}).on(stream_of(0x1a)), 1.0f,
+                                        device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(two_d.block, (lf::dims{16, 16, 1}));
+  EXPECT_EQ(two_d.grid, (lf::dims{32, 32, 1}));
+}
+
+// A fixed grid was sized for the policy's own block: fixed({128, 1}, {32, 4096}) over 4096 x 4096 items runs
+// blocks of 128 x 1 on that grid. (Its block was reshaped into rows of 32, 32 x 4, on the unchanged grid: three
+// quarters of the columns never touched.)
+TEST(StubLaunch, AFixedGridKeepsTheBlockItWasSizedFor) {
+  const CUfunction f = axpy_kernel("_Z10fixed_gridfPKfPfi");
+  const lf::launched l = lf::launch(lf::kernel(f),
+                                    lf::fixed(lf::dims{128, 1, 1}, lf::dims{32, 4096, 1}).items({4096, 4096}).on(stream_of(0x1b)),
+                                    1.0f, device_pointer(0x1000), device_pointer(0x2000), 4096);
+  EXPECT_EQ(l.block, (lf::dims{128, 1, 1}));
+  EXPECT_EQ(l.grid, (lf::dims{32, 4096, 1}));
+  const launch_seen seen = last_launch(f);
+  EXPECT_EQ(seen.config.blockDimX, 128u);
+  EXPECT_EQ(seen.config.blockDimY, 1u);
+  EXPECT_EQ(seen.config.gridDimX * seen.config.blockDimX, 4096u);
+  // A block of its own threads only (fixed(128)) is still shaped in rows of 32 for 2-D work, its grid computed.
+  const lf::launched shaped = lf::launch(lf::kernel(f), lf::fixed(128).items({4096, 4096}).on(stream_of(0x1b)), 1.0f,
+                                         device_pointer(0x1000), device_pointer(0x2000), 4096);
+  EXPECT_EQ(shaped.block, (lf::dims{32, 4, 1}));
+  EXPECT_EQ(shaped.grid, (lf::dims{128, 1024, 1}));
 }
 
 }  // namespace
