@@ -68,6 +68,10 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, con
     throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "launchfit::launch",
                 "cluster " + cluster.to_string() + " has a dimension above 65535");
   }
+  if (cluster.x == 0 || cluster.y == 0 || cluster.z == 0) {  // never "no cluster": the kernel may use one
+    throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "launchfit::launch",
+                "cluster " + cluster.to_string() + " has a dimension of 0 (1x1x1 is no cluster)");
+  }
   load_environment_inputs();
   const context_ref ctx = known && known->ctx.handle ? known->ctx : current_context(r);
   const plan_key key = base_key(r, ctx);
@@ -231,7 +235,7 @@ const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, looked_up
   if (hands_over(r) || !r.policy || r.kernel_id == 0) return nullptr;
   if (r.driver_kernel && !r.driver_kernel->valid()) return nullptr;
   const dims& cluster = options_of(r).cluster;  // the key keeps 16 bits of each: a wider one is refused in full
-  if ((cluster.x | cluster.y | cluster.z) > 0xffffu) return nullptr;
+  if ((cluster.x | cluster.y | cluster.z) > 0xffffu || cluster.count() == 0) return nullptr;  // as is an empty one
   if (!environment_loaded.load(std::memory_order_acquire)) return nullptr;
   const driver_api* d = loaded_driver();
   if (!d) return nullptr;

@@ -181,6 +181,7 @@ TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
   p.options.cluster = lf::dims{2, 1, 1};
   p.dynamic_smem_bytes = 4096;
   p.sm_count = 100;
+  p.options.sm_budget = 100;  // made within sms(100)
   p.options.waves = 4;
   const auto spec = lf::planned(p).items(16384);
   const ld::launch_request r = ld::make_request(spec);
@@ -192,6 +193,11 @@ TEST(PlanContract, APlanIsLaunchedVerbatimWithPlanned) {
   EXPECT_TRUE(r.options.programmatic);
   EXPECT_EQ(r.options.cluster, (lf::dims{2, 1, 1}));
   EXPECT_EQ(r.options.sm_budget, 100);
+  // A plan sized for the context's SMs has no SM budget to carry (planned() gave it one, which kept a full grid
+  // from ever launching).
+  lf::plan every_sm = p;
+  every_sm.options.sm_budget = 0;
+  EXPECT_EQ(ld::make_request(lf::planned(every_sm).items(16384)).options.sm_budget, 0);
   EXPECT_EQ(r.options.smem_bytes, 4096u);
   EXPECT_FALSE(spec.policy_value().depends_on_work());
 

@@ -100,6 +100,23 @@ class spec {
   // A spec with this policy and nothing else (no work: one full wave). The factories below make these.
   explicit spec(Policy p) : policy_(std::move(p)) {}
 
+  // A floating-point or bool count, size or number of waves or SMs is none (items(1000.7f) would truncate,
+  // items(true) launch one item): it does not compile.
+#define LAUNCHFIT_NOT_A_COUNT(setter)                                                                   \
+  template <class F, std::enable_if_t<std::is_floating_point_v<F> || std::is_same_v<F, bool>, int> = 0> \
+  spec setter(F) && = delete;                                                                           \
+  template <class F, std::enable_if_t<std::is_floating_point_v<F> || std::is_same_v<F, bool>, int> = 0> \
+  spec setter(F) const& = delete;                                                                       \
+  template <class F, std::enable_if_t<std::is_floating_point_v<F> || std::is_same_v<F, bool>, int> = 0> \
+  spec& setter(F) & = delete;
+  LAUNCHFIT_NOT_A_COUNT(items)
+  LAUNCHFIT_NOT_A_COUNT(grid_stride)
+  LAUNCHFIT_NOT_A_COUNT(per_thread)
+  LAUNCHFIT_NOT_A_COUNT(waves)
+  LAUNCHFIT_NOT_A_COUNT(smem)
+  LAUNCHFIT_NOT_A_COUNT(sms)
+#undef LAUNCHFIT_NOT_A_COUNT
+
   // One thread per item: grid = ceil(n / block). A negative n (an int) throws launchfit::error naming it.
   [[nodiscard]] spec items(std::uint64_t n) && { return std::move(items(n)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
@@ -260,12 +277,13 @@ class spec {
     return *this;
   }
   // Size resident grids (no work, grid_stride, cooperative) for k SMs, so the kernel can run beside others
-  // (e.g. communication kernels); k above the context's SMs is the context's SMs. 0: all.
+  // (e.g. communication kernels); k above the context's SMs is the context's SMs. 0: all; a negative k throws.
   [[nodiscard]] spec sms(int k) && { return std::move(sms(k)); }
   // The same, on a const spec: a refined copy (the spec is left as it is).
   [[nodiscard]] spec sms(int k) const& { return copy_of_const().sms(k); }
   spec& sms(int k) & {
-    options_.sm_budget = k > 0 ? k : 0;
+    if (k < 0) detail::throw_negative("sms k", k);  // never "every SM" by accident
+    options_.sm_budget = k;
     return *this;
   }
   // Programmatic dependent launch (sm_90+): this kernel may start while the previous kernel in the stream is

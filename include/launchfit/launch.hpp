@@ -49,7 +49,7 @@ inline spec<planned_policy> planned(const plan& p) {
   if (o.cooperative) s.cooperative();
   if (o.has_cluster() && !o.cluster_from_kernel) s.cluster(o.cluster, o.non_portable_cluster || o.cluster.count() > 8);
   if (o.programmatic) s.pdl();
-  if (p.sm_count > 0) s.sms(p.sm_count);
+  if (o.sm_budget > 0) s.sms(o.sm_budget);  // the launch's SM budget, not the device's SMs (a full grid stays)
   if (o.waves > 0) s.waves(o.waves);
   s.shape(p.shape_rule);
   return s;

@@ -51,6 +51,15 @@ void by_reference(const big&) {}  // as a __global__ function taking a parameter
 #elif LAUNCHFIT_MISUSE == 13
   static const lf::spec<std::unique_ptr<const lf::policy>> owned(std::make_unique<lf::max_occupancy_policy>());
   (void)owned.items(100);  // MISUSE 13: a const spec held by unique_ptr [says: this spec's policy cannot be copied]
+#elif LAUNCHFIT_MISUSE == 14
+  (void)lf::max_occupancy().items(1000.7f);  // MISUSE 14: a floating-point count would be truncated
+#elif LAUNCHFIT_MISUSE == 15
+  (void)lf::max_occupancy().grid_stride(true);  // MISUSE 15: a bool is no count
+#elif LAUNCHFIT_MISUSE == 16
+  auto named = lf::max_occupancy();
+  named.per_thread(2.5);  // MISUSE 16: a floating-point number of items per thread
+#elif LAUNCHFIT_MISUSE == 17
+  (void)lf::max_occupancy().grid_stride(1 << 20).waves(1.5).smem(0.5);  // MISUSE 17: floating-point waves and smem
 #endif
 }
 

@@ -1021,4 +1021,49 @@ TEST(StubLaunch, AFixedGridKeepsTheBlockItWasSizedFor) {
   EXPECT_EQ(shaped.grid, (lf::dims{128, 1024, 1}));
 }
 
+// planned(p) runs p for any work: a full-grid plan (a tuner's, for grid_stride work) launches its full grid,
+// as grid_for() sizes it; its SM budget is the plan's own (none here), not the device's SMs, which made every
+// planned() launch one within an SM budget and so never the full grid (1,056 blocks for 2^28 items).
+TEST(StubLaunch, APlannedFullGridPlanLaunchesItsFullGrid) {
+  const CUfunction f = axpy_kernel("_Z9full_gridfPKfPfi");
+  const lf::kernel k(f);
+  const std::uint64_t n = 1ull << 28;
+  lf::plan p = lf::plan_for(k, lf::max_occupancy().grid_stride(n));
+  ASSERT_EQ(p.options.sm_budget, 0);
+  p.full_grid = true;
+  const lf::work w = lf::planned(p).grid_stride(n).work_shape();
+  const lf::dims expected = lf::grid_for(p, w);
+  ASSERT_GT(expected.x, 100000u);
+  const lf::launched l = lf::launch(k, lf::planned(p).grid_stride(n).on(stream_of(0x1c)), 1.0f, device_pointer(0x1000),
+                                    device_pointer(0x2000), static_cast<int>(n));
+  EXPECT_EQ(l.grid, expected);
+  EXPECT_EQ(last_launch(f).config.gridDimX, expected.x);
+  // A plan made within an SM budget keeps it.
+  const lf::plan budget = lf::plan_for(k, lf::max_occupancy().grid_stride(n).sms(8));
+  EXPECT_EQ(budget.options.sm_budget, 8);
+  const lf::launched within = lf::launch(k, lf::planned(budget).grid_stride(n).on(stream_of(0x1c)), 1.0f,
+                                         device_pointer(0x1000), device_pointer(0x2000), static_cast<int>(n));
+  EXPECT_EQ(within.grid.x, static_cast<unsigned>(budget.blocks_per_sm * 8));
+}
+
+// A cluster with a dimension of 0 is refused, never launched as "no cluster" (a kernel that uses cluster APIs
+// would then run without one); a negative SM budget is refused where the spec is made, never "every SM".
+TEST(StubLaunch, AnEmptyClusterAndANegativeSmBudgetAreRefused) {
+  const CUfunction f = axpy_kernel("_Z10zero_clusfPKfPfi");
+  const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+  for (const lf::dims c : {lf::dims{0, 1, 1}, lf::dims{2, 0, 1}, lf::dims{1, 1, 0}}) {
+    const lf::error e = launchfit_test::error_of([&] {
+      lf::launch(lf::kernel(f), lf::max_occupancy().items(4096).cluster(c).on(stream_of(0x1d)), 1.0f,
+                 device_pointer(0x1000), device_pointer(0x2000), 4096);
+    });
+    EXPECT_EQ(e.cuda_result(), CUDA_ERROR_INVALID_CLUSTER_SIZE) << e.what();
+    EXPECT_NE(e.message().find("has a dimension of 0"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before);
+  const lf::error negative = launchfit_test::error_of([] { (void)lf::max_occupancy().sms(-3); });
+  EXPECT_EQ(negative.code(), lf::errc::invalid_argument) << negative.what();
+  EXPECT_NE(negative.message().find("sms k = -3 is negative"), std::string::npos) << negative.what();
+  EXPECT_EQ(lf::max_occupancy().sms(0).options().sm_budget, 0);
+}
+
 }  // namespace
