@@ -21,40 +21,48 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 
 namespace launchfit::detail::lifecycle {
 namespace {
 
 // Constant-initialised (no constructor runs), so a module may register from its own static initialiser
-// whatever the order of initialisation.
+// whatever the order of initialisation. A fork never waits on registration, nor registration on a fork: a
+// module registering from a function-local static's initialiser while another thread forks would otherwise wait
+// inside the static's guard for the whole fork (its prepare hooks flush stores), and the child, inheriting the
+// guard "in progress", would hang on its first use of that static.
 constexpr int max_hooks = 16;
-std::mutex table_mutex;  // registration; held from prepare to parent/child so the table stays as it was
+std::mutex table_mutex;  // registration only
 fork_hooks table[max_hooks];
-int registered = 0;
+std::atomic<int> registered{0};  // entries below it are written (release) before it counts them
+std::atomic<bool> innermost_set{false};
 fork_hooks innermost{};  // prepared after every other module, repaired before them
 bool atfork_registered = false;
 std::atomic<pid_t> cached_pid{0};  // 0: not cached yet (or the fork handler could not be registered)
+int forking_count = 0;             // the hooks a fork in progress prepared: its parent and child hooks run these
+bool forking_innermost = false;
 
 void prepare_all() {
-  table_mutex.lock();
-  for (int i = registered - 1; i >= 0; --i)
+  forking_count = registered.load(std::memory_order_acquire);
+  forking_innermost = innermost_set.load(std::memory_order_acquire);
+  for (int i = forking_count - 1; i >= 0; --i)
     if (table[i].prepare) table[i].prepare();
-  if (innermost.prepare) innermost.prepare();
+  if (forking_innermost && innermost.prepare) innermost.prepare();
 }
 
 void parent_all() {
-  if (innermost.parent) innermost.parent();
-  for (int i = 0; i < registered; ++i)
+  if (forking_innermost && innermost.parent) innermost.parent();
+  for (int i = 0; i < forking_count; ++i)
     if (table[i].parent) table[i].parent();
-  table_mutex.unlock();
 }
 
 void child_all() {
   cached_pid.store(::getpid(), std::memory_order_relaxed);  // before any hook: hooks may ask
-  if (innermost.child) innermost.child();
-  for (int i = 0; i < registered; ++i)
+  if (forking_innermost && innermost.child) innermost.child();
+  for (int i = 0; i < forking_count; ++i)
     if (table[i].child) table[i].child();
-  table_mutex.unlock();  // taken by this thread, the child's only one, in prepare_all()
+  // A registration another thread held at the fork is gone with that thread: the child's own can go on.
+  new (&table_mutex) std::mutex;
 }
 
 // Under table_mutex. The process ID is kept from the moment the handler that keeps it up to date exists.
@@ -71,11 +79,13 @@ bool ensure_atfork() {
 
 bool on_fork(const fork_hooks& hooks) noexcept {
   std::lock_guard<std::mutex> lock(table_mutex);
-  for (int i = 0; i < registered; ++i)
+  const int n = registered.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i)
     if (table[i].prepare == hooks.prepare && table[i].parent == hooks.parent && table[i].child == hooks.child)
       return true;
-  if (registered == max_hooks || !ensure_atfork()) return false;
-  table[registered++] = hooks;
+  if (n == max_hooks || !ensure_atfork()) return false;
+  table[n] = hooks;
+  registered.store(n + 1, std::memory_order_release);
   return true;
 }
 
@@ -84,10 +94,11 @@ bool on_fork_innermost(const fork_hooks& hooks) noexcept {
   if (innermost.prepare == hooks.prepare) return true;
   if (innermost.prepare || !ensure_atfork()) return false;
   innermost = hooks;
+  innermost_set.store(true, std::memory_order_release);
   return true;
 }
 
-// Lock-free: callers hold locks of their own (the background queue's), which a fork takes after table_mutex.
+// Lock-free: callers hold locks of their own (the background queue's), which a fork takes in its prepare hooks.
 pid_t process_id() noexcept {
   const pid_t p = cached_pid.load(std::memory_order_relaxed);
   return p != 0 ? p : ::getpid();

@@ -209,6 +209,45 @@ TEST(Fork, AChildAndItsChildKnowTheirOwnProcessId) {
   EXPECT_EQ(ld::lifecycle::process_id(), ::getpid());
 }
 
+// A module registers its fork hooks from its own static's initialiser (the first use of a store, of graph
+// captures, of smem limits). Registration never waits for a fork in progress: it waited for the whole fork (whose
+// prepare hooks flush stores, seconds with a plan-file lock held elsewhere), inside the static's guard, and the
+// child inherited the guard "in progress" and hung on its first use of that static. Here a hook's prepare
+// waits until another thread's registration returns: before, the registration waited on the fork instead.
+namespace fork_registration {
+std::atomic<bool> preparing{false};
+std::atomic<bool> registered_meanwhile{false};
+bool saw_registration = false;
+void prepare() {
+  if (!preparing.exchange(true)) {
+    for (int i = 0; i < 500 && !registered_meanwhile.load(); ++i) std::this_thread::sleep_for(10ms);
+    saw_registration = registered_meanwhile.load();
+  }
+}
+void other_prepare() {}
+}  // namespace fork_registration
+
+TEST(Fork, ARegistrationDuringAForkDoesNotWaitForIt) {
+  namespace fr = fork_registration;
+  ASSERT_TRUE(ld::lifecycle::on_fork({fr::prepare, nullptr, nullptr}));
+  std::thread registering([] {
+    while (!fr::preparing.load()) std::this_thread::sleep_for(1ms);
+    (void)ld::lifecycle::on_fork({fr::other_prepare, nullptr, nullptr});
+    fr::registered_meanwhile.store(true);
+  });
+  const pid_t child = ::fork();
+  if (child == 0) {
+    in_forked_child = true;
+    ::_exit(ld::lifecycle::on_fork({fr::other_prepare, nullptr, nullptr}) ? 0 : 1);  // the child registers too
+  }
+  registering.join();
+  ASSERT_GE(child, 0);
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  EXPECT_TRUE(fr::saw_registration) << "a registration waited for the whole fork";
+}
+
 TEST(Fork, AChildForkedDuringTheLoggersFirstUseCanLog) {
   LAUNCHFIT_SKIP_UNDER_TSAN();
   for (int round = 0; round < 10; ++round) {
