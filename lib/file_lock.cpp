@@ -5,11 +5,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <system_error>
 #include <thread>
 
+#include "lifecycle.hpp"
 #include "text.hpp"
 
 namespace launchfit::detail {
@@ -69,8 +72,52 @@ file_identity identity_now(const std::string& path) noexcept {
 
 std::string errno_text(int e) { return std::system_category().message(e); }
 
+namespace {
+
+// The plan-file locks this process holds, by descriptor (+ 1; 0: a free slot) and the thread holding each. A
+// flock belongs to the open file description, so a child of fork() holds the parent's lock as long as its copy
+// of the descriptor is open, whatever the parent does: the child closes the copies of locks another thread
+// held (that thread is not in the child, and its descriptor would never be closed there).
+constexpr int max_held_locks = 8;
+std::atomic<int> held_lock_fd[max_held_locks]{};
+std::atomic<pthread_t> held_lock_by[max_held_locks]{};
+
+void note_held(int fd) noexcept {
+  for (int i = 0; i < max_held_locks; ++i) {
+    int free_slot = 0;  // claimed (-1), its holder written, then published
+    if (!held_lock_fd[i].compare_exchange_strong(free_slot, -1, std::memory_order_acquire)) continue;
+    held_lock_by[i].store(::pthread_self(), std::memory_order_relaxed);
+    held_lock_fd[i].store(fd + 1, std::memory_order_release);
+    return;
+  }
+}
+
+void note_closed(int fd) noexcept {
+  for (int i = 0; i < max_held_locks; ++i) {
+    int held = fd + 1;
+    if (held_lock_fd[i].compare_exchange_strong(held, 0, std::memory_order_acq_rel)) return;
+  }
+}
+
+void close_inherited_locks() noexcept {
+  const pthread_t self = ::pthread_self();
+  for (int i = 0; i < max_held_locks; ++i) {
+    const int held = held_lock_fd[i].load(std::memory_order_acquire);
+    if (held <= 0 || ::pthread_equal(held_lock_by[i].load(std::memory_order_relaxed), self)) continue;
+    ::close(held - 1);
+    held_lock_fd[i].store(0, std::memory_order_relaxed);
+  }
+}
+
+// Registered at load time (never from a static's initialiser: see lifecycle.cpp).
+const bool inherited_locks_closed = lifecycle::on_fork({nullptr, nullptr, close_inherited_locks});
+
+}  // namespace
+
 fd_closer::~fd_closer() {
-  if (fd >= 0) ::close(fd);
+  if (fd < 0) return;
+  note_closed(fd);
+  ::close(fd);
 }
 
 read_result read_bounded(const std::string& path, std::size_t max_bytes, std::string& text, std::string& why,
@@ -177,7 +224,10 @@ lock_result take_lock(const std::string& path, fd_closer& lock, std::string& why
   const auto deadline = steady::now() + wait;
   auto pause = milliseconds(2);
   for (;;) {
-    if (::flock(lock.fd, LOCK_EX | LOCK_NB) == 0) return lock_result::held;
+    if (::flock(lock.fd, LOCK_EX | LOCK_NB) == 0) {
+      note_held(lock.fd);
+      return lock_result::held;
+    }
     const int e = errno;
     if (e == EINTR) continue;
     if (e != EWOULDBLOCK) {

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@
 
 #include "cache_file.hpp"
 #include "fault/bounded.hpp"
+#include "file_lock.hpp"
 #include "fault/forked_child.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/kernel.hpp"
@@ -246,6 +248,58 @@ TEST(Fork, ARegistrationDuringAForkDoesNotWaitForIt) {
   ASSERT_EQ(::waitpid(child, &st, 0), child);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   EXPECT_TRUE(fr::saw_registration) << "a registration waited for the whole fork";
+}
+
+// A child forked while another thread holds the plan file's lock (the writer, inside its merge and fsync) does
+// not keep the lock: flock belongs to the open file description, so the child's copy of the descriptor kept
+// every launchfit process off the file for the child's whole life, the parent too once it let go.
+TEST(Fork, AChildDoesNotKeepAPlanFileLockAnotherThreadHeld) {
+  char dir_template[] = "/tmp/launchfit-fork-lock-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string file = std::string(dir_template) + "/plans.json";
+  std::mutex m;
+  std::condition_variable cv;
+  bool locked = false, release = false;
+  std::thread holder([&] {
+    ld::fd_closer lock;
+    std::string why;
+    if (ld::take_lock(file, lock, why, 100ms) != ld::lock_result::held) return;
+    std::unique_lock<std::mutex> g(m);
+    locked = true;
+    cv.notify_all();
+    cv.wait(g, [&] { return release; });
+  });
+  {
+    std::unique_lock<std::mutex> g(m);
+    ASSERT_TRUE(cv.wait_for(g, 5s, [&] { return locked; })) << "the lock was not taken";
+  }
+  int to_child[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    in_forked_child = true;
+    ::close(to_child[1]);
+    char c;
+    while (::read(to_child[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);  // alive until the parent has tried
+  }
+  ASSERT_GE(child, 0);
+  ::close(to_child[0]);
+  {
+    std::lock_guard<std::mutex> g(m);
+    release = true;
+  }
+  cv.notify_all();
+  holder.join();  // the parent's holder let go
+  ld::fd_closer again;
+  std::string why;
+  const ld::lock_result second = ld::take_lock(file, again, why, 200ms);
+  ::close(to_child[1]);  // the child exits
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  EXPECT_EQ(second, ld::lock_result::held) << "the child kept the lock: " << why;
+  std::filesystem::remove_all(dir_template);
 }
 
 TEST(Fork, AChildForkedDuringTheLoggersFirstUseCanLog) {
