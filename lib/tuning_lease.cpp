@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -33,7 +34,13 @@ struct watched_key {
   stored_key key;
   plan_store_layer* layer = nullptr;  // valid for the process's life (remote_store.hpp)
   std::string holder;
+  int failures = 0;  // polls in a row that failed
 };
+
+// Polls of a key in a row that may fail (a store slow or restarting now and then) before this process stops
+// waiting for it and decides the key alone: a failure is no end of the lease, and ending the watch plans every
+// kernel again (the plan inputs change), which a store that fails every poll made a loop of.
+constexpr int max_poll_failures = 3;
 
 class lease_watcher final : public background::task {
  public:
@@ -47,6 +54,12 @@ class lease_watcher final : public background::task {
   bool has_work() const noexcept override { return false; }  // polling is never work an exit waits for
   void drain_at_exit() noexcept override {}
   const char* name() const noexcept override { return "lease watcher"; }
+
+  // Whether the key's polls kept failing: this process decides it alone (takes no lease for it).
+  bool decides_alone(const std::string& lease_key) {
+    std::lock_guard<std::mutex> lock(m);
+    return alone.count(lease_key) != 0;
+  }
 
   // The layer and holder of a key watched now (a miss of a watched key asks no store again).
   bool watching(const std::string& lease_key, plan_store_layer*& layer, std::string& holder) {
@@ -73,10 +86,11 @@ class lease_watcher final : public background::task {
 
   // Adopts a plan published under the key (the watcher's poll, or a lease holder that found it published):
   // lookups find it, the file keeps it. No lock held on entry.
-  void adopt(const std::string& lease_key, stored_entry e, plan_store_layer* layer) {
+  // `p`: the plan `e` serves for the key (published_plan_for()).
+  void adopt(const std::string& lease_key, stored_entry e, plan p, plan_store_layer* layer) {
     {
       std::lock_guard<std::mutex> lock(m);
-      if (adopted.size() < max_watched_keys || adopted.count(lease_key)) adopted[lease_key] = e.plan;
+      if (adopted.size() < max_watched_keys || adopted.count(lease_key)) adopted[lease_key] = std::move(p);
       ++adopted_count;
     }
     // The file keeps an adopted plan, as it keeps what a lookup of the remote store served (chain.cpp), so
@@ -88,6 +102,7 @@ class lease_watcher final : public background::task {
   std::mutex m;
   std::map<std::string, watched_key> watched;  // by lease key
   std::map<std::string, plan> adopted;         // by lease key: plans published elsewhere
+  std::set<std::string> alone;                 // by lease key: keys whose polls kept failing, decided here
   std::uint64_t polls = 0, adopted_count = 0, expired = 0;
 
  private:
@@ -105,23 +120,39 @@ class lease_watcher final : public background::task {
     }
     const std::vector<lease_poll> found = layer->poll_leases(items);  // I/O, no lock held
     bool changed = false;
-    std::vector<std::pair<std::string, stored_entry>> backfill;  // adopted: (lease key, entry)
+    struct published {
+      std::string lease;
+      stored_entry entry;
+      plan serves;
+    };
+    std::vector<published> backfill;  // adopted
     {
       std::lock_guard<std::mutex> lock(m);
       for (std::size_t i = 0; i < items.size() && i < found.size(); ++i) {
         const lease_poll& p = found[i];
-        if (p.published) {
-          backfill.emplace_back(items[i].first, *p.published);
-        } else if (p.held && p.failure == layer_failure::none) {
-          continue;  // still tuned elsewhere
+        const auto w = watched.find(items[i].first);
+        if (w == watched.end()) continue;
+        if (p.failure != layer_failure::none) {
+          if (++w->second.failures < max_poll_failures) continue;  // polled again
+          if (alone.size() < max_watched_keys) alone.insert(items[i].first);
+          ++expired;
         } else {
-          ++expired;  // the tuner died, kept its plan local, or the store failed: the next miss decides
+          w->second.failures = 0;
+          // Served as a lookup would serve it: this bucket, and under the `exact` match level this GPU's.
+          std::optional<plan> serves = p.published ? published_plan_for(*p.published, w->second.key) : std::nullopt;
+          if (serves) {
+            backfill.push_back({items[i].first, *p.published, std::move(*serves)});
+          } else if (p.held) {
+            continue;  // still tuned elsewhere
+          } else {
+            ++expired;  // the tuner died or kept its plan local: the next miss decides
+          }
         }
-        watched.erase(items[i].first);
+        watched.erase(w);
         changed = true;
       }
     }
-    for (auto& [lease, e] : backfill) adopt(lease, std::move(e), layer);
+    for (published& b : backfill) adopt(b.lease, std::move(b.entry), std::move(b.serves), layer);
     // The next launch of an adopted key plans again and finds the plan; of an expired one, takes the lease.
     if (changed) plan_input_changed(tuned_elsewhere_input);
     std::lock_guard<std::mutex> lock(m);
@@ -138,6 +169,15 @@ lease_watcher& watcher() {
     return made;
   }();
   return w;
+}
+
+// The key's lease: one per model-level key, the value the fleet shares; under the `exact` match level a GPU
+// adopts only its own GPU's plans, so each GPU has a lease of its own (one tuner per GPU, none waiting for
+// another GPU's plan it would not run).
+std::string lease_key_of(const stored_key& key) {
+  std::string lk = lease_key(key);
+  if (!lk.empty() && current_match() == cache_match::exact) lk += "|gpu=" + key.device_uuid;
+  return lk;
 }
 
 }  // namespace
@@ -168,8 +208,9 @@ void set_lease_ms_for_tests(std::uint64_t ms) { lease_ms_override.store(ms, std:
 tuning_lease tuning_lease::take(const stored_key& key) {
   tuning_lease t;
   t.key_ = key;
-  t.lease_key_ = lease_key(key);
+  t.lease_key_ = lease_key_of(key);
   if (t.lease_key_.empty()) return t;  // a key without a device model is never shared
+  if (watcher().decides_alone(t.lease_key_)) return t;  // its polls kept failing: decided here
   if (watcher().watching(t.lease_key_, t.layer_, t.holder_)) {
     t.turn_ = turn::wait;  // still tuned elsewhere, as the watcher last read
     return t;
@@ -222,7 +263,9 @@ bool tuning_lease::adopt_if_published() {
   if (turn_ != turn::tune || !layer_) return false;
   const std::vector<lease_poll> polled = layer_->poll_leases({{lease_key_, key_}});
   if (polled.size() != 1 || !polled[0].published) return false;
-  watcher().adopt(lease_key_, *polled[0].published, layer_);
+  std::optional<plan> serves = published_plan_for(*polled[0].published, key_);
+  if (!serves) return false;  // another GPU's under `exact`, another bucket: this process tunes its own
+  watcher().adopt(lease_key_, *polled[0].published, std::move(*serves), layer_);
   (void)layer_->release_lease(lease_key_, lease_owner());
   turn_ = turn::alone;
   return true;
@@ -234,7 +277,7 @@ void tuning_lease::watch() {
 }
 
 std::optional<plan> adopted_plan(const stored_key& key) {
-  const std::string lk = lease_key(key);
+  const std::string lk = lease_key_of(key);
   if (lk.empty()) return std::nullopt;
   lease_watcher& w = watcher();
   std::lock_guard<std::mutex> lock(w.m);

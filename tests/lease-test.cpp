@@ -326,3 +326,90 @@ TEST_F(TuningLease, AHolderThatFindsThePlanPublishedAdoptsItInsteadOfTuning) {
   ASSERT_TRUE(ld::adopted_plan(k));
   EXPECT_EQ(ld::adopted_plan(k)->block_threads, 192);
 }
+
+// Under the `exact` match level a GPU runs only its own GPU's plans: a plan another GPU of the model published
+// is not adopted (it was, and served as match=remote, bypassing the level every lookup applies), and each GPU
+// takes a lease of its own, so none waits for a plan it would not run.
+TEST_F(TuningLease, UnderExactAnotherGpusPublishedPlanIsNotAdopted) {
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("exact");
+  fresh(raw, k);
+  lf::stored_key other_gpu = k;
+  other_gpu.device_uuid = "GPU-00000000-0000-0000-0000-0000000000ee";
+  raw.command({"SET", ld::remote_key(k), ld::remote_value(tuned_entry(other_gpu, 192))});
+  struct restore {
+    ~restore() { lf::set_cache_match(lf::cache_match::model); }
+  } restored;
+  lf::set_cache_match(lf::cache_match::exact);
+  {
+    // Another GPU's tuner holds the model's lease: this GPU's lease is its own.
+    ASSERT_EQ(raw.command({"SET", ld::lease_key(k), "tuner-host:4244:00000000000000ee", "PX", "60000"}).text, "OK");
+    ld::tuning_lease t = ld::tuning_lease::take(k);
+    ASSERT_EQ(t.what(), ld::tuning_lease::turn::tune) << "this GPU waited for another GPU's lease";
+    EXPECT_FALSE(t.adopt_if_published()) << "another GPU's plan was adopted under exact";
+    EXPECT_EQ(t.what(), ld::tuning_lease::turn::tune);
+    EXPECT_FALSE(ld::adopted_plan(k));
+    t.publish_and_release(0);
+    raw.command({"DEL", ld::lease_key(k)});
+  }
+  // Under `model` the same plan serves: adopted.
+  lf::set_cache_match(lf::cache_match::model);
+  ld::tuning_lease t = ld::tuning_lease::take(k);
+  ASSERT_EQ(t.what(), ld::tuning_lease::turn::tune);
+  EXPECT_TRUE(t.adopt_if_published());
+  ASSERT_TRUE(ld::adopted_plan(k));
+  EXPECT_EQ(ld::adopted_plan(k)->block_threads, 192);
+}
+
+// A store whose polls of a watched key fail (here an ACL user without EXISTS: every poll is refused) is no end
+// of the lease: the key is polled again, and after a few failures in a row this process decides the key alone,
+// takes no lease for it and polls it no more. (Each failed poll ended the watch and changed the plan inputs, the
+// next launch took the lease again and waited, and every kernel of the process planned again in a loop.)
+TEST_F(TuningLease, PollsThatKeepFailingEndInDecidingAloneNotALoop) {
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("failing");
+  fresh(raw, k);
+  const std::string user = "launchfit-no-exists-" + std::to_string(::getpid());
+  if (raw.command({"ACL", "SETUSER", user, "on", ">secret", "~*", "+@all", "-exists"}).text != "OK")
+    GTEST_SKIP() << "this Redis has no ACL users";
+  struct drop_user {
+    raw_redis& raw;
+    std::string user;
+    ~drop_user() { raw.command({"ACL", "DELUSER", user}); }
+  } dropped{raw, user};
+  lf::set_remote_store("redis://" + user + ":secret@" + url->host + ":" + std::to_string(url->port) + "/" +
+                       std::to_string(url->db));
+  const std::string lease = ld::lease_key(k);
+  ASSERT_EQ(raw.command({"SET", lease, "tuner-host:4245:00000000000000ff", "PX", "60000"}).text, "OK");
+  ld::tuning_lease waiting = ld::tuning_lease::take(k);
+  ASSERT_EQ(waiting.what(), ld::tuning_lease::turn::wait);
+  const ld::lease_watch_stats before = ld::lease_watch_statistics();
+  waiting.watch();
+  ASSERT_TRUE(eventually([&] { return ld::lease_watch_statistics().expired > before.expired; }));
+  const ld::lease_watch_stats after = ld::lease_watch_statistics();
+  EXPECT_GE(after.polls, before.polls + 3) << "the watch ended at the first failed poll";
+  EXPECT_EQ(after.expired, before.expired + 1);
+  EXPECT_EQ(ld::tuning_lease::take(k).what(), ld::tuning_lease::turn::alone)
+      << "the next miss took the lease again and waited";
+  EXPECT_EQ(raw.command({"GET", lease}).text, "tuner-host:4245:00000000000000ff");
+  raw.command({"DEL", lease, ld::remote_key(k)});
+}
+
+// close_remote_store() ends the fleet's leases too: a key watched on the closed store is polled no more after a
+// few refused polls and decided here (it was polled, over a new connection each time, for the process's life,
+// and a miss of it answered "wait" from the closed store).
+TEST_F(TuningLease, AClosedStoreEndsItsWatchesAndTakesNoLease) {
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("closed");
+  fresh(raw, k);
+  ASSERT_EQ(raw.command({"SET", ld::lease_key(k), "tuner-host:4246:0000000000000011", "PX", "60000"}).text, "OK");
+  ld::tuning_lease waiting = ld::tuning_lease::take(k);
+  ASSERT_EQ(waiting.what(), ld::tuning_lease::turn::wait);
+  const ld::lease_watch_stats before = ld::lease_watch_statistics();
+  waiting.watch();
+  lf::close_remote_store();
+  ASSERT_TRUE(eventually([&] { return ld::lease_watch_statistics().watched == 0; }));
+  EXPECT_EQ(ld::lease_watch_statistics().expired, before.expired + 1);
+  EXPECT_EQ(ld::tuning_lease::take(k).what(), ld::tuning_lease::turn::alone);
+  raw.command({"DEL", ld::lease_key(k)});
+}

@@ -134,6 +134,14 @@ std::optional<plan> best_stored_plan(const std::vector<stored_entry>& candidates
       "-same-model-other-bucket");
 }
 
+std::optional<plan> published_plan_for(const stored_entry& e, const stored_key& key) {
+  if (!validate_stored_entry(e).empty()) return std::nullopt;
+  const bool model = current_match() == cache_match::model;
+  std::optional<plan> p = best_stored_plan({e}, key, true, model, std::string(plan_match::remote));
+  if (p) p->match = std::string(plan_match::remote);  // as find_stored_plan() says a remote plan's level
+  return p;
+}
+
 }  // namespace detail
 
 void set_cache_match(cache_match m) {

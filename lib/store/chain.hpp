@@ -92,4 +92,9 @@ std::optional<plan> best_stored_plan(const std::vector<stored_entry>& candidates
                                      bool exact_bucket, bool model, const std::string& source,
                                      const stored_entry** chosen = nullptr);
 
+// The plan an entry a fleet's tuning lease found published (tuning_lease.cpp) serves for `key`, by the rule
+// every lookup applies: validate_stored_entry(), the match level in force (under `exact`, only this GPU's), the
+// exact bucket. nullopt where a lookup would not serve it.
+std::optional<plan> published_plan_for(const stored_entry& e, const stored_key& key);
+
 }  // namespace launchfit::detail

@@ -150,21 +150,22 @@ std::vector<lease_poll> redis_poll_leases(const remote_url& url,
 
 // ---- the remote layer's leases ----------------------------------------------------------------------------
 
-// A store dead for the process takes no leases: every process then decides alone, as without a store.
+// A store dead for the process, or closed (close_remote_store(), set_remote_store()), takes no leases and
+// answers no polls: every process then decides alone, as without a store.
 lease_answer redis_store::take_lease(const std::string& lease_key, const std::string& owner,
                                      std::uint64_t ttl_ms) {
-  if (stats().dead) return failed(layer_failure::refused);
+  if (stats().dead || !statistics().enabled) return failed(layer_failure::refused);
   return redis_take_lease(url(), lease_key, owner, ttl_ms);
 }
 
 lease_answer redis_store::release_lease(const std::string& lease_key, const std::string& owner) {
-  if (stats().dead) return failed(layer_failure::refused);
+  if (stats().dead || !statistics().enabled) return failed(layer_failure::refused);
   return redis_release_lease(url(), lease_key, owner);
 }
 
 std::vector<lease_poll> redis_store::poll_leases(
     const std::vector<std::pair<std::string, stored_key>>& items) {
-  if (stats().dead)
+  if (stats().dead || !statistics().enabled)
     return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, layer_failure::refused});
   return redis_poll_leases(url(), items);
 }
