@@ -143,6 +143,7 @@ class file_store final : public plan_store_layer, public background::task {
                           for (auto& [k, e] : f.in_flight) f.pending.emplace(k, std::move(e));
                           f.in_flight.clear();
                           f.flushing = 0;
+                          f.flush_deadline = {};
                           f.memory.unlock();
                           f.config.unlock();
                         }});

@@ -170,10 +170,11 @@ bool flush_locked(file_store& f, std::unique_lock<std::mutex>& lk, milliseconds 
   f.flush_deadline = std::max(f.flush_deadline, deadline);
   while (!settled() && steady::now() < deadline) {
     lk.unlock();
-    // `max_wait` bounds the attempts (a lock another process holds); a write under way is waited for to its
-    // end, which the file's size bound keeps short (a 16 MiB file of 10,000 plans: about 1 s).
-    const bool ran =
-        !background::on_background_thread() && background::run_here(f, steady::now() + write_wait_cap);
+    // `max_wait` bounds the attempts (a lock another process holds) and the wait for a write under way (the
+    // file's size bound keeps one short, a 16 MiB file of 10,000 plans about 1 s, but a filesystem that hangs
+    // in fsync does not: the exit waited 30 s for one).
+    const bool ran = !background::on_background_thread() &&
+                     background::run_here(f, std::min(deadline, steady::now() + write_wait_cap));
     lk.lock();
     if (!ran || (f.pending.empty() && f.in_flight.empty() && !settled())) {
       // From a task's own run, or the writer stayed busy on another thread: wait for it.
@@ -184,7 +185,9 @@ bool flush_locked(file_store& f, std::unique_lock<std::mutex>& lk, milliseconds 
     // pass (a full disk) is not tried again in a loop until the deadline: the writer tries later.
     if (!f.retry_why.empty()) break;
   }
-  --f.flushing;
+  // The last flush waiting: the next attempt is sized by lock_wait again, not by this flush's deadline (a
+  // flush of 10 s left every later short one attempting for up to lock_wait).
+  if (--f.flushing == 0) f.flush_deadline = {};
   return f.epoch == epoch && f.writable && f.written >= target;
 }
 

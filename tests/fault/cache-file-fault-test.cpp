@@ -210,6 +210,33 @@ TEST_F(CacheFileFault, ALockHeldByAPeerNeverBlocksStoresOrLookups) {
       }));
 }
 
+// A long flush that returned at once does not lengthen later short ones: each attempt at the lock ends by the
+// deadline of the flushes waiting now. (The latest deadline ever asked was kept: after a flush_cache_file(10000),
+// every flush_cache_file(100) with the lock held took the writer's whole 1 s attempt.)
+TEST_F(CacheFileFault, AShortFlushAfterALongOneEndsByItsOwnDeadline) {
+  LAUNCHFIT_EXPECT_BOUNDED(
+      9000, ([&] {
+        captured_log log;
+        lf::set_cache_file(file_.string());
+        lf::store_plan(key(1), sample_plan(64));
+        CHECK_IN_CHILD(lf::flush_cache_file(10000), log.text.str());  // the lock is free: at once
+        const pid_t peer = hold_lock_in_peer(fs::path(file_.string() + ".lock"), milliseconds(3000));
+        CHECK_IN_CHILD(peer > 0, log.text.str());
+        lf::store_plan(key(2), sample_plan(128));
+        const auto t = clock_type::now();
+        const bool flushed = lf::flush_cache_file(100);
+        const double waited = ms_since(t);
+        std::fprintf(stderr, "flush(100) after flush(10000), lock held: %s after %.0f ms\n",
+                     flushed ? "true" : "false", waited);
+        CHECK_IN_CHILD(!flushed && waited < 700, log.text.str());
+        int status = 0;
+        ::waitpid(peer, &status, 0);
+        CHECK_IN_CHILD(lf::flush_cache_file(), log.text.str());
+        CHECK_IN_CHILD(entries_in(file_) == 2, log.text.str());
+        return 0;
+      }));
+}
+
 // The wait for the lock is bounded: flush gives up after its deadline with one warning naming the lock
 // and says so; nothing is lost, a later flush writes it.
 TEST_F(CacheFileFault, FlushGivesUpAfterItsDeadlineAndALaterOneWrites) {

@@ -8,12 +8,16 @@
 // It stores `flushed_plans` plans and flushes them (those must survive every way of ending), then
 // `pending` more that it does not flush, and ends by `how`: return, exit, throw, quick_exit, _exit. With
 // fork 1 a parent process opens the stores, stores and flushes one plan (its background thread runs),
-// forks, and the child does the above; the parent exits with the child's status.
+// forks, and the child does the above; the parent exits with the child's status. With
+// LAUNCHFIT_TEST_SLOW_FSYNC_MS set, every fsync() after the flush takes that long (a filesystem that hangs),
+// and the background thread is given 500 ms to start writing the pending plans before the program ends.
 
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +30,19 @@
 #include "launchfit/cache.hpp"
 
 namespace lf = launchfit;
+
+namespace {
+std::atomic<bool> fsync_slow{false};
+}  // namespace
+
+// The plan file's writer calls this fsync (the program's own definition comes before libc's).
+extern "C" int fsync(int fd) {
+  if (fsync_slow.load()) {
+    if (const char* ms = std::getenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  }
+  return static_cast<int>(::syscall(SYS_fsync, fd));
+}
 
 namespace {
 
@@ -111,7 +128,10 @@ int main(int argc, char** argv) {
 
   store(tag, 0, flushed_plans);
   if (!flush_all(use_file, use_redis)) return 4;  // every plan so far is written
+  fsync_slow = true;
   store(tag, flushed_plans, pending);
+  // With a hung fsync, the background thread is let start writing the pending plans (and hang in it) first.
+  if (std::getenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS")) std::this_thread::sleep_for(std::chrono::milliseconds(500));
 
   if (how == "return") return 0;
   if (how == "exit") std::exit(0);
