@@ -53,6 +53,12 @@ bool async_sink::start() {
 }
 
 bool async_sink::submit(log_record& r) {
+  // No background thread in this process, and none can be started (a process at its thread limit): the
+  // caller writes the line, never queued where nothing would ever write it. (Before background.cpp's lock.)
+  if (!background::exiting() && !background::has_thread()) {
+    background::wake(*this, background::never, false);  // starts one where it can
+    if (!background::has_thread()) return false;
+  }
   bool now = false;
   {
     std::lock_guard<std::mutex> lock(*mutex_);

@@ -250,6 +250,12 @@ bool run_here(task& t, clock::time_point deadline) noexcept {
 
 bool on_background_thread() noexcept { return on_thread; }
 
+bool has_thread() noexcept {
+  queue_state& s = q();
+  std::lock_guard<std::mutex> lk(*s.m);
+  return s.thread_pid == lifecycle::process_id() && !s.stopped;
+}
+
 bool exiting() noexcept { return q().exiting.load(std::memory_order_acquire); }
 
 void shutdown() noexcept {

@@ -73,6 +73,10 @@ bool run_here(task& t, clock::time_point deadline) noexcept;
 
 // Whether the calling thread is the background thread (a task's run() must not wait for itself).
 bool on_background_thread() noexcept;
+
+// Whether this process has its background thread (started, and not stopped): false before the first wake(), in a
+// child of fork() before its first, and where no thread could be started (a process at its thread limit).
+bool has_thread() noexcept;
 // Whether shutdown() has begun: tasks then work synchronously.
 bool exiting() noexcept;
 

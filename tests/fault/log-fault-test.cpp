@@ -3,12 +3,15 @@
 // destructor, loggers swapped and levels changed while other threads log, fork. Each test runs in a
 // bounded child process: a hang is a failure.
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -26,6 +29,19 @@
 
 namespace lf = launchfit;
 using namespace std::chrono_literals;
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define LAUNCHFIT_TEST_FAILS_THREADS 1
+// Thread creation made to fail (a process at its thread limit), where a test asks: this program's own
+// pthread_create comes before libc's. Not under the sanitizers, whose runtimes intercept it themselves.
+std::atomic<bool> fail_thread_creation{false};
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
+  if (fail_thread_creation.load()) return EAGAIN;
+  using create_fn = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static const create_fn real = reinterpret_cast<create_fn>(::dlsym(RTLD_NEXT, "pthread_create"));
+  return real(thread, attr, start, arg);
+}
+#endif
 
 namespace {
 
@@ -336,4 +352,28 @@ TEST(LogFault, AForkedChildOfAnAsyncLoggerLogsAndExits) {
   EXPECT_EQ(count(text, "child line"), 0);
   EXPECT_EQ(count(text, "msg=\"parent line\"\n"), 1000);
   std::remove(path.c_str());
+}
+
+// A process that cannot start launchfit's background thread (at its thread limit) still gets every line of
+// asynchronous logging: the caller writes it. (Lines were queued for a thread that never ran, a flush waited 1 s
+// for nothing and the exit dropped them.)
+TEST(LogFault, WithoutABackgroundThreadAsyncLinesAreWrittenByTheCaller) {
+#if defined(LAUNCHFIT_TEST_FAILS_THREADS)
+  const std::string path = scratch_file("no-thread");
+  LAUNCHFIT_EXPECT_BOUNDED(5000, [&] {
+    fail_thread_creation = true;  // this child of fork() has no background thread yet, and gets none
+    log_to_file(path);
+    lf::set_log_async(true);
+    lf::detail::log_event(spdlog::level::warn, "test", "line without a thread");
+    lf::detail::log_event(spdlog::level::info, "test", "line without a thread");
+    lf::logger()->flush();
+    const int written = count(read_all(path), "line without a thread");
+    fail_thread_creation = false;
+    return written == 2 ? 0 : 1;
+  });
+  EXPECT_EQ(count(read_all(path), "line without a thread"), 2);
+  std::remove(path.c_str());
+#else
+  GTEST_SKIP() << "the sanitizers' runtimes intercept pthread_create themselves";
+#endif
 }
