@@ -16,9 +16,11 @@
 
 #include "background.hpp"
 #include "lifecycle.hpp"
+#include "log_internal.hpp"
 #include "plan_inputs.hpp"
 #include "store/chain.hpp"
 #include "store/lease.hpp"
+#include "store/layer_failure.hpp"
 
 namespace launchfit::detail {
 namespace {
@@ -27,6 +29,7 @@ namespace {
 const plan_input tuned_elsewhere_input = register_plan_input("plan tuned elsewhere or its lease ended");
 
 std::atomic<std::uint64_t> lease_ms_override{0};
+std::atomic<std::uint64_t> lease_failures{0};  // take() answers of a failed store
 
 // ---- the watcher ------------------------------------------------------------------------------------------
 
@@ -35,6 +38,7 @@ struct watched_key {
   plan_store_layer* layer = nullptr;  // valid for the process's life (remote_store.hpp)
   std::string holder;
   int failures = 0;  // polls in a row that failed
+  background::clock::time_point deadline{};  // held past it: a broken lease (no time to live), decided here
 };
 
 // Polls of a key in a row that may fail (a store slow or restarting now and then) before this process stops
@@ -76,7 +80,10 @@ class lease_watcher final : public background::task {
     {
       std::lock_guard<std::mutex> lock(m);
       if (watched.count(lease_key) == 0 && watched.size() >= max_watched_keys) return false;
-      watched[lease_key] = watched_key{key, layer, holder};
+      // A lease lives lease_ms at most: one held much longer has no time to live (a peer's SET without PX) or
+      // is taken again and again, and waiting for it would keep this key untuned for the process's life.
+      const auto bound = std::chrono::milliseconds(lease_ms() * 3 / 2 + 500);
+      watched[lease_key] = watched_key{key, layer, holder, 0, background::clock::now() + bound};
       adopted.erase(lease_key);
     }
     background::add(*this, background::exit_order::remote_store);
@@ -88,15 +95,14 @@ class lease_watcher final : public background::task {
   // lookups find it, the file keeps it. No lock held on entry.
   // `p`: the plan `e` serves for the key (published_plan_for()).
   void adopt(const std::string& lease_key, stored_entry e, plan p, plan_store_layer* layer) {
-    {
-      std::lock_guard<std::mutex> lock(m);
-      if (adopted.size() < max_watched_keys || adopted.count(lease_key)) adopted[lease_key] = std::move(p);
-      ++adopted_count;
-    }
     // The file keeps an adopted plan, as it keeps what a lookup of the remote store served (chain.cpp), so
-    // that this node needs no trial when the store is down or restarted empty. Queued, never waited for.
+    // that this node needs no trial when the store is down or restarted empty. Queued, never waited for; queued
+    // before lookups find the plan, so that a flush after a lookup found it writes it.
     if (e.origin.empty()) e.origin = layer->name();
     file_layer().put(e);
+    std::lock_guard<std::mutex> lock(m);
+    if (adopted.size() < max_watched_keys || adopted.count(lease_key)) adopted[lease_key] = std::move(p);
+    ++adopted_count;
   }
 
   std::mutex m;
@@ -142,8 +148,11 @@ class lease_watcher final : public background::task {
           std::optional<plan> serves = p.published ? published_plan_for(*p.published, w->second.key) : std::nullopt;
           if (serves) {
             backfill.push_back({items[i].first, *p.published, std::move(*serves)});
-          } else if (p.held) {
+          } else if (p.held && background::clock::now() < w->second.deadline) {
             continue;  // still tuned elsewhere
+          } else if (p.held) {
+            if (alone.size() < max_watched_keys) alone.insert(items[i].first);  // held past any lease's life
+            ++expired;
           } else {
             ++expired;  // the tuner died or kept its plan local: the next miss decides
           }
@@ -226,7 +235,17 @@ tuning_lease tuning_lease::take(const stored_key& key) {
       t.turn_ = turn::wait;
       t.holder_ = a.holder.empty() ? std::string("another process") : a.holder;
       t.remaining_ms_ = a.remaining_ms;
-    }  // failed: alone (fail open)
+    } else {
+      // Failed (a refused AUTH, a value above the bounds, a store closing on us): alone, as without a store,
+      // and said once per process.
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        log_event(spdlog::level::warn, "tuning_lease_failed",
+                  "the remote plan store gave no tuning lease: this process tunes without one, as others may",
+                  {{"failure", failure_name(a.failure)}});
+      }
+      lease_failures.fetch_add(1, std::memory_order_relaxed);
+    }
     break;
   }
   return t;
@@ -289,7 +308,7 @@ std::optional<plan> adopted_plan(const stored_key& key) {
 lease_watch_stats lease_watch_statistics() {
   lease_watcher& w = watcher();
   std::lock_guard<std::mutex> lock(w.m);
-  return {w.polls, w.adopted_count, w.expired, w.watched.size()};
+  return {w.polls, w.adopted_count, w.expired, w.watched.size(), lease_failures.load(std::memory_order_relaxed)};
 }
 
 }  // namespace launchfit::detail

@@ -83,6 +83,7 @@ struct lease_watch_stats {
   std::uint64_t adopted = 0;  // plans adopted
   std::uint64_t expired = 0;  // leases gone with no plan published
   std::size_t watched = 0;    // keys watched now
+  std::uint64_t failed = 0;   // leases the store could not give (this process tuned without one)
 };
 lease_watch_stats lease_watch_statistics();
 

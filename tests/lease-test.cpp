@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "captured_log.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/kernel.hpp"
 #include "plan_inputs.hpp"
@@ -412,4 +413,54 @@ TEST_F(TuningLease, AClosedStoreEndsItsWatchesAndTakesNoLease) {
   EXPECT_EQ(ld::lease_watch_statistics().expired, before.expired + 1);
   EXPECT_EQ(ld::tuning_lease::take(k).what(), ld::tuning_lease::turn::alone);
   raw.command({"DEL", ld::lease_key(k)});
+}
+
+// A lease that never ends (a peer's SET without PX, a key restored without its time to live) holds a waiting
+// process no longer than a lease could live: then the key is decided here. (It was watched, and polled over a
+// new connection 20 times a second, for the process's life, and the key never tuned anywhere.)
+TEST_F(TuningLease, ALeaseWithoutATimeToLiveIsWaitedForNoLongerThanALease) {
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("no-ttl");
+  fresh(raw, k);
+  struct restore {
+    ~restore() { ld::set_lease_ms_for_tests(0); }
+  } restored;
+  ld::set_lease_ms_for_tests(400);
+  ASSERT_EQ(raw.command({"SET", ld::lease_key(k), "tuner-host:4247:0000000000000022"}).text, "OK");  // no PX
+  ld::tuning_lease waiting = ld::tuning_lease::take(k);
+  ASSERT_EQ(waiting.what(), ld::tuning_lease::turn::wait);
+  const ld::lease_watch_stats before = ld::lease_watch_statistics();
+  waiting.watch();
+  ASSERT_TRUE(eventually([&] { return ld::lease_watch_statistics().expired > before.expired; }))
+      << "the watch of a lease without a time to live never ended";
+  EXPECT_EQ(ld::tuning_lease::take(k).what(), ld::tuning_lease::turn::alone);
+  raw.command({"DEL", ld::lease_key(k)});
+}
+
+// A store that cannot give a lease (here its password changed: the lookups' connection still works, a lease's
+// new one is refused) is said once and counted: this process tunes without one. (It was silent.)
+TEST_F(TuningLease, ALeaseTheStoreCannotGiveIsSaidOnceAndCounted) {
+  raw_redis raw(url->host, url->port, url->db);
+  const lf::stored_key k = key("refused");
+  fresh(raw, k);
+  const std::string user = "launchfit-lease-auth-" + std::to_string(::getpid());
+  if (raw.command({"ACL", "SETUSER", user, "on", ">first", "~*", "+@all"}).text != "OK")
+    GTEST_SKIP() << "this Redis has no ACL users";
+  struct drop_user {
+    raw_redis& raw;
+    std::string user;
+    ~drop_user() { raw.command({"ACL", "DELUSER", user}); }
+  } dropped{raw, user};
+  lf::set_remote_store("redis://" + user + ":first@" + url->host + ":" + std::to_string(url->port) + "/" +
+                       std::to_string(url->db));
+  ASSERT_EQ(raw.command({"ACL", "SETUSER", user, "resetpass", ">second"}).text, "OK");
+  launchfit_test::captured_log log(spdlog::level::info);
+  const std::uint64_t failed = ld::lease_watch_statistics().failed;
+  EXPECT_EQ(ld::tuning_lease::take(k).what(), ld::tuning_lease::turn::alone);
+  EXPECT_EQ(ld::tuning_lease::take(k).what(), ld::tuning_lease::turn::alone);
+  EXPECT_EQ(ld::lease_watch_statistics().failed, failed + 2);
+  const std::string t = log.text();
+  const std::string said = "the remote plan store gave no tuning lease";
+  ASSERT_NE(t.find(said), std::string::npos) << t;
+  EXPECT_EQ(t.find(said, t.find(said) + 1), std::string::npos) << "said more than once: " << t;
 }
