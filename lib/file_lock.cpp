@@ -235,8 +235,9 @@ lock_result take_lock(const std::string& path, fd_closer& lock, std::string& why
       return lock_result::failed;
     }
     if (steady::now() >= deadline) {
-      why = "its lock " + shown(lock_path) + " is held by another process (waited " +
-            std::to_string(wait.count()) + " ms); the write is retried later and plans stay in memory";
+      why = "its lock " + shown(lock_path) + " is held by another process" +
+            (wait.count() > 0 ? " (waited " + std::to_string(wait.count()) + " ms)" : std::string()) +
+            "; the write is retried later and plans stay in memory";
       return lock_result::busy;
     }
     std::this_thread::sleep_for(pause);

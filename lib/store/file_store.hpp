@@ -51,6 +51,9 @@ constexpr milliseconds error_retry_after{5000};  // after an error that may pass
 constexpr milliseconds close_wait{2000};        // set_cache_file / close_cache_file flush this long at most
 constexpr milliseconds exit_wait{2000};         // the drain at exit: attempts at a busy lock
 constexpr milliseconds write_wait_cap{30000};   // a write under way (a stuck file system, not a slow write)
+// The exit's wait for a write under way on the background thread: a large file under a sanitizer or a slow
+// disk takes seconds and every pending plan is owed to it; a file system hung in fsync never ends.
+constexpr milliseconds exit_write_wait{10000};
 constexpr std::chrono::seconds temp_sweep_every{60};
 // How stale the table may be: the background thread reads the file's identity this often, and a lookup
 // at most this often (then the refresh follows at once).

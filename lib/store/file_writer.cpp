@@ -86,8 +86,12 @@ background::clock::time_point file_store::run() noexcept {
   }
   const std::uint64_t seq = f.stored;
   const unsigned epoch = f.epoch;
-  milliseconds attempt = lock_wait;
-  if (f.flushing > 0) {  // a waiting flush (or the exit) gives up at its deadline: so does this attempt
+  // On the background thread, one look at the lock: the thread serves the log and the remote stores too, and a
+  // peer holding the lock for good made it sleep 1 s of every 2 (log lines and Redis writes a second late). A
+  // busy lock is looked at again lock_retry_after later. A flush on its own thread (or the exit) waits for it,
+  // until the flush's deadline.
+  milliseconds attempt = background::on_background_thread() ? milliseconds(0) : lock_wait;
+  if (f.flushing > 0 && attempt > milliseconds(0)) {  // a waiting flush gives up at its deadline: so does this
     const auto left = std::chrono::duration_cast<milliseconds>(f.flush_deadline - steady::now());
     attempt = std::clamp(left, milliseconds(10), lock_wait);
   }
@@ -170,11 +174,12 @@ bool flush_locked(file_store& f, std::unique_lock<std::mutex>& lk, milliseconds 
   f.flush_deadline = std::max(f.flush_deadline, deadline);
   while (!settled() && steady::now() < deadline) {
     lk.unlock();
-    // `max_wait` bounds the attempts (a lock another process holds) and the wait for a write under way (the
-    // file's size bound keeps one short, a 16 MiB file of 10,000 plans about 1 s, but a filesystem that hangs
-    // in fsync does not: the exit waited 30 s for one).
-    const bool ran = !background::on_background_thread() &&
-                     background::run_here(f, std::min(deadline, steady::now() + write_wait_cap));
+    // `max_wait` bounds the attempts (a lock another process holds) and a flush's wait for a write under way;
+    // the exit waits for one up to exit_write_wait (the file's size bound keeps a write short, a 16 MiB file
+    // of 10,000 plans about 1 s, several under a sanitizer, but a file system hung in fsync never ends one:
+    // the exit waited 30 s for it).
+    const auto run_ends = f.exiting ? steady::now() + exit_write_wait : std::min(deadline, steady::now() + write_wait_cap);
+    const bool ran = !background::on_background_thread() && background::run_here(f, run_ends);
     lk.lock();
     if (!ran || (f.pending.empty() && f.in_flight.empty() && !settled())) {
       // From a task's own run, or the writer stayed busy on another thread: wait for it.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/logger.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/sink.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -33,6 +34,7 @@
 #include "fault/bounded.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/log.hpp"
+#include "log_internal.hpp"
 
 namespace lf = launchfit;
 namespace fs = std::filesystem;
@@ -207,6 +209,56 @@ TEST_F(CacheFileFault, ALockHeldByAPeerNeverBlocksStoresOrLookups) {
         std::fprintf(stderr, "flush after the peer let go: %.0f ms\n", ms_since(t));
         CHECK_IN_CHILD(entries_in(file_) == 21, log.text.str());
         return 0;
+      }));
+}
+
+// A sink that keeps, for each "probe <t>" line, how long after <t> (steady clock, µs) it was written.
+class latency_sink final : public spdlog::sinks::sink {
+ public:
+  std::atomic<long long> worst_us{0};
+  std::atomic<int> lines{0};
+  void log(const spdlog::details::log_msg& m) override {
+    const std::string text(m.payload.data(), m.payload.size());
+    const std::size_t at = text.find("probe ");
+    if (at == std::string::npos) return;
+    const long long sent = std::atoll(text.c_str() + at + 6);
+    const long long now = std::chrono::duration_cast<std::chrono::microseconds>(
+                              clock_type::now().time_since_epoch()).count();
+    worst_us = std::max(worst_us.load(), now - sent);
+    ++lines;
+  }
+  void flush() override {}
+  void set_pattern(const std::string&) override {}
+  void set_formatter(std::unique_ptr<spdlog::formatter>) override {}
+};
+
+// A peer holding the plan file's lock does not hold up launchfit's background thread, which writes the log and
+// the remote stores too: the writer looks at the lock once a run and comes back later. (It waited 1 s for the
+// lock on that thread, then 1 s before the next try: asynchronous log lines were written up to a second late.)
+TEST_F(CacheFileFault, ALockHeldByAPeerDoesNotHoldUpTheBackgroundThread) {
+  LAUNCHFIT_EXPECT_BOUNDED(
+      9000, ([&] {
+        auto sink = std::make_shared<latency_sink>();
+        lf::detail::reset_logging_for_tests(sink);
+        lf::set_log_async(true);
+        lf::set_cache_file(file_.string());
+        const pid_t peer = hold_lock_in_peer(fs::path(file_.string() + ".lock"), milliseconds(4000));
+        if (peer <= 0) return 2;
+        lf::store_plan(key(1), sample_plan(64));  // pending: the writer tries the lock on the background thread
+        for (int i = 0; i < 50; ++i) {
+          const long long now = std::chrono::duration_cast<std::chrono::microseconds>(
+                                    clock_type::now().time_since_epoch()).count();
+          lf::detail::log_event(spdlog::level::warn, "test", "probe " + std::to_string(now));
+          std::this_thread::sleep_for(milliseconds(50));
+        }
+        lf::logger()->flush();
+        std::fprintf(stderr, "%d lines, the latest written %.0f ms after it was logged\n", sink->lines.load(),
+                     sink->worst_us.load() / 1000.0);
+        if (sink->lines.load() != 50) return 3;
+        if (sink->worst_us.load() >= 600000) return 4;
+        int status = 0;
+        ::waitpid(peer, &status, 0);
+        return lf::flush_cache_file() && entries_in(file_) == 1 ? 0 : 5;
       }));
 }
 

@@ -336,9 +336,9 @@ TEST(Exit, EveryWayOfEndingLeavesEveryFlushedPlanAndNothingTornOrForged) {
   std::printf("[ NOTE     ] %zu Redis values, all valid: %s\n", values, bad ? "no" : "yes");
 }
 
-// A plan file on a filesystem that hangs in fsync (the background writer inside one for 20 s as main returns):
-// the exit waits for the file its own bound (2 s), not for the write under way to end (it waited up to 30 s for
-// one), and every plan flushed before is in the file.
+// A plan file on a filesystem that hangs in fsync (the background writer inside one for 60 s as main returns):
+// the exit waits for the write under way 10 s at most (it waited up to 30 s), and every plan flushed before is
+// in the file.
 TEST(Exit, AHungFsyncDoesNotHoldTheExitPastItsBound) {
   const std::string child = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/exit-child";
   ASSERT_TRUE(fs::exists(child)) << child;
@@ -350,7 +350,7 @@ TEST(Exit, AHungFsyncDoesNotHoldTheExitPastItsBound) {
   r.file = true;
   r.tag = std::to_string(::getpid()) + "fsync";
   r.path = dir / "plans.json";
-  setenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS", "20000", 1);
+  setenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS", "60000", 1);
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = spawn(child, r, std::nullopt);
   unsetenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS");
@@ -358,9 +358,9 @@ TEST(Exit, AHungFsyncDoesNotHoldTheExitPastItsBound) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("[ NOTE     ] exit with the writer in a 20 s fsync: %.1f s\n", seconds);
+  std::printf("[ NOTE     ] exit with the writer in a 60 s fsync: %.1f s\n", seconds);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  EXPECT_LT(seconds, 12.0) << "the exit waited for the hung write";
+  EXPECT_LT(seconds, 25.0) << "the exit waited for the hung write";
   const auto c = lf::detail::parse_cache_file(slurp(r.path));
   ASSERT_EQ(c.status, lf::detail::cache_file_status::ok) << c.problem;
   EXPECT_EQ(plan_numbers(c.entries, r.tag).size(), static_cast<std::size_t>(flushed_plans));
