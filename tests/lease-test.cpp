@@ -91,6 +91,31 @@ class TuningLease : public testing::Test {
   std::optional<ld::remote_url> url;
 };
 
+// A Redis ACL user of this test's own (dropped with it), and launchfit's remote store connected as that user.
+class acl_user {
+ public:
+  acl_user(raw_redis& raw, const std::string& name, std::vector<std::string> rules) : raw_(raw), name_(name) {
+    std::vector<std::string> cmd{"ACL", "SETUSER", name_, "on", ">first", "~*", "+@all"};
+    cmd.insert(cmd.end(), rules.begin(), rules.end());
+    made_ = raw_.command(cmd).text == "OK";
+  }
+  ~acl_user() {
+    if (made_) raw_.command({"ACL", "DELUSER", name_});
+  }
+  acl_user(const acl_user&) = delete;
+  acl_user& operator=(const acl_user&) = delete;
+  bool made() const { return made_; }
+  void connect_store(const ld::remote_url& url) const {
+    lf::set_remote_store("redis://" + name_ + ":first@" + url.host + ":" + std::to_string(url.port) + "/" +
+                         std::to_string(url.db));
+  }
+
+ private:
+  raw_redis& raw_;
+  std::string name_;
+  bool made_ = false;
+};
+
 }  // namespace
 
 TEST(LeaseKey, NamesThePlanKeyAndNeverMatchesAPlanScan) {
@@ -370,16 +395,9 @@ TEST_F(TuningLease, PollsThatKeepFailingEndInDecidingAloneNotALoop) {
   raw_redis raw(url->host, url->port, url->db);
   const lf::stored_key k = key("failing");
   fresh(raw, k);
-  const std::string user = "launchfit-no-exists-" + std::to_string(::getpid());
-  if (raw.command({"ACL", "SETUSER", user, "on", ">secret", "~*", "+@all", "-exists"}).text != "OK")
-    GTEST_SKIP() << "this Redis has no ACL users";
-  struct drop_user {
-    raw_redis& raw;
-    std::string user;
-    ~drop_user() { raw.command({"ACL", "DELUSER", user}); }
-  } dropped{raw, user};
-  lf::set_remote_store("redis://" + user + ":secret@" + url->host + ":" + std::to_string(url->port) + "/" +
-                       std::to_string(url->db));
+  const acl_user user(raw, "launchfit-no-exists-" + std::to_string(::getpid()), {"-exists"});
+  if (!user.made()) GTEST_SKIP() << "this Redis has no ACL users";
+  user.connect_store(*url);
   const std::string lease = ld::lease_key(k);
   ASSERT_EQ(raw.command({"SET", lease, "tuner-host:4245:00000000000000ff", "PX", "60000"}).text, "OK");
   ld::tuning_lease waiting = ld::tuning_lease::take(k);
@@ -443,17 +461,11 @@ TEST_F(TuningLease, ALeaseTheStoreCannotGiveIsSaidOnceAndCounted) {
   raw_redis raw(url->host, url->port, url->db);
   const lf::stored_key k = key("refused");
   fresh(raw, k);
-  const std::string user = "launchfit-lease-auth-" + std::to_string(::getpid());
-  if (raw.command({"ACL", "SETUSER", user, "on", ">first", "~*", "+@all"}).text != "OK")
-    GTEST_SKIP() << "this Redis has no ACL users";
-  struct drop_user {
-    raw_redis& raw;
-    std::string user;
-    ~drop_user() { raw.command({"ACL", "DELUSER", user}); }
-  } dropped{raw, user};
-  lf::set_remote_store("redis://" + user + ":first@" + url->host + ":" + std::to_string(url->port) + "/" +
-                       std::to_string(url->db));
-  ASSERT_EQ(raw.command({"ACL", "SETUSER", user, "resetpass", ">second"}).text, "OK");
+  const std::string name = "launchfit-lease-auth-" + std::to_string(::getpid());
+  const acl_user user(raw, name, {});
+  if (!user.made()) GTEST_SKIP() << "this Redis has no ACL users";
+  user.connect_store(*url);
+  ASSERT_EQ(raw.command({"ACL", "SETUSER", name, "resetpass", ">second"}).text, "OK");
   launchfit_test::captured_log log(spdlog::level::info);
   const std::uint64_t failed = ld::lease_watch_statistics().failed;
   EXPECT_EQ(ld::tuning_lease::take(k).what(), ld::tuning_lease::turn::alone);
