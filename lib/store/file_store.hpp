@@ -111,6 +111,10 @@ class file_store final : public plan_store_layer, public background::task {
   std::string retry_why;  // an error that may pass, said once, while it lasts (until a write succeeds)
   std::string failure;  // why this file is not written (empty while it is)
   bool exiting = false;
+  // The exit's drain gave up on a busy lock: a plan stored later (a user's static destructor) gets one look at
+  // the lock, never the exit's wait again per store, and the first one not written says so.
+  bool exit_gave_up = false;
+  bool late_warned = false;
   layer_stats counts;
 
   // The writer's own (only run() touches them; runs never overlap). A pointer: a child of fork() replaces

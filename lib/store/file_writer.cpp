@@ -90,7 +90,7 @@ background::clock::time_point file_store::run() noexcept {
   // peer holding the lock for good made it sleep 1 s of every 2 (log lines and Redis writes a second late). A
   // busy lock is looked at again lock_retry_after later. A flush on its own thread (or the exit) waits for it,
   // until the flush's deadline.
-  milliseconds attempt = background::on_background_thread() ? milliseconds(0) : lock_wait;
+  milliseconds attempt = background::on_background_thread() || f.exit_gave_up ? milliseconds(0) : lock_wait;
   if (f.flushing > 0 && attempt > milliseconds(0)) {  // a waiting flush gives up at its deadline: so does this
     const auto left = std::chrono::duration_cast<milliseconds>(f.flush_deadline - steady::now());
     attempt = std::clamp(left, milliseconds(10), lock_wait);
@@ -125,6 +125,10 @@ background::clock::time_point file_store::run() noexcept {
         f.not_before = steady::now() + lock_retry_after;
         if (!f.lock_warned) warning = out.why;
         f.lock_warned = true;
+        if (f.exit_gave_up && !f.late_warned) {
+          f.late_warned = true;
+          warning = "plan(s) stored after the exit's drain not written: " + out.why;
+        }
         break;
       case write_status::retry:
         // A full disk, a descriptor limit, no memory: the plans stay pending and the write is tried again.
@@ -146,7 +150,7 @@ background::clock::time_point file_store::run() noexcept {
     }
     f.in_flight.clear();
   }
-  const bool say = !warning.empty() && !f.exiting;
+  const bool say = !warning.empty() && (!f.exiting || f.exit_gave_up);
   if (say || relied_on) {  // before a waiting flush returns: its caller may look
     const std::string path = f.path;
     lk.unlock();
@@ -205,6 +209,7 @@ void file_store::drain_at_exit() noexcept {
     const std::size_t left = f.pending.size() + f.in_flight.size();
     const std::string why = f.retry_why.empty() ? std::string("the file stayed locked by another process")
                                                 : "it could not be written (" + f.retry_why + ")";
+    f.exit_gave_up = true;
     lk.unlock();
     warn(path, std::to_string(left) + " plan(s) not written at exit: " + why);
   }

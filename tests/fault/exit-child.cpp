@@ -10,7 +10,10 @@
 // fork 1 a parent process opens the stores, stores and flushes one plan (its background thread runs),
 // forks, and the child does the above; the parent exits with the child's status. With
 // LAUNCHFIT_TEST_SLOW_FSYNC_MS set, every fsync() after the flush takes that long (a filesystem that hangs),
-// and the background thread is given 500 ms to start writing the pending plans before the program ends.
+// and the background thread is given 500 ms to start writing the pending plans before the program ends. With
+// LAUNCHFIT_TEST_LATE_STORES=N, after the flush it makes <file>.flushed and waits for <file>.locked (a peer then
+// holds the file's lock), and a static object stores N more plans from its destructor, after launchfit's exit
+// drain.
 
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -33,6 +36,16 @@ namespace lf = launchfit;
 
 namespace {
 std::atomic<bool> fsync_slow{false};
+std::string late_tag;  // set by main: the destructor below stores plans of this tag
+
+void store(const std::string& tag, int from, int count);
+
+// Made before main, so destroyed after launchfit's exit drain (registered at its first use).
+struct stores_when_destroyed {
+  ~stores_when_destroyed() {
+    if (const char* n = std::getenv("LAUNCHFIT_TEST_LATE_STORES")) store(late_tag, 2000000, std::atoi(n));
+  }
+} late_stores;
 }  // namespace
 
 // The plan file's writer calls this fsync (the program's own definition comes before libc's).
@@ -129,6 +142,13 @@ int main(int argc, char** argv) {
   store(tag, 0, flushed_plans);
   if (!flush_all(use_file, use_redis)) return 4;  // every plan so far is written
   fsync_slow = true;
+  if (std::getenv("LAUNCHFIT_TEST_LATE_STORES")) {
+    late_tag = tag;
+    std::FILE* made = std::fopen((file + ".flushed").c_str(), "w");
+    if (made) std::fclose(made);
+    for (int i = 0; i < 2000 && access((file + ".locked").c_str(), F_OK) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   store(tag, flushed_plans, pending);
   // With a hung fsync, the background thread is let start writing the pending plans (and hang in it) first.
   if (std::getenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS")) std::this_thread::sleep_for(std::chrono::milliseconds(500));
