@@ -372,10 +372,11 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
     auto& ref = s.slots[key];
     if (!ref) {
       try {
+        std::uint32_t& in_family = s.family_slots[family_of(key)];  // counted once the slot is there
         ref = std::make_shared<slot>();
-        ++s.family_slots[family_of(key)];
+        ++in_family;
       } catch (...) {
-        if (!ref) s.slots.erase(key);
+        s.slots.erase(key);  // no slot made: none counted
         throw;
       }
     }

@@ -39,8 +39,10 @@ std::atomic<bool> innermost_set{false};
 fork_hooks innermost{};  // prepared after every other module, repaired before them
 bool atfork_registered = false;
 std::atomic<pid_t> cached_pid{0};  // 0: not cached yet (or the fork handler could not be registered)
-int forking_count = 0;             // the hooks a fork in progress prepared: its parent and child hooks run these
-bool forking_innermost = false;
+// The hooks a fork in progress prepared, which its parent and child hooks run: per thread, as two threads may
+// fork at once (glibc runs their prepare handlers concurrently) while a third registers.
+thread_local int forking_count = 0;
+thread_local bool forking_innermost = false;
 
 void prepare_all() {
   forking_count = registered.load(std::memory_order_acquire);
@@ -58,11 +60,12 @@ void parent_all() {
 
 void child_all() {
   cached_pid.store(::getpid(), std::memory_order_relaxed);  // before any hook: hooks may ask
+  // A registration another thread held at the fork is gone with that thread: the child's own (a hook's too)
+  // can go on.
+  new (&table_mutex) std::mutex;
   if (forking_innermost && innermost.child) innermost.child();
   for (int i = 0; i < forking_count; ++i)
     if (table[i].child) table[i].child();
-  // A registration another thread held at the fork is gone with that thread: the child's own can go on.
-  new (&table_mutex) std::mutex;
 }
 
 // Under table_mutex. The process ID is kept from the moment the handler that keeps it up to date exists.

@@ -178,6 +178,7 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
     try {
       plan_with(*decided_by, plan_bucket(decided_by->work_bucket(r.shape), r.shape, r.shape_rule), r, key, e,
                 dev, need, fam, may_tune);
+      refuse_rows_for_one_dimensional_work(r, e.plan, display_name(e.kernel));
     } catch (const error& bad) {
       if (!cannot_serve(bad)) throw;
       why_not = "the LAUNCHFIT_POLICY override " + quote_text(glob, 256, '\'') + " = " +
@@ -234,6 +235,17 @@ const plan_entry& plan_once(const launch_request& r, const context_ref& ctx, con
   }
 }
 
+// A new plan's key within its family's bound of size buckets (plan_cache.hpp): `key` itself, or the key the
+// family's later sizes share.
+plan_key bounded_key(const plan_key& key) {
+  // A family's shared key itself (an override's key made from it holds the bit too, with a bucket of its own).
+  if (((key.launch & shared_bucket_bit) != 0 && key.bucket == 0) || bucket_admitted(key)) return key;
+  plan_key shared = key;
+  shared.bucket = 0;
+  shared.launch |= shared_bucket_bit;
+  return shared;
+}
+
 // The spec's own plan where an override's plan cannot serve the launch's work (`why`), under the spec's own
 // key
 // (`base`) with own_policy_bit: made once, with one warning naming the kernel, the override and why.
@@ -241,19 +253,12 @@ const plan_entry& own_policy_entry(const launch_request& r, const context_ref& c
                                    const std::string& why, local_entry& local) {
   base.launch |= own_policy_bit;
   if (const plan_entry* hit = find(base)) return *hit;
+  base = bounded_key(base);
+  if (const plan_entry* hit = find(base)) return *hit;
   const std::string refused = why;  // `why` may live in `local`, rebuilt below
   return plan_once(r, ctx, base, nullptr, {}, refused, local);
 }
 
-// A new plan's key within its family's bound of size buckets (plan_cache.hpp): `key` itself, or the key the
-// family's later sizes share.
-plan_key bounded_key(const plan_key& key) {
-  if ((key.launch & shared_bucket_bit) != 0 || bucket_admitted(key)) return key;
-  plan_key shared = key;
-  shared.bucket = 0;
-  shared.launch |= shared_bucket_bit;
-  return shared;
-}
 
 }  // namespace
 
@@ -263,10 +268,15 @@ const plan_entry& plan_miss(const launch_request& r, const context_ref& ctx, con
                             local_entry& local) {
   note_context(ctx);
   const plan_key k = bounded_key(key);
-  if (!(k == key)) {
-    if (const plan_entry* hit = find(k)) return *hit;
-  }
-  return plan_once(r, ctx, k, nullptr, {}, {}, local);
+  if (k == key) return plan_once(r, ctx, k, nullptr, {}, {}, local);
+  const plan_entry* shared = find(k);
+  if (!shared) shared = &plan_once(r, ctx, k, nullptr, {}, {}, local);
+  // The shared plan was made for another size: a fixed grid of it that leaves this launch's items undone is
+  // never launched for them (this launch is planned for itself, uncached).
+  if (shared->route || override_work_refusal(shared->plan, r.shape, shared->max_grid_x).empty()) return *shared;
+  local.reset();
+  local.emplace(build_entry(r, ctx, key, nullptr, {}, false, {}));
+  return *local;
 }
 
 plan_key override_key(const plan_key& base, std::uint64_t override_hash,

@@ -148,6 +148,9 @@ void require_family_cluster(const std::vector<kernel_resources>& members);
 // multi-dimensional work. Throws launchfit::error when p cannot (a policy that chose other cluster dims,
 // blocks that do not co-reside).
 void apply_requirements(const query& q, plan& p, const launch_requirements& need);
+// An override's plan whose block has rows (y or z above 1) for 1-D work without a block shape: refused
+// (invalid_plan, naming `kernel`), so that the spec's own policy decides (build_entry()).
+void refuse_rows_for_one_dimensional_work(const launch_request& r, const plan& p, const std::string& kernel);
 
 // Whether a plan stored for this policy (cache file, remote store) is checked against the policy's own answer
 // before it is used: for the built-ins (policy::builtin(): cheap, deterministic). A plugin's or a tuning

@@ -350,26 +350,26 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
   if (need.cooperative || need.sm_budget > 0) p.full_grid = false;
   const dims before = p.block;
   shape_block(q, p);
-  // 1-D work runs one thread per item over the block's threads: a block with rows (an override's
-  // fixed({16, 16}) matching a 1-D kernel, fixed({32, 3}).items(n)) would leave the items of every row but the
-  // first undone in a kernel that indexes by threadIdx.x. Where the spec gives no block shape, such a plan is
-  // refused (an override's then gives way to the spec's own policy, with a warning).
-  const bool one_dimensional = (q.work_hint.kind == work::shape::items || q.work_hint.kind == work::shape::grid_stride) &&
-                               q.work_hint.rank <= 1;
-  if (one_dimensional && q.shape_rule.is_default() && (p.block.y > 1 || p.block.z > 1)) {
-    throw error(errc::invalid_plan, "plan(block)",
-                "policy " + escape_text(p.policy) + " chose block " + p.block.to_string() + " for 1-D work (" +
-                    (q.work_hint.kind == work::shape::items ? items_text(q.work_hint) : "grid_stride(" + std::to_string(q.work_hint.n) + ")") +
-                    "), which launches one thread per item over the block's threads: a kernel that indexes by "
-                    "threadIdx.x alone would leave the rows after the first undone. Give a 1-D block, or say "
-                    "how the kernel uses the rows with the spec's .block_y(y) (the work then runs along x)",
-                q.kernel.demangled, p.to_string());
-  }
   // A block shape is checked (and carried, for the grid's rows per thread) on every plan, a trial's too.
   changed = changed || p.block != before || p.shape_rule != q.shape_rule;
   if (changed || made_cooperative)
     validate_plan(q, p);  // co-residency, resident clusters, the device's limits
   if (made_cooperative) p.reason += "; launched cooperatively, as the launch requires";
+}
+
+void refuse_rows_for_one_dimensional_work(const launch_request& r, const plan& p, const std::string& kernel) {
+  // 1-D work runs one thread per item over the block's threads: an override's block with rows (fixed({16, 16})
+  // matching 1-D kernels too) would leave the items of every row but the first undone in a kernel that indexes
+  // by threadIdx.x. The spec's own such block is the author's (a kernel that indexes the whole block).
+  const work& w = r.shape;
+  const bool one_dimensional = (w.kind == work::shape::items || w.kind == work::shape::grid_stride) && w.rank <= 1;
+  if (!one_dimensional || !r.shape_rule.is_default() || (p.block.y <= 1 && p.block.z <= 1)) return;
+  throw error(errc::invalid_plan, "plan(block)",
+              "policy " + escape_text(p.policy) + " chose block " + p.block.to_string() + " for 1-D work (" +
+                  (w.kind == work::shape::items ? items_text(w) : "grid_stride(" + std::to_string(w.n) + ")") +
+                  "), which launches one thread per item over the block's threads: a kernel that indexes by "
+                  "threadIdx.x alone would leave the rows after the first undone",
+              kernel, p.to_string());
 }
 
 }  // namespace launchfit::detail

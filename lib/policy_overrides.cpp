@@ -247,6 +247,8 @@ policy_override parse_override_entry(std::string_view entry, std::size_t entry_p
     return {std::string(glob), make_parsed_policy(parse_policy_string(entry.substr(eq + 1)))};
   } catch (const syntax_error& e) {
     throw syntax_error(policy_pos + e.pos, e.what());
+  } catch (const std::exception& e) {  // a registered factory's own (std::out_of_range, a runtime_error)
+    throw syntax_error(policy_pos, std::string("the policy could not be made: ") + e.what());
   }
 }
 

@@ -60,9 +60,9 @@ class lease_watcher final : public background::task {
   const char* name() const noexcept override { return "lease watcher"; }
 
   // Whether the key's polls kept failing: this process decides it alone (takes no lease for it).
-  bool decides_alone(const std::string& lease_key) {
+  bool decides_alone(const std::string& lease_key, const plan_store_layer* layer) {
     std::lock_guard<std::mutex> lock(m);
-    return alone.count(lease_key) != 0;
+    return alone.count({lease_key, layer}) != 0;
   }
 
   // The layer and holder of a key watched now (a miss of a watched key asks no store again).
@@ -83,7 +83,10 @@ class lease_watcher final : public background::task {
       // A lease lives lease_ms at most: one held much longer has no time to live (a peer's SET without PX) or
       // is taken again and again, and waiting for it would keep this key untuned for the process's life.
       const auto bound = std::chrono::milliseconds(lease_ms() * 3 / 2 + 500);
-      watched[lease_key] = watched_key{key, layer, holder, 0, background::clock::now() + bound};
+      // A key watched already keeps its deadline and failures: each plan made again while it waits watches it
+      // again, which would otherwise wait for a lease without a time to live for ever.
+      const auto [it, made] = watched.try_emplace(lease_key, watched_key{key, layer, holder, 0, background::clock::now() + bound});
+      if (!made && it->second.layer != layer) it->second = watched_key{key, layer, holder, 0, background::clock::now() + bound};
       adopted.erase(lease_key);
     }
     background::add(*this, background::exit_order::remote_store);
@@ -108,7 +111,8 @@ class lease_watcher final : public background::task {
   std::mutex m;
   std::map<std::string, watched_key> watched;  // by lease key
   std::map<std::string, plan> adopted;         // by lease key: plans published elsewhere
-  std::set<std::string> alone;                 // by lease key: keys whose polls kept failing, decided here
+  std::set<std::pair<std::string, const plan_store_layer*>> alone;  // keys whose polls kept failing on a
+                                                                     // layer: decided here while it is the store
   std::uint64_t polls = 0, adopted_count = 0, expired = 0;
 
  private:
@@ -140,7 +144,7 @@ class lease_watcher final : public background::task {
         if (w == watched.end()) continue;
         if (p.failure != layer_failure::none) {
           if (++w->second.failures < max_poll_failures) continue;  // polled again
-          if (alone.size() < max_watched_keys) alone.insert(items[i].first);
+          if (alone.size() < max_watched_keys) alone.insert({items[i].first, layer});
           ++expired;
         } else {
           w->second.failures = 0;
@@ -151,7 +155,7 @@ class lease_watcher final : public background::task {
           } else if (p.held && background::clock::now() < w->second.deadline) {
             continue;  // still tuned elsewhere
           } else if (p.held) {
-            if (alone.size() < max_watched_keys) alone.insert(items[i].first);  // held past any lease's life
+            if (alone.size() < max_watched_keys) alone.insert({items[i].first, layer});  // held past any lease's life
             ++expired;
           } else {
             ++expired;  // the tuner died or kept its plan local: the next miss decides
@@ -219,13 +223,13 @@ tuning_lease tuning_lease::take(const stored_key& key) {
   t.key_ = key;
   t.lease_key_ = lease_key_of(key);
   if (t.lease_key_.empty()) return t;  // a key without a device model is never shared
-  if (watcher().decides_alone(t.lease_key_)) return t;  // its polls kept failing: decided here
   if (watcher().watching(t.lease_key_, t.layer_, t.holder_)) {
     t.turn_ = turn::wait;  // still tuned elsewhere, as the watcher last read
     return t;
   }
   const chain_layers chain = store_chain();
   for (int i = 0; i < chain.count; ++i) {
+    if (watcher().decides_alone(t.lease_key_, chain.layers[i])) return t;  // its polls kept failing there
     const lease_answer a = chain.layers[i]->take_lease(t.lease_key_, lease_owner(), lease_ms());
     if (a.status == lease_status::unsupported) continue;
     t.layer_ = chain.layers[i];

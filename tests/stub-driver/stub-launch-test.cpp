@@ -953,28 +953,18 @@ TEST(StubLaunch, APolicyWithABucketPerSizeHoldsABoundedNumberOfPlans) {
     if (c.key.kernel == reinterpret_cast<std::uintptr_t>(f)) EXPECT_EQ(c.key.bucket, policy->work_bucket(lf::work{lf::work::shape::items, 5, 1}));
 }
 
-// 1-D work runs one thread per item over the block's threads, so a block with rows would leave every row's items
-// but the first undone in a kernel that indexes by threadIdx.x: such a plan is refused naming the kernel and
-// the block, and nothing is launched; an operator's override of that kind (fixed({16, 16}) matching 1-D
-// kernels too) gives way to the spec's own policy with a warning. Before, both launched ceil(n / 256) blocks
-// of 16 x 16 for n items.
-TEST(StubLaunch, ABlockWithRowsForOneDimensionalWorkIsRefusedAndAnOverrideGivesWay) {
+// An operator's override with a block with rows (fixed({16, 16}), meant for 2-D kernels) matching a 1-D kernel
+// would launch ceil(n / 256) blocks of 16 x 16 for n items, every row but the first undone in a kernel that
+// indexes by threadIdx.x: it gives way to the spec's own policy with a warning, and serves 2-D work as named.
+// The spec's own such block is the author's (a kernel that indexes the whole block): launched as before.
+TEST(StubLaunch, AnOverridesBlockWithRowsGivesWayForOneDimensionalWork) {
   const CUfunction f = axpy_kernel("_Z9rows_on_1fPKfPfi");
   const lf::kernel k(f);
   const int n = 100000;
-  const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
-  const lf::error refused = launchfit_test::error_of([&] {
-    lf::launch(k, lf::fixed({32, 3}).items(n).on(stream_of(0x1a)), 1.0f, device_pointer(0x1000),
-               device_pointer(0x2000), n);
-  });
-  EXPECT_EQ(refused.code(), lf::errc::invalid_plan) << refused.what();
-  EXPECT_NE(refused.message().find("block 32x3 for 1-D work (items(100000))"), std::string::npos) << refused.what();
-  EXPECT_NE(refused.message().find(".block_y(y)"), std::string::npos) << refused.what();
-  EXPECT_EQ(refused.kernel(), "rows_on_1(float, float const*, float*, int)");
-  EXPECT_THROW(lf::launch(k, lf::fixed({16, 16}).grid_stride(n).on(stream_of(0x1a)), 1.0f, device_pointer(0x1000),
-                          device_pointer(0x2000), n),
-               lf::error);
-  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before) << "a refused plan launched";
+  const lf::launched own_rows = lf::launch(k, lf::fixed({32, 4}).items(n).on(stream_of(0x1a)), 1.0f,
+                                           device_pointer(0x1000), device_pointer(0x2000), n);
+  EXPECT_EQ(own_rows.block, (lf::dims{32, 4, 1}));
+  EXPECT_EQ(own_rows.grid.x, (n + 127u) / 128u);
   // With the rows said (.block_y), the work runs along x: one block row per x range.
   const lf::launched shaped = lf::launch(k, lf::fixed({32, 3}).items(n).block_y(3).on(stream_of(0x1a)), 1.0f,
                                          device_pointer(0x1000), device_pointer(0x2000), n);
@@ -1064,6 +1054,44 @@ TEST(StubLaunch, AnEmptyClusterAndANegativeSmBudgetAreRefused) {
   EXPECT_EQ(negative.code(), lf::errc::invalid_argument) << negative.what();
   EXPECT_NE(negative.message().find("sms k = -3 is negative"), std::string::npos) << negative.what();
   EXPECT_EQ(lf::max_occupancy().sms(0).options().sm_budget, 0);
+}
+
+// The same past the bound with a policy whose plan has a fixed grid sized from n: the shared plan (made for the
+// first size past the bound) is never launched for a larger size whose items its grid would leave undone; such a
+// launch gets a plan of its own, uncached.
+class fixed_grid_per_size final : public lf::policy_base {
+ public:
+  std::string name() const override { return "fixed_grid_per_size"; }
+  std::string params() const override { return {}; }
+  std::uint64_t hash() const override { return 0x5eed5eefULL; }
+  std::uint64_t work_bucket(const lf::work& w) const override { return w.n + 1; }
+
+ protected:
+  lf::plan choose_impl(const lf::query& q) const override {
+    lf::plan p;
+    p.block = lf::dims{128, 1, 1};
+    p.grid = lf::dims{static_cast<unsigned>((q.work_hint.n + 127) / 128), 1, 1};
+    p.reason = "128 threads, a grid for n";
+    return p;
+  }
+};
+
+TEST(StubLaunch, ASharedPlansFixedGridIsNeverLaunchedForMoreItemsThanItCovers) {
+  const CUfunction f = axpy_kernel("_Z14fixed_per_sizefPKfPfi");
+  const lf::kernel k(f);
+  const auto policy = std::make_shared<const fixed_grid_per_size>();
+  const std::size_t cap = ld::max_buckets_per_family;
+  for (std::size_t n = 1; n <= cap + 300; ++n) {
+    const std::size_t items = n * 64;  // sizes of 64 items apart: each new size needs another grid
+    const lf::launched l = lf::launch(k, lf::use(policy).items(items).on(stream_of(0x1e)), 1.0f,
+                                      device_pointer(0x1000), device_pointer(0x2000), static_cast<int>(items));
+    ASSERT_GE(static_cast<std::uint64_t>(l.grid.x) * l.block.x, items) << "items left undone at n = " << items;
+    ASSERT_EQ(last_launch(f).config.gridDimX, l.grid.x);
+  }
+  std::size_t cached = 0;
+  for (const lf::cached_plan& c : lf::cache().plans()) cached += c.key.kernel == reinterpret_cast<std::uintptr_t>(f);
+  EXPECT_EQ(cached, cap + 1);
+  lf::cache().clear();
 }
 
 }  // namespace
