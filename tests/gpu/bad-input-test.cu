@@ -423,32 +423,31 @@ TEST_F(BadLaunch, AnOverrideWithAnInvalidPlanGivesWayToTheSpecsOwnPolicyWithAWar
   expect_recovers();
 }
 
-TEST_F(BadLaunch, ABadLaunchfitPolicyEntryRefusesEveryLaunchAndNamesTheColumn) {
+// An operator's override never turns a launch that works into an exception: a bad entry of LAUNCHFIT_POLICY is
+// left out (one error line at its column), and the good entries apply. (Every launch of every kernel threw.)
+TEST_F(BadLaunch, ABadLaunchfitPolicyEntryIsLeftOutAndTheOthersApply) {
   // LAUNCHFIT_POLICY is read once per process: the check runs in a child process of its own. Exit codes
   // say which part failed.
   if (under_compute_sanitizer()) GTEST_SKIP() << "a death test's child process under compute-sanitizer";
   EXPECT_EXIT(
       {
-        setenv("LAUNCHFIT_POLICY", "*write_index=fixed(block=256);reduce*=bytes_in_flight(per_thread=)", 1);
+        setenv("LAUNCHFIT_POLICY", "*write_index=fixed(block=128);reduce*=bytes_in_flight(per_thread=)", 1);
         int code = 0;
         for (int attempt = 0; attempt < 2 && code == 0; ++attempt) {
           try {
-            lf::launch(write_index, lf::max_occupancy().items(n), sentinel_, n);
-            code = 10;
+            const lf::launched l = lf::launch(write_index, lf::max_occupancy().items(n), sentinel_, n);
+            if (l.plan().block_threads != 128) code = 10;  // the good entry applies
           } catch (const lf::error& e) {
-            const std::string m = e.message();
-            std::fprintf(stderr, "refused: %s\n", e.what());
-            if (e.cuda_error() != "LAUNCHFIT_BAD_POLICY_STRING") code = 11;
-            if (m.rfind("LAUNCHFIT_POLICY \"", 0) != 0) code = 12;
-            if (!has(m, "col 66: expected a value")) code = 13;
+            std::fprintf(stderr, "threw: %s\n", e.what());
+            code = 11;
           }
         }
         if (code == 0 && cudaDeviceSynchronize() != cudaSuccess) code = 14;
         std::vector<int> h(n);
         if (code == 0 && cudaMemcpy(h.data(), sentinel_, n * sizeof(int), cudaMemcpyDeviceToHost) != cudaSuccess)
           code = 15;
-        for (int v : h)
-          if (code == 0 && v != poison) code = 16;  // something was launched
+        for (int i = 0; i < n; ++i)
+          if (code == 0 && h[i] != i + 1) code = 16;  // every element written
         std::fflush(stderr);
         std::exit(code);  // not _Exit: let the CUDA runtime shut down as in any program
       },
