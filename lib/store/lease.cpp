@@ -1,12 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Leases on a plan's tuning in Redis (lease.hpp), and the remote layer's lease operations through them.
+// Leases on a plan's tuning in Redis (lease.hpp): the commands, through the exchange of the caller (the
+// remote layer's lookup connection, remote_layer.cpp).
 
 #include "lease.hpp"
-
-#include <chrono>
-#include <memory>
-
-#include "remote_layer.hpp"
 
 namespace launchfit::detail {
 namespace {
@@ -18,9 +14,6 @@ using redis::reply;
 constexpr std::string_view release_script =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
     "return 0\n";
-
-constexpr unsigned connect_ms = 100;
-constexpr unsigned op_ms = 200;
 
 lease_answer failed(layer_failure f) {
   lease_answer a;
@@ -35,23 +28,6 @@ bool plausible_owner(const std::string& s) {
   for (const unsigned char c : s)
     if (c < 0x21 || c > 0x7e) return false;
   return true;
-}
-
-// One connection for one operation, within the remote store's bounds.
-template <class OnFailure, class Op>
-auto on_connection(const remote_url& url, OnFailure on_failure, Op op) -> decltype(op(redis_exchange{})) {
-  const auto start = redis::clock::now();
-  store_failure failure;
-  std::unique_ptr<redis::connection> c = connect_store(url, start + std::chrono::milliseconds(connect_ms),
-                                                       start + std::chrono::milliseconds(op_ms), failure);
-  if (!c) return on_failure(layer_failure_of(failure.kind));
-  const redis_exchange exchange = [&](const std::vector<redis::command>& cmds, std::vector<reply>& replies) {
-    std::string why;
-    const redis::fault f =
-        c->exchange(cmds, replies, redis::clock::now() + std::chrono::milliseconds(op_ms), {}, why);
-    return f == redis::fault::none ? store_failure{} : store_failure{fault_of(f), why};
-  };
-  return op(exchange);
 }
 
 }  // namespace
@@ -126,48 +102,6 @@ std::vector<lease_poll> redis_poll_leases(const redis_exchange& exchange,
     if (exists.type == reply::kind::error) out[i].failure = layer_failure::protocol;
   }
   return out;
-}
-
-lease_answer redis_take_lease(const remote_url& url, const std::string& lease_key, const std::string& owner,
-                              std::uint64_t ttl_ms) {
-  return on_connection(
-      url, failed, [&](const redis_exchange& x) { return redis_take_lease(x, lease_key, owner, ttl_ms); });
-}
-
-lease_answer redis_release_lease(const remote_url& url, const std::string& lease_key,
-                                 const std::string& owner) {
-  return on_connection(url, failed,
-                       [&](const redis_exchange& x) { return redis_release_lease(x, lease_key, owner); });
-}
-
-std::vector<lease_poll> redis_poll_leases(const remote_url& url,
-                                          const std::vector<std::pair<std::string, stored_key>>& items) {
-  const auto all_failed = [&](layer_failure f) {
-    return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, f});
-  };
-  return on_connection(url, all_failed, [&](const redis_exchange& x) { return redis_poll_leases(x, items); });
-}
-
-// ---- the remote layer's leases ----------------------------------------------------------------------------
-
-// A store dead for the process, or closed (close_remote_store(), set_remote_store()), takes no leases and
-// answers no polls: every process then decides alone, as without a store.
-lease_answer redis_store::take_lease(const std::string& lease_key, const std::string& owner,
-                                     std::uint64_t ttl_ms) {
-  if (stats().dead || !statistics().enabled) return failed(layer_failure::refused);
-  return redis_take_lease(url(), lease_key, owner, ttl_ms);
-}
-
-lease_answer redis_store::release_lease(const std::string& lease_key, const std::string& owner) {
-  if (stats().dead || !statistics().enabled) return failed(layer_failure::refused);
-  return redis_release_lease(url(), lease_key, owner);
-}
-
-std::vector<lease_poll> redis_store::poll_leases(
-    const std::vector<std::pair<std::string, stored_key>>& items) {
-  if (stats().dead || !statistics().enabled)
-    return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, layer_failure::refused});
-  return redis_poll_leases(url(), items);
 }
 
 }  // namespace launchfit::detail

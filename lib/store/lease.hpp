@@ -12,9 +12,11 @@
 //   release     EVAL of a compare-and-delete script: DEL only while GET answers the owner's token.
 //   poll        GETRANGE <plan key> (bounded, as a lookup) and EXISTS <lease>, in one pipeline.
 //
-// Redis and Valkey serve all of them. Every operation connects (100 ms) and exchanges (200 ms) within the
-// remote store's bounds, on a connection of its own: leases are taken on the miss path of a tuning (which
-// costs tens of milliseconds anyway) and polled by the background queue, never on a launch's hit path.
+// Redis and Valkey serve all of them. The remote layer (remote_layer.hpp) runs them on its lookup connection,
+// as a lookup: within the store's operation bound, waiting for another thread's lookup no longer, under the
+// slow-store rule; an exchange that fails drops the store for the process as a lookup's does (an error reply
+// to a lease command, such as an ACL's NOPERM, fails that lease only). Leases are taken on the miss path of
+// a tuning and polled by the background queue, never on a launch's hit path.
 
 #include <cstdint>
 #include <string>
@@ -39,14 +41,6 @@ lease_answer redis_take_lease(const redis_exchange& exchange, const std::string&
 lease_answer redis_release_lease(const redis_exchange& exchange, const std::string& lease_key,
                                  const std::string& owner);
 std::vector<lease_poll> redis_poll_leases(const redis_exchange& exchange,
-                                          const std::vector<std::pair<std::string, stored_key>>& items);
-
-// The same on a connection of their own to `url` (connect 100 ms, each exchange 200 ms).
-lease_answer redis_take_lease(const remote_url& url, const std::string& lease_key, const std::string& owner,
-                              std::uint64_t ttl_ms);
-lease_answer redis_release_lease(const remote_url& url, const std::string& lease_key,
-                                 const std::string& owner);
-std::vector<lease_poll> redis_poll_leases(const remote_url& url,
                                           const std::vector<std::pair<std::string, stored_key>>& items);
 
 }  // namespace launchfit::detail

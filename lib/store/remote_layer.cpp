@@ -28,6 +28,7 @@
 #include "../text.hpp"
 #include "device_match.hpp"
 #include "future_stamps.hpp"
+#include "lease.hpp"
 #include "redis_ops.hpp"
 #include "slow_store.hpp"
 #include "store_memory.hpp"
@@ -171,6 +172,25 @@ struct redis_store::impl final : public background::task {
       lookup_conn.reset();
       return {store_fault::timeout, "answers too slowly (" + slow + ")"};
     }
+    return f;
+  }
+
+  // One exchange of a lease operation (lease.hpp's commands) on the lookup connection, as a lookup's: within
+  // one operation bound, waiting for another thread's lookup no longer (then a timeout of this lease only,
+  // counted as busy), under the slow-store rule; a failed exchange drops the store as a lookup's does. A
+  // store dead or closed answers at once.
+  store_failure lease_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies) {
+    const store_failure off{store_fault::refused, "the store is not in use"};
+    if (closed.load() || dead.load()) return off;
+    const auto deadline = steady::now() + milliseconds(opt.op_timeout_ms);
+    std::unique_lock io(lookup_io, std::defer_lock);
+    if (!io.try_lock_until(deadline) || !time_for_exchange(deadline)) {
+      busy.fetch_add(1, std::memory_order_relaxed);
+      return {store_fault::timeout, "another thread's lookup held the connection"};
+    }
+    if (closed.load() || dead.load()) return off;
+    store_failure f = lookup_exchange(cmds, replies, deadline);
+    if (f) fail(f.text, f.kind);
     return f;
   }
 
@@ -636,5 +656,44 @@ layer_stats redis_store::stats() const {
 void redis_store::close() { impl_->close(); }
 
 const remote_url& redis_store::url() const noexcept { return impl_->opt.url; }
+
+// ---- leases (lease.hpp's commands on the lookup connection) -----------------------------------------------
+
+namespace {
+
+lease_answer lease_refused() {
+  lease_answer a;
+  a.status = lease_status::failed;
+  a.failure = layer_failure::refused;
+  return a;
+}
+
+}  // namespace
+
+// A store dead for the process, or closed (close_remote_store(), set_remote_store()), takes no leases and
+// answers no polls: every process then decides alone, as without a store.
+lease_answer redis_store::take_lease(const std::string& lease_key, const std::string& owner,
+                                     std::uint64_t ttl_ms) {
+  if (impl_->dead.load() || impl_->closed.load()) return lease_refused();
+  impl& s = *impl_;
+  return redis_take_lease([&s](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies); },
+                          lease_key, owner, ttl_ms);
+}
+
+lease_answer redis_store::release_lease(const std::string& lease_key, const std::string& owner) {
+  if (impl_->dead.load() || impl_->closed.load()) return lease_refused();
+  impl& s = *impl_;
+  return redis_release_lease([&s](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies); },
+                             lease_key, owner);
+}
+
+std::vector<lease_poll> redis_store::poll_leases(
+    const std::vector<std::pair<std::string, stored_key>>& items) {
+  if (impl_->dead.load() || impl_->closed.load())
+    return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, layer_failure::refused});
+  impl& s = *impl_;
+  return redis_poll_leases([&s](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies); },
+                           items);
+}
 
 }  // namespace launchfit::detail

@@ -87,8 +87,9 @@ class redis_store final : public plan_store_layer {
   // then answers nothing. Idempotent; the destructor calls it.
   void close();
   const remote_url& url() const noexcept;
-  // Leases on a plan's tuning (store/lease.hpp, which defines these): on a connection of their own, within
-  // the store's bounds; a store dead for the process answers `failed` (refused) at once.
+  // Leases on a plan's tuning (store/lease.hpp's commands): on the lookup connection, as a lookup, within the
+  // store's bounds and under its slow-store rule (a failed exchange drops the store); a store dead for the
+  // process or closed answers `failed` (refused) at once.
   lease_answer take_lease(const std::string& lease_key, const std::string& owner, std::uint64_t ttl_ms) override;
   lease_answer release_lease(const std::string& lease_key, const std::string& owner) override;
   std::vector<lease_poll> poll_leases(const std::vector<std::pair<std::string, stored_key>>& items) override;

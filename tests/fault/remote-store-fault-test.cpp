@@ -750,6 +750,12 @@ class fake_redis {
 
   std::string url;
 
+  // Connections accepted so far.
+  std::size_t accepted() {
+    std::lock_guard lk(m_);
+    return fds_.size();
+  }
+
   // The store options of a store of the test's own at this peer.
   ld::remote_options options(unsigned op_timeout_ms = 200) const {
     std::string why;
@@ -882,6 +888,58 @@ TEST_F(RemoteStoreFault, AStoreThatAnswersJustUnderTheBoundIsDroppedAsSlow) {
         CHECK_IN_CHILD(answered.load() == 3, std::to_string(answered.load()) + "\n" + log.text());
         // After the drop a lookup does no I/O: a small part of one that waited.
         for (std::size_t i = 3; i < ms.size(); ++i) CHECK_IN_CHILD(ms[i] < ms[0] / 10, times);
+        return 0;
+      }));
+}
+
+// Tuning leases against the same store (every lease's SET NX answered in 380-460 ms under a 600 ms bound):
+// they use the lookups' one connection and the lookups' slow-store rule, so three slow leases drop the store
+// with one warning and later ones return at once. Before, each lease opened a connection of its own with a
+// 200 ms bound of its own: every tuning miss of a fleet paid a connection and a time-out, and the store was
+// never dropped.
+TEST_F(RemoteStoreFault, LeasesAgainstAStoreThatAnswersJustUnderTheBoundDropItAsSlow) {
+  LAUNCHFIT_EXPECT_BOUNDED(
+      20000, ([&] {
+        std::atomic<int> answered{0};
+        fake_redis peer([&](int c, const std::vector<std::string>& cmd, const std::atomic<bool>& stop) {
+          const std::string& name = cmd.empty() ? std::string() : cmd[0];
+          if (name == "SET") {
+            pause_ms(380 + 20 * (answered++ % 5), stop);
+            send_all(c, "+OK\r\n");
+          } else if (name == "GET") {
+            send_all(c, "$6\r\nme:1:0\r\n");
+          } else if (name == "PTTL") {
+            send_all(c, ":5000\r\n");
+          } else {
+            answer_as_empty_store(c, cmd);
+          }
+        });
+        captured_log log(spdlog::level::info);
+        ld::redis_store store(peer.options(600));
+        std::vector<double> ms;
+        std::vector<ld::lease_status> got;
+        for (int i = 0; i < 10; ++i) {
+          const auto t = clock_type::now();
+          got.push_back(store.take_lease("launchfit:lease:v1:slow:" + std::to_string(i), "me:1:0", 5000).status);
+          ms.push_back(ms_since(t));
+        }
+        std::string times;
+        for (const double x : ms) times += std::to_string(x) + " ";
+        std::fprintf(stderr, "leases (ms): %s; connections %zu\n", times.c_str(), peer.accepted());
+        CHECK_IN_CHILD(got[0] == ld::lease_status::taken && got[1] == ld::lease_status::taken, times);
+        const lf::remote_store_stats s = store.statistics();
+        CHECK_IN_CHILD(s.dead && s.failures == 1, log.text());
+        CHECK_IN_CHILD(log.warnings() == 1, log.text());
+        CHECK_IN_CHILD(has(log.text(), "answers too slowly"), log.text());
+        CHECK_IN_CHILD(answered.load() == 3, std::to_string(answered.load()) + "\n" + log.text());
+        CHECK_IN_CHILD(peer.accepted() == 1, std::to_string(peer.accepted()) + " connections\n" + log.text());
+        // After the drop a lease does no I/O and is refused: a small part of one that waited.
+        for (std::size_t i = 3; i < ms.size(); ++i) {
+          CHECK_IN_CHILD(got[i] == ld::lease_status::failed, times);
+          CHECK_IN_CHILD(ms[i] < ms[0] / 10, times);
+        }
+        // The lookups share the verdict: none is tried.
+        CHECK_IN_CHILD(store.find(key(1)).empty() && answered.load() == 3, log.text());
         return 0;
       }));
 }
