@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <typeinfo>
 #include <vector>
 
 #include "launchfit/base.hpp"
@@ -572,6 +573,65 @@ TEST_F(PolicyOverridesEnv, ABadEntryIsLoggedOnceAtItsColumnAndTheOthersApply) {
              t.find("unknown policy 'no_such_policy'") != std::string::npos &&
              t.find("found no '='") != std::string::npos;
         if (!ok) std::fprintf(stderr, "%d lines:\n%s\n", lines, t.c_str());
+        std::exit(ok ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
+// A registered factory that throws its own exception (std::out_of_range from a std::stoi of its own, not a
+// launchfit::error) makes a bad entry like any other: set_policy_overrides() refuses it with a launchfit::error at
+// the policy's column, and in LAUNCHFIT_POLICY it is left out with one error line while the other entries
+// apply. (The factory's exception escaped every lookup of every kernel.)
+namespace {
+
+void register_throwing_factory() {
+  lf::register_policy("throws_its_own", [](const std::map<std::string, std::string>& params)
+                                            -> std::shared_ptr<const lf::policy> {
+    const auto it = params.find("n");
+    (void)std::stoi(it == params.end() ? std::string("99999999999999999999") : it->second);
+    throw std::runtime_error("the factory's own failure");
+  });
+}
+
+}  // namespace
+
+TEST_F(PolicyOverridesEnv, AFactoryThatThrowsItsOwnExceptionIsABadEntry) {
+  EXPECT_EXIT(
+      {
+        register_throwing_factory();
+        bool ok = true;
+        try {
+          lf::set_policy_overrides("a=fixed(block=64);bad=throws_its_own()");
+          std::fprintf(stderr, "set_policy_overrides took it\n");
+          ok = false;
+        } catch (const lf::error& e) {
+          const std::string m = e.what();
+          ok = m.find("col 23: the policy could not be made: stoi") != std::string::npos;
+          if (!ok) std::fprintf(stderr, "message: %s\n", m.c_str());
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "escaped as a %s: %s\n", typeid(e).name(), e.what());
+          ok = false;
+        }
+        std::exit(ok ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        setenv("LAUNCHFIT_POLICY", "bad=throws_its_own(n=1);saxpy=fixed(block=128)", 1);  // read on first use
+        register_throwing_factory();
+        launchfit_test::captured_log log(spdlog::level::info);
+        bool ok = true;
+        try {
+          const auto saxpy = lf::policy_override_for("saxpy");
+          ok = saxpy && saxpy->to_string() == "fixed(block=128,grid=0)" && !lf::policy_override_for("bad");
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "a lookup threw: %s\n", e.what());
+          ok = false;
+        }
+        const std::string t = log.text();
+        ok = ok && t.find("LAUNCHFIT_POLICY: an entry is ignored") != std::string::npos &&
+             t.find("the policy could not be made: the factory's own failure") != std::string::npos;
+        if (!ok) std::fprintf(stderr, "%s\n", t.c_str());
         std::exit(ok ? 0 : 1);
       },
       testing::ExitedWithCode(0), "");
