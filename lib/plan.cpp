@@ -121,11 +121,32 @@ __attribute__((noinline)) dims grid_for_any(const plan& p, const work& w, long l
   if (w.kind == work::shape::grid) {
     g = caller_grid(p, w, max_grid_x);
   } else if (p.grid.x != 0) {
-    return p.grid;  // a policy's fixed grid, validated when the plan was made
+    // A policy's fixed grid, validated when the plan was made; where the launch bounds its grid (an SM budget,
+    // a waves cap), within that bound.
+    if ((w.kind == work::shape::grid_stride || w.kind == work::shape::none) &&
+        (p.options.sm_budget > 0 || w.waves != 0) &&
+        static_cast<long long>(p.grid.count()) > resident * std::max<std::uint32_t>(w.waves, 1)) {
+      grid_error(p, errc::invalid_plan,
+                 "the policy's fixed grid " + p.grid.to_string() + " exceeds the " +
+                     std::to_string(resident * std::max<std::uint32_t>(w.waves, 1)) +
+                     " blocks the launch bounds its grid to (" +
+                     (p.options.sm_budget > 0 ? "an SM budget of " + std::to_string(p.options.sm_budget) + " SMs"
+                                              : std::string("no SM budget")) +
+                     (w.waves != 0 ? ", " + std::to_string(w.waves) + " waves" : std::string()) + ")");
+    }
+    return p.grid;
   } else if (p.block_threads <= 0) {
     grid_error(p, errc::invalid_plan, "plan without a block");
   } else if (w.kind == work::shape::none) {
-    g = dims{static_cast<unsigned>(resident), 1, 1};  // whole clusters: resident is a multiple of the cluster
+    // Whole clusters: resident is a multiple of the cluster's blocks, laid out as clusters in x.
+    const dims& c = p.options.cluster;
+    const long long yz = static_cast<long long>(std::max(c.y, 1u)) * std::max(c.z, 1u);
+    if (resident <= 0 || resident % (yz * std::max(c.x, 1u)) != 0) {
+      grid_error(p, errc::invalid_plan,
+                 "the plan's resident grid of " + std::to_string(resident) + " blocks is not one of whole " +
+                     (c.count() > 1 ? "clusters of " + c.to_string() : std::string("blocks")));
+    }
+    g = dims{static_cast<unsigned>(resident / yz), std::max(c.y, 1u), std::max(c.z, 1u)};
   } else {
     // With a block shape the block's x covers x (1-D work too); without, a 1-D work's block is its threads.
     const bool shaped = !p.shape_rule.is_default();
@@ -133,6 +154,7 @@ __attribute__((noinline)) dims grid_for_any(const plan& p, const work& w, long l
     const std::uint64_t per_block = static_cast<std::uint64_t>(bx) * std::max<std::uint32_t>(w.per_thread, 1);
     const std::uint64_t rows =
         static_cast<std::uint64_t>(p.block.y) * std::max<std::uint32_t>(p.shape_rule.per_thread_y, 1);
+    const std::uint64_t cx = std::max(p.options.cluster.x, 1u);
     std::uint64_t gx = round_up(ceil_div(w.n, per_block), p.options.cluster.x);
     std::uint64_t gy = w.rank >= 2 ? round_up(ceil_div(w.ny, rows), p.options.cluster.y) : 1;
     std::uint64_t gz = w.rank >= 3 ? round_up(ceil_div(w.nz, p.block.z), p.options.cluster.z) : 1;
@@ -140,10 +162,10 @@ __attribute__((noinline)) dims grid_for_any(const plan& p, const work& w, long l
     // full_grid for any grid_stride launch).
     if (w.kind == work::shape::grid_stride && (!p.full_grid || w.waves != 0 || p.options.sm_budget > 0)) {
       const std::uint64_t cap = static_cast<std::uint64_t>(resident) * std::max<std::uint32_t>(w.waves, 1);
-      gx = std::max<std::uint64_t>(std::min<std::uint64_t>(gx, cap), 1);
+      gx = std::max<std::uint64_t>(std::min<std::uint64_t>(gx, cap / cx * cx), cx);  // whole clusters
     } else if (w.kind == work::shape::grid_stride) {
-      gx = std::min<std::uint64_t>(
-          gx, static_cast<std::uint64_t>(max_grid_x));  // full grid: the loop covers the rest
+      // Full grid: the loop covers the rest (whole clusters of the largest grid).
+      gx = std::min<std::uint64_t>(gx, static_cast<std::uint64_t>(max_grid_x) / cx * cx);
     }
     // (Two divisions a launch without a cluster need not pay.)
     if (p.options.has_cluster() && ((gy % p.options.cluster.y) != 0 || (gz % p.options.cluster.z) != 0)) {

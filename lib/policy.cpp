@@ -189,6 +189,27 @@ void validate_plan(const query& q, plan& p) {
     }
     p.blocks_per_sm = active;  // a residency cap above what fits is simply what fits
   }
+  // A cluster launch's grid is whole clusters of the plan's residency: one that holds no cluster (a low
+  // residency the policy chose on a few SMs, sms(k)) would launch no block at all, or part of a cluster.
+  // A residency the policy chose as a cap is raised to one cluster where that fits; a cooperative one is the
+  // caller's and is refused.
+  if (p.options.cluster.count() > 1 && p.resident_blocks() < static_cast<long long>(p.options.cluster.count())) {
+    const long long size = static_cast<long long>(p.options.cluster.count());
+    const long long sms = std::max(p.sm_count, 1);
+    const long long needed = (size + sms - 1) / sms;
+    if (p.options.cooperative || needed > active) {
+      throw plan_error(q, p, "cluster",
+                       "a cluster of " + std::to_string(size) + " blocks does not fit the plan's residency: " +
+                           std::to_string(p.blocks_per_sm) + " blocks per SM on " + std::to_string(sms) +
+                           " SMs" + (p.options.sm_budget > 0 ? " (the launch's SM budget)" : "") +
+                           " hold " + std::to_string(p.resident_blocks()) + "; give " +
+                           std::to_string(needed) + " blocks per SM or more SMs");
+    }
+    p.reason += (p.reason.empty() ? "" : "; ") + std::string("blocks_per_sm raised to ") +
+                std::to_string(needed) + " so that a cluster of " + std::to_string(size) + " blocks fits on " +
+                std::to_string(sms) + " SMs";
+    p.blocks_per_sm = static_cast<int>(needed);
+  }
   if (p.grid.x != 0) {
     for (int i = 0; i < 3; ++i) {
       const unsigned v = i == 0 ? p.grid.x : i == 1 ? p.grid.y : p.grid.z;
