@@ -32,9 +32,9 @@ using nlohmann::json;
 // value of 100,000 nested brackets overflowed the stack of every process reading it.
 std::string value_shown(const json& v) {
   if (!v.is_primitive()) return std::string(v.is_array() ? "an array" : "an object");
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 64) text = text.substr(0, 64) + "...";
-  return text;
+  // JSON's escapes cover C0 controls only: bidi overrides and C1 controls of a string are escaped too, and the
+  // text is cut at a character boundary.
+  return escape_line(v.dump(-1, ' ', false, json::error_handler_t::replace), 64);
 }
 
 struct bad_entry : std::runtime_error {
@@ -413,6 +413,9 @@ std::string validate_stored_entry(const stored_entry& e) {
     if (std::string why = invalid_measurement(*e.measurement); !why.empty()) return why;
   }
   if (e.epoch > max_epoch) return "'epoch' is not a count in 0..2^53";
+  // The readers' bound on the plan's own numbers (plan_json.cpp), for an entry made here or elsewhere.
+  if (!(e.plan.tuning_ms >= 0 && e.plan.tuning_ms <= max_tuning_ms)) return "'tuning_ms' is out of range";
+  if (e.plan.trials < 0) return "'trials' is out of range";
   if (std::string why = invalid_origin(e.origin); !why.empty()) return why;
   // The parser refuses these already; an entry built elsewhere (a remote store) is held to the same.
   const std::pair<const char*, const std::string*> texts[] = {{"device_uuid", &k.device_uuid},

@@ -165,7 +165,7 @@ plan plan_from_json(const json& j) {
   text_field(j, "reason", p.reason);
   text_field(j, "warning", p.warning);
   int_field(j, "trials", p.trials, 0, int_max);
-  field(j, "tuning_ms", [&](const json& v) { p.tuning_ms = number(v, "tuning_ms", 0, 1e12); });
+  field(j, "tuning_ms", [&](const json& v) { p.tuning_ms = number(v, "tuning_ms", 0, max_tuning_ms); });
   return p;
 }
 

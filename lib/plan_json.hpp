@@ -28,6 +28,8 @@ struct bad_plan_json : std::runtime_error {
 
 // Longest policy, reason or warning text read back (longer text is cut at a character boundary).
 inline constexpr std::size_t max_plan_text_bytes = 4096;
+// The most a plan's tuning_ms may say (ms): a reader refuses more, a plugin's larger figure is cleaned to 0.
+inline constexpr double max_tuning_ms = 1e12;
 
 // Every field, "match" included. Never throws (invalid UTF-8 is replaced when the JSON is dumped with
 // error_handler_t::replace).

@@ -12,6 +12,8 @@
 #include <string_view>
 
 #include "launchfit/error.hpp"
+#include "log_internal.hpp"
+#include "plan_json.hpp"
 #include "plugin_internal.hpp"
 
 namespace launchfit::detail::plugin_internal {
@@ -56,7 +58,7 @@ double time_plan_cb(void* ctx, const launchfit_plan* c) {
   const auto& q = *static_cast<const query*>(ctx);
   try {
     plan p = from_c(*c, q);
-    check_own_shape(q, p);
+    check_plugin_plan(q, p);  // as the plugin's chosen plan: a trial runs nothing its plan could not
     shape_block(q, p);  // a 1-D candidate in the launch's block shape, as its launch would run it
     validate_plan(q, p);
     return q.time_plan(p);
@@ -155,7 +157,8 @@ launchfit_plan blank_plan() {
 
 // Throws launchfit::error (LAUNCHFIT_INVALID_PLAN) for what validate_plan() cannot see in a C++ plan: a
 // negative blocks_per_sm, block dims whose product overflows, dynamic smem other than the launch's.
-// Informational numbers are cleaned: negative trials and non-finite or negative times become 0.
+// Informational numbers are cleaned: negative trials and non-finite, negative or implausible (beyond the plan
+// file's bound) times become 0.
 plan from_c(const launchfit_plan& c, const query& q) {
   plan p;
   p.block = dims{c.block_x, c.block_y, c.block_z};
@@ -164,7 +167,7 @@ plan from_c(const launchfit_plan& c, const query& q) {
   p.options.cooperative = c.cooperative != 0;
   p.full_grid = LAUNCHFIT_HAS_FIELD(&c, launchfit_plan, full_grid) && c.full_grid != 0;  // ABI 1.1
   p.trials = c.trials > 0 ? c.trials : 0;
-  p.tuning_ms = std::isfinite(c.tuning_ms) && c.tuning_ms > 0 ? c.tuning_ms : 0;
+  p.tuning_ms = std::isfinite(c.tuning_ms) && c.tuning_ms > 0 && c.tuning_ms <= detail::max_tuning_ms ? c.tuning_ms : 0;
   p.reason = plugin_text(c.reason, sizeof c.reason);
   if (c.blocks_per_sm < 0) {
     throw error(errc::invalid_plan, "validate(blocks_per_sm)",
@@ -199,6 +202,19 @@ std::uint64_t total_items(const work& w) noexcept {
   const std::uint64_t z = w.rank >= 3 ? w.nz : 1;
   if (__builtin_mul_overflow(w.n, w.ny, &t) || __builtin_mul_overflow(t, z, &t)) return ~std::uint64_t{0};
   return t;
+}
+
+// A plugin's plan, its choice or a trial's: the grid of items work is computed per launch (one thread per
+// item), so a fixed one would be launched for every n of the plan's bucket, leaving items undone or running
+// billions of blocks for a few items (as the plan file refuses a stored one); its block is one the launch makes.
+void check_plugin_plan(const query& q, const plan& p) {
+  if (q.work_hint.kind == work::shape::items && p.grid.x != 0) {
+    throw error(errc::invalid_plan, "plan(grid)",
+                "a fixed grid " + p.grid.to_string() + " for " + detail::items_text(q.work_hint) +
+                    ": the grid of items work is computed per launch, one thread per item",
+                q.kernel.demangled, p.to_string());
+  }
+  check_own_shape(q, p);
 }
 
 // A plugin's block (a plan's or a trial's) of more than one row: the block the launch itself makes of that

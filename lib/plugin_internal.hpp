@@ -103,6 +103,9 @@ launchfit_query to_c(const query& q, const launchfit_device& device, const launc
 std::uint64_t total_items(const work& w) noexcept;
 // Throws where a plugin's block of more than one row is not one this launch makes (see plugin_abi.cpp).
 void check_own_shape(const query& q, const plan& p);
+// Throws where a plugin's plan (its choice or a trial's) is one the launch may not run beyond what
+// validate_plan() checks: a fixed grid for items work, a block the launch does not make.
+void check_plugin_plan(const query& q, const plan& p);
 
 // ---- the policy (plugin_policy.cpp) ----------------------------------------------------------------------
 

@@ -146,15 +146,8 @@ class plugin_policy final : public policy_base {
     }
     try {
       plan p = from_c(cp, q);
-      // The grid of items work is computed per launch (one thread per item): a fixed one would be launched for
-      // every n of the plan's bucket, leaving items undone (as the plan file refuses a stored one).
-      if (q.work_hint.kind == work::shape::items && p.grid.x != 0) {
-        throw error(errc::invalid_plan, "plan(grid)",
-                    "a fixed grid " + p.grid.to_string() + " for " + detail::items_text(q.work_hint) +
-                        ": the grid of items work is computed per launch, one thread per item",
-                    q.kernel.demangled, p.to_string());
-      }
-      check_own_shape(q, p);
+      p.policy = to_string();  // named in every refusal of it
+      check_plugin_plan(q, p);
       plan checked = p;
       shape_block(q, checked);
       validate_plan(q, checked);  // here, so an invalid plan can fall back; choose() validates again

@@ -622,3 +622,20 @@ TEST_F(PlansTool, HostileNamesAreShownEscaped) {
   EXPECT_TRUE(has(l.err, "skipped 1 bad entry")) << l.err;
   EXPECT_FALSE(has(l.out + l.err, "\x1b"));
 }
+
+// A format version that is a string holding a bidi override (U+202E) and a C1 control (U+009B, an 8-bit CSI) is
+// named escaped, by every subcommand that reads the file: JSON's own escapes cover C0 controls only, and the
+// tool printed both characters raw (a terminal reordered or interpreted its output).
+TEST_F(PlansTool, AFormatVersionThatHidesTerminalControlsIsShownEscaped) {
+  write_text("v.json",
+             "{\"format\": \"launchfit-plan-cache\", \"version\": \"1\\u202e\\u009b31mgnp.lmth\", \"entries\": []}\n");
+  for (const char* sub : {"list", "check", "show", "stats"}) {
+    const outcome r = run(std::string(sub) + " v.json");
+    const std::string all = r.out + r.err;
+    EXPECT_NE(r.exit_code, 0) << sub << ": " << all;
+    EXPECT_TRUE(has(all, "format version")) << sub << ": " << all;
+    EXPECT_FALSE(has(all, "\xe2\x80\xae")) << sub << ": the bidi override reached the output";
+    EXPECT_FALSE(has(all, "\xc2\x9b")) << sub << ": the C1 control reached the output";
+    EXPECT_TRUE(has(all, "\\u202e")) << sub << ": " << all;
+  }
+}

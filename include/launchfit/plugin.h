@@ -40,7 +40,10 @@
  * while LAUNCHFIT_PLUGINS is being loaded, from the loading thread, sees the registry as it stands (the
  * plugins loaded so far). A plugin loading its own file from its entry or a constructor is refused, and
  * plugin calls nested more than 4 deep on one thread (a plugin creating itself from create(), say) are
- * refused with an error instead of recursing.
+ * refused with an error instead of recursing. One plan is made once: while choose() runs for a kernel and
+ * policy, every other thread that launches the same kernel with the same policy and work bucket waits for it.
+ * choose() may launch that kernel itself on its own thread (the call plans for itself, uncached), but must
+ * never wait for another thread that does: the two would wait for each other for good.
  *
  * Decisions. choose() writes its plan and returns:
  *   LAUNCHFIT_PLUGIN_OK       the plan is used after launchfit validates it (block within the kernel's

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "../log_internal.hpp"
 #include "../plan_file_format.hpp"
 #include "../plan_inputs.hpp"
 #include "../plan_match.hpp"
@@ -229,6 +230,18 @@ void store_plan(const stored_key& key, const plan& p, std::optional<detail::plan
   // become every node's plan.
   const bool shared = !e.measurement || e.measurement->clean;
   const detail::chain_layers chain = detail::store_chain();
+  if (chain.count == 0) return;
+  // What every reader refuses is never written (a plugin's policy text past the key's bound, a number out of
+  // a reader's range): it would be planned again in every run, and the file's check would fail on it. Said
+  // once per process; the plan is launched, not stored.
+  if (std::string why = detail::validate_stored_entry(e); !why.empty()) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      detail::log_event(spdlog::level::warn, "plan_not_stored",
+                        "a plan is not stored: no reader would take it back (later ones are not said)",
+                        {{"policy", p.policy}, {"why", why}});
+    return;
+  }
   for (int i = chain.count - 1; i >= 0; --i) {
     if (i > 0 && !shared) continue;
     chain.layers[i]->put(e);  // each queues; none waits

@@ -10,6 +10,9 @@
 //   nulls=1                         choose() calls every callback with a null context and time_plan with a
 //                                   null plan, and writes their answers into the reason
 //   coop=1                          choose() returns a cooperative plan (the launch may not be)
+//   ms=huge                         choose() reports 1e13 ms of tuning (beyond what a plan file holds)
+//   trial_grid=N                    choose() first times a plan of 128 threads and a fixed grid of N blocks,
+//                                   and writes the answer into the reason ("trial_grid: <ms>")
 //   work_bucket() calls hook("bucket") before it answers
 // LF_TEST_HOOK (an address in hex of `void hook(const char* where)`, set by a test in its own process) is
 // called from the static constructor ("ctor") and destructor ("dtor"), the entry ("entry"), create, choose
@@ -154,7 +157,17 @@ int choose(void* st, const launchfit_query* q, launchfit_plan* plan, char* errbu
   if (ms == "nan") plan->tuning_ms = std::numeric_limits<double>::quiet_NaN();
   if (ms == "inf") plan->tuning_ms = std::numeric_limits<double>::infinity();
   if (ms == "-1") plan->tuning_ms = -1;
+  if (ms == "huge") plan->tuning_ms = 1e13;
   if (text.empty()) std::snprintf(plan->reason, sizeof plan->reason, "hostile %ld threads", block);
+  if (const long trial_grid = s->num("trial_grid", 0)) {
+    launchfit_plan trial = *plan;
+    trial.block_x = 128;
+    trial.block_y = trial.block_z = 1;
+    trial.grid_x = static_cast<uint32_t>(trial_grid);
+    trial.grid_y = trial.grid_z = 1;
+    const double answer = q->time_plan ? q->time_plan(q->ctx, &trial) : -2.0;
+    std::snprintf(plan->reason, sizeof plan->reason, "trial_grid: %g", answer);
+  }
   (void)q;
   return LAUNCHFIT_PLUGIN_OK;
 }

@@ -1095,3 +1095,131 @@ TEST(StubLaunch, ASharedPlansFixedGridIsNeverLaunchedForMoreItemsThanItCovers) {
 }
 
 }  // namespace
+
+// A cluster launch on a few SMs (sms(k)) whose residency holds no whole cluster: a cooperative one is refused,
+// naming the cluster and the budget, and nothing launches (its grid was 0 blocks: nothing ran, and the launch
+// returned as done); a policy's low residency is raised to one cluster, so a grid-stride launch runs whole
+// clusters (it ran 1 block with a cluster of 8) and a no-work launch runs them too.
+TEST(StubLaunch, AClusterOnAnSmBudgetRunsWholeClustersOrIsRefused) {
+  const CUfunction coop = axpy_kernel("_Z11coop_budgetfPKfPfi");
+  const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+  const lf::error e = launchfit_test::error_of([&] {
+    lf::launch(lf::kernel(coop), lf::cooperative(1).sms(2).cluster({4, 1, 1}).on(stream_of(0x1e)), 1.0f,
+               device_pointer(0x1000), device_pointer(0x2000), 10);
+  });
+  EXPECT_EQ(e.code(), lf::errc::invalid_plan) << e.what();
+  EXPECT_NE(e.message().find("a cluster of 4 blocks does not fit the plan's residency"), std::string::npos)
+      << e.what();
+  EXPECT_NE(e.message().find("the launch's SM budget"), std::string::npos) << e.what();
+  EXPECT_NE(e.kernel().find("coop_budget"), std::string::npos) << e.what();
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before);
+
+  const CUfunction wide = axpy_kernel("_Z11wide_budgetfPKfPfi");
+  for (int pass = 0; pass < 2; ++pass) {  // the miss, then the hit
+    const lf::launched l = lf::launch(
+        lf::kernel(wide), lf::bytes_in_flight(64).sms(2).cluster({8, 1, 1}).grid_stride(1 << 24).on(stream_of(0x1f)),
+        1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 24);
+    EXPECT_GE(l.plan().resident_blocks(), 8) << l.plan().to_string();
+    EXPECT_GE(l.grid.x, 8u);
+    EXPECT_EQ(l.grid.x % 8, 0u) << l.grid.to_string();
+    EXPECT_EQ(last_launch(wide).config.gridDimX % 8, 0u);
+  }
+  const CUfunction none = axpy_kernel("_Z11none_budgetfPKfPfi");
+  const lf::launched n = lf::launch(lf::kernel(none), lf::bytes_in_flight(64, 4096).sms(2).cluster({8, 1, 1}).on(stream_of(0x1f)),
+                                    1.0f, device_pointer(0x1000), device_pointer(0x2000), 10);
+  EXPECT_GE(n.grid.x, 8u) << "nothing was launched";
+  EXPECT_EQ(n.grid.x % 8, 0u) << n.grid.to_string();
+}
+
+// A launch without work of a cluster taller than one block (y or z above 1) runs a grid of whole clusters:
+// its y and z are the cluster's (it ran {resident, 1, 1}, which the driver refuses for such a cluster).
+TEST(StubLaunch, ANoWorkLaunchOfATallClusterRunsWholeClusters) {
+  const CUfunction f = axpy_kernel("_Z11tall_clusterfPKfPfi");
+  for (const lf::dims c : {lf::dims{1, 2, 1}, lf::dims{2, 2, 1}, lf::dims{1, 1, 2}}) {
+    const lf::launched l = lf::launch(lf::kernel(f), lf::max_occupancy().cluster(c).on(stream_of(0x20)), 1.0f,
+                                      device_pointer(0x1000), device_pointer(0x2000), 10);
+    EXPECT_EQ(l.grid.x % c.x, 0u) << c.to_string() << " " << l.grid.to_string();
+    EXPECT_EQ(l.grid.y % c.y, 0u) << c.to_string() << " " << l.grid.to_string();
+    EXPECT_EQ(l.grid.z % c.z, 0u) << c.to_string() << " " << l.grid.to_string();
+    EXPECT_EQ(static_cast<long long>(l.grid.count()), l.plan().resident_blocks());
+    const launch_seen s = last_launch(f);
+    EXPECT_EQ(s.config.gridDimY % c.y, 0u);
+    EXPECT_EQ(s.config.gridDimZ % c.z, 0u);
+  }
+}
+
+// A policy's fixed grid never exceeds the grid a launch bounds (an SM budget, a waves cap): refused, naming
+// the bound, where it ran the whole fixed grid on every SM and the plan's reason said it was sized for the
+// budget.
+TEST(StubLaunch, AFixedGridBeyondTheLaunchsSmBudgetIsRefused) {
+  const CUfunction f = axpy_kernel("_Z12fixed_budgetfPKfPfi");
+  const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+  const lf::error e = launchfit_test::error_of([&] {
+    lf::launch(lf::kernel(f), lf::fixed(256, 100000).sms(8).grid_stride(1 << 24).on(stream_of(0x21)), 1.0f,
+               device_pointer(0x1000), device_pointer(0x2000), 1 << 24);
+  });
+  EXPECT_NE(e.message().find("the policy's fixed grid 100000 exceeds the"), std::string::npos) << e.what();
+  EXPECT_NE(e.message().find("an SM budget of 8 SMs"), std::string::npos) << e.what();
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before);
+  // Within the budget it launches as fixed.
+  const lf::launched l = lf::launch(lf::kernel(f), lf::fixed(256, 16).sms(8).grid_stride(1 << 24).on(stream_of(0x21)),
+                                    1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 24);
+  EXPECT_EQ(l.grid.x, 16u);
+}
+
+// A plugin's trial is held to what its chosen plan is: a fixed grid for items work (here 2^31 - 1 blocks for
+// 1,000 items) is refused before anything runs (time_plan answers -1). The trial launched those 2^31 - 1
+// blocks on the caller's arguments: a kernel without an `i < n` guard writes far out of bounds.
+TEST(StubLaunch, APluginsTrialIsRefusedWhatItsPlanWouldBe) {
+#ifdef LAUNCHFIT_HOSTILE_PLUGIN
+  lf::load_plugin(LAUNCHFIT_HOSTILE_PLUGIN);
+  const CUfunction f = axpy_kernel("_Z10trialgridsfPKfPfi");
+  const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
+  const lf::launched l =
+      lf::launch(lf::kernel(f), lf::use("test_hostile(block=128,trial_grid=2147483647)").items(1000).rerunnable()
+                                    .on(stream_of(0x22)),
+                 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1000);
+  EXPECT_NE(l.plan().reason.find("trial_grid: -1"), std::string::npos) << l.plan().reason;
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before + 1) << "a trial ran";
+  EXPECT_EQ(last_launch(f).config.gridDimX, 8u);
+#else
+  GTEST_SKIP() << "the hostile test plugin is not built";
+#endif
+}
+
+// What no reader takes back is never written: a plugin's tuning time beyond the file's bound is cleaned (it was
+// written as 1e13 ms, and every later run skipped the entry and planned again), and a plan whose key text is past
+// the key's bound (a 65,530-byte policy string, plus the launch's words) is not stored, with one warning.
+TEST(StubLaunch, APlanNoReaderWouldTakeBackIsNeverWritten) {
+#ifdef LAUNCHFIT_HOSTILE_PLUGIN
+  lf::load_plugin(LAUNCHFIT_HOSTILE_PLUGIN);
+  const std::string file = fresh_plan_file("unreadable");
+  launchfit_test::captured_log log(spdlog::level::info);
+  const CUfunction f = axpy_kernel("_Z10hugetuningfPKfPfi");
+  const lf::launched l = lf::launch(lf::kernel(f), lf::use("test_hostile(block=128,ms=huge)").grid_stride(1 << 20)
+                                                        .on(stream_of(0x23)),
+                                    1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
+  EXPECT_EQ(l.plan().tuning_ms, 0.0);
+  const CUfunction g = axpy_kernel("_Z10longpolicyfPKfPfi");
+  const std::string padded = "test_hostile(block=128,pad=" + std::string(65502, 'A') + ")";
+  lf::launch(lf::kernel(g), lf::use(padded).grid_stride(1 << 20).on(stream_of(0x23)), 1.0f, device_pointer(0x1000),
+             device_pointer(0x2000), 1 << 20);
+  lf::launch(lf::kernel(g), lf::use(padded).grid_stride(1 << 21).on(stream_of(0x23)), 1.0f, device_pointer(0x1000),
+             device_pointer(0x2000), 1 << 21);
+  ASSERT_TRUE(lf::flush_cache_file(2000));
+  const std::string text = read_text(file);
+  EXPECT_NE(text.find("hugetuning"), std::string::npos) << "the cleaned plan was not stored";
+  EXPECT_EQ(text.find("e+13"), std::string::npos) << text.substr(0, 2000);
+  EXPECT_EQ(text.find("10000000000000"), std::string::npos) << text.substr(0, 2000);
+  EXPECT_EQ(text.find("longpolicy"), std::string::npos) << "an unreadable entry was written";
+  const std::string t = log.text();
+  const std::string said = "a plan is not stored: no reader would take it back";
+  ASSERT_NE(t.find(said), std::string::npos) << t.substr(0, 2000);
+  EXPECT_EQ(t.find(said, t.find(said) + 1), std::string::npos) << "said twice";
+  EXPECT_NE(t.find("'policy' is too long"), std::string::npos) << t.substr(0, 2000);
+  lf::set_cache_file("");
+  std::filesystem::remove(file);
+#else
+  GTEST_SKIP() << "the hostile test plugin is not built";
+#endif
+}
