@@ -299,6 +299,25 @@ TEST(SlowStore, MoreThanOneSecondWithinTenSecondsDropsTheStore) {
   EXPECT_TRUE(has(why, "more than 1000 ms within 10 s")) << why;
 }
 
+// Exchanges no launching thread waits for (lease polls of the background queue, every 50 ms while a key is
+// watched) are held to the in-a-row rule only: a store 6 ms away polled 20 times a second spends an eighth of its
+// time answering them, which is no reason to drop it; three slow answers in a row still are.
+TEST(SlowStore, PollsOfTheBackgroundQueueSpendNoLookupBudget) {
+  using std::chrono::milliseconds;
+  const auto t0 = ld::slow_store_rule::clock::time_point{} + std::chrono::hours(1);
+  ld::slow_store_rule polled(milliseconds(200));
+  for (int i = 0; i < 1000; ++i)  // 6 ms every 50 ms for 50 s
+    EXPECT_EQ(polled.record(milliseconds(6), t0 + milliseconds(50 * i), false), "") << i;
+  std::string why;
+  for (int i = 0; i < 3 && why.empty(); ++i) why = polled.record(milliseconds(150), t0 + milliseconds(60000 + 200 * i), false);
+  EXPECT_TRUE(has(why, "3 answers in a row took more than 100 ms")) << why;
+  ld::slow_store_rule looked(milliseconds(200));  // the same as lookups: dropped within 10 s
+  why.clear();
+  int answers = 0;
+  while (why.empty() && answers < 1000) why = looked.record(milliseconds(6), t0 + milliseconds(50 * answers++));
+  EXPECT_TRUE(has(why, "more than 1000 ms within 10 s")) << answers << " " << why;
+}
+
 // ---- configuration --------------------------------------------------------------------------------------
 
 TEST(RemoteConfig, OffByDefault) {

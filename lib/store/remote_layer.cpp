@@ -152,7 +152,7 @@ struct redis_store::impl final : public background::task {
   // Under lookup_io: one exchange of a lookup, connecting first when needed, within the lookup's deadline.
   // A failure drops the connection; the caller kills the store.
   store_failure lookup_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies,
-                                steady::time_point deadline) {
+                                steady::time_point deadline, bool budgeted = true) {
     store_failure f;
     if (!lookup_conn) {
       lookup_conn = connect_store(
@@ -168,7 +168,7 @@ struct redis_store::impl final : public background::task {
       return {fault_of(r), why};
     }
     const auto end = steady::now();
-    if (std::string slow = slowness.record(end - start, end); !slow.empty()) {
+    if (std::string slow = slowness.record(end - start, end, budgeted); !slow.empty()) {
       lookup_conn.reset();
       return {store_fault::timeout, "answers too slowly (" + slow + ")"};
     }
@@ -178,8 +178,11 @@ struct redis_store::impl final : public background::task {
   // One exchange of a lease operation (lease.hpp's commands) on the lookup connection, as a lookup's: within
   // one operation bound, waiting for another thread's lookup no longer (then a timeout of this lease only,
   // counted as busy), under the slow-store rule; a failed exchange drops the store as a lookup's does. A
-  // store dead or closed answers at once.
-  store_failure lease_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies) {
+  // store dead or closed answers at once. A poll of the background queue (`budgeted` false), which no
+  // launching thread waits for, is held to the rule's answers in a row only: polled every 50 ms, a store a few
+  // milliseconds away would spend the lookups' budget on polls alone.
+  store_failure lease_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies,
+                               bool budgeted = true) {
     const store_failure off{store_fault::refused, "the store is not in use"};
     if (closed.load() || dead.load()) return off;
     const auto deadline = steady::now() + milliseconds(opt.op_timeout_ms);
@@ -189,7 +192,7 @@ struct redis_store::impl final : public background::task {
       return {store_fault::timeout, "another thread's lookup held the connection"};
     }
     if (closed.load() || dead.load()) return off;
-    store_failure f = lookup_exchange(cmds, replies, deadline);
+    store_failure f = lookup_exchange(cmds, replies, deadline, budgeted);
     if (f) fail(f.text, f.kind);
     return f;
   }
@@ -692,8 +695,8 @@ std::vector<lease_poll> redis_store::poll_leases(
   if (impl_->dead.load() || impl_->closed.load())
     return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, layer_failure::refused});
   impl& s = *impl_;
-  return redis_poll_leases([&s](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies); },
-                           items);
+  return redis_poll_leases(
+      [&s](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies, /*budgeted=*/false); }, items);
 }
 
 }  // namespace launchfit::detail

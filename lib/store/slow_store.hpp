@@ -27,8 +27,9 @@ class slow_store_rule {
   explicit slow_store_rule(std::chrono::milliseconds op_bound) : op_bound_(op_bound) {}
 
   // Records an exchange that took `took` and ended at `end`; "" or why the store is too slow to keep.
-  // Thread-safe.
-  std::string record(clock::duration took, clock::time_point end);
+  // `budgeted` false: an exchange no launching thread waits for (a lease poll of the background queue),
+  // held to the in-a-row rule only. Thread-safe.
+  std::string record(clock::duration took, clock::time_point end, bool budgeted = true);
 
  private:
   struct second {
