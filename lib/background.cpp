@@ -36,6 +36,7 @@ struct slot {
   bool running = false;
   bool removed = false;
   std::thread::id runner;  // the thread that runs it, while running
+  std::uint64_t runs = 0;  // runs ended (a caller that handed a run to the thread waits for this to move)
 };
 
 // Never destroyed (a thread may outlive exit's wait); pointers, so that a forked child can replace what a
@@ -95,6 +96,7 @@ void run_locked(queue_state& s, std::unique_lock<std::mutex>& lk, slot* sl) {
   sl->runner = std::thread::id();
   sl->due = std::min(next, sl->woken);
   sl->woken = never;
+  ++sl->runs;
   s.idle_cv->notify_all();
 }
 
@@ -185,7 +187,7 @@ bool add(task& t, exit_order order) noexcept {
       if (s.count == max_tasks) return false;
       free = &s.slots[s.count++];
     }
-    *free = slot{&t, order, never, never, false, false, std::thread::id()};
+    *free = slot{&t, order, never, never, false, false, std::thread::id(), 0};
     ++s.st.tasks;
     register_hooks = !s.hooks_registered;
     s.hooks_registered = true;
@@ -241,6 +243,18 @@ bool run_here(task& t, clock::time_point deadline) noexcept {
     // Another thread runs it: that run is what the caller waits for.
     s.idle_cv->wait_until(lk, deadline, [&] { return !sl->running || sl->removed; });
     return !sl->running;
+  }
+  // The thread is idle: it runs t, and the caller waits for that run until its deadline. A task's run may block
+  // in I/O for good (a file system hung in fsync): on the thread it holds no caller past its deadline, the
+  // exiting thread included. A thread busy with another task is not waited behind: t runs here.
+  if (!on_thread && !s.stopped && s.sleeping && s.thread_pid == lifecycle::process_id()) {
+    const std::uint64_t before = sl->runs;
+    sl->due = clock::time_point::min();
+    s.sleeps_until = sl->due;
+    s.wake_cv->notify_one();
+    ++s.st.runs_handed;
+    s.idle_cv->wait_until(lk, deadline, [&] { return sl->runs != before || sl->removed || s.stopped; });
+    return sl->runs != before;
   }
   sl->running = true;
   ++s.st.runs_here;

@@ -369,6 +369,39 @@ TEST(Exit, AHungFsyncDoesNotHoldTheExitPastItsBound) {
   fs::remove_all(dir);
 }
 
+// The same hung fsync where the program ends before the writer's batch is due (plans stored just before main
+// returns): the exit's drain hands the write to the idle background thread and waits for it 10 s at most. The
+// exiting thread ran the write itself and hung in fsync with it, for the whole 60 s.
+TEST(Exit, AHungFsyncOfAWriteTheExitStartsDoesNotHoldTheExit) {
+  const std::string child = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/exit-child";
+  ASSERT_TRUE(fs::exists(child)) << child;
+  const fs::path dir = fs::temp_directory_path() / ("launchfit-exit-fsync-now-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  run_spec r;
+  r.how = "return";
+  r.pending = 5;
+  r.file = true;
+  r.tag = std::to_string(::getpid()) + "fsyncnow";
+  r.path = dir / "plans.json";
+  setenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS", "60000", 1);
+  setenv("LAUNCHFIT_TEST_EXIT_AT_ONCE", "1", 1);
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = spawn(child, r, std::nullopt);
+  unsetenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS");
+  unsetenv("LAUNCHFIT_TEST_EXIT_AT_ONCE");
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[ NOTE     ] exit starting a write that hangs in fsync for 60 s: %.1f s\n", seconds);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_LT(seconds, 40.0) << "the exiting thread ran the hung write itself";
+  const auto c = lf::detail::parse_cache_file(slurp(r.path));
+  ASSERT_EQ(c.status, lf::detail::cache_file_status::ok) << c.problem;
+  EXPECT_EQ(plan_numbers(c.entries, r.tag).size(), static_cast<std::size_t>(flushed_plans));
+  fs::remove_all(dir);
+}
+
 // Plans stored from a static destructor after the exit's drain gave up on a lock a peer holds: each gets one look
 // at the lock, not the drain's wait again (5 such plans took the exit 7 s), and one warning says they were not
 // written (they were dropped silently).
