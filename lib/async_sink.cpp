@@ -180,15 +180,25 @@ bool async_sink::wait_drained(std::chrono::milliseconds still) {
   return true;
 }
 
-// The exiting thread never writes into the output itself while lines are queued: if the background thread
-// stops moving, the output is stuck, and the lines queued or logged from then on are dropped (counted)
-// rather than block the exit. The log is drained last, after the plan stores (background.hpp).
+// The exiting thread never writes into the output itself while lines are queued. Where the background thread
+// wrote nothing for exit_write_wait, it is stuck either in this output or in another task's run (a plan file's
+// write hung in fsync, which would cost the warning that says so): then a helper thread (background::run_here)
+// writes the lines, within the same bound. What is left queued then is behind a stuck output, and dropped
+// (counted) rather than block the exit. The log is drained last, after the plan stores (background.hpp).
 void async_sink::drain_at_exit() noexcept {
   {
     std::lock_guard<std::mutex> lock(*mutex_);
     exiting_ = true;
   }
   if (wait_drained(exit_write_wait)) return;
+  const auto done = [&] {
+    std::lock_guard<std::mutex> lock(*mutex_);
+    return items_.empty() && overflow_ == 0 && !writing_;
+  };
+  const auto deadline = background::clock::now() + exit_write_wait;
+  while (!done() && background::clock::now() < deadline && background::run_here(*this, deadline)) {
+  }
+  if (done()) return;
   std::lock_guard<std::mutex> lock(*mutex_);
   output_stuck_ = true;
   out_.count_dropped(items_.size());

@@ -244,17 +244,37 @@ bool run_here(task& t, clock::time_point deadline) noexcept {
     s.idle_cv->wait_until(lk, deadline, [&] { return !sl->running || sl->removed; });
     return !sl->running;
   }
-  // The thread is idle: it runs t, and the caller waits for that run until its deadline. A task's run may block
-  // in I/O for good (a file system hung in fsync): on the thread it holds no caller past its deadline, the
-  // exiting thread included. A thread busy with another task is not waited behind: t runs here.
-  if (!on_thread && !s.stopped && s.sleeping && s.thread_pid == lifecycle::process_id()) {
+  // A task's run may block in I/O for good (a file system hung in fsync, an output stuck in a pipe): the caller,
+  // the exiting thread included, waits for it only until its deadline. The thread, idle, runs t; a thread busy
+  // with another task is not waited behind: a helper thread of this module runs t. Only where no thread can be
+  // started does t run on the caller's.
+  if (!on_thread && !s.stopped && s.thread_pid == lifecycle::process_id()) {
     const std::uint64_t before = sl->runs;
-    sl->due = clock::time_point::min();
-    s.sleeps_until = sl->due;
-    s.wake_cv->notify_one();
-    ++s.st.runs_handed;
-    s.idle_cv->wait_until(lk, deadline, [&] { return sl->runs != before || sl->removed || s.stopped; });
-    return sl->runs != before;
+    bool handed = false;
+    if (s.sleeping) {
+      sl->due = clock::time_point::min();
+      s.sleeps_until = sl->due;
+      s.wake_cv->notify_one();
+      ++s.st.runs_handed;
+      handed = true;
+    } else {
+      sl->running = true;
+      try {
+        std::thread([sl] {
+          queue_state& qs = q();
+          std::unique_lock<std::mutex> helper_lk(*qs.m);
+          run_locked(qs, helper_lk, sl);
+        }).detach();
+        ++s.st.runs_helped;
+        handed = true;
+      } catch (const std::system_error&) {
+        sl->running = false;  // no thread: runs here
+      }
+    }
+    if (handed) {
+      s.idle_cv->wait_until(lk, deadline, [&] { return sl->runs != before || sl->removed || s.stopped; });
+      return sl->runs != before;
+    }
   }
   sl->running = true;
   ++s.st.runs_here;

@@ -6,9 +6,10 @@
 // drops, it counts); this module decides only *when* a task runs and on which thread:
 //
 // - on the background thread, started on the first wake() of a process (a child of fork() starts its own);
-// - on the calling thread, by run_here(), where the background thread is busy with another task: a flush that
-//   must not wait behind another task (a plan file must be written at exit even when the log's output is
-//   stuck in a pipe); where the thread is idle, run_here() has it run the task and waits with its deadline;
+// - for run_here(), a flush that must not wait behind another task (a plan file must be written at exit even
+//   when the log's output is stuck in a pipe): on the idle background thread, or on a helper thread where it
+//   is busy with another task, the caller waiting with its deadline (on the caller's own thread only where no
+//   thread can be had);
 // - on the calling thread after shutdown(): work that arrives while the process exits (a launch from a
 //   static destructor) is done by its caller, bounded by the task's own bounds.
 //
@@ -67,10 +68,11 @@ void remove(task& t) noexcept;
 // shutdown() the caller runs the task itself, at once, whatever `when` says.
 void wake(task& t, clock::time_point when = clock::time_point::min(), bool notify = true) noexcept;
 
-// Runs t now and waits for that run, until `deadline`: on the background thread when it is idle (a run that
-// blocks in I/O for good then holds no caller past its deadline), else on the calling thread; where another
-// thread runs t already, waits for that run. True when a run of t ended. For flushes that must not wait behind
-// other tasks. Never from t's own run().
+// Runs t now and waits for that run, until `deadline`: on the background thread when it is idle, on a helper
+// thread when the background thread is busy with another task (a run that blocks in I/O for good then holds no
+// caller past its deadline), on the calling thread only where no thread can run (none started, after
+// shutdown(), no thread to be had); where another thread runs t already, waits for that run. True when a run of
+// t ended. For flushes that must not wait behind other tasks. Never from t's own run().
 bool run_here(task& t, clock::time_point deadline) noexcept;
 
 // Whether the calling thread is the background thread (a task's run() must not wait for itself).
@@ -91,6 +93,7 @@ struct stats {
   std::uint64_t runs = 0;             // task runs on the background thread
   std::uint64_t runs_here = 0;        // task runs on a caller's thread (run_here, after shutdown)
   std::uint64_t runs_handed = 0;      // run_here() calls that had the idle thread run the task
+  std::uint64_t runs_helped = 0;      // run_here() calls that had a helper thread run it (the thread busy)
   std::uint64_t threads_started = 0;  // in this process (a child of fork() counts its own)
   int tasks = 0;
 };

@@ -207,8 +207,12 @@ void file_store::drain_at_exit() noexcept {
   if (!flush_locked(f, lk, exit_wait) && f.writable && (!f.pending.empty() || !f.in_flight.empty())) {
     const std::string path = f.path;
     const std::size_t left = f.pending.size() + f.in_flight.size();
-    const std::string why = f.retry_why.empty() ? std::string("the file stayed locked by another process")
-                                                : "it could not be written (" + f.retry_why + ")";
+    const std::string why =
+        !f.retry_why.empty() ? "it could not be written (" + f.retry_why + ")"
+        : !f.in_flight.empty()
+            ? "a write of the file did not end within " + std::to_string(exit_write_wait.count() / 1000) +
+                  " s (a file system that hangs, in fsync or a write)"
+            : std::string("the file stayed locked by another process");
     f.exit_gave_up = true;
     lk.unlock();
     warn(path, std::to_string(left) + " plan(s) not written at exit: " + why);
