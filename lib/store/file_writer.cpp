@@ -176,6 +176,7 @@ bool flush_locked(file_store& f, std::unique_lock<std::mutex>& lk, milliseconds 
   const auto settled = [&] { return f.written >= target || !f.writable || f.epoch != epoch; };
   ++f.flushing;
   f.flush_deadline = std::max(f.flush_deadline, deadline);
+  auto pause = milliseconds(2);  // between looks at a lock a peer holds, as file_lock.cpp paces its own
   while (!settled() && steady::now() < deadline) {
     lk.unlock();
     // `max_wait` bounds the attempts (a lock another process holds) and a flush's wait for a write under way;
@@ -190,9 +191,16 @@ bool flush_locked(file_store& f, std::unique_lock<std::mutex>& lk, milliseconds 
       f.done->wait_until(lk, deadline, settled);
       break;
     }
-    // A busy lock: the next attempt comes at once (flushing), after lock_wait of this one. An error that may
-    // pass (a full disk) is not tried again in a loop until the deadline: the writer tries later.
+    // An error that may pass (a full disk) is not tried again in a loop until the deadline: the writer tries
+    // later.
     if (!f.retry_why.empty()) break;
+    // A busy lock: the run looked at it once (on the background thread, which serves the log and the remote
+    // stores too) or waited for it by this deadline (here): the next look comes after a pause, 2 ms doubling
+    // to 50 ms, never in a loop of runs.
+    if (!settled() && !f.pending.empty()) {
+      f.done->wait_until(lk, std::min(deadline, steady::now() + pause), settled);
+      pause = std::min(pause * 2, milliseconds(50));
+    }
   }
   // The last flush waiting: the next attempt is sized by lock_wait again, not by this flush's deadline (a
   // flush of 10 s left every later short one attempting for up to lock_wait).
