@@ -37,6 +37,7 @@ struct slot {
   bool removed = false;
   std::thread::id runner;  // the thread that runs it, while running
   std::uint64_t runs = 0;  // runs ended (a caller that handed a run to the thread waits for this to move)
+  std::uint64_t generation = 0;  // moves when the slot is given to another task (a waiter's task is gone)
 };
 
 // Never destroyed (a thread may outlive exit's wait); pointers, so that a forked child can replace what a
@@ -50,6 +51,7 @@ struct queue_state {
   pid_t thread_pid = 0;  // the process whose thread runs (none in a child of fork())
   clock::time_point sleeps_until = never;
   bool sleeping = false;
+  slot* handed = nullptr;  // a run a caller handed over (run_here): the thread's next, before any task due
   bool hooks_registered = false;
   std::atomic<bool> exiting{false};
   bool stopped = false;  // shutdown() ended: callers run tasks themselves
@@ -111,8 +113,12 @@ void thread_main() {
       s.idle_cv->notify_all();
       return;
     }
-    slot* next = nullptr;
-    for (int i = 0; i < s.count; ++i) {
+    // A run a caller handed over first (its due is now), whatever else is due: the caller waits for it, and a
+    // task due as early (a log line's wake) may block in its output for good.
+    slot* next = s.handed && !s.handed->removed && !s.handed->running ? s.handed : nullptr;
+    s.handed = nullptr;
+    const bool handed = next != nullptr;
+    for (int i = 0; i < s.count && !handed; ++i) {
       slot& sl = s.slots[i];
       if (sl.removed || sl.running) continue;
       if (!next || sl.due < next->due) next = &sl;
@@ -148,6 +154,7 @@ void child_after_fork() {
   s.idle_cv = new std::condition_variable;
   s.thread_pid = 0;
   s.sleeping = false;
+  s.handed = nullptr;
   s.st.threads_started = 0;
   for (int i = 0; i < s.count; ++i) {
     slot& sl = s.slots[i];
@@ -187,7 +194,7 @@ bool add(task& t, exit_order order) noexcept {
       if (s.count == max_tasks) return false;
       free = &s.slots[s.count++];
     }
-    *free = slot{&t, order, never, never, false, false, std::thread::id(), 0};
+    *free = slot{&t, order, never, never, false, false, std::thread::id(), 0, free->generation + 1};
     ++s.st.tasks;
     register_hooks = !s.hooks_registered;
     s.hooks_registered = true;
@@ -202,6 +209,7 @@ void remove(task& t) noexcept {
   slot* sl = find(s, t);
   if (!sl) return;
   sl->removed = true;  // never picked again
+  if (s.handed == sl) s.handed = nullptr;
   --s.st.tasks;
   // The run in progress (another thread's) ends before the task may be destroyed.
   s.idle_cv->wait(lk, [&] { return !sl->running; });
@@ -250,9 +258,11 @@ bool run_here(task& t, clock::time_point deadline) noexcept {
   // started does t run on the caller's.
   if (!on_thread && !s.stopped && s.thread_pid == lifecycle::process_id()) {
     const std::uint64_t before = sl->runs;
+    const std::uint64_t generation = sl->generation;
     bool handed = false;
     if (s.sleeping) {
       sl->due = clock::time_point::min();
+      s.handed = sl;
       s.sleeps_until = sl->due;
       s.wake_cv->notify_one();
       ++s.st.runs_handed;
@@ -272,8 +282,10 @@ bool run_here(task& t, clock::time_point deadline) noexcept {
       }
     }
     if (handed) {
-      s.idle_cv->wait_until(lk, deadline, [&] { return sl->runs != before || sl->removed || s.stopped; });
-      return sl->runs != before;
+      // The slot's generation: a task removed meanwhile and its slot given to another never counts as run.
+      const auto gone = [&] { return sl->generation != generation || sl->removed; };
+      s.idle_cv->wait_until(lk, deadline, [&] { return sl->runs != before || gone() || s.stopped; });
+      return !gone() && sl->runs != before;
     }
   }
   sl->running = true;

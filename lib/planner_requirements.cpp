@@ -352,6 +352,8 @@ void apply_requirements(const query& q, plan& p, const launch_requirements& need
   shape_block(q, p);
   // A block shape is checked (and carried, for the grid's rows per thread) on every plan, a trial's too.
   changed = changed || p.block != before || p.shape_rule != q.shape_rule;
+  // A fixed grid is checked against the grid the launch bounds (its SM budget, its waves cap).
+  changed = changed || (p.grid.x != 0 && (need.sm_budget > 0 || q.work_hint.waves != 0));
   if (changed || made_cooperative)
     validate_plan(q, p);  // co-residency, resident clusters, the device's limits
   if (made_cooperative) p.reason += "; launched cooperatively, as the launch requires";

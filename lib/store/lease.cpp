@@ -4,6 +4,8 @@
 
 #include "lease.hpp"
 
+#include <algorithm>
+
 namespace launchfit::detail {
 namespace {
 
@@ -76,30 +78,36 @@ lease_answer redis_release_lease(const redis_exchange& exchange, const std::stri
 std::vector<lease_poll> redis_poll_leases(const redis_exchange& exchange,
                                           const std::vector<std::pair<std::string, stored_key>>& items) {
   std::vector<lease_poll> out(items.size());
-  std::vector<redis::command> cmds;
-  std::vector<std::string> keys;
-  for (const auto& [lease, key] : items) {
-    keys.push_back(remote_key(key));
-    cmds.push_back(read_value_command(keys.back()));
-    cmds.push_back({"EXISTS", lease});
-  }
-  if (cmds.empty()) return out;
-  std::vector<reply> r;
-  const store_failure f = exchange(cmds, r);
-  if (f || r.size() != cmds.size()) {
-    for (lease_poll& p : out) p.failure = f ? layer_failure_of(f.kind) : layer_failure::protocol;
-    return out;
-  }
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    const reply& value = r[2 * i];
-    const reply& exists = r[2 * i + 1];
-    if (value.type == reply::kind::string) {
-      std::string why;
-      // Untrusted like any lookup's value: the one check every reader and writer applies.
-      out[i].published = parse_remote_value(value.text, keys[i], why);
+  // A few keys per exchange: each value may be up to 64 KiB, and one exchange is held to the store's bounds
+  // (8 MiB and the operation's time), which thousands of watched keys in one pipeline would break.
+  constexpr std::size_t keys_per_exchange = 32;
+  for (std::size_t from = 0; from < items.size(); from += keys_per_exchange) {
+    const std::size_t to = std::min(items.size(), from + keys_per_exchange);
+    std::vector<redis::command> cmds;
+    std::vector<std::string> keys;
+    for (std::size_t i = from; i < to; ++i) {
+      keys.push_back(remote_key(items[i].second));
+      cmds.push_back(read_value_command(keys.back()));
+      cmds.push_back({"EXISTS", items[i].first});
     }
-    out[i].held = exists.type == reply::kind::integer && exists.integer > 0;
-    if (exists.type == reply::kind::error) out[i].failure = layer_failure::protocol;
+    std::vector<reply> r;
+    const store_failure f = exchange(cmds, r);
+    if (f || r.size() != cmds.size()) {
+      for (std::size_t i = from; i < items.size(); ++i)
+        out[i].failure = f ? layer_failure_of(f.kind) : layer_failure::protocol;
+      return out;
+    }
+    for (std::size_t i = from; i < to; ++i) {
+      const reply& value = r[2 * (i - from)];
+      const reply& exists = r[2 * (i - from) + 1];
+      if (value.type == reply::kind::string) {
+        std::string why;
+        // Untrusted like any lookup's value: the one check every reader and writer applies.
+        out[i].published = parse_remote_value(value.text, keys[i - from], why);
+      }
+      out[i].held = exists.type == reply::kind::integer && exists.integer > 0;
+      if (exists.type == reply::kind::error) out[i].failure = layer_failure::protocol;
+    }
   }
   return out;
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The remote plan store as a layer (remote_layer.hpp): lookups, bulk reads of a device model, the writer.
 //
-// Two connections per store: one for lookups (the caller's thread, on a miss) and one for the writer, so a
-// lookup never waits behind a batch of writes. A lookup waits for the lookup connection at most until its
-// own deadline (a timed mutex), never behind another thread's slow lookup for longer.
+// Three connections per store: one for lookups (the caller's thread, on a miss), one for the writer, so a
+// lookup never waits behind a batch of writes, and one for the tuning leases (lease.hpp). A lookup waits for
+// the lookup connection at most until its own deadline (a timed mutex), never behind another thread's slow
+// lookup for longer; a lease likewise for the leases'.
 
 #include "remote_layer.hpp"
 
@@ -107,6 +108,12 @@ struct redis_store::impl final : public background::task {
 
   deadline_lock lookup_io;  // held across the lookup connection's I/O
   std::unique_ptr<redis::connection> lookup_conn;
+  // The tuning leases' connection (take, release, poll): a lease never waits behind a lookup's read of a device
+  // model, nor a lookup behind the background queue's polls. Held to the lookups' bounds and slow-store rule.
+  deadline_lock lease_io;
+  std::unique_ptr<redis::connection> lease_conn;
+  // The leases' own count of slow answers: fast polls never reset the lookups'.
+  slow_store_rule lease_slowness{milliseconds(opt.op_timeout_ms)};
   slow_store_rule slowness{milliseconds(opt.op_timeout_ms)};
   std::mutex write_io;  // held across the writer connection's I/O
   std::unique_ptr<redis::connection> write_conn;
@@ -149,50 +156,57 @@ struct redis_store::impl final : public background::task {
     return deadline - steady::now() >= milliseconds(opt.op_timeout_ms) / 2;
   }
 
-  // Under lookup_io: one exchange of a lookup, connecting first when needed, within the lookup's deadline.
-  // A failure drops the connection; the caller kills the store.
-  store_failure lookup_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies,
-                                steady::time_point deadline, bool budgeted = true) {
+  // Under the connection's lock: one exchange of a lookup or a lease on `conn`, connecting first when needed,
+  // within the caller's deadline, under the slow-store rule (`budgeted`: see slow_store.hpp). A failure drops
+  // the connection; the caller kills the store.
+  store_failure exchange_on(std::unique_ptr<redis::connection>& conn, slow_store_rule& rule,
+                            const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies,
+                            steady::time_point deadline, bool budgeted) {
     store_failure f;
-    if (!lookup_conn) {
-      lookup_conn = connect_store(
-          opt.url, std::min(steady::now() + milliseconds(opt.connect_timeout_ms), deadline), deadline, f);
-      if (!lookup_conn) return f;
+    if (!conn) {
+      conn = connect_store(opt.url, std::min(steady::now() + milliseconds(opt.connect_timeout_ms), deadline),
+                           deadline, f);
+      if (!conn) return f;
     }
     const auto start = steady::now();
     std::string why;
-    const redis::fault r = lookup_conn->exchange(
-        cmds, replies, std::min(start + milliseconds(opt.op_timeout_ms), deadline), layer_bounds, why);
+    const redis::fault r =
+        conn->exchange(cmds, replies, std::min(start + milliseconds(opt.op_timeout_ms), deadline), layer_bounds, why);
     if (r != redis::fault::none) {
-      lookup_conn.reset();
+      conn.reset();
       return {fault_of(r), why};
     }
     const auto end = steady::now();
-    if (std::string slow = slowness.record(end - start, end, budgeted); !slow.empty()) {
-      lookup_conn.reset();
+    if (std::string slow = rule.record(end - start, end, budgeted); !slow.empty()) {
+      conn.reset();
       return {store_fault::timeout, "answers too slowly (" + slow + ")"};
     }
     return f;
   }
+  // Under lookup_io: one exchange of a lookup.
+  store_failure lookup_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies,
+                                steady::time_point deadline) {
+    return exchange_on(lookup_conn, slowness, cmds, replies, deadline, true);
+  }
 
-  // One exchange of a lease operation (lease.hpp's commands) on the lookup connection, as a lookup's: within
-  // one operation bound, waiting for another thread's lookup no longer (then a timeout of this lease only,
-  // counted as busy), under the slow-store rule; a failed exchange drops the store as a lookup's does. A
-  // store dead or closed answers at once. A poll of the background queue (`budgeted` false), which no
-  // launching thread waits for, is held to the rule's answers in a row only: polled every 50 ms, a store a few
-  // milliseconds away would spend the lookups' budget on polls alone.
+  // One exchange of a lease operation (lease.hpp's commands) on the leases' connection, as a lookup's: within
+  // one operation bound, under the slow-store rule; a failed exchange drops the store as a lookup's does. A
+  // store dead or closed answers at once. Another lease operation holding the connection past the bound (one
+  // exchange of a few keys each: rare) fails this one alone, as `busy`, never the store. A poll of the
+  // background queue (`budgeted` false), which no launching thread waits for, is held to the rule's answers
+  // in a row only: polled every 50 ms, a store a few milliseconds away would spend the lookups' budget on polls.
   store_failure lease_exchange(const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies,
                                bool budgeted = true) {
     const store_failure off{store_fault::refused, "the store is not in use"};
     if (closed.load() || dead.load()) return off;
     const auto deadline = steady::now() + milliseconds(opt.op_timeout_ms);
-    std::unique_lock io(lookup_io, std::defer_lock);
+    std::unique_lock io(lease_io, std::defer_lock);
     if (!io.try_lock_until(deadline) || !time_for_exchange(deadline)) {
       busy.fetch_add(1, std::memory_order_relaxed);
-      return {store_fault::timeout, "another thread's lookup held the connection"};
+      return {store_fault::bound, "another lease operation held the connection"};
     }
     if (closed.load() || dead.load()) return off;
-    store_failure f = lookup_exchange(cmds, replies, deadline, budgeted);
+    store_failure f = exchange_on(lease_conn, lease_slowness, cmds, replies, deadline, budgeted);
     if (f) fail(f.text, f.kind);
     return f;
   }
@@ -510,6 +524,10 @@ struct redis_store::impl final : public background::task {
       std::lock_guard io(lookup_io);
       lookup_conn.reset();
     }
+    {
+      std::lock_guard io(lease_io);
+      lease_conn.reset();
+    }
     std::lock_guard io(write_io);
     write_conn.reset();
   }
@@ -535,8 +553,10 @@ struct redis_store::impl final : public background::task {
       new (&io) mutex_type;
     };
     release(lookup_io, lookup_conn);
+    release(lease_io, lease_conn);
     release(write_io, write_conn);
     new (&slowness) slow_store_rule(milliseconds(opt.op_timeout_ms));
+    new (&lease_slowness) slow_store_rule(milliseconds(opt.op_timeout_ms));
   }
 };
 
@@ -695,8 +715,10 @@ std::vector<lease_poll> redis_store::poll_leases(
   if (impl_->dead.load() || impl_->closed.load())
     return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, layer_failure::refused});
   impl& s = *impl_;
+  // Budgeted where a launching thread polls (adopt_if_published() on a tuning miss), not on the background queue.
+  const bool budgeted = !background::on_background_thread();
   return redis_poll_leases(
-      [&s](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies, /*budgeted=*/false); }, items);
+      [&s, budgeted](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies, budgeted); }, items);
 }
 
 }  // namespace launchfit::detail

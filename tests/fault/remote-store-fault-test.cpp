@@ -944,6 +944,42 @@ TEST_F(RemoteStoreFault, LeasesAgainstAStoreThatAnswersJustUnderTheBoundDropItAs
       }));
 }
 
+// A lease never waits behind a lookup's read of a device model (a SCAN answered in 350 ms of a 600 ms bound):
+// leases have a connection of their own. On the lookups' connection the lease waited for the SCAN, had less
+// than half its bound left, and failed as busy: the process tuned without a lease, as every other did.
+TEST_F(RemoteStoreFault, ALeaseIsNotStarvedByALookupReadingAModel) {
+  LAUNCHFIT_EXPECT_BOUNDED(
+      20000, ([&] {
+        std::atomic<bool> scanning{false};
+        fake_redis peer([&](int c, const std::vector<std::string>& cmd, const std::atomic<bool>& stop) {
+          const std::string& name = cmd.empty() ? std::string() : cmd[0];
+          if (name == "SCAN") {
+            scanning = true;
+            pause_ms(350, stop);
+            send_all(c, scan_head("0", 0));
+          } else if (name == "SET") {
+            send_all(c, "+OK\r\n");
+          } else if (name == "GET") {
+            send_all(c, "$6\r\nme:1:0\r\n");
+          } else if (name == "PTTL") {
+            send_all(c, ":5000\r\n");
+          } else {
+            answer_as_empty_store(c, cmd);
+          }
+        });
+        captured_log log(spdlog::level::info);
+        ld::redis_store store(peer.options(600));
+        std::thread lookup([&] { store.find(key(1)); });
+        while (!scanning) std::this_thread::sleep_for(milliseconds(1));
+        const ld::lease_answer a = store.take_lease("launchfit:lease:v1:starved", "me:1:0", 5000);
+        lookup.join();
+        CHECK_IN_CHILD(a.status == ld::lease_status::taken,
+                       "lease failed: " + std::string(ld::failure_name(a.failure)) + "\n" + log.text());
+        CHECK_IN_CHILD(store.statistics().busy == 0 && !store.statistics().dead, log.text());
+        return 0;
+      }));
+}
+
 // A peer that makes every write go the longest way (SET NX finds the key taken, the read finds it gone, the
 // compare-and-set finds it changed: 33 exchanges for one entry), each answer 150 ms, within its own 600 ms
 // bound: a run of the writer stops at its limit (1 s) and the store is dropped as failed, so a flush (and the

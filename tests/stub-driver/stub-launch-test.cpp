@@ -1148,9 +1148,9 @@ TEST(StubLaunch, ANoWorkLaunchOfATallClusterRunsWholeClusters) {
   }
 }
 
-// A policy's fixed grid never exceeds the grid a launch bounds (an SM budget, a waves cap): refused, naming
-// the bound, where it ran the whole fixed grid on every SM and the plan's reason said it was sized for the
-// budget.
+// A policy's fixed grid never exceeds the grid a launch bounds (an SM budget, a waves cap): refused when the
+// plan is made, naming the bound, where it ran the whole fixed grid on every SM and the plan's reason said it
+// was sized for the budget.
 TEST(StubLaunch, AFixedGridBeyondTheLaunchsSmBudgetIsRefused) {
   const CUfunction f = axpy_kernel("_Z12fixed_budgetfPKfPfi");
   const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
@@ -1158,9 +1158,14 @@ TEST(StubLaunch, AFixedGridBeyondTheLaunchsSmBudgetIsRefused) {
     lf::launch(lf::kernel(f), lf::fixed(256, 100000).sms(8).grid_stride(1 << 24).on(stream_of(0x21)), 1.0f,
                device_pointer(0x1000), device_pointer(0x2000), 1 << 24);
   });
-  EXPECT_NE(e.message().find("the policy's fixed grid 100000 exceeds the"), std::string::npos) << e.what();
+  EXPECT_NE(e.message().find("the fixed grid 100000 exceeds the 64 blocks"), std::string::npos) << e.what();
   EXPECT_NE(e.message().find("an SM budget of 8 SMs"), std::string::npos) << e.what();
   EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), before);
+  // Refused when planned, once: plan_for() says so too (it planned, and every launch of the plan threw).
+  const lf::error planned = launchfit_test::error_of([&] {
+    (void)lf::plan_for(lf::kernel(f), lf::fixed(256, 100000).sms(8).grid_stride(1 << 24).on(stream_of(0x21)));
+  });
+  EXPECT_EQ(planned.call(), "validate(grid)") << planned.what();
   // Within the budget it launches as fixed.
   const lf::launched l = lf::launch(lf::kernel(f), lf::fixed(256, 16).sms(8).grid_stride(1 << 24).on(stream_of(0x21)),
                                     1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 24);
