@@ -338,34 +338,56 @@ TEST(Exit, EveryWayOfEndingLeavesEveryFlushedPlanAndNothingTornOrForged) {
   std::printf("[ NOTE     ] %zu Redis values, all valid: %s\n", values, bad ? "no" : "yes");
 }
 
+// One run of exit-child returning from main with 5 plans pending while every fsync after its flush hangs for
+// 60 s; `at_once`: it ends before the writer's batch is due (no write under way at exit). The run's stderr
+// goes to <dir>/stderr.txt.
+struct hung_fsync_run {
+  run_spec r;
+  int status = 0;
+  double seconds = 0;
+  std::string stderr_text;
+};
+hung_fsync_run run_with_hung_fsync(const fs::path& dir, const std::string& tag, bool at_once) {
+  const std::string child = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/exit-child";
+  hung_fsync_run out;
+  EXPECT_TRUE(fs::exists(child)) << child;
+  fs::create_directories(dir);
+  run_spec& r = out.r;
+  r.how = "return";
+  r.pending = 5;
+  r.file = true;
+  r.tag = std::to_string(::getpid()) + tag;
+  r.path = dir / "plans.json";
+  setenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS", "60000", 1);
+  if (at_once) setenv("LAUNCHFIT_TEST_EXIT_AT_ONCE", "1", 1);
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = spawn(child, r, std::nullopt, dir / "stderr.txt");
+  unsetenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS");
+  unsetenv("LAUNCHFIT_TEST_EXIT_AT_ONCE");
+  EXPECT_GT(pid, 0);
+  if (pid > 0) EXPECT_EQ(::waitpid(pid, &out.status, 0), pid);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.stderr_text = slurp(dir / "stderr.txt");
+  return out;
+}
+
+// Every plan flushed before the run ended is in its file.
+void expect_flushed_plans(const run_spec& r) {
+  const auto c = lf::detail::parse_cache_file(slurp(r.path));
+  ASSERT_EQ(c.status, lf::detail::cache_file_status::ok) << c.problem;
+  EXPECT_EQ(plan_numbers(c.entries, r.tag).size(), static_cast<std::size_t>(flushed_plans));
+}
+
 // A plan file on a filesystem that hangs in fsync (the background writer inside one for 60 s as main returns):
 // the exit waits for the write under way 10 s at most (it waited up to 30 s), and every plan flushed before is
 // in the file.
 TEST(Exit, AHungFsyncDoesNotHoldTheExitPastItsBound) {
-  const std::string child = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/exit-child";
-  ASSERT_TRUE(fs::exists(child)) << child;
   const fs::path dir = fs::temp_directory_path() / ("launchfit-exit-fsync-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  run_spec r;
-  r.how = "return";
-  r.pending = 5;
-  r.file = true;
-  r.tag = std::to_string(::getpid()) + "fsync";
-  r.path = dir / "plans.json";
-  setenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS", "60000", 1);
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = spawn(child, r, std::nullopt);
-  unsetenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS");
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("[ NOTE     ] exit with the writer in a 60 s fsync: %.1f s\n", seconds);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  EXPECT_LT(seconds, 25.0) << "the exit waited for the hung write";
-  const auto c = lf::detail::parse_cache_file(slurp(r.path));
-  ASSERT_EQ(c.status, lf::detail::cache_file_status::ok) << c.problem;
-  EXPECT_EQ(plan_numbers(c.entries, r.tag).size(), static_cast<std::size_t>(flushed_plans));
+  const hung_fsync_run run = run_with_hung_fsync(dir, "fsync", false);
+  std::printf("[ NOTE     ] exit with the writer in a 60 s fsync: %.1f s\n", run.seconds);
+  EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.status;
+  EXPECT_LT(run.seconds, 25.0) << "the exit waited for the hung write";
+  expect_flushed_plans(run.r);
   fs::remove_all(dir);
 }
 
@@ -375,37 +397,15 @@ TEST(Exit, AHungFsyncDoesNotHoldTheExitPastItsBound) {
 // plans not written reaches the log, written by a helper thread while the background thread is in the hung
 // write (it was queued behind that write and dropped).
 TEST(Exit, AHungFsyncOfAWriteTheExitStartsDoesNotHoldTheExit) {
-  const std::string child = std::string(LAUNCHFIT_TEST_BINARY_DIR) + "/exit-child";
-  ASSERT_TRUE(fs::exists(child)) << child;
   const fs::path dir = fs::temp_directory_path() / ("launchfit-exit-fsync-now-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  run_spec r;
-  r.how = "return";
-  r.pending = 5;
-  r.file = true;
-  r.tag = std::to_string(::getpid()) + "fsyncnow";
-  r.path = dir / "plans.json";
-  setenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS", "60000", 1);
-  setenv("LAUNCHFIT_TEST_EXIT_AT_ONCE", "1", 1);
-  const auto start = std::chrono::steady_clock::now();
-  const fs::path log = dir / "stderr.txt";
-  const pid_t pid = spawn(child, r, std::nullopt, log);
-  unsetenv("LAUNCHFIT_TEST_SLOW_FSYNC_MS");
-  unsetenv("LAUNCHFIT_TEST_EXIT_AT_ONCE");
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("[ NOTE     ] exit starting a write that hangs in fsync for 60 s: %.1f s\n", seconds);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  EXPECT_LT(seconds, 40.0) << "the exiting thread ran the hung write itself";
-  const std::string said = slurp(log);
-  EXPECT_NE(said.find("5 plan(s) not written at exit: a write of the file did not end within 10 s"),
+  const hung_fsync_run run = run_with_hung_fsync(dir, "fsyncnow", true);
+  std::printf("[ NOTE     ] exit starting a write that hangs in fsync for 60 s: %.1f s\n", run.seconds);
+  EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << run.status;
+  EXPECT_LT(run.seconds, 40.0) << "the exiting thread ran the hung write itself";
+  EXPECT_NE(run.stderr_text.find("5 plan(s) not written at exit: a write of the file did not end within 10 s"),
             std::string::npos)
-      << said;
-  const auto c = lf::detail::parse_cache_file(slurp(r.path));
-  ASSERT_EQ(c.status, lf::detail::cache_file_status::ok) << c.problem;
-  EXPECT_EQ(plan_numbers(c.entries, r.tag).size(), static_cast<std::size_t>(flushed_plans));
+      << run.stderr_text;
+  expect_flushed_plans(run.r);
   fs::remove_all(dir);
 }
 

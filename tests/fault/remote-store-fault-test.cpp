@@ -841,6 +841,20 @@ void answer_as_empty_store(int c, const std::vector<std::string>& cmd) {
   }
 }
 
+// An empty store that gives every lease: SET NX takes it, GET names the owner "me:1:0", PTTL says 5 s left.
+void answer_as_lease_store(int c, const std::vector<std::string>& cmd) {
+  const std::string& name = cmd.empty() ? std::string() : cmd[0];
+  if (name == "SET") {
+    send_all(c, "+OK\r\n");
+  } else if (name == "GET") {
+    send_all(c, "$6\r\nme:1:0\r\n");
+  } else if (name == "PTTL") {
+    send_all(c, ":5000\r\n");
+  } else {
+    answer_as_empty_store(c, cmd);
+  }
+}
+
 // Sleeps `ms` unless the peer is stopping.
 void pause_ms(int ms, const std::atomic<bool>& stop) {
   const auto until = clock_type::now() + milliseconds(ms);
@@ -902,17 +916,8 @@ TEST_F(RemoteStoreFault, LeasesAgainstAStoreThatAnswersJustUnderTheBoundDropItAs
       20000, ([&] {
         std::atomic<int> answered{0};
         fake_redis peer([&](int c, const std::vector<std::string>& cmd, const std::atomic<bool>& stop) {
-          const std::string& name = cmd.empty() ? std::string() : cmd[0];
-          if (name == "SET") {
-            pause_ms(380 + 20 * (answered++ % 5), stop);
-            send_all(c, "+OK\r\n");
-          } else if (name == "GET") {
-            send_all(c, "$6\r\nme:1:0\r\n");
-          } else if (name == "PTTL") {
-            send_all(c, ":5000\r\n");
-          } else {
-            answer_as_empty_store(c, cmd);
-          }
+          if (!cmd.empty() && cmd[0] == "SET") pause_ms(380 + 20 * (answered++ % 5), stop);
+          answer_as_lease_store(c, cmd);
         });
         captured_log log(spdlog::level::info);
         ld::redis_store store(peer.options(600));
@@ -952,20 +957,11 @@ TEST_F(RemoteStoreFault, ALeaseIsNotStarvedByALookupReadingAModel) {
       20000, ([&] {
         std::atomic<bool> scanning{false};
         fake_redis peer([&](int c, const std::vector<std::string>& cmd, const std::atomic<bool>& stop) {
-          const std::string& name = cmd.empty() ? std::string() : cmd[0];
-          if (name == "SCAN") {
+          if (!cmd.empty() && cmd[0] == "SCAN") {
             scanning = true;
             pause_ms(350, stop);
-            send_all(c, scan_head("0", 0));
-          } else if (name == "SET") {
-            send_all(c, "+OK\r\n");
-          } else if (name == "GET") {
-            send_all(c, "$6\r\nme:1:0\r\n");
-          } else if (name == "PTTL") {
-            send_all(c, ":5000\r\n");
-          } else {
-            answer_as_empty_store(c, cmd);
           }
+          answer_as_lease_store(c, cmd);
         });
         captured_log log(spdlog::level::info);
         ld::redis_store store(peer.options(600));
