@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <random>
@@ -574,10 +575,24 @@ TEST_F(BadCacheFile, AnInvalidStoredPlanIsIgnoredWithAWarningAndReplaced) {
   ASSERT_EQ(stored->block_threads, 128);
 
   // Someone edits the file: 1x1x128 (128 threads), but no device takes a z of 128. The entry is refused as the
-  // file is read, with one warning naming the kernel and the limit, and never served.
-  lf::plan broken = *stored;
-  broken.block = lf::dims{1, 1, 128};
-  lf::store_plan(key, broken);
+  // file is read, with one warning naming the kernel and the limit, and never served. (Edited in the file:
+  // launchfit itself never writes an entry its readers refuse.)
+  ASSERT_TRUE(lf::flush_cache_file());
+  std::string text;
+  {
+    std::ifstream f(path, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  lf::detail::cache_file_contents file = lf::detail::parse_cache_file(text);
+  ASSERT_EQ(file.status, lf::detail::cache_file_status::ok) << file.problem;
+  int edited = 0;
+  for (lf::detail::stored_entry& e : file.entries) {
+    if (e.key.kernel != key.kernel || e.key.policy != key.policy) continue;
+    e.plan.block = lf::dims{1, 1, 128};
+    ++edited;
+  }
+  ASSERT_EQ(edited, 1);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << lf::detail::serialize_cache_file(file.entries);
   captured_log log(spdlog::level::info);
   lf::set_cache_file(path.string());  // read back from disk
   EXPECT_FALSE(lf::find_stored_plan(key)) << "an entry no device can launch was served from the file";
