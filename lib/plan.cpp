@@ -11,6 +11,7 @@
 #include <string>
 
 #include "launchfit/error.hpp"
+#include "grid_bound.hpp"
 #include "plan_description.hpp"
 
 namespace launchfit {
@@ -122,18 +123,8 @@ __attribute__((noinline)) dims grid_for_any(const plan& p, const work& w, long l
     g = caller_grid(p, w, max_grid_x);
   } else if (p.grid.x != 0) {
     // A policy's fixed grid, validated when the plan was made; where the launch bounds its grid (an SM budget,
-    // a waves cap), within that bound.
-    if ((w.kind == work::shape::grid_stride || w.kind == work::shape::none) &&
-        (p.options.sm_budget > 0 || w.waves != 0) &&
-        static_cast<long long>(p.grid.count()) > resident * std::max<std::uint32_t>(w.waves, 1)) {
-      grid_error(p, errc::invalid_plan,
-                 "the policy's fixed grid " + p.grid.to_string() + " exceeds the " +
-                     std::to_string(resident * std::max<std::uint32_t>(w.waves, 1)) +
-                     " blocks the launch bounds its grid to (" +
-                     (p.options.sm_budget > 0 ? "an SM budget of " + std::to_string(p.options.sm_budget) + " SMs"
-                                              : std::string("no SM budget")) +
-                     (w.waves != 0 ? ", " + std::to_string(w.waves) + " waves" : std::string()) + ")");
-    }
+    // a waves cap), within that bound (a plan made elsewhere is held to it here).
+    if (std::string why = detail::fixed_grid_past_bound(p, w); !why.empty()) grid_error(p, errc::invalid_plan, why);
     return p.grid;
   } else if (p.block_threads <= 0) {
     grid_error(p, errc::invalid_plan, "plan without a block");
@@ -198,5 +189,21 @@ __attribute__((noinline)) dims grid_for_any(const plan& p, const work& w, long l
   return g;
 }
 }  // namespace
+
+namespace detail {
+
+std::string fixed_grid_past_bound(const plan& p, const work& w) {
+  if (p.grid.x == 0 || (w.kind != work::shape::grid_stride && w.kind != work::shape::none)) return {};
+  if (p.options.sm_budget <= 0 && w.waves == 0) return {};
+  const long long bound = p.resident_blocks() * std::max<std::uint32_t>(w.waves, 1);
+  if (static_cast<long long>(p.grid.count()) <= bound) return {};
+  return "the fixed grid " + p.grid.to_string() + " exceeds the " + std::to_string(bound) +
+         " blocks the launch bounds its grid to (" +
+         (p.options.sm_budget > 0 ? "an SM budget of " + std::to_string(p.options.sm_budget) + " SMs"
+                                  : std::string("no SM budget")) +
+         (w.waves != 0 ? ", " + std::to_string(w.waves) + " waves" : std::string()) + ")";
+}
+
+}  // namespace detail
 
 }  // namespace launchfit

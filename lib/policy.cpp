@@ -10,6 +10,7 @@
 
 #include "launchfit/builtin_policies.hpp"
 #include "launchfit/error.hpp"
+#include "grid_bound.hpp"
 
 namespace launchfit {
 
@@ -231,19 +232,9 @@ void validate_plan(const query& q, plan& p) {
                            std::to_string(p.resident_blocks()) + " that co-reside");
     }
     // Where the launch bounds its grid (an SM budget, a waves cap), a fixed grid within it: refused here, once,
-    // rather than at every launch (grid_for() checks it too, for a plan made elsewhere).
-    const work& w = q.work_hint;
-    const long long bound = p.resident_blocks() * std::max<std::uint32_t>(w.waves, 1);
-    if ((w.kind == work::shape::grid_stride || w.kind == work::shape::none) &&
-        (p.options.sm_budget > 0 || w.waves != 0) && static_cast<long long>(p.grid.count()) > bound) {
-      throw plan_error(q, p, "grid",
-                       "the fixed grid " + p.grid.to_string() + " exceeds the " + std::to_string(bound) +
-                           " blocks the launch bounds its grid to (" +
-                           (p.options.sm_budget > 0 ? "an SM budget of " + std::to_string(p.options.sm_budget) +
-                                                          " SMs"
-                                                    : std::string("no SM budget")) +
-                           (w.waves != 0 ? ", " + std::to_string(w.waves) + " waves" : std::string()) + ")");
-    }
+    // rather than at every launch (grid_for() holds a plan made elsewhere to the same rule).
+    if (std::string why = detail::fixed_grid_past_bound(p, q.work_hint); !why.empty())
+      throw plan_error(q, p, "grid", why);
   }
   try {
     p.occupancy = occupancy(q.device, q.kernel, p.block_threads, p.dynamic_smem_bytes);

@@ -17,13 +17,6 @@ constexpr std::string_view release_script =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
     "return 0\n";
 
-lease_answer failed(layer_failure f) {
-  lease_answer a;
-  a.status = lease_status::failed;
-  a.failure = f;
-  return a;
-}
-
 // An owner token is printable ASCII within its bound: what a store answers beyond that is not one.
 bool plausible_owner(const std::string& s) {
   if (s.empty() || s.size() > max_lease_owner_bytes) return false;
@@ -34,6 +27,13 @@ bool plausible_owner(const std::string& s) {
 
 }  // namespace
 
+lease_answer lease_failed(layer_failure f) {
+  lease_answer a;
+  a.status = lease_status::failed;
+  a.failure = f;
+  return a;
+}
+
 std::string lease_key(const stored_key& k) {
   const std::string key = remote_key(k);
   constexpr std::string_view launchfit = "launchfit:";
@@ -43,20 +43,20 @@ std::string lease_key(const stored_key& k) {
 
 lease_answer redis_take_lease(const redis_exchange& exchange, const std::string& lease_key,
                               const std::string& owner, std::uint64_t ttl_ms) {
-  if (lease_key.empty() || !plausible_owner(owner) || ttl_ms == 0) return failed(layer_failure::refused);
+  if (lease_key.empty() || !plausible_owner(owner) || ttl_ms == 0) return lease_failed(layer_failure::refused);
   std::vector<reply> r;
   const store_failure f = exchange({{"SET", lease_key, owner, "NX", "PX", std::to_string(ttl_ms)},
                                     {"GET", lease_key},
                                     {"PTTL", lease_key}},
                                    r);
-  if (f) return failed(layer_failure_of(f.kind));
-  if (r.size() != 3) return failed(layer_failure::protocol);
+  if (f) return lease_failed(layer_failure_of(f.kind));
+  if (r.size() != 3) return lease_failed(layer_failure::protocol);
   lease_answer a;
   if (r[0].type == reply::kind::status) {
     a.status = lease_status::taken;
     return a;
   }
-  if (r[0].type != reply::kind::nil) return failed(layer_failure_of(store_fault::refused));  // an error reply
+  if (r[0].type != reply::kind::nil) return lease_failed(layer_failure_of(store_fault::refused));  // an error reply
   a.status = lease_status::held;
   if (r[1].type == reply::kind::string && plausible_owner(r[1].text)) a.holder = r[1].text;
   if (r[2].type == reply::kind::integer && r[2].integer >= 0) a.remaining_ms = r[2].integer;
@@ -65,11 +65,11 @@ lease_answer redis_take_lease(const redis_exchange& exchange, const std::string&
 
 lease_answer redis_release_lease(const redis_exchange& exchange, const std::string& lease_key,
                                  const std::string& owner) {
-  if (lease_key.empty() || !plausible_owner(owner)) return failed(layer_failure::refused);
+  if (lease_key.empty() || !plausible_owner(owner)) return lease_failed(layer_failure::refused);
   std::vector<reply> r;
   const store_failure f = exchange({{"EVAL", std::string(release_script), "1", lease_key, owner}}, r);
-  if (f) return failed(layer_failure_of(f.kind));
-  if (r.size() != 1 || r[0].type != reply::kind::integer) return failed(layer_failure::protocol);
+  if (f) return lease_failed(layer_failure_of(f.kind));
+  if (r.size() != 1 || r[0].type != reply::kind::integer) return lease_failed(layer_failure::protocol);
   lease_answer a;
   a.status = r[0].integer == 1 ? lease_status::released : lease_status::not_owner;
   return a;

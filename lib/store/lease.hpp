@@ -35,6 +35,9 @@ inline constexpr std::size_t max_lease_owner_bytes = 128;
 // The lease key of a plan key ("" for a key without a device model: never shared, never leased).
 std::string lease_key(const stored_key& k);
 
+// A lease not given, and why.
+lease_answer lease_failed(layer_failure f);
+
 // The commands, through the caller's exchange (its deadlines and bounds).
 lease_answer redis_take_lease(const redis_exchange& exchange, const std::string& lease_key,
                               const std::string& owner, std::uint64_t ttl_ms);

@@ -684,11 +684,11 @@ const remote_url& redis_store::url() const noexcept { return impl_->opt.url; }
 
 namespace {
 
-lease_answer lease_refused() {
-  lease_answer a;
-  a.status = lease_status::failed;
-  a.failure = layer_failure::refused;
-  return a;
+// The exchange lease.hpp's commands go through: the store's leases' connection (impl::lease_exchange).
+redis_exchange lease_exchange_of(redis_store::impl& s, bool budgeted) {
+  return [&s, budgeted](const std::vector<redis::command>& cmds, std::vector<redis::reply>& replies) {
+    return s.lease_exchange(cmds, replies, budgeted);
+  };
 }
 
 }  // namespace
@@ -697,28 +697,21 @@ lease_answer lease_refused() {
 // answers no polls: every process then decides alone, as without a store.
 lease_answer redis_store::take_lease(const std::string& lease_key, const std::string& owner,
                                      std::uint64_t ttl_ms) {
-  if (impl_->dead.load() || impl_->closed.load()) return lease_refused();
-  impl& s = *impl_;
-  return redis_take_lease([&s](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies); },
-                          lease_key, owner, ttl_ms);
+  if (impl_->dead.load() || impl_->closed.load()) return lease_failed(layer_failure::refused);
+  return redis_take_lease(lease_exchange_of(*impl_, true), lease_key, owner, ttl_ms);
 }
 
 lease_answer redis_store::release_lease(const std::string& lease_key, const std::string& owner) {
-  if (impl_->dead.load() || impl_->closed.load()) return lease_refused();
-  impl& s = *impl_;
-  return redis_release_lease([&s](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies); },
-                             lease_key, owner);
+  if (impl_->dead.load() || impl_->closed.load()) return lease_failed(layer_failure::refused);
+  return redis_release_lease(lease_exchange_of(*impl_, true), lease_key, owner);
 }
 
 std::vector<lease_poll> redis_store::poll_leases(
     const std::vector<std::pair<std::string, stored_key>>& items) {
   if (impl_->dead.load() || impl_->closed.load())
     return std::vector<lease_poll>(items.size(), lease_poll{std::nullopt, false, layer_failure::refused});
-  impl& s = *impl_;
   // Budgeted where a launching thread polls (adopt_if_published() on a tuning miss), not on the background queue.
-  const bool budgeted = !background::on_background_thread();
-  return redis_poll_leases(
-      [&s, budgeted](const auto& cmds, auto& replies) { return s.lease_exchange(cmds, replies, budgeted); }, items);
+  return redis_poll_leases(lease_exchange_of(*impl_, !background::on_background_thread()), items);
 }
 
 }  // namespace launchfit::detail
