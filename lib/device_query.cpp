@@ -175,11 +175,23 @@ context_ref current_context(const launch_request& r) {
   return context_ref{ctx, identity_of(d, ctx)};
 }
 
-bool current_context_if_set(const driver_api& d, context_ref& out) noexcept {
+context_ref current_context(const launch_request& r, std::uint64_t id) {
+  CUcontext ctx = nullptr;
+  if (driver().cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) return context_ref{ctx, id};
+  return current_context(r);
+}
+
+bool current_context_id_if_set(const driver_api& d, std::uint64_t& id) noexcept {
+  if (d.cuCtxGetId) {
+    unsigned long long got = 0;
+    if (d.cuCtxGetId(nullptr, &got) != CUDA_SUCCESS || got == 0) return false;
+    id = got;
+    return true;
+  }
   CUcontext ctx = nullptr;
   if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return false;
-  out.handle = ctx;
-  return identity_of(d, ctx, out.id) == CUDA_SUCCESS;
+  id = reinterpret_cast<std::uintptr_t>(ctx);
+  return true;
 }
 
 void note_context(const context_ref& ctx) {

@@ -23,9 +23,14 @@ struct context_ref {
 // The calling thread's current context. A thread that has not used the runtime yet gets the runtime
 // kernel's primary context (resolving the kernel makes it current). Throws when there is none.
 context_ref current_context(const launch_request& r);
-// The same for a launch that hits, without a call that can throw: false where the thread has no current
-// context or the driver fails (current_context() then resolves the kernel, or throws naming the call).
-bool current_context_if_set(const driver_api& d, context_ref& out) noexcept;
+// The same where this thread read the current context's identity a moment ago (`id`, from
+// current_context_id_if_set()): its handle alone is asked (one driver call, not two).
+context_ref current_context(const launch_request& r, std::uint64_t id);
+// The identity alone, for a launch that hits: one driver call (cuCtxGetId(NULL) answers for the current context;
+// a driver before 12.0 has no identity, and the handle stands for it), none that can throw. False where the thread
+// has no current context or the driver fails (current_context() then resolves the kernel, or throws naming the
+// call).
+bool current_context_id_if_set(const driver_api& d, std::uint64_t& id) noexcept;
 
 // Called on every plan miss. When a handle shows up with a new identity, the context it named before was
 // destroyed (cudaDeviceReset, cuDevicePrimaryCtxReset, cuCtxDestroy + a new context): every plan, resolved

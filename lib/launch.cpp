@@ -32,9 +32,10 @@ namespace launchfit::detail {
 namespace {
 
 // What the hit path read and found before it handed a launch over to the full path: the calling thread's current
-// context (handle null where not read) and, where `looked`, the entry its key found in the cache (null: missed),
-// so that the full path neither asks the driver nor looks the key up again. Valid while the caller's
-// plan_reader is held.
+// context's identity (ctx.id 0 where not read; ctx.handle is never read there, one driver call fewer per launch)
+// and, where `looked`, the entry its key found in the cache (null: missed), so that the full path neither asks the
+// driver nor looks the key up again where that entry launches as it is. Valid while the caller's plan_reader is
+// held.
 struct looked_up {
   context_ref ctx;
   plan_key key;
@@ -73,11 +74,18 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, con
                 "cluster " + cluster.to_string() + " has a dimension of 0 (1x1x1 is no cluster)");
   }
   load_environment_inputs();
-  const context_ref ctx = known && known->ctx.handle ? known->ctx : current_context(r);
+  context_ref ctx = known && known->ctx.id != 0 ? known->ctx : current_context(r);
   const plan_key key = base_key(r, ctx);
   // The hit path's lookup of this very key (the inputs' generation may have moved since: then look again).
   const bool looked = known && known->looked && known->key == key;
   const plan_entry* e = looked ? known->entry : find(key);
+  // Planning needs the context's handle too (note_context()); the hit path read its identity alone. Asked now,
+  // on the same thread: the same context, unless something this thread ran since made another one current.
+  if (!ctx.handle && (!e || e->route || e->overriding || r.smem_fn)) {
+    const context_ref full = current_context(r, ctx.id);
+    if (full.id != ctx.id) return entry_or_miss(r, local);  // keyed by the context current now
+    ctx = full;
+  }
   if (!e) e = &plan_miss(r, ctx, key, local);
   if (e->route) e = &follow_route(r, ctx, *e, local);
   // A kernel never receives dynamic smem other than rule(block): the key tells rules apart by type only.
@@ -229,7 +237,7 @@ const launch_options& options_of(const launch_probe& p) noexcept { return *p.opt
 // thread's front or the map, published ready, deciding by the spec's own policy, not waiting for trials, not
 // watched for captures, without NVTX ranges, for a request with nothing to compute from the plan. Null
 // otherwise (launch_in_full() then says why, or plans).
-// `seen`: the current context, where it was read (ctx.handle null where not), and the entry its key found.
+// `seen`: the current context's identity, where it was read (0 where not), and the entry its key found.
 template <class R>
 const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, looked_up& seen) noexcept {
   if (hands_over(r) || !r.policy || r.kernel_id == 0) return nullptr;
@@ -239,8 +247,8 @@ const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, looked_up
   if (!environment_loaded.load(std::memory_order_acquire)) return nullptr;
   const driver_api* d = loaded_driver();
   if (!d) return nullptr;
-  if (!current_context_if_set(*d, seen.ctx)) {
-    seen.ctx = context_ref{};
+  if (!current_context_id_if_set(*d, seen.ctx.id)) {
+    seen.ctx.id = 0;
     return nullptr;
   }
   driver_out = d;
@@ -306,17 +314,11 @@ launched launch_hit_or_full(const R& r) {
   const kept_plan& kept = *e.kept;
   launched done{grid, e.plan.block, e.plan.dynamic_smem_bytes, &kept.plan};
   if (grid.count() == 0) return done;  // items(0) / grid_stride(0): nothing to do
-  CUlaunchConfig cfg;
-  launch_attributes attrs;  // written only by a launch with attributes
-  if (e.ready_config.numAttrs == 0) {
-    cfg = e.ready_config;
-    cfg.gridDimX = grid.x;
-    cfg.gridDimY = grid.y;
-    cfg.gridDimZ = grid.z;
-    cfg.hStream = r.stream;
-  } else {
-    fill_launch_config(cfg, attrs, e.plan, grid, r.stream);
-  }
+  CUlaunchConfig cfg = e.ready_config;  // its attributes, where it has any, are the kept plan's
+  cfg.gridDimX = grid.x;
+  cfg.gridDimY = grid.y;
+  cfg.gridDimZ = grid.z;
+  cfg.hStream = r.stream;
   const CUresult st = d->cuLaunchKernelEx(&cfg, e.function, r.args, nullptr);
   if (st != CUDA_SUCCESS) throw_launch_error(st, e, grid);
   note_launched(kept);

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "launch_config.hpp"
 
+#include <cstring>
+
 #include "plan_cache.hpp"
 
 namespace launchfit::detail {
 
 void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, dims grid, CUstream stream) {
-  const launch_options& o = p.options;
-  const dims cluster = o.cluster;
   cfg = CUlaunchConfig{};
   cfg.gridDimX = grid.x;
   cfg.gridDimY = grid.y;
@@ -17,6 +17,13 @@ void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const pla
   cfg.blockDimZ = p.block.z;
   cfg.sharedMemBytes = static_cast<unsigned>(p.dynamic_smem_bytes);
   cfg.hStream = stream;
+  const unsigned n = fill_launch_attributes(attrs, p.options);
+  cfg.attrs = n ? attrs.data() : nullptr;
+  cfg.numAttrs = n;
+}
+
+unsigned fill_launch_attributes(launch_attributes& attrs, const launch_options& o) noexcept {
+  const dims cluster = o.cluster;
   unsigned n = 0;
   if (o.cooperative) {
     attrs[n] = CUlaunchAttribute{};
@@ -38,8 +45,7 @@ void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const pla
     attrs[n].value.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
-  cfg.attrs = n ? attrs.data() : nullptr;
-  cfg.numAttrs = n;
+  return n;
 }
 
 // An entry made ready for the hit path (plan_cache.hpp).
@@ -49,7 +55,15 @@ void ready_for_hits(plan_entry& e) noexcept {
   const plan& p = e.plan;
   launch_attributes attrs;
   fill_launch_config(e.ready_config, attrs, p, dims{0, 0, 0}, nullptr);
-  e.ready_config.attrs = nullptr;  // a launch with attributes is marshalled whole (numAttrs says it has some)
+  // A launch with attributes points at its kept plan's (never freed, made from this plan): a hit copies no
+  // attribute. A kept plan whose attributes are not these (made before the plan's last change) leaves every
+  // launch of the entry to the full path, which marshals them anew.
+  e.ready_config.attrs = nullptr;
+  if (const unsigned n = e.ready_config.numAttrs; n != 0) {
+    if (e.kept->num_attrs != n || std::memcmp(e.kept->attrs.data(), attrs.data(), n * sizeof(CUlaunchAttribute)) != 0)
+      return;
+    e.ready_config.attrs = const_cast<CUlaunchAttribute*>(e.kept->attrs.data());  // the driver only reads them
+  }
   const launch_options& o = p.options;
   const int b = p.block_threads;
   // grid_for()'s first case, decided once: a computed grid of power-of-two blocks, nothing else to check.

@@ -19,6 +19,8 @@ using launch_attributes = std::array<CUlaunchAttribute, 3>;
 // made, and checked equal to the launch's before it is cached). `attrs` must outlive the launch that uses
 // `cfg`.
 void fill_launch_config(CUlaunchConfig& cfg, launch_attributes& attrs, const plan& p, dims grid, CUstream stream);
+// The attributes alone, in the same order: how many of `attrs` the options use (0 to 3).
+unsigned fill_launch_attributes(launch_attributes& attrs, const launch_options& o) noexcept;
 
 // A kernel node's parameters (CUDA_KERNEL_NODE_PARAMS or its _v3 in CUgraphNodeParams) for what `cfg`
 // launches: the function, grid, block, dynamic smem and arguments, from the one marshal step above; the

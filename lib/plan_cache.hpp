@@ -47,6 +47,9 @@ struct kept_plan {
   int regs_per_thread = 0;       // kernel_resources' figures of the same names
   std::size_t static_smem_bytes = 0;
   std::size_t local_bytes_per_thread = 0;
+  // The plan's launch attributes (fill_launch_attributes()), where a launch that hits points at them.
+  launch_attributes attrs{};
+  unsigned num_attrs = 0;
 };
 
 // How many more launches of a plan made inside a stream capture ask the driver whether their stream is being
@@ -87,10 +90,10 @@ struct plan_entry {
   plan_key key;
   // ---- read by every launch that hits ----
   // The plan's launch configuration less its grid and stream (fill_launch_config()), made where the entry is
-  // published (ready_for_hits()): a launch that hits copies it and sets the grid and the stream; one with
-  // launch attributes (cooperative, cluster, PDL) is marshalled by fill_launch_config() whole, its attributes
-  // on the stack (kept here they would take the entry past the size the allocator keeps per thread, see
-  // cache.cpp). `ready` false: every launch of the entry takes the full path.
+  // published (ready_for_hits()): a launch that hits copies it and sets the grid and the stream. Its launch
+  // attributes (cooperative, cluster, PDL), where it has any, are its kept plan's (kept here they would take the
+  // entry past the size the allocator keeps per thread, see cache.cpp). `ready` false: every launch of the entry
+  // takes the full path.
   CUlaunchConfig ready_config{};
   // The plan's 1-D items(n) grid is n divided by 2^items_shift, rounded up (a power-of-two block of a computed
   // grid, without cluster, co-residency or block shape): no call to grid_for().

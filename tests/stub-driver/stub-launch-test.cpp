@@ -392,9 +392,9 @@ TEST(StubLaunch, ArgumentsAreTakenByValue) {
   EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 2u);
 }
 
-// The hit path: one cuLaunchKernelEx per launch, and of the driver only what identifies the current context
-// (cuCtxGetCurrent, and cuCtxGetId: a context destroyed and another made at the same address is another
-// context, whose plans are its own).
+// The hit path: one cuLaunchKernelEx per launch, and of the driver only the current context's identity, in one
+// call (cuCtxGetId(NULL): a context destroyed and another made at the same address is another context, whose
+// plans are its own; its handle is asked only where a launch plans).
 TEST(StubLaunch, TheHitPathAsksTheDriverForTheLaunchAndTheContextAlone) {
   const CUfunction f = axpy_kernel("_Z3hotfPKfPfi");
   const auto spec = lf::max_occupancy().items(1 << 20).on(stream_of(0x14));
@@ -404,15 +404,35 @@ TEST(StubLaunch, TheHitPathAsksTheDriverForTheLaunchAndTheContextAlone) {
   constexpr int launches = 1000;
   for (int i = 0; i < launches; ++i) lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20);
   EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), static_cast<unsigned long long>(launches));
-  EXPECT_LE(launchfit_stub_total_calls(), 3ull * launches) << "a driver call beyond the context and the launch";
-  EXPECT_LE(launchfit_stub_calls("cuCtxGetCurrent"), static_cast<unsigned long long>(launches));
-  EXPECT_LE(launchfit_stub_calls("cuCtxGetId"), static_cast<unsigned long long>(launches));
+  EXPECT_EQ(launchfit_stub_total_calls(), 2ull * launches) << "a driver call beyond the context and the launch";
+  EXPECT_EQ(launchfit_stub_calls("cuCtxGetId"), static_cast<unsigned long long>(launches));
   for (const char* other :
        {"cuFuncGetAttribute", "cuFuncGetName", "cuFuncGetParamInfo", "cuDeviceGetAttribute",
         "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxPotentialBlockSize",
-        "cuStreamIsCapturing", "cuStreamGetCaptureInfo", "cuFuncSetAttribute", "cuCtxGetDevice"}) {
+        "cuStreamIsCapturing", "cuStreamGetCaptureInfo", "cuFuncSetAttribute", "cuCtxGetDevice", "cuCtxGetCurrent"}) {
     EXPECT_EQ(launchfit_stub_calls(other), 0u) << other << " on the hit path";
   }
+}
+
+// The hit path reads the context's identity alone: a context destroyed and another made behind the same handle
+// (cudaDeviceReset) is another context, whose first launch plans again and never launches the old context's
+// function; the old context's plans are dropped, and the new one's launches hit.
+TEST(StubLaunch, ANewContextBehindTheSameHandlePlansAgainOnTheHitPath) {
+  const CUfunction f = axpy_kernel("_Z7recycledfPKfPfi");
+  const auto spec = lf::max_occupancy().items(1 << 20).on(stream_of(0x16));
+  const lf::kernel k(f);
+  auto launch = [&] { lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20); };
+  launch();  // planned in context 1
+  launch();  // a hit
+  const std::uint64_t builds = ld::stats().builds;
+  launchfit_stub_set_context_id(7001);  // context 1 gone, context 7001 at its address
+  launch();
+  EXPECT_EQ(ld::stats().builds, builds + 1) << "the old context's plan was launched in the new one";
+  const std::uint64_t handed_over = ld::handed_over_launches();
+  launch();
+  EXPECT_EQ(ld::handed_over_launches(), handed_over) << "the new context's plan is not launched by the hit path";
+  EXPECT_EQ(ld::stats().builds, builds + 1);
+  for (const lf::cached_plan& c : lf::cache().plans()) EXPECT_EQ(c.key.context, 7001u) << c.kernel;
 }
 
 // A launch that hits launches from the entry's ready configuration, and leaves to the full path whatever that
@@ -453,6 +473,23 @@ TEST(StubLaunch, AHitLaunchesWhatTheFullPathWouldAndLeavesItTheRest) {
   EXPECT_TRUE(has_attribute(last_launch(f), CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION));
   lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
   EXPECT_EQ(last_launch(f).config.numAttrs, 0u);
+  // Every attribute a plan carries, on a hit as on the miss: the kept plan's, in the full path's order.
+  const auto cooperative_cluster_pdl = lf::max_occupancy().items(4096).on(st).cooperative().cluster({2, 1, 1}).pdl();
+  lf::launch(k, cooperative_cluster_pdl, 1.0f, x, y, 4096);
+  const launch_seen planned = last_launch(f);
+  ASSERT_EQ(planned.config.numAttrs, 3u);
+  const std::uint64_t before_hit = ld::handed_over_launches();
+  lf::launch(k, cooperative_cluster_pdl, 1.0f, x, y, 4096);
+  EXPECT_EQ(ld::handed_over_launches(), before_hit) << "not launched by the hit path";
+  const launch_seen hit = last_launch(f);
+  ASSERT_EQ(hit.config.numAttrs, 3u);
+  for (unsigned i = 0; i < 3; ++i) {
+    EXPECT_EQ(hit.attrs[i].id, planned.attrs[i].id) << i;
+    EXPECT_EQ(std::memcmp(&hit.attrs[i].value, &planned.attrs[i].value, sizeof(CUlaunchAttributeValue)), 0) << i;
+  }
+  EXPECT_TRUE(has_attribute(hit, CU_LAUNCH_ATTRIBUTE_COOPERATIVE));
+  EXPECT_TRUE(has_attribute(hit, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION));
+  EXPECT_TRUE(has_attribute(hit, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION));
 
   // items(0) on a hit: nothing launched, as on the full path.
   const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
@@ -479,8 +516,9 @@ TEST(StubLaunch, AHitLaunchesWhatTheFullPathWouldAndLeavesItTheRest) {
     launchfit_stub_reset_calls();
     lf::launch(k, lf::max_occupancy().items(4096).on(st), 1.0f, x, y, 4096);
     EXPECT_NE(log.text().find("[trace] launch "), std::string::npos) << log.text();
-    // Handed over to the full path with the context it read: the driver is asked once for it.
-    EXPECT_EQ(launchfit_stub_calls("cuCtxGetCurrent"), 1u);
+    // Handed over to the full path with the context's identity it read: the driver is asked once for it, and
+    // for the handle not at all (the plan is cached: nothing is planned).
+    EXPECT_EQ(launchfit_stub_calls("cuCtxGetCurrent"), 0u);
     EXPECT_EQ(launchfit_stub_calls("cuCtxGetId"), 1u);
   }
   // After cache().clear() the hit's entry is gone: the next launch plans again.

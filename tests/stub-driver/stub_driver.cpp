@@ -434,9 +434,12 @@ CUresult CUDAAPI stub_cuDevicePrimaryCtxRelease(CUdevice) {
   ENTER(cuDevicePrimaryCtxRelease);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI stub_cuCtxGetId(CUcontext, unsigned long long* id) {
+std::atomic<unsigned long long> context_id{1};  // launchfit_stub_set_context_id()
+// The context given, or the current one where it is null (there is always one current here).
+CUresult CUDAAPI stub_cuCtxGetId(CUcontext c, unsigned long long* id) {
   ENTER(cuCtxGetId);
-  *id = 1;
+  if (c && c != the_context) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = context_id.load();
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI stub_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
@@ -976,6 +979,8 @@ void launchfit_stub_reset_calls(void) {
 }
 
 void launchfit_stub_set_host_alloc_ms(double ms) { host_alloc_ms.store(ms); }
+
+void launchfit_stub_set_context_id(unsigned long long id) { context_id.store(id); }
 
 void launchfit_stub_set_compiled_cluster(CUfunction f, unsigned x, unsigned y, unsigned z) {
   stub_function& k = *fn(f);

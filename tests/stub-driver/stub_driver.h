@@ -52,6 +52,9 @@ void launchfit_stub_set_compiled_cluster(CUfunction f, unsigned x, unsigned y, u
 // started or launchfit_stub_reset_calls(); 0 when none was asked.
 int launchfit_stub_last_cluster_query(CUlaunchConfig* config);
 
+// The identity cuCtxGetId answers for the one context (1 unless set), the handle staying the same: as a context
+// destroyed and another made at its address (cudaDeviceReset, cuDevicePrimaryCtxReset) look to a program.
+void launchfit_stub_set_context_id(unsigned long long id);
 // Each cuMemHostAlloc takes this long (0: at once), as page-locking memory can in a virtual machine.
 void launchfit_stub_set_host_alloc_ms(double ms);
 // The next `times` calls of `entry` return `code` (times < 0: every call until set again with 0).
