@@ -513,6 +513,53 @@ int run(int argc, char** argv) {
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
 
+  // The attributes a miss asks of a fresh kernel (resolved, never launched): its name and nine
+  // cuFuncGetAttribute calls (query_resources() without demangling), against the runtime's one call that answers
+  // them all (cudaFuncGetAttributes) on another set; and the current context's identity in two calls (the handle,
+  // then cuCtxGetId) and in one (cuCtxGetId(NULL)).
+  std::vector<double> fresh_attr_driver, fresh_attr_runtime, ctx_two_calls, ctx_one_call;
+  {
+    const std::vector<fresh_fn> by_driver = fresh_table<13 * fresh_count>(seq);
+    const std::vector<fresh_fn> by_runtime = fresh_table<14 * fresh_count>(seq);
+    const CUfunction_attribute asked[] = {
+        CU_FUNC_ATTRIBUTE_NUM_REGS, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+        CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_FUNC_ATTRIBUTE_PTX_VERSION,
+        CU_FUNC_ATTRIBUTE_BINARY_VERSION, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH};
+    for (int i = 0; i < fresh_count; ++i) {
+      const CUfunction f = function_of(reinterpret_cast<const void*>(by_driver[i]));
+      auto t0 = clock_type::now();
+      const char* name = nullptr;
+      check_cu(cuFuncGetName(&name, f), "cuFuncGetName");
+      int sum = 0;
+      for (const CUfunction_attribute a : asked) {
+        int v = 0;
+        (void)cuFuncGetAttribute(&v, a, f);  // the cluster width may be unsupported: as the miss, ignored
+        sum += v;
+      }
+      fresh_attr_driver.push_back(us_since(t0));
+      (void)function_of(reinterpret_cast<const void*>(by_runtime[i]));
+      t0 = clock_type::now();
+      cudaFuncAttributes attrs{};
+      BENCH_CUDA(cudaFuncGetAttributes(&attrs, reinterpret_cast<const void*>(by_runtime[i])));
+      fresh_attr_runtime.push_back(us_since(t0));
+      if (sum < 0 || attrs.maxThreadsPerBlock <= 0) ++failures;
+      t0 = clock_type::now();
+      CUcontext ctx = nullptr;
+      unsigned long long id = 0, id_one = 0;
+      check_cu(cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+      check_cu(cuCtxGetId(ctx, &id), "cuCtxGetId");
+      ctx_two_calls.push_back(us_since(t0));
+      t0 = clock_type::now();
+      check_cu(cuCtxGetId(nullptr, &id_one), "cuCtxGetId(NULL)");
+      ctx_one_call.push_back(us_since(t0));
+      if (id != id_one) {
+        ++failures;
+        std::printf("FAILED: cuCtxGetId(NULL) answered %llu, the current context's identity is %llu\n", id_one, id);
+      }
+    }
+  }
+
   // The same first launch at info and at warn by what the logging thread is doing when the line comes (each
   // pair launches fresh kernels of its own, alternating, after the same wait): "quiet", 60 ms after the last
   // line (past the thread's fast looks: a build that parks it after 50 ms wakes it for the line, one that keeps
@@ -596,7 +643,11 @@ int run(int argc, char** argv) {
        << ",\"occupancy_query\":" << bench::json_number(bench::median(fresh_q_occupancy))
        << ",\"first_cuLaunchKernel\":" << bench::json_number(bench::median(fresh_q_launch))
        << ",\"launchfit_plan_for\":" << bench::json_number(bench::median(fresh_plan_only))
-       << ",\"launchfit_launch_after_plan_for\":" << bench::json_number(bench::median(fresh_then_launch)) << "}"
+       << ",\"launchfit_launch_after_plan_for\":" << bench::json_number(bench::median(fresh_then_launch))
+       << ",\"name_and_9_cuFuncGetAttribute\":" << bench::json_number(bench::median(fresh_attr_driver))
+       << ",\"cudaFuncGetAttributes\":" << bench::json_number(bench::median(fresh_attr_runtime))
+       << ",\"cuCtxGetCurrent_and_cuCtxGetId\":" << bench::json_number(bench::median(ctx_two_calls))
+       << ",\"cuCtxGetId_NULL\":" << bench::json_number(bench::median(ctx_one_call)) << "}"
        << ",\n\"fresh_first_launch_by_logging_state\":[";
     for (std::size_t i = 0; i < states.size(); ++i) {
       js << (i ? ",\n" : "\n") << "{\"state\":" << bench::json_string(states[i].name)
@@ -635,10 +686,15 @@ int run(int argc, char** argv) {
               "| driver: then one occupancy query | %.2f |\n"
               "| driver: then the first `cuLaunchKernel` | %.2f |\n"
               "| launchfit: `plan_for` of a fresh kernel (resolves it; the miss without a launch) | %.2f |\n"
-              "| launchfit: then `launch` (a hit; the kernel's first launch) | %.2f |\n",
+              "| launchfit: then `launch` (a hit; the kernel's first launch) | %.2f |\n"
+              "| driver: a resolved kernel's name and nine `cuFuncGetAttribute` (a miss's questions) | %.2f |\n"
+              "| runtime: `cudaFuncGetAttributes` of a resolved kernel (one call, every attribute) | %.2f |\n"
+              "| driver: `cuCtxGetCurrent` + `cuCtxGetId` | %.3f |\n"
+              "| driver: `cuCtxGetId(NULL)` | %.3f |\n",
               fresh_count, bench::median(fresh_q_resolve), bench::median(fresh_q_resources),
               bench::median(fresh_q_occupancy), bench::median(fresh_q_launch), bench::median(fresh_plan_only),
-              bench::median(fresh_then_launch));
+              bench::median(fresh_then_launch), bench::median(fresh_attr_driver), bench::median(fresh_attr_runtime),
+              bench::median(ctx_two_calls), bench::median(ctx_one_call));
   std::printf("\n### The same by what the logging thread is doing (median of %d kernels each, levels alternating)\n\n"
               "| logging thread | at info us | at warn us | info - warn us |\n|---|---:|---:|---:|\n",
               fresh_count);
