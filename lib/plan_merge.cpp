@@ -113,10 +113,12 @@ cache_file_contents read_entries(std::string_view text, const disk_view* known, 
   return contents;
 }
 
+// What a file of no entry takes, as the byte limit counts it (its format line and brackets, with room).
+std::size_t frame_bytes() noexcept { return std::strlen(cache_file_format) + 64; }
+
 bool keep_within_limits(entry_lines& disk, std::size_t max_entries, std::size_t max_bytes,
                         const own_lines& own) {
-  const std::size_t frame = std::strlen(cache_file_format) + 64;
-  std::size_t bytes = frame;
+  std::size_t bytes = frame_bytes();
   for (const auto& [k, h] : disk) bytes += h.line.size() + 2;
   if (disk.size() <= max_entries && bytes <= max_bytes) return true;
   // First the entries no launch finds (written before keys named the work's kind: launchfit 0.3 and before),
@@ -213,10 +215,16 @@ write_outcome write_file(const write_job& job, const std::vector<stored_entry>& 
   }
   if (!keep_within_limits(disk, job.max_entries, job.max_bytes, own)) {
     view.own = std::move(own);
-    out.why = "other processes' entries alone exceed this process's limits (" +
-              std::to_string(job.max_entries) + " entries, " + std::to_string(job.max_bytes) +
-              " bytes; LAUNCHFIT_CACHE_MAX_ENTRIES, LAUNCHFIT_CACHE_MAX_BYTES): a limit never removes what "
-              "others wrote, so this process does not add to the file (launchfit-plans prune shrinks it)";
+    if (frame_bytes() > job.max_bytes) {  // no entry of anyone's is to blame
+      out.why = "LAUNCHFIT_CACHE_MAX_BYTES (" + std::to_string(job.max_bytes) + ") is below what a plan file of no "
+                "plan takes (" + std::to_string(frame_bytes()) + " bytes): no plan fits, so this process does not "
+                "add to the file";
+    } else {
+      out.why = "other processes' entries alone exceed this process's limits (" +
+                std::to_string(job.max_entries) + " entries, " + std::to_string(job.max_bytes) +
+                " bytes; LAUNCHFIT_CACHE_MAX_ENTRIES, LAUNCHFIT_CACHE_MAX_BYTES): a limit never removes what "
+                "others wrote, so this process does not add to the file (launchfit-plans prune shrinks it)";
+    }
     return out;
   }
   for (auto it = own.begin(); it != own.end();) it = disk.count(it->first) ? std::next(it) : own.erase(it);

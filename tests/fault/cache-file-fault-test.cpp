@@ -687,6 +687,25 @@ TEST_F(CacheFileFault, ALimitNeverEvictsWhatOtherProcessesWrote) {
       }));
 }
 
+// A byte limit below what a file of no plan takes: nothing fits, and the warning says so (it blamed other
+// processes' entries, of which the file had none).
+TEST_F(CacheFileFault, AByteLimitBelowAnEmptyFileSaysNoPlanFits) {
+  LAUNCHFIT_EXPECT_BOUNDED(5000, ([&] {
+                             ::setenv("LAUNCHFIT_CACHE_MAX_BYTES", "16", 1);
+                             captured_log log;
+                             lf::set_cache_file(file_.string());
+                             lf::store_plan(key(0), sample_plan(128));
+                             CHECK_IN_CHILD(!lf::flush_cache_file(500), log.text.str());
+                             CHECK_IN_CHILD(lf::find_stored_plan(key(0)).has_value(), log.text.str());
+                             CHECK_IN_CHILD(log.warnings() == 1, log.text.str());
+                             CHECK_IN_CHILD(log.says("LAUNCHFIT_CACHE_MAX_BYTES (16) is below what a plan file of no "
+                                                     "plan takes"),
+                                            log.text.str());
+                             CHECK_IN_CHILD(!log.says("other processes"), log.text.str());
+                             return 0;
+                           }));
+}
+
 // Plans stored before a normal exit are written by then, without an explicit flush.
 TEST_F(CacheFileFault, ANormalExitWritesPendingPlans) {
   const auto r = lf::fault::run_bounded(milliseconds(5000), [&] {
