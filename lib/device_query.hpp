@@ -24,7 +24,8 @@ struct context_ref {
 // kernel's primary context (resolving the kernel makes it current). Throws when there is none.
 context_ref current_context(const launch_request& r);
 // The same where this thread read the current context's identity a moment ago (`id`, from
-// current_context_id_if_set()): its handle alone is asked (one driver call, not two).
+// current_context_id_if_set()): its handle alone is asked (one driver call, not two), and paired with `id`; where
+// no context is current, current_context(r) (another identity).
 context_ref current_context(const launch_request& r, std::uint64_t id);
 // The identity alone, for a launch that hits: one driver call (cuCtxGetId(NULL) answers for the current context;
 // a driver before 12.0 has no identity, and the handle stands for it), none that can throw. False where the thread

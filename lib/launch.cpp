@@ -79,11 +79,13 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, con
   // The hit path's lookup of this very key (the inputs' generation may have moved since: then look again).
   const bool looked = known && known->looked && known->key == key;
   const plan_entry* e = looked ? known->entry : find(key);
-  // Planning needs the context's handle too (note_context()); the hit path read its identity alone. Asked now,
-  // on the same thread: the same context, unless something this thread ran since made another one current.
-  if (!ctx.handle && (!e || e->route || e->overriding || r.smem_fn)) {
+  // A miss needs the context's handle too (plan_miss() notes it: a handle seen with a new identity drops the old
+  // context's plans); routes, overrides and smem rules key by the identity alone. The hit path read the identity
+  // only: the handle is asked now, on the same thread (nothing since made another context current here). Where
+  // no context is current any more, the one resolving the kernel makes current is planned for, under its key.
+  if (!ctx.handle && !e) {
     const context_ref full = current_context(r, ctx.id);
-    if (full.id != ctx.id) return entry_or_miss(r, local);  // keyed by the context current now
+    if (full.id != ctx.id) return entry_or_miss(r, local);
     ctx = full;
   }
   if (!e) e = &plan_miss(r, ctx, key, local);

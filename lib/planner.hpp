@@ -103,6 +103,8 @@ const plan_entry& plan_miss(const launch_request& r, const context_ref& ctx, con
 // the spec's, since where the override cannot serve the launch the spec's own policy decides under this key.
 plan_key override_key(const plan_key& base, std::uint64_t override_hash,
                       std::uint64_t override_bucket) noexcept;
+// follow_route(), serve_work() and replan_for_smem_rule() key by ctx.id alone: ctx.handle may be null there (a
+// launch the hit path handed over read the identity only); plan_miss() needs both.
 // The entry of an overridden request only routes: the override's plan (override_key()), or the spec's own
 // where the override cannot serve the launch (a bad parameter, a plan outside the launch's limits, a plugin's
 // failure, a first-run tuning plan_for() cannot wait for), made once with one warning naming the override and

@@ -422,17 +422,19 @@ TEST(StubLaunch, ANewContextBehindTheSameHandlePlansAgainOnTheHitPath) {
   const auto spec = lf::max_occupancy().items(1 << 20).on(stream_of(0x16));
   const lf::kernel k(f);
   auto launch = [&] { lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 20); };
-  launch();  // planned in context 1
+  launch();  // planned in the context current now
   launch();  // a hit
   const std::uint64_t builds = ld::stats().builds;
-  launchfit_stub_set_context_id(7001);  // context 1 gone, context 7001 at its address
+  static unsigned long long next_id = 7001;  // never an identity seen before, however often the test runs
+  const unsigned long long id = next_id++;
+  launchfit_stub_set_context_id(id);  // the context gone, another at its address
   launch();
   EXPECT_EQ(ld::stats().builds, builds + 1) << "the old context's plan was launched in the new one";
   const std::uint64_t handed_over = ld::handed_over_launches();
   launch();
   EXPECT_EQ(ld::handed_over_launches(), handed_over) << "the new context's plan is not launched by the hit path";
   EXPECT_EQ(ld::stats().builds, builds + 1);
-  for (const lf::cached_plan& c : lf::cache().plans()) EXPECT_EQ(c.key.context, 7001u) << c.kernel;
+  for (const lf::cached_plan& c : lf::cache().plans()) EXPECT_EQ(c.key.context, id) << c.kernel;
 }
 
 // A launch that hits launches from the entry's ready configuration, and leaves to the full path whatever that
