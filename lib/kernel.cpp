@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "driver.hpp"
+#include "kernel_arguments.hpp"
 #include "kernel_internal.hpp"
 #include "launchfit/error.hpp"
 #include "plan_cache.hpp"
@@ -53,6 +54,26 @@ kernel_resources query_resources(CUfunction f, bool demangle_name) {
     if (k.required_cluster[0] == 0) break;
   }
   return k;
+}
+
+void refuse_arguments(const std::size_t* sizes, std::size_t count, const std::vector<std::size_t>& expected,
+                      const std::string& kernel, const std::string& plan) {
+  if (expected.size() != count) {
+    throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
+                "kernel takes " + std::to_string(expected.size()) + " parameters, " + std::to_string(count) +
+                    " arguments given",
+                kernel, plan);
+  }
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (expected[i] != sizes[i]) {
+      throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
+                  "argument " + std::to_string(i) + " is " + std::to_string(sizes[i]) +
+                      " bytes, the kernel's parameter is " + std::to_string(expected[i]) + " bytes",
+                  kernel, plan);
+    }
+  }
+  throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch", "the arguments are not the kernel's parameters",
+              kernel, plan);
 }
 
 std::string display_name(const kernel_resources& k) {

@@ -15,6 +15,7 @@
 #include "driver.hpp"
 #include "fault.hpp"
 #include "graph_capture.hpp"
+#include "kernel_arguments.hpp"
 #include "launch_config.hpp"
 #include "launchfit/launch.hpp"
 #include "log_internal.hpp"
@@ -59,6 +60,20 @@ void load_environment_inputs() {
 // The entry this request launches with. `local` holds a plan made for this call only (a request asked
 // again from inside its own planning, or an smem rule that never settles).
 // `known`: what the hit path read and found before handing the launch over, else null.
+// The readable name of a request's kernel, for a refusal made before it is planned (empty where it cannot be
+// told: the refusal stands without it).
+std::string kernel_name_of(const launch_request& r) noexcept {
+  try {
+    const void* stub = r.family && r.family_size > 0 ? r.family[0].stub : r.stub;
+    const CUfunction f = r.resolve ? r.resolve(stub) : r.driver_kernel ? r.driver_kernel->function() : nullptr;
+    const driver_api& d = driver();
+    const char* name = nullptr;
+    if (f && d.cuFuncGetName && d.cuFuncGetName(&name, f) == CUDA_SUCCESS && name) return demangle(name);
+  } catch (...) {  // the name is what cannot be had: the refusal stands
+  }
+  return {};
+}
+
 const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, const looked_up* known = nullptr) {
   if (!r.policy) throw error(errc::invalid_policy, "launchfit::launch", "no policy");
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {
@@ -67,11 +82,11 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, con
   const dims& cluster = r.options.cluster;
   if ((cluster.x | cluster.y | cluster.z) > 0xffffu) {
     throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "launchfit::launch",
-                "cluster " + cluster.to_string() + " has a dimension above 65535");
+                "cluster " + cluster.to_string() + " has a dimension above 65535", kernel_name_of(r));
   }
   if (cluster.x == 0 || cluster.y == 0 || cluster.z == 0) {  // never "no cluster": the kernel may use one
     throw error(CUDA_ERROR_INVALID_CLUSTER_SIZE, "launchfit::launch",
-                "cluster " + cluster.to_string() + " has a dimension of 0 (1x1x1 is no cluster)");
+                "cluster " + cluster.to_string() + " has a dimension of 0 (1x1x1 is no cluster)", kernel_name_of(r));
   }
   load_environment_inputs();
   context_ref ctx = known && known->ctx.id != 0 ? known->ctx : current_context(r);
@@ -97,38 +112,13 @@ const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, con
   return *e;
 }
 
-[[noreturn]] __attribute__((noinline)) void refuse_arguments(const std::size_t* sizes, std::size_t count,
-                                                             const plan_entry& e);
-
-// A driver-API kernel's arguments against the sizes of its parameters, where the driver reports them.
+// A driver-API kernel's arguments against the sizes of its parameters, where the driver reports them (checked
+// when planned too, before a tuning's trials run the kernel with them).
 template <class R>
 void check_arguments(const R& r, const plan_entry& e) {
   if (!r.arg_sizes || !e.param_sizes) return;
-  const auto& expected = *e.param_sizes;
-  bool same = expected.size() == r.arg_count;
-  for (std::size_t i = 0; same && i < expected.size(); ++i) same = expected[i] == r.arg_sizes[i];
-  if (!same) refuse_arguments(r.arg_sizes, r.arg_count, e);
-}
-
-// The launch's arguments are not the kernel's parameters: which one, and how.
-void refuse_arguments(const std::size_t* sizes, std::size_t count, const plan_entry& e) {
-  const auto& expected = *e.param_sizes;
-  if (expected.size() != count) {
-    throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
-                "kernel takes " + std::to_string(expected.size()) + " parameters, " +
-                    std::to_string(count) + " arguments given",
-                display_name(e.kernel), e.plan.to_string());
-  }
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    if (expected[i] != sizes[i]) {
-      throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch",
-                  "argument " + std::to_string(i) + " is " + std::to_string(sizes[i]) +
-                      " bytes, the kernel's parameter is " + std::to_string(expected[i]) + " bytes",
-                  display_name(e.kernel), e.plan.to_string());
-    }
-  }
-  throw error(CUDA_ERROR_INVALID_VALUE, "launchfit::launch", "the arguments are not the kernel's parameters",
-              display_name(e.kernel), e.plan.to_string());
+  if (__builtin_expect(!arguments_match(r.arg_sizes, r.arg_count, *e.param_sizes), 0))
+    refuse_arguments(r.arg_sizes, r.arg_count, *e.param_sizes, display_name(e.kernel), e.plan.to_string());
 }
 
 }  // namespace

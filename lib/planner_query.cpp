@@ -16,6 +16,7 @@
 #include "launch_config.hpp"
 #include "launchfit/log.hpp"
 #include "log_internal.hpp"
+#include "kernel_arguments.hpp"
 #include "planner_steps.hpp"
 #include "policy_string.hpp"
 
@@ -96,7 +97,12 @@ void resolve_kernel(const launch_request& r, plan_entry& e, family_members& fam)
   }
   e.function = r.resolve ? r.resolve(r.stub) : r.driver_kernel->function();
   e.kernel = query_resources(e.function, false);  // the readable name only where it is shown
-  if (r.driver_kernel) e.param_sizes = query_param_sizes(e.function);
+  if (!r.driver_kernel) return;
+  e.param_sizes = query_param_sizes(e.function);
+  // Refused here, before a tuning policy's trials would launch the kernel with them (a missing argument is the
+  // array's terminating null there).
+  if (r.arg_sizes && e.param_sizes && !arguments_match(r.arg_sizes, r.arg_count, *e.param_sizes))
+    refuse_arguments(r.arg_sizes, r.arg_count, *e.param_sizes, display_name(e.kernel), {});
 }
 
 // The occupancy oracle: the calculator while it is trusted (see above), else the driver, which counts nothing

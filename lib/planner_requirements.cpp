@@ -175,11 +175,18 @@ void smem_reads::hold(plan_entry& e, family_members& fam) {
       return;
     read = static_cast<std::size_t>(current);
     smem_limits::function_state& st = it->second;
+    const bool launchfits = st.set != 0 && read == st.set;  // in force: a raise of launchfit's for another plan
     // launchfit's own setting, above what a give-back may lower it to anyway (the program's, the kept plans').
-    if (st.set == 0 || read != st.set || read <= std::max(st.before, st.kept)) return;
-    held_.push_back(std::make_unique<smem_need>());
-    st.pending.insert(read);
-    held_.back()->hold(f, read);
+    if (launchfits && read > std::max(st.before, st.kept)) {
+      held_.push_back(std::make_unique<smem_need>());
+      st.pending.insert(read);
+      held_.back()->hold(f, read);
+    }
+    // The plan is chosen at the limit the program left (what a fresh process plans at): a raise of launchfit's for
+    // an earlier plan never changes what a later one is (after cache().clear(), another key of the kernel). Blocks
+    // above it are judged as the first plan judged them, and the chosen one is checked with the driver once the
+    // limit holds its smem (raise_smem_limit()).
+    if (launchfits && st.before < read) read = st.before;
   };
   if (fam.functions.empty()) {
     hold_one(e.function, e.kernel.max_dynamic_smem_bytes);

@@ -138,7 +138,8 @@ class smem_need {
 // lowered limit (no co-resident cluster, a refusal). Given back like any need once this plan is kept or refused.
 class smem_reads {
  public:
-  // Reads each function's limit again under the registry's lock (into e and fam) and holds it.
+  // Reads each function's limit again under the registry's lock and holds it; e and fam get the limit the
+  // program left (below launchfit's raises for other plans), which the plan is chosen at.
   void hold(plan_entry& e, family_members& fam);
 
  private:

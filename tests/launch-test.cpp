@@ -66,6 +66,33 @@ TEST(Spec, ChainsWorkShapeStreamAndSmem) {
   EXPECT_EQ(g.get_policy().to_string(), "bytes_in_flight(per_thread=32,target_per_sm=0,prefer_block=256)");
 }
 
+// Items per thread, waves and rows per thread take any integer type and are never wrapped: per_thread(-1)
+// became 2^32 - 1 items a thread (one block for any n), per_thread(size_t{1} << 32 | 4) four.
+TEST(Spec, CountsPerThreadAndWavesAreNeverWrapped) {
+  const auto what = [](auto&& set) {
+    try {
+      set();
+    } catch (const lf::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const int minus_one = -1;
+  const std::size_t wide = (std::size_t{1} << 32) | 4;
+  EXPECT_NE(what([&] { (void)lf::max_occupancy().items(1 << 20).per_thread(minus_one); }).find("per_thread k"),
+            std::string::npos);
+  EXPECT_NE(what([&] { (void)lf::max_occupancy().items(1 << 20).per_thread(wide); }).find("per_thread k"),
+            std::string::npos);
+  EXPECT_NE(what([&] { (void)lf::max_occupancy().grid_stride(1 << 20).waves(minus_one); }).find("waves k"),
+            std::string::npos);
+  EXPECT_NE(what([&] { (void)lf::max_occupancy().items(lf::extent{64, 64}).per_thread_y(minus_one); })
+                .find("per_thread_y k"),
+            std::string::npos);
+  EXPECT_EQ(lf::max_occupancy().items(1 << 20).per_thread(std::size_t{4}).work_shape().per_thread, 4u);
+  EXPECT_EQ(lf::max_occupancy().items(1 << 20).per_thread(4).work_shape().per_thread, 4u);
+  EXPECT_EQ(lf::max_occupancy().grid_stride(1 << 20).waves(std::int64_t{3}).options().waves, 3u);
+}
+
 TEST(Spec, RerunnableAndResetSayHowTuningMayRepeatTheKernel) {
   const auto plain = lf::detail::make_request(lf::max_occupancy().items(10));
   EXPECT_FALSE(plain.rerunnable);

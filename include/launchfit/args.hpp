@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "launchfit/family.hpp"
+#include "launchfit/graph.hpp"
 #include "launchfit/launch.hpp"
 
 namespace launchfit {
@@ -53,25 +54,29 @@ launched launch(const family<void(Params...)>& f, const spec<Policy>& s, packed_
                     boost::pfr::structure_tie(a.fields));
 }
 
-// Driver-API kernel: one kernel parameter per field, sizes checked against cuFuncGetParamInfo; returns what
-// was launched.
+// Driver-API kernel: one kernel parameter per field, as separate arguments are passed (sizes checked against
+// cuFuncGetParamInfo, a from_plan() field refused at compile time, an aggregate of no field checked as no
+// argument); returns what was launched.
 template <class Policy, class Aggregate>
 launched launch(const kernel& k, const spec<Policy>& s, packed_args<Aggregate> a) {
-  constexpr std::size_t n = boost::pfr::tuple_size_v<Aggregate>;
-  std::array<void*, n> ptrs{};
-  std::array<std::size_t, n> sizes{};
-  boost::pfr::for_each_field(a.fields, [&](const auto& field, std::size_t i) {
-    ptrs[i] = const_cast<void*>(static_cast<const void*>(&field));
-    sizes[i] = sizeof(field);
-  });
-  detail::launch_request r = detail::make_request(s);
-  r.kernel_id = k.id();
-  r.driver_kernel = &k;
-  r.args = ptrs.data();
-  r.arg_sizes = sizes.data();
-  r.arg_count = n;
-  r.has_arguments = true;
-  return detail::launch(r);
+  return std::apply([&](const auto&... field) { return launch(k, s, field...); },
+                    boost::pfr::structure_tie(a.fields));
+}
+
+// add_kernel_node() with an aggregate's fields as the arguments, as launch() takes them above: a node of a
+// runtime-API kernel or of a driver-API kernel.
+template <class... Params, class Policy, class Aggregate>
+kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, void (*k)(Params...),
+                            const spec<Policy>& s, packed_args<Aggregate> a) {
+  return std::apply([&](const auto&... field) { return add_kernel_node(graph, deps, k, s, field...); },
+                    boost::pfr::structure_tie(a.fields));
+}
+// The same for a driver-API kernel: one kernel parameter per field, checked as launch() checks them.
+template <class Policy, class Aggregate>
+kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, const kernel& k, const spec<Policy>& s,
+                            packed_args<Aggregate> a) {
+  return std::apply([&](const auto&... field) { return add_kernel_node(graph, deps, k, s, field...); },
+                    boost::pfr::structure_tie(a.fields));
 }
 
 }  // namespace launchfit

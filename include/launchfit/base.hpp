@@ -155,12 +155,20 @@ class spec {
     work_.rank = static_cast<std::uint8_t>(e.z > 1 ? 3 : 2);
     return *this;
   }
-  // k items per thread: grid = ceil(n / (block x k)).
-  [[nodiscard]] spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
+  // k items per thread: grid = ceil(n / (block x k)). Any integer type: a negative k, or one above 2^32 - 1,
+  // throws launchfit::error naming it (it is never wrapped: per_thread(-1) launched one block for any n).
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  [[nodiscard]] spec per_thread(N k) && {
+    return std::move(per_thread(k));
+  }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  [[nodiscard]] spec per_thread(std::uint32_t k) const& { return copy_of_const().per_thread(k); }
-  spec& per_thread(std::uint32_t k) & {
-    work_.per_thread = k;
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  [[nodiscard]] spec per_thread(N k) const& {
+    return copy_of_const().per_thread(k);
+  }
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  spec& per_thread(N k) & {
+    work_.per_thread = detail::dimension(k, "per_thread k");
     return *this;
   }
   // The kernel loops over n items: grid = min(ceil(n / block), the resident blocks the policy wants).
@@ -190,11 +198,20 @@ class spec {
   // one wave (a tuned plan may launch more, see plan::full_grid): a block's epilogue (global atomics, a
   // per-block reduction) costs per block, which no policy can see. A kernel without one whose elements are
   // wide (12 B or more per thread) may run faster with more blocks: give waves(k), or launch items(n).
-  [[nodiscard]] spec waves(std::uint32_t k) && { return std::move(waves(k)); }
+  // Any integer type: a negative k, or one above 2^32 - 1, throws launchfit::error naming it.
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  [[nodiscard]] spec waves(N k) && {
+    return std::move(waves(k));
+  }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  [[nodiscard]] spec waves(std::uint32_t k) const& { return copy_of_const().waves(k); }
-  spec& waves(std::uint32_t k) & {
-    options_.waves = k > 0 ? k : 1;
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  [[nodiscard]] spec waves(N k) const& {
+    return copy_of_const().waves(k);
+  }
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  spec& waves(N k) & {
+    const unsigned w = detail::dimension(k, "waves k");
+    options_.waves = w > 0 ? w : 1;
     return *this;
   }
   // The caller's grid (e.g. a cooperative solver's), launched as given: checked against the device, for whole
@@ -261,11 +278,20 @@ class spec {
     return *this;
   }
   // k rows along y per thread (a 32x32 tile with 32x8 blocks: 4): grid y = ceil(ny / (block y x k)).
-  [[nodiscard]] spec per_thread_y(std::uint32_t k) && { return std::move(per_thread_y(k)); }
+  // Any integer type: a negative k, or one above 2^32 - 1, throws launchfit::error naming it.
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  [[nodiscard]] spec per_thread_y(N k) && {
+    return std::move(per_thread_y(k));
+  }
   // The same, on a const spec: a refined copy (the spec is left as it is).
-  [[nodiscard]] spec per_thread_y(std::uint32_t k) const& { return copy_of_const().per_thread_y(k); }
-  spec& per_thread_y(std::uint32_t k) & {
-    shape_.per_thread_y = k > 0 ? k : 1;
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  [[nodiscard]] spec per_thread_y(N k) const& {
+    return copy_of_const().per_thread_y(k);
+  }
+  template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
+  spec& per_thread_y(N k) & {
+    const unsigned rows = detail::dimension(k, "per_thread_y k");
+    shape_.per_thread_y = rows > 0 ? rows : 1;
     return *this;
   }
   // The whole block shape at once (what plan::shape_rule holds; planned(p) passes it on).
@@ -747,7 +773,10 @@ struct argument_converts<Param, Arg, true>
                           Param> {};
 
 // A kernel parameter copy-initialised from its argument: the implicit conversions <<<>>> makes (a constructor
-// marked explicit is never chosen, where a static_cast chose it), with the compiler's warnings for narrowing ones.
+// marked explicit is never chosen, where a static_cast chose it). A narrowing one (size_t to int, double to
+// float) is warned of by -Wconversion only where launchfit's headers are not system headers: a consumer of the
+// CMake package or pkg-config gets them as -isystem, and the compiler then stays silent, as it would not for
+// <<<>>>.
 template <class Param, class Arg>
 Param implicit_argument(Arg&& a) {
   return std::forward<Arg>(a);

@@ -201,6 +201,39 @@ TEST(StubClusters, ACooperativeClusterAboveTheSmemLimitIsCountedByTheDriver) {
   }
 }
 
+// A plan is what a fresh process plans: launchfit's own raise of a function's smem limit for an earlier plan
+// does not change a later plan of the same kernel (after cache().clear(), or under another key). The driver
+// counts clusters only within a function's limit: planned again above the raised limit, the cooperative
+// launch below chose block 512 by the driver's counts (a grid of 136 blocks, 128 co-resident: refused) where
+// the first plan chose 1024 and launched; a smem rule's plan moved from block 192 to 384.
+TEST(StubClusters, APlanAfterCacheClearIsTheFirstPlanWhereLaunchfitRaisedTheSmemLimit) {
+  if (!clusters_placed()) GTEST_SKIP() << "needs the stub's cluster placement (LAUNCHFIT_STUB_ACTIVE_CLUSTERS=1)";
+  const auto plan_of = [](const lf::kernel& k, const auto& spec) {
+    try {
+      const lf::launched l = lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1);
+      return l.block.to_string() + " grid " + l.grid.to_string() + " smem " + std::to_string(l.dynamic_smem_bytes);
+    } catch (const lf::error& e) {
+      return std::string("refused: ") + e.what();
+    }
+  };
+  const lf::kernel coop(axpy_kernel("_Z6coop8kfPKfPfi"));
+  const auto coop_spec = lf::cooperative(1).cluster({8, 1, 1}).smem(49153).items(67584);
+  const std::string first = plan_of(coop, coop_spec);
+  EXPECT_EQ(first.find("refused"), std::string::npos) << first;
+  EXPECT_EQ(plan_of(coop, coop_spec), first) << "the hit";
+  lf::cache().clear();
+  EXPECT_EQ(plan_of(coop, coop_spec), first) << "after cache().clear()";
+
+  const lf::kernel rule(launchfit_stub_function("_Z8rule168fPKfPfi", 168, 0, 1024, axpy_params, 4));
+  const auto rule_spec = lf::max_occupancy().cluster({3, 1, 1}).smem_per_block([](int b) -> std::size_t {
+    return 100000 + 2 * static_cast<std::size_t>(b);
+  }).items(108);
+  const std::string ruled = plan_of(rule, rule_spec);
+  EXPECT_EQ(ruled.find("refused"), std::string::npos) << ruled;
+  lf::cache().clear();
+  EXPECT_EQ(plan_of(rule, rule_spec), ruled) << "after cache().clear()";
+}
+
 // A family is launched with one cluster for whichever member the policy chooses: members compiled with
 // different __cluster_dims__ (or some with and some without) cannot all get what they require, and the launch
 // is refused before anything runs, naming each member's dims (only the widest member's were looked at: a

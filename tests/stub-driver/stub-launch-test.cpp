@@ -881,6 +881,92 @@ TEST(StubLaunch, AnotherPolicysTrialsMakeTheirGateOnlyWhenTheyRun) {
   time_once = true;
 }
 
+// A driver-API kernel's arguments that are not its parameters are refused before a tuning policy's trials run
+// the kernel with them: the trials launched it 960-odd times with an int where it takes a size_t (on a GPU, four
+// bytes of the stack read as the count), or with the argument array's terminating null as a missing argument.
+TEST(StubLaunch, ArgumentsThatAreNotAKernelsParametersAreRefusedBeforeAnyTrial) {
+  time_once = true;
+  const std::size_t sizes[] = {sizeof(float*), sizeof(std::size_t)};
+  const lf::kernel k(launchfit_stub_function("_Z9untrustedPfm", 16, 0, 1024, sizes, 2));
+  const auto spec = lf::spec<timing_policy>(timing_policy{}).items(1000).on(stream_of(0x19)).rerunnable();
+  float* p = device_pointer(0x1000);
+  const int n_as_int = 1000;
+  for (int round = 0; round < 2; ++round) {
+    launchfit_stub_reset_calls();
+    const lf::error wrong_size = launchfit_test::error_of([&] { lf::launch(k, spec, p, n_as_int); });
+    EXPECT_NE(std::string(wrong_size.what()).find("argument 1 is 4 bytes, the kernel's parameter is 8 bytes"),
+              std::string::npos)
+        << wrong_size.what();
+    EXPECT_NE(std::string(wrong_size.what()).find("untrusted"), std::string::npos) << wrong_size.what();
+    const lf::error missing = launchfit_test::error_of([&] { lf::launch(k, spec, p); });
+    EXPECT_NE(std::string(missing.what()).find("kernel takes 2 parameters, 1 arguments given"), std::string::npos)
+        << missing.what();
+    EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u) << "round " << round << ": a trial ran the kernel";
+  }
+  // The right arguments then plan (and time) as usual.
+  lf::launch(k, spec, p, std::size_t{1000});
+  EXPECT_GT(launchfit_stub_calls("cuLaunchKernelEx"), 1u);
+}
+
+// A cluster refused before the launch is planned (a dimension of 0, or above 65535) names the kernel, as every
+// other refusal does (it named none).
+TEST(StubLaunch, AClusterRefusedBeforePlanningNamesTheKernel) {
+  const lf::kernel k(axpy_kernel("_Z11badclusterfPKfPfi"));
+  for (const lf::dims c : {lf::dims{0, 1, 1}, lf::dims{65536, 1, 1}}) {
+    launchfit_stub_reset_calls();
+    const lf::error e = launchfit_test::error_of([&] {
+      lf::launch(k, lf::max_occupancy().items(1000).cluster(c), 1.0f, device_pointer(0x1000), device_pointer(0x2000),
+                 1000);
+    });
+    EXPECT_NE(e.kernel().find("badcluster"), std::string::npos) << e.what();
+    EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u);
+  }
+}
+
+// An aggregate's fields through args() on a driver-API kernel are checked as separate arguments are: an aggregate
+// of no field is no argument (its empty array reached the driver as a null parameter list), a from_plan() field
+// does not compile (static_assert; it passed the callable's bytes); and add_kernel_node() takes args() too (the
+// aggregate was one argument, and with no parameter sizes from the driver read past the argument array).
+TEST(StubLaunch, AnAggregatesFieldsAreADriverKernelsArgumentsForLaunchesAndNodes) {
+  const std::size_t sizes[] = {sizeof(float), sizeof(float*), sizeof(float*), sizeof(int)};
+  const CUfunction f = launchfit_stub_function("_Z6packedfPKfPfi", 16, 0, 1024, sizes, 4);
+  const lf::kernel k(f);
+  struct none {};
+  launchfit_stub_reset_calls();
+  const lf::error e = launchfit_test::error_of([&] { lf::launch(k, lf::fixed(256).items(1000), lf::args(none{})); });
+  EXPECT_NE(std::string(e.what()).find("kernel takes 4 parameters, 0 arguments given"), std::string::npos) << e.what();
+  EXPECT_EQ(launchfit_stub_calls("cuLaunchKernelEx"), 0u);
+
+  struct axpy {
+    float a;
+    const float* x;
+    float* y;
+    int n;
+  };
+  const CUstream s = stream_of(0x1a);
+  launchfit_stub_begin_capture(s);
+  const CUgraph graph = launchfit_stub_end_capture(s);
+  const lf::kernel_node node = lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(graph), {}, k,
+                                                   lf::fixed(256).items(1000).on(s),
+                                                   lf::args(axpy{2.0f, device_pointer(0x1000), device_pointer(0x2000), 1000}));
+  ASSERT_NE(node.node, nullptr);
+  CUDA_KERNEL_NODE_PARAMS params{};
+  ASSERT_EQ(launchfit_stub_graph_node(reinterpret_cast<CUgraphNode>(node.node), &params), 1);
+  ASSERT_NE(params.kernelParams, nullptr);
+  EXPECT_EQ(*static_cast<float*>(params.kernelParams[0]), 2.0f);
+  EXPECT_EQ(*static_cast<int*>(params.kernelParams[3]), 1000);
+  EXPECT_EQ(params.gridDimX, 4u);
+  launchfit_stub_report_params(f, 0);  // a driver that does not say: the fields are still four arguments
+  const lf::kernel_node again = lf::add_kernel_node(reinterpret_cast<cudaGraph_t>(graph), {node.node}, k,
+                                                    lf::fixed(256).items(1000).on(s),
+                                                    lf::args(axpy{3.0f, device_pointer(0x1000), device_pointer(0x2000), 7}));
+  launchfit_stub_report_params(f, 1);
+  ASSERT_EQ(launchfit_stub_graph_node(reinterpret_cast<CUgraphNode>(again.node), &params), 1);
+  EXPECT_EQ(*static_cast<float*>(params.kernelParams[0]), 3.0f);
+  EXPECT_EQ(*static_cast<int*>(params.kernelParams[3]), 7);
+  launchfit_stub_destroy_graph(graph);
+}
+
 // A policy that is not a built-in (param_policy): a plan it makes inside a capture is watched.
 struct half_params {
   int block = 128;
