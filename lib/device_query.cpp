@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <map>
+#include <vector>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -150,6 +151,7 @@ struct contexts {
   std::mutex m;
   std::unordered_map<CUcontext, std::uint64_t> id_of_handle;  // the identity last seen behind each handle
   std::map<std::uint64_t, device_limits*> limits;             // by identity; entries are never freed
+  std::vector<device_limits*> gone;  // a destroyed context's: still read by reports, kept reachable
 };
 
 contexts& known_contexts() {
@@ -208,7 +210,10 @@ void note_context(const context_ref& ctx) {
     dead = it->second;
     it->second = ctx.id;
     // The limits stay allocated (a report may still read them); they are simply never found again.
-    c.limits.erase(dead);
+    if (const auto it = c.limits.find(dead); it != c.limits.end()) {
+      c.gone.push_back(it->second);
+      c.limits.erase(it);
+    }
   }
   forget_context(dead);
 }

@@ -57,11 +57,8 @@ void load_environment_inputs() {
   environment_loaded.store(true, std::memory_order_release);
 }
 
-// The entry this request launches with. `local` holds a plan made for this call only (a request asked
-// again from inside its own planning, or an smem rule that never settles).
-// `known`: what the hit path read and found before handing the launch over, else null.
-// The readable name of a request's kernel, for a refusal made before it is planned (empty where it cannot be
-// told: the refusal stands without it).
+// The readable name of a request's kernel (a family's first member), for a refusal made before it is planned
+// (empty where it cannot be told: the refusal stands without it).
 std::string kernel_name_of(const launch_request& r) noexcept {
   try {
     const void* stub = r.family && r.family_size > 0 ? r.family[0].stub : r.stub;
@@ -74,6 +71,9 @@ std::string kernel_name_of(const launch_request& r) noexcept {
   return {};
 }
 
+// The entry this request launches with. `local` holds a plan made for this call only (a request asked
+// again from inside its own planning, or an smem rule that never settles).
+// `known`: what the hit path read and found before handing the launch over, else null.
 const plan_entry& entry_or_miss(const launch_request& r, local_entry& local, const looked_up* known = nullptr) {
   if (!r.policy) throw error(errc::invalid_policy, "launchfit::launch", "no policy");
   if (r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid())) {

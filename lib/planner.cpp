@@ -141,8 +141,7 @@ plan_entry build_entry(const launch_request& r, const context_ref& ctx, const pl
   e.key = key;
   family_members fam;
   resolve_kernel(r, e, fam);
-  planning::smem_reads limits_read;  // given back when this build returns or throws
-  limits_read.hold(e, fam);
+  planning::read_program_smem_limits(e, fam);
   const device_limits& dev = limits_for(ctx);
   describe_device(dev, e);
 

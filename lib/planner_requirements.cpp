@@ -160,12 +160,10 @@ std::size_t raise_function_smem_limit(CUfunction f, std::size_t needed, const ke
   return needed;
 }
 
-void smem_reads::hold(plan_entry& e, family_members& fam) {
+void read_program_smem_limits(plan_entry& e, family_members& fam) {
   smem_limits& l = the_smem_limits();
   if (!l.any.load(std::memory_order_acquire)) return;  // launchfit has set no function's limit yet
-  // Read again under the registry's lock, so that the limit this plan is chosen at is the one held (a raise given
-  // back between resolve and here would otherwise leave the plan at a limit no longer in force).
-  const auto hold_one = [this, &l](CUfunction f, std::size_t& read) {
+  const auto read_one = [&l](CUfunction f, std::size_t& read) {
     if (!f) return;
     std::lock_guard<std::mutex> lock(l.m);
     const auto it = l.by_function.find(f);
@@ -174,26 +172,19 @@ void smem_reads::hold(plan_entry& e, family_members& fam) {
     if (driver().cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f) != CUDA_SUCCESS)
       return;
     read = static_cast<std::size_t>(current);
-    smem_limits::function_state& st = it->second;
-    const bool launchfits = st.set != 0 && read == st.set;  // in force: a raise of launchfit's for another plan
-    // launchfit's own setting, above what a give-back may lower it to anyway (the program's, the kept plans').
-    if (launchfits && read > std::max(st.before, st.kept)) {
-      held_.push_back(std::make_unique<smem_need>());
-      st.pending.insert(read);
-      held_.back()->hold(f, read);
-    }
+    const smem_limits::function_state& st = it->second;
     // The plan is chosen at the limit the program left (what a fresh process plans at): a raise of launchfit's for
     // an earlier plan never changes what a later one is (after cache().clear(), another key of the kernel). Blocks
     // above it are judged as the first plan judged them, and the chosen one is checked with the driver once the
-    // limit holds its smem (raise_smem_limit()).
-    if (launchfits && st.before < read) read = st.before;
+    // limit holds its smem (raise_smem_limit()). No give-back lowers a limit below the program's: nothing to hold.
+    if (st.set != 0 && read == st.set && st.before < read) read = st.before;
   };
   if (fam.functions.empty()) {
-    hold_one(e.function, e.kernel.max_dynamic_smem_bytes);
+    read_one(e.function, e.kernel.max_dynamic_smem_bytes);
     return;
   }
   for (std::size_t i = 0; i < fam.functions.size() && i < fam.kernels.size(); ++i) {
-    hold_one(fam.functions[i], fam.kernels[i].max_dynamic_smem_bytes);
+    read_one(fam.functions[i], fam.kernels[i].max_dynamic_smem_bytes);
     if (fam.functions[i] == e.function) e.kernel.max_dynamic_smem_bytes = fam.kernels[i].max_dynamic_smem_bytes;
   }
 }

@@ -132,19 +132,11 @@ class smem_need {
   CUfunction f_ = nullptr;
   std::size_t needed_ = 0;
 };
-// The limits the kernel was resolved with, held while its plan is chosen where they are a raise of launchfit's for
-// another plan not kept yet (a plan of the same function under another key): that plan's refusal gives its raise
-// back, and this plan's driver queries, asked at the limit resolve read, would then count nothing above the
-// lowered limit (no co-resident cluster, a refusal). Given back like any need once this plan is kept or refused.
-class smem_reads {
- public:
-  // Reads each function's limit again under the registry's lock and holds it; e and fam get the limit the
-  // program left (below launchfit's raises for other plans), which the plan is chosen at.
-  void hold(plan_entry& e, family_members& fam);
-
- private:
-  std::vector<std::unique_ptr<smem_need>> held_;
-};
+// The limit a plan is chosen at: each function's dynamic-smem limit as the program left it, read under the
+// registry's lock (into e and fam). Where launchfit raised it for another plan (a plan of the same function under
+// another key, or before cache().clear()), that raise is not counted: a plan is what a fresh process plans, and
+// no give-back ever lowers the limit below the program's.
+void read_program_smem_limits(plan_entry& e, family_members& fam);
 
 // Step 6: the limit raised to the launched plan's smem and the plan validated again with the driver (its
 // residency and its clusters at the raised limit). `need` holds the raise until the plan is kept.

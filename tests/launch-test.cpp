@@ -91,6 +91,10 @@ TEST(Spec, CountsPerThreadAndWavesAreNeverWrapped) {
   EXPECT_EQ(lf::max_occupancy().items(1 << 20).per_thread(std::size_t{4}).work_shape().per_thread, 4u);
   EXPECT_EQ(lf::max_occupancy().items(1 << 20).per_thread(4).work_shape().per_thread, 4u);
   EXPECT_EQ(lf::max_occupancy().grid_stride(1 << 20).waves(std::int64_t{3}).options().waves, 3u);
+  // An enum constant and a class converting to an integer still take the std::uint32_t setters.
+  enum { items_per_thread = 4 };
+  EXPECT_EQ(lf::max_occupancy().items(1 << 20).per_thread(items_per_thread).work_shape().per_thread, 4u);
+  EXPECT_EQ(lf::max_occupancy().grid_stride(1 << 20).waves(std::integral_constant<int, 2>{}).options().waves, 2u);
 }
 
 TEST(Spec, RerunnableAndResetSayHowTuningMayRepeatTheKernel) {

@@ -155,8 +155,17 @@ class spec {
     work_.rank = static_cast<std::uint8_t>(e.z > 1 ? 3 : 2);
     return *this;
   }
-  // k items per thread: grid = ceil(n / (block x k)). Any integer type: a negative k, or one above 2^32 - 1,
-  // throws launchfit::error naming it (it is never wrapped: per_thread(-1) launched one block for any n).
+  // k items per thread: grid = ceil(n / (block x k)). An integer of another type than std::uint32_t: a negative
+  // k, or one above 2^32 - 1, throws launchfit::error naming it (never wrapped: per_thread(-1) launched one block
+  // for any n); an enum constant or a class converting to an integer takes the std::uint32_t overloads.
+  [[nodiscard]] spec per_thread(std::uint32_t k) && { return std::move(per_thread(k)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
+  [[nodiscard]] spec per_thread(std::uint32_t k) const& { return copy_of_const().per_thread(k); }
+  spec& per_thread(std::uint32_t k) & {
+    work_.per_thread = k;
+    return *this;
+  }
+  // The same with another integer type, checked.
   template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
   [[nodiscard]] spec per_thread(N k) && {
     return std::move(per_thread(k));
@@ -168,8 +177,7 @@ class spec {
   }
   template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
   spec& per_thread(N k) & {
-    work_.per_thread = detail::dimension(k, "per_thread k");
-    return *this;
+    return per_thread(static_cast<std::uint32_t>(detail::dimension(k, "per_thread k")));
   }
   // The kernel loops over n items: grid = min(ceil(n / block), the resident blocks the policy wants).
   [[nodiscard]] spec grid_stride(std::uint64_t n) && { return std::move(grid_stride(n)); }
@@ -198,7 +206,14 @@ class spec {
   // one wave (a tuned plan may launch more, see plan::full_grid): a block's epilogue (global atomics, a
   // per-block reduction) costs per block, which no policy can see. A kernel without one whose elements are
   // wide (12 B or more per thread) may run faster with more blocks: give waves(k), or launch items(n).
-  // Any integer type: a negative k, or one above 2^32 - 1, throws launchfit::error naming it.
+  [[nodiscard]] spec waves(std::uint32_t k) && { return std::move(waves(k)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
+  [[nodiscard]] spec waves(std::uint32_t k) const& { return copy_of_const().waves(k); }
+  spec& waves(std::uint32_t k) & {
+    options_.waves = k > 0 ? k : 1;
+    return *this;
+  }
+  // The same with another integer type: a negative k, or one above 2^32 - 1, throws launchfit::error naming it.
   template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
   [[nodiscard]] spec waves(N k) && {
     return std::move(waves(k));
@@ -210,9 +225,7 @@ class spec {
   }
   template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
   spec& waves(N k) & {
-    const unsigned w = detail::dimension(k, "waves k");
-    options_.waves = w > 0 ? w : 1;
-    return *this;
+    return waves(static_cast<std::uint32_t>(detail::dimension(k, "waves k")));
   }
   // The caller's grid (e.g. a cooperative solver's), launched as given: checked against the device, for whole
   // clusters and, cooperative, for co-residency, or refused. The policy still chooses the block. {gx, gy} of
@@ -278,7 +291,14 @@ class spec {
     return *this;
   }
   // k rows along y per thread (a 32x32 tile with 32x8 blocks: 4): grid y = ceil(ny / (block y x k)).
-  // Any integer type: a negative k, or one above 2^32 - 1, throws launchfit::error naming it.
+  [[nodiscard]] spec per_thread_y(std::uint32_t k) && { return std::move(per_thread_y(k)); }
+  // The same, on a const spec: a refined copy (the spec is left as it is).
+  [[nodiscard]] spec per_thread_y(std::uint32_t k) const& { return copy_of_const().per_thread_y(k); }
+  spec& per_thread_y(std::uint32_t k) & {
+    shape_.per_thread_y = k > 0 ? k : 1;
+    return *this;
+  }
+  // The same with another integer type: a negative k, or one above 2^32 - 1, throws launchfit::error naming it.
   template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
   [[nodiscard]] spec per_thread_y(N k) && {
     return std::move(per_thread_y(k));
@@ -290,9 +310,7 @@ class spec {
   }
   template <class N, std::enable_if_t<detail::is_integer_v<N>, int> = 0>
   spec& per_thread_y(N k) & {
-    const unsigned rows = detail::dimension(k, "per_thread_y k");
-    shape_.per_thread_y = rows > 0 ? rows : 1;
-    return *this;
+    return per_thread_y(static_cast<std::uint32_t>(detail::dimension(k, "per_thread_y k")));
   }
   // The whole block shape at once (what plan::shape_rule holds; planned(p) passes it on).
   [[nodiscard]] spec shape(block_shape b) && { return std::move(shape(b)); }

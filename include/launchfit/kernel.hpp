@@ -42,7 +42,9 @@ struct LAUNCHFIT_API kernel_resources {
   int max_threads_per_block = 1024;        // reflects __launch_bounds__ and register use
   int ptx_version = 0;                     // e.g. 90
   int binary_version = 0;                  // e.g. 90
-  std::size_t max_dynamic_smem_bytes = 0;  // current CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as the program set it (a policy's query: launchfit's own
+  // raise for another plan is not counted, so a plan never depends on what launchfit planned before)
+  std::size_t max_dynamic_smem_bytes = 0;
   unsigned required_cluster[3] = {0, 0, 0};  // compile-time __cluster_dims__ (0: none)
 
   // A kernel_resources for the offline calculator.

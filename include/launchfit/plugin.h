@@ -158,7 +158,8 @@ typedef struct launchfit_kernel {
   uint64_t static_smem_bytes;    /* fixed-size __shared__ per block */
   uint64_t local_bytes_per_thread; /* local memory per thread: stack frame and spills */
   uint64_t const_bytes;            /* __constant__ memory used */
-  uint64_t max_dynamic_smem_bytes; /* the function's current dynamic smem limit */
+  uint64_t max_dynamic_smem_bytes; /* the function's dynamic smem limit as the program set it (launchfit's
+                                      own raises for other plans not counted) */
   int32_t ptx_version;             /* PTX ISA the kernel was compiled for, e.g. 90 */
   int32_t binary_version;          /* SASS architecture of the loaded code, e.g. 90 */
 } launchfit_kernel;
