@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "hot_words.hpp"
 #include "launchfit/policy.hpp"
 #include "lifecycle.hpp"
 #include "plan_cache.hpp"
@@ -74,8 +75,6 @@ struct store {
   std::unordered_map<plan_key, std::shared_ptr<slot>, key_hasher> slots;
   // Slots out of the map, freed by reclaim_locked() once no reader can reach them.
   std::vector<retired_slot> retired;
-  // The thread-local fronts' generation: bumped before a slot leaves the map, so no front returns it again.
-  std::atomic<std::uint64_t> generation{1};
   // The plan-inputs generation the slots were last swept for: slots of older ones are never found again
   // (their keys hold the old generation) and are retired on the next miss.
   std::uint64_t swept_inputs = 0;
@@ -87,6 +86,9 @@ struct store {
   // work_bucket() answers a new value for every size would otherwise make a plan per size, without bound.
   std::unordered_map<std::uint64_t, std::uint32_t> family_slots;
 };
+
+// The thread-local fronts' generation (hot.front_generation, hot_words.hpp: a launch that hits reads it without
+// the store's pointer): bumped before a slot leaves the map, so no front returns it again.
 
 store& the_store() {
   static store* s = new store();  // never destroyed: launches may run during static destruction
@@ -111,7 +113,7 @@ It erase_slot_locked(store& s, It it) {
 //
 // A reader publishes the epoch it entered in (`active`, 0 outside) with a sequentially consistent exchange
 // before it reads the fronts' generation or the map. A pass retires slots (out of the map, the fronts'
-// generation bumped), tags them with the epoch (`epoch`'s value before its increment), then reads every
+// generation bumped), tags them with the epoch (hot.reader_epoch's value before its increment), then reads every
 // reader's `active`. Either the pass sees a reader's entry or that reader sees the bumped generation and the
 // emptied map (the store-buffering pattern, every access seq_cst): a reader the pass did not see cannot
 // reach the retired slots. A slot tagged t is freed once every reader the pass sees entered after t.
@@ -123,7 +125,7 @@ struct reader_record {
 };
 
 std::atomic<reader_record*> readers{nullptr};  // push-only, never freed; records are reused by new threads
-std::atomic<std::uint64_t> epoch{1};
+// The epoch is hot.reader_epoch (hot_words.hpp: every launch reads it).
 // Trivially destructible: a static destructor that launches on the main thread still finds them.
 thread_local reader_record* this_reader = nullptr;
 thread_local int reader_depth = 0;
@@ -201,7 +203,7 @@ const bool fork_hooks_registered =
 // entry's policies may be a plugin's, whose code must not run under the lock).
 void reclaim_locked(store& s, std::vector<std::shared_ptr<slot>>& gone) {
   if (s.retired.empty()) return;
-  const std::uint64_t now = epoch.fetch_add(1, std::memory_order_seq_cst);
+  const std::uint64_t now = hot.reader_epoch.fetch_add(1, std::memory_order_seq_cst);
   const std::uint64_t oldest = oldest_reader();
   std::size_t kept = 0;
   for (retired_slot& r : s.retired) {
@@ -296,7 +298,7 @@ plan_reader::plan_reader() {
   if (reader_depth++ > 0) return;
   try {
     reader_record& r = reader_of_this_thread();
-    r.active.exchange(epoch.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
+    r.active.exchange(hot.reader_epoch.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
   } catch (...) {
     --reader_depth;
     throw;
@@ -327,13 +329,11 @@ std::uint64_t hash_key(const plan_key& k) noexcept {
   return fold_multiply(a ^ c ^ 0x94d049bb133111ebULL, b ^ d ^ 0x2545f4914f6cdd1dULL);
 }
 
-const plan_entry* find(const plan_key& key) noexcept {
+namespace {
+// find() where the thread's front did not have the key: the shared map, and the front's line for next time.
+__attribute__((noinline)) const plan_entry* find_in_map(const plan_key& key, front_set& set,
+                                                        std::uint64_t gen) noexcept {
   store& s = the_store();
-  // Sequentially consistent: read after this thread's plan_reader announced itself (see readers above).
-  const std::uint64_t gen = s.generation.load(std::memory_order_seq_cst);
-  front_set& set = front_set_of(key);
-  for (const front_line& line : set.lines)
-    if (line.generation == gen && line.entry && line.key == key) return line.entry;
   std::shared_ptr<slot> sl;
   {
     std::shared_lock<std::shared_mutex> lock(s.mutex());
@@ -346,6 +346,16 @@ const plan_entry* find(const plan_key& key) noexcept {
   set.lines[set.next] = front_line{key, gen, sl->entry()};
   set.next = static_cast<unsigned char>((set.next + 1) % front_ways);
   return sl->entry();
+}
+}  // namespace
+
+const plan_entry* find(const plan_key& key) noexcept {
+  // Sequentially consistent: read after this thread's plan_reader announced itself (see readers above).
+  const std::uint64_t gen = hot.front_generation.load(std::memory_order_seq_cst);
+  front_set& set = front_set_of(key);
+  for (const front_line& line : set.lines)
+    if (line.generation == gen && line.entry && line.key == key) return line.entry;
+  return find_in_map(key, set, gen);
 }
 
 bool bucket_admitted(const plan_key& key) {
@@ -375,7 +385,7 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
           ++it;
         }
       }
-      if (swept) s.generation.fetch_add(1, std::memory_order_seq_cst);
+      if (swept) hot.front_generation.fetch_add(1, std::memory_order_seq_cst);
       s.swept_inputs = key.inputs;
     }
     reclaim_locked(s, gone);
@@ -475,7 +485,7 @@ void forget_if(Pred drop) {
       ++it;
     }
   }
-  s.generation.fetch_add(1, std::memory_order_seq_cst);
+  hot.front_generation.fetch_add(1, std::memory_order_seq_cst);
   reclaim_locked(s, gone);
   lock.unlock();
 }
@@ -491,7 +501,7 @@ bool forget_entry(const plan_key& key, const plan_entry* expected) {
     return false;
   retire_locked(s, std::move(it->second));
   erase_slot_locked(s, it);
-  s.generation.fetch_add(1, std::memory_order_seq_cst);
+  hot.front_generation.fetch_add(1, std::memory_order_seq_cst);
   reclaim_locked(s, gone);
   return true;
 }

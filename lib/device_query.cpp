@@ -183,18 +183,6 @@ context_ref current_context(const launch_request& r, std::uint64_t id) {
   return current_context(r);
 }
 
-bool current_context_id_if_set(const driver_api& d, std::uint64_t& id) noexcept {
-  if (d.cuCtxGetId) {
-    unsigned long long got = 0;
-    if (d.cuCtxGetId(nullptr, &got) != CUDA_SUCCESS || got == 0) return false;
-    id = got;
-    return true;
-  }
-  CUcontext ctx = nullptr;
-  if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return false;
-  id = reinterpret_cast<std::uintptr_t>(ctx);
-  return true;
-}
 
 void note_context(const context_ref& ctx) {
   contexts& c = known_contexts();

@@ -31,7 +31,19 @@ context_ref current_context(const launch_request& r, std::uint64_t id);
 // a driver before 12.0 has no identity, and the handle stands for it), none that can throw. False where the thread
 // has no current context or the driver fails (current_context() then resolves the kernel, or throws naming the
 // call).
-bool current_context_id_if_set(const driver_api& d, std::uint64_t& id) noexcept;
+// Inline: every launch that hits asks it.
+inline bool current_context_id_if_set(const driver_api& d, std::uint64_t& id) noexcept {
+  if (__builtin_expect(d.cuCtxGetId != nullptr, 1)) {
+    unsigned long long got = 0;
+    if (d.cuCtxGetId(nullptr, &got) != CUDA_SUCCESS || got == 0) return false;
+    id = got;
+    return true;
+  }
+  CUcontext ctx = nullptr;
+  if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return false;
+  id = reinterpret_cast<std::uintptr_t>(ctx);
+  return true;
+}
 
 // Called on every plan miss. When a handle shows up with a new identity, the context it named before was
 // destroyed (cudaDeviceReset, cuDevicePrimaryCtxReset, cuCtxDestroy + a new context): every plan, resolved

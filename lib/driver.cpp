@@ -88,15 +88,14 @@ const loaded& instance() {
 
 // The usable driver once loaded: every launch asks twice, and a function-local static's guard and the failure
 // text are one more branch and cache line each.
-std::atomic<const driver_api*> usable_driver{nullptr};
 
 const driver_api& driver() {
-  if (const driver_api* api = usable_driver.load(std::memory_order_acquire)) return *api;
+  if (const driver_api* api = hot.driver.load(std::memory_order_acquire)) return *api;
   const loaded& l = instance();
   if (!l.failure.empty()) {
     throw error(CUDA_ERROR_NO_DEVICE, "cuInit", l.failure);
   }
-  usable_driver.store(&l.api, std::memory_order_release);
+  hot.driver.store(&l.api, std::memory_order_release);
   return l.api;
 }
 

@@ -9,28 +9,32 @@
 
 #include <string>
 
+#include "hot_words.hpp"
+
 namespace launchfit::detail {
 
 // X(name): every driver entry point launchfit uses. Optional ones (newer drivers) may be null.
-#define LAUNCHFIT_DRIVER_FUNCTIONS(X)                                                                   \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)                \
-  X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDeviceGetUuid) X(cuCtxGetCurrent) \
-  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)       \
-  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)                  \
-  X(cuKernelGetFunction) X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                     \
-  X(cuOccupancyMaxPotentialBlockSize) X(cuLaunchKernelEx) X(cuLibraryLoadData)                       \
-  X(cuLibraryLoadFromFile) X(cuLibraryGetKernel) X(cuLibraryUnload) X(cuEventCreate)                 \
-  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)                      \
-  X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuCtxGetDevResource) X(cuStreamIsCapturing)           \
-  X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32) X(cuCtxGetId)           \
+// The first three, which every launch that hits calls, share a cache line.
+#define LAUNCHFIT_DRIVER_FUNCTIONS(X)                                                                      \
+  X(cuLaunchKernelEx) X(cuCtxGetId) X(cuCtxGetCurrent)                                                     \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)                     \
+  X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDeviceGetUuid)                        \
+  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)            \
+  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName) X(cuFuncGetParamInfo)                       \
+  X(cuKernelGetFunction) X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                           \
+  X(cuOccupancyMaxPotentialBlockSize) X(cuLibraryLoadData)                                                 \
+  X(cuLibraryLoadFromFile) X(cuLibraryGetKernel) X(cuLibraryUnload) X(cuEventCreate)                       \
+  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)                           \
+  X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuCtxGetDevResource) X(cuStreamIsCapturing)                 \
+  X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) X(cuStreamWaitValue32)                   \
   X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxPotentialClusterSize) X(cuStreamGetCaptureInfo)          \
-  X(cuGraphAddNode) X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)                     \
-  X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType)\
-  X(cuGraphDestroyNode)                                                                                  \
-  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)           \
+  X(cuGraphAddNode) X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeGetParams)                         \
+  X(cuGraphKernelNodeSetParams) X(cuGraphExecKernelNodeSetParams) X(cuGraphGetNodes) X(cuGraphNodeGetType) \
+  X(cuGraphDestroyNode)                                                                                    \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)            \
   X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuStreamCreate) X(cuStreamDestroy)
 
-struct driver_api {
+struct alignas(64) driver_api {
 #define LAUNCHFIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
   LAUNCHFIT_DRIVER_FUNCTIONS(LAUNCHFIT_DRIVER_MEMBER)
 #undef LAUNCHFIT_DRIVER_MEMBER
@@ -42,8 +46,7 @@ struct driver_api {
 const driver_api& driver();
 // The driver's entry points once driver() has loaded them; null before (never loads, never throws). Inline:
 // every launch that hits asks.
-extern std::atomic<const driver_api*> usable_driver;
-inline const driver_api* loaded_driver() noexcept { return usable_driver.load(std::memory_order_acquire); }
+inline const driver_api* loaded_driver() noexcept { return hot.driver.load(std::memory_order_acquire); }
 // True when a driver loaded and cuInit succeeded (never throws).
 bool driver_available() noexcept;
 

@@ -18,6 +18,14 @@ kernel_resources query_resources(CUfunction f) { return detail::query_resources(
 
 namespace detail {
 
+std::string function_name(const driver_api& d, CUfunction f) {
+  if (d.cuFuncGetName) {
+    const char* name = nullptr;
+    if (d.cuFuncGetName(&name, f) == CUDA_SUCCESS && name) return name;
+  }
+  return "kernel@" + std::to_string(reinterpret_cast<std::uintptr_t>(f));
+}
+
 kernel_resources query_resources(CUfunction f, bool demangle_name) {
   const auto& d = detail::driver();
   if (!f) throw error(CUDA_ERROR_INVALID_HANDLE, "kernel", "null kernel handle");
@@ -27,11 +35,7 @@ kernel_resources query_resources(CUfunction f, bool demangle_name) {
     return v;
   };
   kernel_resources k;
-  if (d.cuFuncGetName) {
-    const char* name = nullptr;
-    if (d.cuFuncGetName(&name, f) == CUDA_SUCCESS && name) k.name = name;
-  }
-  if (k.name.empty()) k.name = "kernel@" + std::to_string(reinterpret_cast<std::uintptr_t>(f));
+  k.name = function_name(d, f);
   if (demangle_name) k.demangled = demangle(k.name);
   k.regs_per_thread = attr(CU_FUNC_ATTRIBUTE_NUM_REGS, "cuFuncGetAttribute(NUM_REGS)");
   k.static_smem_bytes = static_cast<std::size_t>(attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "cuFuncGetAttribute"));

@@ -15,6 +15,7 @@
 #include "driver.hpp"
 #include "fault.hpp"
 #include "graph_capture.hpp"
+#include "hot_words.hpp"
 #include "kernel_arguments.hpp"
 #include "launch_config.hpp"
 #include "launchfit/launch.hpp"
@@ -30,6 +31,9 @@
 #include "tuning_lease.hpp"
 
 namespace launchfit::detail {
+
+hot_words hot;
+
 namespace {
 
 // What the hit path read and found before it handed a launch over to the full path: the calling thread's current
@@ -47,26 +51,23 @@ struct looked_up {
 // Inputs read from the environment at first use (LAUNCHFIT_PLUGINS, LAUNCHFIT_POLICY, LAUNCHFIT_CACHE,
 // LAUNCHFIT_REMOTE) are loaded before the first plan key is made: loading one may register policies, and a
 // generation bumped inside the first miss would make the next launch plan (and tune) again.
-std::atomic<bool> environment_loaded{false};
 void load_environment_inputs() {
-  if (environment_loaded.load(std::memory_order_acquire)) return;
+  if (hot.environment_loaded.load(std::memory_order_acquire)) return;
   load_env_plugins();
   (void)policy_overrides_configured();  // a bad LAUNCHFIT_POLICY throws here, as the miss would
   (void)cache_file_open();
   (void)remote_layer();
-  environment_loaded.store(true, std::memory_order_release);
+  hot.environment_loaded.store(true, std::memory_order_release);
 }
 
 // The readable name of a request's kernel (a family's first member), for a refusal made before it is planned
-// (empty where it cannot be told: the refusal stands without it).
+// (empty where the kernel cannot be resolved: the refusal stands without it).
 std::string kernel_name_of(const launch_request& r) noexcept {
   try {
     const void* stub = r.family && r.family_size > 0 ? r.family[0].stub : r.stub;
     const CUfunction f = r.resolve ? r.resolve(stub) : r.driver_kernel ? r.driver_kernel->function() : nullptr;
-    const driver_api& d = driver();
-    const char* name = nullptr;
-    if (f && d.cuFuncGetName && d.cuFuncGetName(&name, f) == CUDA_SUCCESS && name) return demangle(name);
-  } catch (...) {  // the name is what cannot be had: the refusal stands
+    if (f) return demangle(function_name(driver(), f));
+  } catch (...) {  // the kernel is what cannot be had: the refusal stands
   }
   return {};
 }
@@ -217,42 +218,22 @@ __attribute__((noinline)) launched launch_in_full(const launch_request& r, const
   return done;
 }
 
-// What a request or a probe says beyond the key.
-bool hands_over(const launch_request& r) noexcept { return r.node || r.bind || r.smem_fn; }
-bool hands_over(const launch_probe& p) noexcept { return p.smem_fn != nullptr; }
+// What a request or a probe says beyond the key, or a cluster the key cannot hold: the full path.
+bool hands_over(const launch_request& r) noexcept {
+  return r.node || r.bind || r.smem_fn || !r.policy || !keyable_cluster(r.options.cluster);
+}
+bool hands_over(const launch_probe& p) noexcept { return p.in_full; }
 bool rerunnable(const launch_request& r) noexcept { return r.rerunnable; }
 bool rerunnable(const launch_probe& p) noexcept { return p.rerunnable; }
-const launch_options& options_of(const launch_request& r) noexcept { return r.options; }
-const launch_options& options_of(const launch_probe& p) noexcept { return *p.options; }
-
-// The entry a launch may launch from without launch_in_full(): found by the request's own key in the
-// thread's front or the map, published ready, deciding by the spec's own policy, not waiting for trials, not
-// watched for captures, without NVTX ranges, for a request with nothing to compute from the plan. Null
-// otherwise (launch_in_full() then says why, or plans).
-// `seen`: the current context's identity, where it was read (0 where not), and the entry its key found.
-template <class R>
-const plan_entry* hit_entry(const R& r, const driver_api*& driver_out, looked_up& seen) noexcept {
-  if (hands_over(r) || !r.policy || r.kernel_id == 0) return nullptr;
-  if (r.driver_kernel && !r.driver_kernel->valid()) return nullptr;
-  const dims& cluster = options_of(r).cluster;  // the key keeps 16 bits of each: a wider one is refused in full
-  if ((cluster.x | cluster.y | cluster.z) > 0xffffu || cluster.count() == 0) return nullptr;  // as is an empty one
-  if (!environment_loaded.load(std::memory_order_acquire)) return nullptr;
-  const driver_api* d = loaded_driver();
-  if (!d) return nullptr;
-  if (!current_context_id_if_set(*d, seen.ctx.id)) {
-    seen.ctx.id = 0;
-    return nullptr;
-  }
-  driver_out = d;
-  seen.key = base_key(r, seen.ctx);
-  const plan_entry* e = find(seen.key);
-  seen.entry = e;
-  seen.looked = true;
-  if (!e || !e->ready || e->route || e->overriding || e->tuning_deferred || e->nvtx || e->captured.on() ||
-      (e->untimed && rerunnable(r)))
-    return nullptr;
-  return e;
+// The work as the grid rule sees it (with the options' waves cap).
+const work& work_of(const launch_request& r, work&) noexcept { return r.shape; }
+const work& work_of(const launch_probe& p, work& copy) noexcept {
+  copy = *p.shape;
+  copy.waves = p.waves;
+  return copy;
 }
+const work& given_work(const launch_request& r) noexcept { return r.shape; }
+const work& given_work(const launch_probe& p) noexcept { return *p.shape; }
 
 // The probe's whole request: the spec's, with the probe's kernel and arguments.
 launch_request request_of(const launch_probe& p) {
@@ -270,27 +251,48 @@ launch_request request_of(const launch_probe& p) {
 const launch_request& request_of(const launch_request& r) noexcept { return r; }
 
 // launch_in_full() for a request or a probe: out of the hit path's way (a probe's request is made here).
+// `context_id`: the current context's identity where the hit path read it (0 where not); `key` and `entry`: the
+// key it looked up and the entry found (null: missed), where it looked.
 std::atomic<std::uint64_t> handed_over{0};
 
 template <class R>
-__attribute__((noinline)) launched hand_over(const R& r, const looked_up& seen) {
+__attribute__((noinline)) launched hand_over(const R& r, std::uint64_t context_id, const plan_key* key,
+                                             const plan_entry* entry) {
   handed_over.fetch_add(1, std::memory_order_relaxed);
+  looked_up seen;
+  seen.ctx.id = context_id;
+  if (key) {
+    seen.key = *key;
+    seen.entry = entry;
+    seen.looked = true;
+  }
   return launch_in_full(request_of(r), &seen);
 }
 
 // The hit path: the context's identity, the thread's front, the entry's ready configuration and one
 // cuLaunchKernelEx. What it does not do itself it leaves whole to launch_in_full(), before anything is
-// launched.
+// launched: an entry not published ready, routed, overridden, waiting for trials, watched for captures or with
+// NVTX ranges, a rerunnable launch of a fallback plan, a request with something to compute from the plan, trace
+// logging.
 template <class R>
 launched launch_hit_or_full(const R& r) {
   const plan_reader reading;  // no entry is freed while this launch uses it
-  const driver_api* d = nullptr;
-  looked_up seen;
-  const plan_entry* found = hit_entry(r, d, seen);
-  if (__builtin_expect(!found || logger_fast().should_log(spdlog::level::trace), 0)) return hand_over(r, seen);
+  if (__builtin_expect(hands_over(r) || r.kernel_id == 0 || (r.driver_kernel && !r.driver_kernel->valid()) ||
+                           !hot.environment_loaded.load(std::memory_order_acquire),
+                       0))
+    return hand_over(r, 0, nullptr, nullptr);
+  const driver_api* d = loaded_driver();
+  std::uint64_t context_id = 0;
+  if (__builtin_expect(!d || !current_context_id_if_set(*d, context_id), 0)) return hand_over(r, 0, nullptr, nullptr);
+  const plan_key key = base_key(r, context_ref{nullptr, context_id});
+  const plan_entry* found = find(key);
+  if (__builtin_expect(!found || !found->ready || found->captured.on() || (found->untimed && rerunnable(r)) ||
+                           logger_fast().should_log(spdlog::level::trace),
+                       0))
+    return hand_over(r, context_id, &key, found);
   const plan_entry& e = *found;
   check_arguments(r, e);
-  const work& w = r.shape;
+  const work& w = given_work(r);
   dims grid;
   if (e.items_by_shift && w.kind == work::shape::items && w.rank <= 1 && w.per_thread <= 1 && w.n != 0 &&
       w.ny != 0 && w.nz != 0 && (w.n >> e.items_shift) < static_cast<std::uint64_t>(e.max_grid_x)) {
@@ -298,15 +300,16 @@ launched launch_hit_or_full(const R& r) {
     grid = dims{static_cast<unsigned>((w.n >> e.items_shift) + ((w.n & mask) != 0)), 1, 1};
   } else {
     try {
-      grid = grid_for(e.plan, w, e.max_grid_x);
+      work copy;
+      grid = grid_for(e.plan, work_of(r, copy), e.max_grid_x);
     } catch (const error& err) {
       throw err.with_kernel(display_name(e.kernel), e.plan.to_string());
     }
   }
   const kept_plan& kept = *e.kept;
-  launched done{grid, e.plan.block, e.plan.dynamic_smem_bytes, &kept.plan};
-  if (grid.count() == 0) return done;  // items(0) / grid_stride(0): nothing to do
   CUlaunchConfig cfg = e.ready_config;  // its attributes, where it has any, are the kept plan's
+  launched done{grid, dims{cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ}, cfg.sharedMemBytes, &kept.plan};
+  if (grid.count() == 0) return done;  // items(0) / grid_stride(0): nothing to do
   cfg.gridDimX = grid.x;
   cfg.gridDimY = grid.y;
   cfg.gridDimZ = grid.z;

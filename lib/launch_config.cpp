@@ -51,7 +51,7 @@ unsigned fill_launch_attributes(launch_attributes& attrs, const launch_options& 
 // An entry made ready for the hit path (plan_cache.hpp).
 void ready_for_hits(plan_entry& e) noexcept {
   e.ready = false;
-  if (e.route || !e.kept || !e.function) return;
+  if (e.route || e.overriding || e.tuning_deferred || e.nvtx || !e.kept || !e.function) return;
   const plan& p = e.plan;
   launch_attributes attrs;
   fill_launch_config(e.ready_config, attrs, p, dims{0, 0, 0}, nullptr);

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "launchfit/detail/plan_key_bits.hpp"
 #include "launchfit/launch_options.hpp"
 #include "launchfit/plan.hpp"
 #include "launchfit/work.hpp"
@@ -21,20 +22,7 @@ using launchfit::launch_options;
 // The options a request asks for (the kernel's __cluster_dims__ are added by the planner, which reads them).
 launch_options launch_options_of(const launch_request& r) noexcept;
 
-// The options in a plan key (plan_key::launch): bit 0 cooperative, cluster x/y/z in bits 1-16, 17-32,
-// 33-48, bit 49 programmatic, bit 50 non-portable cluster sizes allowed. (The SM budget is in
-// plan_key::shape.)
-// Inline: every launch keys its plan by them.
-// `cooperative_policy`: the policy is cooperative() (a launch_probe's options are the spec's, to which
-// make_request() adds it).
-inline std::uint64_t key_bits(const launch_options& o, bool cooperative_policy = false) noexcept {
-  const dims& c = o.cluster;
-  const std::uint64_t bits = (o.cooperative || cooperative_policy ? 1u : 0u) | (std::uint64_t{o.programmatic} << 49) |
-                             (std::uint64_t{o.non_portable_cluster} << 50);
-  if (c.count() <= 1) return bits;
-  return bits | (std::uint64_t{c.x & 0xffffu} << 1) | (std::uint64_t{c.y & 0xffffu} << 17) |
-         (std::uint64_t{c.z & 0xffffu} << 33);
-}
+// key_bits(), the options in a plan key: launchfit/detail/plan_key_bits.hpp.
 
 // The options as the suffix of a stored key's policy text: " cooperative", " cluster=2x1x1", " pdl", in
 // that order, each only when set ("" for none).

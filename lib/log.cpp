@@ -37,7 +37,6 @@
 namespace launchfit {
 namespace detail {
 
-std::atomic<spdlog::logger*> fast_logger{nullptr};
 
 namespace {
 
@@ -359,7 +358,7 @@ log_state& make_state() {
     s.user_route = true;
     s.front->set_level(existing->level());
   }
-  fast_logger.store(s.front.get(), std::memory_order_release);
+  hot.logger.store(s.front.get(), std::memory_order_release);
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "hot_words.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/kernel.hpp"
 #include "launchfit/log.hpp"
@@ -25,11 +26,10 @@ namespace launchfit::detail {
 // The launchfit logger, for library internals.
 std::shared_ptr<spdlog::logger> logger();
 // The launchfit logger once made (log.cpp), and the call that makes it.
-extern std::atomic<spdlog::logger*> fast_logger;
 spdlog::logger& logger_started();
 // The launchfit logger without locking (for the per-launch trace check); valid for the process lifetime.
 inline spdlog::logger& logger_fast() {
-  if (spdlog::logger* l = fast_logger.load(std::memory_order_acquire)) return *l;
+  if (spdlog::logger* l = hot.logger.load(std::memory_order_acquire)) return *l;
   return logger_started();
 }
 

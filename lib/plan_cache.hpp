@@ -37,6 +37,8 @@ class policy;
 
 namespace launchfit::detail {
 
+struct driver_api;
+
 // What outlives a plan entry: its plan (plan_for()'s reference, launched::plan()), its kernel's name (the
 // fault report's "last launched") and what the plan's log line says of the kernel (a queued line reads the
 // kept plan instead of a copy). Made by keep_plan(), never freed.
@@ -83,45 +85,49 @@ class capture_watch {
   mutable std::atomic<std::uint32_t> left_{0};
 };
 
-// Immutable once published (but for capture_watch's count). The fields a launch that hits reads come first,
-// next to each other (with the plan's own, which lead launchfit::plan): a launch sits between driver calls
-// that evict the caller's data, and every further cache line it touches is a miss there.
+// Immutable once published (but for capture_watch's count). The fields a launch that hits reads come first, in
+// the entry's first 120 bytes (not aligned to a cache line: its slot would outgrow the allocator's per-thread
+// cache, see cache.cpp): a launch sits between driver calls that evict the caller's data, and every further line
+// it touches is a miss there.
 struct plan_entry {
-  plan_key key;
   // ---- read by every launch that hits ----
   // The plan's launch configuration less its grid and stream (fill_launch_config()), made where the entry is
-  // published (ready_for_hits()): a launch that hits copies it and sets the grid and the stream. Its launch
-  // attributes (cooperative, cluster, PDL), where it has any, are its kept plan's (kept here they would take the
-  // entry past the size the allocator keeps per thread, see cache.cpp). `ready` false: every launch of the entry
-  // takes the full path.
+  // published (ready_for_hits()): a launch that hits copies it and sets the grid and the stream; its block and
+  // dynamic smem are what it returns as launched. Its launch attributes (cooperative, cluster, PDL), where it has
+  // any, are its kept plan's (kept here they would take the entry past the size the allocator keeps per thread,
+  // see cache.cpp).
   CUlaunchConfig ready_config{};
+  CUfunction function = nullptr;
+  // `plan` and the kernel's name as callers keep them: set when the plan is logged or cached.
+  const kept_plan* kept = nullptr;
+  int max_grid_x = 2147483647;
+  // Made while its stream was being captured into a CUDA graph, by a policy that is not a built-in: launches
+  // of it inside a capture are remembered for tune_graph() (graph_capture.hpp) while the watch lasts.
+  capture_watch captured;
   // The plan's 1-D items(n) grid is n divided by 2^items_shift, rounded up (a power-of-two block of a computed
   // grid, without cluster, co-residency or block shape): no call to grid_for().
   bool items_by_shift = false;
   std::uint8_t items_shift = 0;
+  // Set where it is published (ready_for_hits()) for an entry a launch may launch from as it is: a plan of its
+  // own (no route), decided by the spec's own policy (no override), not waiting for trials, without NVTX ranges.
+  // False: every launch of the entry takes the full path.
   bool ready = false;
-  CUfunction function = nullptr;
-  // `plan` and the kernel's name as callers keep them: set when the plan is logged or cached.
-  const kept_plan* kept = nullptr;
-  const void* nvtx = nullptr;  // registered NVTX name of this plan's launches (null: NVTX off when planned)
-  int max_grid_x = 2147483647;
-  // The policy asked for trials that the capture did not allow: its static plan is launched inside captures,
-  // and the first launch outside one (or tune_graph()) plans again with trials.
-  bool tuning_deferred = false;
   // A plugin policy's fallback made for a launch that may not re-run its kernel (no trials offered): the
   // plan of such launches, never a rerunnable launch's, which plans again (and tunes) instead.
   bool untimed = false;
-  // Made while its stream was being captured into a CUDA graph, by a policy that is not a built-in: launches
-  // of it inside a capture are remembered for tune_graph() (graph_capture.hpp) while the watch lasts.
-  capture_watch captured;
+  // The policy asked for trials that the capture did not allow: its static plan is launched inside captures,
+  // and the first launch outside one (or tune_graph()) plans again with trials.
+  bool tuning_deferred = false;
+  std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
+  // ---- read on a miss, a route or a report ----
+  const void* nvtx = nullptr;  // registered NVTX name of this plan's launches (null: NVTX off when planned)
+  plan_key key;
   // Set when a LAUNCHFIT_POLICY override decides instead of the spec's policy: this entry only routes to the
   // override's own plan, keyed by the override and its size bucket (route_key() in planner.hpp).
   std::shared_ptr<const launchfit::policy> route;
   // The override that made this plan (null: the spec's policy), and the LAUNCHFIT_POLICY glob that chose it.
   std::shared_ptr<const launchfit::policy> overriding;
-  std::optional<std::vector<std::size_t>> param_sizes;  // driver kernels, where the driver reports them
   launchfit::plan plan;
-  // ---- read on a miss, a route or a report ----
   std::uint64_t route_hash = 0;  // route->hash(), kept: hashing a policy's parameters costs on every launch
   std::string override_glob;
   // Why the override (override_glob, overriding) cannot serve this launch where the spec's own policy made
@@ -154,13 +160,15 @@ class local_entry {
 std::uint64_t hash_key(const plan_key& k) noexcept;
 
 // Makes a published entry ready for the hit path (ready_config, items_shift), where it is published. A route (no
-// plan of its own) is left not ready.
+// plan of its own), an override's plan, a plan waiting for trials and one with NVTX ranges are left not ready.
 void ready_for_hits(plan_entry& e) noexcept;
 
 // query_resources, demangling the name only when asked: a miss demangles only when the name is shown
 // (a log line, an override, a policy other than the built-ins), as __cxa_demangle costs about as much as the
 // rest of the miss's CPU work together.
 kernel_resources query_resources(CUfunction f, bool demangle_name);
+// A function's mangled name as the driver tells it (kernel_resources::name), or "kernel@<handle>" where it cannot.
+std::string function_name(const driver_api& d, CUfunction f);
 // The kernel's readable name: `demangled`, or the name demangled now where the miss skipped it.
 std::string display_name(const kernel_resources& k);
 // The same for a kept plan's kernel.

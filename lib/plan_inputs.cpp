@@ -34,7 +34,6 @@ void write_name(input_entry& e, std::string_view name) noexcept {
 
 }  // namespace
 
-std::atomic<std::uint64_t> inputs_generation{1};
 
 plan_input register_plan_input(std::string_view name) noexcept {
   name = name.substr(0, std::min(name.size(), plan_input_name_bytes));
@@ -64,7 +63,7 @@ plan_input register_plan_input(std::string_view name) noexcept {
 void plan_input_changed(plan_input input) noexcept {
   const std::size_t i = std::min<std::size_t>(input.index, max_plan_inputs - 1);
   inputs[i].changes.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t now = inputs_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
+  const std::uint64_t now = hot.inputs_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
   try {
     if (!logger_fast().should_log(spdlog::level::trace)) return;
     log_event(spdlog::level::trace, "plan_inputs_changed", "plan inputs changed",

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "hot_words.hpp"
+
 namespace launchfit::detail {
 
 // The names the table holds; one more registration than that shares the last entry ("other plan inputs").
@@ -39,8 +41,7 @@ plan_input register_plan_input(std::string_view name) noexcept;
 void plan_input_changed(plan_input input) noexcept;
 
 // The current generation (starts at 1; only grows). One atomic load, inline: every launch reads it.
-extern std::atomic<std::uint64_t> inputs_generation;
-inline std::uint64_t plan_inputs_generation() noexcept { return inputs_generation.load(std::memory_order_acquire); }
+inline std::uint64_t plan_inputs_generation() noexcept { return hot.inputs_generation.load(std::memory_order_acquire); }
 
 // How many times `input` changed, and its name (for reports and tests).
 std::uint64_t plan_input_changes(plan_input input) noexcept;

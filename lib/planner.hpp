@@ -15,6 +15,7 @@
 #include "device_query.hpp"
 #include "launch_options.hpp"
 #include "launchfit/detail/launch_request.hpp"
+#include "launchfit/detail/plan_key_bits.hpp"
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
 #include "plan_cache.hpp"
@@ -43,33 +44,8 @@ inline constexpr std::uint64_t own_policy_bit = 1ULL << 62;
 // the key's bucket is 0): made for the first such size, with a warning naming the policy.
 inline constexpr std::uint64_t shared_bucket_bit = 1ULL << 61;
 
-// What shapes the block and the resident grid beyond the policy: the block rule, the block shape (block_y,
-// x multiple, rows per thread), multi-dimensional work (its blocks are shaped in rows of 32), the SM budget,
-// the work's kind and a grid_stride launch's waves cap, and a spec without work (its plan says
-// plan::without_work where the policy decides by the work, so it is not the plan of the same spec with work
-// even where their buckets agree). The kind: items(n) and grid_stride(n) launch different grids for one plan,
-// and a policy that times candidates (autotune) or reads the query's work kind decides for the grid it was
-// given, so a plan tuned for one kind is never the other's. 0 for 1-D items work with none of these.
-// `w`: the request's work.
-// An SM budget at or above this is every SM of any device (as one above the context's SMs is): keyed as one value,
-// never cut to its low bits (sms(8) and sms((1 << 24) + 8) are different plans).
-constexpr int max_keyed_sms = 0xffffff;
-inline std::uint64_t shape_bits(const block_rule& blocks, const block_shape& shape_rule,
-                                const launch_options& options, const work& w) noexcept {
-  const std::uint64_t rule = blocks.k == block_rule::kind::any ? 0 : blocks.hash();
-  const std::uint64_t shape = shape_rule.is_set() ? shape_rule.hash() : 0;
-  const std::uint64_t waves = w.kind == work::shape::grid_stride ? options.waves : 0;
-  const std::uint64_t kind = w.kind == work::shape::none          ? 4u
-                             : w.kind == work::shape::grid_stride ? 8u
-                             : w.kind == work::shape::grid        ? 16u
-                                                                  : 0u;
-  const std::uint64_t extra = (w.rank >= 2 ? 2u : 0u) | kind |
-                              (static_cast<std::uint64_t>(std::min(options.sm_budget, max_keyed_sms)) << 8) |
-                              (waves << 32);
-  if ((rule | extra | shape) == 0) return 0;
-  const std::uint64_t h = hash_combine(rule, extra);
-  return (shape ? hash_combine(h, shape) : h) | 1;
-}
+// shape_bits() and key_bits(): launchfit/detail/plan_key_bits.hpp (a launch computes them where its spec is
+// written).
 inline std::uint64_t shape_bits(const launch_request& r, const work& w) noexcept {
   return shape_bits(r.blocks, r.shape_rule, r.options, w);
 }
@@ -81,19 +57,12 @@ inline plan_key base_key(const launch_request& r, const context_ref& ctx) noexce
   return plan_key{ctx.id,   r.kernel_id,    r.policy_hash, r.options.smem_identity(),
                   r.bucket, launch_bits(r), shape_bits(r), plan_inputs_generation()};
 }
-// The same key for a launch_probe (its options are the spec's, its cooperative flag the policy's): the key
-// make_request()'s request of the same spec has.
+// The same key for a launch_probe, whose parts make_probe() computed where the spec is written, by the same
+// functions: the key make_request()'s request of the same spec has.
 inline plan_key base_key(const launch_probe& p, const context_ref& ctx) noexcept {
-  return plan_key{ctx.id,
-                  p.kernel_id,
-                  p.policy_hash,
-                  p.options->smem_identity(),
-                  p.bucket,
-                  key_bits(*p.options, p.cooperative_policy),
-                  shape_bits(*p.blocks, *p.shape_rule, *p.options, p.shape),
-                  plan_inputs_generation()};
+  return plan_key{ctx.id,   p.kernel_id,   p.policy_hash, p.smem_identity,
+                  p.bucket, p.launch_bits, p.shape_bits,  plan_inputs_generation()};
 }
-
 // The key of a request missed: plans it (or waits for the thread that does). A request asked again from
 // inside its own planning (a reset callback launching the same kernel) is planned without tuning into
 // `local`, not cached.

@@ -406,6 +406,54 @@ TEST(PlanIdentity, AnSmBudgetIsKeyedWhole) {
   EXPECT_TRUE(ld::base_key(probe, ctx) == key_of(spec));
 }
 
+// A launch keys its plan by the probe it makes where its spec is written (the key's parts computed inline there),
+// a miss and plan_for() by the spec's whole request: the two keys agree for every part a spec can set, or a launch
+// would plan again on every call (or, worse, hit another spec's plan).
+TEST(PlanIdentity, AProbeKeysAsItsSpecsRequestForEveryPart) {
+  std::vector<lf::plan_key> keys;
+  const auto check = [&keys](const char* what, const auto& spec, bool own_key = true) {
+    ld::launch_probe probe = ld::make_probe(spec);
+    probe.kernel_id = request(spec).kernel_id;  // as the launch sets it
+    const lf::plan_key key = ld::base_key(request(spec), ctx);
+    EXPECT_TRUE(ld::base_key(probe, ctx) == key) << what;
+    EXPECT_EQ(probe.in_full, spec.smem_fn() != nullptr || !ld::keyable_cluster(spec.options().cluster)) << what;
+    if (own_key) {
+      for (const lf::plan_key& k : keys) EXPECT_FALSE(k == key) << what << ": keyed as an earlier spec";
+    }
+    keys.push_back(key);
+  };
+  check("items", lf::max_occupancy().items(1 << 22));
+  check("grid_stride", lf::max_occupancy().grid_stride(1 << 22));
+  check("grid_stride waves", lf::max_occupancy().grid_stride(1 << 22).waves(3));
+  check("grid", lf::max_occupancy().grid(lf::dims{96, 1, 1}));
+  check("no work", lf::max_occupancy());
+  check("2-D items", lf::max_occupancy().items({4096, 512}));
+  // 3-D work plans as 2-D work does (the same block in rows of 32; the grid follows the work per launch).
+  check("3-D items", lf::max_occupancy().items({256, 256, 8}), false);
+  check("sms", lf::max_occupancy().items(1 << 22).sms(8));
+  check("pdl", lf::max_occupancy().items(1 << 22).pdl());
+  check("cooperative()", lf::max_occupancy().items(1 << 22).cooperative());
+  check("cooperative policy", lf::cooperative(1).items(1 << 22));
+  check("cluster", lf::max_occupancy().items(1 << 22).cluster({2, 1, 1}));
+  check("cluster 16", lf::max_occupancy().items(1 << 22).cluster({16, 1, 1}, true));
+  check("smem", lf::max_occupancy().items(1 << 22).smem(4096));
+  check("smem rule", lf::max_occupancy().items(1 << 22).smem_per_block([](int b) { return std::size_t(b) * 4; }));
+  check("power of two", lf::max_occupancy().items(1 << 22).blocks(lf::block_rule::power_of_two()));
+  check("multiple of 64", lf::max_occupancy().items(1 << 22).blocks(lf::block_rule::multiple_of(64)));
+  check("block_y", lf::max_occupancy().items({4096, 512}).block_y(3));
+  check("block_x_multiple", lf::max_occupancy().items({4096, 512}).block_x_multiple(64));
+  check("block_x_free", lf::max_occupancy().items({4096, 512}).block_x_free());
+  check("per_thread_y", lf::max_occupancy().items({4096, 512}).per_thread_y(4));
+  check("fixed", lf::fixed(256).items(1 << 22));
+  check("bytes_in_flight", lf::bytes_in_flight(16).items(1 << 22));
+  // A cluster the key cannot hold takes the full path (refused there, naming the kernel), keyed or not.
+  for (const lf::dims c : {lf::dims{0, 1, 1}, lf::dims{1, 0, 1}, lf::dims{1, 1, 0}, lf::dims{65536, 1, 1},
+                           lf::dims{2, 70000, 1}}) {
+    const auto spec = lf::max_occupancy().items(1 << 22).cluster(c, true);
+    EXPECT_TRUE(ld::make_probe(spec).in_full) << c.to_string();
+  }
+}
+
 TEST(PlanIdentity, SmemAndWavesTravelInTheLaunchOptions) {
   const ld::launch_request fixed_smem = request(lf::max_occupancy().grid_stride(1 << 22).smem(4096).waves(3));
   EXPECT_EQ(fixed_smem.options.smem_bytes, 4096u);

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <cuda/stream_ref>
 #include <string>
+#include <tuple>
 
+#include "launchfit/args.hpp"
 #include "launchfit/base.hpp"
 #include "launchfit/error.hpp"
 
@@ -149,6 +151,56 @@ TEST(SpecTypes, NegativeOrOutOfRangeValuesAreRefusedNamingThem) {
             "fixed block = 8589934592 is above 2147483647");
   EXPECT_EQ(refusal([] { (void)lf::max_occupancy().cluster(make_int3(minus_one, 1, 1)); }),
             "dims x = -1 is negative");
+}
+
+// lf::args() under nvcc: an aggregate of one field did not compile (Boost.PFR's count of its fields fails in nvcc
+// 13's front end), where two or more did. Each launch below is compiled (never run: it needs a GPU).
+struct one_pointer {
+  float* p;
+};
+struct one_vector {
+  float2 v;
+};
+struct three_fields {
+  float* p;
+  int n;
+  double d;
+};
+struct no_fields {};
+__global__ void pointer_kernel(float* p) {
+  if (p) p[threadIdx.x] = 1.0f;
+}
+__global__ void vector_kernel(float2 v) { (void)v; }
+__global__ void three_kernel(float* p, int n, double d) {
+  if (p && threadIdx.x < static_cast<unsigned>(n)) p[threadIdx.x] = static_cast<float>(d);
+}
+static_assert(lf::detail::has_one_field<one_pointer>, "one field");
+static_assert(lf::detail::has_one_field<one_vector>, "one field, itself an aggregate");
+static_assert(!lf::detail::has_one_field<three_fields>, "three fields");
+static_assert(!lf::detail::has_one_field<no_fields>, "no field");
+
+[[maybe_unused]] void launches_of_packed_arguments_compile(float* p, cudaGraph_t g) {
+  (void)lf::launch(pointer_kernel, lf::fixed(32).items(32), lf::args(one_pointer{p}));
+  (void)lf::launch(vector_kernel, lf::fixed(32).items(32), lf::args(one_vector{make_float2(1.0f, 2.0f)}));
+  (void)lf::launch(three_kernel, lf::fixed(32).items(32), lf::args(three_fields{p, 32, 2.0}));
+  (void)lf::add_kernel_node(g, {}, pointer_kernel, lf::fixed(32).items(32), lf::args(one_pointer{p}));
+}
+
+TEST(PackedArguments, AreTheAggregatesFieldsInOrderWhateverTheirCount) {
+  float x = 0.0f;
+  const auto one = lf::detail::with_fields(one_pointer{&x}, [](const auto&... f) { return std::make_tuple(f...); });
+  EXPECT_EQ(std::get<0>(one), &x);
+  static_assert(std::tuple_size_v<decltype(one)> == 1, "one argument");
+  const auto vec =
+      lf::detail::with_fields(one_vector{make_float2(1.5f, 2.5f)}, [](const auto&... f) { return std::make_tuple(f...); });
+  static_assert(std::tuple_size_v<decltype(vec)> == 1, "the vector is one argument");
+  EXPECT_EQ(std::get<0>(vec).x, 1.5f);
+  EXPECT_EQ(std::get<0>(vec).y, 2.5f);
+  const auto three =
+      lf::detail::with_fields(three_fields{&x, 7, 0.25}, [](const auto&... f) { return std::make_tuple(f...); });
+  EXPECT_EQ(three, std::make_tuple(&x, 7, 0.25));
+  const auto none = lf::detail::with_fields(no_fields{}, [](const auto&... f) { return sizeof...(f); });
+  EXPECT_EQ(none, 0u);
 }
 
 }  // namespace

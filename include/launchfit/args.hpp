@@ -22,6 +22,38 @@
 
 namespace launchfit {
 
+namespace detail {
+// Converts to any type, in unevaluated operands only: tells an aggregate of one field by the braces it takes.
+struct any_field {
+  template <class T>
+  operator T() const noexcept;  // NOLINT(google-explicit-constructor): declared, never defined or called
+};
+template <class T, class = void>
+struct takes_one_initializer : std::false_type {};
+template <class T>
+struct takes_one_initializer<T, std::void_t<decltype(T{std::declval<const any_field&>()})>> : std::true_type {};
+template <class T, class = void>
+struct takes_two_initializers : std::false_type {};
+template <class T>
+struct takes_two_initializers<
+    T, std::void_t<decltype(T{std::declval<const any_field&>(), std::declval<const any_field&>()})>>
+    : std::true_type {};
+template <class T>
+constexpr bool has_one_field = takes_one_initializer<T>::value && !takes_two_initializers<T>::value;
+
+// Calls f with the aggregate's fields in order (Boost.PFR's structure_tie); an aggregate of one field is bound
+// here, where nvcc 13's front end does not compile PFR's count of its fields.
+template <class Aggregate, class F>
+decltype(auto) with_fields(const Aggregate& a, F&& f) {
+  if constexpr (has_one_field<Aggregate>) {
+    const auto& [only] = a;
+    return std::forward<F>(f)(only);
+  } else {
+    return std::apply(std::forward<F>(f), boost::pfr::structure_tie(a));
+  }
+}
+}  // namespace detail
+
 // A copy of an aggregate whose fields are the arguments (a copy: `auto a = args(saxpy_args{...});` kept for
 // later launches holds its fields, where a reference held the temporary it was made from after it died).
 template <class Aggregate>
@@ -42,16 +74,14 @@ packed_args<Aggregate> args(const Aggregate& a) {
 // what was launched, like every launch().
 template <class... Params, class Policy, class Aggregate>
 launched launch(void (*k)(Params...), const spec<Policy>& s, packed_args<Aggregate> a) {
-  return std::apply([&](const auto&... field) { return launch(k, s, field...); },
-                    boost::pfr::structure_tie(a.fields));
+  return detail::with_fields(a.fields, [&](const auto&... field) { return launch(k, s, field...); });
 }
 
 // A kernel family: the fields as the member the policy chooses takes them (every member has the family's
 // signature); returns what was launched.
 template <class... Params, class Policy, class Aggregate>
 launched launch(const family<void(Params...)>& f, const spec<Policy>& s, packed_args<Aggregate> a) {
-  return std::apply([&](const auto&... field) { return launch(f, s, field...); },
-                    boost::pfr::structure_tie(a.fields));
+  return detail::with_fields(a.fields, [&](const auto&... field) { return launch(f, s, field...); });
 }
 
 // Driver-API kernel: one kernel parameter per field, as separate arguments are passed (sizes checked against
@@ -59,8 +89,7 @@ launched launch(const family<void(Params...)>& f, const spec<Policy>& s, packed_
 // argument); returns what was launched.
 template <class Policy, class Aggregate>
 launched launch(const kernel& k, const spec<Policy>& s, packed_args<Aggregate> a) {
-  return std::apply([&](const auto&... field) { return launch(k, s, field...); },
-                    boost::pfr::structure_tie(a.fields));
+  return detail::with_fields(a.fields, [&](const auto&... field) { return launch(k, s, field...); });
 }
 
 // add_kernel_node() with an aggregate's fields as the arguments, as launch() takes them above: a node of a
@@ -68,15 +97,15 @@ launched launch(const kernel& k, const spec<Policy>& s, packed_args<Aggregate> a
 template <class... Params, class Policy, class Aggregate>
 kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, void (*k)(Params...),
                             const spec<Policy>& s, packed_args<Aggregate> a) {
-  return std::apply([&](const auto&... field) { return add_kernel_node(graph, deps, k, s, field...); },
-                    boost::pfr::structure_tie(a.fields));
+  return detail::with_fields(a.fields,
+                             [&](const auto&... field) { return add_kernel_node(graph, deps, k, s, field...); });
 }
 // The same for a driver-API kernel: one kernel parameter per field, checked as launch() checks them.
 template <class Policy, class Aggregate>
 kernel_node add_kernel_node(cudaGraph_t graph, const node_dependencies& deps, const kernel& k, const spec<Policy>& s,
                             packed_args<Aggregate> a) {
-  return std::apply([&](const auto&... field) { return add_kernel_node(graph, deps, k, s, field...); },
-                    boost::pfr::structure_tie(a.fields));
+  return detail::with_fields(a.fields,
+                             [&](const auto&... field) { return add_kernel_node(graph, deps, k, s, field...); });
 }
 
 }  // namespace launchfit

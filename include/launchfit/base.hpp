@@ -468,6 +468,8 @@ class spec {
     w.waves = options_.waves;
     return w;
   }
+  // The work as given, its waves cap aside (options().waves): what a launch reads in place.
+  const work& work_as_given() const noexcept { return work_; }
   // The stream (nullptr: this file's default stream).
   cudaStream_t stream() const noexcept { return stream_; }
   // Fixed dynamic smem per block (when there is no smem_per_block rule).
@@ -547,8 +549,10 @@ inline spec<cooperative_policy> cooperative(int blocks_per_sm = 0, int block = 0
 }
 // Today's <<<grid, block>>>, validated. fixed(block): the grid from the work (items(n), grid_stride(n)), or one
 // wave without work. fixed(block, grid): that grid, as <<<grid, block>>> gives it; a grid of 0 (one computed
-// from an empty input, (n + 255) / 256 for n = 0) launches nothing, as items(0) does, never a wave sized from
-// the work. (In a policy string, "fixed(block=256,grid=0)", grid=0 still means "from the work".)
+// from an empty input, (n + 255) / 256 for n = 0) launches nothing, as items(0) does, never a wave. The empty grid
+// is the spec's work (grid({0, 1, 1})): a work setter called after it gives the launch that work instead
+// (fixed(256, 0).items(n) launches ceil(n / 256) blocks), where a grid above 0 stays the launch's grid. (In a
+// policy string, "fixed(block=256,grid=0)", grid=0 still means "from the work".)
 inline spec<fixed_policy> fixed(int block) { return spec<fixed_policy>(fixed_policy{fixed_params{block, 0}}); }
 inline spec<fixed_policy> fixed(int block, int grid) {
   spec<fixed_policy> s(fixed_policy{fixed_params{block, grid}});
@@ -733,11 +737,13 @@ launch_request request_of_spec(const void* s, std::uint64_t policy_hash, std::ui
   return make_request(*static_cast<const Spec*>(s), policy_hash, bucket);
 }
 
-// The probe of a launch of this spec (launch_request.hpp): the key's parts as make_request() makes them, the
-// rest by address. launch() sets the kernel and arguments.
+// The probe of a launch of this spec (launch_request.hpp): the key's parts as make_request() makes them, computed
+// here (a spec of constant options keys its plan at compile time), the work by address. launch() sets the kernel
+// and arguments.
 template <class Policy>
 inline launch_probe make_probe(const spec<Policy>& s) {
   const launchfit::policy& p = s.get_policy();
+  const launch_options& o = s.options();
   const work shape = s.work_shape();
   return launch_probe{/*kernel_id=*/0,
                       /*stub=*/nullptr,
@@ -746,14 +752,14 @@ inline launch_probe make_probe(const spec<Policy>& s) {
                       /*policy=*/&p,
                       /*policy_hash=*/policy_hash_of(s),
                       /*bucket=*/bucket_of(s, shape),
-                      /*options=*/&s.options(),
-                      /*blocks=*/&s.block_sizes(),
-                      /*shape_rule=*/&s.shape_rule(),
-                      /*smem_fn=*/s.smem_fn(),
+                      /*smem_identity=*/o.smem_identity(),
+                      /*launch_bits=*/key_bits(o, is_cooperative_policy<Policy>(p)),
+                      /*shape_bits=*/shape_bits(s.block_sizes(), s.shape_rule(), o, shape),
                       /*stream=*/stream_of(s),
-                      /*cooperative_policy=*/is_cooperative_policy<Policy>(p),
+                      /*shape=*/&s.work_as_given(),
+                      /*waves=*/o.waves,
+                      /*in_full=*/s.smem_fn() != nullptr || !keyable_cluster(o.cluster),
                       /*rerunnable=*/s.is_rerunnable(),
-                      /*shape=*/shape,
                       /*args=*/nullptr,
                       /*arg_sizes=*/nullptr,
                       /*arg_count=*/0,

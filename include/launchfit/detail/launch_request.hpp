@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "launchfit/detail/callable.hpp"
+#include "launchfit/detail/plan_key_bits.hpp"
 #include "launchfit/export.hpp"
 #include "launchfit/launch_options.hpp"
 #include "launchfit/work.hpp"
@@ -93,11 +94,12 @@ struct launch_request {
   node_target* node = nullptr;  // add a kernel node to this graph instead of launching (add_kernel_node())
 };
 
-// What a launch of a kernel with its own arguments hands the library first: the key's parts, the spec's
-// options, block rule and block shape by address, the stream and the arguments; about a third of a
-// launch_request, and all a launch that hits reads. Where it does not hit (a miss, or a plan that needs more
-// than its ready launch configuration), `make` makes the spec's whole request (make_request()) and the launch
-// takes the full path. Made by make_probe() alone, from a spec that outlives the launch.
+// What a launch of a kernel with its own arguments hands the library first: its plan key's parts (made where the
+// spec is written, plan_key_bits.hpp: constants for a spec of constant options), the spec's work by address, the
+// stream and the arguments; about a third of a launch_request, and all a launch that hits reads. Where it does not
+// hit (a miss, or a plan that needs more than its ready launch configuration), `make` makes the spec's whole
+// request (make_request()) and the launch takes the full path. Made by make_probe() alone, from a spec that
+// outlives the launch.
 struct launch_probe {
   std::uintptr_t kernel_id = 0;
   const void* stub = nullptr;       // runtime kernels
@@ -106,14 +108,16 @@ struct launch_probe {
   const launchfit::policy* policy = nullptr;
   std::uint64_t policy_hash = 0;
   std::uint64_t bucket = 0;
-  const launch_options* options = nullptr;  // the spec's: cooperative_policy is added to them, as make_request() does
-  const block_rule* blocks = nullptr;
-  const block_shape* shape_rule = nullptr;
-  const smem_rule_fn* smem_fn = nullptr;
+  std::uint64_t smem_identity = 0;  // launch_options::smem_identity()
+  std::uint64_t launch_bits = 0;    // key_bits() of the spec's options, cooperative where the policy is
+  std::uint64_t shape_bits = 0;     // shape_bits() of the spec's block rule, block shape, options and work
   cudaStream_t stream = nullptr;
-  bool cooperative_policy = false;  // the policy is cooperative()
-  bool rerunnable = false;          // spec::is_rerunnable()
-  work shape{};                     // with options->waves (spec::work_shape())
+  const work* shape = nullptr;  // the spec's work, less its waves cap (the options': `waves`)
+  std::uint32_t waves = 0;
+  // An smem rule (checked by value on every launch) or a cluster the key cannot hold (refused where planned):
+  // the launch takes the full path.
+  bool in_full = false;
+  bool rerunnable = false;  // spec::is_rerunnable()
   void** args = nullptr;
   const std::size_t* arg_sizes = nullptr;
   std::size_t arg_count = 0;
