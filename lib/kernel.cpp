@@ -21,7 +21,7 @@ namespace detail {
 std::string function_name(const driver_api& d, CUfunction f) {
   if (d.cuFuncGetName) {
     const char* name = nullptr;
-    if (d.cuFuncGetName(&name, f) == CUDA_SUCCESS && name) return name;
+    if (d.cuFuncGetName(&name, f) == CUDA_SUCCESS && name && *name) return name;
   }
   return "kernel@" + std::to_string(reinterpret_cast<std::uintptr_t>(f));
 }

@@ -60,8 +60,9 @@ void load_environment_inputs() {
   hot.environment_loaded.store(true, std::memory_order_release);
 }
 
-// The readable name of a request's kernel (a family's first member), for a refusal made before it is planned
-// (empty where the kernel cannot be resolved: the refusal stands without it).
+// The readable name of a request's kernel (a family's first member), for a refusal made before it is planned:
+// function_name()'s, "kernel@<handle>" where the driver cannot tell it; empty where the kernel cannot be resolved
+// (the refusal stands without it).
 std::string kernel_name_of(const launch_request& r) noexcept {
   try {
     const void* stub = r.family && r.family_size > 0 ? r.family[0].stub : r.stub;

@@ -167,7 +167,8 @@ void ready_for_hits(plan_entry& e) noexcept;
 // (a log line, an override, a policy other than the built-ins), as __cxa_demangle costs about as much as the
 // rest of the miss's CPU work together.
 kernel_resources query_resources(CUfunction f, bool demangle_name);
-// A function's mangled name as the driver tells it (kernel_resources::name), or "kernel@<handle>" where it cannot.
+// A function's mangled name as the driver tells it (kernel_resources::name), or "kernel@<handle>" where it cannot
+// (no cuFuncGetName, a failure, an empty name).
 std::string function_name(const driver_api& d, CUfunction f);
 // The kernel's readable name: `demangled`, or the name demangled now where the miss skipped it.
 std::string display_name(const kernel_resources& k);

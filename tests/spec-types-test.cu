@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <cuda/stream_ref>
 #include <string>
 #include <tuple>
@@ -167,6 +168,12 @@ struct three_fields {
   double d;
 };
 struct no_fields {};
+// Two fields, the second of which any_field cannot initialise (std::optional's converting constructor and
+// any_field's conversion are ambiguous): counted as two, never bound as one.
+struct pointer_and_optional {
+  float* p;
+  std::optional<int> limit;
+};
 __global__ void pointer_kernel(float* p) {
   if (p) p[threadIdx.x] = 1.0f;
 }
@@ -178,12 +185,18 @@ static_assert(lf::detail::has_one_field<one_pointer>, "one field");
 static_assert(lf::detail::has_one_field<one_vector>, "one field, itself an aggregate");
 static_assert(!lf::detail::has_one_field<three_fields>, "three fields");
 static_assert(!lf::detail::has_one_field<no_fields>, "no field");
+static_assert(!lf::detail::has_one_field<pointer_and_optional>, "two fields, the second an optional");
+__global__ void optional_kernel(float* p, std::optional<int> limit) {
+  (void)limit;  // std::optional's members are host functions
+  if (p) p[threadIdx.x] = 1.0f;
+}
 
 [[maybe_unused]] void launches_of_packed_arguments_compile(float* p, cudaGraph_t g) {
   (void)lf::launch(pointer_kernel, lf::fixed(32).items(32), lf::args(one_pointer{p}));
   (void)lf::launch(vector_kernel, lf::fixed(32).items(32), lf::args(one_vector{make_float2(1.0f, 2.0f)}));
   (void)lf::launch(three_kernel, lf::fixed(32).items(32), lf::args(three_fields{p, 32, 2.0}));
   (void)lf::add_kernel_node(g, {}, pointer_kernel, lf::fixed(32).items(32), lf::args(one_pointer{p}));
+  (void)lf::launch(optional_kernel, lf::fixed(32).items(32), lf::args(pointer_and_optional{p, 3}));
 }
 
 TEST(PackedArguments, AreTheAggregatesFieldsInOrderWhateverTheirCount) {
@@ -199,6 +212,10 @@ TEST(PackedArguments, AreTheAggregatesFieldsInOrderWhateverTheirCount) {
   const auto three =
       lf::detail::with_fields(three_fields{&x, 7, 0.25}, [](const auto&... f) { return std::make_tuple(f...); });
   EXPECT_EQ(three, std::make_tuple(&x, 7, 0.25));
+  const auto two = lf::detail::with_fields(pointer_and_optional{&x, 5},
+                                           [](const auto&... f) { return std::make_tuple(f...); });
+  EXPECT_EQ(std::get<0>(two), &x);
+  EXPECT_EQ(std::get<1>(two), std::optional<int>(5));
   const auto none = lf::detail::with_fields(no_fields{}, [](const auto&... f) { return sizeof...(f); });
   EXPECT_EQ(none, 0u);
 }

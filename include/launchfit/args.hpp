@@ -38,8 +38,15 @@ template <class T>
 struct takes_two_initializers<
     T, std::void_t<decltype(T{std::declval<const any_field&>(), std::declval<const any_field&>()})>>
     : std::true_type {};
+// A second field that any_field cannot initialise (a std::optional, whose converting constructor and
+// any_field's conversion are ambiguous) still takes empty braces.
+template <class T, class = void>
+struct takes_a_second_field : std::false_type {};
 template <class T>
-constexpr bool has_one_field = takes_one_initializer<T>::value && !takes_two_initializers<T>::value;
+struct takes_a_second_field<T, std::void_t<decltype(T{std::declval<const any_field&>(), {}})>> : std::true_type {};
+template <class T>
+constexpr bool has_one_field =
+    takes_one_initializer<T>::value && !takes_two_initializers<T>::value && !takes_a_second_field<T>::value;
 
 // Calls f with the aggregate's fields in order (Boost.PFR's structure_tie); an aggregate of one field is bound
 // here, where nvcc 13's front end does not compile PFR's count of its fields.

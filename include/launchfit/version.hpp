@@ -13,7 +13,7 @@
 // Major version: before 1.0, the minor version may change the ABI.
 #define LAUNCHFIT_VERSION_MAJOR 0
 // Minor version.
-#define LAUNCHFIT_VERSION_MINOR 4
+#define LAUNCHFIT_VERSION_MINOR 5
 // Patch version.
 #define LAUNCHFIT_VERSION_PATCH 0
 

@@ -126,6 +126,20 @@ TEST(StubLaunch, AProgrammaticLaunchCarriesItsAttribute) {
   EXPECT_FALSE(has_attribute(last_launch(f), CU_LAUNCH_ATTRIBUTE_COOPERATIVE));
 }
 
+// A driver that answers an empty name for a function: the kernel is named by its handle, in its resources and in
+// a refusal made before planning (query_resources() and the refusal share function_name()).
+TEST(StubLaunch, AKernelTheDriverNamesEmptyIsNamedByItsHandle) {
+  const CUfunction f = axpy_kernel("");
+  const lf::kernel_resources k = lf::query_resources(f);
+  EXPECT_EQ(k.name, "kernel@" + std::to_string(reinterpret_cast<std::uintptr_t>(f)));
+  const lf::kernel kernel(f);
+  const lf::error e = launchfit_test::error_of([&] {
+    lf::launch(kernel, lf::fixed(256).items(1000).cluster({0, 1, 1}), 2.0f, device_pointer(0x1000),
+               device_pointer(0x2000), 1000);
+  });
+  EXPECT_NE(std::string(e.what()).find("kernel@"), std::string::npos) << e.what();
+}
+
 TEST(StubLaunch, ALaunchWithTheWrongArgumentsReachesNothing) {
   const CUfunction f = axpy_kernel("_Z5wrongfPKfPfi");
   const unsigned long long before = launchfit_stub_calls("cuLaunchKernelEx");
