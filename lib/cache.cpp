@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "asymmetric_fence.hpp"
 #include "hot_words.hpp"
 #include "launchfit/policy.hpp"
 #include "lifecycle.hpp"
@@ -111,12 +112,17 @@ It erase_slot_locked(store& s, It it) {
 
 // ---- readers: epoch-based reclamation -----------------------------------------------------------------
 //
-// A reader publishes the epoch it entered in (`active`, 0 outside) with a sequentially consistent exchange
-// before it reads the fronts' generation or the map. A pass retires slots (out of the map, the fronts'
-// generation bumped), tags them with the epoch (hot.reader_epoch's value before its increment), then reads every
-// reader's `active`. Either the pass sees a reader's entry or that reader sees the bumped generation and the
-// emptied map (the store-buffering pattern, every access seq_cst): a reader the pass did not see cannot
-// reach the retired slots. A slot tagged t is freed once every reader the pass sees entered after t.
+// A reader publishes the epoch it entered in (`active`, 0 outside) before it reads the fronts' generation or the
+// map. A pass retires slots (out of the map, the fronts' generation bumped), tags them with the epoch
+// (hot.reader_epoch's value before its increment), then reads every reader's `active`. Either the pass sees a
+// reader's entry or that reader sees the bumped generation and the emptied map (the store-buffering pattern): a
+// reader the pass did not see cannot reach the retired slots. A slot tagged t is freed once every reader the pass
+// sees entered after t.
+// The pattern needs a full barrier on both sides. Where the process is registered for an asymmetric fence
+// (asymmetric_fence.hpp: Linux's membarrier), hot.readers_fenced is set and a reader announces with a plain store
+// and a compiler barrier (a launch pays no locked instruction), and the pass makes every running thread execute
+// the barrier (asymmetric_fence::heavy()) before it reads the readers; a pass whose heavy fence fails frees
+// nothing. Elsewhere (and under ThreadSanitizer) a reader announces with a sequentially consistent exchange.
 
 struct reader_record {
   std::atomic<std::uint64_t> active{0};
@@ -145,8 +151,17 @@ void make_reader_key() {
   if (pthread_key_create(&reader_key, give_back_reader) != 0) reader_key = pthread_key_t();
 }
 
+// Decided once, before the first reader announces: a reader that sees readers_fenced was registered for it.
+bool decide_reader_fence() noexcept {
+  const bool fenced = asymmetric_fence::register_process();
+  if (fenced) hot.readers_fenced.store(true, std::memory_order_seq_cst);
+  return fenced;
+}
+
 reader_record& reader_of_this_thread() {
   if (this_reader) return *this_reader;
+  static const bool decided = decide_reader_fence();
+  (void)decided;
   reader_record* r = readers.load(std::memory_order_acquire);
   for (; r; r = r->next) {
     if (!r->taken.load(std::memory_order_relaxed) && !r->taken.exchange(true, std::memory_order_acquire))
@@ -204,7 +219,9 @@ const bool fork_hooks_registered =
 void reclaim_locked(store& s, std::vector<std::shared_ptr<slot>>& gone) {
   if (s.retired.empty()) return;
   const std::uint64_t now = hot.reader_epoch.fetch_add(1, std::memory_order_seq_cst);
-  const std::uint64_t oldest = oldest_reader();
+  // Readers that announce with a plain store are fenced here, or nothing is freed in this pass.
+  const bool seen_all = !hot.readers_fenced.load(std::memory_order_seq_cst) || asymmetric_fence::heavy();
+  const std::uint64_t oldest = seen_all ? oldest_reader() : 0;
   std::size_t kept = 0;
   for (retired_slot& r : s.retired) {
     if (r.epoch == 0) r.epoch = now;
@@ -298,11 +315,23 @@ plan_reader::plan_reader() {
   if (reader_depth++ > 0) return;
   try {
     reader_record& r = reader_of_this_thread();
-    r.active.exchange(hot.reader_epoch.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
+    if (hot.readers_fenced.load(std::memory_order_acquire)) {
+      r.active.store(hot.reader_epoch.load(std::memory_order_acquire), std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // the pass's heavy fence orders it before our loads
+    } else {
+      r.active.exchange(hot.reader_epoch.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
+    }
   } catch (...) {
     --reader_depth;
     throw;
   }
+}
+
+bool readers_fenced() noexcept { return hot.readers_fenced.load(std::memory_order_acquire); }
+
+bool fence_readers(bool on) noexcept {
+  hot.readers_fenced.store(on && asymmetric_fence::register_process(), std::memory_order_seq_cst);
+  return readers_fenced();
 }
 
 plan_reader::~plan_reader() {

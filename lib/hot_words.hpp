@@ -23,6 +23,7 @@ struct alignas(64) hot_words {
   std::atomic<std::uint64_t> front_generation{1};    // cache.cpp: the thread fronts' generation
   std::atomic<std::uint64_t> reader_epoch{1};        // cache.cpp: the plan readers' epoch
   std::atomic<bool> environment_loaded{false};       // launch.cpp: the environment's inputs are loaded
+  std::atomic<bool> readers_fenced{false};           // cache.cpp: readers announce with a plain store
 };
 static_assert(sizeof(hot_words) == 64, "one cache line");
 

@@ -183,7 +183,8 @@ void check(CUresult r, const char* call, const kernel_resources& k, const plan& 
 
 // Held by a thread for as long as it uses plan entries (detail::launch() and detail::plan_for() hold one
 // each): no entry this thread found is freed before the outermost plan_reader of the thread is gone.
-// Nestable; cheap (one exchange on entry, one store on exit). Not movable.
+// Nestable; cheap (on entry a plain store where the process is registered for an asymmetric fence, else one
+// locked exchange; one store on exit). Not movable.
 class plan_reader {
  public:
   plan_reader();
@@ -269,5 +270,12 @@ std::uint64_t handed_over_launches() noexcept;
 // Frees the retired entries no reader can reach any more (a miss after an input change and every forget_*()
 // do it too); returns how many are left. For tests and for a process that wants its memory back now.
 std::size_t free_retired_plans();
+
+// Whether readers announce themselves with a plain store that the pass freeing entries fences (cache.cpp), rather
+// than with a locked exchange.
+bool readers_fenced() noexcept;
+// For tests, while no thread holds a plan_reader: readers announce with a locked exchange (false) or, where the
+// process is registered for the asymmetric fence, with a plain store (true). Returns readers_fenced() after.
+bool fence_readers(bool on) noexcept;
 
 }  // namespace launchfit::detail
