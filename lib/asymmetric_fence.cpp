@@ -2,40 +2,29 @@
 #include "asymmetric_fence.hpp"
 
 #if defined(__linux__)
-#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#endif
-
-#include <cerrno>
-
-#if defined(__SANITIZE_THREAD__)
-#define LAUNCHFIT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define LAUNCHFIT_TSAN 1
-#endif
 #endif
 
 namespace launchfit::detail::asymmetric_fence {
 namespace {
 
-#if defined(__linux__) && defined(__NR_membarrier) && !defined(LAUNCHFIT_TSAN)
+#if defined(__linux__) && defined(__NR_membarrier) && !defined(LAUNCHFIT_THREAD_SANITIZER)
+// membarrier(2)'s commands, the kernel's ABI (<linux/membarrier.h> of Linux 4.14 and later names them; older
+// headers do not, and a kernel without them answers the query without these bits).
+constexpr int query_command = 0;
+constexpr int private_expedited = 1 << 3;
+constexpr int register_private_expedited = 1 << 4;
+
 long membarrier(int command) noexcept { return syscall(__NR_membarrier, command, 0u, 0); }
 
 bool try_register() noexcept {
-  const long offered = membarrier(MEMBARRIER_CMD_QUERY);
-  if (offered < 0 || (offered & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
-  return membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  const long offered = membarrier(query_command);
+  if (offered < 0 || (offered & private_expedited) == 0) return false;
+  return membarrier(register_private_expedited) == 0;  // inherited by a child of fork(), cleared by exec
 }
 
-bool fence_all() noexcept {
-  if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return true;
-  // A child of fork() on a kernel whose registration is not inherited: register it, then fence.
-  if (errno == EPERM && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0)
-    return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
-  return false;
-}
+bool fence_all() noexcept { return membarrier(private_expedited) == 0; }
 #else
 bool try_register() noexcept { return false; }
 bool fence_all() noexcept { return false; }

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/pfr.hpp>
 #include <condition_variable>
@@ -83,6 +84,7 @@ struct store {
   std::atomic<std::uint64_t> map_hits{0};
   std::atomic<std::uint64_t> retired_now{0};
   std::atomic<std::uint64_t> freed{0};
+  std::atomic<std::uint64_t> fence_failures{0};  // passes that freed nothing: the readers' fence failed
   // Slots per family of keys (a key less its size bucket), for bucket_admitted(): a policy whose
   // work_bucket() answers a new value for every size would otherwise make a plan per size, without bound.
   std::unordered_map<std::uint64_t, std::uint32_t> family_slots;
@@ -151,17 +153,21 @@ void make_reader_key() {
   if (pthread_key_create(&reader_key, give_back_reader) != 0) reader_key = pthread_key_t();
 }
 
-// Decided once, before the first reader announces: a reader that sees readers_fenced was registered for it.
+// Decided once, before the first reader announces (and before any fork: a child never inherits the decision
+// half made): a reader that sees readers_fenced was registered for it.
 bool decide_reader_fence() noexcept {
   const bool fenced = asymmetric_fence::register_process();
   if (fenced) hot.readers_fenced.store(true, std::memory_order_seq_cst);
   return fenced;
 }
+void reader_fence_decided() noexcept {
+  static const bool decided = decide_reader_fence();
+  (void)decided;
+}
 
 reader_record& reader_of_this_thread() {
   if (this_reader) return *this_reader;
-  static const bool decided = decide_reader_fence();
-  (void)decided;
+  reader_fence_decided();
   reader_record* r = readers.load(std::memory_order_acquire);
   for (; r; r = r->next) {
     if (!r->taken.load(std::memory_order_relaxed) && !r->taken.exchange(true, std::memory_order_acquire))
@@ -201,7 +207,10 @@ void reader_records_after_fork() {
 }
 
 // The map is taken around a fork, so a child never inherits it half changed by another thread.
-void lock_store_for_fork() { the_store().mutex().lock(); }
+void lock_store_for_fork() {
+  reader_fence_decided();
+  the_store().mutex().lock();
+}
 void unlock_store_after_fork() { the_store().mutex().unlock(); }
 void unlock_store_in_child() {
   reader_records_after_fork();
@@ -219,12 +228,24 @@ const bool fork_hooks_registered =
 void reclaim_locked(store& s, std::vector<std::shared_ptr<slot>>& gone) {
   if (s.retired.empty()) return;
   const std::uint64_t now = hot.reader_epoch.fetch_add(1, std::memory_order_seq_cst);
-  // Readers that announce with a plain store are fenced here, or nothing is freed in this pass.
-  const bool seen_all = !hot.readers_fenced.load(std::memory_order_seq_cst) || asymmetric_fence::heavy();
-  const std::uint64_t oldest = seen_all ? oldest_reader() : 0;
-  std::size_t kept = 0;
+  std::uint64_t oldest = oldest_reader();
+  std::uint64_t tagged_first = std::numeric_limits<std::uint64_t>::max();
   for (retired_slot& r : s.retired) {
     if (r.epoch == 0) r.epoch = now;
+    tagged_first = std::min(tagged_first, r.epoch);
+  }
+  if (tagged_first >= oldest) return;  // a reader seen already keeps every one: no fence needed to free none
+  // Readers that announce with a plain store are fenced here (a reader not seen yet only lowers `oldest`), or
+  // nothing is freed in this pass.
+  if (hot.readers_fenced.load(std::memory_order_seq_cst)) {
+    if (!asymmetric_fence::heavy()) {
+      s.fence_failures.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    oldest = oldest_reader();
+  }
+  std::size_t kept = 0;
+  for (retired_slot& r : s.retired) {
     if (r.epoch < oldest) {
       gone.push_back(std::move(r.s));
       continue;
@@ -317,7 +338,7 @@ plan_reader::plan_reader() {
     reader_record& r = reader_of_this_thread();
     if (hot.readers_fenced.load(std::memory_order_acquire)) {
       r.active.store(hot.reader_epoch.load(std::memory_order_acquire), std::memory_order_relaxed);
-      std::atomic_signal_fence(std::memory_order_seq_cst);  // the pass's heavy fence orders it before our loads
+      asymmetric_fence::light();  // the pass's heavy fence orders it before this reader's loads
     } else {
       r.active.exchange(hot.reader_epoch.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
     }
@@ -554,6 +575,7 @@ cache_stats stats() noexcept {
   out.map_hits = s.map_hits.load();
   out.retired = s.retired_now.load();
   out.freed = s.freed.load();
+  out.fence_failures = s.fence_failures.load();
   kept_plans& k = the_kept_plans();
   try {
     std::lock_guard<std::mutex> lock(k.m);

@@ -261,6 +261,7 @@ struct cache_stats {
   std::uint64_t retired = 0;     // entries out of the map and not freed yet (a reader may still use them)
   std::uint64_t freed = 0;       // retired entries freed since the process started
   std::uint64_t kept_plans = 0;  // distinct plans keep_plan() holds
+  std::uint64_t fence_failures = 0;  // passes that freed nothing because the readers' fence failed (cache.cpp)
 };
 cache_stats stats() noexcept;
 // Launches the hit path handed over to the full path since the process started (launch.cpp; counted there, off
