@@ -223,6 +223,8 @@ void unlock_store_in_child() {
 const bool fork_hooks_registered =
     lifecycle::on_fork({lock_store_for_fork, unlock_store_after_fork, unlock_store_in_child});
 
+bool fence_fails_for_test = false;  // fail_reader_fence_for_test(); read under the store's exclusive lock
+
 // Caller holds s.mutex() exclusively; `gone` receives the slots to destroy once the lock is released (an
 // entry's policies may be a plugin's, whose code must not run under the lock).
 void reclaim_locked(store& s, std::vector<std::shared_ptr<slot>>& gone) {
@@ -238,7 +240,7 @@ void reclaim_locked(store& s, std::vector<std::shared_ptr<slot>>& gone) {
   // Readers that announce with a plain store are fenced here (a reader not seen yet only lowers `oldest`), or
   // nothing is freed in this pass.
   if (hot.readers_fenced.load(std::memory_order_seq_cst)) {
-    if (!asymmetric_fence::heavy()) {
+    if (fence_fails_for_test || !asymmetric_fence::heavy()) {
       s.fence_failures.fetch_add(1, std::memory_order_relaxed);
       return;
     }
@@ -349,6 +351,12 @@ plan_reader::plan_reader() {
 }
 
 bool readers_fenced() noexcept { return hot.readers_fenced.load(std::memory_order_acquire); }
+
+void fail_reader_fence_for_test(bool fail) {
+  store& s = the_store();
+  std::unique_lock<std::shared_mutex> lock(s.mutex());
+  fence_fails_for_test = fail;
+}
 
 bool fence_readers(bool on) noexcept {
   hot.readers_fenced.store(on && asymmetric_fence::register_process(), std::memory_order_seq_cst);

@@ -278,5 +278,7 @@ bool readers_fenced() noexcept;
 // For tests, while no thread holds a plan_reader: readers announce with a locked exchange (false) or, where the
 // process is registered for the asymmetric fence, with a plain store (true). Returns readers_fenced() after.
 bool fence_readers(bool on) noexcept;
+// For tests: the freeing pass takes its fence of fenced readers as failed (as when membarrier(2) is refused).
+void fail_reader_fence_for_test(bool fail);
 
 }  // namespace launchfit::detail

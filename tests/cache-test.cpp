@@ -399,6 +399,27 @@ TEST(RetiredPlans, ReadersAreFencedByTheFreeingPassWhereTheKernelOffersMembarrie
 #endif
 }
 
+// Where the fence fails (a seccomp filter installed after the process registered), a pass frees nothing a fenced
+// reader might still hold: the retired entries wait, each failed pass is counted, and the next pass whose fence
+// works frees them.
+TEST(RetiredPlans, APassWhoseFenceFailsFreesNothingAndIsCounted) {
+  settle();
+  { const ld::plan_reader first; }
+  if (!ld::readers_fenced()) GTEST_SKIP() << "readers announce with an exchange here: no fence to fail";
+  ld::find_or_build(key_of(7, 0), [] { return entry_named(7, 64); });
+  const std::uint64_t failures = ld::stats().fence_failures;
+  const std::uint64_t freed = ld::stats().freed;
+  ld::fail_reader_fence_for_test(true);
+  lf::cache().clear();
+  const std::size_t left = ld::free_retired_plans();
+  ld::fail_reader_fence_for_test(false);
+  EXPECT_GE(left, 1u);
+  EXPECT_EQ(ld::stats().freed, freed);
+  EXPECT_GT(ld::stats().fence_failures, failures);
+  EXPECT_EQ(ld::free_retired_plans(), 0u);
+  EXPECT_GT(ld::stats().freed, freed);
+}
+
 // The fence itself, as a litmus test of the store-buffering pattern: one thread stores x then loads y with only
 // light() between them, the other stores y, calls heavy(), then loads x; in no round may both loads miss the other
 // thread's store (without heavy(), a standalone run of these rounds on the 2-core CPU host missed in 3-6% of them).
