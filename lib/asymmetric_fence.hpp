@@ -14,13 +14,7 @@
 
 #include <atomic>
 
-#if defined(__SANITIZE_THREAD__)
-#define LAUNCHFIT_THREAD_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define LAUNCHFIT_THREAD_SANITIZER 1
-#endif
-#endif
+#include "sanitizers.hpp"
 
 namespace launchfit::detail::asymmetric_fence {
 

@@ -6,15 +6,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define LAUNCHFIT_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define LAUNCHFIT_TSAN 1
-#endif
-#if defined(LAUNCHFIT_TSAN)
+#include "sanitizers.hpp"
+#if defined(LAUNCHFIT_THREAD_SANITIZER)
 #include <sanitizer/tsan_interface.h>
 #endif
 
@@ -110,7 +103,7 @@ pid_t process_id() noexcept {
 bool on_exit(void (*handler)()) noexcept { return std::atexit(handler) == 0; }
 
 void abandoned_in_child(void* lock) noexcept {
-#if defined(LAUNCHFIT_TSAN)
+#if defined(LAUNCHFIT_THREAD_SANITIZER)
   // The sanitizer's own bookkeeping of an unlock, without the unlock itself.
   __tsan_mutex_pre_unlock(lock, 0);
   __tsan_mutex_post_unlock(lock, 0);
