@@ -7,6 +7,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -94,6 +95,8 @@ std::map<int, std::size_t>& bif_overrides() {
   static std::map<int, std::size_t>& m = *new std::map<int, std::size_t>();
   return m;
 }
+// Set (under bif_mutex) once any target is overridden: until then a miss reads the defaults without the lock.
+std::atomic<bool> bif_overridden{false};
 
 using detail::small_work_bucket;
 
@@ -319,7 +322,7 @@ plan fixed_policy::choose_impl(const query& q) const {
 }
 
 std::size_t default_bytes_in_flight_per_sm(const device_limits& device) {
-  {
+  if (bif_overridden.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(bif_mutex());
     auto it = bif_overrides().find(device.cc());
     if (it != bif_overrides().end()) return it->second;
@@ -338,6 +341,7 @@ bool detail::reads_bytes_in_flight_target(const policy& p) noexcept {
 }
 
 bool detail::bytes_in_flight_overridden(int cc) {
+  if (!bif_overridden.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> lock(bif_mutex());
   return bif_overrides().count(cc) != 0;
 }
@@ -346,6 +350,7 @@ void set_bytes_in_flight_per_sm(int cc, std::size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(bif_mutex());
     bif_overrides()[cc] = bytes;
+    bif_overridden.store(true, std::memory_order_release);
   }
   static const detail::plan_input target_input = detail::register_plan_input("bytes-in-flight default");
   detail::plan_input_changed(target_input);  // plans made under the old target are not reused

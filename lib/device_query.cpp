@@ -4,6 +4,7 @@
 
 #include "device_query.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <vector>
@@ -159,6 +160,21 @@ contexts& known_contexts() {
   return c;
 }
 
+// What this thread last found under contexts::m, valid while `generation` is contexts_generation: every miss
+// notes its context and asks its limits, and a thread's misses are mostly of one context, which then costs no
+// lock. The generation moves (under contexts::m) whenever a handle is first seen or names a new identity (the
+// only changes that drop limits), so a stale memo is never taken.
+std::atomic<std::uint64_t> contexts_generation{1};
+struct context_memo {
+  std::uint64_t generation = 0;  // 0: nothing remembered
+  CUcontext handle = nullptr;    // note_context(): the handle known to name `id`
+  std::uint64_t id = 0;
+  std::uint64_t limits_generation = 0;  // limits_for(): `limits` are `limits_id`'s
+  std::uint64_t limits_id = 0;
+  const device_limits* limits = nullptr;
+};
+thread_local context_memo memo;
+
 }  // namespace
 
 context_ref current_context(const launch_request& r) {
@@ -185,6 +201,9 @@ context_ref current_context(const launch_request& r, std::uint64_t id) {
 
 
 void note_context(const context_ref& ctx) {
+  if (memo.handle == ctx.handle && memo.id == ctx.id && memo.generation != 0 &&
+      memo.generation == contexts_generation.load(std::memory_order_acquire))
+    return;  // this thread found the handle naming this identity, and nothing has changed since
   contexts& c = known_contexts();
   std::uint64_t dead = 0;
   {
@@ -192,11 +211,20 @@ void note_context(const context_ref& ctx) {
     auto it = c.id_of_handle.find(ctx.handle);  // a known handle: no node allocated to find it
     if (it == c.id_of_handle.end()) {
       c.id_of_handle.emplace(ctx.handle, ctx.id);
+      memo.generation = contexts_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
+      memo.handle = ctx.handle;
+      memo.id = ctx.id;
       return;
     }
-    if (it->second == ctx.id) return;
+    if (it->second == ctx.id) {
+      memo.generation = contexts_generation.load(std::memory_order_acquire);
+      memo.handle = ctx.handle;
+      memo.id = ctx.id;
+      return;
+    }
     dead = it->second;
     it->second = ctx.id;
+    contexts_generation.fetch_add(1, std::memory_order_acq_rel);  // every thread's memo is stale
     // The limits stay allocated (a report may still read them); they are simply never found again.
     if (const auto it = c.limits.find(dead); it != c.limits.end()) {
       c.gone.push_back(it->second);
@@ -207,17 +235,26 @@ void note_context(const context_ref& ctx) {
 }
 
 const device_limits& limits_for(const context_ref& ctx) {
+  if (memo.limits && memo.limits_id == ctx.id &&
+      memo.limits_generation == contexts_generation.load(std::memory_order_acquire))
+    return *memo.limits;
   contexts& c = known_contexts();
+  const auto remember = [](std::uint64_t id, const device_limits* l) -> const device_limits& {
+    memo.limits_generation = contexts_generation.load(std::memory_order_acquire);  // under contexts::m
+    memo.limits_id = id;
+    memo.limits = l;
+    return *l;
+  };
   {
     std::lock_guard<std::mutex> lock(c.m);
-    if (auto it = c.limits.find(ctx.id); it != c.limits.end()) return *it->second;
+    if (auto it = c.limits.find(ctx.id); it != c.limits.end()) return remember(ctx.id, it->second);
   }
   // Queried outside the lock (driver calls); the first to publish wins.
   auto* fresh = new device_limits(device_limits::query_current());
   std::lock_guard<std::mutex> lock(c.m);
   auto [it, inserted] = c.limits.emplace(ctx.id, fresh);
   if (!inserted) delete fresh;
-  return *it->second;
+  return remember(ctx.id, it->second);
 }
 
 }  // namespace launchfit::detail

@@ -35,20 +35,11 @@ bool tuning_record::trials_refused() const {
   return gate_answer_ == 0;
 }
 
-void tuning_record::refuse_captured() {
-  std::lock_guard<std::mutex> lock(m_);
-  captured_ = true;
-}
+void tuning_record::refuse_captured() { captured_.store(true, std::memory_order_release); }
 
-bool tuning_record::trials_captured() const {
-  std::lock_guard<std::mutex> lock(m_);
-  return captured_;
-}
+bool tuning_record::trials_captured() const { return captured_.load(std::memory_order_acquire); }
 
-void tuning_record::skip_conditions() {
-  std::lock_guard<std::mutex> lock(m_);
-  read_ = nullptr;
-}
+void tuning_record::skip_conditions() { skip_read_.store(true, std::memory_order_release); }
 
 void tuning_record::set_trial_setup(std::function<void()> setup) {
   std::lock_guard<std::mutex> lock(m_);
@@ -78,12 +69,13 @@ bool tuning_record::before_trial() {
   }
   // Busy before: in the last second's samples.
   const std::uint64_t now = nvml::now_us();
-  nvml::gpu_conditions c = read_ ? read_(now - 1000000) : nvml::gpu_conditions{};
-  if (!read_) c.unknown = "not read";
+  const bool reads = read_ && !skip_read_.load(std::memory_order_acquire);
+  nvml::gpu_conditions c = reads ? read_(now - 1000000) : nvml::gpu_conditions{};
+  if (!reads) c.unknown = "not read";
   std::lock_guard<std::mutex> lock(m_);
   before_ = std::move(c);
   started_us_ = now;
-  return static_cast<bool>(read_);
+  return reads;
 }
 
 void tuning_record::add(const plan& p, double ms) {
@@ -100,7 +92,7 @@ void tuning_record::add_wait(double gpu_ms, double excess_ms, int samples, bool 
   gpu_ms_ += gpu_ms;
   excess_ms_ += excess_ms;
   samples_ += samples;
-  if (as_graph) ++graph_timed_;
+  if (as_graph) graph_timed_.fetch_add(1, std::memory_order_release);
 }
 
 bool tuning_record::tuned() const {
@@ -135,7 +127,8 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   m.best_ms = mine[(mine.size() - 1) / 2];
   m.spread = spread;
   // Busy during the trials: the samples since the first began.
-  const nvml::gpu_conditions after = read_ ? read_(since) : nvml::gpu_conditions{};
+  const nvml::gpu_conditions after =
+      read_ && !skip_read_.load(std::memory_order_acquire) ? read_(since) : nvml::gpu_conditions{};
   const auto when = [&](std::string (*part)(const nvml::gpu_conditions&)) {
     std::string text = part(before);
     if (!text.empty()) return text + " before tuning";
@@ -189,10 +182,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   return m;
 }
 
-bool tuning_record::graph_timed() const {
-  std::lock_guard<std::mutex> lock(m_);
-  return graph_timed_ > 0;
-}
+bool tuning_record::graph_timed() const { return graph_timed_.load(std::memory_order_acquire) > 0; }
 
 std::string tuning_record::conditions_text() const {
   std::lock_guard<std::mutex> lock(m_);

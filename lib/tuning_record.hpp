@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -107,12 +108,15 @@ class tuning_record {
   using key = std::tuple<unsigned, unsigned, unsigned, int, bool>;  // block x, y, z, blocks/SM, full grid
   static key key_of(const plan& p);
 
-  conditions_reader read_;
+  conditions_reader read_;  // set once, by the constructor
+  // Read on every miss, tuned or not: flags without the lock (a miss that times nothing takes none of it).
+  std::atomic<bool> skip_read_{false};  // skip_conditions(): read_ is not called
+  std::atomic<bool> captured_{false};
+  std::atomic<int> graph_timed_{0};  // candidates whose samples were graph replays
   mutable std::mutex m_;
   std::function<bool()> gate_;
   std::function<void()> setup_;
   int gate_answer_ = -1;  // -1: not asked yet; 0: refused; 1: allowed
-  bool captured_ = false;
   bool read_before_ = false;
   nvml::gpu_conditions before_;
   std::uint64_t started_us_ = 0;  // when the first trial began
@@ -121,7 +125,6 @@ class tuning_record {
   std::uint32_t trials_ = 0;
   double gpu_ms_ = 0, excess_ms_ = 0;  // every gated sample's, summed
   int samples_ = 0;
-  int graph_timed_ = 0;  // candidates whose samples were graph replays
 };
 
 // The reader of the launch's GPU's conditions (NVML, by the device's UUID). `dev` must live as long as the

@@ -451,6 +451,34 @@ TEST(StubLaunch, ANewContextBehindTheSameHandlePlansAgainOnTheHitPath) {
   for (const lf::cached_plan& c : lf::cache().plans()) EXPECT_EQ(c.key.context, id) << c.kernel;
 }
 
+// A thread remembers the context it last noted and that context's limits until any thread sees a handle name
+// another identity: identities that take turns behind one handle (each a new context: a reset between) plan again
+// at every turn, from this thread and from another, and never launch a plan of the identity before.
+TEST(StubLaunch, IdentitiesTakingTurnsBehindOneHandleEachPlanAgain) {
+  const CUfunction f = axpy_kernel("_Z7turnsidfPKfPfi");
+  const auto spec = lf::max_occupancy().items(1 << 16).on(stream_of(0x17));
+  const lf::kernel k(f);
+  auto launch = [&] { lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16); };
+  static unsigned long long next_id = 9001;  // never an identity seen before, however often the test runs
+  for (int turn = 0; turn < 6; ++turn) {
+    const unsigned long long id = next_id++;
+    launchfit_stub_set_context_id(id);
+    const std::uint64_t builds = ld::stats().builds;
+    if (turn % 2 == 0) {
+      launch();
+    } else {
+      std::thread other(launch);  // another thread's first look at this identity
+      other.join();
+    }
+    EXPECT_EQ(ld::stats().builds, builds + 1) << "turn " << turn << ": the identity before's plan was launched";
+    const std::uint64_t handed_over = ld::handed_over_launches();
+    launch();
+    EXPECT_EQ(ld::stats().builds, builds + 1) << "turn " << turn;
+    EXPECT_EQ(ld::handed_over_launches(), handed_over) << "turn " << turn << ": not launched by the hit path";
+    for (const lf::cached_plan& c : lf::cache().plans()) EXPECT_EQ(c.key.context, id) << c.kernel;
+  }
+}
+
 // A launch that hits launches from the entry's ready configuration, and leaves to the full path whatever that
 // configuration does not say: each case below is launched once to plan it, then again as a hit, and the hit
 // must do what the full path does (every case fails where the hit path skips its check).
