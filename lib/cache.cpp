@@ -20,6 +20,7 @@
 #include "hot_words.hpp"
 #include "launchfit/policy.hpp"
 #include "lifecycle.hpp"
+#include "log_internal.hpp"
 #include "plan_cache.hpp"
 #include "plan_inputs.hpp"
 
@@ -85,6 +86,7 @@ struct store {
   std::atomic<std::uint64_t> retired_now{0};
   std::atomic<std::uint64_t> freed{0};
   std::atomic<std::uint64_t> fence_failures{0};  // passes that freed nothing: the readers' fence failed
+  std::atomic<bool> fence_failure_logged{false};  // report_fence_failure() logged the first one
   // Slots per family of keys (a key less its size bucket), for bucket_admitted(): a policy whose
   // work_bucket() answers a new value for every size would otherwise make a plan per size, without bound.
   std::unordered_map<std::uint64_t, std::uint32_t> family_slots;
@@ -260,6 +262,18 @@ void reclaim_locked(store& s, std::vector<std::shared_ptr<slot>>& gone) {
   s.retired_now.store(s.retired.size(), std::memory_order_relaxed);
 }
 
+// The first freeing pass whose readers' fence failed is said once, as a warning, after the store's lock is
+// released (a sandbox that refuses membarrier(2) after registration leaves retired plans in memory until a pass
+// can fence; cache_stats::fence_failures counts every such pass).
+void report_fence_failure(store& s) noexcept {
+  if (s.fence_failures.load(std::memory_order_relaxed) == 0 ||
+      s.fence_failure_logged.exchange(true, std::memory_order_relaxed))
+    return;
+  log_event(spdlog::level::warn, "plan_cache_fence_failed",
+            "the plan cache could not fence its readers (membarrier(2) failed): retired plans stay in memory "
+            "until a later pass can (cache_stats::fence_failures counts the passes that freed nothing)");
+}
+
 // Caller holds s.mutex() exclusively, has taken the slot out of the map, and bumps the fronts' generation
 // before reclaim_locked() tags it, so that no front returns it again.
 void retire_locked(store& s, std::shared_ptr<slot> sl) {
@@ -356,6 +370,7 @@ void fail_reader_fence_for_test(bool fail) {
   store& s = the_store();
   std::unique_lock<std::shared_mutex> lock(s.mutex());
   fence_fails_for_test = fail;
+  if (fail) s.fence_failure_logged.store(false, std::memory_order_relaxed);  // the next failure is said again
 }
 
 bool fence_readers(bool on) noexcept {
@@ -461,6 +476,7 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
     sl = ref;
   }
   gone.clear();
+  report_fence_failure(s);
   const std::thread::id me = std::this_thread::get_id();
   {
     std::unique_lock<std::mutex> lock(sl->m);
@@ -526,6 +542,7 @@ std::size_t free_retired_plans() {
   reclaim_locked(s, gone);
   const std::size_t left = s.retired.size();
   lock.unlock();
+  report_fence_failure(s);
   return left;
 }
 
