@@ -7,7 +7,9 @@
 #include <cuda_occupancy.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -105,6 +107,36 @@ cudaOccFuncAttributes occ_function(const device_limits& device, const kernel_res
   return f;
 }
 
+// cuda_occupancy.h's last answer on this thread, by every input it reads: a plan asks one block's residency up to
+// three times (the policy's search, its plan, validation), each a full calculation. The key is each input field
+// widened to 64 bits (no padding compared); a toolkit whose structs gain a field fails to build here rather than
+// leave the field out of the key.
+static_assert(sizeof(cudaOccDeviceProp) == 7 * sizeof(int) + 4 + 2 * sizeof(std::size_t) + sizeof(int) + 4 +
+                                               2 * sizeof(std::size_t),
+              "cuda_occupancy.h's cudaOccDeviceProp changed: key every field of it in occupancy_key()");
+static_assert(sizeof(cudaOccFuncAttributes) ==
+                  2 * sizeof(int) + sizeof(std::size_t) + 2 * sizeof(int) + sizeof(std::size_t) + 2 * sizeof(int),
+              "cuda_occupancy.h's cudaOccFuncAttributes changed: key every field of it in occupancy_key()");
+static_assert(sizeof(cudaOccDeviceState) == 2 * sizeof(int),
+              "cuda_occupancy.h's cudaOccDeviceState changed: key every field of it in occupancy_key()");
+using occupancy_key = std::array<std::uint64_t, 24>;
+occupancy_key key_of(const cudaOccDeviceProp& d, const cudaOccFuncAttributes& f, const cudaOccDeviceState& s,
+                     int block_threads, std::size_t dynamic_smem_bytes) {
+  const auto u = [](auto v) { return static_cast<std::uint64_t>(v); };
+  return {u(d.computeMajor), u(d.computeMinor), u(d.maxThreadsPerBlock), u(d.maxThreadsPerMultiprocessor),
+          u(d.regsPerBlock), u(d.regsPerMultiprocessor), u(d.warpSize), u(d.sharedMemPerBlock),
+          u(d.sharedMemPerMultiprocessor), u(d.numSms), u(d.sharedMemPerBlockOptin), u(d.reservedSharedMemPerBlock),
+          u(f.maxThreadsPerBlock), u(f.numRegs), u(f.sharedSizeBytes), u(f.partitionedGCConfig),
+          u(f.shmemLimitConfig), u(f.maxDynamicSharedSizeBytes), u(f.numBlockBarriers), u(f.virtualResourceCount),
+          u(s.cacheConfig), u(s.carveoutConfig), u(block_threads), u(dynamic_smem_bytes)};
+}
+struct occupancy_memo {
+  bool valid = false;
+  occupancy_key key{};
+  cudaOccResult result{};
+};
+thread_local occupancy_memo last_occupancy;
+
 // The calculator proper, on inputs already checked.
 struct calculator {
   cudaOccDeviceProp device_prop;
@@ -117,6 +149,9 @@ struct calculator {
       : device_prop(occ_device(d)), function(occ_function(d, k)), device(d), kernel(k) {}
 
   cudaOccResult run(int block_threads, std::size_t dynamic_smem_bytes) const {
+    const occupancy_key key = key_of(device_prop, function, state, block_threads, dynamic_smem_bytes);
+    occupancy_memo& memo = last_occupancy;
+    if (memo.valid && memo.key == key) return memo.result;
     cudaOccResult r{};
     const cudaOccError status = cudaOccMaxActiveBlocksPerMultiprocessor(&r, &device_prop, &function, &state,
                                                                         block_threads, dynamic_smem_bytes);
@@ -129,6 +164,9 @@ struct calculator {
       throw error(errc::invalid_config, "occupancy",
                   "cuda_occupancy.h refused the device limits or kernel resources", kernel.demangled,
                   config_text(block_threads, dynamic_smem_bytes));
+    memo.key = key;  // an answer, never a refusal (that is thrown again, with its text, each time)
+    memo.result = r;
+    memo.valid = true;
     return r;
   }
 

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <array>
-#include <iterator>
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -112,44 +112,60 @@ void resolve_kernel(const launch_request& r, plan_entry& e, family_members& fam)
 // calculator below the limit (the check after the limit is raised).
 std::function<int(int, std::size_t)> driver_oracle(CUfunction f, const device_limits& dev,
                                                    const kernel_resources& k, bool driver_only) {
-  // The oracle's state in one allocation (std::function boxes the callable in one more): the kernel's numbers
-  // without its names, which would be two more copies per miss, and the last answer.
-  struct state {
+  // The oracle is its own state, in the one allocation std::function makes for it: the kernel's numbers without
+  // its names (two more copies per miss), and its last answer, which a plan asks again at least once (the
+  // policy's search, its plan, validation). The answer is one word, read and written without a lock (a plugin
+  // may call the oracle from several threads): valid bit, whether the driver gave it, block, smem and answer.
+  struct oracle {
     CUfunction f;
     const device_limits* dev;  // valid while the query lives (limits_for()'s: the process)
     kernel_resources k;        // numbers only: the names are not needed to count residency
     bool driver_only;
-    std::mutex m;                              // a plugin may call the oracle from several threads
-    std::array<long long, 3> last{-1, -1, 0};  // block, smem, active blocks (the driver's)
-  };
-  auto st = std::make_shared<state>();
-  st->f = f;
-  st->dev = &dev;
-  st->k.regs_per_thread = k.regs_per_thread;
-  st->k.static_smem_bytes = k.static_smem_bytes;
-  st->k.local_bytes_per_thread = k.local_bytes_per_thread;
-  st->k.const_bytes = k.const_bytes;
-  st->k.max_threads_per_block = k.max_threads_per_block;
-  st->k.ptx_version = k.ptx_version;
-  st->k.binary_version = k.binary_version;
-  st->k.max_dynamic_smem_bytes = k.max_dynamic_smem_bytes;
-  std::copy(std::begin(k.required_cluster), std::end(k.required_cluster), std::begin(st->k.required_cluster));
-  st->driver_only = driver_only;
-  return [st](int block, std::size_t smem) {
-    if (smem > st->k.max_dynamic_smem_bytes ||
-        (!st->driver_only && calculator_trusted.load(std::memory_order_relaxed)))
-      return calculated_blocks(*st->dev, st->k, block, smem);
-    std::lock_guard<std::mutex> lock(st->m);
-    auto& last = st->last;
-    if (last[0] == block && last[1] == static_cast<long long>(smem)) return static_cast<int>(last[2]);
-    int n = 0;
-    if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, st->f, block, smem,
-                                                                      CU_OCCUPANCY_DEFAULT) != CUDA_SUCCESS) {
-      return 0;
+    mutable std::atomic<std::uint64_t> last{0};
+
+    oracle(CUfunction fn, const device_limits* d, const kernel_resources& from, bool only)
+        : f(fn), dev(d), driver_only(only) {
+      k.regs_per_thread = from.regs_per_thread;
+      k.static_smem_bytes = from.static_smem_bytes;
+      k.local_bytes_per_thread = from.local_bytes_per_thread;
+      k.const_bytes = from.const_bytes;
+      k.max_threads_per_block = from.max_threads_per_block;
+      k.ptx_version = from.ptx_version;
+      k.binary_version = from.binary_version;
+      k.max_dynamic_smem_bytes = from.max_dynamic_smem_bytes;
+      std::copy(std::begin(from.required_cluster), std::end(from.required_cluster), std::begin(k.required_cluster));
     }
-    last = {block, static_cast<long long>(smem), n};
-    return n;
+    oracle(const oracle& o)
+        : f(o.f), dev(o.dev), k(o.k), driver_only(o.driver_only), last(o.last.load(std::memory_order_relaxed)) {}
+
+    // valid (bit 63) | from the driver (62) | block (51..61) | answer (39..50) | smem (0..38); 0: none.
+    static std::uint64_t word(bool from_driver, int block, std::size_t smem, int n) noexcept {
+      return std::uint64_t{1} << 63 | std::uint64_t{from_driver} << 62 | static_cast<std::uint64_t>(block) << 51 |
+             static_cast<std::uint64_t>(n) << 39 | static_cast<std::uint64_t>(smem);
+    }
+    static bool fits(int block, std::size_t smem, int n) noexcept {
+      return block >= 0 && block < (1 << 11) && n >= 0 && n < (1 << 12) && smem < (std::uint64_t{1} << 39);
+    }
+
+    int operator()(int block, std::size_t smem) const {
+      const bool from_driver =
+          smem <= k.max_dynamic_smem_bytes && (driver_only || !calculator_trusted.load(std::memory_order_relaxed));
+      const std::uint64_t seen = last.load(std::memory_order_relaxed);
+      const std::uint64_t asked = ~(std::uint64_t{0xfff} << 39);  // every bit but the answer's
+      if (seen != 0 && fits(block, smem, 0) && (seen & asked) == word(from_driver, block, smem, 0))
+        return static_cast<int>(seen >> 39 & 0xfff);
+      int n = 0;
+      if (!from_driver) {
+        n = calculated_blocks(*dev, k, block, smem);
+      } else if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, block, smem,
+                                                                               CU_OCCUPANCY_DEFAULT) != CUDA_SUCCESS) {
+        return 0;
+      }
+      if (fits(block, smem, n)) last.store(word(from_driver, block, smem, n), std::memory_order_relaxed);
+      return n;
+    }
   };
+  return oracle(f, &dev, k, driver_only);
 }
 
 // The plan's residency (what its validation was answered, by the calculator or the driver) asked of the

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <utility>
 
 #include "launchfit/builtin_policies.hpp"
@@ -216,7 +217,8 @@ class plugin_policy final : public policy_base {
 
 }  // namespace
 
-bool is_plugin_policy(const policy& p) noexcept { return dynamic_cast<const plugin_policy*>(&p) != nullptr; }
+// plugin_policy is final: its exact type, without dynamic_cast's walk of the policy's bases (asked on every miss).
+bool is_plugin_policy(const policy& p) noexcept { return typeid(p) == typeid(plugin_policy); }
 
 plan plugin_fallback(const policy& p, const query& q, const error& why) {
   const auto* plugin = dynamic_cast<const plugin_policy*>(&p);

@@ -130,6 +130,45 @@ TEST(Occupancy, TiesSetSeveralLimiterBits) {
   EXPECT_EQ(launchfit::limiter_names(0), "none");
 }
 
+// The calculator remembers its last answer on each thread, keyed by every input cuda_occupancy.h reads: a call
+// that differs from the one before in any single input is answered for its own inputs (each variation below
+// changes the reference answer, so a key that left its input out would repeat the answer before).
+TEST(Occupancy, ACallDifferingInOneInputFromTheLastIsAnsweredAnew) {
+  struct config {
+    device_limits d;
+    kernel_resources k;
+    int threads;
+    std::size_t smem;
+  };
+  const config base{sm90(), kernel_resources::manual(64, 4 * KiB), 256, 16 * KiB};
+  std::vector<std::pair<const char*, config>> variations;
+  auto vary = [&](const char* what, auto change) {
+    config c = base;
+    change(c);
+    variations.emplace_back(what, c);
+  };
+  vary("block threads", [](config& c) { c.threads = 512; });
+  vary("dynamic smem", [](config& c) { c.smem = 100 * KiB; });
+  vary("registers", [](config& c) { c.k.regs_per_thread = 128; });
+  vary("static smem", [](config& c) { c.k.static_smem_bytes = 60 * KiB; });
+  vary("kernel's block limit", [](config& c) { c.k.max_threads_per_block = 128; c.threads = 128; });
+  vary("registers per SM", [](config& c) { c.d.regs_per_sm = 32 * 1024; });
+  vary("smem per SM", [](config& c) { c.d.smem_per_sm_bytes = 60 * KiB; });
+  vary("threads per SM", [](config& c) { c.d.max_threads_per_sm = 512; });
+  vary("reserved smem", [](config& c) { c.d.smem_reserved_per_block_bytes = 50 * KiB; });
+  vary("architecture", [](config& c) { c.d = device_limits::for_arch("sm_75"); });
+  const int base_blocks = reference_blocks(base.d, base.k, base.threads, base.smem);
+  for (const auto& [what, c] : variations) {
+    const int expected = reference_blocks(c.d, c.k, c.threads, c.smem);
+    ASSERT_NE(expected, base_blocks) << what << ": the variation does not change the answer";
+    for (int round = 0; round < 2; ++round) {  // base, variation, base, variation
+      EXPECT_EQ(launchfit::occupancy(base.d, base.k, base.threads, base.smem).active_blocks_per_sm, base_blocks)
+          << what;
+      EXPECT_EQ(launchfit::occupancy(c.d, c.k, c.threads, c.smem).active_blocks_per_sm, expected) << what;
+    }
+  }
+}
+
 TEST(Occupancy, BlocksThatCannotFitReportZeroNotAnError) {
   // 255 registers x 1024 threads needs more than the 64K registers a block may use.
   const auto r = h100(1024, 255, 0);
