@@ -328,12 +328,14 @@ bool same_value(const T& a, const T& b) noexcept {
   }
 }
 
+// The plan's numbers only: with the kernel's name they spread the kept plans, and the few of one kernel that
+// differ in text alone (policy, reason) are told apart by same_value() (hashing both texts cost a miss more than
+// that comparison ever does).
 std::uint64_t plan_hash(const plan& p) noexcept {
   std::uint64_t h = hash_combine(static_cast<std::uint64_t>(p.block_threads), p.dynamic_smem_bytes);
   h = hash_combine(
       h, static_cast<std::uint64_t>(p.blocks_per_sm) << 32 | static_cast<std::uint32_t>(p.sm_count));
-  h = hash_combine(h, std::hash<std::string>{}(p.policy));
-  return hash_combine(h, std::hash<std::string>{}(p.reason));
+  return hash_combine(h, static_cast<std::uint64_t>(p.block.x) << 32 | p.block.y << 16 | p.block.z);
 }
 
 struct kept_plans {

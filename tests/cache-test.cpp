@@ -305,8 +305,15 @@ TEST(RetiredPlans, APlanACallerKeepsOutlivesItsEntryAndIsKeptOnce) {
   p = made.plan;
   p.match = "cache-file";
   EXPECT_NE(&ld::keep_plan(p, made.kernel).plan, kept);
+  // Text alone differs (the kept plans' hash is of the numbers): another plan, and each found again as itself.
+  p = made.plan;
+  p.reason += " (again)";
+  const lf::plan* other_reason = &ld::keep_plan(p, made.kernel).plan;
+  EXPECT_NE(other_reason, kept);
+  EXPECT_EQ(&ld::keep_plan(p, made.kernel).plan, other_reason);
+  EXPECT_EQ(&ld::keep_plan(made.plan, made.kernel).plan, kept);
   EXPECT_NE(&ld::keep_plan(made.plan, entry_named(k + 1, 224).kernel).plan, kept);
-  EXPECT_EQ(ld::stats().kept_plans, plans + 4);
+  EXPECT_EQ(ld::stats().kept_plans, plans + 5);
   lf::cache().clear();
 }
 
