@@ -140,8 +140,8 @@ const void* nvtx_name_for(const std::string& kernel, const plan& p, const std::s
 #ifndef LAUNCHFIT_NO_NVTX
   try {
     if (!nvtx_flag().load(std::memory_order_relaxed)) return nullptr;
-    const std::string text =
-        kernel + " grid_rule=" + grid_rule_text + " " + fields_text(describe_plan(p), shown::everywhere);
+    const std::string text = kernel + " grid_rule=" + grid_rule_text + " " +
+                             fields_text(describe_plan(p, plan_forms::text), shown::everywhere);
     return nvtxDomainRegisterStringA(nvtx_domain(), text.c_str());
   } catch (...) {
     return nullptr;

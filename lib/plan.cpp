@@ -26,7 +26,9 @@ std::string items_text(const work& w) {
 }  // namespace detail
 
 // "block=256 blocks_per_sm=8 sm_count=132 dynamic_smem_bytes=0 occupancy=100% limiters=warps policy=..."
-std::string plan::to_string() const { return detail::fields_text(detail::describe_plan(*this), detail::shown::everywhere); }
+std::string plan::to_string() const {
+  return detail::fields_text(detail::describe_plan(*this, detail::plan_forms::text), detail::shown::everywhere);
+}
 
 namespace {
 

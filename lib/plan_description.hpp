@@ -29,8 +29,12 @@ struct plan_field {
   bool stored = true;  // in the plan file's JSON (read back by plan_from_json); else derived from its key
 };
 
+// Which forms a description holds: both, or the text alone (a text printer's: the JSON values of its arrays,
+// texts and occupancy are left null, which is most of a description's cost; flags and numbers keep theirs).
+enum class plan_forms { json_and_text, text };
+
 // The plan's fields, in the order every printer writes them; the long free text (the reason) last.
-std::vector<plan_field> describe_plan(const plan& p);
+std::vector<plan_field> describe_plan(const plan& p, plan_forms forms = plan_forms::json_and_text);
 
 // "name=text" for each field shown at `at` (shown::everywhere: to_string() and NVTX; shown::line: the log line
 // too), space separated.

@@ -115,7 +115,8 @@ std::string format_plan(const plan_report& r, log_format f) {
   const kept_plan& k = *r.kept;
   const std::string kernel = display_name(k);
   const std::vector<plan_field> context = describe_report(r, kernel);
-  const std::vector<plan_field> fields = describe_plan(k.plan);
+  const std::vector<plan_field> fields =
+      describe_plan(k.plan, f == log_format::json ? plan_forms::json_and_text : plan_forms::text);
   if (f == log_format::json) {
     nlohmann::json j = {{"level", "info"}, {"logger", logger_name}, {"event", "new_plan"}};
     j.update(fields_json(context, false));
