@@ -48,13 +48,14 @@ struct queue_state {
   std::condition_variable* idle_cv = new std::condition_variable;  // a run ended
   slot slots[max_tasks];
   int count = 0;
-  pid_t thread_pid = 0;  // the process whose thread runs (none in a child of fork())
+  // Written under m; read without it by has_thread() (every queued log line asks it).
+  std::atomic<pid_t> thread_pid{0};  // the process whose thread runs (none in a child of fork())
   clock::time_point sleeps_until = never;
   bool sleeping = false;
   slot* handed = nullptr;  // a run a caller handed over (run_here): the thread's next, before any task due
   bool hooks_registered = false;
   std::atomic<bool> exiting{false};
-  bool stopped = false;  // shutdown() ended: callers run tasks themselves
+  std::atomic<bool> stopped{false};  // shutdown() ended: callers run tasks themselves (written under m)
   stats st;
   std::vector<void*> abandoned;  // locks a forked child replaced: never freed, kept reachable
 };
@@ -297,9 +298,9 @@ bool run_here(task& t, clock::time_point deadline) noexcept {
 bool on_background_thread() noexcept { return on_thread; }
 
 bool has_thread() noexcept {
-  queue_state& s = q();
-  std::lock_guard<std::mutex> lk(*s.m);
-  return s.thread_pid == lifecycle::process_id() && !s.stopped;
+  const queue_state& s = q();
+  return s.thread_pid.load(std::memory_order_acquire) == lifecycle::process_id() &&
+         !s.stopped.load(std::memory_order_acquire);
 }
 
 bool exiting() noexcept { return q().exiting.load(std::memory_order_acquire); }
