@@ -328,14 +328,21 @@ bool same_value(const T& a, const T& b) noexcept {
   }
 }
 
-// The plan's numbers only: with the kernel's name they spread the kept plans, and the few of one kernel that
-// differ in text alone (policy, reason) are told apart by same_value() (hashing both texts cost a miss more than
-// that comparison ever does).
+// The plan's numbers and its texts' lengths, not the texts: with the kernel's name they spread the kept plans
+// (hashing the policy and reason cost a miss more than comparing the rare plans they alone tell apart), and a
+// plan tuned again (its reason carries that tuning's timings, its tuning_ms and trials differ) is another hash, so
+// the plans of a kernel tuned many times never pile up on one.
 std::uint64_t plan_hash(const plan& p) noexcept {
   std::uint64_t h = hash_combine(static_cast<std::uint64_t>(p.block_threads), p.dynamic_smem_bytes);
   h = hash_combine(
       h, static_cast<std::uint64_t>(p.blocks_per_sm) << 32 | static_cast<std::uint32_t>(p.sm_count));
-  return hash_combine(h, static_cast<std::uint64_t>(p.block.x) << 32 | p.block.y << 16 | p.block.z);
+  h = hash_combine(h, static_cast<std::uint64_t>(p.block.x) << 42 | static_cast<std::uint64_t>(p.block.y) << 21 |
+                          static_cast<std::uint64_t>(p.block.z));
+  static_assert(sizeof(p.tuning_ms) == sizeof(std::uint64_t), "tuning_ms is a 64-bit double");
+  std::uint64_t tuning_bits = 0;
+  std::memcpy(&tuning_bits, &p.tuning_ms, sizeof tuning_bits);
+  h = hash_combine(h, tuning_bits ^ static_cast<std::uint64_t>(p.trials));
+  return hash_combine(h, static_cast<std::uint64_t>(p.policy.size()) << 32 | p.reason.size());
 }
 
 struct kept_plans {

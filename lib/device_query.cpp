@@ -204,6 +204,12 @@ void note_context(const context_ref& ctx) {
   if (memo.handle == ctx.handle && memo.id == ctx.id && memo.generation != 0 &&
       memo.generation == contexts_generation.load(std::memory_order_acquire))
     return;  // this thread found the handle naming this identity, and nothing has changed since
+  // Under contexts::m: this thread's memo names the identity behind the handle as of `generation`.
+  const auto remember = [&ctx](std::uint64_t generation) {
+    memo.generation = generation;
+    memo.handle = ctx.handle;
+    memo.id = ctx.id;
+  };
   contexts& c = known_contexts();
   std::uint64_t dead = 0;
   {
@@ -211,20 +217,16 @@ void note_context(const context_ref& ctx) {
     auto it = c.id_of_handle.find(ctx.handle);  // a known handle: no node allocated to find it
     if (it == c.id_of_handle.end()) {
       c.id_of_handle.emplace(ctx.handle, ctx.id);
-      memo.generation = contexts_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
-      memo.handle = ctx.handle;
-      memo.id = ctx.id;
+      remember(contexts_generation.fetch_add(1, std::memory_order_acq_rel) + 1);
       return;
     }
     if (it->second == ctx.id) {
-      memo.generation = contexts_generation.load(std::memory_order_acquire);
-      memo.handle = ctx.handle;
-      memo.id = ctx.id;
+      remember(contexts_generation.load(std::memory_order_acquire));
       return;
     }
     dead = it->second;
     it->second = ctx.id;
-    contexts_generation.fetch_add(1, std::memory_order_acq_rel);  // every thread's memo is stale
+    remember(contexts_generation.fetch_add(1, std::memory_order_acq_rel) + 1);  // every other memo is stale
     // The limits stay allocated (a report may still read them); they are simply never found again.
     if (const auto it = c.limits.find(dead); it != c.limits.end()) {
       c.gone.push_back(it->second);

@@ -75,6 +75,7 @@ void check_config(const device_limits& device, const kernel_resources& kernel, i
             config());
 }
 
+// A field set here (or in occ_function()) is one the occupancy memo keys: key_of() below names each.
 cudaOccDeviceProp occ_device(const device_limits& device) {
   cudaOccDeviceProp p;
   p.computeMajor = device.cc_major;
@@ -108,9 +109,12 @@ cudaOccFuncAttributes occ_function(const device_limits& device, const kernel_res
 }
 
 // cuda_occupancy.h's last answer on this thread, by every input it reads: a plan asks one block's residency up to
-// three times (the policy's search, its plan, validation), each a full calculation. The key is each input field
-// widened to 64 bits (no padding compared); a toolkit whose structs gain a field fails to build here rather than
-// leave the field out of the key.
+// three times (the policy's search, its plan, validation), each a full calculation. The key is each field of the
+// three input structs widened to 64 bits (no padding compared). Every field occ_device(), occ_function() and the
+// state set is keyed; a field a later toolkit adds keeps its header default in every call (the same in all, so
+// no answer is taken for another's inputs) until occ_*() set it, which must then key it too. The size checks catch
+// a struct that grows past its padding; one that fills a padding hole keeps its size and is caught by nothing
+// here.
 static_assert(sizeof(cudaOccDeviceProp) == 7 * sizeof(int) + 4 + 2 * sizeof(std::size_t) + sizeof(int) + 4 +
                                                2 * sizeof(std::size_t),
               "cuda_occupancy.h's cudaOccDeviceProp changed: key every field of it in occupancy_key()");

@@ -151,7 +151,6 @@ TEST(Occupancy, ACallDifferingInOneInputFromTheLastIsAnsweredAnew) {
   vary("dynamic smem", [](config& c) { c.smem = 100 * KiB; });
   vary("registers", [](config& c) { c.k.regs_per_thread = 128; });
   vary("static smem", [](config& c) { c.k.static_smem_bytes = 60 * KiB; });
-  vary("kernel's block limit", [](config& c) { c.k.max_threads_per_block = 128; c.threads = 128; });
   vary("registers per SM", [](config& c) { c.d.regs_per_sm = 32 * 1024; });
   vary("smem per SM", [](config& c) { c.d.smem_per_sm_bytes = 60 * KiB; });
   vary("threads per SM", [](config& c) { c.d.max_threads_per_sm = 512; });

@@ -452,13 +452,24 @@ TEST(StubLaunch, ANewContextBehindTheSameHandlePlansAgainOnTheHitPath) {
 }
 
 // A thread remembers the context it last noted and that context's limits until any thread sees a handle name
-// another identity: identities that take turns behind one handle (each a new context: a reset between) plan again
-// at every turn, from this thread and from another, and never launch a plan of the identity before.
+// another identity. Identities taking turns behind one handle plan again at every turn, from this thread and from
+// another; and where an identity this thread remembers comes back behind the handle after another thread saw it
+// name another (A, then B on another thread, then A), the identity between (B) is dropped as any replaced one is:
+// a memo not invalidated by the other thread's change would keep B's plans.
 TEST(StubLaunch, IdentitiesTakingTurnsBehindOneHandleEachPlanAgain) {
   const CUfunction f = axpy_kernel("_Z7turnsidfPKfPfi");
   const auto spec = lf::max_occupancy().items(1 << 16).on(stream_of(0x17));
   const lf::kernel k(f);
   auto launch = [&] { lf::launch(k, spec, 1.0f, device_pointer(0x1000), device_pointer(0x2000), 1 << 16); };
+  auto launch_elsewhere = [&] {
+    std::thread other(launch);
+    other.join();
+  };
+  auto contexts_cached = [] {
+    std::vector<std::uint64_t> ids;
+    for (const lf::cached_plan& c : lf::cache().plans()) ids.push_back(c.key.context);
+    return ids;
+  };
   static unsigned long long next_id = 9001;  // never an identity seen before, however often the test runs
   for (int turn = 0; turn < 6; ++turn) {
     const unsigned long long id = next_id++;
@@ -467,16 +478,29 @@ TEST(StubLaunch, IdentitiesTakingTurnsBehindOneHandleEachPlanAgain) {
     if (turn % 2 == 0) {
       launch();
     } else {
-      std::thread other(launch);  // another thread's first look at this identity
-      other.join();
+      launch_elsewhere();  // another thread's first look at this identity
     }
     EXPECT_EQ(ld::stats().builds, builds + 1) << "turn " << turn << ": the identity before's plan was launched";
     const std::uint64_t handed_over = ld::handed_over_launches();
     launch();
     EXPECT_EQ(ld::stats().builds, builds + 1) << "turn " << turn;
     EXPECT_EQ(ld::handed_over_launches(), handed_over) << "turn " << turn << ": not launched by the hit path";
-    for (const lf::cached_plan& c : lf::cache().plans()) EXPECT_EQ(c.key.context, id) << c.kernel;
+    for (const std::uint64_t c : contexts_cached()) EXPECT_EQ(c, id);
   }
+  // A on this thread, B on another, A again on this one.
+  const unsigned long long a = next_id++, b = next_id++;
+  launchfit_stub_set_context_id(a);
+  launch();
+  launchfit_stub_set_context_id(b);
+  launch_elsewhere();
+  for (const std::uint64_t c : contexts_cached()) EXPECT_EQ(c, b) << "A's plans outlived its replacement";
+  launchfit_stub_set_context_id(a);
+  const std::uint64_t builds = ld::stats().builds;
+  launch();
+  EXPECT_EQ(ld::stats().builds, builds + 1);
+  const std::vector<std::uint64_t> left = contexts_cached();
+  EXPECT_FALSE(left.empty());
+  for (const std::uint64_t c : left) EXPECT_EQ(c, a) << "B's plans outlived its replacement: a stale memo of A";
 }
 
 // A launch that hits launches from the entry's ready configuration, and leaves to the full path whatever that
