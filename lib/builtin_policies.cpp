@@ -16,6 +16,7 @@
 
 #include "launchfit/error.hpp"
 #include "launchfit/policy.hpp"
+#include "lifecycle.hpp"
 #include "plan_inputs.hpp"
 #include "policy_string.hpp"
 
@@ -88,7 +89,11 @@ std::string kb(std::size_t bytes) {
 
 // Calibrated targets by compute capability; never destroyed, as every launchfit singleton.
 std::mutex& bif_mutex() {
-  static std::mutex& m = *new std::mutex();
+  static std::mutex& m = *[] {
+    auto* made = new std::mutex();
+    detail::lifecycle::on_fork_leaf_mutex<bif_mutex>();  // a leaf: nothing is locked under it
+    return made;
+  }();
   return m;
 }
 std::map<int, std::size_t>& bif_overrides() {

@@ -214,9 +214,28 @@ void lock_store_for_fork() {
   the_store().mutex().lock();
 }
 void unlock_store_after_fork() { the_store().mutex().unlock(); }
+// A slot another thread was building at the fork stays "being built" in the child, where no thread builds it:
+// the child's first ask for its key would wait for ever. Such slots leave the map (the vanished builder's
+// reference keeps each alive, never freed in the child): the child's next ask builds its key anew. A slot the
+// forking thread itself is building (a fork from inside a build) stays; a ready one stays (asking for it takes
+// no slot lock, which a vanished thread may have held).
+void unbuilt_slots_in_child(store& s) {
+  const std::thread::id me = std::this_thread::get_id();  // the forking thread's, in the child too
+  for (auto it = s.slots.begin(); it != s.slots.end();) {
+    slot& sl = *it->second;
+    bool keep = sl.ready.load(std::memory_order_acquire);
+    if (!keep && sl.m.try_lock()) {  // held: by a thread that is gone (this one holds no slot's lock here)
+      keep = sl.builder == me;
+      sl.m.unlock();
+    }
+    it = keep ? std::next(it) : erase_slot_locked(s, it);
+  }
+}
+
 void unlock_store_in_child() {
   reader_records_after_fork();
   store& s = the_store();
+  unbuilt_slots_in_child(s);
   auto* fresh = new store_lock;
   fresh->replaced = s.lock;
   s.lock = fresh;
@@ -350,10 +369,16 @@ struct kept_plans {
   std::unordered_multimap<std::uint64_t, const kept_plan*> by_hash;  // never freed
 };
 
+std::mutex& kept_plans_mutex();
 kept_plans& the_kept_plans() {
-  static kept_plans& k = *new kept_plans;  // never destroyed: a caller's plan lives as long as the process
+  static kept_plans& k = *[] {
+    auto* made = new kept_plans;  // never destroyed: a caller's plan lives as long as the process
+    lifecycle::on_fork_leaf_mutex<kept_plans_mutex>();  // a leaf: nothing is locked under it
+    return made;
+  }();
   return k;
 }
+std::mutex& kept_plans_mutex() { return the_kept_plans().m; }
 
 }  // namespace
 
@@ -486,6 +511,8 @@ const plan_entry* find_or_build_with(const plan_key& key, entry_builder build) {
   }
   gone.clear();
   report_fence_failure(s);
+  // A ready slot is answered without its lock (in a child of fork(), a thread that vanished may hold it).
+  if (sl->ready.load(std::memory_order_acquire)) return sl->entry();
   const std::thread::id me = std::this_thread::get_id();
   {
     std::unique_lock<std::mutex> lock(sl->m);

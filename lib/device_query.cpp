@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "driver.hpp"
+#include "lifecycle.hpp"
 #include "launchfit/device.hpp"
 #include "launchfit/error.hpp"
 #include "plan_cache.hpp"
@@ -155,10 +156,16 @@ struct contexts {
   std::vector<device_limits*> gone;  // a destroyed context's: still read by reports, kept reachable
 };
 
+std::mutex& contexts_mutex();
 contexts& known_contexts() {
-  static contexts& c = *new contexts();  // never destroyed, as every launchfit singleton
+  static contexts& c = *[] {
+    auto* made = new contexts();  // never destroyed, as every launchfit singleton
+    lifecycle::on_fork_leaf_mutex<contexts_mutex>();  // a leaf: nothing is locked under it
+    return made;
+  }();
   return c;
 }
+std::mutex& contexts_mutex() { return known_contexts().m; }
 
 // What this thread last found under contexts::m, valid while `generation` is contexts_generation: every miss
 // notes its context and asks its limits, and a thread's misses are mostly of one context, which then costs no

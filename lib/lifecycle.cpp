@@ -28,6 +28,9 @@ constexpr int max_hooks = 16;
 std::mutex table_mutex;  // registration only
 fork_hooks table[max_hooks];
 std::atomic<int> registered{0};  // entries below it are written (release) before it counts them
+constexpr int max_leaves = 8;
+fork_hooks leaves[max_leaves];
+std::atomic<int> leaves_registered{0};  // as `registered`, for leaves
 std::atomic<bool> innermost_set{false};
 fork_hooks innermost{};  // prepared after every other module, repaired before them
 bool atfork_registered = false;
@@ -35,6 +38,7 @@ std::atomic<pid_t> cached_pid{0};  // 0: not cached yet (or the fork handler cou
 // The hooks a fork in progress prepared, which its parent and child hooks run: per thread, as two threads may
 // fork at once (glibc runs their prepare handlers concurrently) while a third registers.
 thread_local int forking_count = 0;
+thread_local int forking_leaves = 0;
 thread_local bool forking_innermost = false;
 
 void prepare_all() {
@@ -42,11 +46,16 @@ void prepare_all() {
   forking_innermost = innermost_set.load(std::memory_order_acquire);
   for (int i = forking_count - 1; i >= 0; --i)
     if (table[i].prepare) table[i].prepare();
+  forking_leaves = leaves_registered.load(std::memory_order_acquire);
+  for (int i = 0; i < forking_leaves; ++i)
+    if (leaves[i].prepare) leaves[i].prepare();
   if (forking_innermost && innermost.prepare) innermost.prepare();
 }
 
 void parent_all() {
   if (forking_innermost && innermost.parent) innermost.parent();
+  for (int i = 0; i < forking_leaves; ++i)
+    if (leaves[i].parent) leaves[i].parent();
   for (int i = 0; i < forking_count; ++i)
     if (table[i].parent) table[i].parent();
 }
@@ -57,6 +66,8 @@ void child_all() {
   // can go on.
   new (&table_mutex) std::mutex;
   if (forking_innermost && innermost.child) innermost.child();
+  for (int i = 0; i < forking_leaves; ++i)
+    if (leaves[i].child) leaves[i].child();
   for (int i = 0; i < forking_count; ++i)
     if (table[i].child) table[i].child();
 }
@@ -82,6 +93,18 @@ bool on_fork(const fork_hooks& hooks) noexcept {
   if (n == max_hooks || !ensure_atfork()) return false;
   table[n] = hooks;
   registered.store(n + 1, std::memory_order_release);
+  return true;
+}
+
+bool on_fork_leaf(const fork_hooks& hooks) noexcept {
+  std::lock_guard<std::mutex> lock(table_mutex);
+  const int n = leaves_registered.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i)
+    if (leaves[i].prepare == hooks.prepare && leaves[i].parent == hooks.parent && leaves[i].child == hooks.child)
+      return true;
+  if (n == max_leaves || !ensure_atfork()) return false;
+  leaves[n] = hooks;
+  leaves_registered.store(n + 1, std::memory_order_release);
   return true;
 }
 

@@ -15,6 +15,9 @@
 
 #include <sys/types.h>
 
+#include <mutex>
+#include <new>
+
 namespace launchfit::detail::lifecycle {
 
 struct fork_hooks {
@@ -27,6 +30,13 @@ struct fork_hooks {
 // any thread, at any time, also during static initialisation. Never throws; false when the table of hooks
 // is full (a fixed table: nothing is allocated at fork).
 bool on_fork(const fork_hooks& hooks) noexcept;
+
+// Registers the hooks of a leaf lock: one under which nothing else is locked (a registry's map, a table of
+// settings). Leaves are prepared after every module registered with on_fork() (which may take a leaf while it
+// holds its own lock) and before the background queue's, and given back before those modules, in the child
+// before them too. Their order among themselves does not matter: no thread holds two. Safe from any thread at
+// any time; false when the table of leaves is full.
+bool on_fork_leaf(const fork_hooks& hooks) noexcept;
 
 // Registers the background queue's hooks (background.hpp), whose lock any module may take while it holds
 // its own (it queues work for the background thread): prepared after every other module's, given back
@@ -52,5 +62,16 @@ pid_t process_id() noexcept;
 // with the abandoned lock's address, so that a thread sanitizer no longer counts it as held by the child's
 // thread (it would read every later lock the child takes as an inversion with it). Does nothing otherwise.
 void abandoned_in_child(void* lock) noexcept;
+
+// Registers a leaf std::mutex, reached through `lock_of` (a never-destroyed singleton's): taken before a fork,
+// given back in the parent and made anew in the child, where the thread that held it is gone.
+template <std::mutex& (*lock_of)()>
+bool on_fork_leaf_mutex() noexcept {
+  return on_fork_leaf({[] { lock_of().lock(); }, [] { lock_of().unlock(); },
+                       [] {
+                         abandoned_in_child(&lock_of());
+                         new (&lock_of()) std::mutex;
+                       }});
+}
 
 }  // namespace launchfit::detail::lifecycle
