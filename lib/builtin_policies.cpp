@@ -27,8 +27,12 @@ namespace {
 // The block with the most resident threads, ties to the block nearest prefer_block (0: the largest). Without
 // a block rule or a cluster, exactly cuOccupancyMaxPotentialBlockSize's search with the query's oracle (the
 // driver on a GPU); with a rule, over the sizes it allows; with a cluster, counting the threads of the
-// clusters that co-reside (cuOccupancyMaxActiveClusters), not of blocks per SM.
-detail::potential_block max_occupancy_block(const query& q, int prefer_block, int block_limit = 0) {
+// clusters that co-reside (cuOccupancyMaxActiveClusters), not of blocks per SM. `blocks_cap` (0: none) counts
+// at most that many blocks per SM (a cooperative grid of a given number per SM): the block with the most threads
+// resident under it.
+detail::potential_block max_occupancy_block(const query& q, int prefer_block, int block_limit = 0,
+                                            int blocks_cap = 0) {
+  const auto capped = [blocks_cap](int per_sm) { return blocks_cap > 0 ? std::min(per_sm, blocks_cap) : per_sm; };
   const int limit = block_limit > 0 ? std::min(block_limit, q.max_block_threads()) : q.max_block_threads();
   auto fits = [&q](int block) {
     return q.smem_for(block) + q.kernel.static_smem_bytes <= q.device.smem_per_block_optin_bytes;
@@ -37,7 +41,7 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
   if (any_block && q.cluster.count() <= 1) {
     return detail::search_potential_block(
         limit, q.device.warp_size, q.device.max_threads_per_sm,
-        [&](int block) { return fits(block) ? q.active_blocks_for(block) : 0; }, prefer_block);
+        [&](int block) { return fits(block) ? capped(q.active_blocks_for(block)) : 0; }, prefer_block);
   }
   const int warp = q.device.warp_size > 0 ? q.device.warp_size : 32;
   detail::potential_block best;
@@ -47,7 +51,7 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
     // tries.
     if (any_block ? (block % warp != 0 && block != limit) : !q.allows(block)) continue;
     if (!fits(block)) continue;
-    const int per_sm = q.active_blocks_for(block);
+    const int per_sm = capped(q.active_blocks_for(block));
     if (per_sm <= 0) continue;
     const long long threads = q.cluster.count() > 1 ? static_cast<long long>(q.active_clusters_for(block)) *
                                                           static_cast<long long>(q.cluster.count()) * block
@@ -262,8 +266,10 @@ plan cooperative_policy::choose_impl(const query& q) const {
   p.options.cooperative = true;
   int block = params_.block;
   if (block <= 0) {
-    // The largest max-occupancy block: the fewest blocks for grid-wide synchronisation to wait on.
-    const detail::potential_block b = max_occupancy_block(q, 0);
+    // The largest max-occupancy block: the fewest blocks for grid-wide synchronisation to wait on. With
+    // blocks_per_sm given, the largest block with the most threads resident at that many per SM
+    // (cooperative(1): the largest block that fits, not the max-occupancy block once).
+    const detail::potential_block b = max_occupancy_block(q, 0, 0, params_.blocks_per_sm);
     block = b.block_threads ? b.block_threads : std::min(q.max_block_threads(), 32);
   }
   p.block = dims{static_cast<unsigned>(block), 1, 1};

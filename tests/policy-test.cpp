@@ -292,6 +292,22 @@ TEST(Cooperative, GridIsCoResidentBlocksTimesSms) {
   EXPECT_EQ(lf::grid_for(p, lf::work{}).x, 264u);
 }
 
+// blocks_per_sm given without a block: the block with the most threads resident at that many per SM. At 40
+// registers a thread an H200 SM holds one block of 1024 threads or two of 768 (three of 512): the
+// max-occupancy block is 768, which at one block per SM left a quarter of the threads a 1024 block runs, and
+// work that 132 blocks of 1024 cover was refused.
+TEST(Cooperative, ABlocksPerSmCapTakesTheBlockWithTheMostThreadsUnderIt) {
+  EXPECT_EQ((lf::cooperative_policy{{0, 0}}.choose(make_query("H200", 40)).block_threads), 768);
+  const lf::plan one = lf::cooperative_policy{{1, 0}}.choose(make_query("H200", 40));
+  EXPECT_EQ(one.block_threads, 1024);
+  EXPECT_EQ(one.resident_blocks(), 132);
+  const lf::plan two = lf::cooperative_policy{{2, 0}}.choose(make_query("H200", 40));
+  EXPECT_EQ(two.block_threads, 768);
+  EXPECT_EQ(two.resident_blocks(), 2 * 132);
+  // A block given is kept, whatever the cap.
+  EXPECT_EQ((lf::cooperative_policy{{1, 256}}.choose(make_query("H200", 40)).block_threads), 256);
+}
+
 TEST(Cooperative, RefusesMoreBlocksPerSmThanFit) {
   const std::string what = error_text([] { lf::cooperative_policy{{3, 1024}}.choose(make_query("H200", 32)); });
   EXPECT_NE(what.find("blocks_per_sm 3"), std::string::npos) << what;

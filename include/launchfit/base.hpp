@@ -543,7 +543,8 @@ inline spec<bytes_in_flight_policy> bytes_in_flight(
   return spec<bytes_in_flight_policy>(
       bytes_in_flight_policy{bytes_in_flight_params{per_thread_bytes, target_per_sm, prefer_block}});
 }
-// Co-resident grid, launched cooperatively; blocks_per_sm 0 = as many as fit; block 0 = max-occupancy block.
+// Co-resident grid, launched cooperatively; blocks_per_sm 0 = as many as fit; block 0 = the max-occupancy block,
+// or with blocks_per_sm given, the largest block with the most threads resident at that many per SM.
 inline spec<cooperative_policy> cooperative(int blocks_per_sm = 0, int block = 0) {
   return spec<cooperative_policy>(cooperative_policy{cooperative_params{blocks_per_sm, block}});
 }

@@ -242,7 +242,9 @@ class LAUNCHFIT_API bytes_in_flight_policy final
 // cooperative()'s parameters.
 struct LAUNCHFIT_API cooperative_params {
   int blocks_per_sm = 0;                                                        // 0: as many as co-reside
-  int block = 0;                                                                // 0: the max-occupancy block
+  // 0: the max-occupancy block; with blocks_per_sm given, the largest block with the most threads resident at
+  // that many blocks per SM (cooperative(1): the largest block that fits).
+  int block = 0;
   static constexpr std::array<const char*, 2> names{"blocks_per_sm", "block"};  // field names, in order
 };
 
