@@ -61,7 +61,7 @@ std::vector<plan_field> describe_plan(const plan& p, plan_forms forms) {
                p.blocks.empty() ? shown::nowhere : shown::everywhere, true});
   // The launch's block shape is part of the plan's key, not of the stored plan.
   const bool shaped = p.shape_rule.is_set();
-  f.push_back({"block_shape", shaped && json ? nlohmann::json(p.shape_rule.to_string()) : nlohmann::json(),
+  f.push_back({"block_shape", shaped ? only_json([&] { return p.shape_rule.to_string(); }) : nlohmann::json(),
                shaped ? p.shape_rule.to_string() : std::string(), shaped ? shown::everywhere : shown::nowhere, false});
   // Shown once computed (a plan a policy made but nothing validated yet has none).
   const bool computed = occ.active_blocks_per_sm > 0 || occ.limiters != 0;

@@ -69,7 +69,7 @@ bool tuning_record::before_trial() {
   }
   // Busy before: in the last second's samples.
   const std::uint64_t now = nvml::now_us();
-  const bool reads = read_ && !skip_read_.load(std::memory_order_acquire);
+  const bool reads = reads_conditions();
   nvml::gpu_conditions c = reads ? read_(now - 1000000) : nvml::gpu_conditions{};
   if (!reads) c.unknown = "not read";
   std::lock_guard<std::mutex> lock(m_);
@@ -128,7 +128,7 @@ std::optional<plan_measurement> tuning_record::measure(const plan& chosen) {
   m.spread = spread;
   // Busy during the trials: the samples since the first began.
   const nvml::gpu_conditions after =
-      read_ && !skip_read_.load(std::memory_order_acquire) ? read_(since) : nvml::gpu_conditions{};
+      reads_conditions() ? read_(since) : nvml::gpu_conditions{};
   const auto when = [&](std::string (*part)(const nvml::gpu_conditions&)) {
     std::string text = part(before);
     if (!text.empty()) return text + " before tuning";

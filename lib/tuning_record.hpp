@@ -107,6 +107,8 @@ class tuning_record {
  private:
   using key = std::tuple<unsigned, unsigned, unsigned, int, bool>;  // block x, y, z, blocks/SM, full grid
   static key key_of(const plan& p);
+  // Whether the GPU's conditions are read around the trials (a reader given, skip_conditions() not called).
+  bool reads_conditions() const noexcept { return read_ && !skip_read_.load(std::memory_order_acquire); }
 
   conditions_reader read_;  // set once, by the constructor
   // Read on every miss, tuned or not: flags without the lock (a miss that times nothing takes none of it).
