@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -74,7 +75,8 @@ std::string errno_text(int e) { return std::system_category().message(e); }
 
 namespace {
 
-// The plan-file locks this process holds, by descriptor (+ 1; 0: a free slot) and the thread holding each. A
+// The plan-file locks this process holds or is taking, by descriptor (+ 1; 0: a free slot) and the thread
+// holding each. A
 // flock belongs to the open file description, so a child of fork() holds the parent's lock as long as its copy
 // of the descriptor is open, whatever the parent does: the child closes the copies of locks another thread
 // held (that thread is not in the child, and its descriptor would never be closed there).
@@ -112,10 +114,20 @@ void close_inherited_locks() noexcept {
 // Registered at load time (never from a static's initialiser: see lifecycle.cpp).
 const bool inherited_locks_closed = lifecycle::on_fork({nullptr, nullptr, close_inherited_locks});
 
+// A lock file's descriptor is noted from the moment it is opened, under this guard, which a fork waits for: a
+// child forked between open() and the note would otherwise keep a copy nobody closes, and the flock the parent
+// took on it afterwards (the open file description is shared) would be held for the child's whole life.
+std::mutex opening_mutex;  // constant-initialised, trivially destroyed
+std::mutex& opening_guard() noexcept { return opening_mutex; }
+const bool opening_guarded = lifecycle::on_fork_leaf_mutex<opening_guard>();
+
 }  // namespace
 
 fd_closer::~fd_closer() {
   if (fd < 0) return;
+  // Under the guard: a child forked between the two would keep a locked copy it never closes (note dropped
+  // first), or close a number another thread's open() was given meanwhile (closed first).
+  std::lock_guard<std::mutex> closing(opening_guard());
   note_closed(fd);
   ::close(fd);
 }
@@ -209,8 +221,12 @@ lock_result take_lock(const std::string& path, fd_closer& lock, std::string& why
     return lock_result::failed;
   }
   const std::string lock_path = path + ".lock";
-  lock.fd =
-      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
+  {
+    std::lock_guard<std::mutex> opening(opening_guard());
+    lock.fd =
+        ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
+    if (lock.fd >= 0) note_held(lock.fd);  // before its flock: a child forked from here on closes its copy
+  }
   if (lock.fd < 0) {
     const int e = errno;
     why = shown(lock_path) + ": " + errno_text(e);
@@ -224,10 +240,7 @@ lock_result take_lock(const std::string& path, fd_closer& lock, std::string& why
   const auto deadline = steady::now() + wait;
   auto pause = milliseconds(2);
   for (;;) {
-    if (::flock(lock.fd, LOCK_EX | LOCK_NB) == 0) {
-      note_held(lock.fd);
-      return lock_result::held;
-    }
+    if (::flock(lock.fd, LOCK_EX | LOCK_NB) == 0) return lock_result::held;
     const int e = errno;
     if (e == EINTR) continue;
     if (e != EWOULDBLOCK) {

@@ -306,6 +306,56 @@ TEST(Fork, AChildDoesNotKeepAPlanFileLockAnotherThreadHeld) {
   std::filesystem::remove_all(dir_template);
 }
 
+// Children forked while another thread takes and lets go of the plan file's lock again and again (open, flock,
+// close): a child forked between the lock file's open() and the lock's note kept a copy of a descriptor nobody
+// closed, and the flock taken on it afterwards held every launchfit process off the file for the child's life.
+// The children stay alive until the parent has taken the lock again.
+TEST(Fork, ChildrenForkedWhileAThreadTakesThePlanFileLockDoNotKeepIt) {
+  char dir_template[] = "/tmp/launchfit-fork-lock-storm-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string file = std::string(dir_template) + "/plans.json";
+  std::atomic<bool> stop{false};
+  std::atomic<int> taken{0};
+  std::thread taker([&] {
+    while (!stop) {
+      ld::fd_closer lock;
+      std::string why;
+      if (ld::take_lock(file, lock, why, 0ms) == ld::lock_result::held) ++taken;
+    }
+  });
+  while (taken < 10) std::this_thread::yield();
+  int to_children[2];
+  ASSERT_EQ(::pipe(to_children), 0);
+  std::vector<pid_t> children;
+  for (int i = 0; i < storm_forks; ++i) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      in_forked_child = true;
+      ::close(to_children[1]);
+      char c;
+      while (::read(to_children[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      ::_exit(0);  // alive until the parent has tried
+    }
+    ASSERT_GE(child, 0);
+    children.push_back(child);
+    std::this_thread::sleep_for(std::chrono::microseconds(200 + 37 * i));
+  }
+  ::close(to_children[0]);
+  stop = true;
+  taker.join();
+  ld::fd_closer again;
+  std::string why;
+  const ld::lock_result after = ld::take_lock(file, again, why, 500ms);
+  ::close(to_children[1]);  // the children exit
+  for (const pid_t child : children) {
+    int st = 0;
+    ::waitpid(child, &st, 0);
+  }
+  EXPECT_EQ(after, ld::lock_result::held) << "a child kept the lock: " << why;
+  std::filesystem::remove_all(dir_template);
+}
+
 TEST(Fork, AChildForkedDuringTheLoggersFirstUseCanLog) {
   LAUNCHFIT_SKIP_UNDER_TSAN();
   for (int round = 0; round < 10; ++round) {
