@@ -84,6 +84,8 @@ bool async_sink::submit(log_record& r) {
     // to the polling), as does the first line after a quiet spell.
     now = parked_ || warning;
     parked_ = false;
+    // Polling, and the next look is soon enough: the queue already has this task due by then.
+    if (!now && !writing_ && looks_by_ <= background::clock::now() + poll_longest) return true;
   }
   // After mutex_ is released (background.cpp's lock rule). While polling, the wake only makes sure a thread
   // runs in this process (a child of fork() starts its own) and marks the task due: the sleeping thread is
@@ -112,12 +114,14 @@ background::clock::time_point async_sink::run() noexcept {
     const auto quiet = now - quiet_since_;
     if (parked_ || quiet >= park_after) {
       parked_ = true;
+      looks_by_ = background::never;
       return background::never;
     }
     log_polls_for_tests.fetch_add(1, std::memory_order_relaxed);
     const background::clock::duration period = quiet >= slow_after ? poll_idle : period_;
     const auto next = now + std::min<background::clock::duration>(period, park_after - quiet);
     period_ = std::min<background::clock::duration>(period_ * 2, poll_longest);
+    looks_by_ = next;
     return next;
   }
   batch_.swap(items_);
@@ -151,7 +155,8 @@ background::clock::time_point async_sink::run() noexcept {
   drained_->notify_all();
   quiet_since_ = background::clock::now();
   period_ = poll_first;
-  return quiet_since_ + poll_first;
+  looks_by_ = quiet_since_ + poll_first;
+  return looks_by_;
 }
 
 // Waits for the background thread to write what is queued. The output is never run on the waiting thread:
@@ -219,6 +224,7 @@ void async_sink::child_after_fork() noexcept {
   overflow_ = 0;
   writing_ = false;
   parked_ = true;
+  looks_by_ = background::never;
   mutex_->unlock();  // taken by this thread, the child's only one, in prepare_fork()
 }
 

@@ -101,6 +101,9 @@ class async_sink final : public background::task {
   bool writing_ = false;  // a run holds a batch
   bool parked_ = true;    // no look is scheduled: a line wakes the background thread (else it polls)
   background::clock::time_point quiet_since_{};  // the polling's schedule (run() only)
+  // While polling: when the background thread looks next at the latest (what run() last asked for; the queue's
+  // due time for this task is no later). A line that finds it within poll_longest asks the queue for nothing.
+  background::clock::time_point looks_by_ = background::never;
   background::clock::duration period_{};
   bool exiting_ = false;        // the exit handler ran: write synchronously from now on
   bool output_stuck_ = false;   // ... or not at all: the exit found the output stuck
