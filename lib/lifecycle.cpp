@@ -28,7 +28,7 @@ constexpr int max_hooks = 16;
 std::mutex table_mutex;  // registration only
 fork_hooks table[max_hooks];
 std::atomic<int> registered{0};  // entries below it are written (release) before it counts them
-constexpr int max_leaves = 8;
+constexpr int max_leaves = 16;
 fork_hooks leaves[max_leaves];
 std::atomic<int> leaves_registered{0};  // as `registered`, for leaves
 std::atomic<bool> innermost_set{false};

@@ -17,6 +17,7 @@
 
 #include <mutex>
 #include <new>
+#include <type_traits>
 
 namespace launchfit::detail::lifecycle {
 
@@ -63,14 +64,16 @@ pid_t process_id() noexcept;
 // thread (it would read every later lock the child takes as an inversion with it). Does nothing otherwise.
 void abandoned_in_child(void* lock) noexcept;
 
-// Registers a leaf std::mutex, reached through `lock_of` (a never-destroyed singleton's): taken before a fork,
-// given back in the parent and made anew in the child, where the thread that held it is gone.
-template <std::mutex& (*lock_of)()>
+// Registers a leaf lock, reached through `lock_of` (a never-destroyed singleton's): a std::mutex, or a
+// std::shared_mutex (taken exclusively). Taken before a fork, given back in the parent and made anew in the child,
+// where the thread that held it is gone (a write-locked rwlock cannot be unlocked there: see abandoned_in_child).
+template <auto lock_of>
 bool on_fork_leaf_mutex() noexcept {
+  using lock_type = std::remove_reference_t<decltype(lock_of())>;
   return on_fork_leaf({[] { lock_of().lock(); }, [] { lock_of().unlock(); },
                        [] {
                          abandoned_in_child(&lock_of());
-                         new (&lock_of()) std::mutex;
+                         new (&lock_of()) lock_type;
                        }});
 }
 
