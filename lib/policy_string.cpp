@@ -19,6 +19,7 @@
 #include "launchfit/detail/policy_params.hpp"
 #include "launchfit/error.hpp"
 #include "plan_cache.hpp"
+#include "lifecycle.hpp"
 #include "plan_inputs.hpp"
 #include "settings.hpp"
 #include "text.hpp"
@@ -460,10 +461,18 @@ struct resolved_policies {
   static constexpr std::size_t max_entries = 256;
 };
 
+// A leaf: under it the map is read or changed, and nothing else is locked (what the map drops there are
+// built-ins, whose destructors run no code of others, or weak references).
+std::shared_mutex& resolved_mutex();
 resolved_policies& resolved() {
-  static resolved_policies& r = *new resolved_policies;  // never destroyed: static destructors may launch
+  static resolved_policies& r = *[] {
+    auto* made = new resolved_policies;  // never destroyed: static destructors may launch
+    detail::lifecycle::on_fork_leaf_mutex<resolved_mutex>();
+    return made;
+  }();
   return r;
 }
+std::shared_mutex& resolved_mutex() { return resolved().mutex; }
 
 std::atomic<std::uint64_t> policy_string_parses{0};
 

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <vector>
 
+#include "lifecycle.hpp"
+
 namespace launchfit::detail {
 namespace {
 
@@ -103,10 +105,16 @@ struct wait_record {
   std::map<std::uintptr_t, bool> waits;
 };
 
+std::mutex& wait_record_mutex();
 wait_record& record() {
-  static wait_record& r = *new wait_record;  // never destroyed: a module may unload from a static destructor
+  static wait_record& r = *[] {
+    auto* made = new wait_record;  // never destroyed: a module may unload from a static destructor
+    lifecycle::on_fork_leaf_mutex<wait_record_mutex>();  // a leaf: nothing is locked under it
+    return made;
+  }();
   return r;
 }
+std::mutex& wait_record_mutex() { return record().m; }
 
 }  // namespace
 

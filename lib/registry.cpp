@@ -16,6 +16,7 @@
 #include "launchfit/param_policy.hpp"  // param_policy, parameter_error (before: in policy.hpp)
 #endif
 #include "launchfit/policy.hpp"
+#include "lifecycle.hpp"
 #include "plan_inputs.hpp"
 #include "plugin_loader.hpp"
 #include "text.hpp"
@@ -28,11 +29,19 @@ struct registry {
   std::map<std::string, policy_factory> factories;
 };
 
-// Never destroyed: a policy made or dropped from a static destructor still finds it.
+// Never destroyed: a policy made or dropped from a static destructor still finds it. Its lock is a leaf: under
+// it the map is read or changed and nothing else is locked (the plugin table is taken before it, never under
+// it; a factory is called, and a removed one destroyed, after it is released).
+std::shared_mutex& registry_mutex();
 registry& instance() {
-  static registry& r = *new registry;
+  static registry& r = *[] {
+    auto* made = new registry;
+    detail::lifecycle::on_fork_leaf_mutex<registry_mutex>();
+    return made;
+  }();
   return r;
 }
+std::shared_mutex& registry_mutex() { return instance().mutex; }
 
 // The registry as a plan input: a name registered or removed may change which policy decides a plan.
 detail::plan_input registry_input() noexcept {

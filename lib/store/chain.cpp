@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "../lifecycle.hpp"
 #include "../log_internal.hpp"
 #include "../plan_file_format.hpp"
 #include "../plan_inputs.hpp"
@@ -32,10 +33,18 @@ struct match_setting {
   std::atomic<int> value{-1};  // a cache_match, or -1 before the first use
 };
 
+// Its lock is a leaf: under it the level is read or set, and nothing else is locked (the settings' first
+// read, which may happen there, takes no lock and logs nothing).
+std::mutex& match_mutex();
 match_setting& match_state() {
-  static match_setting& s = *new match_setting;
+  static match_setting& s = *[] {
+    auto* made = new match_setting;  // never destroyed
+    lifecycle::on_fork_leaf_mutex<match_mutex>();
+    return made;
+  }();
   return s;
 }
+std::mutex& match_mutex() { return match_state().m; }
 
 }  // namespace
 
