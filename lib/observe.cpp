@@ -10,11 +10,13 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
 #include "launchfit/error.hpp"
 #include "launchfit/log.hpp"
+#include "lifecycle.hpp"
 #include "log_internal.hpp"
 #include "plan_description.hpp"
 #include "settings.hpp"
@@ -60,9 +62,46 @@ struct listeners {
   std::atomic<bool> any{false};
 };
 
+// Fork: the list's lock is taken, then the lock of each listener on it. Both are leaves: nothing else is locked
+// under either, no listener is called under either, and no thread holding a listener's lock waits for the
+// list's. In the child, where the threads that were calling listeners are gone, the locks are made anew and a
+// listener counts as running only the calls of the forking thread: a child removing a listener that another
+// thread was inside at the fork would otherwise wait for ever for that call to end.
+void lock_listeners_for_fork();
+void unlock_listeners_after_fork();
+void remake_listeners_in_child();
+
 listeners& the_listeners() {
-  static listeners& l = *new listeners();  // never destroyed, as every launchfit singleton
+  static listeners& l = *[] {
+    auto* made = new listeners();  // never destroyed, as every launchfit singleton
+    lifecycle::on_fork_leaf({lock_listeners_for_fork, unlock_listeners_after_fork, remake_listeners_in_child});
+    return made;
+  }();
   return l;
+}
+
+void lock_listeners_for_fork() {
+  listeners& l = the_listeners();
+  l.m.lock();
+  for (const auto& entry : *l.list) entry->m.lock();
+}
+
+void unlock_listeners_after_fork() {
+  listeners& l = the_listeners();
+  for (const auto& entry : *l.list) entry->m.unlock();
+  l.m.unlock();
+}
+
+void remake_listeners_in_child() {
+  listeners& l = the_listeners();
+  for (const auto& entry : *l.list) {
+    lifecycle::abandoned_in_child(&entry->m);
+    new (&entry->m) std::mutex;
+    new (&entry->idle) std::condition_variable;  // a remove_plan_listener() of a thread that is gone waited on it
+    entry->running = static_cast<int>(std::count(calling_here.begin(), calling_here.end(), entry.get()));
+  }
+  lifecycle::abandoned_in_child(&l.m);
+  new (&l.m) std::mutex;
 }
 
 #ifndef LAUNCHFIT_NO_NVTX

@@ -860,3 +860,37 @@ TEST(Fork, ChildrenForkedWhileThreadsSetTheMatchLevelCanSetIt) {
   };
   LAUNCHFIT_EXPECT_BOUNDED(60000 * slow_factor, body);
 }
+
+// Children forked while threads tell plan listeners of new plans and one thread adds and removes listeners: a
+// child that inherited the list's lock or a listener's lock held waited for ever on its first plan, and one that
+// removed a listener another thread was inside at the fork waited for ever for that call to end.
+TEST(Fork, ChildrenForkedWhileThreadsTellPlanListenersCanRemoveThem) {
+  const auto body = [] {
+    // Each call takes a little time, so that forks often come while a thread is inside one.
+    const auto listener = [](const lf::plan_event& ev) {
+      for (volatile int k = 0; k < 200; k = k + 1) (void)ev.kernel.size();
+    };
+    const std::uint64_t kept = lf::add_plan_listener(listener);
+    lf::plan_event ev;
+    ev.kernel = "fork_listener_kernel";
+    const int failed = fork_while_threads_lock(
+        3, 300,
+        [&](int t, int) {
+          if (t == 0) {
+            lf::remove_plan_listener(lf::add_plan_listener(listener));
+          } else {
+            ld::notify_plan(ev);
+          }
+        },
+        [&](int) {
+          ld::notify_plan(ev);
+          if (!lf::remove_plan_listener(kept)) return 3;
+          const std::uint64_t mine = lf::add_plan_listener(listener);
+          ld::notify_plan(ev);
+          return lf::remove_plan_listener(mine) ? 0 : 4;
+        });
+    lf::remove_plan_listener(kept);
+    return failed == 0 ? 0 : 2;
+  };
+  LAUNCHFIT_EXPECT_BOUNDED(60000 * slow_factor, body);
+}
