@@ -19,9 +19,11 @@ class deadline_lock {
     held_ = true;
     return true;
   }
+  // False also while another thread changes held_: a child of fork() calls it for a lock whose m_ a thread
+  // that is gone may have held at the fork, and must not wait for it.
   bool try_lock() {
-    std::lock_guard<std::mutex> l(m_);
-    if (held_) return false;
+    std::unique_lock<std::mutex> l(m_, std::try_to_lock);
+    if (!l.owns_lock() || held_) return false;
     held_ = true;
     return true;
   }
