@@ -27,12 +27,14 @@ namespace {
 // The block with the most resident threads, ties to the block nearest prefer_block (0: the largest). Without
 // a block rule or a cluster, exactly cuOccupancyMaxPotentialBlockSize's search with the query's oracle (the
 // driver on a GPU); with a rule, over the sizes it allows; with a cluster, counting the threads of the
-// clusters that co-reside (cuOccupancyMaxActiveClusters), not of blocks per SM. `blocks_cap` (0: none) counts
-// at most that many blocks per SM (a cooperative grid of a given number per SM): the block with the most threads
-// resident under it.
+// clusters that co-reside (cuOccupancyMaxActiveClusters), not of blocks per SM. `blocks_cap` (0: none): a grid of
+// exactly that many blocks per SM (a cooperative one): only blocks that reach it count, each at that many per SM
+// (with a cluster, at most that many blocks per SM in all), so the block with the most threads in such a grid.
 detail::potential_block max_occupancy_block(const query& q, int prefer_block, int block_limit = 0,
                                             int blocks_cap = 0) {
-  const auto capped = [blocks_cap](int per_sm) { return blocks_cap > 0 ? std::min(per_sm, blocks_cap) : per_sm; };
+  const auto capped = [blocks_cap](int per_sm) {
+    return blocks_cap <= 0 ? per_sm : per_sm >= blocks_cap ? blocks_cap : 0;
+  };
   const int limit = block_limit > 0 ? std::min(block_limit, q.max_block_threads()) : q.max_block_threads();
   auto fits = [&q](int block) {
     return q.smem_for(block) + q.kernel.static_smem_bytes <= q.device.smem_per_block_optin_bytes;
@@ -53,9 +55,12 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
     if (!fits(block)) continue;
     const int per_sm = capped(q.active_blocks_for(block));
     if (per_sm <= 0) continue;
-    const long long threads = q.cluster.count() > 1 ? static_cast<long long>(q.active_clusters_for(block)) *
-                                                          static_cast<long long>(q.cluster.count()) * block
-                                                    : static_cast<long long>(per_sm) * block;
+    long long threads = static_cast<long long>(per_sm) * block;
+    if (q.cluster.count() > 1) {
+      long long blocks = static_cast<long long>(q.active_clusters_for(block)) * q.cluster.count();
+      if (blocks_cap > 0) blocks = std::min<long long>(blocks, static_cast<long long>(blocks_cap) * q.device.sm_count);
+      threads = blocks * block;
+    }
     if (threads <= 0) continue;
     bool better = threads > best_threads;
     if (threads == best_threads) {
@@ -92,14 +97,10 @@ std::string kb(std::size_t bytes) {
 }
 
 // Calibrated targets by compute capability; never destroyed, as every launchfit singleton.
-std::mutex& bif_mutex() {
-  static std::mutex& m = *[] {
-    auto* made = new std::mutex();
-    detail::lifecycle::on_fork_leaf_mutex<bif_mutex>();  // a leaf: nothing is locked under it
-    return made;
-  }();
-  return m;
-}
+// A leaf (nothing is locked under it): constant-initialised and registered at load time: a fork never meets its registration half done (and trivially destroyed).
+std::mutex bif_m;
+std::mutex& bif_mutex() noexcept { return bif_m; }
+const bool bif_fork = detail::lifecycle::on_fork_leaf_mutex<bif_mutex>();
 std::map<int, std::size_t>& bif_overrides() {
   static std::map<int, std::size_t>& m = *new std::map<int, std::size_t>();
   return m;

@@ -306,6 +306,25 @@ TEST(Cooperative, ABlocksPerSmCapTakesTheBlockWithTheMostThreadsUnderIt) {
   EXPECT_EQ(two.resident_blocks(), 2 * 132);
   // A block given is kept, whatever the cap.
   EXPECT_EQ((lf::cooperative_policy{{1, 256}}.choose(make_query("H200", 40)).block_threads), 256);
+  // Only blocks that reach the cap count: a block that fits fewer per SM is never chosen (it was, and its plan
+  // was refused for asking more blocks per SM than co-reside).
+  EXPECT_EQ((lf::cooperative_policy{{3, 0}}.choose(make_query("H200", 40)).block_threads), 512);
+  EXPECT_EQ((lf::cooperative_policy{{3, 0}}.choose(make_query("H200", 32)).block_threads), 672);
+  EXPECT_EQ((lf::cooperative_policy{{2, 0}}.choose(make_query("H200", 64)).block_threads), 512);
+  // A cap above what any block fits is refused, naming the cap.
+  const std::string what = error_text([] { lf::cooperative_policy{{40, 0}}.choose(make_query("H200", 32)); });
+  EXPECT_NE(what.find("blocks_per_sm 40"), std::string::npos) << what;
+}
+
+// With a cluster the cap bounds the blocks counted per SM too: cooperative(1) takes the largest block whose
+// clusters fit, not the max-occupancy block.
+TEST(Cooperative, ABlocksPerSmCapHoldsWithAClusterToo) {
+  lf::query q = make_query("H200", 40);
+  q.cluster = lf::dims{2, 1, 1};
+  const lf::plan one = lf::cooperative_policy{{1, 0}}.choose(q);
+  EXPECT_EQ(one.block_threads, 1024);
+  const lf::plan two = lf::cooperative_policy{{2, 0}}.choose(q);
+  EXPECT_EQ(two.block_threads, 768);
 }
 
 TEST(Cooperative, RefusesMoreBlocksPerSmThanFit) {
