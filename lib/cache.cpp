@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <thread>
 #include <type_traits>
@@ -224,9 +225,21 @@ void unbuilt_slots_in_child(store& s) {
   for (auto it = s.slots.begin(); it != s.slots.end();) {
     slot& sl = *it->second;
     bool keep = sl.ready.load(std::memory_order_acquire);
-    if (!keep && sl.m.try_lock()) {  // held: by a thread that is gone (this one holds no slot's lock here)
+    if (!keep) {
+      // Held: by a thread that is gone (this one holds no slot's lock here). `builder` is read either way: while
+      // this thread builds, only this thread writes it.
+      const bool locked = sl.m.try_lock();
       keep = sl.builder == me;
-      sl.m.unlock();
+      if (locked) sl.m.unlock();
+      if (keep) {
+        // This thread's own build goes on in the child: the lock a waiter that is gone held, and the waiters
+        // its end would wake (a broadcast waits for waiters that never leave), are made anew.
+        if (!locked) {
+          lifecycle::abandoned_in_child(&sl.m);
+          new (&sl.m) std::mutex;
+        }
+        new (&sl.done) std::condition_variable;
+      }
     }
     it = keep ? std::next(it) : erase_slot_locked(s, it);
   }
@@ -364,21 +377,20 @@ std::uint64_t plan_hash(const plan& p) noexcept {
   return hash_combine(h, static_cast<std::uint64_t>(p.policy.size()) << 32 | p.reason.size());
 }
 
+// The kept plans' lock, a leaf (nothing is locked under it): constant-initialised and registered at load time: a fork never meets its registration half done.
+std::mutex kept_plans_m;
+std::mutex& kept_plans_mutex() noexcept { return kept_plans_m; }
+const bool kept_plans_fork = lifecycle::on_fork_leaf_mutex<kept_plans_mutex>();
+
 struct kept_plans {
-  std::mutex m;
+  std::mutex& m = kept_plans_m;
   std::unordered_multimap<std::uint64_t, const kept_plan*> by_hash;  // never freed
 };
 
-std::mutex& kept_plans_mutex();
 kept_plans& the_kept_plans() {
-  static kept_plans& k = *[] {
-    auto* made = new kept_plans;  // never destroyed: a caller's plan lives as long as the process
-    lifecycle::on_fork_leaf_mutex<kept_plans_mutex>();  // a leaf: nothing is locked under it
-    return made;
-  }();
+  static kept_plans& k = *new kept_plans;  // never destroyed: a caller's plan lives as long as the process
   return k;
 }
-std::mutex& kept_plans_mutex() { return the_kept_plans().m; }
 
 }  // namespace
 

@@ -149,23 +149,22 @@ std::uint64_t identity_of(const driver_api& d, CUcontext ctx) {
   return id;
 }
 
+// The registry's lock, a leaf (nothing is locked under it): constant-initialised and registered at load time: a fork never meets its registration half done.
+std::mutex contexts_m;
+std::mutex& contexts_mutex() noexcept { return contexts_m; }
+const bool contexts_fork = lifecycle::on_fork_leaf_mutex<contexts_mutex>();
+
 struct contexts {
-  std::mutex m;
+  std::mutex& m = contexts_m;
   std::unordered_map<CUcontext, std::uint64_t> id_of_handle;  // the identity last seen behind each handle
   std::map<std::uint64_t, device_limits*> limits;             // by identity; entries are never freed
   std::vector<device_limits*> gone;  // a destroyed context's: still read by reports, kept reachable
 };
 
-std::mutex& contexts_mutex();
 contexts& known_contexts() {
-  static contexts& c = *[] {
-    auto* made = new contexts();  // never destroyed, as every launchfit singleton
-    lifecycle::on_fork_leaf_mutex<contexts_mutex>();  // a leaf: nothing is locked under it
-    return made;
-  }();
+  static contexts& c = *new contexts();  // never destroyed, as every launchfit singleton
   return c;
 }
-std::mutex& contexts_mutex() { return known_contexts().m; }
 
 // What this thread last found under contexts::m, valid while `generation` is contexts_generation: every miss
 // notes its context and asks its limits, and a thread's misses are mostly of one context, which then costs no

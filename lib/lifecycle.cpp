@@ -34,6 +34,7 @@ std::atomic<int> leaves_registered{0};  // as `registered`, for leaves
 std::atomic<bool> innermost_set{false};
 fork_hooks innermost{};  // prepared after every other module, repaired before them
 bool atfork_registered = false;
+std::atomic<bool> hook_refused{false};  // a registration found its table full (or no atfork handler)
 std::atomic<pid_t> cached_pid{0};  // 0: not cached yet (or the fork handler could not be registered)
 // The hooks a fork in progress prepared, which its parent and child hooks run: per thread, as two threads may
 // fork at once (glibc runs their prepare handlers concurrently) while a third registers.
@@ -90,7 +91,7 @@ bool on_fork(const fork_hooks& hooks) noexcept {
   for (int i = 0; i < n; ++i)
     if (table[i].prepare == hooks.prepare && table[i].parent == hooks.parent && table[i].child == hooks.child)
       return true;
-  if (n == max_hooks || !ensure_atfork()) return false;
+  if (n == max_hooks || !ensure_atfork()) return hook_refused = true, false;
   table[n] = hooks;
   registered.store(n + 1, std::memory_order_release);
   return true;
@@ -102,7 +103,7 @@ bool on_fork_leaf(const fork_hooks& hooks) noexcept {
   for (int i = 0; i < n; ++i)
     if (leaves[i].prepare == hooks.prepare && leaves[i].parent == hooks.parent && leaves[i].child == hooks.child)
       return true;
-  if (n == max_leaves || !ensure_atfork()) return false;
+  if (n == max_leaves || !ensure_atfork()) return hook_refused = true, false;
   leaves[n] = hooks;
   leaves_registered.store(n + 1, std::memory_order_release);
   return true;
@@ -111,7 +112,7 @@ bool on_fork_leaf(const fork_hooks& hooks) noexcept {
 bool on_fork_innermost(const fork_hooks& hooks) noexcept {
   std::lock_guard<std::mutex> lock(table_mutex);
   if (innermost.prepare == hooks.prepare) return true;
-  if (innermost.prepare || !ensure_atfork()) return false;
+  if (innermost.prepare || !ensure_atfork()) return hook_refused = true, false;
   innermost = hooks;
   innermost_set.store(true, std::memory_order_release);
   return true;
@@ -122,6 +123,8 @@ pid_t process_id() noexcept {
   const pid_t p = cached_pid.load(std::memory_order_relaxed);
   return p != 0 ? p : ::getpid();
 }
+
+bool every_fork_hook_registered() noexcept { return !hook_refused.load(); }
 
 bool on_exit(void (*handler)()) noexcept { return std::atexit(handler) == 0; }
 

@@ -39,6 +39,11 @@ bool on_fork(const fork_hooks& hooks) noexcept;
 // any time; false when the table of leaves is full.
 bool on_fork_leaf(const fork_hooks& hooks) noexcept;
 
+// Whether every registration so far found room (the tables are fixed: nothing is allocated at fork). A module
+// whose hooks were refused leaves a child of fork() waiting on its lock: the fork tests ask this after using every
+// module.
+bool every_fork_hook_registered() noexcept;
+
 // Registers the background queue's hooks (background.hpp), whose lock any module may take while it holds
 // its own (it queues work for the background thread): prepared after every other module's, given back
 // before them. One slot; false when another holds it.

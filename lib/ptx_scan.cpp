@@ -100,21 +100,20 @@ bool has_instruction(std::string_view body, std::string_view op) noexcept {
   return false;
 }
 
+// The record's lock, a leaf (nothing is locked under it): constant-initialised and registered at load time: a fork never meets its registration half done (and trivially destroyed).
+std::mutex wait_record_m;
+std::mutex& wait_record_mutex() noexcept { return wait_record_m; }
+const bool wait_record_forks = lifecycle::on_fork_leaf_mutex<wait_record_mutex>();
+
 struct wait_record {
-  std::mutex m;
+  std::mutex& m = wait_record_m;
   std::map<std::uintptr_t, bool> waits;
 };
 
-std::mutex& wait_record_mutex();
 wait_record& record() {
-  static wait_record& r = *[] {
-    auto* made = new wait_record;  // never destroyed: a module may unload from a static destructor
-    lifecycle::on_fork_leaf_mutex<wait_record_mutex>();  // a leaf: nothing is locked under it
-    return made;
-  }();
+  static wait_record& r = *new wait_record;  // never destroyed: a module may unload from a static destructor
   return r;
 }
-std::mutex& wait_record_mutex() { return record().m; }
 
 }  // namespace
 

@@ -28,23 +28,21 @@ const plan_input match_level_input = register_plan_input("plan match level");
 // ---- the match level --------------------------------------------------------------------------------------
 
 // Read from LAUNCHFIT_CACHE_MATCH at first use unless set_cache_match() came first.
+// Its lock is a leaf: under it the level is read or set, and nothing else is locked (the settings' first
+// read, which may happen there, takes no lock and logs nothing); constant-initialised and registered at load time: a fork never meets its registration half done.
+std::mutex match_m;
+std::mutex& match_mutex() noexcept { return match_m; }
+const bool match_forks = lifecycle::on_fork_leaf_mutex<match_mutex>();
+
 struct match_setting {
-  std::mutex m;
+  std::mutex& m = match_m;
   std::atomic<int> value{-1};  // a cache_match, or -1 before the first use
 };
 
-// Its lock is a leaf: under it the level is read or set, and nothing else is locked (the settings' first
-// read, which may happen there, takes no lock and logs nothing).
-std::mutex& match_mutex();
 match_setting& match_state() {
-  static match_setting& s = *[] {
-    auto* made = new match_setting;  // never destroyed
-    lifecycle::on_fork_leaf_mutex<match_mutex>();
-    return made;
-  }();
+  static match_setting& s = *new match_setting;  // never destroyed
   return s;
 }
-std::mutex& match_mutex() { return match_state().m; }
 
 }  // namespace
 

@@ -649,6 +649,64 @@ TEST(Fork, AChildBuildsAPlanAnotherThreadWasBuildingAtTheFork) {
   LAUNCHFIT_EXPECT_BOUNDED(30000 * slow_factor, body);
 }
 
+// A fork from inside a build (a policy that forks) while another thread waits for that plan: the child goes on
+// with the build it inherited, and its end (the slot's lock, the wake of its waiters) must not wait for the
+// waiter, which is not in the child. The child's plan is the one its build made; the parent's waiter gets the
+// parent's.
+TEST(Fork, AChildForkedInsideItsOwnBuildFinishesItWhileAnotherThreadWaited) {
+  const auto body = [] {
+    std::atomic<bool> building{false};
+    int waiter_block = 0;
+    std::thread waiter;
+    pid_t child = -1;
+    const ld::plan_entry* built = ld::find_or_build(fork_plan_key(3), [&] {
+      building = true;
+      waiter = std::thread([&] {
+        const ld::plan_entry* e = ld::find_or_build(fork_plan_key(3), [] { return fork_plan_entry(1); });
+        waiter_block = e ? e->plan.block_threads : -1;
+      });
+      std::this_thread::sleep_for(50ms);  // the waiter is waiting for this build
+      child = ::fork();
+      if (child == 0) in_forked_child = true;
+      return fork_plan_entry(96);
+    });
+    if (child == 0) {
+      // The child: its build ended; the plan is its own, and asking again finds it.
+      const bool ok = built && built->plan.block_threads == 96 &&
+                      ld::find_or_build(fork_plan_key(3), [] { return fork_plan_entry(2); }) == built;
+      ::_exit(ok ? 0 : 3);
+    }
+    waiter.join();
+    if (waiter_block != 96) return 4;
+    const auto r = lf::fault::wait_bounded(child, std::chrono::steady_clock::now(), child_limit);
+    if (!r.finished || r.signal != 0 || r.exit_code != 0) {
+      ::dprintf(2, "child: finished=%d signal=%d exit=%d\n", r.finished, r.signal, r.exit_code);
+      return 2;
+    }
+    return 0;
+  };
+  LAUNCHFIT_EXPECT_BOUNDED(30000 * slow_factor, body);
+}
+
+// Every module that registers fork hooks, used once: each registration found room in lifecycle's fixed tables
+// (a refused one, silent before, would bring back a child waiting for ever on that module's lock).
+TEST(Fork, EveryModulesForkHooksAreRegistered) {
+  const auto body = [] {
+    lf::set_log_async(true);
+    ld::log_event(spdlog::level::info, "test", "a line");
+    lf::logger()->flush();
+    ld::find_or_build(fork_plan_key(4), [] { return fork_plan_entry(32); });
+    ld::note_context(ld::context_ref{reinterpret_cast<CUcontext>(std::uintptr_t{0x4000}), 0x40});
+    (void)lf::policy_from_string("max_occupancy(prefer_block=128)");
+    (void)ld::bytes_in_flight_overridden(1);
+    (void)lf::cache_file_match();
+    const std::uint64_t id = lf::add_plan_listener([](const lf::plan_event&) {});
+    lf::remove_plan_listener(id);
+    return ld::lifecycle::every_fork_hook_registered() ? 0 : 2;
+  };
+  LAUNCHFIT_EXPECT_BOUNDED(30000 * slow_factor, body);
+}
+
 // Children forked while threads take the locks of the registries a miss takes (the contexts seen and their
 // limits, the plans kept, the bytes-in-flight targets): a child that inherited one of them held by a thread
 // that is gone waited for ever on its first miss. Each child takes every one of them.
