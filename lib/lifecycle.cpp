@@ -85,28 +85,32 @@ bool ensure_atfork() {
 
 }  // namespace
 
+namespace {
+
+// Under table_mutex: adds hooks to one of the fixed tables (once: the same hooks again are ignored).
+bool add_to(fork_hooks* to, int capacity, std::atomic<int>& count, const fork_hooks& hooks) noexcept {
+  const int n = count.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i)
+    if (to[i].prepare == hooks.prepare && to[i].parent == hooks.parent && to[i].child == hooks.child) return true;
+  if (n == capacity || !ensure_atfork()) {
+    hook_refused = true;
+    return false;
+  }
+  to[n] = hooks;
+  count.store(n + 1, std::memory_order_release);  // entries below it are written before it counts them
+  return true;
+}
+
+}  // namespace
+
 bool on_fork(const fork_hooks& hooks) noexcept {
   std::lock_guard<std::mutex> lock(table_mutex);
-  const int n = registered.load(std::memory_order_relaxed);
-  for (int i = 0; i < n; ++i)
-    if (table[i].prepare == hooks.prepare && table[i].parent == hooks.parent && table[i].child == hooks.child)
-      return true;
-  if (n == max_hooks || !ensure_atfork()) return hook_refused = true, false;
-  table[n] = hooks;
-  registered.store(n + 1, std::memory_order_release);
-  return true;
+  return add_to(table, max_hooks, registered, hooks);
 }
 
 bool on_fork_leaf(const fork_hooks& hooks) noexcept {
   std::lock_guard<std::mutex> lock(table_mutex);
-  const int n = leaves_registered.load(std::memory_order_relaxed);
-  for (int i = 0; i < n; ++i)
-    if (leaves[i].prepare == hooks.prepare && leaves[i].parent == hooks.parent && leaves[i].child == hooks.child)
-      return true;
-  if (n == max_leaves || !ensure_atfork()) return hook_refused = true, false;
-  leaves[n] = hooks;
-  leaves_registered.store(n + 1, std::memory_order_release);
-  return true;
+  return add_to(leaves, max_leaves, leaves_registered, hooks);
 }
 
 bool on_fork_innermost(const fork_hooks& hooks) noexcept {

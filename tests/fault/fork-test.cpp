@@ -593,6 +593,13 @@ TEST(Fork, ChildrenOfAProcessUsingTheRemoteStoreWhileThreadsLogAndStoreEnd) {
 
 namespace {
 
+// 0 where the child ended well; else says how it ended and returns 2.
+int child_ended_well(const lf::fault::bounded_result& r) {
+  if (r.finished && r.signal == 0 && r.exit_code == 0) return 0;
+  ::dprintf(2, "child: finished=%d signal=%d exit=%d\n", r.finished, r.signal, r.exit_code);
+  return 2;
+}
+
 lf::plan_key fork_plan_key(int kernel) {
   lf::plan_key k{0x7000, static_cast<std::uintptr_t>(0x9000 + kernel), 1, 0, 0};
   k.inputs = ld::plan_inputs_generation();
@@ -640,11 +647,7 @@ TEST(Fork, AChildBuildsAPlanAnotherThreadWasBuildingAtTheFork) {
     // The parent's build went on to its end: its plan is the one its builder made.
     const ld::plan_entry* parent = ld::find_or_build(fork_plan_key(2), [] { return fork_plan_entry(512); });
     if (!parent || parent->plan.block_threads != 64) return 6;
-    if (!r.finished || r.signal != 0 || r.exit_code != 0) {
-      ::dprintf(2, "child: finished=%d signal=%d exit=%d\n", r.finished, r.signal, r.exit_code);
-      return 2;
-    }
-    return 0;
+    return child_ended_well(r);
   };
   LAUNCHFIT_EXPECT_BOUNDED(30000 * slow_factor, body);
 }
@@ -678,12 +681,7 @@ TEST(Fork, AChildForkedInsideItsOwnBuildFinishesItWhileAnotherThreadWaited) {
     }
     waiter.join();
     if (waiter_block != 96) return 4;
-    const auto r = lf::fault::wait_bounded(child, std::chrono::steady_clock::now(), child_limit);
-    if (!r.finished || r.signal != 0 || r.exit_code != 0) {
-      ::dprintf(2, "child: finished=%d signal=%d exit=%d\n", r.finished, r.signal, r.exit_code);
-      return 2;
-    }
-    return 0;
+    return child_ended_well(lf::fault::wait_bounded(child, std::chrono::steady_clock::now(), child_limit));
   };
   LAUNCHFIT_EXPECT_BOUNDED(30000 * slow_factor, body);
 }
@@ -705,73 +703,6 @@ TEST(Fork, EveryModulesForkHooksAreRegistered) {
     return ld::lifecycle::every_fork_hook_registered() ? 0 : 2;
   };
   LAUNCHFIT_EXPECT_BOUNDED(30000 * slow_factor, body);
-}
-
-// Children forked while threads take the locks of the registries a miss takes (the contexts seen and their
-// limits, the plans kept, the bytes-in-flight targets): a child that inherited one of them held by a thread
-// that is gone waited for ever on its first miss. Each child takes every one of them.
-TEST(Fork, ChildrenForkedWhileThreadsTakeTheRegistriesLocksCanTakeThem) {
-  const auto body = [] {
-    lf::set_bytes_in_flight_per_sm(1, 16384);  // an architecture no device has: its targets' lock is taken now
-    lf::kernel_resources kernel = lf::kernel_resources::manual(32, 0, 1024, "fork_registry_kernel");
-    const auto plan_of = [](int i) {
-      lf::plan p;
-      p.block = {static_cast<unsigned>(32 + i % 64), 1, 1};
-      p.block_threads = static_cast<int>(p.block.x);
-      return p;
-    };
-    const auto context_of = [](int i) {
-      const int h = i % 64;  // another handle each call (this thread's memo never answers), no new identity
-      return ld::context_ref{reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(0x10000 + 64 * h)),
-                             static_cast<std::uint64_t>(0x500 + h)};
-    };
-    std::atomic<bool> stop{false}, paused{false};
-    std::atomic<int> parked{0}, rounds{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 3; ++t) {
-      threads.emplace_back([&, t] {
-        for (int i = t; !stop; ++i) {
-          if (paused) {
-            ++parked;
-            while (paused && !stop) std::this_thread::sleep_for(1ms);
-            --parked;
-          }
-          ld::note_context(context_of(i));
-          ld::keep_plan(plan_of(i), kernel);
-          (void)ld::bytes_in_flight_overridden(1);
-          if (t == 0) ++rounds;
-        }
-      });
-    }
-    while (rounds < 1000) std::this_thread::yield();  // every plan and handle made once: no allocation after
-    int failed = 0;
-    for (int i = 0; i < storm_forks; ++i) {
-      // Under a sanitizer the threads stop between two rounds for the fork (its allocator has no fork
-      // handlers; see fork_storm): there the test shows only that the child can take the locks.
-      if (sanitized) {
-        paused = true;
-        while (parked < static_cast<int>(threads.size())) std::this_thread::yield();
-      }
-      const auto r = lf::fault::run_bounded(child_limit, [&, i] {
-        in_forked_child = true;
-        ld::note_context(context_of(i + 1));
-        ld::note_context(ld::context_ref{reinterpret_cast<CUcontext>(std::uintptr_t{0x90000}), 0x900});
-        if (&ld::keep_plan(plan_of(i), kernel).plan == nullptr) return 3;
-        if (!ld::bytes_in_flight_overridden(1)) return 4;
-        std::exit(0);
-        return 1;
-      });
-      paused = false;
-      if (!r.finished || r.signal != 0 || r.exit_code != 0) {
-        ::dprintf(2, "fork %d: finished=%d signal=%d exit=%d\n", i, r.finished, r.signal, r.exit_code);
-        ++failed;
-      }
-    }
-    stop = true;
-    for (auto& t : threads) t.join();
-    return failed == 0 ? 0 : 2;
-  };
-  LAUNCHFIT_EXPECT_BOUNDED(60000 * slow_factor, body);
 }
 
 namespace {
@@ -825,6 +756,42 @@ int fork_while_threads_lock(int threads, int warm, Work work, Child in_child) {
 }
 
 }  // namespace
+
+// Children forked while threads take the locks of the registries a miss takes (the contexts seen and their
+// limits, the plans kept, the bytes-in-flight targets): a child that inherited one of them held by a thread
+// that is gone waited for ever on its first miss. Each child takes every one of them.
+TEST(Fork, ChildrenForkedWhileThreadsTakeTheRegistriesLocksCanTakeThem) {
+  const auto body = [] {
+    lf::set_bytes_in_flight_per_sm(1, 16384);  // an architecture no device has: its targets' lock is taken now
+    const lf::kernel_resources kernel = lf::kernel_resources::manual(32, 0, 1024, "fork_registry_kernel");
+    const auto plan_of = [](int i) {
+      lf::plan p;
+      p.block = {static_cast<unsigned>(32 + i % 64), 1, 1};
+      p.block_threads = static_cast<int>(p.block.x);
+      return p;
+    };
+    const auto context_of = [](int i) {
+      const int h = i % 64;  // another handle each call (this thread's memo never answers), no new identity
+      return ld::context_ref{reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(0x10000 + 64 * h)),
+                             static_cast<std::uint64_t>(0x500 + h)};
+    };
+    const int failed = fork_while_threads_lock(
+        3, 1000,  // every plan and handle made once before the storm: no allocation after
+        [&](int t, int i) {
+          ld::note_context(context_of(t + i));
+          ld::keep_plan(plan_of(t + i), kernel);
+          (void)ld::bytes_in_flight_overridden(1);
+        },
+        [&](int i) {
+          ld::note_context(context_of(i + 1));
+          ld::note_context(ld::context_ref{reinterpret_cast<CUcontext>(std::uintptr_t{0x90000}), 0x900});
+          if (&ld::keep_plan(plan_of(i), kernel).plan == nullptr) return 3;
+          return ld::bytes_in_flight_overridden(1) ? 0 : 4;
+        });
+    return failed == 0 ? 0 : 2;
+  };
+  LAUNCHFIT_EXPECT_BOUNDED(60000 * slow_factor, body);
+}
 
 // Children forked while threads note and read which kernels wait on their prerequisite grid (the record a
 // module fills as it hands out kernels, and a launch reads): a child that inherited its lock held by a thread
