@@ -197,6 +197,18 @@ TEST(KernelHandles, HandedOutIdsAreThreadSafeAndBounded) {
   ASSERT_EQ(all.size(), 16u);
   EXPECT_EQ(all.front(), 0x1000u);
   EXPECT_EQ(all.back(), 0x100fu);
+  // Every thread inserting the same new ids at once: each is held once.
+  threads.clear();
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&ids] {
+      for (int i = 0; i < 3000; ++i) ids.insert(static_cast<std::uintptr_t>(0x100000 + i));
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ids.size(), 16u + 3000u);
+  all = ids.ids();
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "an id held twice";
 }
 
 TEST(KernelHandles, AModuleStaysMovable) {

@@ -29,6 +29,7 @@
 #include "device_query.hpp"
 #include "fault/bounded.hpp"
 #include "file_lock.hpp"
+#include "kernel_internal.hpp"
 #include "fault/forked_child.hpp"
 #include "launchfit/cache.hpp"
 #include "launchfit/kernel.hpp"
@@ -788,6 +789,20 @@ TEST(Fork, ChildrenForkedWhileThreadsTakeTheRegistriesLocksCanTakeThem) {
           if (&ld::keep_plan(plan_of(i), kernel).plan == nullptr) return 3;
           return ld::bytes_in_flight_overridden(1) ? 0 : 4;
         });
+    return failed == 0 ? 0 : 2;
+  };
+  LAUNCHFIT_EXPECT_BOUNDED(60000 * slow_factor, body);
+}
+
+// Children forked while threads ask a module for its kernels (each handed-out kernel is noted in the module's
+// set, which its destructor reads to forget their plans): a child that inherited the set's lock held by a thread
+// that is gone waited for ever in the module's destructor at its exit. The set takes no lock now.
+TEST(Fork, ChildrenForkedWhileThreadsGetAModulesKernelsCanReadThem) {
+  const auto body = [] {
+    ld::kernel_id_set handed_out;
+    const int failed = fork_while_threads_lock(
+        3, 100, [&](int t, int i) { handed_out.insert(static_cast<std::uintptr_t>(0x1000 + (t + i) % 64)); },
+        [&](int) { return handed_out.ids().size() == 64 && handed_out.size() == 64 ? 0 : 3; });
     return failed == 0 ? 0 : 2;
   };
   LAUNCHFIT_EXPECT_BOUNDED(60000 * slow_factor, body);
