@@ -58,7 +58,14 @@ detail::potential_block max_occupancy_block(const query& q, int prefer_block, in
     long long threads = static_cast<long long>(per_sm) * block;
     if (q.cluster.count() > 1) {
       long long blocks = static_cast<long long>(q.active_clusters_for(block)) * q.cluster.count();
-      if (blocks_cap > 0) blocks = std::min<long long>(blocks, static_cast<long long>(blocks_cap) * q.device.sm_count);
+      if (blocks_cap > 0) {
+        // Whole clusters of at most the cap's blocks, as the grid is made; where the cap holds no whole cluster,
+        // the cap's blocks (validation then names the cluster that does not fit the residency).
+        const long long size = q.cluster.count();
+        const long long capped_blocks = static_cast<long long>(blocks_cap) * q.device.sm_count;
+        const long long whole = capped_blocks / size * size;
+        blocks = std::min<long long>(blocks, whole > 0 ? whole : capped_blocks);
+      }
       threads = blocks * block;
     }
     if (threads <= 0) continue;
@@ -271,6 +278,17 @@ plan cooperative_policy::choose_impl(const query& q) const {
     // blocks_per_sm given, the largest block with the most threads resident at that many per SM
     // (cooperative(1): the largest block that fits, not the max-occupancy block once).
     const detail::potential_block b = max_occupancy_block(q, 0, 0, params_.blocks_per_sm);
+    if (b.block_threads == 0 && params_.blocks_per_sm > 0) {
+      // No block the launch allows reaches the cap: said as such, not as whatever a stand-in block breaks.
+      const detail::potential_block most = max_occupancy_block(q, 0);
+      throw error(errc::invalid_plan, "validate(cooperative)",
+                  "blocks_per_sm " + std::to_string(params_.blocks_per_sm) +
+                      " co-reside for no block size the launch allows" +
+                      (most.block_threads > 0 ? " (the max-occupancy block, " + std::to_string(most.block_threads) +
+                                                    " threads, fits " + std::to_string(most.blocks_per_sm) + " per SM)"
+                                              : std::string()),
+                  q.kernel.demangled);
+    }
     block = b.block_threads ? b.block_threads : std::min(q.max_block_threads(), 32);
   }
   p.block = dims{static_cast<unsigned>(block), 1, 1};

@@ -391,6 +391,8 @@ kept_plans& the_kept_plans() {
   static kept_plans& k = *new kept_plans;  // never destroyed: a caller's plan lives as long as the process
   return k;
 }
+// Made at load time, before any thread: a fork never meets its initialiser in progress.
+const bool kept_plans_made = (the_kept_plans(), true);
 
 }  // namespace
 

@@ -165,6 +165,8 @@ contexts& known_contexts() {
   static contexts& c = *new contexts();  // never destroyed, as every launchfit singleton
   return c;
 }
+// Made at load time, before any thread: a fork never meets its initialiser in progress.
+const bool contexts_made = (known_contexts(), true);
 
 // What this thread last found under contexts::m, valid while `generation` is contexts_generation: every miss
 // notes its context and asks its limits, and a thread's misses are mostly of one context, which then costs no

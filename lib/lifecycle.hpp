@@ -72,6 +72,10 @@ void abandoned_in_child(void* lock) noexcept;
 // Registers a leaf lock, reached through `lock_of` (a never-destroyed singleton's): a std::mutex, or a
 // std::shared_mutex (taken exclusively). Taken before a fork, given back in the parent and made anew in the child,
 // where the thread that held it is gone (a write-locked rwlock cannot be unlocked there: see abandoned_in_child).
+// Leaf mutexes live at namespace scope, constant-initialised, and must outlive every static destructor that may
+// still lock them (a module unloaded from one): libstdc++'s std::mutex is trivially destroyed.
+static_assert(std::is_trivially_destructible_v<std::mutex>, "a namespace-scope leaf mutex would be destroyed at exit");
+
 template <auto lock_of>
 bool on_fork_leaf_mutex() noexcept {
   using lock_type = std::remove_reference_t<decltype(lock_of())>;

@@ -79,6 +79,8 @@ listeners& the_listeners() {
   }();
   return l;
 }
+// Made at load time, before any thread: a fork never meets its initialiser (and hook registration) in progress.
+const bool listeners_made = (the_listeners(), true);
 
 void lock_listeners_for_fork() {
   listeners& l = the_listeners();

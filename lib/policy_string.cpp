@@ -474,6 +474,9 @@ resolved_policies& resolved() {
 }
 std::shared_mutex& resolved_mutex() { return resolved().mutex; }
 
+// Made at load time, before any thread: a fork never meets its initialiser (and hook registration) in progress.
+const bool resolved_made = (resolved(), true);
+
 std::atomic<std::uint64_t> policy_string_parses{0};
 
 }  // namespace

@@ -114,6 +114,8 @@ wait_record& record() {
   static wait_record& r = *new wait_record;  // never destroyed: a module may unload from a static destructor
   return r;
 }
+// Made at load time, before any thread: a fork never meets its initialiser in progress.
+const bool record_made = (record(), true);
 
 }  // namespace
 

@@ -43,6 +43,9 @@ registry& instance() {
 }
 std::shared_mutex& registry_mutex() { return instance().mutex; }
 
+// Made at load time, before any thread: a fork never meets its initialiser (and hook registration) in progress.
+const bool registry_made = (instance(), true);
+
 // The registry as a plan input: a name registered or removed may change which policy decides a plan.
 detail::plan_input registry_input() noexcept {
   static const detail::plan_input input = detail::register_plan_input("policy registry");

@@ -314,6 +314,13 @@ TEST(Cooperative, ABlocksPerSmCapTakesTheBlockWithTheMostThreadsUnderIt) {
   // A cap above what any block fits is refused, naming the cap.
   const std::string what = error_text([] { lf::cooperative_policy{{40, 0}}.choose(make_query("H200", 32)); });
   EXPECT_NE(what.find("blocks_per_sm 40"), std::string::npos) << what;
+  // ... also under a block rule that the stand-in block of 32 threads breaks (it was named instead).
+  lf::query ruled = make_query("H200", 40);
+  ruled.blocks = lf::block_rule::multiple_of(256);  // 256 fits 6 per SM at 40 registers, nothing fits 7
+  EXPECT_EQ((lf::cooperative_policy{{6, 0}}.choose(ruled).block_threads), 256);
+  const std::string ruled_what = error_text([&] { lf::cooperative_policy{{7, 0}}.choose(ruled); });
+  EXPECT_NE(ruled_what.find("blocks_per_sm 7 co-reside for no block size the launch allows"), std::string::npos)
+      << ruled_what;
 }
 
 // With a cluster the cap bounds the blocks counted per SM too: cooperative(1) takes the largest block whose

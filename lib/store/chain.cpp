@@ -43,6 +43,8 @@ match_setting& match_state() {
   static match_setting& s = *new match_setting;  // never destroyed
   return s;
 }
+// Made at load time, before any thread: a fork never meets its initialiser in progress.
+const bool match_made = (match_state(), true);
 
 }  // namespace
 

@@ -654,9 +654,9 @@ TEST(Fork, AChildBuildsAPlanAnotherThreadWasBuildingAtTheFork) {
 }
 
 // A fork from inside a build (a policy that forks) while another thread waits for that plan: the child goes on
-// with the build it inherited, and its end (the slot's lock, the wake of its waiters) must not wait for the
-// waiter, which is not in the child. The child's plan is the one its build made; the parent's waiter gets the
-// parent's.
+// with the build it inherited and keeps it (its slot stays in the child's map); the parent's waiter gets the
+// parent's plan. The waiter is parked in the slot's condition at the fork, not holding its lock: the narrower
+// case of a waiter holding the lock at the fork (its lock made anew in the child) is not provoked here.
 TEST(Fork, AChildForkedInsideItsOwnBuildFinishesItWhileAnotherThreadWaited) {
   const auto body = [] {
     std::atomic<bool> building{false};
