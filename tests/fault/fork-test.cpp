@@ -734,7 +734,9 @@ int fork_while_threads_lock(int threads, int warm, Work work, Child in_child) {
   }
   while (warmed < threads) std::this_thread::yield();
   int failed = 0;
-  for (int i = 0; i < storm_forks && failed < 3; ++i) {
+  // Under a sanitizer the threads are paused for each fork (above) and a fork takes about a second: fewer forks.
+  const int forks = sanitized ? 8 : storm_forks;
+  for (int i = 0; i < forks && failed < 3; ++i) {
     if (sanitized) {
       paused = true;
       while (parked < threads) std::this_thread::yield();
